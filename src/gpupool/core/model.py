@@ -1,0 +1,238 @@
+"""The nouns of scheduling: nodes, GPUs, requests, jobs, tasks and placements.
+
+Every value here is a frozen dataclass; quantities are integers in the unit their name says
+(``cpu_milli``, ``memory_mib``, ``gpu_milli`` where 1000 is one whole GPU). Adapters convert
+foreign units once, at their edge, before building these.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import NewType
+
+NodeName = NewType("NodeName", str)
+JobId = NewType("JobId", str)
+TaskId = NewType("TaskId", str)
+QueueName = NewType("QueueName", str)
+
+WHOLE_GPU_MILLI = 1000
+"""A whole GPU is 1000 milli-GPU; a slice asks for 1..999 of one card."""
+
+
+class TaintEffect(StrEnum):
+    NO_SCHEDULE = "NoSchedule"
+    PREFER_NO_SCHEDULE = "PreferNoSchedule"
+    NO_EXECUTE = "NoExecute"
+
+
+@dataclass(frozen=True, slots=True)
+class Taint:
+    key: str
+    value: str = ""
+    effect: TaintEffect = TaintEffect.NO_SCHEDULE
+
+
+@dataclass(frozen=True, slots=True)
+class Toleration:
+    """Tolerates taints with ``key`` (any key when empty) and, for ``Equal``, ``value``."""
+
+    key: str = ""
+    operator: str = "Equal"  # "Equal" | "Exists"
+    value: str = ""
+    effect: TaintEffect | None = None  # None tolerates every effect
+
+    def tolerates(self, taint: Taint) -> bool:
+        if self.effect is not None and self.effect != taint.effect:
+            return False
+        if not self.key:
+            return self.operator == "Exists"
+        if self.key != taint.key:
+            return False
+        return self.operator == "Exists" or self.value == taint.value
+
+
+@dataclass(frozen=True, slots=True)
+class MigInstance:
+    """A MIG profile a partitioned GPU offers, and how many instances of it."""
+
+    profile: str  # e.g. "1g.10gb"
+    count: int
+    gpu_milli: int  # the compute share one instance stands for, for accounting
+    memory_mib: int
+
+
+@dataclass(frozen=True, slots=True)
+class Gpu:
+    index: int
+    model: str
+    memory_mib: int
+    uuid: str = ""
+    healthy: bool = True
+    mig: tuple[MigInstance, ...] = ()  # empty: not partitioned
+    nvlink_peers: tuple[int, ...] = ()  # indices of cards on the same node linked by NVLink
+
+    @property
+    def is_mig(self) -> bool:
+        return bool(self.mig)
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    name: NodeName
+    cpu_milli: int
+    memory_mib: int
+    gpus: tuple[Gpu, ...] = ()
+    labels: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
+    schedulable: bool = True  # False when cordoned or not ready
+
+    @property
+    def gpu_count(self) -> int:
+        return len(self.gpus)
+
+
+class GpuKind(StrEnum):
+    NONE = "none"
+    WHOLE = "whole"
+    SLICE = "slice"
+    MIG = "mig"
+
+
+@dataclass(frozen=True, slots=True)
+class GpuRequest:
+    """What one task asks of GPUs.
+
+    - whole GPUs: ``count`` >= 1 cards, each entirely free; ``memory_mib``, when set, is the
+      least memory each card must have (ask for 80 GiB cards);
+    - a slice of one GPU: ``count`` 0, ``gpu_milli`` 1..999 and/or ``memory_mib`` of one card;
+    - a MIG instance: ``mig_profile``, one instance of that profile.
+
+    ``models`` lists the GPU models allowed (empty: any).
+    """
+
+    count: int = 0
+    gpu_milli: int = 0
+    memory_mib: int = 0
+    mig_profile: str | None = None
+    models: frozenset[str] = frozenset()
+
+    @property
+    def kind(self) -> GpuKind:
+        if self.mig_profile:
+            return GpuKind.MIG
+        if self.count > 0:
+            return GpuKind.WHOLE
+        if self.gpu_milli > 0 or self.memory_mib > 0:
+            return GpuKind.SLICE
+        return GpuKind.NONE
+
+    @property
+    def total_milli(self) -> int:
+        """GPU compute asked for, in milli-GPU (MIG requests count as zero here)."""
+        kind = self.kind
+        if kind is GpuKind.WHOLE:
+            return self.count * WHOLE_GPU_MILLI
+        if kind is GpuKind.SLICE:
+            return self.gpu_milli
+        return 0
+
+
+@dataclass(frozen=True, slots=True)
+class PodSet:
+    """``count`` identical replicas."""
+
+    name: str
+    count: int = 1
+    cpu_milli: int = 0
+    memory_mib: int = 0
+    gpu: GpuRequest = GpuRequest()
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    tolerations: tuple[Toleration, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """What a user submits: one or more pod sets.
+
+    A job is a gang: at least ``min_member`` of its tasks start together or none does.
+    ``min_member`` None means every task.
+    """
+
+    id: JobId
+    pod_sets: tuple[PodSet, ...]
+    queue: QueueName = QueueName("default")
+    priority: int = 0
+    submit_time_s: float = 0.0
+    duration_s: float | None = None
+    min_member: int | None = None
+    user: str = ""
+
+    @property
+    def task_count(self) -> int:
+        return sum(ps.count for ps in self.pod_sets)
+
+    @property
+    def gang_size(self) -> int:
+        return self.task_count if self.min_member is None else self.min_member
+
+    def tasks(self) -> Iterator[Task]:
+        for ps_index, ps in enumerate(self.pod_sets):
+            for i in range(ps.count):
+                yield Task(
+                    id=TaskId(f"{self.id}/{ps.name}-{i}"),
+                    job=self.id,
+                    pod_set=ps,
+                    pod_set_index=ps_index,
+                    priority=self.priority,
+                )
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    """One replica of a pod set."""
+
+    id: TaskId
+    job: JobId
+    pod_set: PodSet
+    pod_set_index: int = 0
+    priority: int = 0
+
+    @property
+    def request(self) -> GpuRequest:
+        return self.pod_set.gpu
+
+    @property
+    def cpu_milli(self) -> int:
+        return self.pod_set.cpu_milli
+
+    @property
+    def memory_mib(self) -> int:
+        return self.pod_set.memory_mib
+
+
+@dataclass(frozen=True, slots=True)
+class GpuShare:
+    """The part of one card a placement holds."""
+
+    index: int
+    gpu_milli: int
+    memory_mib: int
+    mig_profile: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Task -> node, the cards and how much of each."""
+
+    task: TaskId
+    job: JobId
+    node: NodeName
+    cpu_milli: int
+    memory_mib: int
+    shares: tuple[GpuShare, ...] = ()
+
+    @property
+    def gpu_milli(self) -> int:
+        return sum(s.gpu_milli for s in self.shares)

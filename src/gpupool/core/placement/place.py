@@ -1,0 +1,90 @@
+"""Filter -> score -> card choice for one task, and all-or-nothing placement of a job."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from gpupool.core.model import Job, Placement, Task
+from gpupool.core.placement.framework import Code, CycleState, Profile, Rows, Status
+from gpupool.core.snapshot import Snapshot
+
+
+def feasible(task: Task, snap: Snapshot, profile: Profile) -> tuple[Rows, Status]:
+    """Rows that pass every filter; when none does, a Status saying why with counts."""
+    t = snap.table
+    cs = CycleState(t, snap.cache)
+    rows = t.live()
+    total = int(rows.size)
+    rejected: list[tuple[str, int, bool]] = []
+    for f in profile.filters:
+        if rows.size == 0:
+            break
+        mask = f.filter(cs, task, rows)
+        kept = int(np.count_nonzero(mask))
+        if kept < rows.size:
+            rejected.append((f.reason(task), int(rows.size) - kept, f.resolvable))
+            rows = rows[mask]
+    if rows.size:
+        return rows, Status.ok()
+    return rows, fit_error(total, rejected)
+
+
+def fit_error(total: int, rejected: Sequence[tuple[str, int, bool]]) -> Status:
+    parts = ", ".join(f"{n} {why}" for why, n, _ in sorted(rejected, key=lambda r: -r[1]))
+    msg = f"0/{total} nodes fit: {parts}" if parts else f"0/{total} nodes fit"
+    code = Code.UNSCHEDULABLE if any(r for _, _, r in rejected) else Code.UNRESOLVABLE
+    return Status(code, (msg,))
+
+
+def place_task(task: Task, snap: Snapshot, profile: Profile) -> tuple[Placement | None, Status]:
+    """The best node and cards for ``task`` in ``snap``; the snapshot is not changed.
+
+    Ties on the weighted score go to the lowest ``rank`` (the table's tie order).
+    """
+    rows, status = feasible(task, snap, profile)
+    if not rows.size:
+        return None, status
+    t = snap.table
+    cs = CycleState(t, snap.cache)
+    if profile.scores and rows.size > 1:
+        total = np.zeros(rows.size, np.float64)
+        for plugin, weight in profile.scores:
+            total += weight * plugin.score(cs, task, rows)
+        rows = rows[total == total.max()]
+    row = int(rows[np.argmin(t.rank[rows])]) if rows.size > 1 else int(rows[0])
+    shares = profile.cards.choose_cards(cs, task, row)
+    if shares is None:
+        return None, Status(Code.ERROR, (
+            f"card choice {profile.cards.name!r} found no cards on {t.nodes[row].name} "
+            "although its filters passed",))
+    return Placement(
+        task=task.id, job=task.job, node=t.nodes[row].name, cpu_milli=task.cpu_milli,
+        memory_mib=task.memory_mib, shares=shares,
+    ), Status.ok()
+
+
+def place_job(job: Job, snap: Snapshot, profile: Profile) -> tuple[list[Placement], Status]:
+    """Places a job's tasks whole or not at all.
+
+    Tasks are tried one by one inside a trial, so each sees those before it; the trial is
+    always undone, and the caller assumes the whole list. An empty list means the gang did not
+    fit and holds nothing. Tasks beyond ``min_member`` are placed when they fit.
+    """
+    placements: list[Placement] = []
+    need = job.gang_size
+    with snap.trial():
+        for task in job.tasks():
+            p, status = place_task(task, snap, profile)
+            if p is None:
+                if len(placements) >= need:
+                    continue
+                if job.task_count == 1:
+                    return [], status
+                return [], Status(status.code, (
+                    f"gang {job.id}: {len(placements)}/{need} tasks fit; {task.id}: "
+                    f"{status.message}",))
+            snap.assume(p)
+            placements.append(p)
+    return placements, Status.ok()

@@ -1,0 +1,1 @@
+"""Built-in placement plugins, one policy per module."""

@@ -1,0 +1,93 @@
+"""Card choice inside the chosen node (kube-scheduler's Reserve step for devices)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from gpupool.core.model import WHOLE_GPU_MILLI, GpuKind, GpuShare, Task
+from gpupool.core.placement.framework import CycleState
+from gpupool.core.placement.plugins.eligible import card_mask
+
+
+def fitting_cards(cs: CycleState, task: Task, row: int) -> list[int]:
+    """Indices of the cards of ``row`` that can hold one unit of the request."""
+    t = cs.table
+    req = task.request
+    kind = req.kind
+    if kind is GpuKind.WHOLE:
+        ok = (t.free_milli[row] == WHOLE_GPU_MILLI) & (t.used_mib[row] == 0)
+    elif kind is GpuKind.SLICE:
+        ok = (t.free_milli[row] >= req.gpu_milli) & (t.free_mib[row] >= req.memory_mib)
+    elif kind is GpuKind.MIG:
+        pool = t.mig_free.get(req.mig_profile or "")
+        if pool is None:
+            return []
+        ok = pool[row] >= 1
+    else:
+        return []
+    allowed = card_mask(cs, req)
+    if allowed is not None:
+        ok = ok & allowed[row]
+    return [int(i) for i in np.flatnonzero(ok)]
+
+
+def nvlink_group(candidates: list[int], peers: dict[int, frozenset[int]], k: int) -> list[int]:
+    """k cards among ``candidates`` with the most NVLink links between them.
+
+    Greedy from each start card: add the candidate linked to most chosen cards (lowest index on
+    ties). Exact for the rings and fully connected meshes of 8-GPU boards, cheap for any k.
+    """
+    if not peers or k <= 1:
+        return candidates[:k]
+    best: tuple[int, list[int]] | None = None
+    for start in candidates:
+        chosen = [start]
+        links = 0
+        while len(chosen) < k:
+            gain, pick = max(
+                ((sum(1 for c in chosen if c in peers.get(g, ())), -g)
+                 for g in candidates if g not in chosen),
+            )
+            chosen.append(-pick)
+            links += gain
+        if best is None or links > best[0]:
+            best = (links, sorted(chosen))
+    assert best is not None
+    return best[1]
+
+
+@dataclass(frozen=True, slots=True)
+class BestFitCards:
+    """Slices go to the fitting card with the least compute free (then least memory), so
+    fully free cards stay whole; whole GPUs take NVLink-connected cards when the node declares
+    peers, else the lowest indices; MIG instances go to the card with fewest of them free."""
+
+    name: ClassVar[str] = "best-fit-cards"
+
+    def choose_cards(self, cs: CycleState, task: Task, row: int) -> tuple[GpuShare, ...] | None:
+        req = task.request
+        kind = req.kind
+        if kind is GpuKind.NONE:
+            return ()
+        cands = fitting_cards(cs, task, row)
+        t = cs.table
+        if kind is GpuKind.SLICE:
+            if not cands:
+                return None
+            g = min(cands, key=lambda i: (t.free_milli[row, i], t.free_mib[row, i], i))
+            return (GpuShare(g, req.gpu_milli, req.memory_mib),)
+        if kind is GpuKind.MIG:
+            if not cands:
+                return None
+            pool = t.mig_free[req.mig_profile or ""]
+            g = min(cands, key=lambda i: (pool[row, i], i))
+            return (GpuShare(g, 0, 0, req.mig_profile),)
+        if len(cands) < req.count:
+            return None
+        node = t.nodes[row]
+        peers = {g.index: frozenset(g.nvlink_peers) for g in node.gpus if g.nvlink_peers}
+        chosen = nvlink_group(cands, peers, req.count)
+        return tuple(GpuShare(g, WHOLE_GPU_MILLI, int(t.gpu_mem_cap[row, g])) for g in chosen)

@@ -1,0 +1,57 @@
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from gpupool.core.model import WHOLE_GPU_MILLI, GpuKind, Task
+from gpupool.core.placement.framework import CycleState, Mask, Rows
+from gpupool.core.placement.plugins.eligible import card_mask
+
+
+@dataclass(frozen=True, slots=True)
+class GpuFit:
+    """Keeps nodes whose free cards can hold the request.
+
+    Whole GPUs: ``count`` usable cards, each entirely free (no slice on them). A slice: one
+    card with both the milli-GPU and the MiB free. MIG: one card with a free instance of the
+    profile. Unhealthy cards count as having nothing free.
+    """
+
+    name: ClassVar[str] = "gpu-fit"
+    resolvable: ClassVar[bool] = True
+
+    def filter(self, cs: CycleState, task: Task, rows: Rows) -> Mask:
+        req = task.request
+        kind = req.kind
+        t = cs.table
+        if kind is GpuKind.NONE:
+            return np.ones(rows.size, np.bool_)
+        allowed = card_mask(cs, req)
+        if kind is GpuKind.WHOLE:
+            if allowed is None:
+                return np.asarray(t.free_whole[rows] >= req.count)
+            whole = (t.free_milli[rows] == WHOLE_GPU_MILLI) & (t.used_mib[rows] == 0)
+            counts = np.count_nonzero(whole & allowed[rows], axis=1)
+            return np.asarray(counts >= req.count)
+        if kind is GpuKind.SLICE:
+            fits: Mask = (t.free_milli[rows] >= req.gpu_milli) & (
+                t.free_mib[rows] >= req.memory_mib)
+        else:
+            pool = t.mig_free.get(req.mig_profile or "")
+            if pool is None:
+                return np.zeros(rows.size, np.bool_)
+            fits = np.asarray(pool[rows] >= 1)
+        if allowed is not None:
+            fits = np.asarray(np.logical_and(fits, allowed[rows]), np.bool_)
+        return np.asarray(fits.any(axis=1), np.bool_)
+
+    def reason(self, task: Task) -> str:
+        req = task.request
+        kind = req.kind
+        if kind is GpuKind.WHOLE:
+            return f"fewer than {req.count} whole GPUs free"
+        if kind is GpuKind.MIG:
+            return f"no free MIG {req.mig_profile} instance"
+        return f"no GPU with {req.gpu_milli} milli and {req.memory_mib} MiB free"

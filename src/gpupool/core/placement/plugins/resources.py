@@ -1,0 +1,22 @@
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from gpupool.core.model import Task
+from gpupool.core.placement.framework import CycleState, Mask, Rows
+
+
+@dataclass(frozen=True, slots=True)
+class NodeResources:
+    """Keeps nodes with the task's CPU and memory free."""
+
+    name: ClassVar[str] = "node-resources"
+    resolvable: ClassVar[bool] = True
+
+    def filter(self, cs: CycleState, task: Task, rows: Rows) -> Mask:
+        t = cs.table
+        return (t.cpu_free[rows] >= task.cpu_milli) & (t.mem_free[rows] >= task.memory_mib)
+
+    def reason(self, task: Task) -> str:
+        return f"less than {task.cpu_milli} milli-CPU and {task.memory_mib} MiB memory free"

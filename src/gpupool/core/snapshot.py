@@ -1,0 +1,90 @@
+"""Snapshot: one cycle's view of the cluster, with what-if trials that undo themselves.
+
+A snapshot is a NodeTable copy brought up to date from the ClusterState incrementally: only
+rows whose generation moved are copied (kube-scheduler's ``UpdateSnapshot``), so a cycle at
+10,000 nodes does not pay for a full copy. Rows the snapshot changed itself (assumed
+placements, room held for preemptors, trials) are copied back from the state at the next sync.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+
+from gpupool.core.model import Placement
+from gpupool.core.table import NodeTable
+
+
+class Snapshot:
+    def __init__(self, table: NodeTable) -> None:
+        self.table = table.copy()
+        self._src_gen = table.gen.copy()
+        self._src_version = table.version
+        self._trial_log: list[list[Placement | _Released]] = []
+        self.cache: dict[Hashable, Any] = {}
+        """Per-snapshot memo for plugins: values that depend on rows hold row generations."""
+
+    def sync(self, src: NodeTable) -> None:
+        """Bring every row up to ``src``; a no-op for rows that did not change."""
+        if self._trial_log:
+            raise RuntimeError("cannot sync a snapshot inside a trial")
+        if src.version != self._src_version or src.cap_rows != self.table.cap_rows \
+                or src.width != self.table.width:
+            keep = self.table._counter
+            self.table = src.copy()
+            # Generations must only grow within one snapshot, or caches could match stale rows.
+            self.table.gen[: self.table.n] += keep
+            self.table._counter += keep
+            self._src_gen = src.gen.copy()
+            self._src_version = src.version
+            self.cache = {k: v for k, v in self.cache.items() if not _inventory_bound(k)}
+            return
+        n = src.n
+        moved = np.flatnonzero(self._src_gen[:n] != src.gen[:n])
+        if moved.size:
+            self.table.copy_rows(src, moved)
+            self._src_gen[moved] = src.gen[moved]
+
+    # -- changes inside a cycle ------------------------------------------------------------
+
+    def assume(self, p: Placement) -> None:
+        """Take ``p``'s resources in this snapshot (room now taken for the rest of the cycle)."""
+        i = self.table.apply(p, +1)
+        self._src_gen[i] = -1
+        if self._trial_log:
+            self._trial_log[-1].append(p)
+
+    def release(self, p: Placement) -> None:
+        """Give back ``p``'s resources in this snapshot (a victim leaving, in a what-if)."""
+        i = self.table.apply(p, -1)
+        self._src_gen[i] = -1
+        if self._trial_log:
+            self._trial_log[-1].append(_Released(p))
+
+    @contextmanager
+    def trial(self) -> Iterator[Snapshot]:
+        """What-if: every assume/release inside the block is undone when it ends."""
+        self._trial_log.append([])
+        try:
+            yield self
+        finally:
+            for p in reversed(self._trial_log.pop()):
+                if isinstance(p, _Released):
+                    self.table.apply(p.placement, +1)
+                else:
+                    self.table.apply(p, -1)
+
+
+class _Released:
+    __slots__ = ("placement",)
+
+    def __init__(self, placement: Placement) -> None:
+        self.placement = placement
+
+
+def _inventory_bound(key: Hashable) -> bool:
+    """Cache keys starting with "inventory" hold masks of node properties, not usage."""
+    return isinstance(key, tuple) and bool(key) and key[0] == "inventory"
