@@ -98,7 +98,7 @@ class NodeTable:
             if arr.ndim == 1:
                 new[:n] = arr[:n]
             else:
-                new[:n, :old_width] = arr[:n]
+                new[:n, : arr.shape[1]] = arr[:n]
         for p, arr in old_mig.items():
             self.mig_free[p][:n, :old_width] = arr[:n]
 
