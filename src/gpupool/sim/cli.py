@@ -5,10 +5,13 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from gpupool.sim import openb_cli
+
 
 def add_parsers(sub: Any) -> None:
     sim = sub.add_parser("sim", help="replay traces and scenarios on a simulated cluster")
-    sim.add_subparsers(dest="sim_command", required=True, metavar="SIM_COMMAND")
+    sim_sub = sim.add_subparsers(dest="sim_command", required=True, metavar="SIM_COMMAND")
+    openb_cli.add_parser(sim_sub)
 
 
 def _unused(args: argparse.Namespace) -> int:
