@@ -26,7 +26,7 @@ Bool = npt.NDArray[np.bool_]
 
 _ROW_COLUMNS = (
     "cpu_cap", "cpu_free", "mem_cap", "mem_free", "schedulable", "alive", "gpu_count",
-    "free_whole", "rank",
+    "free_whole", "rank", "milli_total", "milli_free", "max_free_milli", "max_free_mib",
 )
 _KIND_COLUMNS = ("tasks_by_kind",)
 _CELL_COLUMNS = (
@@ -68,6 +68,12 @@ class NodeTable:
         self.gpu_count: I64 = np.zeros(capacity, np.int64)
         self.free_whole: I64 = np.zeros(capacity, np.int64)
         self.rank: I64 = np.zeros(capacity, np.int64)
+        # Per-node sums and maxima of the cells, kept with them, so the common questions
+        # ("how full is this node", "could any card hold this slice") read one value a node.
+        self.milli_total: I64 = np.zeros(capacity, np.int64)
+        self.milli_free: I64 = np.zeros(capacity, np.int64)
+        self.max_free_milli: I64 = np.full(capacity, -1, np.int64)
+        self.max_free_mib: I64 = np.full(capacity, -1, np.int64)
         self.gen: I64 = np.zeros(capacity, np.int64)
         self.gpu_usable: Bool = np.zeros((capacity, w), np.bool_)
         self.gpu_mig: Bool = np.zeros((capacity, w), np.bool_)
@@ -187,6 +193,11 @@ class NodeTable:
         self.free_mib[i] = np.where(usable, self.gpu_mem_cap[i] - self.used_mib[i], -1)
         self.free_whole[i] = int(
             np.count_nonzero(usable & (self.used_milli[i] == 0) & (self.used_mib[i] == 0)))
+        self.milli_total[i] = WHOLE_GPU_MILLI * int(np.count_nonzero(usable))
+        free = self.free_milli[i]
+        self.milli_free[i] = int(free[free > 0].sum())
+        self.max_free_milli[i] = int(free.max())
+        self.max_free_mib[i] = int(self.free_mib[i].max())
         self._stamp(i)
 
     def row(self, name: NodeName) -> int:

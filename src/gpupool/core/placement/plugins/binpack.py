@@ -18,9 +18,8 @@ def utilisation_after(cs: CycleState, task: Task, rows: Rows) -> Scores:
     t = cs.table
     gpu_milli = task.request.total_milli
     if gpu_milli:
-        total = np.maximum(t.gpu_count[rows] * 1000, 1)
-        free = np.clip(t.free_milli[rows], 0, None).sum(axis=1)
-        return np.asarray(1.0 - (free - gpu_milli) / total, np.float64)
+        total = np.maximum(t.milli_total[rows], 1)
+        return np.asarray(1.0 - (t.milli_free[rows] - gpu_milli) / total, np.float64)
     cpu = 1.0 - (t.cpu_free[rows] - task.cpu_milli) / np.maximum(t.cpu_cap[rows], 1)
     mem = 1.0 - (t.mem_free[rows] - task.memory_mib) / np.maximum(t.mem_cap[rows], 1)
     return np.asarray((cpu + mem) / 2.0, np.float64)

@@ -36,16 +36,24 @@ class GpuFit:
             counts = np.count_nonzero(whole & allowed[rows], axis=1)
             return np.asarray(counts >= req.count)
         if kind is GpuKind.SLICE:
-            fits: Mask = (t.free_milli[rows] >= req.gpu_milli) & (
-                t.free_mib[rows] >= req.memory_mib)
+            # One value a node first (the largest free compute and memory of any card); the
+            # exact same-card test runs on the nodes that pass it.
+            out = (t.max_free_milli[rows] >= req.gpu_milli) & (
+                t.max_free_mib[rows] >= req.memory_mib)
+            cand = rows[out]
+            fits: Mask = (t.free_milli[cand] >= req.gpu_milli) & (
+                t.free_mib[cand] >= req.memory_mib)
         else:
             pool = t.mig_free.get(req.mig_profile or "")
             if pool is None:
                 return np.zeros(rows.size, np.bool_)
+            out = np.ones(rows.size, np.bool_)
+            cand = rows
             fits = np.asarray(pool[rows] >= 1)
         if allowed is not None:
-            fits = np.asarray(np.logical_and(fits, allowed[rows]), np.bool_)
-        return np.asarray(fits.any(axis=1), np.bool_)
+            fits = np.asarray(np.logical_and(fits, allowed[cand]), np.bool_)
+        out[out] = fits.any(axis=1)
+        return out
 
     def reason(self, task: Task) -> str:
         req = task.request

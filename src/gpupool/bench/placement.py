@@ -1,0 +1,142 @@
+"""``gpupool bench placement``: decisions per second on a large synthetic cluster.
+
+The cluster: ``nodes`` nodes of ``gpus_per_node`` cards (half A100-80GB, half H100-80GB,
+128 cores, 1 TiB). The stream: pods arrive one at a time with a mix of shapes like a shared
+training-and-inference cluster's (CPU-only 13 %, slices 40 %, one card 34 %, 2/4/8 cards
+5/4/4 %), and each leaves after a random number of later arrivals, chosen so the cluster
+settles near 85 % of its GPUs allocated: the steady state where placement is hardest. A pod
+that does not fit fails (no queue), as in the openb method.
+
+A decision is one ``place_task`` (filter, score and card choice over every node); its time
+excludes the bookkeeping after it (assume, departures), which the throughput includes.
+"""
+
+from __future__ import annotations
+
+import heapq
+import resource
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from gpupool.core import (
+    ClusterState,
+    Gpu,
+    GpuRequest,
+    Job,
+    JobId,
+    Node,
+    NodeName,
+    PodSet,
+    Profile,
+    TaskId,
+    default_profile,
+    place_task,
+)
+
+SHAPES: tuple[tuple[float, int, int], ...] = (
+    # (probability, whole GPUs, slice milli); slice milli 0 with 0 GPUs is CPU-only
+    (0.13, 0, 0), (0.40, 0, -1), (0.34, 1, 0), (0.05, 2, 0), (0.04, 4, 0), (0.04, 8, 0),
+)
+SLICE_MILLI = (100, 200, 250, 300, 500, 700)
+
+
+@dataclass(frozen=True, slots=True)
+class BenchResult:
+    nodes: int
+    gpus_per_node: int
+    pods: int
+    placed: int
+    policy: str
+    wall_s: float
+    placements_per_s: float
+    decisions_per_s: float
+    decision_us_p50: float
+    decision_us_p99: float
+    peak_rss_mib: float
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "nodes": self.nodes, "gpus_per_node": self.gpus_per_node, "pods": self.pods,
+            "placed": self.placed, "policy": self.policy, "wall_s": round(self.wall_s, 3),
+            "placements_per_s": round(self.placements_per_s, 1),
+            "decisions_per_s": round(self.decisions_per_s, 1),
+            "decision_us": {"p50": round(self.decision_us_p50, 1),
+                            "p99": round(self.decision_us_p99, 1)},
+            "peak_rss_mib": round(self.peak_rss_mib, 1),
+        }
+
+
+def cluster(nodes: int, gpus_per_node: int) -> list[Node]:
+    out = []
+    for i in range(nodes):
+        model = "A100-80GB" if i % 2 == 0 else "H100-80GB"
+        cards = tuple(Gpu(g, model, 81920, uuid=f"GPU-{i}-{g}",
+                          nvlink_peers=tuple(j for j in range(gpus_per_node) if j != g))
+                      for g in range(gpus_per_node))
+        out.append(Node(NodeName(f"node-{i:05d}"), 128_000, 1_048_576, cards,
+                        labels={"gpupool.io/model": model}))
+    return out
+
+
+def pod_stream(pods: int, gpus_per_node: int, seed: int) -> list[Job]:
+    rng = np.random.default_rng(seed)
+    probs = np.array([s[0] for s in SHAPES])
+    kinds = rng.choice(len(SHAPES), size=pods, p=probs / probs.sum())
+    jobs = []
+    for i, k in enumerate(kinds.tolist()):
+        _, count, milli = SHAPES[k]
+        count = min(count, gpus_per_node)
+        if milli < 0:
+            gpu = GpuRequest(gpu_milli=int(rng.choice(SLICE_MILLI)),
+                             memory_mib=int(rng.choice((4096, 8192, 16384, 20480))))
+            cpu, mem = 2000, 16_384
+        elif count:
+            gpu = GpuRequest(count=count)
+            cpu, mem = 12_000 * count, 98_304 * count
+        else:
+            gpu = GpuRequest()
+            cpu, mem = int(rng.choice((1000, 4000, 8000))), 8192
+        jobs.append(Job(JobId(f"pod-{i}"), (PodSet("p", 1, cpu, mem, gpu),)))
+    return jobs
+
+
+def run(nodes: int, gpus_per_node: int, pods: int, policy: str = "binpack", seed: int = 1,
+        profile: Profile | None = None,
+        progress: Callable[[int], None] | None = None) -> BenchResult:
+    prof = profile or default_profile(scores={policy: 1.0})
+    state = ClusterState(cluster(nodes, gpus_per_node))
+    jobs = pod_stream(pods, gpus_per_node, seed)
+    rng = np.random.default_rng(seed + 1)
+    mean_gpus = sum(p * (c if c else (0.4 if m < 0 else 0)) for p, c, m in SHAPES)
+    lifetime = 0.85 * nodes * gpus_per_node / max(mean_gpus, 1e-9)
+    leaving: list[tuple[int, str]] = []
+    decision_ns = np.zeros(pods, np.int64)
+    placed = 0
+    perf = time.perf_counter_ns
+    start = perf()
+    for i, job in enumerate(jobs):
+        while leaving and leaving[0][0] <= i:
+            state.forget(TaskId(heapq.heappop(leaving)[1]))
+        snap = state.snapshot()
+        task = next(job.tasks())
+        t0 = perf()
+        p, _ = place_task(task, snap, prof)
+        decision_ns[i] = perf() - t0
+        if p is not None:
+            state.assume(p)
+            placed += 1
+            heapq.heappush(leaving, (i + 1 + int(rng.exponential(lifetime)), p.task))
+        if progress is not None and i % 1000 == 999:
+            progress(1000)
+    wall = (perf() - start) / 1e9
+    us = decision_ns / 1000.0
+    return BenchResult(
+        nodes=nodes, gpus_per_node=gpus_per_node, pods=pods, placed=placed, policy=prof.name
+        if profile else policy, wall_s=wall, placements_per_s=placed / wall,
+        decisions_per_s=pods / wall, decision_us_p50=float(np.percentile(us, 50)),
+        decision_us_p99=float(np.percentile(us, 99)),
+        peak_rss_mib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
+    )
