@@ -5,12 +5,21 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from gpupool.core.errors import ConfigError
 from gpupool.core.placement.framework import Profile, Registry
+from gpupool.core.placement.plugins.bestfit import BestFitScore
 from gpupool.core.placement.plugins.binpack import BinPack, Spread
 from gpupool.core.placement.plugins.cards import BestFitCards
+from gpupool.core.placement.plugins.dotprod import DotProdScore
+from gpupool.core.placement.plugins.fgd import FgdScore
+from gpupool.core.placement.plugins.frag import TypicalPods
 from gpupool.core.placement.plugins.gpu_fit import GpuFit
 from gpupool.core.placement.plugins.gpu_model import GpuModel
+from gpupool.core.placement.plugins.gpuclustering import GpuClusteringScore
+from gpupool.core.placement.plugins.gpupacking import GpuPackingScore
+from gpupool.core.placement.plugins.gpupool_policy import GpupoolScore
 from gpupool.core.placement.plugins.node_selector import NodeSelector
+from gpupool.core.placement.plugins.random_fit import RandomFit
 from gpupool.core.placement.plugins.resources import NodeResources
 from gpupool.core.placement.plugins.schedulable import NodeSchedulable
 from gpupool.core.placement.plugins.taints import TaintToleration
@@ -25,7 +34,8 @@ DEFAULT_FILTERS = (
 def builtin_registry() -> Registry:
     return Registry([
         NodeSchedulable, NodeSelector, TaintToleration, GpuModel, NodeResources, GpuFit,
-        BinPack, Spread, BestFitCards,
+        BinPack, Spread, BestFitCards, FgdScore, BestFitScore, DotProdScore, GpuPackingScore,
+        GpuClusteringScore, RandomFit, GpupoolScore,
     ])
 
 
@@ -41,4 +51,40 @@ def default_profile(
         scores=scores if scores is not None else {"binpack": 1.0},
         cards=cards,
         args=args,
+    )
+
+
+OPENB_FILTERS = ("node-resources", "gpu-model", "gpu-fit")
+"""What the FGD paper's simulator filters on: CPU and memory, GPU model, GPU room."""
+
+OPENB_CARDS = {"random": "random", "fgd": "fgd", "gpupool": "gpupool"}
+"""Card choice per policy; the others take the fitting card with the least left."""
+
+NEEDS_TYPICAL_PODS = frozenset({"fgd", "gpupool"})
+
+
+def openb_profile(
+    policy: str,
+    *,
+    typical_pods: TypicalPods | None = None,
+    seed: int = 0,
+    registry: Registry | None = None,
+) -> Profile:
+    """The profile of one policy as the openb experiments run it: one score plugin, its
+    card choice, and the filters of :data:`OPENB_FILTERS`.
+
+    ``typical_pods`` (the target workload) is required by ``fgd`` and ``gpupool``; ``seed``
+    seeds ``random``'s generator.
+    """
+    registry = registry or builtin_registry()
+    args: dict[str, dict[str, Any]] = {}
+    if policy in NEEDS_TYPICAL_PODS:
+        if typical_pods is None:
+            raise ConfigError(f"policy {policy!r} needs the typical pods of the workload")
+        args[policy] = {"typical_pods": typical_pods}
+    elif policy == "random":
+        args[policy] = {"seed": seed}
+    return Profile.build(
+        registry, filters=OPENB_FILTERS, scores={policy: 1.0},
+        cards=OPENB_CARDS.get(policy, "best-fit-cards"), args=args, name=f"openb-{policy}",
     )
