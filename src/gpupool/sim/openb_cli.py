@@ -191,7 +191,6 @@ def run(args: argparse.Namespace) -> int:
     workers = parse_workers(args.workers)
     nodes_path = _input_file(args.nodes, "--nodes")
     pods_path = _input_file(args.pods, "--pods")
-    out = _output_dir(args.out)
     trace = args.trace if args.trace else trace_name(pods_path)
 
     nodes = traces.load_nodes(nodes_path)
@@ -200,6 +199,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--nodes {args.nodes}: the file lists no nodes")
     if not pods:
         raise ConfigError(f"--pods {args.pods}: the file lists no pods")
+    out = _output_dir(args.out)
 
     jobs = [(policy, seed) for policy in policies for seed in seeds]
     show = not args.quiet and sys.stderr.isatty()
@@ -326,12 +326,12 @@ def _progress(enabled: bool, total: int) -> Iterator[Callable[[ExperimentResult]
         TimeElapsedColumn(),
         TextColumn("ETA"),
         TimeRemainingColumn(),
+        TextColumn("{task.fields[last]}"),
     )
     with Progress(*columns, console=Console(file=sys.stderr)) as bar:
-        task = bar.add_task("openb experiments", total=total)
+        task = bar.add_task("openb experiments", total=total, last="")
 
         def tick(result: ExperimentResult) -> None:
-            bar.update(task, advance=1,
-                       description=f"openb: {result.policy} seed {result.seed} done")
+            bar.update(task, advance=1, last=f"last: {result.policy} seed {result.seed}")
 
         yield tick
