@@ -3,9 +3,11 @@
 The cluster: ``nodes`` nodes of ``gpus_per_node`` cards (half A100-80GB, half H100-80GB,
 128 cores, 1 TiB). The stream: pods arrive one at a time with a mix of shapes like a shared
 training-and-inference cluster's (CPU-only 13 %, slices 40 %, one card 34 %, 2/4/8 cards
-5/4/4 %), and each leaves after a random number of later arrivals, chosen so the cluster
-settles near 85 % of its GPUs allocated: the steady state where placement is hardest. A pod
-that does not fit fails (no queue), as in the openb method.
+5/4/4 %), and each leaves after a random number of later arrivals (exponential, with the mean
+that keeps the cluster near 85 % of its GPUs allocated). Before the measured pods, an untimed
+warm-up of the same mix fills the cluster to that level, so every measured decision is made
+in the steady state, where placement is hardest. A pod that does not fit fails (no queue), as
+in the openb method.
 
 A decision is one ``place_task`` (filter, score and card choice over every node); its time
 excludes the bookkeeping after it (assume, departures), which the throughput includes.
@@ -40,6 +42,7 @@ SHAPES: tuple[tuple[float, int, int], ...] = (
     # (probability, whole GPUs, slice milli); slice milli 0 with 0 GPUs is CPU-only
     (0.13, 0, 0), (0.40, 0, -1), (0.34, 1, 0), (0.05, 2, 0), (0.04, 4, 0), (0.04, 8, 0),
 )
+TARGET_ALLOCATED = 0.85
 SLICE_MILLI = (100, 200, 250, 300, 500, 700)
 
 
@@ -56,6 +59,8 @@ class BenchResult:
     decision_us_p50: float
     decision_us_p99: float
     peak_rss_mib: float
+    warmup_pods: int
+    gpu_allocated_pct: float
 
     def as_json(self) -> dict[str, object]:
         return {
@@ -66,6 +71,8 @@ class BenchResult:
             "decision_us": {"p50": round(self.decision_us_p50, 1),
                             "p99": round(self.decision_us_p99, 1)},
             "peak_rss_mib": round(self.peak_rss_mib, 1),
+            "warmup_pods": self.warmup_pods,
+            "gpu_allocated_pct_at_end": round(self.gpu_allocated_pct, 1),
         }
 
 
@@ -81,7 +88,7 @@ def cluster(nodes: int, gpus_per_node: int) -> list[Node]:
     return out
 
 
-def pod_stream(pods: int, gpus_per_node: int, seed: int) -> list[Job]:
+def pod_stream(pods: int, gpus_per_node: int, seed: int, prefix: str = "pod") -> list[Job]:
     rng = np.random.default_rng(seed)
     probs = np.array([s[0] for s in SHAPES])
     kinds = rng.choice(len(SHAPES), size=pods, p=probs / probs.sum())
@@ -99,7 +106,7 @@ def pod_stream(pods: int, gpus_per_node: int, seed: int) -> list[Job]:
         else:
             gpu = GpuRequest()
             cpu, mem = int(rng.choice((1000, 4000, 8000))), 8192
-        jobs.append(Job(JobId(f"pod-{i}"), (PodSet("p", 1, cpu, mem, gpu),)))
+        jobs.append(Job(JobId(f"{prefix}-{i}"), (PodSet("p", 1, cpu, mem, gpu),)))
     return jobs
 
 
@@ -108,11 +115,22 @@ def run(nodes: int, gpus_per_node: int, pods: int, policy: str = "binpack", seed
         progress: Callable[[int], None] | None = None) -> BenchResult:
     prof = profile or default_profile(scores={policy: 1.0})
     state = ClusterState(cluster(nodes, gpus_per_node))
-    jobs = pod_stream(pods, gpus_per_node, seed)
     rng = np.random.default_rng(seed + 1)
-    mean_gpus = sum(p * (c if c else (0.4 if m < 0 else 0)) for p, c, m in SHAPES)
-    lifetime = 0.85 * nodes * gpus_per_node / max(mean_gpus, 1e-9)
+    mean_milli = sum(p * (c * 1000 if c else (np.mean(SLICE_MILLI) if m < 0 else 0))
+                     for p, c, m in SHAPES)
+    lifetime = TARGET_ALLOCATED * nodes * gpus_per_node * 1000 / mean_milli
     leaving: list[tuple[int, str]] = []
+    target = TARGET_ALLOCATED * nodes * gpus_per_node * 1000
+    warm = 0
+    for job in pod_stream(4 * int(lifetime) + 1000, gpus_per_node, seed + 2, "warm"):
+        if state.table.milli_total.sum() - state.table.milli_free.sum() >= target:
+            break
+        p, _ = place_task(next(job.tasks()), state.snapshot(), prof)
+        if p is not None:
+            state.assume(p)
+            heapq.heappush(leaving, (int(rng.exponential(lifetime)), p.task))
+        warm += 1
+    jobs = pod_stream(pods, gpus_per_node, seed)
     decision_ns = np.zeros(pods, np.int64)
     placed = 0
     perf = time.perf_counter_ns
@@ -131,6 +149,7 @@ def run(nodes: int, gpus_per_node: int, pods: int, policy: str = "binpack", seed
             heapq.heappush(leaving, (i + 1 + int(rng.exponential(lifetime)), p.task))
         if progress is not None and i % 1000 == 999:
             progress(1000)
+    totals = state.totals()
     wall = (perf() - start) / 1e9
     us = decision_ns / 1000.0
     return BenchResult(
@@ -139,4 +158,6 @@ def run(nodes: int, gpus_per_node: int, pods: int, policy: str = "binpack", seed
         decisions_per_s=pods / wall, decision_us_p50=float(np.percentile(us, 50)),
         decision_us_p99=float(np.percentile(us, 99)),
         peak_rss_mib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
+        warmup_pods=warm,
+        gpu_allocated_pct=100.0 * totals["gpu_milli_used"] / max(totals["gpu_milli_total"], 1),
     )

@@ -40,8 +40,11 @@ def nvlink_group(candidates: list[int], peers: dict[int, frozenset[int]], k: int
     Greedy from each start card: add the candidate linked to most chosen cards (lowest index on
     ties). Exact for the rings and fully connected meshes of 8-GPU boards, cheap for any k.
     """
-    if not peers or k <= 1:
+    if not peers or k <= 1 or k >= len(candidates):
         return candidates[:k]
+    if all(peers.get(g, frozenset()).issuperset(c for c in candidates if c != g)
+           for g in candidates):
+        return candidates[:k]  # a full mesh among the free cards: any k are equally linked
     best: tuple[int, list[int]] | None = None
     for start in candidates:
         chosen = [start]
