@@ -468,9 +468,12 @@ def _draw_curves(ax: Axes, groups: Mapping[str, Sequence[ExperimentLike]], metri
     for name, rs in groups.items():
         med, lo, hi = curve_band(curve_matrix(rs, metric))
         color = policy_color(name, order)
-        width = 2.2 if name == "gpupool" else 1.4
+        # gpupool is drawn wide and underneath, so a policy whose curve coincides with it
+        # still shows as a thin line inside the wide one.
+        ours = name == "gpupool"
         ax.fill_between(x, lo, hi, color=color, alpha=0.18, linewidth=0)
-        ax.plot(x, med, color=color, linewidth=width, label=name)
+        ax.plot(x, med, color=color, linewidth=3.2 if ours else 1.4, label=name,
+                zorder=1.9 if ours else 2.0)
     ax.axvline(100, color="black", linestyle="--", linewidth=0.9)
     ax.grid(True, alpha=0.3)
 
@@ -525,22 +528,20 @@ def plot_bars(summary: Mapping[str, Any], path: Path) -> None:
     ax.bar(x, heights, yerr=errs, capsize=4, color=[policy_color(n, names) for n in names],
            edgecolor="black", linewidth=0.6, label="ours: mean ± sd over seeds",
            error_kw={"linewidth": 1.0})
-    pub_x = [i for i, n in enumerate(names) if "published" in pol[n]]
+    pub = [pol[n]["published"]["unallocated_gpu_pct"]["100"] if "published" in pol[n] else None
+           for n in names]
+    pub_x = [i for i, v in enumerate(pub) if v is not None]
     if pub_x:
-        pub_y = [pol[names[i]]["published"]["unallocated_gpu_pct"]["100"] for i in pub_x]
-        ax.scatter(pub_x, pub_y, marker="D", s=44, color="black", zorder=3,
+        ax.scatter(pub_x, [pub[i] for i in pub_x], marker="D", s=40, facecolor="white",
+                   edgecolor="black", linewidth=1.4, zorder=3,
                    label="published (ATC'23 simulator)")
     tops = [0.0]
     for i, m in enumerate(means):
+        top = max(0.0 if m is None else m + errs[i], pub[i] or 0.0)
+        tops.append(top)
         if m is not None:
-            top = m + errs[i]
-            tops.append(top)
-            ax.annotate(f"{m:.2f}", (x[i], top), textcoords="offset points", xytext=(0, 4),
+            ax.annotate(f"{m:.2f}", (x[i], top), textcoords="offset points", xytext=(0, 6),
                         fontsize="small", ha="center", va="bottom")
-    for n in names:
-        pub = pol[n].get("published")
-        if pub is not None:
-            tops.append(pub["unallocated_gpu_pct"]["100"])
     ax.set_xticks(x, names, rotation=20 if len(names) > 5 else 0)
     ax.set_xlabel("Policy")
     ax.set_ylabel("Unallocated GPUs (% of cluster capacity)")
