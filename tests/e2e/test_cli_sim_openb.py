@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import pickle
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 
 from gpupool.cli import main
-from gpupool.core.errors import ConfigError
+from gpupool.core.errors import ConfigError, GpupoolError, InvalidJobError, TraceError
 from gpupool.sim import openb_cli, report
 
 experiment = pytest.importorskip("gpupool.sim.openb")
@@ -242,3 +243,12 @@ def test_progress_bar_ticks_once_per_experiment(monkeypatch: pytest.MonkeyPatch)
     with openb_cli._progress(False, 2) as tick:
         tick(SimpleNamespace(policy="fgd", seed=42))  # type: ignore[arg-type]
     assert err.getvalue() == text
+
+
+def test_worker_errors_survive_the_trip_to_the_parent() -> None:
+    plain = TraceError("pods.csv:3: cpu_milli='x' is not an integer")
+    assert openb_cli._portable(plain) is plain
+    odd = openb_cli._portable(InvalidJobError("gpu.gpu_milli", 1500, "at most 1000", job="j"))
+    back = pickle.loads(pickle.dumps(odd))
+    assert type(back) is GpupoolError
+    assert str(back) == "InvalidJobError: job j: gpu.gpu_milli=1500: at most 1000"
