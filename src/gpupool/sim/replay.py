@@ -232,13 +232,22 @@ _COUNT = re.compile(r"^\d+ ")
 _DIGITS = re.compile(r"\d+")
 
 
+INVENTORY_KINDS = frozenset({"GPU model", "node selector", "taints"})
+"""Reasons that are facts of the nodes, not of their use: no waiting changes them."""
+
+
 def wait_reasons(records: Sequence[JobRecord]) -> Counter[str]:
-    """Jobs that waited, counted by what was short when they were first parked."""
+    """Jobs that waited, counted by what was short when they were first parked.
+
+    Nodes ruled out by inventory (another GPU model, labels, taints) are left out of the
+    label when some nodes were ruled out by usage: those are the ones the job waited for.
+    """
     counts: Counter[str] = Counter()
     for r in records:
         if r.parks and r.first_reason:
-            kinds = sorted(reason_kinds(r.first_reason), key=category_rank)
-            counts[" + ".join(kinds)] += 1
+            kinds = reason_kinds(r.first_reason)
+            kinds = [k for k in kinds if k not in INVENTORY_KINDS] or kinds
+            counts[" + ".join(sorted(kinds, key=category_rank))] += 1
     return counts
 
 
