@@ -402,8 +402,11 @@ def render(run: DemoRun, console: Any) -> None:
         Text(" free, one group of three per card (MIG: share of instances in use)\n"
              "  colours: ", style="dim")
     legend += Text("  ").join(Text(KIND_LABEL[k], style=KIND_COLOR[k]) for k in KINDS)
-    legend += Text("\n  holding: ×N whole cards · N% of one card · 1g a MIG instance · "
-                   "Nc CPUs of a job without GPUs", style="dim")
+    legend += Text("\n  holding: #0-3 cards 0 to 3 whole · #6 25% a quarter of card 6's "
+                   "compute · #0 1g a MIG instance on card 0 · 8c CPUs of a job without "
+                   "GPUs", style="dim")
+    console.print(legend)
+    console.print()
     for m in run.moments:
         console.print(Rule(Text.assemble(
             (f"t = {clock(m.time_s)}", "bold"), (f" · {m.label}" if m.label else "", "bold"),
@@ -423,7 +426,6 @@ def render(run: DemoRun, console: Any) -> None:
                 p.add_row(Text(f"+{len(m.pending) - 4} more", style="dim"), "", "")
             console.print(p)
         console.print()
-    console.print(legend)
 
     console.print()
     console.print(Rule(Text("Over the whole run", style="bold"), align="left",
@@ -546,17 +548,20 @@ def _card_cells(c: CardView) -> Any:
 
 
 def _holding_detail(n: NodeView, job_id: str) -> str:
-    """What a job holds on this node, briefly: ``×4`` cards, ``25%`` of one, ``1g`` MIG,
-    ``16c`` CPU for a job without GPUs."""
+    """Which cards a job holds on this node and how much: ``#0-3`` four whole cards,
+    ``#6 25%`` a quarter of card 6, ``#0 1g`` a MIG instance on card 0; "" without GPUs."""
     shares = [(c, h) for c in n.cards for h in c.holders if h.job == job_id]
     if not shares:
         return ""
-    first = shares[0][1]
+    c, first = shares[0]
     if first.mig_profile:
-        return f" {first.mig_profile.split('.')[0]}"
+        return f" #{c.index} {first.mig_profile.split('.')[0]}"
     if all(h.milli == WHOLE_GPU_MILLI for _, h in shares):
-        return f" ×{len(shares)}"
-    return f" {first.milli / 10:.0f}%"
+        idx = sorted(card.index for card, _ in shares)
+        if len(idx) > 1 and idx == list(range(idx[0], idx[-1] + 1)):
+            return f" #{idx[0]}-{idx[-1]}"
+        return " #" + ",".join(map(str, idx))
+    return " " + " ".join(f"#{card.index} {h.milli / 10:.0f}%" for card, h in shares)
 
 
 _BARS = " ▁▂▃▄▅▆▇█"
