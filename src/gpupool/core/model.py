@@ -168,6 +168,9 @@ class Job:
     duration_s: float | None = None
     min_member: int | None = None
     user: str = ""
+    run_limit_s: float | None = None
+    """Declared run limit: the job is stopped when it is reached. Lets it backfill capacity
+    held for a waiting gang when it will end before the gang could start."""
 
     @property
     def task_count(self) -> int:
@@ -186,6 +189,7 @@ class Job:
                     pod_set=ps,
                     pod_set_index=ps_index,
                     priority=self.priority,
+                    run_limit_s=self.run_limit_s,
                 )
 
 
@@ -198,6 +202,7 @@ class Task:
     pod_set: PodSet
     pod_set_index: int = 0
     priority: int = 0
+    run_limit_s: float | None = None
 
     @property
     def request(self) -> GpuRequest:

@@ -1,0 +1,1 @@
+"""Configuration files in, core objects out: clusters, flavors, queues, cohorts (YAML)."""
