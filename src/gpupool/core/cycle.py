@@ -2,17 +2,29 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import heapq
+from collections.abc import Callable, Hashable, Iterable, Iterator
+from dataclasses import dataclass, field
 
+import numpy as np
+
+from gpupool.core import preemption
+from gpupool.core.admission import Fit, QuotaTree, Vec, flavor_job, try_admit
 from gpupool.core.cluster import ClusterState
-from gpupool.core.decisions import Bind, CycleResult, Park
-from gpupool.core.model import Job
-from gpupool.core.placement.framework import Profile
+from gpupool.core.decisions import Bind, CycleResult, Evict, Park, Reserve
+from gpupool.core.fairshare import UsageLedger
+from gpupool.core.model import GpuKind, Job, JobId, Placement
+from gpupool.core.placement.framework import Code, Profile, Status
 from gpupool.core.placement.place import place_job
+from gpupool.core.preemption import Running
+from gpupool.core.queueing import Pending, Queues
+from gpupool.core.quota import QueueingStrategy, QueueSettings
+from gpupool.core.snapshot import Reservation, Snapshot
 
 
 def run_cycle(state: ClusterState, pending: Iterable[Job], profile: Profile) -> CycleResult:
-    """Places ``pending`` jobs in the order given; each sees the ones placed before it.
+    """Placement only, no queues: places ``pending`` jobs in the order given; each sees the
+    ones placed before it. ``schedule`` below is the cycle with quotas and fair sharing.
 
     Decisions come out; nothing is bound here. Placements are assumed in ``state`` at once,
     so the adapter confirms or forgets each after its bind.
@@ -29,3 +41,189 @@ def run_cycle(state: ClusterState, pending: Iterable[Job], profile: Profile) -> 
             state.assume(p)
         result.binds.append(Bind(job.id, tuple(placements)))  # 6. the adapter binds
     return result
+
+
+# -- the queue-aware cycle ---------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Context:
+    """What the queue-aware cycle reads and changes; owned by ``Scheduler``."""
+
+    state: ClusterState
+    tree: QuotaTree
+    queues: Queues
+    ledger: UsageLedger
+    settings: QueueSettings
+    profile: Profile
+    runtime: Callable[[Job], float]
+    running: dict[JobId, Running] = field(default_factory=dict)
+    preempted_by: dict[JobId, dict[JobId, float]] = field(default_factory=dict)
+    nominated: list[JobId] = field(default_factory=list)
+    reservation: Reservation | None = None
+    reserve_min_gpus: int = 8
+
+
+def schedule(ctx: Context, now_s: float) -> CycleResult:
+    """One admission cycle: many jobs per cycle, queues in weighted-fair order.
+
+    1. one snapshot; room held for a reserved gang stays held;
+    2. preemptors whose victims are gone first, then queues by lowest weighted dominant share
+       (a heap, re-keyed after each admission), each queue's jobs by priority, user usage, age;
+    3. quota and flavor, then placement (all-or-nothing), then quota with what was placed;
+    4. on no fit: preemption (minimal victims; the room is held, the job binds next cycle);
+    5. otherwise a large gang gets a reservation (backfill), and the job is parked with reasons;
+    6. admitted jobs are assumed in the state and charged to quota and to their user.
+    """
+    snap = ctx.state.snapshot()                                             # 1.
+    snap.now_s = now_s
+    snap.reservation = ctx.reservation
+    result = CycleResult(cycle=ctx.state.next_cycle())
+    failed: dict[Hashable, Status] = {}
+    order: dict[str, Iterator[Pending]] = {}
+    nominated = [ctx.queues.get(j) for j in ctx.nominated]
+    ctx.nominated = []
+    for p in nominated:
+        if p is not None:
+            _try(ctx, snap, p, now_s, result, failed, preempt=False)
+    heap = [(ctx.tree.share(q), q) for q in ctx.queues.queues() if ctx.queues.has_active(q)]
+    heapq.heapify(heap)
+    while heap:                                                             # 2.
+        _, q = heapq.heappop(heap)
+        it = order.get(q)
+        if it is None:
+            it = order[q] = iter(ctx.queues.ordered(q, now_s))
+        p = next(it, None)
+        if p is None or p.job.id not in ctx.queues:
+            if p is not None:
+                heapq.heappush(heap, (ctx.tree.share(q), q))
+            continue
+        admitted = _try(ctx, snap, p, now_s, result, failed, preempt=True)
+        if not admitted and ctx.tree.queues[q].queueing_strategy is QueueingStrategy.STRICT_FIFO:
+            continue  # the head blocks its queue
+        heapq.heappush(heap, (ctx.tree.share(q), q))
+    return result
+
+
+def _try(ctx: Context, snap: Snapshot, p: Pending, now_s: float, result: CycleResult,
+         failed: dict[Hashable, Status], preempt: bool) -> bool:
+    job, q = p.job, p.queue
+    fit, status, quota_only = try_admit(job, q, ctx.tree, snap, ctx.profile, failed)  # 3.
+    if fit is not None:
+        _admit(ctx, snap, p, fit, now_s, result)                            # 6.
+        return True
+    if preempt and status.code is not Code.UNRESOLVABLE:                    # 4.
+        cands = preemption.candidates(job, q, ctx.tree, ctx.running, ctx.settings, now_s,
+                                      ctx.preempted_by)
+        planned = preemption.plan(job, q, ctx.tree, snap, ctx.profile, cands)
+        if planned is not None:
+            victims, fit = planned
+            for v in victims:
+                _evict(ctx, snap, v, job.id, now_s, result)
+            for pl in fit.placements:
+                snap.assume(pl)  # the room is held for the preemptor this cycle
+            ctx.nominated.append(job.id)
+            failed.clear()
+            ctx.queues.note(job.id, Status(Code.WAIT, (
+                f"preempting {len(victims)} job(s) to start",)))
+            return False
+    if not quota_only and ctx.reservation is None and _gpus(job) >= ctx.reserve_min_gpus:
+        ctx.reservation = _reserve(ctx, snap, p, now_s)                     # 5.
+        if ctx.reservation is not None:
+            snap.reservation = ctx.reservation
+            result.reservations.append(Reserve(job.id, tuple(
+                snap.table.nodes[int(r)].name for r in ctx.reservation.rows),
+                ctx.reservation.start_s))
+    ctx.queues.park(job.id, status)
+    result.parks.append(Park(job.id, status))
+    return False
+
+
+def _gpus(job: Job) -> int:
+    return sum(ps.count * (ps.gpu.count or (1 if ps.gpu.kind is not GpuKind.NONE else 0))
+               for ps in job.pod_sets)
+
+
+def _admit(ctx: Context, snap: Snapshot, p: Pending, fit: Fit, now_s: float,
+           result: CycleResult) -> None:
+    job, q = p.job, p.queue
+    for pl in fit.placements:
+        snap.assume(pl)
+        ctx.state.assume(pl)
+    ctx.tree.add(q, fit.demand)
+    ctx.queues.remove(job.id)
+    charge = _dominant(ctx.tree, q, fit.demand) * ctx.runtime(job)
+    ctx.ledger.charge(q, job.user, charge, now_s)
+    ctx.running[job.id] = Running(job, q, fit.flavor, fit.placements, fit.demand, now_s,
+                                  p.preemptions, charge)
+    if ctx.reservation is not None and ctx.reservation.job == job.id:
+        ctx.reservation = None
+        snap.reservation = None
+    result.binds.append(Bind(job.id, fit.placements, q, fit.flavor))
+
+
+def _dominant(tree: QuotaTree, q: str, demand: Vec) -> float:
+    ent = tree.entitled(q)
+    return max((v / ent[k] for k, v in demand.items() if ent.get(k, 0) > 0), default=0.0)
+
+
+def _evict(ctx: Context, snap: Snapshot, v: preemption.Victim, preemptor: JobId, now_s: float,
+           result: CycleResult) -> None:
+    r = v.running
+    release(ctx, r.job.id, now_s, snap=snap)
+    ctx.queues.add(r.job, preemptions=r.preemptions + 1)
+    ctx.preempted_by.setdefault(r.job.id, {})[preemptor] = now_s
+    result.evicts.append(Evict(r.job.id, r.queue, v.kind, preemptor,
+                               f"{v.kind}: preempted by {preemptor}"))
+
+
+def release(ctx: Context, job: JobId, now_s: float, snap: Snapshot | None = None) -> Running:
+    """Free what a running job holds (it ended, was cancelled or evicted) and wake the
+    parked jobs that the freed capacity could help."""
+    r = ctx.running.pop(job)
+    for pl in r.placements:
+        ctx.state.forget(pl.task)
+        if snap is not None:
+            snap.release(pl)
+    ctx.tree.add(r.queue, r.demand, -1)
+    used = _dominant(ctx.tree, r.queue, r.demand) * max(0.0, now_s - r.start_s)
+    ctx.ledger.charge(r.queue, r.job.user, used - r.charge, now_s)
+    # Freed quota helps the queue's cohort tree; freed nodes help any queue whose flavors
+    # cover them, which is every queue in general: wake them all.
+    ctx.queues.wake()
+    return r
+
+
+def _reserve(ctx: Context, snap: Snapshot, p: Pending, now_s: float) -> Reservation | None:
+    """When and where the gang could start if running jobs end as declared: release them in
+    order of expected end (binary search on how many) until it fits."""
+    job, q = p.job, p.queue
+    queue = ctx.tree.queues[q]
+    flavor = ctx.tree.flavors.get(queue.flavors[0].flavor) if queue.flavors else None
+    fj = flavor_job(job, flavor)
+    if fj is None:
+        return None
+    ends = sorted(ctx.running.values(), key=lambda r: (r.start_s + ctx.runtime(r.job),
+                                                       r.job.id))
+
+    def fits(k: int) -> list[Placement]:
+        with snap.trial():
+            for r in ends[:k]:
+                for pl in r.placements:
+                    snap.release(pl)
+            placements, _ = place_job(fj, snap, ctx.profile)
+            return placements
+
+    lo, hi = 0, len(ends)
+    if not fits(hi):
+        return None
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if fits(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    placements = fits(lo)
+    start = now_s if lo == 0 else max(now_s, ends[lo - 1].start_s + ctx.runtime(ends[lo - 1].job))
+    rows = np.unique(np.array([snap.table.row(pl.node) for pl in placements], np.int64))
+    return Reservation(job.id, rows, start)

@@ -14,6 +14,8 @@ class Bind:
 
     job: JobId
     placements: tuple[Placement, ...]
+    queue: str = ""
+    flavor: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,8 +26,30 @@ class Park:
     status: Status
 
 
+@dataclass(frozen=True, slots=True)
+class Evict:
+    """Stop a running job to make room for ``preemptor``; it goes back to its queue."""
+
+    job: JobId
+    queue: str
+    reason: str  # "within-queue" | "reclaim" | "fair-share"
+    preemptor: JobId
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Reserve:
+    """Room held for a blocked gang from ``start_s`` on; only jobs that end before may use it."""
+
+    job: JobId
+    nodes: tuple[str, ...]
+    start_s: float
+
+
 @dataclass(slots=True)
 class CycleResult:
     cycle: int
     binds: list[Bind] = field(default_factory=list)
     parks: list[Park] = field(default_factory=list)
+    evicts: list[Evict] = field(default_factory=list)
+    reservations: list[Reserve] = field(default_factory=list)

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
-from gpupool.core.model import Placement
+from gpupool.core.model import JobId, Placement
 from gpupool.core.table import NodeTable
 
 
@@ -26,6 +28,8 @@ class Snapshot:
         self._trial_log: list[list[Placement | _Released]] = []
         self.cache: dict[Hashable, Any] = {}
         """Per-snapshot memo for plugins: values that depend on rows hold row generations."""
+        self.now_s = 0.0
+        self.reservation: Reservation | None = None
 
     def sync(self, src: NodeTable) -> None:
         """Bring every row up to ``src``; a no-op for rows that did not change."""
@@ -76,6 +80,19 @@ class Snapshot:
                     self.table.apply(p.placement, +1)
                 else:
                     self.table.apply(p, -1)
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """Nodes held for a blocked gang from ``start_s`` on (backfill): other tasks may use them
+    only when their declared run limit ends before then."""
+
+    job: JobId
+    rows: npt.NDArray[np.int64]
+    start_s: float
+
+    def admits(self, job: JobId, run_limit_s: float | None, now_s: float) -> bool:
+        return job == self.job or (run_limit_s is not None and now_s + run_limit_s <= self.start_s)
 
 
 class _Released:

@@ -26,6 +26,13 @@ def feasible(task: Task, snap: Snapshot, profile: Profile) -> tuple[Rows, Status
         if kept < rows.size:
             rejected.append((f.reason(task), int(rows.size) - kept, f.resolvable))
             rows = rows[mask]
+    res = snap.reservation
+    if rows.size and res is not None and not res.admits(task.job, task.run_limit_s, snap.now_s):
+        keep = ~np.isin(rows, res.rows)
+        held = int(rows.size - np.count_nonzero(keep))
+        if held:
+            rejected.append((f"held for gang {res.job} from t={res.start_s:.0f}s", held, True))
+            rows = rows[keep]
     if rows.size:
         return rows, Status.ok()
     return rows, fit_error(total, rejected)

@@ -1,0 +1,356 @@
+"""Quota accounting over the queue tree, and what a job costs in quota.
+
+``QuotaTree`` keeps each ClusterQueue's usage per (flavor, resource) and answers "may this
+queue use this much more", with Kueue's hierarchical borrowing arithmetic (see the docstring
+of ``gpupool.core.quota``). Usage changes move only the path from the queue to the root, so a
+check costs the depth of the tree, not the number of queues.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+
+from gpupool.core.errors import NotFoundError
+from gpupool.core.model import WHOLE_GPU_MILLI, GpuKind, Job, Placement
+from gpupool.core.placement.framework import Code, Profile, Status
+from gpupool.core.placement.place import place_job
+from gpupool.core.quota import (
+    ClusterQueue,
+    FlavorQuotas,
+    QueueConfig,
+    Resource,
+    ResourceFlavor,
+)
+from gpupool.core.snapshot import Snapshot
+from gpupool.core.table import NodeTable
+
+Key = tuple[str, Resource]  # (flavor, resource)
+Vec = dict[Key, int]
+
+
+@dataclass(slots=True)
+class _QNode:
+    name: str
+    is_queue: bool
+    weight: float
+    parent: _QNode | None = None
+    children: list[_QNode] = field(default_factory=list)
+    nominal: Vec = field(default_factory=dict)
+    borrowing_limit: dict[Key, int] = field(default_factory=dict)
+    lending_limit: dict[Key, int] = field(default_factory=dict)
+    subtree: Vec = field(default_factory=dict)
+    total: Vec = field(default_factory=dict)
+    guaranteed: Vec = field(default_factory=dict)
+    usage: Vec = field(default_factory=dict)
+    entitled: dict[Key, float] = field(default_factory=dict)
+
+    def in_parent(self, key: Key, usage: int | None = None) -> int:
+        """What this node uses of its parent's pool: usage beyond its guaranteed part."""
+        u = self.usage.get(key, 0) if usage is None else usage
+        return max(0, u - self.guaranteed.get(key, 0))
+
+
+def _load(node: _QNode, flavors: Iterable[FlavorQuotas], non_preemptive: bool = False) -> None:
+    for fq in flavors:
+        for res, q in fq.resources.items():
+            key = (fq.flavor, res)
+            node.nominal[key] = q.nominal
+            if non_preemptive:
+                node.borrowing_limit[key] = 0
+            elif q.borrowing_limit is not None:
+                node.borrowing_limit[key] = q.borrowing_limit
+            if q.lending_limit is not None:
+                node.lending_limit[key] = q.lending_limit
+
+
+class QuotaTree:
+    def __init__(self, config: QueueConfig) -> None:
+        self.config = config
+        self.queues: dict[str, ClusterQueue] = {q.name: q for q in config.cluster_queues}
+        self.flavors: dict[str, ResourceFlavor] = {f.name: f for f in config.flavors}
+        self._nodes: dict[str, _QNode] = {}
+        cohorts = {c.name: c for c in config.cohorts}
+        for c in config.cohorts:
+            n = self._nodes[c.name] = _QNode(c.name, False, c.weight)
+            _load(n, c.flavors)
+        for q in config.cluster_queues:
+            n = self._nodes[q.name] = _QNode(q.name, True, q.weight)
+            _load(n, q.flavors, q.non_preemptive)
+            if q.cohort is not None and q.cohort not in self._nodes:
+                self._nodes[q.cohort] = _QNode(q.cohort, False, 1.0)  # implicit cohort
+        for name, n in self._nodes.items():
+            parent = (self.queues[name].cohort if n.is_queue
+                      else cohorts[name].parent if name in cohorts else None)
+            if parent is not None:
+                if parent not in self._nodes:
+                    self._nodes[parent] = _QNode(parent, False, 1.0)
+                n.parent = self._nodes[parent]
+                n.parent.children.append(n)
+        for root in self.roots():
+            self._sum_quota(root)
+            self._entitle(root, {k: float(v) for k, v in root.total.items()})
+
+    # -- structure -------------------------------------------------------------------------
+
+    def roots(self) -> list[_QNode]:
+        return [n for n in self._nodes.values() if n.parent is None]
+
+    def _sum_quota(self, n: _QNode) -> None:
+        n.subtree = dict(n.nominal)
+        n.total = dict(n.nominal)
+        for c in n.children:
+            self._sum_quota(c)
+            for k, v in c.subtree.items():
+                n.subtree[k] = n.subtree.get(k, 0) + v - c.guaranteed.get(k, 0)
+            for k, v in c.total.items():
+                n.total[k] = n.total.get(k, 0) + v
+        n.guaranteed = {k: max(0, v - n.lending_limit[k]) if k in n.lending_limit else 0
+                        for k, v in n.subtree.items()}
+        if n.parent is None:  # a root lends to nobody: all of it is its own
+            n.guaranteed = dict(n.subtree)
+
+    def _entitle(self, n: _QNode, entitled: dict[Key, float]) -> None:
+        """Weighted fair shares down the tree: each node gets its parent's entitlement split
+        by weight among siblings (weighted dominant-resource fairness). A root is entitled to
+        all the quota in its tree."""
+        n.entitled = entitled
+        total = sum(c.weight for c in n.children)
+        for c in n.children:
+            self._entitle(c, {k: v * c.weight / total for k, v in entitled.items()})
+
+    def node(self, cq: str) -> _QNode:
+        n = self._nodes.get(cq)
+        if n is None or not n.is_queue:
+            raise NotFoundError(f"ClusterQueue {cq!r} does not exist; known: "
+                                f"{', '.join(sorted(self.queues)) or 'none'}")
+        return n
+
+    def cohort_root(self, cq: str) -> str:
+        n = self.node(cq)
+        while n.parent is not None:
+            n = n.parent
+        return n.name
+
+    # -- quota arithmetic ------------------------------------------------------------------
+
+    def limited(self, cq: str, flavor: str) -> list[Key]:
+        n = self.node(cq)
+        return [k for k in n.nominal if k[0] == flavor]
+
+    def available(self, cq: str, key: Key) -> int:
+        return self._available(self.node(cq), key)
+
+    def _available(self, n: _QNode, key: Key) -> int:
+        usage = n.usage.get(key, 0)
+        if n.parent is None:
+            return n.subtree.get(key, 0) - usage
+        guaranteed = n.guaranteed.get(key, 0)
+        local = max(0, guaranteed - usage)
+        from_parent = self._available(n.parent, key)
+        limit = n.borrowing_limit.get(key)
+        if limit is not None:
+            stored = n.subtree.get(key, 0) - guaranteed
+            from_parent = min(from_parent, stored - n.in_parent(key) + limit)
+        return local + max(0, from_parent)
+
+    def shortfall(self, cq: str, demand: Mapping[Key, int]) -> list[str]:
+        """Why ``demand`` does not fit the queue's quota now; empty when it fits."""
+        n = self.node(cq)
+        out = []
+        for key, amount in sorted(demand.items()):
+            if amount <= 0 or key not in n.nominal:
+                continue
+            free = self._available(n, key)
+            if amount > free:
+                out.append(_describe_short(cq, key, n.usage.get(key, 0), n.nominal[key], amount,
+                                           free))
+        return out
+
+    def borrows(self, cq: str, demand: Mapping[Key, int]) -> bool:
+        n = self.node(cq)
+        return any(n.usage.get(k, 0) + v > n.nominal.get(k, 0)
+                   for k, v in demand.items() if k in n.nominal and v > 0)
+
+    def borrowed(self, cq: str) -> dict[Key, int]:
+        n = self.node(cq)
+        return {k: n.usage.get(k, 0) - v for k, v in n.nominal.items()
+                if n.usage.get(k, 0) > v}
+
+    def add(self, cq: str, demand: Mapping[Key, int], sign: int = 1) -> None:
+        n = self.node(cq)
+        for key, amount in demand.items():
+            if amount == 0:
+                continue
+            node: _QNode | None = n
+            delta = sign * amount
+            while node is not None and delta != 0:
+                before = node.in_parent(key)
+                node.usage[key] = node.usage.get(key, 0) + delta
+                delta = node.in_parent(key) - before
+                node = node.parent
+
+    def usage(self, cq: str) -> dict[Key, int]:
+        return dict(self.node(cq).usage)
+
+    def nominal(self, cq: str) -> dict[Key, int]:
+        return dict(self.node(cq).nominal)
+
+    def share(self, cq: str, extra: Mapping[Key, int] | None = None) -> float:
+        """Weighted dominant share: the largest usage / entitlement over resources (1.0 is
+        exactly the queue's fair share)."""
+        n = self.node(cq)
+        best = 0.0
+        for key, ent in n.entitled.items():
+            if ent <= 0:
+                continue
+            u = n.usage.get(key, 0) + (extra.get(key, 0) if extra else 0)
+            best = max(best, u / ent)
+        return best
+
+    def entitled(self, cq: str) -> dict[Key, float]:
+        return dict(self.node(cq).entitled)
+
+
+def _describe_short(cq: str, key: Key, usage: int, nominal: int, amount: int, free: int) -> str:
+    flavor, res = key
+    unit = {Resource.GPU_MILLI: 1000}.get(res)
+    if unit:
+        return (f"queue {cq} at quota for {flavor} GPUs ({usage / unit:g}/{nominal / unit:g} "
+                f"GPUs used, {amount / unit:g} asked, {max(free, 0) / unit:g} available "
+                "with borrowing)")
+    return (f"queue {cq} at quota for {flavor} {res} ({usage}/{nominal} used, {amount} asked, "
+            f"{max(free, 0)} available with borrowing)")
+
+
+# -- what a job costs -----------------------------------------------------------------------
+
+
+def request_demand(job: Job, flavor: str) -> Vec:
+    """A lower bound of the job's quota cost, from its request alone (before placement).
+
+    Whole cards count their memory only once placed (the card decides it); everything else
+    is exact. Used to skip placement when quota alone already says no.
+    """
+    d: Vec = {}
+
+    def put(res: Resource, v: int) -> None:
+        if v:
+            d[(flavor, res)] = d.get((flavor, res), 0) + v
+
+    for ps in job.pod_sets:
+        n = ps.count
+        put(Resource.CPU_MILLI, n * ps.cpu_milli)
+        put(Resource.MEMORY_MIB, n * ps.memory_mib)
+        g = ps.gpu
+        if g.kind is GpuKind.WHOLE:
+            put(Resource.GPU, n * g.count)
+            put(Resource.GPU_MILLI, n * g.count * WHOLE_GPU_MILLI)
+            put(Resource.GPU_MEMORY_MIB, n * g.count * g.memory_mib)
+        elif g.kind is GpuKind.SLICE:
+            put(Resource.GPU_MILLI, n * g.gpu_milli)
+            put(Resource.GPU_MEMORY_MIB, n * g.memory_mib)
+    if job.min_member is not None and job.min_member < job.task_count:
+        # Only the gang minimum must be admitted together: scale down to it.
+        frac = job.min_member / job.task_count
+        d = {k: int(v * frac) for k, v in d.items()}
+    return d
+
+
+def placement_demand(placements: Iterable[Placement], flavor: str, table: NodeTable) -> Vec:
+    """The exact quota cost of placements: cards, compute and memory as placed."""
+    d: Vec = {}
+
+    def put(res: Resource, v: int) -> None:
+        if v:
+            d[(flavor, res)] = d.get((flavor, res), 0) + v
+
+    for p in placements:
+        put(Resource.CPU_MILLI, p.cpu_milli)
+        put(Resource.MEMORY_MIB, p.memory_mib)
+        for s in p.shares:
+            if s.mig_profile is not None:
+                node = table.nodes[table.row(p.node)]
+                inst = next(i for i in node.gpus[s.index].mig if i.profile == s.mig_profile)
+                put(Resource.GPU_MILLI, inst.gpu_milli)
+                put(Resource.GPU_MEMORY_MIB, inst.memory_mib)
+                continue
+            if s.gpu_milli >= WHOLE_GPU_MILLI:
+                put(Resource.GPU, 1)
+            put(Resource.GPU_MILLI, s.gpu_milli)
+            put(Resource.GPU_MEMORY_MIB, s.memory_mib)
+    return d
+
+
+# -- one job against quota and the cluster ---------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Fit:
+    flavor: str
+    placements: tuple[Placement, ...]
+    demand: Vec
+    borrowing: bool
+
+
+def flavor_job(job: Job, flavor: ResourceFlavor | None) -> Job | None:
+    """The job restricted to the flavor's nodes (its labels added to every node selector);
+    None when the job's own selector contradicts the flavor."""
+    if flavor is None or not flavor.node_labels:
+        return job
+    pod_sets = []
+    for ps in job.pod_sets:
+        for k, v in flavor.node_labels.items():
+            if ps.node_selector.get(k, v) != v:
+                return None
+        pod_sets.append(replace(ps, node_selector={**ps.node_selector, **flavor.node_labels}))
+    return replace(job, pod_sets=tuple(pod_sets))
+
+
+def try_admit(job: Job, cq: str, tree: QuotaTree, snap: Snapshot, profile: Profile,
+              failed: dict[Hashable, Status] | None = None) -> tuple[Fit | None, Status, bool]:
+    """Tries the queue's flavors in order: quota first (cheap), then placement, then quota
+    again with what the placement really takes. Returns the fit, or why not and whether
+    quota (rather than the cluster) was what stopped it everywhere.
+
+    ``failed`` memoises placement failures by request shape within one cycle: the snapshot
+    only fills up during a cycle, so a shape that did not fit will not fit later in it.
+    """
+    queue = tree.queues[cq]
+    flavors: list[str | None] = [fq.flavor for fq in queue.flavors] or [None]
+    reasons: list[str] = []
+    quota_only = True
+    code = Code.UNSCHEDULABLE
+    for fname in flavors:
+        flavor = tree.flavors.get(fname) if fname else None
+        key = fname or ""
+        short = tree.shortfall(cq, request_demand(job, key))
+        if short:
+            reasons.extend(short)
+            continue
+        fj = flavor_job(job, flavor)
+        if fj is None:
+            reasons.append(f"node selector conflicts with flavor {fname}")
+            continue
+        shape = (key, tuple((ps.count, ps.cpu_milli, ps.memory_mib, ps.gpu,
+                             tuple(sorted(ps.node_selector.items())), ps.tolerations)
+                            for ps in fj.pod_sets), fj.min_member)
+        status = failed.get(shape) if failed is not None else None
+        placements: list[Placement] = []
+        if status is None:
+            placements, status = place_job(fj, snap, profile)
+        if not placements:
+            quota_only = False
+            if failed is not None:
+                failed[shape] = status
+            reasons.append(status.message if fname is None else f"{fname}: {status.message}")
+            code = status.code if status.code is Code.UNRESOLVABLE and code is not \
+                Code.UNSCHEDULABLE else Code.UNSCHEDULABLE
+            continue
+        demand = placement_demand(placements, key, snap.table)
+        short = tree.shortfall(cq, demand)
+        if short:
+            reasons.extend(short)
+            continue
+        return Fit(key, tuple(placements), demand, tree.borrows(cq, demand)), Status.ok(), False
+    return None, Status(code, ("; ".join(reasons),)), quota_only

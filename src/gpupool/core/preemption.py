@@ -1,0 +1,153 @@
+"""Victim selection, run as the post-filter step when a job fits neither quota nor cluster.
+
+Three kinds of victims, as Kueue's preemption:
+
+- **within-queue**: a job of the same ClusterQueue with lower priority
+  (``withinClusterQueue: LowerPriority``);
+- **reclaim**: a job of another queue of the same cohort tree that is *borrowing*, when the
+  preemptor's queue would still be within its nominal quota (``reclaimWithinCohort``);
+- **fair-share**: a job of another borrowing queue whose weighted share, even after losing
+  the victim, stays strictly above the preemptor queue's share with the new job. The strict
+  inequality is what stops two queues from preempting each other back and forth.
+
+Guards: jobs of non-preemptive queues are never victims; a job is not preempted before it has
+run ``min_runtime_s`` nor more than ``max_preemptions_per_job`` times; a job never preempts a
+job that preempted it within ``preemption_cooldown_s``.
+
+The set is minimal the Kueue way: candidates are removed in a trial, cheapest first (lowest
+priority, then most recently started), until the job fits; then each victim but the last is
+put back, in reverse order, and kept out only if the job no longer fits without it. Victims
+are whole jobs, so a gang is never cut in half.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from gpupool.core.admission import Fit, QuotaTree, Vec, request_demand, try_admit
+from gpupool.core.model import Job, JobId, Placement
+from gpupool.core.placement.framework import Profile
+from gpupool.core.quota import QueueSettings, Reclaim, WithinQueue
+from gpupool.core.snapshot import Snapshot
+
+
+@dataclass(slots=True)
+class Running:
+    """An admitted job: where it runs and what it costs in quota."""
+
+    job: Job
+    queue: str
+    flavor: str
+    placements: tuple[Placement, ...]
+    demand: Vec
+    start_s: float
+    preemptions: int = 0
+    charge: float = 0.0  # usage charged to its user at admission
+
+
+@dataclass(frozen=True, slots=True)
+class Victim:
+    running: Running
+    kind: str  # "within-queue" | "reclaim" | "fair-share"
+
+
+def _within_nominal(tree: QuotaTree, cq: str, demand: Vec) -> bool:
+    usage = tree.usage(cq)
+    nominal = tree.nominal(cq)
+    return all(usage.get(k, 0) + v <= nominal[k] for k, v in demand.items()
+               if k in nominal and v > 0)
+
+
+def candidates(job: Job, cq: str, tree: QuotaTree, running: Mapping[JobId, Running],
+               settings: QueueSettings, now_s: float,
+               preempted_by: Mapping[JobId, Mapping[JobId, float]]) -> list[Victim]:
+    queue = tree.queues[cq]
+    policy = queue.preemption
+    root = tree.cohort_root(cq)
+    flavor = queue.flavors[0].flavor if queue.flavors else ""
+    demand = request_demand(job, flavor)
+    within_nominal = _within_nominal(tree, cq, demand)
+    my_share = tree.share(cq, demand)
+    recent = preempted_by.get(job.id, {})
+    out: list[Victim] = []
+    for r in running.values():
+        vq = tree.queues[r.queue]
+        if vq.non_preemptive or now_s - r.start_s < settings.min_runtime_s:
+            continue
+        if r.preemptions >= settings.max_preemptions_per_job:
+            continue
+        if now_s - recent.get(r.job.id, -1e300) < settings.preemption_cooldown_s:
+            continue  # r preempted this job recently: no preempting back
+        if r.queue == cq:
+            if policy.within_cluster_queue is WithinQueue.LOWER_PRIORITY \
+                    and r.job.priority < job.priority:
+                out.append(Victim(r, "within-queue"))
+            continue
+        if tree.cohort_root(r.queue) != root or not tree.borrowed(r.queue):
+            continue
+        reclaim = policy.reclaim_within_cohort
+        if within_nominal and (reclaim is Reclaim.ANY or (
+                reclaim is Reclaim.LOWER_PRIORITY and r.job.priority < job.priority)):
+            out.append(Victim(r, "reclaim"))
+        elif policy.fair_share and my_share < tree.share(
+                r.queue, {k: -v for k, v in r.demand.items()}):
+            out.append(Victim(r, "fair-share"))
+    out.sort(key=lambda v: (v.kind == "within-queue", v.running.job.priority,
+                            -v.running.start_s, v.running.job.id))
+    return out
+
+
+def plan(job: Job, cq: str, tree: QuotaTree, snap: Snapshot, profile: Profile,
+         cands: list[Victim]) -> tuple[list[Victim], Fit] | None:
+    """The minimal victim set that lets ``job`` fit, and its fit; None when none does.
+
+    Works in a snapshot trial and restores the quota tree: nothing is changed on return.
+    """
+    if not cands:
+        return None
+    flavor = tree.queues[cq].flavors[0].flavor if tree.queues[cq].flavors else ""
+    lower_bound = request_demand(job, flavor)
+    out: list[Victim] = []  # victims currently taken out of the quota tree
+
+    def take_out(v: Victim) -> None:
+        for p in v.running.placements:
+            snap.release(p)
+        tree.add(v.running.queue, v.running.demand, -1)
+        out.append(v)
+
+    def put_back(v: Victim) -> None:
+        for p in v.running.placements:
+            snap.assume(p)
+        tree.add(v.running.queue, v.running.demand, +1)
+        out.remove(v)
+
+    def attempt() -> Fit | None:
+        if tree.shortfall(cq, lower_bound):
+            return None
+        return try_admit(job, cq, tree, snap, profile)[0]
+
+    try:
+        with snap.trial():
+            fit: Fit | None = None
+            for v in cands:
+                take_out(v)
+                fit = attempt()
+                if fit is not None:
+                    break
+            if fit is None:
+                return None
+            for v in reversed(out[:-1]):
+                put_back(v)
+                again = attempt()
+                if again is None:
+                    take_out(v)
+                else:
+                    fit = again
+            fit = attempt()
+            assert fit is not None, "the victim set stopped fitting while minimising"
+            order = {id(v): i for i, v in enumerate(cands)}
+            return sorted(out, key=lambda v: order[id(v)]), fit
+    finally:
+        for v in out:
+            tree.add(v.running.queue, v.running.demand, +1)

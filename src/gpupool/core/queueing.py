@@ -1,0 +1,108 @@
+"""Pending jobs: per ClusterQueue, active or parked with a reason.
+
+A parked job is not offered again until an event that could change its answer: capacity
+freed or added in its queue's cohort tree, or a quota change (kube-scheduler's unschedulable
+pods, Kueue's inadmissible workloads). ``ordered`` gives a queue's active jobs in admission
+order: priority, then the user's decayed usage, then submit time, then id.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpupool.core.errors import NotFoundError
+from gpupool.core.fairshare import UsageLedger
+from gpupool.core.model import Job, JobId
+from gpupool.core.placement.framework import Status
+from gpupool.core.quota import QueueConfig
+
+
+@dataclass(slots=True)
+class Pending:
+    job: Job
+    queue: str  # the ClusterQueue
+    seq: int  # arrival order, the last tie-break
+    reason: Status | None = None  # set while parked
+    parked: bool = False
+    preemptions: int = 0  # times this job was evicted so far
+
+
+class Queues:
+    def __init__(self, config: QueueConfig, ledger: UsageLedger) -> None:
+        self.ledger = ledger
+        self._cq = {q.name for q in config.cluster_queues}
+        self._local: dict[str, str] = {}
+        for lq in config.local_queues:
+            self._local[f"{lq.namespace}/{lq.name}"] = lq.cluster_queue
+            self._local.setdefault(lq.name, lq.cluster_queue)
+        self._jobs: dict[JobId, Pending] = {}
+        self._by_queue: dict[str, dict[JobId, Pending]] = {q: {} for q in self._cq}
+        self._seq = 0
+
+    def resolve(self, queue: str) -> str:
+        """The ClusterQueue behind a LocalQueue name (``ns/name`` or ``name``) or a CQ name."""
+        cq = self._local.get(queue)
+        if cq is not None:
+            return cq
+        if queue in self._cq:
+            return queue
+        known = sorted({*self._local, *self._cq})
+        raise NotFoundError(f"queue {queue!r} does not exist; known: {', '.join(known)}")
+
+    def add(self, job: Job, preemptions: int = 0) -> Pending:
+        cq = self.resolve(job.queue)
+        self._seq += 1
+        p = Pending(job, cq, self._seq, preemptions=preemptions)
+        self._jobs[job.id] = p
+        self._by_queue[cq][job.id] = p
+        return p
+
+    def remove(self, job: JobId) -> Pending:
+        p = self._jobs.pop(job, None)
+        if p is None:
+            raise NotFoundError(f"job {job} is not pending")
+        del self._by_queue[p.queue][job]
+        return p
+
+    def get(self, job: JobId) -> Pending | None:
+        return self._jobs.get(job)
+
+    def __contains__(self, job: JobId) -> bool:
+        return job in self._jobs
+
+    def __len__(self) -> int:
+        return len(self._jobs)
+
+    def queues(self) -> list[str]:
+        return sorted(self._by_queue)
+
+    def park(self, job: JobId, reason: Status) -> None:
+        p = self._jobs[job]
+        p.parked = True
+        p.reason = reason
+
+    def note(self, job: JobId, reason: Status) -> None:
+        """Record why a job waits without parking it (it stays active)."""
+        self._jobs[job].reason = reason
+
+    def wake(self, queues: set[str] | None = None) -> None:
+        """Parked jobs of ``queues`` (all when None) become active again."""
+        for q, jobs in self._by_queue.items():
+            if queues is None or q in queues:
+                for p in jobs.values():
+                    p.parked = False
+
+    def ordered(self, queue: str, now_s: float, active_only: bool = True) -> list[Pending]:
+        led = self.ledger
+        usage = {u: led.value(queue, u, now_s) for u in {p.job.user for p in
+                                                          self._by_queue[queue].values()}}
+        jobs = [p for p in self._by_queue[queue].values() if not (active_only and p.parked)]
+        jobs.sort(key=lambda p: (-p.job.priority, usage[p.job.user], p.job.submit_time_s,
+                                 p.seq))
+        return jobs
+
+    def has_active(self, queue: str) -> bool:
+        return any(not p.parked for p in self._by_queue[queue].values())
+
+    def all(self) -> list[Pending]:
+        return list(self._jobs.values())
