@@ -31,3 +31,13 @@ def test_bench_rejects_a_non_positive_count(capsys: pytest.CaptureFixture[str]) 
         main(["bench", "placement", "--nodes", "0"])
     assert info.value.code == 2
     assert "0 must be at least 1" in capsys.readouterr().err
+
+
+def test_bench_admission_prints_the_fixed_json_shape(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "admission", "--queues", "20", "--cohorts", "4", "--workloads", "300",
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    for key in ("queues", "workloads", "admitted", "admissions_per_s", "wall_s", "peak_rss_mib"):
+        assert key in out
+    assert out["queues"] == 20 and out["workloads"] == 300
+    assert out["admitted"] == 300, "the cluster is sized to hold every workload"

@@ -36,6 +36,17 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=_placement)
+    a = bench_sub.add_parser(
+        "admission", help="admissions per second with many queues and cohorts",
+        description="Submits WORKLOADS jobs to QUEUES cluster queues in COHORTS cohorts and runs "
+                    "admission cycles until none admits more; every admission checks quota and "
+                    "places the job on a cluster sized to hold them all.")
+    a.add_argument("--queues", type=_positive, default=1000)
+    a.add_argument("--cohorts", type=_positive, default=10)
+    a.add_argument("--workloads", type=_positive, default=50_000)
+    a.add_argument("--seed", type=int, default=1)
+    a.add_argument("--json", action="store_true", help="print the result as JSON")
+    a.set_defaults(func=_admission)
 
 
 def _placement(args: argparse.Namespace) -> int:
@@ -64,5 +75,21 @@ def _placement(args: argparse.Namespace) -> int:
               f"{args.gpus_per_node} GPUs with {args.policy}: "
               f"{out['placements_per_s']} placements/s, decision p50 "
               f"{result.decision_us_p50:.0f} us, p99 {result.decision_us_p99:.0f} us, "
+              f"peak RSS {out['peak_rss_mib']} MiB")
+    return 0
+
+
+def _admission(args: argparse.Namespace) -> int:
+    from gpupool.bench import admission
+
+    if args.cohorts > args.queues:
+        raise ConfigError(f"--cohorts {args.cohorts}: more cohorts than --queues {args.queues}")
+    out = admission.run(args.queues, args.cohorts, args.workloads, args.seed).as_json()
+    if args.json:
+        print(json.dumps(out))
+    else:
+        print(f"{out['admitted']}/{args.workloads} workloads admitted through {args.queues} "
+              f"queues in {args.cohorts} cohorts ({out['nodes']} nodes) in {out['wall_s']} s: "
+              f"{out['admissions_per_s']} admissions/s over {out['cycles']} cycles, "
               f"peak RSS {out['peak_rss_mib']} MiB")
     return 0
