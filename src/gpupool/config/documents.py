@@ -1,0 +1,242 @@
+"""Configuration documents: where each came from, and errors that say where.
+
+Every error of the configuration layer is one line that names the file, the document (its
+number, counted from 1 among the file's non-empty documents, its kind and name, and the line
+it starts on), the field path and the rule::
+
+    queues.yaml: document 3 (ClusterQueue team-a, line 41):
+        spec.resourceGroups[0].flavors[0].resources[0].lendingLimit=10 is above nominalQuota=8
+
+(shown on two lines here; it is one). Pydantic checks the shape of each document; its
+``ValidationError`` is translated here, at the boundary, into that same form.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Annotated, Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, PlainValidator, ValidationError
+from pydantic.alias_generators import to_camel
+
+from gpupool.core.errors import ConfigError
+
+NAME_RULE = "must be a lowercase RFC 1123 name (a-z, 0-9, '-' and '.', starting and ending " \
+    "with a letter or digit, at most 253 characters)"
+_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+
+
+def show(value: object) -> str:
+    """A value as the user wrote it: numbers bare, strings in double quotes."""
+    if isinstance(value, str | int | float | bool) or value is None:
+        return json.dumps(value)
+    try:
+        text = json.dumps(value, default=str, separators=(", ", ": "))
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def field_text(path: str, value: object, rule: str) -> str:
+    """``path=value rule``: the one form every field error takes."""
+    return f"{path}={show(value)} {rule}"
+
+
+def is_name(name: str) -> bool:
+    return len(name) <= 253 and bool(_NAME.match(name))
+
+
+@dataclass(frozen=True, slots=True)
+class Document:
+    """One YAML document: its body and where it came from.
+
+    ``index`` counts from 1 among the non-empty documents of ``source``; ``line`` is the line
+    the document starts on (None when the document did not come from a file).
+    """
+
+    source: str
+    index: int
+    body: Mapping[str, Any]
+    line: int | None = None
+
+    @property
+    def kind(self) -> str | None:
+        kind = self.body.get("kind")
+        return kind if isinstance(kind, str) else None
+
+    @property
+    def name(self) -> str | None:
+        meta = self.body.get("metadata")
+        if isinstance(meta, Mapping):
+            name = meta.get("name")
+            if isinstance(name, str) and name:
+                namespace = meta.get("namespace")
+                if self.kind == "LocalQueue" and isinstance(namespace, str) and namespace:
+                    return f"{namespace}/{name}"
+                return name
+        return None
+
+    @property
+    def where(self) -> str:
+        """``file: document N (Kind name, line L)``."""
+        label = " ".join(p for p in (self.kind, self.name) if p)
+        if self.line is not None:
+            label = f"{label}, line {self.line}" if label else f"line {self.line}"
+        return f"{self.source}: document {self.index}" + (f" ({label})" if label else "")
+
+    def error(self, path: str, value: object, rule: str) -> ConfigError:
+        """A ConfigError for ``path=value rule`` in this document."""
+        return ConfigError(f"{self.where}: {field_text(path, value, rule)}")
+
+    def problem(self, text: str) -> ConfigError:
+        """A ConfigError for a problem already worded (``text`` names the field)."""
+        return ConfigError(f"{self.where}: {text}")
+
+
+def check_api_version(doc: Document, allowed: tuple[str, ...]) -> None:
+    """A document's apiVersion must be one its kind is read under; a missing one is fine."""
+    version = doc.body.get("apiVersion")
+    if version is not None and version not in allowed:
+        raise doc.error("apiVersion", version,
+                        f"is not one {doc.kind or 'Cluster'} is read under; use "
+                        + " or ".join(allowed))
+
+
+# -- pydantic: the shape of documents ---------------------------------------------------------
+
+
+class Strict(BaseModel):
+    """Base of every document model: camelCase keys, unknown keys are errors, no coercion."""
+
+    model_config = ConfigDict(extra="forbid", alias_generator=to_camel, strict=True,
+                              frozen=True)
+
+
+def _quantity_shape(value: Any) -> Any:
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise ValueError("should be a quantity: a number, or a string such as 500m, 2, "
+                         "1.5, 64Gi or 1G")
+    return value
+
+
+def _duration_shape(value: Any) -> Any:
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise ValueError("should be a duration: seconds, or a string such as 7d, 12h, 30m, "
+                         "45s or 1h30m")
+    return value
+
+
+Quantity = Annotated[int | float | str, PlainValidator(_quantity_shape)]
+"""A Kubernetes quantity as written (converted later, by the unit its field needs)."""
+
+Duration = Annotated[int | float | str, PlainValidator(_duration_shape)]
+"""A duration as written: seconds, or ``7d``, ``12h``, ``30m``, ``45s``, ``1h30m``."""
+
+
+class Metadata(Strict):
+    """Kubernetes object metadata. Fields the API server fills in are accepted and ignored,
+    so that ``kubectl get -o yaml`` output loads."""
+
+    name: str
+    namespace: str | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+    uid: Any = None
+    resource_version: Any = None
+    generation: Any = None
+    creation_timestamp: Any = None
+    managed_fields: Any = None
+    finalizers: Any = None
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def parse(model: type[M], doc: Document) -> M:
+    """Validate ``doc`` against ``model``; a failure is one ConfigError naming the field."""
+    try:
+        return model.model_validate(dict(doc.body))
+    except ValidationError as exc:
+        raise doc.problem(describe(exc, model)) from exc
+
+
+def describe(exc: ValidationError, model: type[BaseModel]) -> str:
+    """The first problem of a ValidationError as ``path=value rule`` (unknown fields first:
+    a misspelt key also reads as a missing one, and the misspelling is the real problem)."""
+    errors = exc.errors()
+    errors.sort(key=lambda e: e["type"] != "extra_forbidden")
+    first = errors[0]
+    loc = tuple(first["loc"])
+    path = path_of(loc)
+    kind = first["type"]
+    value = first.get("input")
+    if kind == "extra_forbidden":
+        known = known_fields(model, loc[:-1])
+        text = f"{path}: unknown field" + (f"; known fields here: {', '.join(known)}"
+                                           if known else "")
+    elif kind == "missing":
+        text = f"{path}: required field is missing"
+    else:
+        msg = str(first["msg"])
+        msg = msg.removeprefix("Value error, ").removeprefix("Input ")
+        msg = msg[:1].lower() + msg[1:]
+        text = field_text(path, value, msg)
+    more = len(errors) - 1
+    if more:
+        text += f" (and {more} more problem{'s' if more > 1 else ''})"
+    return text
+
+
+def path_of(loc: tuple[int | str, ...]) -> str:
+    """``('spec', 'resourceGroups', 0, 'flavors')`` -> ``spec.resourceGroups[0].flavors``."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out or "(document)"
+
+
+def known_fields(model: type[BaseModel], loc: tuple[int | str, ...]) -> list[str]:
+    """The keys the model accepts at ``loc`` (best effort; [] when it cannot tell)."""
+    tp: Any = model
+    for part in loc:
+        tp = _unwrap(tp)
+        if isinstance(part, int):
+            args = typing.get_args(tp)
+            if typing.get_origin(tp) is not list or not args:
+                return []
+            tp = args[0]
+        elif isinstance(tp, type) and issubclass(tp, BaseModel):
+            field = next((f for name, f in tp.model_fields.items()
+                          if (f.alias or name) == part), None)
+            if field is None:
+                return []
+            tp = field.annotation
+        else:
+            return []
+    tp = _unwrap(tp)
+    if isinstance(tp, type) and issubclass(tp, BaseModel):
+        return [f.alias or name for name, f in tp.model_fields.items()]
+    return []
+
+
+def _unwrap(tp: Any) -> Any:
+    """Strip ``Annotated`` and ``| None``."""
+    while True:
+        origin = typing.get_origin(tp)
+        if origin is Annotated:
+            tp = typing.get_args(tp)[0]
+        elif origin in (typing.Union, types.UnionType):
+            args = [a for a in typing.get_args(tp) if a is not type(None)]
+            if len(args) != 1:
+                return tp
+            tp = args[0]
+        else:
+            return tp
