@@ -182,8 +182,8 @@ def describe(exc: ValidationError, model: type[BaseModel]) -> str:
     elif kind == "missing":
         text = f"{path}: required field is missing"
     else:
-        msg = str(first["msg"])
-        msg = msg.removeprefix("Value error, ").removeprefix("Input ")
+        msg = str(first["msg"]).removeprefix("Value error, ").replace(" after validation", "")
+        msg = re.sub(r"^(Input|List|String|Dictionary|Object) should", "should", msg)
         msg = msg[:1].lower() + msg[1:]
         text = field_text(path, value, msg)
     more = len(errors) - 1

@@ -1,9 +1,10 @@
 """Kueue-shaped queue objects -> a validated core ``QueueConfig``.
 
 Two spellings load the same way: Kueue's own objects (``apiVersion: kueue.x-k8s.io/v1beta1``,
-``v1beta2``; ``v1alpha1`` for Cohort) and gpupool's (``apiVersion: gpupool.io/v1alpha1``, the
-same kinds plus ``QueueSettings``). Kinds: ResourceFlavor, ClusterQueue, Cohort, LocalQueue,
-WorkloadPriorityClass, ``scheduling.k8s.io/v1`` PriorityClass, QueueSettings.
+``v1beta2`` or ``v1``; also ``v1alpha1`` for Cohort) and gpupool's (``apiVersion:
+gpupool.io/v1alpha1``, the same kinds plus ``QueueSettings``). Kinds: ResourceFlavor,
+ClusterQueue, Cohort, LocalQueue, WorkloadPriorityClass, ``scheduling.k8s.io/v1``
+PriorityClass, QueueSettings.
 
 Checking happens in three steps, each error naming file, document, field path and rule:
 pydantic checks each document's shape (unknown fields and wrong types are errors); the
@@ -70,7 +71,7 @@ __all__ = [
 ]
 
 GPUPOOL_API_VERSION = "gpupool.io/v1alpha1"
-KUEUE_API_VERSIONS = ("kueue.x-k8s.io/v1beta1", "kueue.x-k8s.io/v1beta2")
+KUEUE_API_VERSIONS = ("kueue.x-k8s.io/v1beta1", "kueue.x-k8s.io/v1beta2", "kueue.x-k8s.io/v1")
 _KUEUE = (*KUEUE_API_VERSIONS, GPUPOOL_API_VERSION)
 QUEUE_KINDS: Mapping[str, tuple[str, ...]] = {
     "ResourceFlavor": _KUEUE,
@@ -168,7 +169,7 @@ class PreemptionSpec(Strict):
 class ClusterQueueSpec(Strict):
     resource_groups: list[ResourceGroupSpec] = Field(default_factory=list)
     cohort: str | None = None
-    cohort_name: str | None = None  # v1beta2's spelling
+    cohort_name: str | None = None  # the spelling of v1beta2 and v1
     queueing_strategy: Literal["BestEffortFIFO", "StrictFIFO"] = "BestEffortFIFO"
     preemption: PreemptionSpec = PreemptionSpec()
     fair_sharing: FairSharingSpec | None = None
@@ -179,7 +180,7 @@ class ClusterQueueSpec(Strict):
 
 class CohortSpec(Strict):
     parent: str | None = None
-    parent_name: str | None = None  # v1beta2's spelling
+    parent_name: str | None = None  # the spelling of v1beta2 and v1
     resource_groups: list[ResourceGroupSpec] = Field(default_factory=list)
     fair_sharing: FairSharingSpec | None = None
 
