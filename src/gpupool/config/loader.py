@@ -119,7 +119,7 @@ def load_documents(path: PathLike) -> list[dict[str, Any]]:
     return [dict(doc.body) for doc in read_documents(path)]
 
 
-def _documents(path_or_docs: PathLike | Sequence[Mapping[str, Any]],
+def _documents(path_or_docs: PathLike | Sequence[Mapping[str, Any] | None],
                source: str | None) -> tuple[list[Document], str]:
     if isinstance(path_or_docs, str | os.PathLike):
         docs = read_documents(path_or_docs)
@@ -150,7 +150,7 @@ def _is_cluster(doc: Document) -> bool:
     raise doc.error("kind", kind, "is not a known kind; known: " + ", ".join(KINDS))
 
 
-def load_cluster(path_or_docs: PathLike | Sequence[Mapping[str, Any]], *,
+def load_cluster(path_or_docs: PathLike | Sequence[Mapping[str, Any] | None], *,
                  source: str | None = None) -> list[Node]:
     """The nodes of the Cluster document in a file (or a list of document dicts).
 
@@ -162,7 +162,7 @@ def load_cluster(path_or_docs: PathLike | Sequence[Mapping[str, Any]], *,
     return nodes_from_documents([d for d in docs if _is_cluster(d)], name)
 
 
-def load_queue_config(path_or_docs: PathLike | Sequence[Mapping[str, Any]], *,
+def load_queue_config(path_or_docs: PathLike | Sequence[Mapping[str, Any] | None], *,
                       source: str | None = None) -> QueueConfig:
     """The validated queue configuration in a file (or a list of document dicts).
 
