@@ -209,6 +209,12 @@ def test_gpupool_objects_with_settings_cohorts_and_new_spellings(tmp_path: Path)
     assert config.settings == QueueSettings(43_200.0, 1800.0, 45.0, 0, 600.0)
 
 
+def test_an_empty_cohort_is_no_cohort(tmp_path: Path) -> None:
+    (q,) = load(tmp_path, docs(flavor("a100"), queue("q", extra="cohort: ''\n",
+                                                     cohort=None))).cluster_queues
+    assert q.cohort is None
+
+
 def test_omitted_fields_take_gpupools_defaults(tmp_path: Path) -> None:
     (q,) = load(tmp_path, docs(flavor("a100"), queue("q"))).cluster_queues
     assert q.preemption == PreemptionPolicy(WithinQueue.LOWER_PRIORITY, Reclaim.ANY, True)

@@ -321,8 +321,9 @@ def _weight(doc: Document, fair: FairSharingSpec | None) -> float:
 
 
 def _one_of(doc: Document, spec: Any, kueue: str, v1beta2: str) -> tuple[str, str | None]:
-    """The field given of two spellings (``cohort`` / ``cohortName``): (path, value)."""
-    a, b = getattr(spec, _snake(kueue)), getattr(spec, _snake(v1beta2))
+    """The field given of two spellings (``cohort`` / ``cohortName``): (path, value). An
+    empty string means unset, as in Kueue."""
+    a, b = getattr(spec, _snake(kueue)) or None, getattr(spec, _snake(v1beta2)) or None
     if a is not None and b is not None and a != b:
         raise doc.error(f"spec.{v1beta2}", b, f"contradicts spec.{kueue}={show(a)}; give one")
     value = a if a is not None else b
