@@ -68,3 +68,27 @@ def job(name: str, tasks: int = 1, gpu: GpuRequest | None = None, cpu: int = 100
                          tolerations=tolerations),),
         queue=QueueName(queue), priority=priority, min_member=min_member,
         submit_time_s=submit, duration_s=duration)
+
+
+def queue_config(quotas: Mapping[str, int], cohort: str | None = "all",
+                 flavor_labels: Mapping[str, str] | None = None, **settings: float):
+    """ClusterQueues with a nominal quota in whole GPUs each, in one cohort by default."""
+    from gpupool.core.quota import (
+        ClusterQueue,
+        FlavorQuotas,
+        QueueConfig,
+        QueueSettings,
+        Quota,
+        Resource,
+        ResourceFlavor,
+    )
+    base = {"min_runtime_s": 0.0, "preemption_cooldown_s": 0.0}
+    base.update(settings)
+    return QueueConfig(
+        flavors=(ResourceFlavor("gpu", dict(flavor_labels or {})),),
+        cluster_queues=tuple(
+            ClusterQueue(name, (FlavorQuotas("gpu", {Resource.GPU_MILLI: Quota(n * 1000)}),),
+                         cohort=cohort)
+            for name, n in quotas.items()),
+        settings=QueueSettings(**base),  # type: ignore[arg-type]
+    )

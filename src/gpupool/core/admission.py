@@ -308,10 +308,9 @@ def flavor_job(job: Job, flavor: ResourceFlavor | None) -> Job | None:
 
 
 def try_admit(job: Job, cq: str, tree: QuotaTree, snap: Snapshot, profile: Profile,
-              failed: dict[Hashable, Status] | None = None) -> tuple[Fit | None, Status, bool]:
+              failed: dict[Hashable, Status] | None = None) -> tuple[Fit | None, Status]:
     """Tries the queue's flavors in order: quota first (cheap), then placement, then quota
-    again with what the placement really takes. Returns the fit, or why not and whether
-    quota (rather than the cluster) was what stopped it everywhere.
+    again with what the placement really takes. Returns the fit, or why not.
 
     ``failed`` memoises placement failures by request shape within one cycle: the snapshot
     only fills up during a cycle, so a shape that did not fit will not fit later in it.
@@ -319,7 +318,6 @@ def try_admit(job: Job, cq: str, tree: QuotaTree, snap: Snapshot, profile: Profi
     queue = tree.queues[cq]
     flavors: list[str | None] = [fq.flavor for fq in queue.flavors] or [None]
     reasons: list[str] = []
-    quota_only = True
     code = Code.UNSCHEDULABLE
     for fname in flavors:
         flavor = tree.flavors.get(fname) if fname else None
@@ -340,7 +338,6 @@ def try_admit(job: Job, cq: str, tree: QuotaTree, snap: Snapshot, profile: Profi
         if status is None:
             placements, status = place_job(fj, snap, profile)
         if not placements:
-            quota_only = False
             if failed is not None:
                 failed[shape] = status
             reasons.append(status.message if fname is None else f"{fname}: {status.message}")
@@ -352,5 +349,5 @@ def try_admit(job: Job, cq: str, tree: QuotaTree, snap: Snapshot, profile: Profi
         if short:
             reasons.extend(short)
             continue
-        return Fit(key, tuple(placements), demand, tree.borrows(cq, demand)), Status.ok(), False
-    return None, Status(code, ("; ".join(reasons),)), quota_only
+        return Fit(key, tuple(placements), demand, tree.borrows(cq, demand)), Status.ok()
+    return None, Status(code, ("; ".join(reasons),))

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gpupool.core import preemption
-from gpupool.core.admission import Fit, QuotaTree, Vec, flavor_job, try_admit
+from gpupool.core.admission import Fit, QuotaTree, Vec, try_admit
 from gpupool.core.cluster import ClusterState
 from gpupool.core.decisions import Bind, CycleResult, Evict, Park, Reserve
 from gpupool.core.fairshare import UsageLedger
@@ -108,7 +108,15 @@ def schedule(ctx: Context, now_s: float) -> CycleResult:
 def _try(ctx: Context, snap: Snapshot, p: Pending, now_s: float, result: CycleResult,
          failed: dict[Hashable, Status], preempt: bool) -> bool:
     job, q = p.job, p.queue
-    fit, status, quota_only = try_admit(job, q, ctx.tree, snap, ctx.profile, failed)  # 3.
+    res = ctx.reservation
+    if res is not None and res.queue == q and not res.admits(job.id, job.run_limit_s, now_s):
+        status = Status(Code.UNSCHEDULABLE, (
+            f"waiting behind gang {res.job} of queue {q}, which holds room from "
+            f"t={res.start_s:.0f}s (a job with a run limit ending before then may backfill)",))
+        ctx.queues.park(job.id, status)
+        result.parks.append(Park(job.id, status))
+        return False
+    fit, status = try_admit(job, q, ctx.tree, snap, ctx.profile, failed)  # 3.
     if fit is not None:
         _admit(ctx, snap, p, fit, now_s, result)                            # 6.
         return True
@@ -127,7 +135,7 @@ def _try(ctx: Context, snap: Snapshot, p: Pending, now_s: float, result: CycleRe
             ctx.queues.note(job.id, Status(Code.WAIT, (
                 f"preempting {len(victims)} job(s) to start",)))
             return False
-    if not quota_only and ctx.reservation is None and _gpus(job) >= ctx.reserve_min_gpus:
+    if ctx.reservation is None and _gpus(job) >= ctx.reserve_min_gpus:
         ctx.reservation = _reserve(ctx, snap, p, now_s)                     # 5.
         if ctx.reservation is not None:
             snap.reservation = ctx.reservation
@@ -170,16 +178,21 @@ def _dominant(tree: QuotaTree, q: str, demand: Vec) -> float:
 def _evict(ctx: Context, snap: Snapshot, v: preemption.Victim, preemptor: JobId, now_s: float,
            result: CycleResult) -> None:
     r = v.running
-    release(ctx, r.job.id, now_s, snap=snap)
+    release(ctx, r.job.id, now_s, snap=snap, wake=False)
     ctx.queues.add(r.job, preemptions=r.preemptions + 1)
+    # Parked until the next event that frees capacity: not re-admitted in this same cycle.
+    ctx.queues.park(r.job.id, Status(Code.UNSCHEDULABLE, (
+        f"evicted ({v.kind}) by {preemptor}; waiting to be admitted again",)))
     ctx.preempted_by.setdefault(r.job.id, {})[preemptor] = now_s
     result.evicts.append(Evict(r.job.id, r.queue, v.kind, preemptor,
                                f"{v.kind}: preempted by {preemptor}"))
 
 
-def release(ctx: Context, job: JobId, now_s: float, snap: Snapshot | None = None) -> Running:
+def release(ctx: Context, job: JobId, now_s: float, snap: Snapshot | None = None,
+            wake: bool = True) -> Running:
     """Free what a running job holds (it ended, was cancelled or evicted) and wake the
-    parked jobs that the freed capacity could help."""
+    parked jobs that the freed capacity could help (not for an eviction inside a cycle: the
+    room is held for the preemptor, and waking would offer the victim its place back)."""
     r = ctx.running.pop(job)
     for pl in r.placements:
         ctx.state.forget(pl.task)
@@ -190,29 +203,30 @@ def release(ctx: Context, job: JobId, now_s: float, snap: Snapshot | None = None
     ctx.ledger.charge(r.queue, r.job.user, used - r.charge, now_s)
     # Freed quota helps the queue's cohort tree; freed nodes help any queue whose flavors
     # cover them, which is every queue in general: wake them all.
-    ctx.queues.wake()
+    if wake:
+        ctx.queues.wake()
     return r
 
 
 def _reserve(ctx: Context, snap: Snapshot, p: Pending, now_s: float) -> Reservation | None:
-    """When and where the gang could start if running jobs end as declared: release them in
-    order of expected end (binary search on how many) until it fits."""
+    """When and where the gang could start if running jobs end as expected: release them in
+    order of expected end (binary search on how many) until quota and cards both fit."""
     job, q = p.job, p.queue
-    queue = ctx.tree.queues[q]
-    flavor = ctx.tree.flavors.get(queue.flavors[0].flavor) if queue.flavors else None
-    fj = flavor_job(job, flavor)
-    if fj is None:
-        return None
     ends = sorted(ctx.running.values(), key=lambda r: (r.start_s + ctx.runtime(r.job),
                                                        r.job.id))
 
-    def fits(k: int) -> list[Placement]:
+    def fits(k: int) -> tuple[Placement, ...]:
         with snap.trial():
             for r in ends[:k]:
                 for pl in r.placements:
                     snap.release(pl)
-            placements, _ = place_job(fj, snap, ctx.profile)
-            return placements
+                ctx.tree.add(r.queue, r.demand, -1)
+            try:
+                fit = try_admit(job, q, ctx.tree, snap, ctx.profile)[0]
+            finally:
+                for r in ends[:k]:
+                    ctx.tree.add(r.queue, r.demand, +1)
+            return fit.placements if fit is not None else ()
 
     lo, hi = 0, len(ends)
     if not fits(hi):
@@ -226,4 +240,4 @@ def _reserve(ctx: Context, snap: Snapshot, p: Pending, now_s: float) -> Reservat
     placements = fits(lo)
     start = now_s if lo == 0 else max(now_s, ends[lo - 1].start_s + ctx.runtime(ends[lo - 1].job))
     rows = np.unique(np.array([snap.table.row(pl.node) for pl in placements], np.int64))
-    return Reservation(job.id, rows, start)
+    return Reservation(job.id, rows, start, q)

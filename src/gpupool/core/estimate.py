@@ -65,7 +65,7 @@ def estimate_starts(ctx: Context, now_s: float,
                     if misses >= MISSES_PER_STEP:
                         left.append(p)
                         continue
-                    fit, _, _ = try_admit(p.job, p.queue, tree, snap, ctx.profile)
+                    fit, _ = try_admit(p.job, p.queue, tree, snap, ctx.profile)
                     if fit is None:
                         misses += 1
                         left.append(p)

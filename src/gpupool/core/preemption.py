@@ -73,8 +73,8 @@ def candidates(job: Job, cq: str, tree: QuotaTree, running: Mapping[JobId, Runni
     out: list[Victim] = []
     for r in running.values():
         vq = tree.queues[r.queue]
-        if vq.non_preemptive or now_s - r.start_s < settings.min_runtime_s:
-            continue
+        if vq.non_preemptive or r.start_s >= now_s or now_s - r.start_s < settings.min_runtime_s:
+            continue  # never a job admitted this very cycle
         if r.preemptions >= settings.max_preemptions_per_job:
             continue
         if now_s - recent.get(r.job.id, -1e300) < settings.preemption_cooldown_s:
