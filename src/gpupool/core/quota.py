@@ -193,7 +193,10 @@ class QueueConfig:
                     raise ConfigError(f"{owner}: flavor {fq.flavor!r} is listed twice")
                 seen.add(fq.flavor)
                 for res, quota in fq.resources.items():
-                    _check_quota(f"{owner}: {fq.flavor}.{res}", quota)
+                    # A cohort lends from its whole subtree, so only a queue's lending limit
+                    # is bounded by its own nominal quota.
+                    _check_quota(f"{owner}: {fq.flavor}.{res}", quota,
+                                 own_only=owner.startswith("ClusterQueue"))
         for q in self.cluster_queues:
             if not q.weight > 0:
                 raise ConfigError(f"ClusterQueue {q.name}: weight={q.weight} must be positive")
@@ -252,7 +255,7 @@ def _unique(kind: str, names: Iterable[str]) -> None:
         seen.add(n)
 
 
-def _check_quota(where: str, q: Quota) -> None:
+def _check_quota(where: str, q: Quota, own_only: bool = True) -> None:
     if q.nominal < 0:
         raise ConfigError(f"{where}: nominalQuota={q.nominal} must be zero or more")
     if q.borrowing_limit is not None and q.borrowing_limit < 0:
@@ -260,6 +263,6 @@ def _check_quota(where: str, q: Quota) -> None:
     if q.lending_limit is not None:
         if q.lending_limit < 0:
             raise ConfigError(f"{where}: lendingLimit={q.lending_limit} must be zero or more")
-        if q.lending_limit > q.nominal:
+        if own_only and q.lending_limit > q.nominal:
             raise ConfigError(f"{where}: lendingLimit={q.lending_limit} is above "
                               f"nominalQuota={q.nominal}; a queue cannot lend more than it has")
