@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from gpupool.sim import demo, openb_cli, replay_cli
+from gpupool.sim import demo, openb_cli, replay_cli, scenario_cli
 
 
 def add_parsers(sub: Any) -> None:
@@ -13,6 +13,7 @@ def add_parsers(sub: Any) -> None:
     sim_sub = sim.add_subparsers(dest="sim_command", required=True, metavar="SIM_COMMAND")
     openb_cli.add_parser(sim_sub)
     replay_cli.add_parser(sim_sub)
+    scenario_cli.add_parser(sim_sub)
     demo.add_parser(sub)
 
 
