@@ -187,7 +187,7 @@ class Scenario:
     nodes: tuple[Node, ...]
     config: QueueConfig
     description: str = ""
-    estimate_every_s: float = 0.0  # 0: estimates after every cycle that new jobs wait in
+    estimate_every_s: float = 0.0  # 0: estimates after every cycle that new jobs wait after
 
     @property
     def gpus(self) -> int:
@@ -720,8 +720,9 @@ class JobRun:
     runs: int = 0
     evictions: int = 0
     stopped_at_limit: bool = False
-    estimate_s: float | None = None  # estimated start, taken after its first cycle
-    estimated: bool = False  # it was pending after its first cycle and got an estimate
+    estimate_s: float | None = None  # estimated start, as first estimated
+    estimate_at_s: float | None = None  # when: the first estimate after it arrived
+    estimated: bool = False  # it was pending then and got a start time
     position: int | None = None
     rejected: str = ""
     gpu_s: float = 0.0  # GPU-seconds held, all runs
@@ -846,7 +847,7 @@ class _Run:
         self.violations = 0
         self.violation_examples: list[str] = []
         self.cycles = 0
-        self.fresh: list[JobId] = []  # submitted since the last cycle
+        self.fresh: list[JobId] = []  # submitted since the last estimate
         self.entitled: dict[str, float] = {}
         self.nominal: dict[str, int] = {}
         for q in self.queues:
@@ -990,18 +991,18 @@ class _Run:
         for bind in result.binds:
             self._bind(bind)
         self._pending += len(result.evicts) - len(result.binds)
-        if self.fresh:
-            waiting = [j for j in self.fresh if self.jobs[j].start_s is None and
-                       j not in self.running]
-            if waiting and self.now >= self.next_estimate:
+        if self.fresh and self.now >= self.next_estimate:
+            waiting = [j for j in self.fresh if self.jobs[j].start_s is None]
+            if waiting:
                 every = self.s.estimate_every_s
                 self.next_estimate = (math.floor(self.now / every) + 1) * every if every \
                     else self.now
                 est = self.sched.estimates(self.now)
                 for jid in waiting:
+                    rec = self.jobs[jid]
                     got = est.get(jid)
+                    rec.estimate_at_s = self.now
                     if got is not None:
-                        rec = self.jobs[jid]
                         rec.position, rec.estimate_s = got[0], got[1]
                         rec.estimated = got[1] is not None
             self.fresh.clear()

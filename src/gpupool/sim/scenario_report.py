@@ -23,9 +23,12 @@ Definitions (``docs/scenarios.md`` repeats them for users):
 - **preemptions**: evictions by reason; ``guaranteed_preempted`` counts evictions (reclaim
   and fair-share) that took a queue below its nominal GPU quota, i.e. took more than it had
   borrowed; ``mutual`` counts pairs of jobs that preempted each other.
-- **wait_estimate**: for jobs still pending after the first cycle that saw them and given a
-  start time then, the absolute error between that estimate and the actual start (jobs that
-  never started are left out and counted).
+- **wait_estimate**: jobs are asked about at the first estimate after they arrive (after
+  every cycle, or every ``estimateEvery``); for those still pending then and given a start
+  time, the absolute error between that estimate and the actual start. Jobs that never
+  started are left out (``started`` counts the rest); ``asked`` counts the jobs asked about,
+  ``estimated_jobs`` those given a time (the estimator gives times to the first jobs of the
+  global order only), ``median_estimate_delay_s`` how long after arrival they were asked.
 """
 
 from __future__ import annotations
@@ -207,6 +210,8 @@ def summarise_run(r: RunResult) -> dict[str, Any]:
     errors = [abs(j.estimate_s - j.start_s) for j in accepted
               if j.estimated and j.estimate_s is not None and j.start_s is not None]
     estimated = [j for j in accepted if j.estimated]
+    asked = [j for j in accepted if j.estimate_at_s is not None]
+    delays = [j.estimate_at_s - j.submit_s for j in estimated if j.estimate_at_s is not None]
     return {
         "seed": r.seed,
         "jobs": {
@@ -236,7 +241,9 @@ def summarise_run(r: RunResult) -> dict[str, Any]:
         },
         "wait_s": _waits(j.wait_s for j in accepted if j.wait_s is not None),
         "wait_estimate": {
+            "asked": len(asked),
             "estimated_jobs": len(estimated),
+            "median_estimate_delay_s": _r(float(np.median(delays)), 1) if delays else None,
             "started": len(errors),
             "median_abs_error_s": _r(float(np.median(errors)), 1) if errors else None,
             "p90_abs_error_s": _r(float(np.percentile(errors, 90)), 1) if errors else None,
@@ -477,8 +484,10 @@ def render_report(summary: Mapping[str, Any], plots: Sequence[str] = ()) -> str:
                   f"{j['started']:,} started, {j['completed']:,} completed "
                   f"({j['stopped_at_run_limit']:,} stopped at their run limit), "
                   f"{j['never_started']:,} never started; {first['cycles']:,} scheduling "
-                  f"cycles. Wait estimates: {first['wait_estimate']['estimated_jobs']:,} jobs "
-                  "were still pending after their first cycle and got a start time; for the "
+                  f"cycles. Wait estimates: {first['wait_estimate']['asked']:,} jobs were still "
+                  "pending at the first estimate after they arrived (median "
+                  f"{_dur(first['wait_estimate']['median_estimate_delay_s'])} after), "
+                  f"{first['wait_estimate']['estimated_jobs']:,} got a start time; for the "
                   f"{first['wait_estimate']['started']:,} of them that started, the median "
                   "absolute error was "
                   f"{_dur(first['wait_estimate']['median_abs_error_s'])} (p90 "
