@@ -22,8 +22,8 @@ from gpupool.core.model import Gpu, Node
 from gpupool.core.quota import (
     ClusterQueue,
     FlavorQuotas,
-    Quota,
     QueueConfig,
+    Quota,
     Resource,
     ResourceFlavor,
 )
