@@ -60,6 +60,7 @@ SCENARIO_KIND = "Scenario"
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 DEFAULT_INTERVAL_S = 10.0
 DEFAULT_GRACE_S = 0.0
+DEFAULT_ESTIMATE_EVERY_S = 300.0
 
 # -- durations and quantities ---------------------------------------------------------------
 
@@ -187,7 +188,7 @@ class Scenario:
     nodes: tuple[Node, ...]
     config: QueueConfig
     description: str = ""
-    estimate_every_s: float = 0.0  # 0: estimates after every cycle that new jobs wait after
+    estimate_every_s: float = DEFAULT_ESTIMATE_EVERY_S  # 0: after every cycle
 
     @property
     def gpus(self) -> int:
@@ -497,7 +498,7 @@ def parse_scenario(doc: Mapping[str, Any], *, where: str, nodes: Sequence[Node],
     grace = _duration(w, "spec.gracePeriod", spec["gracePeriod"]) \
         if "gracePeriod" in spec else DEFAULT_GRACE_S
     estimate_every = _duration(w, "spec.estimateEvery", spec["estimateEvery"]) \
-        if "estimateEvery" in spec else 0.0
+        if "estimateEvery" in spec else DEFAULT_ESTIMATE_EVERY_S
     window = (0.0, duration)
     if "saturatedWindow" in spec:
         sw = _mapping(w, "spec.saturatedWindow", spec["saturatedWindow"])
@@ -577,7 +578,19 @@ def load_scenario(path: str | Path) -> Scenario:
     if not Path(path).is_file():
         raise ConfigError(f"{source}: no such scenario file")
     docs = read_documents(path)
-    scenarios = [d for d in docs if d.kind == SCENARIO_KIND]
+    known = ", ".join((*KINDS, SCENARIO_KIND))
+    cluster, queues, scenarios = [], [], []
+    for d in docs:
+        if d.kind == SCENARIO_KIND:
+            scenarios.append(d)
+        elif d.kind == "Cluster" or (d.kind is None and "nodePools" in d.body):
+            cluster.append(d)
+        elif d.kind is None:
+            raise d.problem(f"kind: required field is missing; known kinds: {known}")
+        elif d.kind in KINDS:
+            queues.append(d)
+        else:
+            raise d.error("kind", d.kind, f"is not a known kind; known: {known}")
     if not scenarios:
         raise ConfigError(f"{source}: no kind: {SCENARIO_KIND} document; a scenario file "
                           "holds the cluster, the queues and one Scenario")
@@ -585,20 +598,6 @@ def load_scenario(path: str | Path) -> Scenario:
         raise ConfigError(f"{source}: documents {scenarios[0].index} and "
                           f"{scenarios[1].index} are both kind: {SCENARIO_KIND}; a file holds "
                           "one scenario")
-    cluster, queues = [], []
-    for d in docs:
-        if d.kind == SCENARIO_KIND:
-            continue
-        if d.kind == "Cluster" or (d.kind is None and "nodePools" in d.body):
-            cluster.append(d)
-        elif d.kind is None:
-            raise d.problem("kind: required field is missing; known kinds: "
-                            + ", ".join((*KINDS, SCENARIO_KIND)))
-        elif d.kind in KINDS:
-            queues.append(d)
-        else:
-            raise d.error("kind", d.kind, "is not a known kind; known: "
-                          + ", ".join((*KINDS, SCENARIO_KIND)))
     if not cluster:
         raise ConfigError(f"{source}: no kind: Cluster document: the scenario needs nodes")
     if not queues:
