@@ -125,7 +125,7 @@ def test_writes_summary_report_and_plots(scenario: Path, tmp_path: Path,
     assert agg["queues"]["a"]["entitled_share"] == 0.5
     text = (out / report.REPORT_FILE).read_text()
     assert "# Scenario two-teams" in text and "| a | 1 | 8 | 50.0 % |" in text
-    for name in (report.SHARES_PLOT, report.WAITS_PLOT):
+    for name in (report.SHARES_PLOT, report.USERS_PLOT, report.WAITS_PLOT):
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

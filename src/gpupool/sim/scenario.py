@@ -747,16 +747,24 @@ class Eviction:
 
 @dataclass(slots=True)
 class Series:
-    """Per-queue GPU milli allocated, sampled after every batch of events and every cycle."""
+    """GPU milli allocated per queue and per user, sampled after every batch of events and
+    every cycle."""
 
     queues: list[str]
+    users: list[str] = field(default_factory=list)
     time_s: list[float] = field(default_factory=list)
     used_milli: list[list[int]] = field(default_factory=list)  # [sample][queue]
+    user_milli: list[list[int]] = field(default_factory=list)  # [sample][user]
     pending: list[int] = field(default_factory=list)
 
     def arrays(self) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
         t = np.asarray(self.time_s, np.float64)
         u = np.asarray(self.used_milli, np.float64).reshape(len(self.time_s), len(self.queues))
+        return t, u
+
+    def user_arrays(self) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+        t = np.asarray(self.time_s, np.float64)
+        u = np.asarray(self.user_milli, np.float64).reshape(len(self.time_s), len(self.users))
         return t, u
 
 
@@ -840,7 +848,10 @@ class _Run:
         self.now = 0.0
         self.running: dict[JobId, tuple[int, float]] = {}  # run number, start of the run
         self.used = [0] * len(self.queues)  # GPU milli allocated per queue
-        self.series = Series(self.queues)
+        users = sorted({j.user for j in jobs})
+        self.uindex = {u: i for i, u in enumerate(users)}
+        self.used_by_user = [0] * len(users)
+        self.series = Series(self.queues, users)
         self.evictions: list[Eviction] = []
         self.partial = 0
         self.violations = 0
@@ -967,6 +978,7 @@ class _Run:
         _, start = self.running.pop(jid)
         rec = self.jobs[jid]
         self.used[self.qindex[rec.queue]] -= rec.gpu_milli
+        self.used_by_user[self.uindex[rec.job.user]] -= rec.gpu_milli
         gpus = rec.gpu_milli / WHOLE_GPU_MILLI
         rec.gpu_s += gpus * (at - start)
         w0, w1 = self.s.window
@@ -1037,6 +1049,7 @@ class _Run:
             rec.start_s = self.now
         self.running[jid] = (rec.runs, self.now)
         self.used[self.qindex[rec.queue]] += rec.gpu_milli
+        self.used_by_user[self.uindex[rec.job.user]] += rec.gpu_milli
         duration = rec.job.duration_s or 0.0
         if rec.job.run_limit_s is not None:
             duration = min(duration, rec.job.run_limit_s)
@@ -1070,8 +1083,10 @@ class _Run:
         s = self.series
         if s.time_s and s.time_s[-1] == self.now:
             s.used_milli[-1] = list(self.used)
+            s.user_milli[-1] = list(self.used_by_user)
             s.pending[-1] = self._pending
             return
         s.time_s.append(self.now)
         s.used_milli.append(list(self.used))
+        s.user_milli.append(list(self.used_by_user))
         s.pending.append(self._pending)

@@ -23,6 +23,7 @@ from gpupool.sim.scenario_report import (
     REPORT_FILE,
     SHARES_PLOT,
     SUMMARY_FILE,
+    USERS_PLOT,
     WAITS_PLOT,
     summarise,
     write_outputs,
@@ -38,8 +39,8 @@ examples:
 
 --seeds takes a range (1-3), a list (1,2,5) or one seed (1). --duration runs the scenario
 for less (or more) simulated time than its spec.duration; the saturated window is cut to fit.
-Writes {SUMMARY_FILE}, {REPORT_FILE}, {SHARES_PLOT} and {WAITS_PLOT} to --out. The format of
-the scenario file is in docs/scenarios.md.
+Writes {SUMMARY_FILE}, {REPORT_FILE}, {SHARES_PLOT}, {USERS_PLOT} and {WAITS_PLOT} to --out.
+The format of the scenario file is in docs/scenarios.md.
 """
 
 
