@@ -24,7 +24,10 @@ The run loop, in simulated seconds:
 - after a cycle that evicts, the victims need ``gracePeriod`` to stop: the next cycle runs
   once it has passed, and none before. The core has already taken the victims off its books,
   so a cycle inside the grace period would bind onto cards that, in a real cluster, are still
-  busy.
+  busy;
+- every ``estimateEvery`` (default 5 minutes; 0 after every cycle) the jobs that arrived since
+  the last estimate and still wait are asked about (``Scheduler.estimates``), to compare with
+  their actual start later.
 
 Nothing here reads the wall clock; one file and one seed give one result.
 """
