@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gpupool.core import preemption
-from gpupool.core.admission import Fit, QuotaTree, Vec, try_admit
+from gpupool.core.admission import Fit, QuotaTree, Vec, request_demand, try_admit
 from gpupool.core.cluster import ClusterState
 from gpupool.core.decisions import Bind, CycleResult, Evict, Park, Reserve
 from gpupool.core.fairshare import UsageLedger
@@ -80,12 +80,15 @@ def schedule(ctx: Context, now_s: float) -> CycleResult:
     snap.reservation = ctx.reservation
     result = CycleResult(cycle=ctx.state.next_cycle())
     failed: dict[Hashable, Status] = {}
+    # Per queue, the highest priority whose preemption attempt found no victim set this
+    # cycle: a job of that queue with no higher priority would find none either.
+    no_victims: dict[str, int] = {}
     order: dict[str, Iterator[Pending]] = {}
     nominated = [ctx.queues.get(j) for j in ctx.nominated]
     ctx.nominated = []
     for p in nominated:
         if p is not None:
-            _try(ctx, snap, p, now_s, result, failed, preempt=False)
+            _try(ctx, snap, p, now_s, result, failed, no_victims, preempt=False)
     heap = [(ctx.tree.share(q), q) for q in ctx.queues.queues() if ctx.queues.has_active(q)]
     heapq.heapify(heap)
     while heap:                                                             # 2.
@@ -98,7 +101,7 @@ def schedule(ctx: Context, now_s: float) -> CycleResult:
             if p is not None:
                 heapq.heappush(heap, (ctx.tree.share(q), q))
             continue
-        admitted = _try(ctx, snap, p, now_s, result, failed, preempt=True)
+        admitted = _try(ctx, snap, p, now_s, result, failed, no_victims, preempt=True)
         if not admitted and ctx.tree.queues[q].queueing_strategy is QueueingStrategy.STRICT_FIFO:
             continue  # the head blocks its queue
         heapq.heappush(heap, (ctx.tree.share(q), q))
@@ -106,10 +109,11 @@ def schedule(ctx: Context, now_s: float) -> CycleResult:
 
 
 def _try(ctx: Context, snap: Snapshot, p: Pending, now_s: float, result: CycleResult,
-         failed: dict[Hashable, Status], preempt: bool) -> bool:
+         failed: dict[Hashable, Status], no_victims: dict[str, int], preempt: bool) -> bool:
     job, q = p.job, p.queue
     res = ctx.reservation
-    if res is not None and res.queue == q and not res.admits(job.id, job.run_limit_s, now_s):
+    if res is not None and res.holds_quota and res.queue == q \
+            and not res.admits(job.id, job.run_limit_s, now_s):
         status = Status(Code.UNSCHEDULABLE, (
             f"waiting behind gang {res.job} of queue {q}, which holds room from "
             f"t={res.start_s:.0f}s (a job with a run limit ending before then may backfill)",))
@@ -120,10 +124,13 @@ def _try(ctx: Context, snap: Snapshot, p: Pending, now_s: float, result: CycleRe
     if fit is not None:
         _admit(ctx, snap, p, fit, now_s, result)                            # 6.
         return True
-    if preempt and status.code is not Code.UNRESOLVABLE:                    # 4.
+    if preempt and status.code is not Code.UNRESOLVABLE \
+            and job.priority > no_victims.get(q, -(1 << 62)):                   # 4.
         cands = preemption.candidates(job, q, ctx.tree, ctx.running, ctx.settings, now_s,
                                       ctx.preempted_by)
         planned = preemption.plan(job, q, ctx.tree, snap, ctx.profile, cands)
+        if planned is None:
+            no_victims[q] = max(job.priority, no_victims.get(q, -(1 << 62)))
         if planned is not None:
             victims, fit = planned
             for v in victims:
@@ -132,6 +139,7 @@ def _try(ctx: Context, snap: Snapshot, p: Pending, now_s: float, result: CycleRe
                 snap.assume(pl)  # the room is held for the preemptor this cycle
             ctx.nominated.append(job.id)
             failed.clear()
+            no_victims.clear()
             ctx.queues.note(job.id, Status(Code.WAIT, (
                 f"preempting {len(victims)} job(s) to start",)))
             return False
@@ -228,6 +236,9 @@ def _reserve(ctx: Context, snap: Snapshot, p: Pending, now_s: float) -> Reservat
                     ctx.tree.add(r.queue, r.demand, +1)
             return fit.placements if fit is not None else ()
 
+    queue = ctx.tree.queues[q]
+    flavor = queue.flavors[0].flavor if queue.flavors else ""
+    holds_quota = bool(ctx.tree.shortfall(q, request_demand(job, flavor)))
     lo, hi = 0, len(ends)
     if not fits(hi):
         return None
@@ -240,4 +251,4 @@ def _reserve(ctx: Context, snap: Snapshot, p: Pending, now_s: float) -> Reservat
     placements = fits(lo)
     start = now_s if lo == 0 else max(now_s, ends[lo - 1].start_s + ctx.runtime(ends[lo - 1].job))
     rows = np.unique(np.array([snap.table.row(pl.node) for pl in placements], np.int64))
-    return Reservation(job.id, rows, start, q)
+    return Reservation(job.id, rows, start, q, holds_quota)

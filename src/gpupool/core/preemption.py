@@ -127,10 +127,26 @@ def plan(job: Job, cq: str, tree: QuotaTree, snap: Snapshot, profile: Profile,
             return None
         return try_admit(job, cq, tree, snap, profile)[0]
 
+    def still_allowed(v: Victim) -> bool:
+        """Another queue's job is a victim only while its queue stays at or above nominal
+        without it (only borrowed capacity is taken back) and, for fair-share, while that
+        queue's share stays above the preemptor's; checked as victims are taken."""
+        if v.kind == "within-queue":
+            return True
+        vq = v.running.queue
+        usage, nominal = tree.usage(vq), tree.nominal(vq)
+        if any(usage.get(k, 0) - d < nominal[k] for k, d in v.running.demand.items()
+               if k in nominal and d > 0):
+            return False
+        return v.kind != "fair-share" or tree.share(cq, lower_bound) < tree.share(
+            vq, {k: -d for k, d in v.running.demand.items()})
+
     try:
         with snap.trial():
             fit: Fit | None = None
             for v in cands:
+                if not still_allowed(v):
+                    continue
                 take_out(v)
                 fit = attempt()
                 if fit is not None:

@@ -90,7 +90,10 @@ class Reservation:
     job: JobId
     rows: npt.NDArray[np.int64]
     start_s: float
-    queue: str = ""  # the gang's queue: its other jobs wait behind it unless they backfill
+    queue: str = ""
+    holds_quota: bool = False
+    """The gang was short of its own queue's quota: the queue's other jobs wait behind it
+    (unless they backfill), or they would take the quota as it frees and starve it."""
 
     def admits(self, job: JobId, run_limit_s: float | None, now_s: float) -> bool:
         return job == self.job or (run_limit_s is not None and now_s + run_limit_s <= self.start_s)
