@@ -79,8 +79,9 @@ def pod_shape(pod: TracePod) -> PodShape:
 
 
 def trace_typical_pods(pods: Sequence[TracePod]) -> TypicalPods:
-    """The target workload M of a trace: its pods' shapes, top 95 % by popularity."""
-    return typical_pods(pod_shape(p) for p in pods)
+    """The target workload M of a trace: its pods' shapes, top 95 % by popularity, with each
+    group's mean memory request (which FGD ignores and gpupool reads)."""
+    return typical_pods((pod_shape(p) for p in pods), memory_mib=(p.memory_mib for p in pods))
 
 
 def arrival_order(

@@ -19,16 +19,18 @@ changed since the last pod of that shape.
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
+import numpy.typing as npt
 
 from gpupool.core.model import WHOLE_GPU_MILLI, GpuKind, GpuShare, Task
 from gpupool.core.placement.framework import CycleState, Rows, Scores
 from gpupool.core.placement.plugins.eligible import card_mask
 from gpupool.core.placement.plugins.frag import (
+    F64,
     I64,
     TypicalPods,
     frag_after_slice,
@@ -99,8 +101,8 @@ def fgd_evaluate(
 
 def cached_by_row(
     cs: CycleState, key: Hashable, rows: Rows,
-    compute: Any,
-) -> tuple[I64, I64]:
+    compute: Callable[[Rows], tuple[npt.ArrayLike, npt.ArrayLike]],
+) -> tuple[F64, I64]:
     """Per-row (score, card) pairs cached against row generations under ``key``.
 
     ``compute(stale_rows) -> (score, card)`` runs only on rows that changed since cached.
@@ -109,7 +111,7 @@ def cached_by_row(
     entry = cs.cache.get(key)
     if entry is None or entry[0].size < t.cap_rows:
         cap = t.cap_rows
-        entry = cs.cache[key] = (np.full(cap, -1, np.int64), np.zeros(cap, np.int64),
+        entry = cs.cache[key] = (np.full(cap, -1, np.int64), np.zeros(cap, np.float64),
                                  np.full(cap, -1, np.int64))
     gen_at, score, card = entry
     stale = rows[gen_at[rows] != t.gen[rows]]
@@ -142,13 +144,13 @@ class FgdScore:
     typical_pods: TypicalPods
     name: ClassVar[str] = "fgd"
 
-    def _scores(self, cs: CycleState, task: Task, rows: Rows) -> tuple[I64, I64]:
+    def _scores(self, cs: CycleState, task: Task, rows: Rows) -> tuple[F64, I64]:
         tp = self.typical_pods
         return cached_by_row(cs, ("fgd", tp, shape_key(task)), rows,
                              lambda stale: fgd_evaluate(tp, cs, task, stale))
 
     def score(self, cs: CycleState, task: Task, rows: Rows) -> Scores:
-        return self._scores(cs, task, rows)[0].astype(np.float64)
+        return self._scores(cs, task, rows)[0]
 
     def choose_cards(self, cs: CycleState, task: Task, row: int) -> tuple[GpuShare, ...] | None:
         req = task.request

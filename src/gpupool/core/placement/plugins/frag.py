@@ -78,16 +78,20 @@ class TypicalPods:
     """The target workload M: pod shapes with integer popularity counts.
 
     ``counts[m] / kept`` is the renormalised popularity of ``shapes[m]``; ``total`` is the
-    number of pods the groups were drawn from. Arrays for the vector code are derived once.
+    number of pods the groups were drawn from; ``memory_mib[m]``, when given, the mean memory
+    request of the group (not part of FGD's measure, which ignores memory; policies that
+    account for memory read it). Arrays for the vector code are derived once.
     """
 
     shapes: tuple[PodShape, ...]
     counts: tuple[int, ...]
     total: int
+    memory_mib: tuple[int, ...] = ()
     cpu: I64 = field(init=False, repr=False, compare=False)
     gm: I64 = field(init=False, repr=False, compare=False)
     k: I64 = field(init=False, repr=False, compare=False)
     weight: I64 = field(init=False, repr=False, compare=False)
+    mem: I64 = field(init=False, repr=False, compare=False)
     gpu_index: I64 = field(init=False, repr=False, compare=False)
     count_all: int = field(init=False, repr=False, compare=False)
     constrained: bool = field(init=False, repr=False, compare=False)
@@ -99,6 +103,8 @@ class TypicalPods:
     def __post_init__(self) -> None:
         if len(self.shapes) != len(self.counts) or not self.shapes:
             raise ValueError("typical pods need one count per shape, and at least one shape")
+        if self.memory_mib and len(self.memory_mib) != len(self.shapes):
+            raise ValueError("typical pods need one memory figure per shape, or none")
         gpu = [i for i, s in enumerate(self.shapes) if s.gpu_milli > 0 and s.gpu_count > 0]
         sel = np.asarray(gpu, np.int64)
         setter = object.__setattr__
@@ -107,9 +113,11 @@ class TypicalPods:
         setter(self, "gm", np.asarray([self.shapes[i].gpu_milli for i in gpu], np.int64))
         setter(self, "k", np.asarray([self.shapes[i].gpu_count for i in gpu], np.int64))
         setter(self, "weight", np.asarray([self.counts[i] for i in gpu], np.int64))
+        memory = self.memory_mib or (0,) * len(self.shapes)
+        setter(self, "mem", np.asarray([memory[i] for i in gpu], np.int64))
         setter(self, "count_all", int(sum(self.counts)))
         setter(self, "constrained", any(self.shapes[i].models for i in gpu))
-        setter(self, "_hash", hash((self.shapes, self.counts, self.total)))
+        setter(self, "_hash", hash((self.shapes, self.counts, self.total, self.memory_mib)))
 
     @property
     def kept(self) -> int:
@@ -126,15 +134,26 @@ class TypicalPods:
 
 
 def typical_pods(
-    pods: Iterable[PodShape], threshold_pct: float = DEFAULT_THRESHOLD_PCT
+    pods: Iterable[PodShape],
+    threshold_pct: float = DEFAULT_THRESHOLD_PCT,
+    memory_mib: Iterable[int] | None = None,
 ) -> TypicalPods:
     """Group pods by shape and keep the most popular groups covering ``threshold_pct``.
 
     Groups are ordered by count, descending, ties by shape descending (CPU, milli, count,
     models); groups are taken until their pods reach ``threshold_pct`` % of all pods, the
-    crossing group included.
+    crossing group included. ``memory_mib``, parallel to ``pods``, gives each kept group its
+    mean memory request (rounded); memory never splits a group.
     """
+    pods = list(pods)
     counter = Counter(pods)
+    memory_sum: Counter[PodShape] = Counter()
+    if memory_mib is not None:
+        memory = list(memory_mib)
+        if len(memory) != len(pods):
+            raise ValueError(f"{len(memory)} memory figures for {len(pods)} pods")
+        for shape, mib in zip(pods, memory, strict=True):
+            memory_sum[shape] += mib
     total = sum(counter.values())
     if not total:
         raise ValueError("typical pods need at least one pod")
@@ -149,7 +168,9 @@ def typical_pods(
         shapes.append(shape)
         counts.append(count)
         cum += count
-    return TypicalPods(tuple(shapes), tuple(counts), total)
+    means = tuple(round(memory_sum[sh] / n) for sh, n in zip(shapes, counts, strict=True)) \
+        if memory_mib is not None else ()
+    return TypicalPods(tuple(shapes), tuple(counts), total, means)
 
 
 # -- the node state the measure reads --------------------------------------------------------
@@ -256,12 +277,12 @@ def row_terms(
 # -- hypothetical states ---------------------------------------------------------------------
 
 
-def frag_after_slice(
+def after_slice_terms(
     tp: TypicalPods, table: NodeTable, rows: I64, base: RowTerms, cpu_milli: int,
     gpu_milli: int, cache: MutableMapping[Hashable, Any],
-) -> I64:
-    """[R, W]: kept * F of each row after a slice of ``gpu_milli`` and ``cpu_milli`` goes on
-    card j. Entries for cards that cannot hold the slice are meaningless; mask them."""
+) -> tuple[I64, I64, I64, I64]:
+    """(cpu, idle [R, W]; nfit, usable [R, W, M]) of each row after a slice of ``gpu_milli``
+    and ``cpu_milli`` goes on card j. Entries for cards that cannot hold it are meaningless."""
     g = idle_cards(table, rows)[:, :, None]  # [R, W, 1]
     g2 = g - gpu_milli
     fit = g >= tp.gm
@@ -273,27 +294,26 @@ def frag_after_slice(
         fit2 &= e
     nfit = base.nfit[:, None, :] - fit + fit2
     usable = base.usable[:, None, :] - g * fit + g2 * fit2
-    cpu = np.broadcast_to((table.cpu_free[rows] - cpu_milli)[:, None], g.shape[:2])
-    idle = (base.idle - gpu_milli)[:, None]
-    return scaled_frag(tp, cpu, np.broadcast_to(idle, g.shape[:2]), nfit, usable)
+    shape = g.shape[:2]
+    cpu = np.broadcast_to((table.cpu_free[rows] - cpu_milli)[:, None], shape)
+    idle = np.broadcast_to((base.idle - gpu_milli)[:, None], shape)
+    return cpu, idle, nfit, usable
 
 
-def frag_after_take(
+def after_take_terms(
     tp: TypicalPods, table: NodeTable, rows: I64, base: RowTerms, cpu_milli: int,
     take: I64, cache: MutableMapping[Hashable, Any],
-) -> I64:
-    """[R]: kept * F of each row after ``cpu_milli`` and ``take[r, i]`` milli of card i go.
-
-    ``take`` is all zeros for a pod without GPUs (only the CPU moves)."""
-    g = idle_cards(table, rows)
+) -> tuple[I64, I64, I64, I64]:
+    """(cpu, idle [R]; nfit, usable [R, M]) of each row after ``cpu_milli`` and ``take[r, i]``
+    milli of card i go (``take`` all zeros for a pod without GPUs: only the CPU moves)."""
     cpu = table.cpu_free[rows] - cpu_milli
     if not take.any():
-        return scaled_frag(tp, cpu, base.idle, base.nfit, base.usable)
+        return cpu, base.idle, base.nfit, base.usable
+    g = idle_cards(table, rows)
     g2 = g - take
-    moved = take > 0
-    gm = tp.gm
-    fit = (g[:, :, None] >= gm) & moved[:, :, None]
-    fit2 = (g2[:, :, None] >= gm) & moved[:, :, None]
+    moved = (take > 0)[:, :, None]
+    fit = (g[:, :, None] >= tp.gm) & moved
+    fit2 = (g2[:, :, None] >= tp.gm) & moved
     elig = card_eligibility(tp, table, cache)
     if elig is not None:
         e = elig[rows]
@@ -302,4 +322,22 @@ def frag_after_take(
     nfit = base.nfit - fit.sum(axis=1) + fit2.sum(axis=1)
     usable = (base.usable - np.einsum("rw,rwm->rm", g, fit.astype(np.int64))
               + np.einsum("rw,rwm->rm", g2, fit2.astype(np.int64)))
-    return scaled_frag(tp, cpu, base.idle - take.sum(axis=1), nfit, usable)
+    return cpu, base.idle - take.sum(axis=1), nfit, usable
+
+
+def frag_after_slice(
+    tp: TypicalPods, table: NodeTable, rows: I64, base: RowTerms, cpu_milli: int,
+    gpu_milli: int, cache: MutableMapping[Hashable, Any],
+) -> I64:
+    """[R, W]: kept * F of each row after a slice of ``gpu_milli`` and ``cpu_milli`` goes on
+    card j. Entries for cards that cannot hold the slice are meaningless; mask them."""
+    return scaled_frag(tp, *after_slice_terms(tp, table, rows, base, cpu_milli, gpu_milli,
+                                              cache))
+
+
+def frag_after_take(
+    tp: TypicalPods, table: NodeTable, rows: I64, base: RowTerms, cpu_milli: int,
+    take: I64, cache: MutableMapping[Hashable, Any],
+) -> I64:
+    """[R]: kept * F of each row after ``cpu_milli`` and ``take[r, i]`` milli of card i go."""
+    return scaled_frag(tp, *after_take_terms(tp, table, rows, base, cpu_milli, take, cache))

@@ -1,13 +1,164 @@
-"""gpupool: the default placement policy (work in progress: FGD's score for now)."""
+"""gpupool: FGD's fragment descent, with the node's CPU and memory coupled to its GPUs.
+
+The default placement policy of gpupool. It keeps what makes FGD (Weng et al., ATC'23) work
+and repairs what its measure cannot see. See docs/policies.md for the measurements.
+
+What it keeps from FGD
+    A node is scored by how much placing the pod there lowers the node's fragment with respect
+    to the typical pods M (the target workload), ``floor(100 * sigmoid(dF / 1000))``. The
+    truncation is deliberate and essential: it sorts nodes into about a hundred classes of
+    "equally good", and the table's fixed tie order then fills each class first-fit. Without
+    it (the exact dF) the same measure leaves 1 point more GPU unallocated on openb, and with
+    a fresh random tie-break per pod it leaves twice as much: most of FGD's packing comes from
+    first-fit among nodes the measure cannot tell apart, so the classes must stay coarse and
+    the tie order fixed. Slices take the card that scores best, the first on equal classes;
+    whole GPUs take the lowest-index free cards.
+
+What it changes
+    1. Memory joins CPU in "does typical pod m fit on this node". The scheduler refuses a
+       node short of memory as surely as one short of CPU, so a node whose memory is gone
+       strands its GPUs; FGD counts those GPUs as usable. Each typical group brings its mean
+       memory request (memory is not part of the group key, as in FGD).
+    2. CPU and memory stranding of whole cards. FGD asks only whether *one* pod of a type
+       still fits, so a node with eight free cards and CPU for one more pod has no fragment
+       at all. Here the fully free cards that the node's free CPU (or memory) cannot feed,
+       at the workload's CPU per whole card (and memory per card), count as fragment too:
+       ``P_whole * max(0, full_cards * 1000 - 1000 * cpu_free / cpu_per_card)``, with
+       ``P_whole`` the weight of the typical pods that take whole cards. This is what makes
+       a pod that eats CPU go where CPU is plentiful rather than where GPUs are.
+    3. Only typical pods that use GPUs enter the score. A typical pod without GPUs counts
+       every idle GPU as fragment, which moves every candidate of a pod by the same amount
+       (the pod's own GPU demand): it cannot prefer one node to another, and it only shifts
+       where the truncation cuts the classes, differently for every pod size.
+    4. Pods without GPUs, which leave GPU fragment unchanged on most nodes, break the ties
+       of their best class by CPU surplus: the node whose free CPU most exceeds what its idle
+       GPUs will need (at the workload's CPU per GPU) after the pod, instead of first-fit.
+       First-fit sends them to the same low-ranked nodes that GPU pods fill, where their CPU
+       strands GPUs.
+
+Cost is FGD's: every term depends only on the node's row and the pod's shape, so scores are
+cached per (shape, row generation) and a decision recomputes only rows changed since the
+last pod of the same shape.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
-from gpupool.core.placement.plugins.fgd import FgdScore
+import numpy as np
+
+from gpupool.core.model import WHOLE_GPU_MILLI, GpuKind, GpuShare, Task
+from gpupool.core.placement.framework import CycleState, Rows, Scores
+from gpupool.core.placement.plugins.fgd import (
+    cached_by_row,
+    exclusive_cards,
+    shape_key,
+    sigmoid_score,
+    slice_cards,
+    whole_take,
+)
+from gpupool.core.placement.plugins.frag import (
+    F64,
+    I64,
+    TypicalPods,
+    after_slice_terms,
+    after_take_terms,
+    idle_cards,
+    row_terms,
+)
+
+SURPLUS_SCALE_MILLI = 64_000
+"""CPU surplus that maps to three quarters of the tie-break range (half a large node)."""
 
 
 @dataclass(frozen=True, eq=False)
-class GpupoolScore(FgdScore):
+class GpupoolScore:
+    """Score and card choice of the gpupool policy against ``typical_pods``."""
+
+    typical_pods: TypicalPods
     name: ClassVar[str] = "gpupool"
+    whole_weight: int = field(init=False, repr=False)
+    cpu_per_card: float = field(init=False, repr=False)
+    mem_per_card: float = field(init=False, repr=False)
+    cpu_per_milli: float = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        tp = self.typical_pods
+        w = tp.weight
+        whole = tp.gm >= WHOLE_GPU_MILLI
+        cards = float((w[whole] * tp.k[whole]).sum())
+        setter = object.__setattr__
+        setter(self, "whole_weight", int(w[whole].sum()))
+        setter(self, "cpu_per_card",
+               float((w[whole] * tp.cpu[whole]).sum()) / cards if cards else 0.0)
+        setter(self, "mem_per_card",
+               float((w[whole] * tp.mem[whole]).sum()) / cards if cards else 0.0)
+        milli = float((w * tp.k * tp.gm).sum())
+        setter(self, "cpu_per_milli", float((w * tp.cpu).sum()) / milli if milli else 0.0)
+
+    # -- the measure -----------------------------------------------------------------------
+
+    def measure(self, cpu: I64, mem: I64, idle: I64, nfit: I64, usable: I64,
+                full: I64) -> F64:
+        """kept * fragment of node states given by their terms (any leading shape)."""
+        tp = self.typical_pods
+        q3 = (nfit >= tp.k) & (cpu[..., None] >= tp.cpu) & (mem[..., None] >= tp.mem)
+        lost: I64 = np.where(q3, usable, 0) @ tp.weight
+        frag = (int(tp.weight.sum()) * idle - lost).astype(np.float64)
+        if self.whole_weight and self.cpu_per_card > 0:
+            strand = full * 1000.0 - 1000.0 * cpu / self.cpu_per_card
+            if self.mem_per_card > 0:
+                strand = np.maximum(strand, full * 1000.0 - 1000.0 * mem / self.mem_per_card)
+            frag += self.whole_weight * np.maximum(strand, 0.0)
+        return frag
+
+    def evaluate(self, cs: CycleState, task: Task, rows: Rows) -> tuple[F64, I64]:
+        """(score, card) per row, computed afresh; the card is -1 unless a slice."""
+        tp = self.typical_pods
+        t = cs.table
+        req = task.request
+        base = row_terms(tp, t, rows, cs.cache)
+        g = idle_cards(t, rows)
+        full = np.count_nonzero(g >= WHOLE_GPU_MILLI, axis=1)
+        mem = t.mem_free[rows]
+        before = self.measure(t.cpu_free[rows], mem, base.idle, base.nfit, base.usable, full)
+        if req.kind is GpuKind.SLICE:
+            cpu2, idle2, nfit2, usable2 = after_slice_terms(
+                tp, t, rows, base, task.cpu_milli, req.gpu_milli, cs.cache)
+            full2 = full[:, None] - (g >= WHOLE_GPU_MILLI)
+            after = self.measure(cpu2, (mem - task.memory_mib)[:, None], idle2, nfit2,
+                                 usable2, full2)
+            s = np.where(slice_cards(cs, task, rows),
+                         sigmoid_score(before[:, None] - after, tp.kept), -1)
+            card = np.argmax(s, axis=1)
+            return s[np.arange(rows.size), card].astype(np.float64), card
+        take = whole_take(cs, task, rows)
+        cpu2, idle2, nfit2, usable2 = after_take_terms(
+            tp, t, rows, base, task.cpu_milli, take, cs.cache)
+        full2 = full - np.count_nonzero(take, axis=1)
+        after = self.measure(cpu2, mem - task.memory_mib, idle2, nfit2, usable2, full2)
+        score = sigmoid_score(before - after, tp.kept).astype(np.float64)
+        if req.kind is GpuKind.NONE:
+            surplus = cpu2 - self.cpu_per_milli * base.idle
+            score += 0.5 + np.arctan(surplus / SURPLUS_SCALE_MILLI) / np.pi * 0.999
+        return score, np.full(rows.size, -1, np.int64)
+
+    # -- plugin points ---------------------------------------------------------------------
+
+    def _scores(self, cs: CycleState, task: Task, rows: Rows) -> tuple[F64, I64]:
+        key = ("gpupool", self.typical_pods, shape_key(task), task.memory_mib)
+        return cached_by_row(cs, key, rows,
+                             lambda stale: self.evaluate(cs, task, stale))
+
+    def score(self, cs: CycleState, task: Task, rows: Rows) -> Scores:
+        return self._scores(cs, task, rows)[0]
+
+    def choose_cards(self, cs: CycleState, task: Task, row: int) -> tuple[GpuShare, ...] | None:
+        req = task.request
+        if req.kind is not GpuKind.SLICE:
+            return exclusive_cards(cs, task, row)
+        score, card = self._scores(cs, task, np.asarray([row], np.int64))
+        if score[0] < 0:
+            return None
+        return (GpuShare(int(card[0]), req.gpu_milli, req.memory_mib),)
