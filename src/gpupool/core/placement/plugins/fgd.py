@@ -74,7 +74,7 @@ def slice_cards(cs: CycleState, task: Task, rows: Rows) -> np.ndarray[Any, np.dt
     return result
 
 
-def sigmoid_score(delta_scaled: I64, kept: int) -> I64:
+def sigmoid_score(delta_scaled: I64 | F64, kept: int) -> I64:
     """floor(100 * sigmoid(dF / 1000)) with dF in milli-GPU given as kept * dF."""
     x = delta_scaled / kept / 1000.0
     return np.asarray(np.trunc(100.0 / (1.0 + np.exp(-x))), np.int64)
