@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 import numpy as np
+import numpy.typing as npt
 
 from gpupool.core.model import WHOLE_GPU_MILLI, GpuKind, GpuShare, Task
 from gpupool.core.placement.framework import CycleState, Rows, Scores
@@ -64,6 +65,7 @@ from gpupool.core.placement.plugins.frag import (
     TypicalPods,
     after_slice_terms,
     after_take_terms,
+    card_eligibility,
     idle_cards,
     row_terms,
 )
@@ -78,26 +80,46 @@ class GpupoolScore:
 
     typical_pods: TypicalPods
     name: ClassVar[str] = "gpupool"
-    whole_weight: int = field(init=False, repr=False)
+    gpu_weight: int = field(init=False, repr=False)
+    cpu_per_milli: float = field(init=False, repr=False)
+    mem_per_milli: float = field(init=False, repr=False)
     cpu_per_card: float = field(init=False, repr=False)
     mem_per_card: float = field(init=False, repr=False)
-    cpu_per_milli: float = field(init=False, repr=False)
+    constrained: npt.NDArray[np.bool_] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         tp = self.typical_pods
         w = tp.weight
         whole = tp.gm >= WHOLE_GPU_MILLI
-        cards = float((w[whole] * tp.k[whole]).sum())
-        setter = object.__setattr__
-        setter(self, "whole_weight", int(w[whole].sum()))
-        setter(self, "cpu_per_card",
-               float((w[whole] * tp.cpu[whole]).sum()) / cards if cards else 0.0)
-        setter(self, "mem_per_card",
-               float((w[whole] * tp.mem[whole]).sum()) / cards if cards else 0.0)
         milli = float((w * tp.k * tp.gm).sum())
-        setter(self, "cpu_per_milli", float((w * tp.cpu).sum()) / milli if milli else 0.0)
+        cards = float((w[whole] * tp.k[whole]).sum())
+
+        def per(amount: I64, mask: npt.NDArray[np.bool_], denominator: float) -> float:
+            return float((w[mask] * amount[mask]).sum()) / denominator if denominator else 0.0
+
+        every = np.ones(w.size, np.bool_)
+        setter = object.__setattr__
+        setter(self, "gpu_weight", int(w.sum()))
+        setter(self, "cpu_per_milli", per(tp.cpu, every, milli))
+        setter(self, "mem_per_milli", per(tp.mem, every, milli))
+        setter(self, "cpu_per_card", per(tp.cpu, whole, cards) / WHOLE_GPU_MILLI)
+        setter(self, "mem_per_card", per(tp.mem, whole, cards) / WHOLE_GPU_MILLI)
+        setter(self, "constrained", np.asarray(
+            [bool(tp.shapes[i].models) for i in tp.gpu_index.tolist()], np.bool_))
 
     # -- the measure -----------------------------------------------------------------------
+
+    def stranded(self, cpu: I64, mem: I64, idle: I64, full: I64) -> F64:
+        """Idle GPU milli the node's free CPU or memory cannot feed, at the workload's CPU and
+        memory per GPU milli (all idle) and per whole card (fully free cards); the largest."""
+        out = np.zeros(np.broadcast_shapes(cpu.shape, mem.shape, idle.shape), np.float64)
+        for free, per_milli in ((cpu, self.cpu_per_milli), (mem, self.mem_per_milli)):
+            if per_milli > 0:
+                out = np.maximum(out, idle - free / per_milli)
+        for free, per_milli in ((cpu, self.cpu_per_card), (mem, self.mem_per_card)):
+            if per_milli > 0:
+                out = np.maximum(out, full * float(WHOLE_GPU_MILLI) - free / per_milli)
+        return out
 
     def measure(self, cpu: I64, mem: I64, idle: I64, nfit: I64, usable: I64,
                 full: I64) -> F64:
@@ -105,13 +127,31 @@ class GpupoolScore:
         tp = self.typical_pods
         q3 = (nfit >= tp.k) & (cpu[..., None] >= tp.cpu) & (mem[..., None] >= tp.mem)
         lost: I64 = np.where(q3, usable, 0) @ tp.weight
-        frag = (int(tp.weight.sum()) * idle - lost).astype(np.float64)
-        if self.whole_weight and self.cpu_per_card > 0:
-            strand = full * 1000.0 - 1000.0 * cpu / self.cpu_per_card
-            if self.mem_per_card > 0:
-                strand = np.maximum(strand, full * 1000.0 - 1000.0 * mem / self.mem_per_card)
-            frag += self.whole_weight * np.maximum(strand, 0.0)
-        return frag
+        frag = (self.gpu_weight * idle - lost).astype(np.float64)
+        return frag + self.gpu_weight * self.stranded(cpu, mem, idle, full)
+
+    def scarcity(self, cs: CycleState, rows: Rows) -> F64:
+        """kept * fragment charged per GPU milli placed on each row: the typical pods that are
+        bound to a model this node has, each weighted by how small a share of the cluster's
+        cards it may use (0 without model-bound typical pods)."""
+        tp = self.typical_pods
+        t = cs.table
+        if not self.constrained.any():
+            return np.zeros(rows.size, np.float64)
+        key = ("inventory", "gpupool-scarcity", tp, t.version)
+        per_row = cs.cache.get(key)
+        if per_row is None:
+            elig = card_eligibility(tp, t, cs.cache)
+            assert elig is not None
+            live = t.live()
+            cards = t.gpu_model[live] >= 0
+            usable_cards = (elig[live] & cards[:, :, None]).sum(axis=(0, 1))
+            share = np.where(self.constrained, int(cards.sum()) / np.maximum(usable_cards, 1),
+                             0.0)
+            per_row = cs.cache[key] = np.asarray(
+                elig.any(axis=1) @ (tp.weight * share), np.float64)
+        result: F64 = per_row[rows]
+        return result
 
     def evaluate(self, cs: CycleState, task: Task, rows: Rows) -> tuple[F64, I64]:
         """(score, card) per row, computed afresh; the card is -1 unless a slice."""
@@ -123,6 +163,8 @@ class GpupoolScore:
         full = np.count_nonzero(g >= WHOLE_GPU_MILLI, axis=1)
         mem = t.mem_free[rows]
         before = self.measure(t.cpu_free[rows], mem, base.idle, base.nfit, base.usable, full)
+        if req.total_milli:
+            before = before - req.total_milli * self.scarcity(cs, rows)
         if req.kind is GpuKind.SLICE:
             cpu2, idle2, nfit2, usable2 = after_slice_terms(
                 tp, t, rows, base, task.cpu_milli, req.gpu_milli, cs.cache)
