@@ -1,44 +1,47 @@
-"""gpupool: FGD's fragment descent, with the node's CPU and memory coupled to its GPUs.
+"""gpupool: FGD's fragment descent, with CPU, memory and GPU models coupled to the GPUs.
 
 The default placement policy of gpupool. It keeps what makes FGD (Weng et al., ATC'23) work
-and repairs what its measure cannot see. See docs/policies.md for the measurements.
+and repairs what its measure cannot see. docs/policies.md has the measurements.
 
 What it keeps from FGD
     A node is scored by how much placing the pod there lowers the node's fragment with respect
-    to the typical pods M (the target workload), ``floor(100 * sigmoid(dF / 1000))``. The
+    to the typical pods M (the target workload): ``floor(100 * sigmoid(dF / 1000))``. The
     truncation is deliberate and essential: it sorts nodes into about a hundred classes of
-    "equally good", and the table's fixed tie order then fills each class first-fit. Without
-    it (the exact dF) the same measure leaves 1 point more GPU unallocated on openb, and with
-    a fresh random tie-break per pod it leaves twice as much: most of FGD's packing comes from
-    first-fit among nodes the measure cannot tell apart, so the classes must stay coarse and
-    the tie order fixed. Slices take the card that scores best, the first on equal classes;
-    whole GPUs take the lowest-index free cards.
+    "equally good", and the table's fixed tie order then fills each class first-fit. Scored
+    exactly (no truncation) the same measure leaves a point more GPU unallocated on openb, and
+    with a fresh random tie-break per pod twice as much: most of FGD's packing comes from
+    first-fit among nodes the measure cannot tell apart, so the classes stay coarse and the tie
+    order fixed. Slices take the card that scores best, the first on equal classes; whole GPUs
+    take the lowest-index free cards.
 
-What it changes
+What it changes (each is a term of the measure, so it acts through the same classes)
     1. Memory joins CPU in "does typical pod m fit on this node". The scheduler refuses a
        node short of memory as surely as one short of CPU, so a node whose memory is gone
-       strands its GPUs; FGD counts those GPUs as usable. Each typical group brings its mean
+       strands its GPUs, which FGD counts as usable. Each typical group brings its mean
        memory request (memory is not part of the group key, as in FGD).
-    2. CPU and memory stranding of whole cards. FGD asks only whether *one* pod of a type
-       still fits, so a node with eight free cards and CPU for one more pod has no fragment
-       at all. Here the fully free cards that the node's free CPU (or memory) cannot feed,
-       at the workload's CPU per whole card (and memory per card), count as fragment too:
-       ``P_whole * max(0, full_cards * 1000 - 1000 * cpu_free / cpu_per_card)``, with
-       ``P_whole`` the weight of the typical pods that take whole cards. This is what makes
-       a pod that eats CPU go where CPU is plentiful rather than where GPUs are.
-    3. Only typical pods that use GPUs enter the score. A typical pod without GPUs counts
+    2. Stranded GPUs. FGD asks only whether *one* pod of a type still fits, so a node with
+       eight free cards and CPU for one more pod shows no fragment. Here the idle GPU that the
+       node's free CPU (or memory) cannot feed counts as fragment, at the workload's CPU and
+       memory per GPU milli, and per whole card for the fully free cards; the largest of these
+       shortfalls counts, for every typical pod that uses GPUs. This is what sends a pod that
+       eats CPU where CPU is plentiful rather than where GPUs are.
+    3. Scarce models. A typical pod bound to some models can only use those cards. Placing
+       any pod's GPU demand on a node of such a model is charged the bound pods' popularity,
+       each scaled by how small a share of the cluster's cards it may use, so pods that may
+       run anywhere leave the scarce models to the pods that need them (FGD's only protection
+       is the "no access" fragment, which is far weaker than the pull of item 2).
+    4. Only typical pods that use GPUs enter the score. A typical pod without GPUs counts
        every idle GPU as fragment, which moves every candidate of a pod by the same amount
-       (the pod's own GPU demand): it cannot prefer one node to another, and it only shifts
+       (the pod's own GPU demand): it cannot prefer one node to another, and only shifts
        where the truncation cuts the classes, differently for every pod size.
-    4. Pods without GPUs, which leave GPU fragment unchanged on most nodes, break the ties
-       of their best class by CPU surplus: the node whose free CPU most exceeds what its idle
-       GPUs will need (at the workload's CPU per GPU) after the pod, instead of first-fit.
-       First-fit sends them to the same low-ranked nodes that GPU pods fill, where their CPU
-       strands GPUs.
+    5. Pods without GPUs, which leave the fragment unchanged on most nodes, break the ties of
+       their best class by CPU surplus (free CPU after the pod minus what the node's idle GPUs
+       will need at the workload's CPU per GPU milli) instead of first-fit, which would send
+       them to the same low-ranked nodes that GPU pods fill, where their CPU strands GPUs.
 
-Cost is FGD's: every term depends only on the node's row and the pod's shape, so scores are
-cached per (shape, row generation) and a decision recomputes only rows changed since the
-last pod of the same shape.
+Cost is FGD's: every term depends only on the node's row and the pod's shape (and memory),
+so scores are cached per (shape, row generation) and a decision recomputes only the rows
+changed since the last pod of that shape; the scarcity charges are per inventory version.
 """
 
 from __future__ import annotations
