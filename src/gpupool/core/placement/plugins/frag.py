@@ -281,8 +281,9 @@ def after_slice_terms(
     tp: TypicalPods, table: NodeTable, rows: I64, base: RowTerms, cpu_milli: int,
     gpu_milli: int, cache: MutableMapping[Hashable, Any],
 ) -> tuple[I64, I64, I64, I64]:
-    """(cpu, idle [R, W]; nfit, usable [R, W, M]) of each row after a slice of ``gpu_milli``
-    and ``cpu_milli`` goes on card j. Entries for cards that cannot hold it are meaningless."""
+    """(cpu, idle [R, 1]; nfit, usable [R, W, M]) of each row after a slice of ``gpu_milli``
+    and ``cpu_milli`` goes on card j (CPU and idle are the same whichever card, and broadcast
+    against the cards). Entries for cards that cannot hold it are meaningless."""
     g = idle_cards(table, rows)[:, :, None]  # [R, W, 1]
     g2 = g - gpu_milli
     fit = g >= tp.gm
@@ -294,9 +295,8 @@ def after_slice_terms(
         fit2 &= e
     nfit = base.nfit[:, None, :] - fit + fit2
     usable = base.usable[:, None, :] - g * fit + g2 * fit2
-    shape = g.shape[:2]
-    cpu = np.broadcast_to((table.cpu_free[rows] - cpu_milli)[:, None], shape)
-    idle = np.broadcast_to((base.idle - gpu_milli)[:, None], shape)
+    cpu = (table.cpu_free[rows] - cpu_milli)[:, None]
+    idle = (base.idle - gpu_milli)[:, None]
     return cpu, idle, nfit, usable
 
 
@@ -331,8 +331,9 @@ def frag_after_slice(
 ) -> I64:
     """[R, W]: kept * F of each row after a slice of ``gpu_milli`` and ``cpu_milli`` goes on
     card j. Entries for cards that cannot hold the slice are meaningless; mask them."""
-    return scaled_frag(tp, *after_slice_terms(tp, table, rows, base, cpu_milli, gpu_milli,
+    frag = scaled_frag(tp, *after_slice_terms(tp, table, rows, base, cpu_milli, gpu_milli,
                                               cache))
+    return np.broadcast_to(frag, (rows.size, table.width))
 
 
 def frag_after_take(

@@ -65,11 +65,11 @@ from gpupool.core.placement.plugins.fgd import (
 from gpupool.core.placement.plugins.frag import (
     F64,
     I64,
+    RowTerms,
     TypicalPods,
     after_slice_terms,
     after_take_terms,
     card_eligibility,
-    idle_cards,
     row_terms,
 )
 
@@ -89,6 +89,10 @@ class GpupoolScore:
     cpu_per_card: float = field(init=False, repr=False)
     mem_per_card: float = field(init=False, repr=False)
     constrained: npt.NDArray[np.bool_] = field(init=False, repr=False)
+    _cpu_inv: float = field(init=False, repr=False)
+    _cpu_card_inv: float = field(init=False, repr=False)
+    _mem_inv: float = field(init=False, repr=False)
+    _mem_card_inv: float = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         tp = self.typical_pods
@@ -107,6 +111,14 @@ class GpupoolScore:
         setter(self, "mem_per_milli", per(tp.mem, every, milli))
         setter(self, "cpu_per_card", per(tp.cpu, whole, cards) / WHOLE_GPU_MILLI)
         setter(self, "mem_per_card", per(tp.mem, whole, cards) / WHOLE_GPU_MILLI)
+        # reciprocals (0 when the workload names no CPU or memory: nothing is stranded by it)
+        def inv(x: float) -> float:
+            return 1.0 / x if x > 0 else 0.0
+
+        setter(self, "_cpu_inv", inv(self.cpu_per_milli))
+        setter(self, "_cpu_card_inv", inv(self.cpu_per_card))
+        setter(self, "_mem_inv", inv(self.mem_per_milli))
+        setter(self, "_mem_card_inv", inv(self.mem_per_card))
         setter(self, "constrained", np.asarray(
             [bool(tp.shapes[i].models) for i in tp.gpu_index.tolist()], np.bool_))
 
@@ -115,14 +127,12 @@ class GpupoolScore:
     def stranded(self, cpu: I64, mem: I64, idle: I64, full: I64) -> F64:
         """Idle GPU milli the node's free CPU or memory cannot feed, at the workload's CPU and
         memory per GPU milli (all idle) and per whole card (fully free cards); the largest."""
-        out = np.zeros(np.broadcast_shapes(cpu.shape, mem.shape, idle.shape), np.float64)
-        for free, per_milli in ((cpu, self.cpu_per_milli), (mem, self.mem_per_milli)):
-            if per_milli > 0:
-                out = np.maximum(out, idle - free / per_milli)
-        for free, per_milli in ((cpu, self.cpu_per_card), (mem, self.mem_per_card)):
-            if per_milli > 0:
-                out = np.maximum(out, full * float(WHOLE_GPU_MILLI) - free / per_milli)
-        return out
+        whole = full * float(WHOLE_GPU_MILLI)
+        out = np.maximum(idle - cpu * self._cpu_inv, whole - cpu * self._cpu_card_inv)
+        if self._mem_inv:
+            out = np.maximum(out, np.maximum(idle - mem * self._mem_inv,
+                                             whole - mem * self._mem_card_inv))
+        return np.maximum(out, 0.0)
 
     def measure(self, cpu: I64, mem: I64, idle: I64, nfit: I64, usable: I64,
                 full: I64) -> F64:
@@ -156,22 +166,39 @@ class GpupoolScore:
         result: F64 = per_row[rows]
         return result
 
+    def before(self, cs: CycleState, rows: Rows, base: RowTerms, mem: I64, full: I64) -> F64:
+        """The measure of the rows as they are, cached per row generation."""
+        t = cs.table
+        key = ("gpupool-before", self.typical_pods)
+        entry = cs.cache.get(key)
+        if entry is None or entry[0].size < t.cap_rows:
+            entry = cs.cache[key] = (np.full(t.cap_rows, -1, np.int64),
+                                     np.zeros(t.cap_rows, np.float64))
+        gen_at, value = entry
+        stale = gen_at[rows] != t.gen[rows]
+        if stale.any():
+            sr = rows[stale]
+            value[sr] = self.measure(t.cpu_free[sr], mem[stale], base.idle[stale],
+                                     base.nfit[stale], base.usable[stale], full[stale])
+            gen_at[sr] = t.gen[sr]
+        result: F64 = value[rows]
+        return result
+
     def evaluate(self, cs: CycleState, task: Task, rows: Rows) -> tuple[F64, I64]:
         """(score, card) per row, computed afresh; the card is -1 unless a slice."""
         tp = self.typical_pods
         t = cs.table
         req = task.request
         base = row_terms(tp, t, rows, cs.cache)
-        g = idle_cards(t, rows)
-        full = np.count_nonzero(g >= WHOLE_GPU_MILLI, axis=1)
+        full = t.free_whole[rows]
         mem = t.mem_free[rows]
-        before = self.measure(t.cpu_free[rows], mem, base.idle, base.nfit, base.usable, full)
+        before = self.before(cs, rows, base, mem, full)
         if req.total_milli:
             before = before - req.total_milli * self.scarcity(cs, rows)
         if req.kind is GpuKind.SLICE:
             cpu2, idle2, nfit2, usable2 = after_slice_terms(
                 tp, t, rows, base, task.cpu_milli, req.gpu_milli, cs.cache)
-            full2 = full[:, None] - (g >= WHOLE_GPU_MILLI)
+            full2 = full[:, None] - (t.free_milli[rows] >= WHOLE_GPU_MILLI)
             after = self.measure(cpu2, (mem - task.memory_mib)[:, None], idle2, nfit2,
                                  usable2, full2)
             s = np.where(slice_cards(cs, task, rows),
