@@ -137,17 +137,13 @@ def exclusive_cards(cs: CycleState, task: Task, row: int) -> tuple[GpuShare, ...
                  for g in idx.tolist())
 
 
-@dataclass(frozen=True, eq=False)
-class FgdScore:
-    """Score and card choice of FGD against the typical pods ``typical_pods``."""
-
-    typical_pods: TypicalPods
-    name: ClassVar[str] = "fgd"
+class RowScored:
+    """Score and card choice read from one cached evaluation per (row, pod shape): the score
+    of each row, and for a slice the card it was scored on; whole cards go to the lowest free
+    indices. Subclasses supply ``_scores``."""
 
     def _scores(self, cs: CycleState, task: Task, rows: Rows) -> tuple[F64, I64]:
-        tp = self.typical_pods
-        return cached_by_row(cs, ("fgd", tp, shape_key(task)), rows,
-                             lambda stale: fgd_evaluate(tp, cs, task, stale))
+        raise NotImplementedError
 
     def score(self, cs: CycleState, task: Task, rows: Rows) -> Scores:
         return self._scores(cs, task, rows)[0]
@@ -160,3 +156,16 @@ class FgdScore:
         if score[0] < 0:
             return None
         return (GpuShare(int(card[0]), req.gpu_milli, req.memory_mib),)
+
+
+@dataclass(frozen=True, eq=False)
+class FgdScore(RowScored):
+    """Score and card choice of FGD against the typical pods ``typical_pods``."""
+
+    typical_pods: TypicalPods
+    name: ClassVar[str] = "fgd"
+
+    def _scores(self, cs: CycleState, task: Task, rows: Rows) -> tuple[F64, I64]:
+        tp = self.typical_pods
+        return cached_by_row(cs, ("fgd", tp, shape_key(task)), rows,
+                             lambda stale: fgd_evaluate(tp, cs, task, stale))

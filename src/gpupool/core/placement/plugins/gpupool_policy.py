@@ -52,11 +52,11 @@ from typing import ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from gpupool.core.model import WHOLE_GPU_MILLI, GpuKind, GpuShare, Task
-from gpupool.core.placement.framework import CycleState, Rows, Scores
+from gpupool.core.model import WHOLE_GPU_MILLI, GpuKind, Task
+from gpupool.core.placement.framework import CycleState, Rows
 from gpupool.core.placement.plugins.fgd import (
+    RowScored,
     cached_by_row,
-    exclusive_cards,
     shape_key,
     sigmoid_score,
     slice_cards,
@@ -78,7 +78,7 @@ SURPLUS_SCALE_MILLI = 64_000
 
 
 @dataclass(frozen=True, eq=False)
-class GpupoolScore:
+class GpupoolScore(RowScored):
     """Score and card choice of the gpupool policy against ``typical_pods``."""
 
     typical_pods: TypicalPods
@@ -223,14 +223,3 @@ class GpupoolScore:
         return cached_by_row(cs, key, rows,
                              lambda stale: self.evaluate(cs, task, stale))
 
-    def score(self, cs: CycleState, task: Task, rows: Rows) -> Scores:
-        return self._scores(cs, task, rows)[0]
-
-    def choose_cards(self, cs: CycleState, task: Task, row: int) -> tuple[GpuShare, ...] | None:
-        req = task.request
-        if req.kind is not GpuKind.SLICE:
-            return exclusive_cards(cs, task, row)
-        score, card = self._scores(cs, task, np.asarray([row], np.int64))
-        if score[0] < 0:
-            return None
-        return (GpuShare(int(card[0]), req.gpu_milli, req.memory_mib),)
