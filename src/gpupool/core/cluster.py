@@ -10,8 +10,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
 from gpupool.core.errors import ConflictError, NotFoundError
 from gpupool.core.model import JobId, Node, NodeName, Placement, TaskId
 from gpupool.core.snapshot import Snapshot
@@ -91,7 +89,6 @@ class ClusterState:
         self._by_node[held.placement.node].discard(task)
         return held.placement
 
-    finish = forget
 
     def _get(self, task: TaskId) -> _Held:
         try:
@@ -155,8 +152,3 @@ class ClusterState:
             tuple(sorted(self._held)),
         )
 
-
-def free_gpu_milli(state: ClusterState) -> int:
-    t = state.table
-    live = t.live()
-    return int(np.clip(t.free_milli[live], 0, None).sum())
