@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
-from gpupool.core import JobId, NotFoundError
+from gpupool.core import ConflictError, JobId, NotFoundError
+from gpupool.core.model import Job, Placement
 from gpupool.core.quota import Resource
 from gpupool.core.scheduler import Scheduler
 from tests.builders import job, node, queue_config, share, whole
@@ -169,3 +172,29 @@ def test_unknown_queue_and_slices_count_compute() -> None:
     r = s.cycle(0)
     assert len(r.binds) == 4 and gpus_used(s, "a") == 1.0
     assert "queue a at quota" in r.parks[0].status.message
+
+
+def test_restore_takes_the_same_cards_and_quota_back() -> None:
+    s = sched(a=8, b=8)
+    for i in range(3):
+        s.submit(job(f"a{i}", gpu=whole(2), queue="a"), 0)
+    binds = s.cycle(0).binds
+    fresh = sched(a=8, b=8)
+    for b in binds:
+        r = s.ctx.running[b.job]
+        fresh.restore(r.job, b.placements, start_s=0.0, flavor=b.flavor)
+    assert gpus_used(fresh, "a") == 6
+    assert fresh.state.totals() == s.state.totals()
+    # a card held twice is refused and nothing changes
+    r0 = s.ctx.running[binds[0].job]
+    clash = job("clash", gpu=whole(2), queue="b")
+    moved = tuple(replace_job(p, clash) for p in r0.placements)
+    before = fresh.state.totals()
+    with pytest.raises(ConflictError):
+        fresh.restore(clash, moved, start_s=0.0, flavor=binds[0].flavor)
+    assert fresh.state.totals() == before and gpus_used(fresh, "b") == 0
+
+
+def replace_job(p: Placement, j: Job) -> Placement:
+    task = next(j.tasks()).id
+    return dataclasses.replace(p, task=task, job=j.id)

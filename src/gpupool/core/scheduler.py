@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from gpupool.core.admission import QuotaTree
+from gpupool.core.admission import QuotaTree, placement_demand
 from gpupool.core.cluster import ClusterState
 from gpupool.core.cycle import Context, release, schedule
 from gpupool.core.decisions import CycleResult
@@ -78,6 +78,33 @@ class Scheduler:
                 self.ctx.reservation = None
             return
         self.finished(job, now_s)
+
+    def restore(self, job: Job, placements: Iterable[Placement], start_s: float,
+                flavor: str = "", preemptions: int = 0) -> Running:
+        """A job that was running before a restart runs on where it was: its cards and quota
+        are taken again as they were, with no new decision. ConflictError if a card it held
+        is taken already (nothing changes then); usage charged before the restart is not
+        known and is charged again at its end."""
+        self.validator.check(job, self.state.table)
+        q = self.queues.resolve(job.queue)
+        if job.id in self.queues or job.id in self.ctx.running:
+            raise ConflictError(f"job {job.id} already exists")
+        held = tuple(placements)
+        done: list[Placement] = []
+        try:
+            for pl in held:
+                self.state.assume(pl)
+                self.state.confirm(pl.task)
+                done.append(pl)
+        except Exception:
+            for pl in done:
+                self.state.forget(pl.task)
+            raise
+        demand = placement_demand(held, flavor, self.state.table)
+        self.tree.add(q, demand)
+        r = Running(job, q, flavor, held, demand, start_s, preemptions)
+        self.ctx.running[job.id] = r
+        return r
 
     def add_node(self, node: Node) -> None:
         self.state.add_node(node)
