@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test lint typecheck contracts unit bench clean
+.PHONY: run test lint typecheck contracts unit bench clean k8s-fixture
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -15,7 +15,12 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(BIN)/gpupool demo
 
-test: $(STAMP) lint typecheck contracts unit
+test: $(STAMP) k8s-fixture lint typecheck contracts unit
+
+# kube-apiserver, kube-scheduler, kube-controller-manager for tests/k8s, built once and
+# cached (scripts/k8s-fixture.sh); when they cannot be built, those tests skip and say why.
+k8s-fixture:
+	scripts/k8s-fixture.sh install || echo "k8s-fixture: not built; tests/k8s will skip"
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests
