@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from gpupool import __version__
 from gpupool.bench import cli as bench_cli
 from gpupool.core.errors import AdapterError, GpupoolError
+from gpupool.k8s import cli as k8s_cli
 from gpupool.sim import cli as sim_cli
 
 
@@ -29,6 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     sim_cli.add_parsers(sub)
     bench_cli.add_parsers(sub)
+    k8s_cli.add_parsers(sub)
     return parser
 
 

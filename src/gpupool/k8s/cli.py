@@ -1,0 +1,66 @@
+"""``gpupool k8s ...``: the scheduler against a real cluster, and its benchmark.
+
+``gpupool k8s run`` schedules pods whose ``schedulerName`` is gpupool's (leader-elected, so
+several replicas may run); ``gpupool k8s bench`` binds many GPU pods through an API server
+and prints the figures as JSON. The heavy modules load only when a command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def add_parsers(sub: Any) -> None:
+    k8s = sub.add_parser("k8s", help="schedule a Kubernetes cluster's GPU pods")
+    k8s_sub = k8s.add_subparsers(dest="k8s_command", required=True, metavar="K8S_COMMAND")
+
+    run = k8s_sub.add_parser("run", help="the scheduler: watch nodes and pods, bind pods")
+    _common(run)
+    run.add_argument("--queues", metavar="FILE",
+                     help="queue objects (Kueue YAML); default: gpupool.io CRDs in the cluster")
+    run.add_argument("--identity", default="", help="leader-election identity (default: host "
+                     "name and process id)")
+    run.add_argument("--lease-namespace", default="gpupool-system")
+    run.add_argument("--lease-name", default="gpupool-scheduler")
+    run.add_argument("--no-leader-elect", action="store_true",
+                     help="bind without a lease (one replica only)")
+    run.add_argument("--extender-port", type=int, default=0,
+                     help="serve the scheduler extender (and webhook with --tls-dir) here")
+    run.add_argument("--tls-dir", default="",
+                     help="serve HTTPS with tls.crt/tls.key from here (the webhook needs it)")
+    run.add_argument("--metrics-port", type=int, default=0, help="Prometheus metrics port")
+    run.set_defaults(func=_run)
+
+    bench = k8s_sub.add_parser("bench", help="bind GPU pods through an API server, print JSON")
+    _common(bench)
+    bench.add_argument("--nodes", type=int, default=100)
+    bench.add_argument("--gpus-per-node", type=int, default=8)
+    bench.add_argument("--pods", type=int, default=1000)
+    bench.add_argument("--namespace", default="gpupool-bench")
+    bench.add_argument("--json", action="store_true", help="print only the JSON figures")
+    bench.set_defaults(func=_bench)
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--kubeconfig", default=None,
+                   help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, in-cluster)")
+    p.add_argument("--scheduler-name", default="gpupool")
+    p.add_argument("--default-queue", default="default",
+                   help="queue of pods that name none")
+    p.add_argument("--gpu-resource", default="nvidia.com/gpu")
+    p.add_argument("--gpumem-resource", default="nvidia.com/gpumem")
+    p.add_argument("--gpumem-percentage-resource", default="nvidia.com/gpumem-percentage")
+    p.add_argument("--gpucores-resource", default="nvidia.com/gpucores")
+
+
+def _run(args: argparse.Namespace) -> int:
+    from gpupool.k8s.main import run_command
+
+    return run_command(args)
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from gpupool.k8s.bench import bench_command
+
+    return bench_command(args)
