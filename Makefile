@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test lint typecheck contracts unit bench clean k8s-fixture
+.PHONY: run test lint typecheck contracts unit bench browser clean k8s-fixture
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -13,7 +13,17 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/gpupool demo
+	$(BIN)/gpupool serve --demo --cluster examples/cluster.yaml --queues examples/queues.yaml \
+		--state .gpupool/state.db --port $(or $(PORT),8080)
+
+# Debian's chromium, for the dashboard test (skipped there with a reason if it cannot be had).
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+			DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+			DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+				chromium >/dev/null || echo "browser: chromium could not be installed"; \
+		else echo "browser: no chromium and no root apt-get; the dashboard test will skip"; fi; }
 
 test: $(STAMP) k8s-fixture lint typecheck contracts unit
 

@@ -1,1 +1,213 @@
-"""The composition root: builds the control plane, its cluster and the API, and runs them."""
+"""The composition root of ``gpupool serve``: state file, virtual cluster, control plane, API,
+the scheduling loop and (with ``--demo``) a stream of example jobs, wired and run.
+
+Three threads: uvicorn's event loop (plus its worker threads for handlers), the scheduling
+loop (``tick`` every ``--interval`` seconds) and, with ``--demo``, the job stream. They meet
+only in ``ControlPlane``, behind its lock.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpupool.api.app import create_app
+from gpupool.api.auth import ENV, Tokens, generate
+from gpupool.config import load_cluster, load_documents
+from gpupool.control import Clock, ControlPlane
+from gpupool.control.views import cluster_view
+from gpupool.core.errors import ConfigError, GpupoolError
+from gpupool.metrics import Gauges, Metrics
+from gpupool.store import Store
+from gpupool.virtual import VirtualCluster
+from gpupool.virtual.demo import DemoStream
+
+log = logging.getLogger("gpupool.serve")
+
+DEFAULT_CLUSTER = "examples/cluster.yaml"
+DEFAULT_QUEUES = "examples/queues.yaml"
+DEFAULT_STATE = ".gpupool/state.db"
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "serve", help="run the control plane on an embedded virtual cluster",
+        description="Run gpupool's control plane: REST API, dashboard and metrics, scheduling "
+                    "jobs onto a virtual cluster of nodes read from a YAML spec. State is kept "
+                    "in a SQLite file; restarting with the same --state carries on where it "
+                    "stopped.")
+    p.add_argument("--cluster", default=DEFAULT_CLUSTER, metavar="FILE",
+                   help=f"nodes of the virtual cluster (default {DEFAULT_CLUSTER}); read only "
+                        "when the state file is new")
+    p.add_argument("--queues", default=DEFAULT_QUEUES, metavar="FILE",
+                   help=f"flavors, cohorts, queues (Kueue YAML; default {DEFAULT_QUEUES}); "
+                        "read only when the state file is new")
+    p.add_argument("--state", default=DEFAULT_STATE, metavar="PATH",
+                   help=f"SQLite state file (default {DEFAULT_STATE})")
+    p.add_argument("--tokens", metavar="FILE",
+                   help=f"bearer tokens (YAML); else ${ENV}; else tokens are generated "
+                        "into tokens.yaml beside the state file")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8080)
+    p.add_argument("--speed", type=float, default=1.0,
+                   help="cluster seconds per wall second (default 1; --demo uses 60 unless "
+                        "given)")
+    p.add_argument("--interval", type=float, default=0.1,
+                   help="wall seconds between scheduling cycles (default 0.1)")
+    p.add_argument("--demo", action="store_true",
+                   help="also submit a stream of example jobs")
+    p.add_argument("--demo-rate", type=float, default=0.8, metavar="JOBS_PER_S",
+                   help="arrival rate of the example jobs, per wall second (default 0.8)")
+    p.add_argument("--seed", type=int, default=7, help="seed of the example job stream")
+    p.add_argument("--max-body-bytes", type=int, default=1 << 20,
+                   help="largest request body accepted (default 1 MiB)")
+    p.add_argument("--log-level", default="warning",
+                   choices=("critical", "error", "warning", "info", "debug"))
+    p.set_defaults(func=serve)
+
+
+class Service:
+    """Everything ``serve`` runs, built but not started."""
+
+    def __init__(self, *, state: str | Path, cluster: str | Path | None,
+                 queues: str | Path | None, speed: float) -> None:
+        store = Store(state)
+        new = store.meta("created") is None
+        nodes = load_cluster(cluster) if new and cluster else []
+        queue_docs = load_documents(queues) if new and queues else []
+        self.metrics = Metrics()
+        self.backend = VirtualCluster()
+        self.plane = ControlPlane(store, self.backend, Clock(speed), nodes=nodes,
+                                  queue_docs=queue_docs, metrics=self.metrics)
+        self.metrics.watch(self._gauges)
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    def api(self, tokens: Tokens, max_body_bytes: int = 1 << 20) -> Any:
+        """The ASGI app serving this service to holders of ``tokens``."""
+        return create_app(self.plane, tokens, max_body_bytes=max_body_bytes)
+
+    def _gauges(self) -> Gauges:
+        plane = self.plane
+        with plane.lock:
+            pending: dict[str, int] = {}
+            running: dict[str, int] = {}
+            alloc: dict[tuple[str, str], int] = {}
+            for rec in plane.jobs.values():
+                if rec.phase == "Pending":
+                    pending[rec.cluster_queue] = pending.get(rec.cluster_queue, 0) + 1
+                elif rec.phase == "Running":
+                    running[rec.cluster_queue] = running.get(rec.cluster_queue, 0) + 1
+                    k = (rec.flavor, rec.cluster_queue)
+                    alloc[k] = alloc.get(k, 0) + sum(p.gpu_milli for p in rec.placements)
+            view = cluster_view(plane)
+            tree = plane.scheduler.tree
+            return Gauges(
+                pending=pending, running=running,
+                gpus_allocated={k: v / 1000 for k, v in alloc.items()},
+                gpu_milli_allocated=alloc,
+                gpus_total={f["name"]: f["gpus"] for f in view["flavors"]},
+                gpu_milli_total={f["name"]: f["gpus"] * 1000 for f in view["flavors"]},
+                fragmentation_ratio=view["fragmentation"]["ratio"],
+                nodes={s: view["nodes"][s] for s in ("ready", "cordoned", "failed")},
+                queue_share={q.name: tree.share(q.name) for q in plane.config.cluster_queues})
+
+    # -- threads -----------------------------------------------------------------------------
+
+    def start_loop(self, interval: float) -> None:
+        def loop() -> None:
+            last_trim = time.monotonic()
+            while not self._stop.wait(interval):
+                try:
+                    self.plane.tick()
+                    if time.monotonic() - last_trim > 60:
+                        self.plane.trim_events()
+                        last_trim = time.monotonic()
+                except Exception:  # a failed cycle is logged; the next one tries again
+                    log.exception("scheduling cycle failed")
+        self._spawn(loop, "gpupool-loop")
+
+    def start_demo(self, rate: float, seed: int) -> None:
+        plane = self.plane
+        with plane.lock:
+            stream = DemoStream(plane.config, plane.scheduler.state.table.nodes[:], seed, rate)
+
+        def demo() -> None:
+            while not self._stop.wait(stream.gap_s()):
+                try:
+                    plane.submit(stream.next_job())
+                except GpupoolError as exc:
+                    log.warning("demo job refused: %s", exc)
+        self._spawn(demo, "gpupool-demo")
+
+    def _spawn(self, fn: Any, name: str) -> None:
+        t = threading.Thread(target=fn, name=name, daemon=True)
+        t.start()
+        self._threads.append(t)
+
+    def stop(self) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(timeout=5)
+
+
+def _tokens(args: argparse.Namespace, state: Path, namespaces: list[str]) -> tuple[Tokens, str]:
+    """The tokens to use, and the admin token to print when they were generated here."""
+    if args.tokens or os.environ.get(ENV):
+        return Tokens.load(args.tokens), ""
+    path = state.parent / "tokens.yaml"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            yaml.safe_dump(generate(namespaces), f, sort_keys=False)
+    data = yaml.safe_load(path.read_text())
+    admin = next((t["token"] for t in data["tokens"] if t.get("role") == "admin"), "")
+    return Tokens.from_file(path), admin
+
+
+def serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s "
+                        "%(name)s: %(message)s")
+    speed = args.speed if args.speed != 1.0 or not args.demo else 60.0
+    state = Path(args.state)
+    for flag, path in (("--cluster", args.cluster), ("--queues", args.queues)):
+        if not state.exists() and not Path(path).exists():
+            raise ConfigError(f"{flag} {path}: no such file (give the path of a YAML spec)")
+    service = Service(state=state, cluster=args.cluster, queues=args.queues, speed=speed)
+    namespaces = [lq.namespace for lq in service.plane.config.local_queues]
+    tokens, admin = _tokens(args, state, namespaces)
+    if not len(tokens):
+        raise ConfigError("no tokens: give --tokens FILE or set " + ENV)
+    app = service.api(tokens, args.max_body_bytes)
+    service.start_loop(args.interval)
+    if args.demo:
+        service.start_demo(args.demo_rate, args.seed)
+    url = f"http://{args.host}:{args.port}/"
+    view = cluster_view(service.plane)
+    print(f"gpupool serve: {view['nodes']['total']} nodes, {view['gpus']['total']} GPUs, "
+          f"{len(service.plane.config.cluster_queues)} cluster queues; state {state}; "
+          f"speed x{speed:g}" + ("; example jobs flowing" if args.demo else ""), flush=True)
+    if admin:
+        print(f"  dashboard: {url}#token={admin}", flush=True)
+        print(f"  tokens:    {state.parent / 'tokens.yaml'} (admin and one per namespace)",
+              flush=True)
+        print(f"  CLI:       export GPUPOOL_SERVER={url} GPUPOOL_TOKEN={admin}", flush=True)
+    else:
+        print(f"  dashboard: {url} (paste a token from your tokens file)", flush=True)
+    config = uvicorn.Config(app, host=args.host, port=args.port,
+                            log_level=args.log_level, access_log=False)
+    try:
+        uvicorn.Server(config).run()
+    finally:
+        service.stop()
+    return 0

@@ -1,4 +1,5 @@
-"""Entry points: ``gpupool sim ...``, ``gpupool bench ...``, ``gpupool demo``.
+"""Entry points: ``gpupool serve``, the client commands (``submit``, ``get``, ``describe``,
+``cancel``), ``gpupool sim ...``, ``gpupool bench ...``, ``gpupool demo``.
 
 Each command group lives with its adapter (``gpupool.sim.cli``, ``gpupool.bench.cli``) and
 adds its parsers here. Errors from the tree in ``gpupool.core.errors`` become one line on
@@ -12,7 +13,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from gpupool import __version__
+from gpupool import __version__, app
 from gpupool.bench import cli as bench_cli
 from gpupool.core.errors import AdapterError, GpupoolError
 from gpupool.k8s import cli as k8s_cli
@@ -31,6 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     sim_cli.add_parsers(sub)
     bench_cli.add_parsers(sub)
     k8s_cli.add_parsers(sub)
+    app.add_parser(sub)
     return parser
 
 

@@ -1,1 +1,5 @@
-"""store"""
+"""Durable state for ``gpupool serve``: one SQLite file (WAL), versioned schema."""
+
+from gpupool.store.sqlite import ACTIVE_PHASES, MIGRATIONS, Event, JobRow, NewEvent, Store
+
+__all__ = ["ACTIVE_PHASES", "MIGRATIONS", "Event", "JobRow", "NewEvent", "Store"]

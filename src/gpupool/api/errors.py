@@ -1,0 +1,94 @@
+"""One error shape for every failure, and the status code each error class means.
+
+``{"error": "InvalidJobError", "message": "...", "details": {"field": ..., "value": ...,
+"rule": ...}}``: the class of the error, one sentence, and where known the field, the value
+and the rule it broke.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from gpupool.core.errors import (
+    AdapterError,
+    ConfigError,
+    ConflictError,
+    GpupoolError,
+    InvalidJobError,
+    NotFoundError,
+)
+
+STATUS = {InvalidJobError: 422, ConfigError: 422, NotFoundError: 404, ConflictError: 409,
+          AdapterError: 503}
+
+
+class ApiError(Exception):
+    """An HTTP-level refusal: no token, wrong role, a body too large or unreadable."""
+
+    def __init__(self, status: int, error: str, message: str,
+                 details: dict[str, Any] | None = None,
+                 headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.error = error
+        self.message = message
+        self.details = details or {}
+        self.headers = headers
+
+
+def body(error: str, message: str, details: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"error": error, "message": message, "details": details or {}}
+
+
+def _jsonable(value: object) -> object:
+    try:
+        json.dumps(value)
+        return value
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+def status_of(exc: GpupoolError) -> int:
+    for cls in type(exc).__mro__:
+        if cls in STATUS:
+            return STATUS[cls]
+    return 400
+
+
+def install(app: FastAPI) -> None:
+    @app.exception_handler(ApiError)
+    async def _api(_: Request, exc: ApiError) -> JSONResponse:
+        return JSONResponse(body(exc.error, exc.message, exc.details), exc.status,
+                            headers=exc.headers)
+
+    @app.exception_handler(GpupoolError)
+    async def _domain(_: Request, exc: GpupoolError) -> JSONResponse:
+        details: dict[str, Any] = {}
+        if isinstance(exc, InvalidJobError):
+            details = {"field": exc.field, "value": _jsonable(exc.value), "rule": exc.rule}
+        return JSONResponse(body(type(exc).__name__, str(exc), details), status_of(exc))
+
+    @app.exception_handler(RequestValidationError)
+    async def _params(_: Request, exc: RequestValidationError) -> JSONResponse:
+        first = exc.errors()[0] if exc.errors() else {}
+        where = ".".join(str(p) for p in first.get("loc", ()))
+        msg = f"{where}: {first.get('msg', 'invalid')}"
+        return JSONResponse(body("InvalidRequest", msg, {
+            "field": where, "value": _jsonable(first.get("input")),
+            "rule": first.get("msg", "")}), 422)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        name = {404: "NotFound", 405: "MethodNotAllowed"}.get(exc.status_code, "HTTPError")
+        return JSONResponse(body(name, str(exc.detail)), exc.status_code,
+                            headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(Exception)
+    async def _bug(_: Request, exc: Exception) -> JSONResponse:
+        return JSONResponse(body("InternalError", f"{type(exc).__name__}: {exc}"), 500)

@@ -1,0 +1,560 @@
+"""ControlPlane: the service behind ``gpupool serve``: the core, its durable state and a cluster.
+
+Facts come in from the API (a job submitted or cancelled, a queue or node changed) and from
+the cluster (a job ended); each is written to the state file before it is acknowledged. A loop
+calls ``tick()``: jobs that ended are finished, the core runs one cycle, and its decisions are
+carried out on the cluster and written, all in one transaction.
+
+Recovery is the same path as start-up: the state file holds nodes, queue objects and jobs;
+running jobs take back exactly the cards they held (``Scheduler.restore``), pending jobs go back
+to their queues in submission order. Changing a queue object rebuilds the scheduler the same
+way, so there is one way to build it, exercised on every start.
+
+Threads: the API's worker threads and the loop share one lock (``self.lock``); every method
+below takes it. The core never sees two callers at once.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter, deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from gpupool.config.cluster import nodes_from_documents
+from gpupool.config.documents import Document
+from gpupool.config.jobs import JobRequest, parse_job
+from gpupool.config.queues import queue_config_from_documents
+from gpupool.control.clock import Clock
+from gpupool.control.codec import (
+    node_from_json,
+    node_to_json,
+    placement_from_json,
+    placement_to_json,
+)
+from gpupool.core.decisions import CycleResult
+from gpupool.core.errors import ConfigError, ConflictError, InvalidJobError, NotFoundError
+from gpupool.core.model import Job, JobId, Node, NodeName, Placement
+from gpupool.core.placement.framework import Profile
+from gpupool.core.quota import QueueConfig
+from gpupool.core.scheduler import Scheduler
+from gpupool.metrics import Metrics
+from gpupool.store.sqlite import NewEvent, Store
+
+QUEUE_KINDS = ("ResourceFlavor", "Cohort", "ClusterQueue", "LocalQueue",
+               "WorkloadPriorityClass", "PriorityClass", "QueueSettings")
+ACTIVE = ("Pending", "Running")
+TERMINAL = ("Succeeded", "Failed", "Cancelled")
+ESTIMATE_EVERY_S = 1.0  # wall seconds between wait-estimate runs
+EVENTS_KEPT = 50_000
+HISTORY_EVERY_S = 1.0  # wall seconds between samples of queue usage
+HISTORY_KEPT = 900
+
+
+class Backend(Protocol):
+    """Where bound jobs run: the virtual cluster here, Kubernetes elsewhere."""
+
+    def start(self, key: str, placements: Sequence[Placement], start_s: float,
+              end_s: float) -> None: ...
+
+    def stop(self, key: str) -> None: ...
+
+    def due(self, now_s: float) -> list[str]:
+        """Jobs whose end time has come, in end order."""
+        ...
+
+
+@dataclass(slots=True)
+class JobRecord:
+    uid: int
+    request: JobRequest
+    phase: str
+    submitted_s: float
+    started_s: float | None = None
+    finished_s: float | None = None
+    flavor: str = ""
+    cluster_queue: str = ""
+    placements: tuple[Placement, ...] = ()
+    preemptions: int = 0
+    message: str = ""
+
+    @property
+    def key(self) -> str:
+        return self.request.key
+
+    @property
+    def job(self) -> Job:
+        return self.request.job
+
+
+@dataclass(slots=True)
+class TickResult:
+    time_s: float
+    finished: int = 0
+    bound: int = 0
+    evicted: int = 0
+    parked: int = 0
+    decision_s: float = 0.0
+
+
+@dataclass(slots=True)
+class _Changes:
+    jobs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    events: list[NewEvent] = field(default_factory=list)
+
+    def job(self, key: str, **fields: Any) -> None:
+        self.jobs.setdefault(key, {}).update(fields)
+
+    def event(self, time_s: float, reason: str, kind: str, obj: str, message: str,
+              namespace: str = "", warning: bool = False) -> None:
+        self.events.append(NewEvent(time_s, "Warning" if warning else "Normal", reason, kind,
+                                    obj, namespace, message))
+
+
+def _key_of(kind: str, body: Mapping[str, Any]) -> str:
+    meta = body.get("metadata")
+    if kind == "QueueSettings" and not isinstance(meta, Mapping):
+        return "default"
+    if not isinstance(meta, Mapping) or not isinstance(meta.get("name"), str):
+        raise ConfigError(f"{kind}: metadata.name is required")
+    if kind == "LocalQueue":
+        ns = meta.get("namespace") or "default"
+        return f"{ns}/{meta['name']}"
+    return str(meta["name"])
+
+
+class ControlPlane:
+    def __init__(self, store: Store, backend: Backend, clock: Clock, *,
+                 nodes: Sequence[Node] = (), queue_docs: Sequence[Mapping[str, Any]] = (),
+                 profile: Profile | None = None, metrics: Metrics | None = None) -> None:
+        """``nodes`` and ``queue_docs`` seed a new state file; an existing one is the truth
+        and they are ignored (its nodes and queues were changed through the API since)."""
+        self.store = store
+        self.backend = backend
+        self.clock = clock
+        self.profile = profile
+        self.metrics = metrics or Metrics()
+        self.lock = threading.RLock()
+        self.jobs: dict[str, JobRecord] = {}
+        self.node_status: dict[str, dict[str, Any]] = {}  # name -> {"failed": bool}
+        self._estimates: dict[JobId, tuple[int, float | None]] = {}
+        self._estimated_at = 0.0
+        self.cycles = 0
+        self.last_tick: TickResult | None = None
+        self.history: deque[dict[str, Any]] = deque(maxlen=HISTORY_KEPT)
+        self._sampled_at = 0.0
+        with self.lock:
+            self._open(nodes, queue_docs)
+
+    # -- start-up and recovery ---------------------------------------------------------------
+
+    def _open(self, nodes: Sequence[Node], queue_docs: Sequence[Mapping[str, Any]]) -> None:
+        if self.store.meta("created") is None:
+            with self.store.transaction() as tx:
+                for node in nodes:
+                    tx.put_object("Node", node.name, {"node": node_to_json(node),
+                                                       "failed": False})
+                for doc in queue_docs:
+                    kind = str(doc.get("kind"))
+                    tx.put_object(kind, _key_of(kind, doc), dict(doc))
+                tx.set_meta("created", str(self.clock.wall()))
+                tx.set_meta("clock", f"{self.clock.now()} {self.clock.wall()}")
+                tx.add_events([NewEvent(self.clock.now(), "Normal", "Started", "Cluster", "",
+                                        "", f"new state file: {len(nodes)} nodes, "
+                                        f"{len(queue_docs)} queue objects")])
+        else:
+            last_s, last_wall = (float(x) for x in (self.store.meta("clock") or "0 0").split())
+            self.clock.resume(last_s, last_wall)
+        self.queue_docs = {(k, n): b for k, n, b, _ in self.store.objects()
+                           if k in QUEUE_KINDS}
+        self.config = self._config(self.queue_docs)
+        for _, name, body, _ in self.store.objects("Node"):
+            self.node_status[name] = body
+        for row in self.store.jobs():
+            request = parse_job(row.document, self.config, submit_time_s=row.submitted_s,
+                                check_queue=row.phase in ACTIVE)
+            rec = JobRecord(row.uid, request, row.phase, row.submitted_s, row.started_s,
+                            row.finished_s, row.flavor, "",
+                            tuple(placement_from_json(row.key, p) for p in row.placements),
+                            row.preemptions, row.message)
+            self.jobs[row.key] = rec
+        self._build()
+        recovered = Counter(r.phase for r in self.jobs.values())
+        if recovered:
+            self._record(lambda c: c.event(self.clock.now(), "Recovered", "Cluster", "",
+                                           "state file read: " + ", ".join(
+                                               f"{n} {p.lower()}" for p, n in
+                                               sorted(recovered.items()))))
+
+    def _config(self, docs: Mapping[tuple[str, str], Mapping[str, Any]]) -> QueueConfig:
+        return queue_config_from_documents([
+            Document(f"{kind} {name}", 1, body) for (kind, name), body in docs.items()])
+
+    def _nodes(self) -> list[Node]:
+        out = []
+        for body in self.node_status.values():
+            if not body.get("failed"):
+                out.append(node_from_json(body["node"]))
+        return out
+
+    def _build(self) -> None:
+        """A new Scheduler from the nodes, queues and jobs held now."""
+        sched = Scheduler(self._nodes(), self.config, self.profile)
+        now = self.clock.now()
+        running = sorted((r for r in self.jobs.values() if r.phase == "Running"),
+                         key=lambda r: (r.started_s or 0.0, r.uid))
+        for rec in running:
+            restored = sched.restore(rec.job, rec.placements, rec.started_s or now,
+                                     rec.flavor, rec.preemptions)
+            rec.cluster_queue = restored.queue
+            self.backend.start(rec.key, rec.placements, rec.started_s or now,
+                               self._end_s(rec))
+        for rec in sorted((r for r in self.jobs.values() if r.phase == "Pending"),
+                          key=lambda r: r.uid):
+            sched.submit(rec.job, rec.submitted_s)
+            rec.cluster_queue = sched.queues.resolve(rec.job.queue)
+        self.scheduler = sched
+
+    def _end_s(self, rec: JobRecord) -> float:
+        job = rec.job
+        run = job.duration_s or 0.0
+        if job.run_limit_s is not None:
+            run = min(run, job.run_limit_s)
+        return (rec.started_s or 0.0) + run
+
+    def _record(self, fill: Any) -> list[Any]:
+        changes = _Changes()
+        fill(changes)
+        return self._commit(changes)
+
+    def _commit(self, changes: _Changes) -> list[Any]:
+        if not changes.jobs and not changes.events:
+            return []
+        with self.store.transaction() as tx:
+            for key, fields in changes.jobs.items():
+                tx.update_job(key, **fields)
+            out = tx.add_events(changes.events)
+            tx.set_meta("clock", f"{self.clock.now()} {self.clock.wall()}")
+        return out
+
+    # -- jobs --------------------------------------------------------------------------------
+
+    def submit(self, body: object, namespace: str | None = None) -> JobRecord:
+        """Accept a Job document: written to the state file and queued, or an error and
+        nothing changed (InvalidJobError, NotFoundError for a queue, ConflictError)."""
+        with self.lock:
+            now = self.clock.now()
+            request = parse_job(body, self.config, namespace=namespace, submit_time_s=now)
+            if request.key in self.jobs:
+                raise ConflictError(f"job {request.key} already exists "
+                                    f"({self.jobs[request.key].phase})")
+            sched = self.scheduler
+            sched.validator.check(request.job, sched.state.table)
+            cq = sched.queues.resolve(request.job.queue)
+            with self.store.transaction() as tx:
+                uid = tx.insert_job(request.key, request.namespace, request.name,
+                                    request.queue, request.document, now)
+                tx.add_events([NewEvent(now, "Normal", "Submitted", "Job", request.key,
+                                        request.namespace, f"queued in {request.queue} "
+                                        f"(ClusterQueue {cq})")])
+            sched.submit(request.job, now)
+            rec = JobRecord(uid, request, "Pending", now, cluster_queue=cq)
+            self.jobs[request.key] = rec
+            self.metrics.submitted(cq)
+            return rec
+
+    def job(self, key: str) -> JobRecord:
+        with self.lock:
+            rec = self.jobs.get(key)
+            if rec is None:
+                raise NotFoundError(f"job {key} not found")
+            return rec
+
+    def cancel(self, key: str) -> JobRecord:
+        """Cancel a pending or running job (its cards are free at once); a job that has
+        ended already is deleted, so that its name can be used again."""
+        with self.lock:
+            rec = self.job(key)
+            now = self.clock.now()
+            if rec.phase in TERMINAL:
+                with self.store.transaction() as tx:
+                    tx.delete_job(key)
+                del self.jobs[key]
+                return rec
+            if rec.phase == "Running":
+                self.backend.stop(key)
+            self.scheduler.cancel(JobId(key), now)
+            with self.store.transaction() as tx:
+                tx.update_job(key, phase="Cancelled", finished_s=now, message="cancelled")
+                tx.add_events([NewEvent(now, "Normal", "Cancelled", "Job", key,
+                                        rec.request.namespace,
+                                        f"cancelled while {rec.phase.lower()}")])
+            rec.phase, rec.finished_s, rec.message = "Cancelled", now, "cancelled"
+            return rec
+
+    # -- the loop ----------------------------------------------------------------------------
+
+    def tick(self) -> TickResult:
+        """Finish jobs that ended, run one cycle, carry out and record its decisions."""
+        with self.lock:
+            now = self.clock.now()
+            out = TickResult(now)
+            changes = _Changes()
+            for key in self.backend.due(now):
+                rec = self.jobs.get(key)
+                if rec is None or rec.phase != "Running":
+                    continue
+                self.scheduler.finished(JobId(key), now)
+                limited = rec.job.run_limit_s is not None and \
+                    (rec.job.duration_s or 0.0) > rec.job.run_limit_s
+                rec.phase = "Failed" if limited else "Succeeded"
+                rec.finished_s = now
+                rec.message = (f"stopped at its run limit ({rec.job.run_limit_s:g} s)"
+                               if limited else "completed")
+                changes.job(key, phase=rec.phase, finished_s=now, message=rec.message)
+                changes.event(now, "RunLimitReached" if limited else "Completed", "Job", key,
+                              rec.message, rec.request.namespace, warning=limited)
+                out.finished += 1
+            t0 = time.perf_counter()
+            result = self.scheduler.cycle(now)
+            out.decision_s = time.perf_counter() - t0
+            self._carry_out(result, now, changes, out)
+            self._commit(changes)
+            self.cycles += 1
+            self.metrics.cycle(out.decision_s)
+            self.last_tick = out
+            if time.monotonic() - self._sampled_at >= HISTORY_EVERY_S:
+                self._sample(now)
+            return out
+
+    def _sample(self, now: float) -> None:
+        """One point of the queues' usage over time, for the dashboard."""
+        self._sampled_at = time.monotonic()
+        tree = self.scheduler.tree
+        queues = {}
+        for q in self.config.cluster_queues:
+            usage = tree.usage(q.name)
+            milli = sum(v for (_, res), v in usage.items() if res == "gpu_milli")
+            queues[q.name] = {"gpu_milli": int(milli), "share": round(tree.share(q.name), 4)}
+        totals = self.scheduler.state.totals()
+        self.history.append({
+            "time_s": round(now, 3), "queues": queues,
+            "allocated_pct": round(100 * totals["gpu_milli_used"] /
+                                   max(1, totals["gpu_milli_total"]), 2),
+            "pending": len(self.scheduler.queues)})
+
+    def _carry_out(self, result: CycleResult, now: float, changes: _Changes,
+                   out: TickResult) -> None:
+        for ev in result.evicts:
+            rec = self.jobs[ev.job]
+            self.backend.stop(rec.key)
+            rec.phase, rec.placements, rec.started_s = "Pending", (), None
+            rec.preemptions += 1
+            rec.message = ev.message
+            changes.job(rec.key, phase="Pending", placements=[], started_s=None, flavor="",
+                        preemptions=rec.preemptions, message=ev.message)
+            changes.event(now, "Preempted", "Job", rec.key, f"{ev.reason}: preempted by "
+                          f"{ev.preemptor}; back in its queue", rec.request.namespace,
+                          warning=True)
+            self.metrics.preempted(ev.queue, ev.reason)
+            out.evicted += 1
+        for b in result.binds:
+            rec = self.jobs[b.job]
+            for pl in b.placements:
+                self.scheduler.state.confirm(pl.task)
+            rec.phase, rec.placements, rec.started_s = "Running", b.placements, now
+            rec.flavor, rec.cluster_queue, rec.message = b.flavor, b.queue, ""
+            self.backend.start(rec.key, b.placements, now, self._end_s(rec))
+            nodes = sorted({pl.node for pl in b.placements})
+            changes.job(rec.key, phase="Running", started_s=now, flavor=b.flavor, message="",
+                        placements=[placement_to_json(pl) for pl in b.placements])
+            changes.event(now, "Admitted", "Job", rec.key,
+                          f"admitted by ClusterQueue {b.queue} (flavor {b.flavor or '-'}) "
+                          f"after {now - rec.submitted_s:.0f} s; bound to "
+                          f"{', '.join(nodes[:4])}{' ...' if len(nodes) > 4 else ''}",
+                          rec.request.namespace)
+            self.metrics.admitted(b.queue, now - rec.submitted_s)
+            out.bound += 1
+        for p in result.parks:
+            parked = self.jobs.get(p.job)
+            if parked is not None:
+                parked.message = p.status.message
+                out.parked += 1
+
+    # -- queue objects -----------------------------------------------------------------------
+
+    def queue_objects(self, kind: str) -> list[tuple[str, dict[str, Any]]]:
+        with self.lock:
+            return [(n, dict(b)) for (k, n), b in self.queue_docs.items() if k == kind]
+
+    def queue_object(self, kind: str, name: str) -> dict[str, Any]:
+        with self.lock:
+            body = self.queue_docs.get((kind, name))
+            if body is None:
+                raise NotFoundError(f"{kind} {name} not found")
+            return dict(body)
+
+    def put_queue_object(self, kind: str, body: Mapping[str, Any], *,
+                         create: bool) -> dict[str, Any]:
+        """Create (``create``) or replace a queue object. The whole queue configuration is
+        checked with it (ConfigError names the field), and the scheduler is rebuilt."""
+        with self.lock:
+            body = dict(body)
+            if body.get("kind", kind) != kind:
+                raise ConfigError(f"kind={body.get('kind')!r} does not match the endpoint "
+                                  f"({kind})")
+            body["kind"] = kind
+            name = _key_of(kind, body)
+            exists = (kind, name) in self.queue_docs
+            if create and exists:
+                raise ConflictError(f"{kind} {name} already exists")
+            if not create and not exists:
+                raise NotFoundError(f"{kind} {name} not found")
+            docs = dict(self.queue_docs)
+            docs[(kind, name)] = body
+            self._apply_queue_docs(docs, lambda tx: tx.put_object(kind, name, body),
+                                   f"{kind} {name} {'created' if create else 'updated'}")
+            return body
+
+    def delete_queue_object(self, kind: str, name: str) -> None:
+        with self.lock:
+            if (kind, name) not in self.queue_docs:
+                raise NotFoundError(f"{kind} {name} not found")
+            docs = {k: v for k, v in self.queue_docs.items() if k != (kind, name)}
+            if kind in ("ClusterQueue", "LocalQueue"):
+                busy = [r.key for r in self.jobs.values() if r.phase in ACTIVE and (
+                    r.cluster_queue == name if kind == "ClusterQueue" else
+                    r.request.queue == name)]
+                if busy:
+                    raise ConflictError(f"{kind} {name} has {len(busy)} pending or running "
+                                        f"job(s) (e.g. {busy[0]}); cancel them first")
+            self._apply_queue_docs(docs, lambda tx: tx.delete_object(kind, name),
+                                   f"{kind} {name} deleted")
+
+    def _apply_queue_docs(self, docs: dict[tuple[str, str], dict[str, Any]], write: Any,
+                          message: str) -> None:
+        config = self._config(docs)
+        for rec in self.jobs.values():
+            if rec.phase in ACTIVE:
+                try:
+                    parse_job(rec.request.document, config)
+                except InvalidJobError as exc:
+                    raise ConflictError(f"the change would leave job {rec.key} without its "
+                                        f"queue: {exc}") from None
+        old = (self.queue_docs, self.config)
+        self.queue_docs, self.config = docs, config
+        try:
+            for rec in self.jobs.values():
+                if rec.phase in ACTIVE:
+                    rec.request = parse_job(rec.request.document, config,
+                                            submit_time_s=rec.submitted_s)
+            self._build()
+        except Exception:
+            self.queue_docs, self.config = old
+            self._build()
+            raise
+        now = self.clock.now()
+        with self.store.transaction() as tx:
+            write(tx)
+            tx.add_events([NewEvent(now, "Normal", "QueuesChanged", "Queue", "", "", message)])
+
+    # -- nodes -------------------------------------------------------------------------------
+
+    def add_nodes(self, pool: Mapping[str, Any]) -> list[Node]:
+        """Nodes from one node-pool spec (the shape of cluster.yaml's ``nodePools`` items)."""
+        with self.lock:
+            doc = Document("request", 1, {"apiVersion": "gpupool.io/v1alpha1",
+                                          "kind": "Cluster", "metadata": {"name": "api"},
+                                          "nodePools": [dict(pool)]})
+            nodes = nodes_from_documents([doc], source="request")
+            clash = [n.name for n in nodes if n.name in self.node_status]
+            if clash:
+                raise ConflictError(f"node {clash[0]} already exists")
+            now = self.clock.now()
+            with self.store.transaction() as tx:
+                for n in nodes:
+                    tx.put_object("Node", n.name, {"node": node_to_json(n), "failed": False})
+                tx.add_events([NewEvent(now, "Normal", "NodeAdded", "Node", n.name, "",
+                                        f"{n.gpu_count} GPU(s) "
+                                        f"{n.gpus[0].model if n.gpus else ''}".strip())
+                               for n in nodes])
+            for n in nodes:
+                self.node_status[n.name] = {"node": node_to_json(n), "failed": False}
+                self.scheduler.add_node(n)
+            return nodes
+
+    def set_node(self, name: str, *, unschedulable: bool | None = None,
+                 failed: bool | None = None) -> dict[str, Any]:
+        """Cordon/uncordon, fail/recover a node. A failed node's jobs go back to their queues
+        whole (gangs included)."""
+        with self.lock:
+            body = self.node_status.get(name)
+            if body is None:
+                raise NotFoundError(f"node {name} not found")
+            body = {"node": dict(body["node"]), "failed": bool(body.get("failed"))}
+            changes = _Changes()
+            now = self.clock.now()
+            if unschedulable is not None and body["node"]["schedulable"] == unschedulable:
+                body["node"]["schedulable"] = not unschedulable
+                if not body["failed"]:
+                    self.scheduler.update_node(node_from_json(body["node"]))
+                changes.event(now, "Cordoned" if unschedulable else "Uncordoned", "Node",
+                              name, "marked unschedulable" if unschedulable else
+                              "schedulable again")
+            if failed is not None and failed != body["failed"]:
+                body["failed"] = failed
+                if failed:
+                    hit = self.scheduler.remove_node(NodeName(name), now)
+                    for jid in hit:
+                        rec = self.jobs[jid]
+                        self.backend.stop(rec.key)
+                        rec.phase, rec.placements, rec.started_s = "Pending", (), None
+                        rec.message = f"node {name} failed; back in its queue"
+                        changes.job(rec.key, phase="Pending", placements=[], started_s=None,
+                                    message=rec.message)
+                        changes.event(now, "NodeFailed", "Job", rec.key, rec.message,
+                                      rec.request.namespace, warning=True)
+                    changes.event(now, "NodeFailed", "Node", name,
+                                  f"node failed; {len(hit)} job(s) requeued", warning=True)
+                else:
+                    self.scheduler.add_node(node_from_json(body["node"]))
+                    changes.event(now, "NodeRecovered", "Node", name, "node is back")
+            with self.store.transaction() as tx:
+                tx.put_object("Node", name, body)
+                for key, fields in changes.jobs.items():
+                    tx.update_job(key, **fields)
+                tx.add_events(changes.events)
+            self.node_status[name] = body
+            return body
+
+    def delete_node(self, name: str) -> None:
+        with self.lock:
+            body = self.node_status.get(name)
+            if body is None:
+                raise NotFoundError(f"node {name} not found")
+            if not body.get("failed"):
+                self.set_node(name, failed=True)
+            with self.store.transaction() as tx:
+                tx.delete_object("Node", name)
+                tx.add_events([NewEvent(self.clock.now(), "Normal", "NodeRemoved", "Node",
+                                        name, "", "node removed")])
+            del self.node_status[name]
+
+    # -- estimates ---------------------------------------------------------------------------
+
+    def estimates(self) -> dict[JobId, tuple[int, float | None]]:
+        """Queue position and estimated start of pending jobs, refreshed at most once a
+        second (a shadow run of the queues)."""
+        with self.lock:
+            wall = time.monotonic()
+            if wall - self._estimated_at >= ESTIMATE_EVERY_S:
+                self._estimates = self.scheduler.estimates(self.clock.now())
+                self._estimated_at = wall
+            return self._estimates
+
+    def trim_events(self) -> None:
+        with self.store.transaction() as tx:
+            tx.trim_events(EVENTS_KEPT)
+

@@ -1,0 +1,238 @@
+"""What the API shows: the cluster, nodes down to each card and who holds it, jobs with their
+status, queues with their usage. Plain JSON-ready dicts, built under the plane's lock.
+
+``visible(namespace)`` hides other tenants: their jobs do not appear and the cards they hold
+show how much is held, not by whom.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import numpy as np
+
+from gpupool.control.codec import node_from_json, placement_to_json
+from gpupool.control.plane import ACTIVE, ControlPlane, JobRecord
+from gpupool.core.model import JobId, Node, NodeName
+from gpupool.core.quota import Resource
+
+Visible = Callable[[str], bool]
+HIDDEN = "(another tenant)"
+
+
+def everyone(_: str) -> bool:
+    return True
+
+
+def flavor_of(plane: ControlPlane, node: Node) -> str:
+    for f in plane.config.flavors:
+        if all(node.labels.get(k) == v for k, v in f.node_labels.items()):
+            return f.name
+    return ""
+
+
+def _node_state(body: Mapping[str, Any]) -> str:
+    if body.get("failed"):
+        return "failed"
+    return "ready" if body["node"]["schedulable"] else "cordoned"
+
+
+def cluster_view(plane: ControlPlane) -> dict[str, Any]:
+    with plane.lock:
+        sched = plane.scheduler
+        totals = sched.state.totals()
+        t = sched.state.table
+        live = t.live()
+        usable = t.gpu_usable[live]
+        free = np.where(usable, 1000 - t.used_milli[live], 0)
+        partly = usable & (t.used_milli[live] > 0)
+        starved = (t.cpu_free[live] <= 0) | (t.mem_free[live] <= 0)
+        fragmented = int(free[partly].sum() + free[~partly & starved[:, None]].sum())
+        free_total = int(free.sum())
+        states = Counter(_node_state(b) for b in plane.node_status.values())
+        phases = Counter(r.phase for r in plane.jobs.values())
+        gpus, milli_used = totals["gpus"], totals["gpu_milli_used"]
+        flavors: dict[str, dict[str, int]] = defaultdict(lambda: {"nodes": 0, "gpus": 0,
+                                                                  "gpu_milli_used": 0})
+        for i in live:
+            node = t.nodes[int(i)]
+            f = flavors[flavor_of(plane, node) or "(none)"]
+            f["nodes"] += 1
+            f["gpus"] += int(t.gpu_usable[i].sum())
+            f["gpu_milli_used"] += int(t.used_milli[i][t.gpu_usable[i]].sum())
+        last = plane.last_tick
+        return {
+            "time_s": round(plane.clock.now(), 3),
+            "speed": plane.clock.speed,
+            "nodes": {"total": len(plane.node_status), **{s: states.get(s, 0) for s in
+                                                          ("ready", "cordoned", "failed")}},
+            "gpus": {"total": gpus, "allocated": round(milli_used / 1000, 3),
+                     "allocated_pct": round(100 * milli_used / max(1, gpus * 1000), 2)},
+            "gpu_milli": {"total": totals["gpu_milli_total"], "used": milli_used},
+            "cpu_milli": {"total": totals["cpu_milli_total"], "used": totals["cpu_milli_used"]},
+            "memory_mib": {"total": totals["memory_mib_total"],
+                           "used": totals["memory_mib_used"]},
+            "fragmentation": {
+                "free_gpu_milli": free_total, "fragmented_gpu_milli": fragmented,
+                "ratio": round(fragmented / free_total, 4) if free_total else 0.0,
+                "rule": "free compute on partly used cards, or on nodes with no CPU or "
+                        "memory left, over all free compute"},
+            "jobs": {p: phases.get(p, 0) for p in
+                     ("Pending", "Running", "Succeeded", "Failed", "Cancelled")},
+            "flavors": [{"name": k, **v} for k, v in sorted(flavors.items())],
+            "cycles": plane.cycles,
+            "last_cycle": None if last is None else {
+                "time_s": round(last.time_s, 3), "bound": last.bound,
+                "finished": last.finished, "evicted": last.evicted, "parked": last.parked,
+                "decision_ms": round(last.decision_s * 1000, 3)},
+        }
+
+
+def node_names(plane: ControlPlane) -> list[str]:
+    with plane.lock:
+        return list(plane.node_status)
+
+
+def node_view(plane: ControlPlane, name: str, visible: Visible = everyone) -> dict[str, Any]:
+    with plane.lock:
+        body = plane.node_status[name]
+        node = node_from_json(body["node"])
+        sched = plane.scheduler
+        t = sched.state.table
+        row = t.row(NodeName(name)) if not body.get("failed") else None
+        holders: dict[int, list[dict[str, Any]]] = defaultdict(list)
+        cpu_used = mem_used = 0
+        if row is not None:
+            cpu_used = int(t.cpu_cap[row] - t.cpu_free[row])
+            mem_used = int(t.mem_cap[row] - t.mem_free[row])
+            for p in sched.state.placements_on(NodeName(name)):
+                ns = p.job.split("/", 1)[0]
+                shown = visible(ns)
+                for s in p.shares:
+                    holders[s.index].append({
+                        "job": p.job if shown else HIDDEN, "namespace": ns if shown else "",
+                        "task": p.task if shown else "", "gpu_milli": s.gpu_milli,
+                        "memory_mib": s.memory_mib, "mig_profile": s.mig_profile})
+        cards = []
+        for g in node.gpus:
+            used_milli = int(t.used_milli[row, g.index]) if row is not None else 0
+            used_mib = int(t.used_mib[row, g.index]) if row is not None else 0
+            mig = []
+            for m in g.mig:
+                free = int(t.mig_free[m.profile][row, g.index]) if row is not None else m.count
+                mig.append({"profile": m.profile, "count": m.count, "free": free,
+                            "gpu_milli": m.gpu_milli, "memory_mib": m.memory_mib})
+            if g.mig:
+                used_milli = sum(h["gpu_milli"] or 0 for h in holders[g.index])
+                used_mib = sum(h["memory_mib"] or 0 for h in holders[g.index])
+            cards.append({"index": g.index, "model": g.model, "memory_mib": g.memory_mib,
+                          "uuid": g.uuid, "healthy": g.healthy, "nvlink_peers":
+                          list(g.nvlink_peers), "mig": mig, "used_milli": used_milli,
+                          "used_mib": used_mib, "holders": holders[g.index]})
+        return {
+            "name": name, "state": _node_state(body), "unschedulable": not node.schedulable,
+            "failed": bool(body.get("failed")), "flavor": flavor_of(plane, node),
+            "labels": dict(node.labels),
+            "taints": [{"key": x.key, "value": x.value, "effect": str(x.effect)}
+                       for x in node.taints],
+            "cpu_milli": {"total": node.cpu_milli, "used": cpu_used},
+            "memory_mib": {"total": node.memory_mib, "used": mem_used},
+            "gpus": cards,
+        }
+
+
+def _status(plane: ControlPlane, rec: JobRecord,
+            estimates: Mapping[JobId, tuple[int, float | None]]) -> dict[str, Any]:
+    now = plane.clock.now()
+    status: dict[str, Any] = {
+        "phase": rec.phase, "clusterQueue": rec.cluster_queue, "flavor": rec.flavor,
+        "submittedAt": round(rec.submitted_s, 3),
+        "startedAt": None if rec.started_s is None else round(rec.started_s, 3),
+        "finishedAt": None if rec.finished_s is None else round(rec.finished_s, 3),
+        "preemptions": rec.preemptions, "message": rec.message,
+    }
+    if rec.phase == "Pending":
+        pos, start = estimates.get(JobId(rec.key), (None, None))
+        status["waitSeconds"] = round(now - rec.submitted_s, 3)
+        status["pendingReason"] = rec.message or "waiting for the next scheduling cycle"
+        status["queuePosition"] = pos
+        status["estimatedStart"] = None if start is None else round(start, 3)
+        status["estimatedStartIn"] = None if start is None else round(max(0.0, start - now),
+                                                                         3)
+    else:
+        start = rec.started_s
+        status["waitSeconds"] = None if start is None else round(start - rec.submitted_s, 3)
+    if rec.phase == "Running":
+        end = getattr(plane.backend, "end_of", lambda _: None)(rec.key)
+        status["expectedEnd"] = None if end is None else round(end, 3)
+    status["placements"] = [placement_to_json(p) for p in rec.placements]
+    return status
+
+
+def job_view(plane: ControlPlane, rec: JobRecord,
+             estimates: Mapping[JobId, tuple[int, float | None]] | None = None
+             ) -> dict[str, Any]:
+    with plane.lock:
+        est = estimates if estimates is not None else (
+            plane.estimates() if rec.phase == "Pending" else {})
+        doc = rec.request.document
+        meta = dict(doc.get("metadata", {}))
+        meta["uid"] = rec.uid
+        return {"apiVersion": doc.get("apiVersion"), "kind": "Job", "metadata": meta,
+                "spec": doc.get("spec", {}), "status": _status(plane, rec, est)}
+
+
+def jobs_view(plane: ControlPlane, records: Iterable[JobRecord]) -> list[dict[str, Any]]:
+    with plane.lock:
+        recs = list(records)
+        est = plane.estimates() if any(r.phase == "Pending" for r in recs) else {}
+        return [job_view(plane, r, est) for r in recs]
+
+
+def _vec(v: Mapping[tuple[str, Resource], int]) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = defaultdict(dict)
+    for (flavor, res), amount in sorted(v.items()):
+        out[flavor][str(res)] = int(amount)
+    return dict(out)
+
+
+def cluster_queue_status(plane: ControlPlane, name: str) -> dict[str, Any]:
+    with plane.lock:
+        tree = plane.scheduler.tree
+        pending = sum(1 for r in plane.jobs.values()
+                      if r.phase == "Pending" and r.cluster_queue == name)
+        running = sum(1 for r in plane.jobs.values()
+                      if r.phase == "Running" and r.cluster_queue == name)
+        return {"usage": _vec(tree.usage(name)), "nominal": _vec(tree.nominal(name)),
+                "borrowed": _vec(tree.borrowed(name)),
+                "share": round(tree.share(name), 4), "pendingJobs": pending,
+                "runningJobs": running}
+
+
+def local_queue_status(plane: ControlPlane, key: str) -> dict[str, Any]:
+    with plane.lock:
+        phases = Counter(r.phase for r in plane.jobs.values()
+                         if r.request.queue == key and r.phase in ACTIVE)
+        return {"pendingJobs": phases.get("Pending", 0),
+                "runningJobs": phases.get("Running", 0)}
+
+
+def flavor_status(plane: ControlPlane, name: str) -> dict[str, Any]:
+    with plane.lock:
+        nodes = gpus = 0
+        t = plane.scheduler.state.table
+        for i in t.live():
+            node = t.nodes[int(i)]
+            if flavor_of(plane, node) == name:
+                nodes += 1
+                gpus += int(t.gpu_usable[i].sum())
+        return {"nodes": nodes, "gpus": gpus}
+
+
+def cohort_status(plane: ControlPlane, name: str) -> dict[str, Any]:
+    with plane.lock:
+        members = [q.name for q in plane.config.cluster_queues if q.cohort == name]
+        children = [c.name for c in plane.config.cohorts if c.parent == name]
+        return {"clusterQueues": members, "cohorts": children}

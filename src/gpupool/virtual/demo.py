@@ -1,0 +1,107 @@
+"""A stream of example jobs for ``gpupool serve --demo``: what a shared GPU cluster sees.
+
+For each LocalQueue of the configuration, jobs whose shape suits the GPUs its ClusterQueue
+has quota for: training gangs of whole cards on H100/A100 flavors, notebooks and inference
+pods on slices of a card, MIG pods where a flavor's cards are partitioned, CPU-only jobs.
+Arrivals are Poisson at ``rate`` jobs per wall-clock second; durations are in cluster time
+(so ``--speed`` makes them pass faster). One seed, one stream.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from gpupool.core.model import Node
+from gpupool.core.quota import QueueConfig, Resource
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    namespace: str
+    queue: str
+    flavor: str
+    models: tuple[str, ...]
+    mig: str | None
+    card_mib: int
+    gpus_per_node: int
+
+
+def targets(config: QueueConfig, nodes: list[Node]) -> list[Target]:
+    """Every (LocalQueue, GPU flavor it has quota for), with what the flavor's nodes hold."""
+    by_cq = {q.name: q for q in config.cluster_queues}
+    flavors = {f.name: f for f in config.flavors}
+    out = []
+    for lq in config.local_queues:
+        cq = by_cq.get(lq.cluster_queue)
+        if cq is None:
+            continue
+        for fq in cq.flavors:
+            quota = fq.resources.get(Resource.GPU_MILLI) or fq.resources.get(Resource.GPU)
+            flavor = flavors.get(fq.flavor)
+            if quota is None or flavor is None:
+                continue
+            members = [n for n in nodes if n.gpus and all(
+                n.labels.get(k) == v for k, v in flavor.node_labels.items())]
+            if not members:
+                continue
+            card = members[0].gpus[0]
+            mig = card.mig[0].profile if card.mig else None
+            out.append(Target(lq.namespace, lq.name, fq.flavor, (card.model,), mig,
+                              card.memory_mib, max(len(n.gpus) for n in members)))
+    return out
+
+
+class DemoStream:
+    def __init__(self, config: QueueConfig, nodes: list[Node], seed: int = 7,
+                 rate: float = 0.8) -> None:
+        self.targets = targets(config, nodes)
+        self.rng = random.Random(seed)
+        self.rate = rate
+        self.count = 0
+
+    def gap_s(self) -> float:
+        """Wall seconds to the next arrival."""
+        return self.rng.expovariate(self.rate)
+
+    def jobs(self) -> Iterator[dict[str, Any]]:
+        while True:
+            yield self.next_job()
+
+    def next_job(self) -> dict[str, Any]:
+        self.count += 1
+        rng = self.rng
+        if not self.targets:
+            raise ValueError("no LocalQueue has quota for a flavor with GPU nodes")
+        t = rng.choice(self.targets)
+        minutes = rng.uniform(5, 40)
+        gpu: dict[str, Any]
+        if t.mig:
+            kind, gpu, count = "mig", {"mig": t.mig}, 1
+            minutes = rng.uniform(10, 60)
+        elif t.gpus_per_node >= 8 and rng.random() < 0.45:
+            size = rng.choice((1, 2, 4, 8, 8, 16))
+            per = min(size, 8)
+            kind, gpu, count = "train", {"count": per, "models": list(t.models)}, size // per
+            minutes = rng.uniform(15, 60)
+        else:
+            milli = rng.choice((100, 200, 250, 300, 500, 500, 700))
+            mib = min(t.card_mib, max(1024, int(t.card_mib * milli / 1000)))
+            kind = "nb" if rng.random() < 0.5 else "inf"
+            gpu, count = {"milli": milli, "memory": f"{mib}Mi"}, rng.choice((1, 1, 1, 2))
+        job: dict[str, Any] = {
+            "apiVersion": "gpupool.io/v1alpha1", "kind": "Job",
+            "metadata": {"name": f"{kind}-{self.count:05d}-{rng.randrange(16**4):04x}",
+                         "namespace": t.namespace},
+            "spec": {"queue": t.queue, "duration": f"{minutes:.0f}m",
+                     "user": rng.choice(("alice", "bob", "carol", "dan")),
+                     "podSets": [{"name": "workers" if kind == "train" else "main",
+                                  "count": count, "cpu": 4 if kind == "train" else 2,
+                                  "memory": "32Gi" if kind == "train" else "8Gi",
+                                  "gpu": gpu}]},
+        }
+        if count > 1 and kind == "train":
+            job["spec"]["runLimit"] = f"{minutes * 1.5:.0f}m"
+        return job
