@@ -60,7 +60,7 @@ def cluster_view(plane: ControlPlane) -> dict[str, Any]:
             node = t.nodes[int(i)]
             f = flavors[flavor_of(plane, node) or "(none)"]
             f["nodes"] += 1
-            f["gpus"] += int(t.gpu_usable[i].sum())
+            f["gpus"] += int(t.gpu_count[i])
             f["gpu_milli_used"] += int(t.used_milli[i][t.gpu_usable[i]].sum())
         last = plane.last_tick
         return {
@@ -68,7 +68,8 @@ def cluster_view(plane: ControlPlane) -> dict[str, Any]:
             "speed": plane.clock.speed,
             "nodes": {"total": len(plane.node_status), **{s: states.get(s, 0) for s in
                                                           ("ready", "cordoned", "failed")}},
-            "gpus": {"total": gpus, "allocated": round(milli_used / 1000, 3),
+            "gpus": {"total": gpus, "mig_partitioned": int(t.gpu_mig[live].sum()),
+                     "allocated": round(milli_used / 1000, 3),
                      "allocated_pct": round(100 * milli_used / max(1, gpus * 1000), 2)},
             "gpu_milli": {"total": totals["gpu_milli_total"], "used": milli_used},
             "cpu_milli": {"total": totals["cpu_milli_total"], "used": totals["cpu_milli_used"]},
@@ -227,7 +228,7 @@ def flavor_status(plane: ControlPlane, name: str) -> dict[str, Any]:
             node = t.nodes[int(i)]
             if flavor_of(plane, node) == name:
                 nodes += 1
-                gpus += int(t.gpu_usable[i].sum())
+                gpus += int(t.gpu_count[i])
         return {"nodes": nodes, "gpus": gpus}
 
 
