@@ -1,0 +1,35 @@
+"""Elastic GPU objects: ElasticGPU, ElasticGPUClaim, ElasticGPUClass and the binder."""
+
+from gpupool.core.elastic.binder import TASK_PREFIX, Binder, Release
+from gpupool.core.elastic.objects import (
+    CLASS_PARAMETERS,
+    BindingMode,
+    Capacity,
+    ClaimPhase,
+    ClaimRef,
+    ClaimRequests,
+    ElasticGPU,
+    ElasticGPUClaim,
+    ElasticGPUClass,
+    GpuPhase,
+    Provisioner,
+    ReclaimPolicy,
+    RequestKind,
+    ServingModel,
+    Source,
+)
+from gpupool.core.elastic.tflops import (
+    PEAK_TFLOPS,
+    PRECISION,
+    TflopsShare,
+    canonical_model,
+    convert,
+    peak_tflops,
+)
+
+__all__ = [
+    "CLASS_PARAMETERS", "PEAK_TFLOPS", "PRECISION", "TASK_PREFIX", "Binder", "BindingMode",
+    "Capacity", "ClaimPhase", "ClaimRef", "ClaimRequests", "ElasticGPU", "ElasticGPUClaim",
+    "ElasticGPUClass", "GpuPhase", "Provisioner", "ReclaimPolicy", "Release", "RequestKind",
+    "ServingModel", "Source", "TflopsShare", "canonical_model", "convert", "peak_tflops",
+]

@@ -1,0 +1,736 @@
+"""The binder: claims bound to existing ElasticGPUs or to ones made for them, exactly once.
+
+As Kubernetes binds PersistentVolumeClaims:
+
+1. a claim names its class (or none: then the first class, by name, that can serve it). A
+   claim no class can serve, a TFLOPS figure for a model without a published peak, or a
+   request the cluster can never hold is rejected at ``submit`` with InvalidJobError naming
+   the field, the value and the rule, and nothing is stored;
+2. an ``Immediate`` claim is bound at once when it can be; a ``WaitForFirstConsumer`` one when
+   the adapter reports the node its first pod was placed on (``consume``). A claim that
+   cannot be bound yet stays Pending with the reason, and ``reconcile`` tries again;
+3. binding first looks for Available ElasticGPUs of the class that satisfy the claim (the
+   smallest that does), then provisions new ones through the class. Cards, slices and MIG
+   instances are placed by the core's placement (``place_task`` on the ClusterState's
+   snapshot, with a task built from the claim) and held in the ClusterState as placements of
+   their own, so no card is ever over-committed, by claims or by jobs. A MIG claim takes the
+   smallest profile that holds it and has a free instance; a TFLOPS claim is converted per
+   model (``tflops.convert``), the least powerful model that serves it with the fewest cards
+   first, and ``serving_models`` on the claim says which models can serve it and how;
+4. a bound claim is never bound again: ``submit`` of the same claim is a no-op, and a claim
+   binds to one set of ElasticGPUs (all on one node, or in one remote pool);
+5. when a claim is deleted its ElasticGPUs follow their reclaim policy: ``Delete`` removes
+   them and frees their capacity; ``Retain`` keeps them Released, still holding it, until an
+   operator deletes them (``delete_gpu``) or makes them Available again (``make_available``).
+
+A pod that consumes a bound claim runs on the claim's node and asks the scheduler for no GPU
+of its own: the cards are held by the ElasticGPUs (the webhook writes their devices into the
+container). ElasticGPUs are not charged to any ClusterQueue's quota.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from gpupool.core.cluster import ClusterState
+from gpupool.core.elastic.objects import (
+    BindingMode,
+    Capacity,
+    ClaimPhase,
+    ClaimRef,
+    ElasticGPU,
+    ElasticGPUClaim,
+    ElasticGPUClass,
+    GpuPhase,
+    Provisioner,
+    ReclaimPolicy,
+    RequestKind,
+    ServingModel,
+    Source,
+)
+from gpupool.core.elastic.tflops import PEAK_TFLOPS, convert, peak_tflops
+from gpupool.core.errors import ConfigError, ConflictError, InvalidJobError, NotFoundError
+from gpupool.core.model import (
+    WHOLE_GPU_MILLI,
+    GpuRequest,
+    GpuShare,
+    Job,
+    JobId,
+    NodeName,
+    Placement,
+    PodSet,
+    Task,
+    TaskId,
+)
+from gpupool.core.placement.framework import CycleState, Profile
+from gpupool.core.placement.place import feasible, place_task
+from gpupool.core.placement.registry import default_profile
+from gpupool.core.snapshot import Snapshot
+from gpupool.core.validation import Validator
+
+TASK_PREFIX = "elasticgpu/"
+"""ElasticGPUs hold their capacity in the ClusterState as placements of task
+``elasticgpu/<ElasticGPU name>`` and job ``elasticgpu/<claim key>``."""
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    """What deleting a claim did to its ElasticGPUs."""
+
+    claim: str
+    deleted: tuple[str, ...]  # reclaimPolicy Delete: gone, capacity freed
+    retained: tuple[str, ...]  # reclaimPolicy Retain: Released (or Failed), capacity held
+
+
+@dataclass(frozen=True, slots=True)
+class _Option:
+    """One way to serve a claim: a GPU request for the cluster, or remote cards."""
+
+    request: GpuRequest
+    remote_cards: int = 0
+    serving: ServingModel | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Profile:
+    name: str
+    gpu_milli: int
+    memory_mib: int
+    models: frozenset[str]
+
+
+class Binder:
+    """Holds the three kinds of objects and binds claims; the ClusterState is shared with the
+    scheduler, so ElasticGPUs and jobs see each other's cards taken."""
+
+    def __init__(self, state: ClusterState, profile: Profile | None = None,
+                 classes: Iterable[ElasticGPUClass] = ()) -> None:
+        self.state = state
+        self.profile = profile or default_profile()
+        self._classes: dict[str, ElasticGPUClass] = {}
+        self._claims: dict[str, ElasticGPUClaim] = {}
+        self._gpus: dict[str, ElasticGPU] = {}
+        self._validator = Validator()
+        self._mig: tuple[int, dict[str, _Profile]] = (-1, {})
+        for c in classes:
+            self.add_class(c)
+
+    # -- views -------------------------------------------------------------------------------
+
+    def classes(self) -> list[ElasticGPUClass]:
+        return [self._classes[k] for k in sorted(self._classes)]
+
+    def claims(self) -> list[ElasticGPUClaim]:
+        return list(self._claims.values())
+
+    def gpus(self) -> list[ElasticGPU]:
+        return [self._gpus[k] for k in sorted(self._gpus)]
+
+    def get_class(self, name: str) -> ElasticGPUClass:
+        try:
+            return self._classes[name]
+        except KeyError:
+            raise NotFoundError(f"ElasticGPUClass {name!r} does not exist; known: "
+                                f"{', '.join(sorted(self._classes)) or 'none'}") from None
+
+    def claim(self, key: str) -> ElasticGPUClaim:
+        try:
+            return self._claims[key]
+        except KeyError:
+            raise NotFoundError(f"ElasticGPUClaim {key!r} does not exist") from None
+
+    def gpu(self, name: str) -> ElasticGPU:
+        try:
+            return self._gpus[name]
+        except KeyError:
+            raise NotFoundError(f"ElasticGPU {name!r} does not exist") from None
+
+    def bound_to(self, key: str) -> list[ElasticGPU]:
+        """The ElasticGPUs a claim is bound to (empty unless Bound or Lost)."""
+        return [self._gpus[n] for n in self.claim(key).elastic_gpus if n in self._gpus]
+
+    # -- classes -----------------------------------------------------------------------------
+
+    def add_class(self, cls: ElasticGPUClass) -> ElasticGPUClass:
+        """Register a class (validated when it was built). The same class again is a no-op;
+        a different one under a taken name is a ConflictError (classes do not change)."""
+        if not isinstance(cls, ElasticGPUClass):
+            raise ConfigError(f"expected an ElasticGPUClass, found {type(cls).__name__}")
+        old = self._classes.get(cls.name)
+        if old is not None and old != cls:
+            raise ConflictError(f"ElasticGPUClass {cls.name} exists with other settings; "
+                                "classes do not change: delete it and create it again")
+        self._classes[cls.name] = cls
+        return cls
+
+    def delete_class(self, name: str) -> ElasticGPUClass:
+        """Remove a class; ElasticGPUs it made and claims bound through it are not touched,
+        and claims still pending on it stay pending."""
+        cls = self.get_class(name)
+        del self._classes[name]
+        return cls
+
+    # -- ElasticGPUs made by an operator -------------------------------------------------------
+
+    def add_gpu(self, gpu: ElasticGPU) -> ElasticGPU:
+        """A pre-provisioned ElasticGPU (a static PV): Available, holding its card at once.
+
+        ConflictError when the card (or the share of it) is taken already, or the name is;
+        NotFoundError for an unknown node or card; nothing changes then.
+        """
+        old = self._gpus.get(gpu.name)
+        if old is not None:
+            if old == gpu:
+                return old
+            raise ConflictError(f"ElasticGPU {gpu.name} exists already")
+        if gpu.phase is not GpuPhase.AVAILABLE or gpu.claim_ref is not None:
+            raise ConfigError(f"ElasticGPU {gpu.name}: phase={gpu.phase.value!r}: an operator "
+                              "creates ElasticGPUs Available and unbound; claims bind them")
+        if gpu.source is Source.REMOTE:
+            if any(g.pool == gpu.pool and g.card == gpu.card for g in self._gpus.values()):
+                raise ConflictError(f"ElasticGPU {gpu.name}: GPU {gpu.card} of remote pool "
+                                    f"{gpu.pool} has an ElasticGPU already")
+            self._gpus[gpu.name] = gpu
+            return gpu
+        node = self.state.node(NodeName(gpu.node))
+        card = next((g for g in node.gpus if g.index == gpu.card), None)
+        if card is None:
+            raise NotFoundError(f"ElasticGPU {gpu.name}: node {gpu.node} has no GPU {gpu.card}")
+        if gpu.source is Source.MIG:
+            share = GpuShare(gpu.card, 0, 0, gpu.mig_profile)
+        elif gpu.source is Source.PHYSICAL:
+            share = GpuShare(gpu.card, WHOLE_GPU_MILLI, card.memory_mib)
+        else:
+            share = GpuShare(gpu.card, gpu.capacity.gpu_milli, gpu.capacity.memory_mib)
+        gpu = replace(gpu, model=gpu.model or card.model, uuid=gpu.uuid or card.uuid)
+        self._hold(gpu.name, "static", NodeName(gpu.node), share)
+        self._gpus[gpu.name] = gpu
+        return gpu
+
+    def delete_gpu(self, name: str) -> ElasticGPU:
+        """An operator deletes an ElasticGPU that no claim holds; its capacity is freed."""
+        g = self.gpu(name)
+        if g.phase is GpuPhase.BOUND:
+            raise ConflictError(f"ElasticGPU {name} is bound to claim "
+                                f"{g.claim_ref.key if g.claim_ref else '?'}; delete the claim "
+                                "first")
+        self._drop(g)
+        return g
+
+    def make_available(self, name: str) -> ElasticGPU:
+        """A Released ElasticGPU (kept by Retain) made bindable again, as an operator clears a
+        released PersistentVolume's claimRef."""
+        g = self.gpu(name)
+        if g.phase is not GpuPhase.RELEASED:
+            raise ConflictError(f"ElasticGPU {name} is {g.phase.value}; only a Released one "
+                                "can be made Available")
+        g = replace(g, phase=GpuPhase.AVAILABLE, claim_ref=None, message="")
+        self._gpus[name] = g
+        return g
+
+    # -- claims --------------------------------------------------------------------------------
+
+    def submit(self, claim: ElasticGPUClaim) -> ElasticGPUClaim:
+        """Accept a claim and, in Immediate mode, bind it when it can be bound now.
+
+        The same claim (same key, requests and class) again returns it as it stands, bound
+        once. A different claim under a taken key is a ConflictError. InvalidJobError when no
+        class can ever serve it; nothing is stored then. Status fields given are ignored.
+        """
+        old = self._claims.get(claim.key)
+        if old is not None:
+            if old.requests == claim.requests and claim.class_name in ("", old.class_name):
+                return old
+            raise ConflictError(f"ElasticGPUClaim {claim.key} exists with other requests; "
+                                "claims do not change: delete it and create it again")
+        cls, options = self._resolve(claim)
+        serving = tuple(o.serving for o in options if o.serving is not None)
+        c = ElasticGPUClaim(name=claim.name, namespace=claim.namespace,
+                            requests=claim.requests, class_name=cls.name,
+                            serving_models=_unique_serving(serving))
+        self._claims[c.key] = c
+        if cls.binding_mode is BindingMode.WAIT_FOR_FIRST_CONSUMER:
+            return self._put(replace(c, message="waiting for its first consumer "
+                                                "(bindingMode WaitForFirstConsumer)"))
+        return self._bind(c, cls, None)
+
+    def reconcile(self) -> list[ElasticGPUClaim]:
+        """Try every pending Immediate claim again (capacity may have been freed or added),
+        in the order they were submitted; returns those bound now."""
+        bound = []
+        for c in list(self._claims.values()):
+            if c.phase is not ClaimPhase.PENDING:
+                continue
+            cls = self._classes.get(c.class_name)
+            if cls is None:
+                self._put(replace(c, message=f"ElasticGPUClass {c.class_name} was deleted"))
+                continue
+            if cls.binding_mode is not BindingMode.IMMEDIATE:
+                continue
+            c = self._bind(c, cls, None)
+            if c.phase is ClaimPhase.BOUND:
+                bound.append(c)
+        return bound
+
+    def consume(self, key: str, node: str) -> ElasticGPUClaim:
+        """The first pod consuming a claim was placed on ``node``: a WaitForFirstConsumer claim
+        is bound there (cards, slices and MIG instances of that node; a remote pool serves any
+        node). A claim bound already is returned as it is: the pod must run on its node."""
+        c = self.claim(key)
+        if c.phase is not ClaimPhase.PENDING:
+            return c
+        cls = self._classes.get(c.class_name)
+        if cls is None:
+            return self._put(replace(c, message=f"ElasticGPUClass {c.class_name} was deleted"))
+        self.state.node(NodeName(node))  # NotFoundError for an unknown node
+        return self._bind(c, cls, node)
+
+    def delete_claim(self, key: str) -> Release:
+        """Delete a claim; its ElasticGPUs follow their reclaim policy (see the module
+        docstring). Deleting a pending claim deletes only the claim."""
+        c = self.claim(key)
+        del self._claims[key]
+        deleted: list[str] = []
+        retained: list[str] = []
+        for name in c.elastic_gpus:
+            g = self._gpus.get(name)
+            if g is None:
+                continue
+            if g.reclaim_policy is ReclaimPolicy.DELETE:
+                self._drop(g)
+                deleted.append(name)
+                continue
+            if g.phase is not GpuPhase.FAILED:
+                self._gpus[name] = replace(
+                    g, phase=GpuPhase.RELEASED,
+                    message=f"claim {key} was deleted; kept by reclaimPolicy Retain")
+            retained.append(name)
+        return Release(key, tuple(deleted), tuple(retained))
+
+    # -- failures ------------------------------------------------------------------------------
+
+    def node_removed(self, node: str) -> list[ElasticGPUClaim]:
+        """A node left: its ElasticGPUs fail and the claims bound to them are Lost. Call it
+        before or after ``ClusterState.remove_node``; either order holds."""
+        return self._fail([g for g in self._gpus.values() if g.node == node],
+                          f"node {node} left the cluster")
+
+    def card_failed(self, node: str, card: int) -> list[ElasticGPUClaim]:
+        """A card became unhealthy: its ElasticGPUs fail, their claims are Lost."""
+        return self._fail([g for g in self._gpus.values()
+                           if g.node == node and g.card == card and g.source is not Source.REMOTE],
+                          f"GPU {card} of node {node} failed")
+
+    def _fail(self, hit: list[ElasticGPU], why: str) -> list[ElasticGPUClaim]:
+        lost: dict[str, ElasticGPUClaim] = {}
+        for g in hit:
+            task = _task(g.name)
+            if self.state.placement(task) is not None:
+                self.state.forget(task)
+            self._gpus[g.name] = replace(g, phase=GpuPhase.FAILED, message=why)
+            if g.claim_ref is not None and g.claim_ref.key in self._claims:
+                c = self._claims[g.claim_ref.key]
+                if c.phase is ClaimPhase.BOUND:
+                    lost[c.key] = self._put(replace(c, phase=ClaimPhase.LOST, message=why))
+        return list(lost.values())
+
+    # -- resolution: which class, which ways to serve ------------------------------------------
+
+    def _resolve(self, claim: ElasticGPUClaim) -> tuple[ElasticGPUClass, list[_Option]]:
+        who = f"ElasticGPUClaim {claim.key}"
+        if claim.requests.kind is RequestKind.TFLOPS:
+            for m in sorted(claim.requests.models):
+                if peak_tflops(m) is None:
+                    raise InvalidJobError(
+                        "requests.models", m, f"no published peak is known for model {m}, so "
+                        f"TFLOPS cannot be converted; known: {', '.join(sorted(PEAK_TFLOPS))}",
+                        job=who)
+        if claim.class_name:
+            cls = self._classes.get(claim.class_name)
+            if cls is None:
+                raise InvalidJobError("class_name", claim.class_name,
+                                      "no such ElasticGPUClass; known: "
+                                      + (", ".join(sorted(self._classes)) or "none"), job=who)
+            options, problem = self._options(claim, cls)
+            if problem is not None:
+                raise InvalidJobError(*problem, job=who)
+            return cls, options
+        reasons = []
+        for name in sorted(self._classes):
+            cls = self._classes[name]
+            options, problem = self._options(claim, cls)
+            if problem is None:
+                return cls, options
+            reasons.append(f"{name}: {problem[0]}={problem[1]!r}: {problem[2]}")
+        raise InvalidJobError("class_name", "", "no ElasticGPUClass can serve this claim"
+                              + (" (" + "; ".join(reasons) + ")" if reasons
+                                 else " (there are no classes)"), job=who)
+
+    def _options(self, claim: ElasticGPUClaim,
+                 cls: ElasticGPUClass) -> tuple[list[_Option], tuple[str, object, str] | None]:
+        """The ways ``cls`` can serve ``claim``, best first, or (field, value, rule) saying
+        why it never can."""
+        r = claim.requests
+        kind = r.kind
+        prov = cls.provisioner
+        allowed = r.models
+        if cls.models:
+            allowed = (allowed & cls.models) if allowed else cls.models
+            if not allowed:
+                return [], ("requests.models", sorted(r.models),
+                            f"class {cls.name} serves only {', '.join(sorted(cls.models))}")
+        whole_only = prov in (Provisioner.PHYSICAL, Provisioner.REMOTE)
+        if kind is RequestKind.CARDS and not whole_only:
+            makes = "slices of one card" if prov is Provisioner.HAMI_CORE else "MIG instances"
+            return [], ("requests.cards", r.cards,
+                        f"class {cls.name} (provisioner {prov}) makes {makes}; ask for "
+                        "gpu_milli + memory_mib, or use a physical class for cards")
+        if kind is RequestKind.SLICE and whole_only:
+            return [], ("requests.gpu_milli", r.gpu_milli,
+                        f"class {cls.name} (provisioner {prov}) makes whole "
+                        f"{'cards' if prov is Provisioner.PHYSICAL else 'remote GPUs'}; ask "
+                        "for cards, or use a hami-core or mig class for a slice")
+        if prov is Provisioner.REMOTE:
+            return self._remote_options(claim, cls)
+        options: list[_Option] = []
+        if kind is RequestKind.TFLOPS:
+            models, problem = self._tflops_models(r.tflops, allowed,
+                                                  sorted(self.state.table.models))
+            if problem is not None:
+                return [], problem
+            why: list[str] = []
+            for m in models:
+                share = convert(r.tflops, m)
+                assert share is not None
+                if prov is Provisioner.PHYSICAL:
+                    cards = share.cards or 1
+                    options.append(_Option(
+                        GpuRequest(count=cards, memory_mib=r.memory_mib, models=frozenset({m})),
+                        serving=ServingModel(m, share.peak_tflops, cards, 0)))
+                elif share.whole:
+                    why.append(f"{m} ({share.peak_tflops:g} TFLOPS a card) would need "
+                               f"{share.cards} cards")
+                elif prov is Provisioner.HAMI_CORE:
+                    options.append(_Option(
+                        GpuRequest(gpu_milli=share.gpu_milli, memory_mib=r.memory_mib,
+                                   models=frozenset({m})),
+                        serving=ServingModel(m, share.peak_tflops, 0, share.gpu_milli)))
+                else:
+                    for p in self._mig_fits(share.gpu_milli, r.memory_mib, frozenset({m}), cls):
+                        options.append(_Option(
+                            GpuRequest(mig_profile=p.name, models=frozenset({m})),
+                            serving=ServingModel(m, share.peak_tflops, 0, share.gpu_milli,
+                                                 p.name)))
+                        break
+            options.sort(key=lambda o: (o.serving.cards if o.serving else 0,
+                                        o.serving.peak_tflops if o.serving else 0.0))
+            if not options:
+                return [], ("requests.tflops", r.tflops,
+                            f"class {cls.name} (provisioner {prov}) cannot serve it on one "
+                            "card of any model here"
+                            + (": " + "; ".join(why) if why else ""))
+            field = "requests.tflops"
+        elif kind is RequestKind.CARDS:
+            options.append(_Option(GpuRequest(count=r.cards, memory_mib=r.memory_mib,
+                                              models=allowed)))
+            field = "requests.cards"
+        elif prov is Provisioner.HAMI_CORE:
+            options.append(_Option(GpuRequest(gpu_milli=r.gpu_milli, memory_mib=r.memory_mib,
+                                              models=allowed)))
+            field = "requests.gpu_milli"
+        else:
+            fits = self._mig_fits(r.gpu_milli, r.memory_mib, allowed, cls)
+            if not fits:
+                profiles = self._mig_profiles()
+                return [], ("requests", {"gpu_milli": r.gpu_milli, "memory_mib": r.memory_mib},
+                            f"no MIG profile here holds it (class {cls.name}); profiles here: "
+                            + (", ".join(f"{p.name} ({p.gpu_milli} milli, {p.memory_mib} MiB)"
+                                         for p in profiles.values()) or "none"))
+            options.extend(_Option(GpuRequest(mig_profile=p.name, models=allowed)) for p in fits)
+            field = "requests"
+        kept = []
+        last: InvalidJobError | None = None
+        for o in options:
+            try:
+                self._validator.check(_job(claim.key, o.request), self.state.table)
+            except InvalidJobError as exc:
+                last = exc
+                continue
+            kept.append(o)
+        if not kept:
+            assert last is not None
+            return [], (_claim_field(last.field, field), last.value, last.rule)
+        return kept, None
+
+    def _remote_options(self, claim: ElasticGPUClaim, cls: ElasticGPUClass) \
+            -> tuple[list[_Option], tuple[str, object, str] | None]:
+        r = claim.requests
+        model = cls.parameters["model"]
+        count = int(cls.parameters["count"])
+        memory = int(cls.parameters["memoryMib"])
+        if r.memory_mib > memory:
+            return [], ("requests.memory_mib", r.memory_mib,
+                        f"remote pool {cls.parameters['pool']} has {memory} MiB GPUs")
+        if r.kind is RequestKind.TFLOPS:
+            models, problem = self._tflops_models(r.tflops, frozenset({model}), [model])
+            if problem is not None:
+                return [], problem
+            share = convert(r.tflops, models[0])
+            assert share is not None
+            cards = share.cards or 1
+            serving: ServingModel | None = ServingModel(model, share.peak_tflops, cards, 0)
+            field = "requests.tflops"
+            value: object = r.tflops
+        else:
+            cards, serving, field, value = r.cards, None, "requests.cards", r.cards
+        if cards > count:
+            return [], (field, value, f"remote pool {cls.parameters['pool']} has {count} GPUs; "
+                                      f"this needs {cards}")
+        return [_Option(GpuRequest(count=cards), remote_cards=cards, serving=serving)], None
+
+    def _tflops_models(self, tflops: float, allowed: frozenset[str], here: list[str]) \
+            -> tuple[list[str], tuple[str, object, str] | None]:
+        known = ", ".join(sorted(PEAK_TFLOPS))
+        if allowed:
+            for m in sorted(allowed):
+                if peak_tflops(m) is None:
+                    return [], ("requests.models", m,
+                                f"no published peak is known for model {m}, so TFLOPS cannot "
+                                f"be converted; known: {known}")
+            models = sorted(m for m in allowed if m in here) or sorted(allowed)
+        else:
+            models = [m for m in here if peak_tflops(m) is not None]
+            if not models:
+                return [], ("requests.tflops", tflops,
+                            "no GPU model here has a published peak to convert TFLOPS with "
+                            f"(models here: {', '.join(here) or 'none'}; known: {known})")
+        return models, None
+
+    def _mig_profiles(self) -> dict[str, _Profile]:
+        t = self.state.table
+        if self._mig[0] == t.version:
+            return self._mig[1]
+        found: dict[str, _Profile] = {}
+        for i in t.live().tolist():
+            for g in t.nodes[i].gpus:
+                for inst in g.mig:
+                    p = found.get(inst.profile)
+                    models = (p.models if p else frozenset()) | {g.model}
+                    found[inst.profile] = _Profile(inst.profile, inst.gpu_milli,
+                                                   inst.memory_mib, models)
+        ordered = dict(sorted(found.items(), key=lambda kv: (kv[1].gpu_milli,
+                                                             kv[1].memory_mib, kv[0])))
+        self._mig = (t.version, ordered)
+        return ordered
+
+    def _mig_fits(self, milli: int, mib: int, models: frozenset[str],
+                  cls: ElasticGPUClass) -> list[_Profile]:
+        """MIG profiles that hold ``milli`` and ``mib``, smallest first."""
+        return [p for p in self._mig_profiles().values()
+                if p.gpu_milli >= milli and p.memory_mib >= mib
+                and (not models or p.models & models)
+                and (not cls.profiles or p.name in cls.profiles)]
+
+    # -- binding -----------------------------------------------------------------------------
+
+    def _bind(self, c: ElasticGPUClaim, cls: ElasticGPUClass, node: str | None) \
+            -> ElasticGPUClaim:
+        try:
+            options, problem = self._options(c, cls)
+        except InvalidJobError as exc:  # pragma: no cover - options never raise
+            problem, options = (exc.field, exc.value, exc.rule), []
+        if problem is not None:
+            return self._put(replace(c, message=f"cannot be served now: {problem[0]}="
+                                                 f"{problem[1]!r}: {problem[2]}"))
+        for o in options:
+            found = self._match(cls, o, node)
+            if found:
+                return self._attach(c, found)
+        why = ""
+        for o in options:
+            made, why = self._provision(c, cls, o, node)
+            if made:
+                return self._attach(c, made)
+        return self._put(replace(c, message=why or "no capacity for it now"))
+
+    def _attach(self, c: ElasticGPUClaim, gpus: list[ElasticGPU]) -> ElasticGPUClaim:
+        ref = ClaimRef(c.namespace, c.name)
+        for g in gpus:
+            assert g.phase is GpuPhase.AVAILABLE or g.claim_ref == ref, g
+            self._gpus[g.name] = replace(g, phase=GpuPhase.BOUND, claim_ref=ref, message="")
+        node = gpus[0].node
+        return self._put(replace(c, phase=ClaimPhase.BOUND,
+                                 elastic_gpus=tuple(g.name for g in gpus), node=node,
+                                 message=""))
+
+    def _match(self, cls: ElasticGPUClass, o: _Option, node: str | None) -> list[ElasticGPU]:
+        """Available ElasticGPUs of the class that serve the option: the smallest that does."""
+        req = o.request
+        free = [g for g in self._gpus.values()
+                if g.phase is GpuPhase.AVAILABLE and g.class_name == cls.name
+                and g.source is cls.source and (not req.models or g.model in req.models)
+                and (node is None or g.source is Source.REMOTE or g.node == node)]
+        if not free:
+            return []
+        if cls.source is Source.REMOTE:
+            free.sort(key=lambda g: (g.pool, g.card, g.name))
+            return free[: o.remote_cards] if len(free) >= o.remote_cards else []
+        if cls.source is Source.PHYSICAL:
+            by_node: dict[str, list[ElasticGPU]] = {}
+            for g in free:
+                if g.capacity.memory_mib >= req.memory_mib:
+                    by_node.setdefault(g.node, []).append(g)
+            for n in sorted(by_node):
+                cards = sorted(by_node[n], key=lambda g: (g.card, g.name))
+                if len(cards) >= req.count:
+                    return cards[: req.count]
+            return []
+        if cls.source is Source.MIG:
+            same = sorted((g for g in free if g.mig_profile == req.mig_profile),
+                          key=lambda g: g.name)
+            return same[:1]
+        fits = [g for g in free if g.capacity.gpu_milli >= req.gpu_milli
+                and g.capacity.memory_mib >= req.memory_mib]
+        fits.sort(key=lambda g: (g.capacity.gpu_milli, g.capacity.memory_mib, g.name))
+        return fits[:1]
+
+    def _provision(self, c: ElasticGPUClaim, cls: ElasticGPUClass, o: _Option,
+                   node: str | None) -> tuple[list[ElasticGPU], str]:
+        if cls.provisioner is Provisioner.REMOTE:
+            return self._provision_remote(c, cls, o)
+        task = Task(TaskId(f"{TASK_PREFIX}{c.key}"), JobId(f"{TASK_PREFIX}{c.key}"),
+                    PodSet("claim", 1, 0, 0, gpu=o.request))
+        snap = self.state.snapshot()
+        if node is None:
+            p, status = place_task(task, snap, self.profile)
+            why = status.message
+        else:
+            p, why = self._place_on(task, snap, NodeName(node))
+        if p is None:
+            return [], why
+        names = self._names(c, len(p.shares))
+        row = self.state.table.row(p.node)
+        cards = {g.index: g for g in self.state.table.nodes[row].gpus}
+        made = []
+        held: list[TaskId] = []
+        try:
+            for name, share in zip(names, p.shares, strict=True):
+                card = cards[share.index]
+                if share.mig_profile is not None:
+                    inst = next(i for i in card.mig if i.profile == share.mig_profile)
+                    cap = (inst.gpu_milli, inst.memory_mib)
+                else:
+                    cap = (share.gpu_milli, share.memory_mib)
+                self._hold(name, c.key, p.node, share)
+                held.append(_task(name))
+                peak = peak_tflops(card.model)
+                made.append(ElasticGPU(
+                    name=name, source=cls.source, model=card.model,
+                    capacity=Capacity(cap[0], cap[1],
+                                      None if peak is None else
+                                      round(peak * cap[0] / WHOLE_GPU_MILLI, 3)),
+                    node=p.node, card=share.index, uuid=card.uuid,
+                    mig_profile=share.mig_profile, class_name=cls.name,
+                    reclaim_policy=cls.reclaim_policy))
+        except Exception:
+            for t in held:
+                self.state.forget(t)
+            raise
+        for g in made:
+            self._gpus[g.name] = g
+        return made, ""
+
+    def _place_on(self, task: Task, snap: Snapshot, node: NodeName) \
+            -> tuple[Placement | None, str]:
+        rows, status = feasible(task, snap, self.profile)
+        row = snap.table.row(node)
+        if not np.any(rows == row):
+            return None, f"node {node} cannot hold it now ({status.message or 'taken'})"
+        cs = CycleState(snap.table, snap.cache)
+        shares = self.profile.cards.choose_cards(cs, task, row)
+        if shares is None:
+            return None, f"node {node}: no cards chosen"
+        return Placement(task.id, task.job, node, 0, 0, shares), ""
+
+    def _provision_remote(self, c: ElasticGPUClaim, cls: ElasticGPUClass,
+                          o: _Option) -> tuple[list[ElasticGPU], str]:
+        pool = cls.parameters["pool"]
+        count = int(cls.parameters["count"])
+        used = {g.card for g in self._gpus.values()
+                if g.source is Source.REMOTE and g.pool == pool}
+        free = [i for i in range(count) if i not in used][: o.remote_cards]
+        if len(free) < o.remote_cards:
+            return [], (f"remote pool {pool} has {count - len(used)} of its {count} GPUs free; "
+                        f"{o.remote_cards} needed")
+        model = cls.parameters["model"]
+        peak = peak_tflops(model)
+        memory = int(cls.parameters["memoryMib"])
+        made = [ElasticGPU(
+            name=name, source=Source.REMOTE, model=model,
+            capacity=Capacity(WHOLE_GPU_MILLI, memory, peak), pool=pool, card=i,
+            endpoint=cls.parameters.get("endpoint", ""), class_name=cls.name,
+            reclaim_policy=cls.reclaim_policy)
+            for name, i in zip(self._names(c, len(free)), free, strict=True)]
+        for g in made:
+            self._gpus[g.name] = g
+        return made, ""
+
+    # -- small helpers -------------------------------------------------------------------------
+
+    def _names(self, c: ElasticGPUClaim, n: int) -> list[str]:
+        """``egpu.<namespace>.<claim>.<i>``; a name still taken (a retained ElasticGPU of a
+        former claim of that key) gets ``.r<k>`` with the first free k."""
+        base = f"egpu.{c.namespace}.{c.name}"
+        k = 0
+        while True:
+            suffix = f".r{k}" if k else ""
+            names = [f"{base}.{i}{suffix}" for i in range(n)]
+            if not any(x in self._gpus for x in names):
+                return names
+            k += 1
+
+    def _hold(self, name: str, owner: str, node: NodeName, share: GpuShare) -> None:
+        p = Placement(_task(name), JobId(f"{TASK_PREFIX}{owner}"), node, 0, 0, (share,))
+        self.state.assume(p)
+        self.state.confirm(p.task)
+
+    def _drop(self, g: ElasticGPU) -> None:
+        task = _task(g.name)
+        if g.source is not Source.REMOTE and self.state.placement(task) is not None:
+            self.state.forget(task)
+        del self._gpus[g.name]
+
+    def _put(self, c: ElasticGPUClaim) -> ElasticGPUClaim:
+        self._claims[c.key] = c
+        return c
+
+    def __iter__(self) -> Iterator[ElasticGPUClaim]:
+        return iter(self.claims())
+
+
+def _task(name: str) -> TaskId:
+    return TaskId(f"{TASK_PREFIX}{name}")
+
+
+def _job(key: str, request: GpuRequest) -> Job:
+    return Job(JobId(f"{TASK_PREFIX}{key}"), (PodSet("claim", 1, 0, 0, gpu=request),))
+
+
+_FIELDS = {"gpu.count": "requests.cards", "gpu.gpu_milli": "requests.gpu_milli",
+           "gpu.memory_mib": "requests.memory_mib", "gpu.models": "requests.models"}
+
+
+def _claim_field(job_field: str, default: str) -> str:
+    """A validator's ``pod_sets[0].gpu.count`` as the claim's ``requests.cards``."""
+    tail = job_field.split(".", 1)[1] if job_field.startswith("pod_sets[") else job_field
+    return _FIELDS.get(tail, default)
+
+
+def _unique_serving(items: tuple[ServingModel, ...]) -> tuple[ServingModel, ...]:
+    seen: dict[str, ServingModel] = {}
+    for s in items:
+        seen.setdefault(s.model, s)
+    return tuple(seen.values())

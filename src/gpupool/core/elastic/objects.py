@@ -1,0 +1,505 @@
+"""ElasticGPU, ElasticGPUClaim and ElasticGPUClass: GPUs in the PV / PVC / StorageClass pattern.
+
+- an **ElasticGPU** is one real GPU resource: a whole card, a slice of one (compute + memory,
+  enforced by HAMi-core), a MIG instance or a GPU of a remote pool. Like a PersistentVolume it
+  exists on its own, holds its capacity, and is bound to at most one claim (``claim_ref``);
+- an **ElasticGPUClaim** is a tenant's request: whole ``cards``, a slice (``gpu_milli`` +
+  ``memory_mib``) or ``tflops`` (converted per GPU model with its published peak). Like a
+  PersistentVolumeClaim it binds to a set of ElasticGPUs (``elastic_gpus``) and keeps them;
+- an **ElasticGPUClass** says how ElasticGPUs are made (``provisioner``), with ``parameters``,
+  a ``reclaim_policy`` (what happens to them when the claim goes) and a ``binding_mode``.
+
+Every object is a frozen dataclass of plain fields that validates itself when built: a bad
+value raises ``InvalidJobError`` (claims) or ``ConfigError`` (classes and ElasticGPUs) naming
+the field, the value and the rule. ``to_dict`` / ``from_dict`` give the JSON form, camelCase
+as a Kubernetes object's fields (``claimRef``, ``reclaimPolicy``, ``bindingMode``); docs/elastic.md
+says which fields are spec and which are status.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from gpupool.core.errors import ConfigError, InvalidJobError
+from gpupool.core.model import WHOLE_GPU_MILLI
+
+
+class Source(StrEnum):
+    """What an ElasticGPU is."""
+
+    PHYSICAL = "physical"  # a whole card of a node
+    SLICE = "slice"  # compute + memory of one card, enforced by HAMi-core
+    MIG = "mig"  # one MIG instance of a partitioned card
+    REMOTE = "remote"  # a GPU of a remote pool, reached over the network
+
+
+class GpuPhase(StrEnum):
+    AVAILABLE = "Available"  # exists, holds its capacity, bound to no claim
+    BOUND = "Bound"
+    RELEASED = "Released"  # its claim is gone and the policy is Retain: kept, not rebindable
+    FAILED = "Failed"  # its node or card is gone
+
+
+class ClaimPhase(StrEnum):
+    PENDING = "Pending"
+    BOUND = "Bound"
+    LOST = "Lost"  # an ElasticGPU it was bound to failed
+
+
+class Provisioner(StrEnum):
+    PHYSICAL = "physical"
+    HAMI_CORE = "hami-core"
+    MIG = "mig"
+    REMOTE = "remote"
+
+
+class ReclaimPolicy(StrEnum):
+    RETAIN = "Retain"
+    DELETE = "Delete"
+
+
+class BindingMode(StrEnum):
+    IMMEDIATE = "Immediate"
+    WAIT_FOR_FIRST_CONSUMER = "WaitForFirstConsumer"
+
+
+SOURCE_OF: Mapping[Provisioner, Source] = {
+    Provisioner.PHYSICAL: Source.PHYSICAL,
+    Provisioner.HAMI_CORE: Source.SLICE,
+    Provisioner.MIG: Source.MIG,
+    Provisioner.REMOTE: Source.REMOTE,
+}
+"""The kind of ElasticGPU each provisioner makes."""
+
+CLASS_PARAMETERS: Mapping[Provisioner, tuple[str, ...]] = {
+    Provisioner.PHYSICAL: ("models",),
+    Provisioner.HAMI_CORE: ("models",),
+    Provisioner.MIG: ("models", "profiles"),
+    Provisioner.REMOTE: ("pool", "model", "memoryMib", "count", "endpoint"),
+}
+"""The parameters each provisioner reads; any other is a ConfigError. ``models`` and
+``profiles`` are comma-separated lists; a remote pool needs ``pool``, ``model``, ``memoryMib``
+and ``count`` (how many GPUs it has)."""
+
+MAX_CARDS = 64
+MAX_TFLOPS = 1_000_000.0
+
+
+def _enum(cls: type[StrEnum], value: object, fail: Any) -> Any:
+    if isinstance(value, cls):
+        return value
+    try:
+        if not isinstance(value, str):
+            raise ValueError(value)
+        return cls(value)
+    except ValueError:
+        raise fail(value, "must be one of " + ", ".join(m.value for m in cls)) from None
+
+
+def split_list(text: str) -> tuple[str, ...]:
+    """A comma-separated parameter as a tuple, blanks dropped."""
+    return tuple(p.strip() for p in text.split(",") if p.strip())
+
+
+# -- references and capacities ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimRef:
+    """Which claim an ElasticGPU is bound to (a PersistentVolume's ``claimRef``)."""
+
+    namespace: str
+    name: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"namespace": self.namespace, "name": self.name}
+
+
+@dataclass(frozen=True, slots=True)
+class Capacity:
+    """What one ElasticGPU offers: compute (1000 milli a card), memory, and TFLOPS where the
+    model's peak is known (its share of the peak)."""
+
+    gpu_milli: int
+    memory_mib: int
+    tflops: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"gpuMilli": self.gpu_milli, "memoryMib": self.memory_mib,
+                "tflops": self.tflops}
+
+
+# -- ElasticGPU ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ElasticGPU:
+    """One real GPU resource and its binding.
+
+    ``node`` and ``card`` locate a physical card, slice or MIG instance (``card`` is the GPU
+    index on the node); a remote GPU has no node, ``pool`` names its pool and ``card`` its
+    index there. ``class_name`` is the class that made it ("" for one an operator created).
+    """
+
+    name: str
+    source: Source
+    model: str
+    capacity: Capacity
+    node: str = ""
+    card: int = -1
+    uuid: str = ""
+    mig_profile: str | None = None
+    pool: str = ""
+    endpoint: str = ""
+    class_name: str = ""
+    reclaim_policy: ReclaimPolicy = ReclaimPolicy.DELETE
+    claim_ref: ClaimRef | None = None
+    phase: GpuPhase = GpuPhase.AVAILABLE
+    message: str = ""
+
+    def __post_init__(self) -> None:
+        def fail(path: str) -> Any:
+            return lambda value, rule: ConfigError(
+                f"ElasticGPU {self.name or '?'}: {path}={value!r}: {rule}")
+
+        if not self.name:
+            raise fail("name")(self.name, "must not be empty")
+        object.__setattr__(self, "source", _enum(Source, self.source, fail("source")))
+        object.__setattr__(self, "phase", _enum(GpuPhase, self.phase, fail("phase")))
+        object.__setattr__(self, "reclaim_policy",
+                           _enum(ReclaimPolicy, self.reclaim_policy, fail("reclaimPolicy")))
+        cap = self.capacity
+        if not 1 <= cap.gpu_milli <= WHOLE_GPU_MILLI:
+            raise fail("capacity.gpuMilli")(cap.gpu_milli, "must be 1..1000 (one card at most)")
+        if cap.memory_mib < 0:
+            raise fail("capacity.memoryMib")(cap.memory_mib, "must be zero or more")
+        if self.source is Source.REMOTE:
+            if not self.pool:
+                raise fail("pool")(self.pool, "a remote ElasticGPU names its pool")
+        elif not self.node or self.card < 0:
+            raise fail("node")(f"{self.node}#{self.card}",
+                               "a physical card, slice or MIG instance names its node and card")
+        if self.source is Source.MIG and not self.mig_profile:
+            raise fail("migProfile")(self.mig_profile, "a MIG ElasticGPU names its profile")
+        if self.source is Source.PHYSICAL and cap.gpu_milli != WHOLE_GPU_MILLI:
+            raise fail("capacity.gpuMilli")(cap.gpu_milli, "a physical card is 1000 milli")
+        if self.phase is GpuPhase.BOUND and self.claim_ref is None:
+            raise fail("claimRef")(None, "a Bound ElasticGPU names its claim")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name, "source": self.source.value, "model": self.model,
+            "capacity": self.capacity.to_dict(), "node": self.node, "card": self.card,
+            "uuid": self.uuid, "migProfile": self.mig_profile, "pool": self.pool,
+            "endpoint": self.endpoint, "className": self.class_name,
+            "reclaimPolicy": self.reclaim_policy.value,
+            "claimRef": self.claim_ref.to_dict() if self.claim_ref else None,
+            "phase": self.phase.value, "message": self.message,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> ElasticGPU:
+        """An ElasticGPU from its JSON form (an operator's pre-provisioned GPU); ConfigError
+        naming the field for anything missing or wrong."""
+        name = str(d.get("name", ""))
+        where = f"ElasticGPU {name or '?'}"
+        _known(d, ("name", "source", "model", "capacity", "node", "card", "uuid",
+                   "migProfile", "pool", "endpoint", "className", "reclaimPolicy",
+                   "claimRef", "phase", "message"), where, ConfigError)
+        cap = d.get("capacity") or {}
+        if not isinstance(cap, Mapping):
+            raise ConfigError(f"{where}: capacity={cap!r}: must be a mapping")
+        ref = d.get("claimRef")
+        return cls(
+            name=name, source=d.get("source", ""), model=str(d.get("model", "")),
+            capacity=Capacity(_int(cap.get("gpuMilli", WHOLE_GPU_MILLI), where,
+                                   "capacity.gpuMilli", ConfigError),
+                              _int(cap.get("memoryMib", 0), where, "capacity.memoryMib",
+                                   ConfigError),
+                              cap.get("tflops")),
+            node=str(d.get("node", "")), card=_int(d.get("card", -1), where, "card",
+                                                   ConfigError),
+            uuid=str(d.get("uuid", "")), mig_profile=d.get("migProfile"),
+            pool=str(d.get("pool", "")), endpoint=str(d.get("endpoint", "")),
+            class_name=str(d.get("className", "")),
+            reclaim_policy=d.get("reclaimPolicy", ReclaimPolicy.DELETE),
+            claim_ref=ClaimRef(str(ref.get("namespace", "default")), str(ref["name"]))
+            if isinstance(ref, Mapping) and ref.get("name") else None,
+            phase=d.get("phase", GpuPhase.AVAILABLE), message=str(d.get("message", "")),
+        )
+
+
+# -- ElasticGPUClaim ---------------------------------------------------------------------------
+
+
+class RequestKind(StrEnum):
+    CARDS = "cards"
+    SLICE = "slice"
+    TFLOPS = "tflops"
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimRequests:
+    """What a claim asks for, in exactly one of three forms:
+
+    - ``cards``: whole cards on one node (``memory_mib``, when set, is the least memory each
+      card must have);
+    - ``gpu_milli`` (1..999) and/or ``memory_mib``: a slice of one card;
+    - ``tflops``: compute converted per model by its published peak (``memory_mib``, when set,
+      is the GPU memory wanted beside it).
+
+    ``models`` lists the GPU models allowed (empty: any).
+    """
+
+    cards: int = 0
+    gpu_milli: int = 0
+    memory_mib: int = 0
+    tflops: float = 0.0
+    models: frozenset[str] = frozenset()
+
+    @property
+    def kind(self) -> RequestKind:
+        if self.tflops > 0:
+            return RequestKind.TFLOPS
+        if self.cards > 0:
+            return RequestKind.CARDS
+        return RequestKind.SLICE
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"cards": self.cards, "gpuMilli": self.gpu_milli, "memoryMib": self.memory_mib,
+                "tflops": self.tflops, "models": sorted(self.models)}
+
+
+@dataclass(frozen=True, slots=True)
+class ServingModel:
+    """A GPU model that can serve a TFLOPS claim, and what the claim takes on it."""
+
+    model: str
+    peak_tflops: float
+    cards: int  # whole cards, or 0 for a slice
+    gpu_milli: int  # the slice of one card, or 0 for whole cards
+    mig_profile: str | None = None  # for a mig class: the smallest profile that holds it
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"model": self.model, "peakTflops": self.peak_tflops, "cards": self.cards,
+                "gpuMilli": self.gpu_milli, "migProfile": self.mig_profile}
+
+
+@dataclass(frozen=True, slots=True)
+class ElasticGPUClaim:
+    """A tenant's claim on GPUs (spec: ``requests``, ``class_name``; status: the rest).
+
+    ``elastic_gpus`` is the set it is bound to, all on ``node`` (or in one remote pool);
+    ``serving_models`` says, for a TFLOPS claim, which models can serve it and how much of a
+    card it takes on each; ``message`` says why it is pending or lost.
+    """
+
+    name: str
+    requests: ClaimRequests
+    namespace: str = "default"
+    class_name: str = ""
+    phase: ClaimPhase = ClaimPhase.PENDING
+    elastic_gpus: tuple[str, ...] = ()
+    node: str = ""
+    serving_models: tuple[ServingModel, ...] = ()
+    message: str = ""
+
+    def __post_init__(self) -> None:
+        key = self.key
+
+        def bad(path: str, value: object, rule: str) -> InvalidJobError:
+            return InvalidJobError(path, value, rule, job=f"ElasticGPUClaim {key}")
+
+        if not self.name:
+            raise bad("name", self.name, "a claim needs a name")
+        if not self.namespace:
+            raise bad("namespace", self.namespace, "a claim needs a namespace")
+        object.__setattr__(self, "phase", _enum(
+            ClaimPhase, self.phase, lambda v, r: bad("phase", v, r)))
+        object.__setattr__(self, "requests", _check_requests(self.requests, bad))
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name, "namespace": self.namespace,
+            "requests": self.requests.to_dict(), "className": self.class_name,
+            "phase": self.phase.value, "elasticGPUs": list(self.elastic_gpus),
+            "node": self.node, "servingModels": [m.to_dict() for m in self.serving_models],
+            "message": self.message,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> ElasticGPUClaim:
+        """A claim from its JSON form (spec fields only are read: ``name``, ``namespace``,
+        ``requests``, ``className``); InvalidJobError naming the field otherwise."""
+        name = str(d.get("name", ""))
+        ns = str(d.get("namespace", "default"))
+        where = f"ElasticGPUClaim {ns}/{name}"
+        _known(d, ("name", "namespace", "requests", "className", "phase", "elasticGPUs",
+                   "node", "servingModels", "message"), where, InvalidJobError)
+        req = d.get("requests")
+        if not isinstance(req, Mapping):
+            raise InvalidJobError("requests", req, "must be a mapping with cards, "
+                                  "gpuMilli + memoryMib, or tflops", job=where)
+        _known(req, ("cards", "gpuMilli", "memoryMib", "tflops", "models"),
+               f"{where}: requests", InvalidJobError)
+        models = req.get("models", [])
+        if isinstance(models, str):
+            models = [models]
+        if not isinstance(models, list) or not all(isinstance(m, str) for m in models):
+            raise InvalidJobError("requests.models", models, "must be a list of GPU models",
+                                  job=where)
+        tflops = req.get("tflops", 0.0)
+        if isinstance(tflops, bool) or not isinstance(tflops, int | float):
+            raise InvalidJobError("requests.tflops", tflops, "must be a number", job=where)
+        requests = ClaimRequests(
+            cards=_int(req.get("cards", 0), where, "requests.cards", InvalidJobError),
+            gpu_milli=_int(req.get("gpuMilli", 0), where, "requests.gpuMilli",
+                           InvalidJobError),
+            memory_mib=_int(req.get("memoryMib", 0), where, "requests.memoryMib",
+                            InvalidJobError),
+            tflops=float(tflops), models=frozenset(models))
+        return cls(name=name, namespace=ns, requests=requests,
+                   class_name=str(d.get("className", "")))
+
+
+def _check_requests(r: ClaimRequests, bad: Any) -> ClaimRequests:
+    if not isinstance(r, ClaimRequests):
+        raise bad("requests", r, "must be cards, gpu_milli + memory_mib, or tflops")
+    forms = [name for name, on in (("cards", r.cards != 0), ("tflops", r.tflops != 0),
+                                   ("gpu_milli", r.gpu_milli != 0)) if on]
+    if len(forms) > 1:
+        raise bad(f"requests.{forms[1]}", getattr(r, forms[1]),
+                  f"cannot be combined with requests.{forms[0]}: a claim asks for cards, "
+                  "a slice (gpu_milli + memory_mib) or tflops")
+    if r.cards < 0 or r.cards > MAX_CARDS:
+        raise bad("requests.cards", r.cards, f"must be 1..{MAX_CARDS} whole cards")
+    if not 0 <= r.gpu_milli < WHOLE_GPU_MILLI:
+        raise bad("requests.gpu_milli", r.gpu_milli,
+                  "a slice is 1..999 milli-GPU of one card; ask for whole cards with cards")
+    if r.memory_mib < 0:
+        raise bad("requests.memory_mib", r.memory_mib, "must be zero or more MiB")
+    if r.tflops != 0 and not (math.isfinite(r.tflops) and 0 < r.tflops <= MAX_TFLOPS):
+        raise bad("requests.tflops", r.tflops, f"must be a number in (0, {MAX_TFLOPS:g}]")
+    if not forms and r.memory_mib == 0:
+        raise bad("requests", r.to_dict(), "asks for nothing: give cards, gpu_milli and/or "
+                  "memory_mib, or tflops")
+    if any(not m for m in r.models):
+        raise bad("requests.models", sorted(r.models), "model names must not be empty")
+    return r
+
+
+# -- ElasticGPUClass -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ElasticGPUClass:
+    """How ElasticGPUs are made: the provisioner and its parameters (see
+    ``CLASS_PARAMETERS``), what happens to them when their claim goes (``reclaim_policy``), and
+    when a claim is bound (``binding_mode``: at once, or when its first pod is placed)."""
+
+    name: str
+    provisioner: Provisioner
+    parameters: Mapping[str, str] = field(default_factory=dict)
+    reclaim_policy: ReclaimPolicy = ReclaimPolicy.DELETE
+    binding_mode: BindingMode = BindingMode.IMMEDIATE
+
+    def __post_init__(self) -> None:
+        def fail(path: str) -> Any:
+            return lambda value, rule: ConfigError(
+                f"ElasticGPUClass {self.name or '?'}: {path}={value!r}: {rule}")
+
+        if not self.name:
+            raise fail("name")(self.name, "must not be empty")
+        prov = _enum(Provisioner, self.provisioner, fail("provisioner"))
+        object.__setattr__(self, "provisioner", prov)
+        object.__setattr__(self, "reclaim_policy",
+                           _enum(ReclaimPolicy, self.reclaim_policy, fail("reclaimPolicy")))
+        object.__setattr__(self, "binding_mode",
+                           _enum(BindingMode, self.binding_mode, fail("bindingMode")))
+        allowed = CLASS_PARAMETERS[prov]
+        params = dict(self.parameters)
+        for k, v in params.items():
+            if k not in allowed:
+                raise fail(f"parameters.{k}")(v, f"is not a parameter of provisioner {prov}; "
+                                                 f"known: {', '.join(allowed)}")
+            if not isinstance(v, str):
+                raise fail(f"parameters.{k}")(v, "parameters are strings")
+        if prov is Provisioner.REMOTE:
+            for k in ("pool", "model", "memoryMib", "count"):
+                if not params.get(k):
+                    raise fail(f"parameters.{k}")(params.get(k),
+                                                  "a remote class needs pool, model, "
+                                                  "memoryMib and count")
+            for k in ("memoryMib", "count"):
+                if not params[k].isdigit() or int(params[k]) < 1:
+                    raise fail(f"parameters.{k}")(params[k], "must be a positive whole number")
+            if int(params["count"]) > 100_000:
+                raise fail("parameters.count")(params["count"], "at most 100000 GPUs a pool")
+        object.__setattr__(self, "parameters", params)
+
+    @property
+    def source(self) -> Source:
+        return SOURCE_OF[self.provisioner]
+
+    @property
+    def models(self) -> frozenset[str]:
+        if self.provisioner is Provisioner.REMOTE:
+            return frozenset({self.parameters["model"]})
+        return frozenset(split_list(self.parameters.get("models", "")))
+
+    @property
+    def profiles(self) -> frozenset[str]:
+        return frozenset(split_list(self.parameters.get("profiles", "")))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "provisioner": self.provisioner.value,
+                "parameters": dict(self.parameters),
+                "reclaimPolicy": self.reclaim_policy.value,
+                "bindingMode": self.binding_mode.value}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> ElasticGPUClass:
+        name = str(d.get("name", ""))
+        where = f"ElasticGPUClass {name or '?'}"
+        _known(d, ("name", "provisioner", "parameters", "reclaimPolicy", "bindingMode"),
+               where, ConfigError)
+        params = d.get("parameters") or {}
+        if not isinstance(params, Mapping):
+            raise ConfigError(f"{where}: parameters={params!r}: must be a mapping of strings")
+        return cls(name=name, provisioner=d.get("provisioner", ""),
+                   parameters={str(k): v for k, v in params.items()},
+                   reclaim_policy=d.get("reclaimPolicy", ReclaimPolicy.DELETE),
+                   binding_mode=d.get("bindingMode", BindingMode.IMMEDIATE))
+
+
+# -- helpers -------------------------------------------------------------------------------------
+
+
+def _known(d: Mapping[str, Any], allowed: tuple[str, ...], where: str, err: type[Exception]) \
+        -> None:
+    for k in d:
+        if k not in allowed:
+            msg = f"unknown field; known: {', '.join(allowed)}"
+            if err is InvalidJobError:
+                raise InvalidJobError(str(k), d[k], msg, job=where)
+            raise ConfigError(f"{where}: {k}={d[k]!r}: {msg}")
+
+
+def _int(value: object, where: str, path: str, err: type[Exception]) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        if err is InvalidJobError:
+            raise InvalidJobError(path, value, "must be a whole number", job=where)
+        raise ConfigError(f"{where}: {path}={value!r}: must be a whole number")
+    return value
