@@ -86,7 +86,7 @@ Admin = Annotated[Principal, Depends(admin)]
 
 def create_app(plane: ControlPlane, tokens: Tokens, *,
                max_body_bytes: int = MAX_BODY_BYTES) -> FastAPI:
-    app = FastAPI(title="gpupool", version="v1",
+    app = FastAPI(title="gpupool", version="v1", docs_url=None, redoc_url=None,
                   description="GPU scheduler control plane: queues, jobs, nodes and cards.")
     app.state.tokens = tokens
     install(app)
