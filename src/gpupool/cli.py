@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 from gpupool import __version__, app
 from gpupool.bench import cli as bench_cli
+from gpupool.client import commands as client_cli
 from gpupool.core.errors import AdapterError, GpupoolError
 from gpupool.k8s import cli as k8s_cli
 from gpupool.sim import cli as sim_cli
@@ -33,6 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench_cli.add_parsers(sub)
     k8s_cli.add_parsers(sub)
     app.add_parser(sub)
+    client_cli.add_parsers(sub)
     return parser
 
 
