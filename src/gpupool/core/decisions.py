@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from gpupool.core.model import JobId, Placement
 from gpupool.core.placement.framework import Status
+
+if TYPE_CHECKING:
+    from gpupool.core.provisioning import ProvisioningRequest
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,3 +57,8 @@ class CycleResult:
     parks: list[Park] = field(default_factory=list)
     evicts: list[Evict] = field(default_factory=list)
     reservations: list[Reserve] = field(default_factory=list)
+    provision: list[ProvisioningRequest] = field(default_factory=list)
+    """ProvisioningRequests made this cycle by admission checks: the adapter creates them."""
+    deprovision: list[str] = field(default_factory=list)
+    """Keys of ProvisioningRequests no longer wanted (deleted, failed, expired, their job
+    gone): the adapter cancels them, and their nodes may go when idle."""

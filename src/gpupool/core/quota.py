@@ -28,8 +28,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
 from gpupool.core.errors import ConfigError
+
+if TYPE_CHECKING:
+    from gpupool.core.provisioning import AdmissionCheck
 
 
 class Resource(StrEnum):
@@ -98,6 +102,8 @@ class ClusterQueue:
     ``non_preemptive``: what this queue admits is never evicted; such a queue therefore does
     not borrow (borrowed capacity must be reclaimable) and its quota is only its own.
     ``weight``: its fair-share weight among the queues of its cohort tree.
+    ``admission_checks``: names of AdmissionChecks a job must pass before it is admitted
+    (Kueue's ``admissionChecks``; see ``gpupool.core.provisioning``).
     """
 
     name: str
@@ -107,6 +113,7 @@ class ClusterQueue:
     preemption: PreemptionPolicy = PreemptionPolicy()
     non_preemptive: bool = False
     queueing_strategy: QueueingStrategy = QueueingStrategy.BEST_EFFORT_FIFO
+    admission_checks: tuple[str, ...] = ()
 
     def quota(self, flavor: str, resource: Resource) -> Quota | None:
         for fq in self.flavors:
@@ -166,6 +173,7 @@ class QueueConfig:
     local_queues: tuple[LocalQueue, ...] = ()
     priority_classes: tuple[PriorityClass, ...] = ()
     settings: QueueSettings = QueueSettings()
+    admission_checks: tuple[AdmissionCheck, ...] = ()
 
     def validate(self) -> QueueConfig:
         """Raise ConfigError for the first problem found, naming the object and the rule."""
@@ -220,6 +228,18 @@ class QueueConfig:
                         f"{' -> '.join([*seen_path, parent])}")
                 seen_path.append(parent)
                 parent = cohorts[parent].parent if parent in cohorts else None
+        _unique("AdmissionCheck", (c.name for c in self.admission_checks))
+        checks = {c.name for c in self.admission_checks}
+        for q in self.cluster_queues:
+            for name in q.admission_checks:
+                if name not in checks:
+                    raise ConfigError(
+                        f"ClusterQueue {q.name}: admission check {name!r} is not an "
+                        f"AdmissionCheck; known: {', '.join(sorted(checks)) or 'none'}")
+            if len(q.admission_checks) > 1:
+                raise ConfigError(
+                    f"ClusterQueue {q.name}: admissionChecks={list(q.admission_checks)}: one "
+                    "provisioning check per queue (a job is provisioned once)")
         for lq in self.local_queues:
             if lq.cluster_queue not in queues:
                 raise ConfigError(

@@ -17,9 +17,15 @@ from gpupool.core.errors import ConflictError, NotFoundError
 from gpupool.core.estimate import estimate_starts
 from gpupool.core.fairshare import UsageLedger
 from gpupool.core.model import Job, JobId, Node, NodeName, Placement
-from gpupool.core.placement.framework import Profile
+from gpupool.core.placement.framework import Code, Profile, Status
 from gpupool.core.placement.registry import default_profile
 from gpupool.core.preemption import Running
+from gpupool.core.provisioning import (
+    MAX_ACTIVE_PER_PROJECT,
+    AdmissionChecks,
+    CheckState,
+    ProvisioningRequest,
+)
 from gpupool.core.queueing import Pending, Queues
 from gpupool.core.quota import QueueConfig
 from gpupool.core.validation import Validator
@@ -29,10 +35,12 @@ class Scheduler:
     def __init__(self, nodes: Iterable[Node], config: QueueConfig,
                  profile: Profile | None = None,
                  runtime_hint: Callable[[Job], float] | None = None,
-                 reserve_min_gpus: int = 8) -> None:
+                 reserve_min_gpus: int = 8,
+                 max_requests_per_project: int = MAX_ACTIVE_PER_PROJECT) -> None:
         """``runtime_hint`` says how long a job is expected to run (for usage charged at
         admission, reservations and wait estimates); by default its declared run limit, else
-        the configured default runtime."""
+        the configured default runtime. ``max_requests_per_project``: active
+        ProvisioningRequests a project (namespace) may hold."""
         config.validate()
         settings = config.settings
         self.config = config
@@ -50,17 +58,39 @@ class Scheduler:
             settings=settings, profile=profile or default_profile(),
             runtime=runtime_hint or declared, reserve_min_gpus=reserve_min_gpus,
         )
+        checks = AdmissionChecks(config, max_requests_per_project)
+        self.ctx.checks = checks if checks else None
 
     # -- facts -----------------------------------------------------------------------------
 
     def submit(self, job: Job, now_s: float) -> None:
         """Accept a job: InvalidJobError if it can never run here, NotFoundError for an
-        unknown queue; nothing changes in either case."""
-        self.validator.check(job, self.state.table)
+        unknown queue; nothing changes in either case. A job of a queue with a provisioning
+        admission check is checked against the rules of a ProvisioningRequest instead of the
+        cluster's inventory (its nodes do not exist yet)."""
+        cq = self._provisioned_queue(job.queue)
+        if cq is not None and self.ctx.checks is not None:
+            self.ctx.checks.validate(job, cq)
+        else:
+            self.validator.check(job, self.state.table)
         self.queues.resolve(job.queue)
-        if job.id in self.queues or job.id in self.ctx.running:
+        if job.id in self.queues or job.id in self.ctx.running or self._checked(job.id):
             raise ConflictError(f"job {job.id} already exists")
         self.queues.add(job)
+
+    def _provisioned_queue(self, queue: str) -> str | None:
+        """The ClusterQueue behind ``queue`` when it has a provisioning check, else None (also
+        for an unknown queue: the usual checks report it)."""
+        if self.ctx.checks is None:
+            return None
+        try:
+            cq = self.queues.resolve(queue)
+        except NotFoundError:
+            return None
+        return cq if self.ctx.checks.check_for(cq) is not None else None
+
+    def _checked(self, job: JobId) -> bool:
+        return self.ctx.checks is not None and job in self.ctx.checks.records
 
     def finished(self, job: JobId, now_s: float) -> Running:
         """A running job ended: its cards and quota are free again."""
@@ -68,10 +98,37 @@ class Scheduler:
             raise NotFoundError(f"job {job} is not running")
         if self.ctx.reservation is not None and self.ctx.reservation.job == job:
             self.ctx.reservation = None
+        self._unbook(job)
         return release(self.ctx, job, now_s)
 
+    def _unbook(self, job: JobId) -> Job | None:
+        """A job that ran on provisioned nodes is done with them: its request is deleted.
+        Returns the job as submitted (its run limit not cut to the request's)."""
+        ac = self.ctx.checks
+        if ac is None or job not in ac.booked:
+            return None
+        key = ac.booked.pop(job)
+        if key in ac.book:
+            ac.book.delete(key)
+        ac.outbox.append(key)
+        return ac.submitted.pop(job, None)
+
     def cancel(self, job: JobId, now_s: float) -> None:
-        """Remove a job, pending or running."""
+        """Remove a job, pending or running. A job waiting on a provisioning check gives back
+        the quota it reserved; its request is deleted (cancelled), unless it is Provisioned
+        already: then the booking is kept until it expires, for the next job of the queue
+        that fits its nodes."""
+        ac = self.ctx.checks
+        if ac is not None and job in ac.records:
+            rec = ac.records.pop(job)
+            if rec.demand:
+                self.tree.add(rec.queue, rec.demand, -1)
+                self.queues.wake()
+            if rec.request and rec.request in ac.book and not ac.book.get(rec.request).booked:
+                ac.book.delete(rec.request)
+                ac.outbox.append(rec.request)
+            if job not in self.queues:
+                return
         if job in self.queues:
             self.queues.remove(job)
             if self.ctx.reservation is not None and self.ctx.reservation.job == job:
@@ -116,13 +173,68 @@ class Scheduler:
 
     def remove_node(self, name: NodeName, now_s: float) -> list[JobId]:
         """A node left: every job with a task there goes back to its queue, whole."""
-        hit = sorted({p.job for p in self.state.placements_on(name)})
+        hit = sorted({p.job for p in self.state.placements_on(name)
+                      if p.job in self.ctx.running})
         for job in hit:
+            submitted = self._unbook(job)
             r = release(self.ctx, job, now_s)
-            self.queues.add(r.job, preemptions=r.preemptions)
+            self.queues.add(submitted or r.job, preemptions=r.preemptions)
         self.state.remove_node(name)
         self.ctx.reservation = None
         return hit
+
+    # -- provisioning: facts from the cloud ---------------------------------------------------
+
+    @property
+    def checks(self) -> AdmissionChecks | None:
+        """The provisioning admission checks (None when no queue names one)."""
+        return self.ctx.checks
+
+    def _book(self) -> AdmissionChecks:
+        if self.ctx.checks is None:
+            self.ctx.checks = AdmissionChecks(self.config)
+        return self.ctx.checks
+
+    def provisioning_requests(self) -> list[ProvisioningRequest]:
+        return list(self.ctx.checks.book) if self.ctx.checks is not None else []
+
+    def create_provisioning_request(self, req: ProvisioningRequest,
+                                    now_s: float) -> ProvisioningRequest:
+        """A request made by hand, for no job: its booking is left alone by admission checks
+        and expires unless its owner's pods consume it (``consume_provisioning_request``)."""
+        return self._book().book.create(req, now_s)
+
+    def provisioning_accepted(self, key: str, now_s: float) -> ProvisioningRequest:
+        return self._book().book.accept(key, now_s)
+
+    def provisioning_provisioned(self, key: str, nodes: Iterable[str],
+                                 now_s: float) -> ProvisioningRequest:
+        """Every node of the request has joined (add them with ``add_node`` first or after:
+        the job starts once they are there). The job waiting for it starts at the next
+        cycle."""
+        req = self._book().book.provisioned(key, nodes, now_s)
+        self.queues.wake()
+        return req
+
+    def provisioning_failed(self, key: str, message: str, now_s: float,
+                            reason: str = "ProvisioningFailed") -> ProvisioningRequest:
+        return self._book().book.fail(key, message, now_s, reason)
+
+    def provisioning_revoked(self, key: str, message: str, now_s: float) -> ProvisioningRequest:
+        """The cloud took the nodes back (remove them with ``remove_node``: their jobs are
+        requeued whole)."""
+        return self._book().book.revoke(key, message, now_s)
+
+    def consume_provisioning_request(self, key: str, now_s: float) -> ProvisioningRequest:
+        """Pods of a request made by hand started on its nodes: the booking will not expire."""
+        return self._book().book.consume(key, now_s)
+
+    def delete_provisioning_request(self, key: str, now_s: float) -> ProvisioningRequest:
+        """Delete (cancel) a request. A job waiting for it backs off and retries at the next
+        cycle, as for a failure."""
+        req = self._book().book.delete(key)
+        self._book().outbox.append(key)
+        return req
 
     # -- decisions -------------------------------------------------------------------------
 
@@ -135,12 +247,36 @@ class Scheduler:
         return list(self.ctx.running.values())
 
     def pending(self) -> list[Pending]:
-        return self.queues.all()
+        """Pending jobs: those in the queues, then those past quota waiting on an admission
+        check (parked, with the check's state as the reason)."""
+        out = self.queues.all()
+        ac = self.ctx.checks
+        if ac is not None:
+            for rec in ac.records.values():
+                if rec.job.id in self.queues:
+                    continue
+                code = Code.UNRESOLVABLE if rec.state is CheckState.REJECTED else Code.WAIT
+                out.append(Pending(rec.job, rec.queue, 0, Status(code, (ac.status(rec),)),
+                                   parked=True, preemptions=rec.preemptions))
+        return out
 
     def placements(self, job: JobId) -> tuple[Placement, ...]:
         r = self.ctx.running.get(job)
         return r.placements if r else ()
 
     def estimates(self, now_s: float, limit: int = 200) -> dict[JobId, tuple[int, float | None]]:
-        """Queue position and estimated start time of pending jobs (see core.estimate)."""
-        return estimate_starts(self.ctx, now_s, limit)
+        """Queue position and estimated start time of pending jobs (see core.estimate).
+
+        Jobs of queues with a provisioning check start when the cloud delivers, which the core
+        cannot know: they get a time only once their request is Provisioned (now: they start
+        at the next cycle)."""
+        out = estimate_starts(self.ctx, now_s, limit)
+        ac = self.ctx.checks
+        if ac is not None:
+            for p in self.queues.all():
+                if ac.check_for(p.queue) is not None and p.job.id in out:
+                    out[p.job.id] = (out[p.job.id][0], None)
+            for rec in ac.records.values():
+                if rec.job.id not in self.queues:
+                    out[rec.job.id] = (0, now_s if rec.state is CheckState.READY else None)
+        return out
