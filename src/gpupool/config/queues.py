@@ -4,7 +4,8 @@ Two spellings load the same way: Kueue's own objects (``apiVersion: kueue.x-k8s.
 ``v1beta2`` or ``v1``; also ``v1alpha1`` for Cohort) and gpupool's (``apiVersion:
 gpupool.io/v1alpha1``, the same kinds plus ``QueueSettings``). Kinds: ResourceFlavor,
 ClusterQueue, Cohort, LocalQueue, WorkloadPriorityClass, ``scheduling.k8s.io/v1``
-PriorityClass, QueueSettings.
+PriorityClass, QueueSettings, and for queued provisioning AdmissionCheck and
+ProvisioningRequestConfig (a ClusterQueue names its checks in ``admissionChecks``).
 
 Checking happens in three steps, each error naming file, document, field path and rule:
 pydantic checks each document's shape (unknown fields and wrong types are errors); the
@@ -48,6 +49,12 @@ from gpupool.config.quantity import (
     whole_number,
 )
 from gpupool.core.errors import ConfigError
+from gpupool.core.provisioning import (
+    PROVISIONING_CONTROLLER,
+    AdmissionCheck,
+    ProvisioningRequestConfig,
+    RetryStrategy,
+)
 from gpupool.core.quota import (
     ClusterQueue,
     Cohort,
@@ -81,6 +88,8 @@ QUEUE_KINDS: Mapping[str, tuple[str, ...]] = {
     "WorkloadPriorityClass": _KUEUE,
     "PriorityClass": ("scheduling.k8s.io/v1",),
     "QueueSettings": (GPUPOOL_API_VERSION,),
+    "AdmissionCheck": _KUEUE,
+    "ProvisioningRequestConfig": _KUEUE,
 }
 """Each queue kind and the apiVersions it is read under (a missing apiVersion is accepted)."""
 
@@ -174,6 +183,7 @@ class ClusterQueueSpec(Strict):
     preemption: PreemptionSpec = PreemptionSpec()
     fair_sharing: FairSharingSpec | None = None
     non_preemptive: bool = False  # gpupool's extension
+    admission_checks: list[str] | None = None
     namespace_selector: dict[str, Any] | None = None  # accepted; every namespace may submit
     flavor_fungibility: dict[str, Any] | None = None  # accepted; no effect
 
@@ -201,6 +211,31 @@ class QueueSettingsSpec(Strict):
     preemption_cooldown: Duration | None = None
 
 
+class AdmissionCheckParametersSpec(Strict):
+    api_group: str = "kueue.x-k8s.io"
+    kind: str = "ProvisioningRequestConfig"
+    name: str
+
+
+class AdmissionCheckSpec(Strict):
+    controller_name: str
+    parameters: AdmissionCheckParametersSpec | None = None
+    retry_delay_minutes: int | None = None  # accepted (deprecated in Kueue); no effect
+
+
+class RetryStrategySpec(Strict):
+    backoff_limit_count: int | None = None
+    backoff_base_seconds: int | None = None
+    backoff_max_seconds: int | None = None
+
+
+class ProvisioningRequestConfigSpec(Strict):
+    provisioning_class_name: str
+    parameters: dict[str, str] = Field(default_factory=dict)
+    managed_resources: list[str] | None = None  # accepted; every resource is managed
+    retry_strategy: RetryStrategySpec | None = None
+
+
 class _Object(Strict):
     api_version: str | None = None
     kind: str
@@ -222,6 +257,14 @@ class CohortDoc(_Object):
 
 class LocalQueueDoc(_Object):
     spec: LocalQueueSpec
+
+
+class AdmissionCheckDoc(_Object):
+    spec: AdmissionCheckSpec
+
+
+class ProvisioningRequestConfigDoc(_Object):
+    spec: ProvisioningRequestConfigSpec
 
 
 class WorkloadPriorityClassDoc(_Object):
@@ -275,6 +318,10 @@ def queue_config_from_documents(docs: Sequence[Document]) -> QueueConfig:
             found[kind].append(_local_queue(doc))
         elif kind in ("WorkloadPriorityClass", "PriorityClass"):
             found["PriorityClass"].append(_priority_class(doc))
+        elif kind == "AdmissionCheck":
+            found[kind].append(_admission_check(doc))
+        elif kind == "ProvisioningRequestConfig":
+            found[kind].append(_provisioning_config(doc))
         elif kind == "QueueSettings":
             if settings is not None:
                 raise doc.problem(f"a second QueueSettings document (the first is document "
@@ -284,6 +331,7 @@ def queue_config_from_documents(docs: Sequence[Document]) -> QueueConfig:
             raise doc.problem(f"kind={show(kind)} is not a queue object; known: "
                               + ", ".join(QUEUE_KINDS))
     _check_references(found)
+    checks = _resolve_checks(found)
     config = QueueConfig(
         flavors=tuple(f.obj for f in found["ResourceFlavor"]),
         cluster_queues=tuple(f.obj for f in found["ClusterQueue"]),
@@ -291,6 +339,7 @@ def queue_config_from_documents(docs: Sequence[Document]) -> QueueConfig:
         local_queues=tuple(f.obj for f in found["LocalQueue"]),
         priority_classes=tuple(f.obj for f in found["PriorityClass"]),
         settings=settings[1] if settings else QueueSettings(),
+        admission_checks=checks,
     )
     try:
         return config.validate()
@@ -346,6 +395,10 @@ def _cluster_queue(doc: Document) -> _Found:
         "is set but the queue has no spec.cohort to borrow from or lend to"
     flavors, refs = _quotas(doc, spec.resource_groups, limits_rule, spec.non_preemptive)
     p = spec.preemption
+    checks = tuple(spec.admission_checks or ())
+    for i, check in enumerate(checks):
+        if not is_name(check):
+            raise doc.error(f"spec.admissionChecks[{i}]", check, NAME_RULE)
     queue = ClusterQueue(
         name=name,
         flavors=flavors,
@@ -355,6 +408,7 @@ def _cluster_queue(doc: Document) -> _Found:
                                     Reclaim(p.reclaim_within_cohort), p.fair_share),
         non_preemptive=spec.non_preemptive,
         queueing_strategy=QueueingStrategy(spec.queueing_strategy),
+        admission_checks=checks,
     )
     return _Found(doc, queue, refs, cohort_path, cohort)
 
@@ -379,6 +433,77 @@ def _local_queue(doc: Document) -> _Found:
         raise doc.error("metadata.namespace", namespace, NAME_RULE)
     target = d.spec.cluster_queue
     return _Found(doc, LocalQueue(name, target, namespace), [], "spec.clusterQueue", target)
+
+
+def _admission_check(doc: Document) -> _Found:
+    d = parse(AdmissionCheckDoc, doc)
+    name = _name(doc, d.metadata)
+    spec = d.spec
+    if spec.controller_name != PROVISIONING_CONTROLLER:
+        raise doc.error("spec.controllerName", spec.controller_name,
+                        f"is not supported; gpupool decides {PROVISIONING_CONTROLLER}")
+    ref: str | None = None
+    if spec.parameters is not None:
+        if spec.parameters.kind != "ProvisioningRequestConfig":
+            raise doc.error("spec.parameters.kind", spec.parameters.kind,
+                            "must be ProvisioningRequestConfig")
+        ref = spec.parameters.name
+    found = _Found(doc, AdmissionCheck(name), [], "spec.parameters.name", ref)
+    return found
+
+
+def _provisioning_config(doc: Document) -> _Found:
+    d = parse(ProvisioningRequestConfigDoc, doc)
+    name = _name(doc, d.metadata)
+    spec = d.spec
+    retry = RetryStrategy()
+    rs = spec.retry_strategy
+    if rs is not None:
+        for path, value in (("backoffLimitCount", rs.backoff_limit_count),
+                            ("backoffBaseSeconds", rs.backoff_base_seconds),
+                            ("backoffMaxSeconds", rs.backoff_max_seconds)):
+            if value is not None and value < (0 if path == "backoffLimitCount" else 1):
+                raise doc.error(f"spec.retryStrategy.{path}", value,
+                                "must be zero or more" if path == "backoffLimitCount"
+                                else "must be positive")
+        retry = RetryStrategy(
+            rs.backoff_limit_count if rs.backoff_limit_count is not None
+            else retry.backoff_limit_count,
+            float(rs.backoff_base_seconds) if rs.backoff_base_seconds is not None
+            else retry.backoff_base_s,
+            float(rs.backoff_max_seconds) if rs.backoff_max_seconds is not None
+            else retry.backoff_max_s)
+    if not spec.provisioning_class_name:
+        raise doc.error("spec.provisioningClassName", "", "must not be empty")
+    try:
+        config = ProvisioningRequestConfig(name, spec.provisioning_class_name,
+                                           dict(spec.parameters), retry)
+    except ConfigError as exc:
+        raise doc.problem(str(exc)) from exc
+    return _Found(doc, config)
+
+
+def _resolve_checks(found: Mapping[str, list[_Found]]) -> tuple[AdmissionCheck, ...]:
+    """AdmissionChecks with their ProvisioningRequestConfig; every name a ClusterQueue lists
+    in ``admissionChecks`` must be an AdmissionCheck of these documents."""
+    configs = {f.obj.name: f.obj for f in found["ProvisioningRequestConfig"]}
+    checks: dict[str, AdmissionCheck] = {}
+    for item in found["AdmissionCheck"]:
+        if item.ref is not None:
+            if item.ref not in configs:
+                raise item.doc.error(item.ref_path, item.ref,
+                                     "is not a ProvisioningRequestConfig; known: "
+                                     + (", ".join(sorted(configs)) or "none"))
+            checks[item.obj.name] = AdmissionCheck(item.obj.name, config=configs[item.ref])
+        else:
+            checks[item.obj.name] = item.obj
+    for item in found["ClusterQueue"]:
+        for i, name in enumerate(item.obj.admission_checks):
+            if name not in checks:
+                raise item.doc.error(f"spec.admissionChecks[{i}]", name,
+                                     "is not an AdmissionCheck; known: "
+                                     + (", ".join(sorted(checks)) or "none"))
+    return tuple(checks.values())
 
 
 def _priority_class(doc: Document) -> _Found:
