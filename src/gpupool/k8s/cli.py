@@ -57,10 +57,12 @@ def _common(p: argparse.ArgumentParser) -> None:
 def _run(args: argparse.Namespace) -> int:
     from gpupool.k8s.main import run_command
 
-    return run_command(args)
+    code: int = run_command(args)
+    return code
 
 
 def _bench(args: argparse.Namespace) -> int:
     from gpupool.k8s.bench import bench_command
 
-    return bench_command(args)
+    code: int = bench_command(args)
+    return code

@@ -1,0 +1,306 @@
+"""gpupool's HTTP endpoints: scheduler extender, admission webhook, health and metrics.
+
+Scheduler extender (for clusters that keep kube-scheduler). kube-scheduler posts its
+extender JSON (``ExtenderArgs``: ``Pod`` and ``Nodes`` or ``NodeNames``; v1.20 writes the Go
+field names, newer ones lower-case tags; both are read) and gpupool answers from its own card
+view:
+
+- ``/filter``: the candidate nodes where the pod's GPU request fits on some card (the core's
+  filters), the others in ``FailedNodes`` with the core's reason;
+- ``/prioritize``: the core's weighted score per node, scaled to kube-scheduler's 0..10;
+- ``/bind``: cards chosen on the node kube-scheduler picked (the profile's card plugin), the
+  pod's cards taken in the core (``Scheduler.restore``: the decision is kube-scheduler's, so
+  queue quotas are accounted but not enforced), then the Binding with gpupool's and HAMi's
+  annotations, as the scheduler binds its own pods.
+
+Mutating admission webhook (``/mutate``, ``admission.k8s.io/v1``): a pod asking for GPUs and
+left to the default scheduler is routed to gpupool (``spec.schedulerName``); a pod without a
+queue gets the default queue label; a pod that can never run (a request HAMi's resource
+names cannot express, a slice larger than any card, more GPUs than any node has, an unknown
+queue) is refused with the reason, so it is never created.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import ssl
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from aiohttp import web
+
+from gpupool.core.errors import ConflictError, InvalidJobError, NotFoundError
+from gpupool.core.model import JobId, NodeName, Placement, TaskId
+from gpupool.core.placement.framework import CycleState
+from gpupool.core.placement.place import feasible
+from gpupool.k8s.controller import Controller, job_for_pods
+from gpupool.k8s.translate import (
+    QUEUE_LABEL,
+    QUEUE_LABELS,
+    TranslateError,
+    pod_job_id,
+)
+
+__all__ = ["Endpoints", "serve_http", "serve_metrics"]
+
+log = logging.getLogger("gpupool.k8s.extender")
+MAX_PRIORITY = 10
+
+
+def _get(d: dict[str, Any], name: str) -> Any:
+    """A field of kube-scheduler's extender JSON, whichever case it was written in."""
+    if name in d:
+        return d[name]
+    low = name[0].lower() + name[1:]
+    if low in d:
+        return d[low]
+    return d.get(name.lower())
+
+
+class Endpoints:
+    def __init__(self, controller: Controller) -> None:
+        self.c = controller
+
+    # -- extender --------------------------------------------------------------------------
+
+    def _candidates(self, args: dict[str, Any]) -> tuple[list[str], list[dict[str, Any]] | None]:
+        nodes = _get(args, "Nodes")
+        if nodes and nodes.get("items") is not None:
+            items = list(nodes["items"])
+            return [n["metadata"]["name"] for n in items], items
+        return list(_get(args, "NodeNames") or ()), None
+
+    def _task_rows(self, pod: dict[str, Any]) -> tuple[Any, Any, Any]:
+        sched = self.c.sched
+        if sched is None:
+            raise NotFoundError("gpupool is not leading: no card view to answer from")
+        req = self.c._request(pod)
+        job, _ = job_for_pods(pod_job_id(pod), self.c.opt.default_queue, [("pod", req)], gang=False)
+        task = next(job.tasks())
+        snap = sched.state.snapshot()
+        rows, status = feasible(task, snap, sched.ctx.profile)
+        return task, snap, (rows, status)
+
+    def filter(self, args: dict[str, Any]) -> dict[str, Any]:
+        pod = _get(args, "Pod") or {}
+        names, items = self._candidates(args)
+        try:
+            _, snap, (rows, status) = self._task_rows(pod)
+        except (InvalidJobError, TranslateError, NotFoundError) as exc:
+            return {"Nodes": None, "NodeNames": None, "FailedNodes": {}, "Error": str(exc)}
+        ok = {str(snap.table.nodes[int(r)].name) for r in rows}
+        why = status.message or "the pod's GPU request does not fit on this node"
+        failed = {n: (why if n in self.c.nodes_by_name else "not a node gpupool knows")
+                  for n in names if n not in ok}
+        passed = [n for n in names if n in ok]
+        if items is not None:
+            return {"Nodes": {"metadata": {}, "items": [i for i in items
+                                                       if i["metadata"]["name"] in ok]},
+                    "NodeNames": None, "FailedNodes": failed, "Error": ""}
+        return {"Nodes": None, "NodeNames": passed, "FailedNodes": failed, "Error": ""}
+
+    def prioritize(self, args: dict[str, Any]) -> list[dict[str, Any]]:
+        pod = _get(args, "Pod") or {}
+        names, _ = self._candidates(args)
+        try:
+            task, snap, (rows, _) = self._task_rows(pod)
+        except (InvalidJobError, TranslateError, NotFoundError):
+            return [{"Host": n, "Score": 0} for n in names]
+        assert self.c.sched is not None
+        profile = self.c.sched.ctx.profile
+        scores: dict[str, int] = {}
+        if rows.size:
+            total = np.zeros(rows.size, np.float64)
+            weights = 0.0
+            cs = CycleState(snap.table, snap.cache)
+            for plugin, weight in profile.scores:
+                total += weight * plugin.score(cs, task, rows)
+                weights += weight
+            top = 100.0 * (weights or 1.0)
+            for r, s in zip(rows, total, strict=True):
+                scores[str(snap.table.nodes[int(r)].name)] = round(
+                    MAX_PRIORITY * float(s) / top)
+        return [{"Host": n, "Score": scores.get(n, 0)} for n in names]
+
+    async def bind(self, args: dict[str, Any]) -> dict[str, Any]:
+        ns = str(_get(args, "PodNamespace"))
+        name = str(_get(args, "PodName"))
+        node = NodeName(str(_get(args, "Node")))
+        try:
+            pod = await self.c.kube.request("GET", f"/api/v1/namespaces/{ns}/pods/{name}")
+            placement = self._choose(pod, node)
+            await self.c.bind_foreign(pod, placement)
+        except Exception as exc:  # the error goes back to kube-scheduler, which retries
+            log.warning("extender bind %s/%s -> %s: %s", ns, name, node, exc)
+            return {"Error": str(exc)}
+        return {"Error": ""}
+
+    def _choose(self, pod: dict[str, Any], node: NodeName) -> Placement:
+        task, snap, (rows, status) = self._task_rows(pod)
+        row = snap.table.row(node)
+        if row not in {int(r) for r in rows}:
+            raise ConflictError(f"pod no longer fits on {node}: {status.message}")
+        assert self.c.sched is not None
+        cs = CycleState(snap.table, snap.cache)
+        shares = self.c.sched.ctx.profile.cards.choose_cards(cs, task, row)
+        if shares is None:
+            raise ConflictError(f"no cards for the pod on {node}")
+        return Placement(task=TaskId(f"{pod_job_id(pod)}/ps0-0"), job=JobId(pod_job_id(pod)),
+                         node=node, cpu_milli=task.cpu_milli, memory_mib=task.memory_mib,
+                         shares=shares)
+
+    # -- webhook ---------------------------------------------------------------------------
+
+    def admit(self, review: dict[str, Any]) -> dict[str, Any]:
+        req = review.get("request") or {}
+        uid = req.get("uid", "")
+        pod = req.get("object") or {}
+        patch: list[dict[str, Any]] = []
+        names = self.c.opt.names
+        spec = pod.get("spec") or {}
+        containers = list(spec.get("initContainers") or ()) + list(spec.get("containers") or ())
+        wants_gpu = any(n in ((c.get("resources") or {}).get("limits") or {})
+                        or n in ((c.get("resources") or {}).get("requests") or {})
+                        for c in containers for n in names.all())
+        answer: dict[str, Any] = {"uid": uid, "allowed": True}
+        if wants_gpu:
+            try:
+                self._check(pod)
+            except (InvalidJobError, TranslateError, NotFoundError) as exc:
+                answer = {"uid": uid, "allowed": False,
+                          "status": {"code": 422, "reason": "Invalid",
+                                     "message": f"gpupool: {exc}"}}
+                return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                        "response": answer}
+            if spec.get("schedulerName") in (None, "", "default-scheduler"):
+                op = "replace" if "schedulerName" in spec else "add"
+                patch.append({"op": op, "path": "/spec/schedulerName",
+                              "value": self.c.opt.scheduler_name})
+            labels = (pod.get("metadata") or {}).get("labels")
+            if not any((labels or {}).get(k) for k in QUEUE_LABELS):
+                if labels is None:
+                    patch.append({"op": "add", "path": "/metadata/labels",
+                                  "value": {QUEUE_LABEL: self.c.opt.default_queue}})
+                else:
+                    patch.append({"op": "add",
+                                  "path": "/metadata/labels/" + QUEUE_LABEL.replace("/", "~1"),
+                                  "value": self.c.opt.default_queue})
+        if patch:
+            answer["patchType"] = "JSONPatch"
+            answer["patch"] = base64.b64encode(json.dumps(patch).encode()).decode()
+        return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                "response": answer}
+
+    def _check(self, pod: dict[str, Any]) -> None:
+        """Raises when the pod can never run here; quiet when it can (or when there is no
+        card view yet to tell)."""
+        sched = self.c.sched
+        req = self.c._request(pod)
+        if sched is None:
+            return
+        meta = pod.setdefault("metadata", {})
+        meta.setdefault("name", meta.get("generateName", "pod"))
+        self.c._queue(pod)
+        job, _ = job_for_pods(pod_job_id(pod), self.c.opt.default_queue, [("pod", req)], gang=False)
+        sched.validator.check(job, sched.state.table)
+
+
+def _json_handler(fn: Any) -> Any:
+    async def handle(request: web.Request) -> web.Response:
+        try:
+            body = await request.json()
+        except json.JSONDecodeError:
+            return web.json_response({"Error": "request body is not JSON"}, status=400)
+        result = fn(body)
+        if hasattr(result, "__await__"):
+            result = await result
+        return web.json_response(result)
+
+    return handle
+
+
+def make_app(controller: Controller) -> web.Application:
+    ep = Endpoints(controller)
+    app = web.Application(client_max_size=64 << 20)
+    for prefix in ("", "/extender", "/scheduler"):
+        app.router.add_post(f"{prefix}/filter", _json_handler(ep.filter))
+        app.router.add_post(f"{prefix}/prioritize", _json_handler(ep.prioritize))
+        app.router.add_post(f"{prefix}/bind", _json_handler(ep.bind))
+    app.router.add_post("/mutate", _json_handler(ep.admit))
+
+    async def healthz(_: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def readyz(_: web.Request) -> web.Response:
+        synced = controller.pod_informer.synced.is_set()
+        return web.Response(text="ok" if synced else "syncing", status=200 if synced else 503)
+
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", _metrics_handler(controller))
+    return app
+
+
+async def serve_http(controller: Controller, port: int, *, host: str = "0.0.0.0",
+                     tls_dir: str | None = None) -> web.AppRunner:
+    """Serves the extender, the webhook and health (HTTPS when ``tls_dir`` is given)."""
+    runner = web.AppRunner(make_app(controller), access_log=None)
+    await runner.setup()
+    ctx = None
+    if tls_dir:
+        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        ctx.load_cert_chain(Path(tls_dir) / "tls.crt", Path(tls_dir) / "tls.key")
+    await web.TCPSite(runner, host, port, ssl_context=ctx).start()
+    return runner
+
+
+def metrics_text(controller: Controller) -> str:
+    s = controller.stats
+    sched = controller.sched
+    pending = len(sched.pending()) if sched else 0
+    running = len(sched.running()) if sched else 0
+    lines = [
+        "# HELP gpupool_k8s_binds_total Pods bound through the API server.",
+        "# TYPE gpupool_k8s_binds_total counter", f"gpupool_k8s_binds_total {s.binds}",
+        "# HELP gpupool_k8s_bind_failures_total Binds that failed for good.",
+        "# TYPE gpupool_k8s_bind_failures_total counter",
+        f"gpupool_k8s_bind_failures_total {s.bind_failures}",
+        "# HELP gpupool_k8s_pods_rejected_total Pods rejected as never able to run.",
+        "# TYPE gpupool_k8s_pods_rejected_total counter",
+        f"gpupool_k8s_pods_rejected_total {s.rejected}",
+        "# HELP gpupool_k8s_cycles_total Scheduling cycles run.",
+        "# TYPE gpupool_k8s_cycles_total counter", f"gpupool_k8s_cycles_total {s.cycles}",
+        "# HELP gpupool_k8s_relists_total Watches re-listed after 410 Gone.",
+        "# TYPE gpupool_k8s_relists_total counter",
+        f"gpupool_k8s_relists_total {controller.pod_informer.relists}",
+        "# HELP gpupool_jobs_pending Jobs waiting in gpupool's queues.",
+        "# TYPE gpupool_jobs_pending gauge", f"gpupool_jobs_pending {pending}",
+        "# HELP gpupool_jobs_running Jobs holding cards.",
+        "# TYPE gpupool_jobs_running gauge", f"gpupool_jobs_running {running}",
+        "# HELP gpupool_k8s_leader 1 while this replica holds the lease.",
+        "# TYPE gpupool_k8s_leader gauge", f"gpupool_k8s_leader {int(controller.is_leader())}",
+        f"# generated {time.time():.0f}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _metrics_handler(controller: Controller) -> Any:
+    async def handle(_: web.Request) -> web.Response:
+        return web.Response(text=metrics_text(controller),
+                            content_type="text/plain", charset="utf-8")
+
+    return handle
+
+
+async def serve_metrics(controller: Controller, port: int,
+                        host: str = "0.0.0.0") -> web.AppRunner:
+    app = web.Application()
+    app.router.add_get("/metrics", _metrics_handler(controller))
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, host, port).start()
+    return runner

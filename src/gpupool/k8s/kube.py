@@ -1,0 +1,145 @@
+"""A small JSON client for the API server: requests, watch streams and errors.
+
+Credentials come from ``kubernetes_asyncio``'s loaders (kubeconfig, or the in-cluster service
+account); requests go out over one ``aiohttp`` session and answers are read as plain JSON
+dicts. Generated client models are not used: they cost time per object at the rates the
+scheduler needs, and they fail to parse some answers (the Binding subresource's reply is a
+``Status``, which the generated ``create_namespaced_binding`` tries to read as a Binding).
+
+Every failure becomes :class:`ApiError` (an ``AdapterError``) with the HTTP status, the
+API server's reason and message, and the request it answered.
+"""
+
+from __future__ import annotations
+
+import json
+import ssl
+import time
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import aiohttp
+from kubernetes_asyncio import config as k8s_config
+from kubernetes_asyncio.client import Configuration
+
+from gpupool.core.errors import AdapterError
+
+__all__ = ["ApiError", "Kube", "load_configuration"]
+
+JSON = "application/json"
+MERGE_PATCH = "application/merge-patch+json"
+STRATEGIC_PATCH = "application/strategic-merge-patch+json"
+
+
+class ApiError(AdapterError):
+    """The API server answered with an error (or could not be reached: ``status`` 0)."""
+
+    def __init__(self, status: int, reason: str, message: str, request: str) -> None:
+        self.status = status
+        self.reason = reason
+        self.message = message
+        self.request = request
+        super().__init__(f"{request}: {status} {reason}: {message}")
+
+
+async def load_configuration(kubeconfig: str | None = None) -> Configuration:
+    """Kubeconfig (the file given, else $KUBECONFIG or ~/.kube/config), else in-cluster."""
+    cfg = Configuration()
+    try:
+        await k8s_config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
+    except (k8s_config.ConfigException, FileNotFoundError, OSError) as exc:
+        if kubeconfig:
+            raise AdapterError(f"kubeconfig {kubeconfig} cannot be loaded: {exc}") from exc
+        try:
+            k8s_config.load_incluster_config(  # type: ignore[no-untyped-call]
+                client_configuration=cfg)
+        except k8s_config.ConfigException as exc2:
+            raise AdapterError("no kubeconfig and not running in a cluster: "
+                               f"{exc}; {exc2}") from exc2
+    return cfg
+
+
+class Kube:
+    """One API server connection. ``await Kube.connect(path)``; ``await kube.close()``."""
+
+    def __init__(self, cfg: Configuration, *, connections: int = 128) -> None:
+        self.cfg = cfg
+        self.host = str(cfg.host or "").rstrip("/")
+        ctx: ssl.SSLContext | bool
+        if self.host.startswith("https"):
+            ctx = ssl.create_default_context(cafile=cfg.ssl_ca_cert) if cfg.verify_ssl \
+                else False
+            if isinstance(ctx, ssl.SSLContext) and cfg.cert_file:
+                ctx.load_cert_chain(cfg.cert_file, cfg.key_file)
+        else:
+            ctx = False
+        self._connector = aiohttp.TCPConnector(ssl=ctx, limit=connections)
+        self._session = aiohttp.ClientSession(connector=self._connector)
+        self._auth: dict[str, str] = {}
+        self._auth_at = -1e9
+
+    @classmethod
+    async def connect(cls, kubeconfig: str | None = None, **kwargs: Any) -> Kube:
+        kube = cls(await load_configuration(kubeconfig), **kwargs)
+        await kube._headers()
+        return kube
+
+    async def close(self) -> None:
+        await self._session.close()
+
+    async def _headers(self) -> dict[str, str]:
+        now = time.monotonic()
+        if now - self._auth_at > 60:
+            auth = await self.cfg.auth_settings()
+            token = auth.get("BearerToken", {}).get("value")
+            self._auth = {"Authorization": token} if token else {}
+            self._auth_at = now
+        return self._auth
+
+    async def request(self, method: str, path: str, body: object = None, *,
+                      params: Mapping[str, str] | None = None, content_type: str = JSON,
+                      timeout_s: float = 30.0) -> dict[str, Any]:
+        """One request; the answer as a dict (``{}`` when empty). ApiError on failure."""
+        headers = {**await self._headers(), "Accept": JSON}
+        data = None
+        if body is not None:
+            headers["Content-Type"] = content_type
+            data = json.dumps(body)
+        what = f"{method} {path}"
+        try:
+            async with self._session.request(
+                    method, self.host + path, data=data, params=params, headers=headers,
+                    timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
+                text = await resp.text()
+                if resp.status >= 400:
+                    raise _error(resp.status, text, what)
+                return json.loads(text) if text else {}
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            raise ApiError(0, type(exc).__name__, str(exc) or "no answer", what) from exc
+
+    async def watch(self, path: str, params: Mapping[str, str]) -> AsyncIterator[dict[str, Any]]:
+        """The events of a watch (``{"type", "object"}``) until the server ends it."""
+        headers = {**await self._headers(), "Accept": JSON}
+        what = f"WATCH {path}"
+        query = {**params, "watch": "true"}
+        try:
+            async with self._session.get(
+                    self.host + path, params=query, headers=headers,
+                    timeout=aiohttp.ClientTimeout(total=None, sock_connect=10,
+                                                  sock_read=None)) as resp:
+                if resp.status >= 400:
+                    raise _error(resp.status, await resp.text(), what)
+                async for line in resp.content:
+                    if line.strip():
+                        yield json.loads(line)
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            raise ApiError(0, type(exc).__name__, str(exc) or "stream broken", what) from exc
+
+
+def _error(status: int, text: str, what: str) -> ApiError:
+    try:
+        body = json.loads(text)
+        return ApiError(status, str(body.get("reason", "")), str(body.get("message", text)),
+                        what)
+    except (json.JSONDecodeError, AttributeError):
+        return ApiError(status, "", text[:500], what)

@@ -1,0 +1,143 @@
+"""``gpupool k8s run``: load the queue configuration, connect, run the controller.
+
+The queues come from a file (``--queues``, Kueue YAML as ``gpupool sim`` reads it) or, by
+default, from gpupool's CRDs in the cluster (``gpupool.io/v1alpha1`` ResourceFlavor,
+ClusterQueue, Cohort, LocalQueue; see ``deploy/crds``). With neither, every pod goes to one
+ClusterQueue ``default`` without quota. A change to the CRD objects rebuilds the scheduler
+from the API server (as a restart would), so quotas take effect at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+from typing import Any
+
+from gpupool.config import load_queue_config
+from gpupool.core.quota import ClusterQueue, LocalQueue, QueueConfig
+from gpupool.k8s.controller import Controller, Options
+from gpupool.k8s.crd import CRD_KINDS, CrdStatus, queue_documents
+from gpupool.k8s.informer import Informer
+from gpupool.k8s.kube import Kube
+from gpupool.k8s.translate import ResourceNames
+
+__all__ = ["default_config", "load_crd_config", "options_from_args", "run_command"]
+
+log = logging.getLogger("gpupool.k8s")
+
+
+def default_config(queue: str = "default") -> QueueConfig:
+    """One ClusterQueue without quota (and a LocalQueue of the same name)."""
+    return QueueConfig(cluster_queues=(ClusterQueue(queue, flavors=()),),
+                       local_queues=(LocalQueue(queue, queue),)).validate()
+
+
+async def load_crd_config(kube: Kube, default_queue: str = "default"
+                          ) -> tuple[QueueConfig, bool]:
+    """The queue configuration from gpupool's CRD objects; (config, whether CRDs exist)."""
+    docs, present = await queue_documents(kube)
+    if not docs:
+        return default_config(default_queue), present
+    return load_queue_config(docs, source="gpupool.io objects"), present
+
+
+def options_from_args(args: argparse.Namespace) -> Options:
+    names = ResourceNames(count=args.gpu_resource, memory=args.gpumem_resource,
+                          memory_percentage=args.gpumem_percentage_resource,
+                          cores=args.gpucores_resource)
+    extra: dict[str, Any] = {}
+    if getattr(args, "identity", ""):
+        extra["identity"] = args.identity
+    return Options(scheduler_name=args.scheduler_name, default_queue=args.default_queue,
+                   names=names, lease_namespace=getattr(args, "lease_namespace",
+                                                        "gpupool-system"),
+                   lease_name=getattr(args, "lease_name", "gpupool-scheduler"),
+                   leader_elect=not getattr(args, "no_leader_elect", False), **extra)
+
+
+def run_command(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    return asyncio.run(_run(args))
+
+
+async def _run(args: argparse.Namespace) -> int:
+    kube = await Kube.connect(args.kubeconfig)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        while not stop.is_set():
+            if args.queues:
+                config = load_queue_config(args.queues)
+                use_crds = False
+            else:
+                config, use_crds = await load_crd_config(kube, args.default_queue)
+            controller = Controller(kube, config, options_from_args(args))
+            servers = await _serve(args, controller)
+            reload = asyncio.Event()
+            watchers = [asyncio.create_task(_watch_crds(kube, reload))] if use_crds else []
+            status = CrdStatus(kube, controller) if use_crds else None
+            if status is not None:
+                watchers.append(asyncio.create_task(status.run()))
+            runner = asyncio.create_task(controller.run())
+            stopper = asyncio.create_task(stop.wait())
+            reloader = asyncio.create_task(reload.wait())
+            done, _ = await asyncio.wait({runner, stopper, reloader},
+                                         return_when=asyncio.FIRST_COMPLETED)
+            for t in (runner, stopper, reloader, *watchers):
+                t.cancel()
+            await asyncio.gather(runner, stopper, reloader, *watchers, return_exceptions=True)
+            for s in servers:
+                await s.cleanup()
+            if runner in done and runner.exception() is not None:
+                raise runner.exception()  # type: ignore[misc]
+            if reloader in done:
+                log.info("queue objects changed: rebuilding")
+    finally:
+        await kube.close()
+    return 0
+
+
+async def _watch_crds(kube: Kube, reload: asyncio.Event) -> None:
+    """Sets ``reload`` on any change to a gpupool queue object after the first list."""
+    synced = False
+
+    def changed(event: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+        if synced and (old is None or (obj.get("spec") != old.get("spec"))):
+            reload.set()
+
+    informers = [Informer(kube, f"/apis/gpupool.io/v1alpha1/{plural}", changed, name=plural)
+                 for plural in CRD_KINDS.values()]
+    tasks = [asyncio.create_task(i.run()) for i in informers]
+    try:
+        for i in informers:
+            await i.synced.wait()
+        synced = True
+        await asyncio.gather(*tasks)
+    finally:
+        for t in tasks:
+            t.cancel()
+        with contextlib.suppress(Exception):
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _serve(args: argparse.Namespace, controller: Controller) -> list[Any]:
+    """The extender/webhook and metrics HTTP servers the flags ask for."""
+    runners: list[Any] = []
+    port = getattr(args, "extender_port", 0)
+    if port:
+        from gpupool.k8s.extender import serve_http
+
+        runners.append(await serve_http(controller, port, tls_dir=args.tls_dir or None))
+    metrics_port = getattr(args, "metrics_port", 0)
+    if metrics_port:
+        from gpupool.k8s.extender import serve_metrics
+
+        runners.append(await serve_metrics(controller, metrics_port))
+    return runners
+

@@ -1,0 +1,156 @@
+"""Helpers for the tests against a real API server: nodes without kubelets, pods, waiting."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from gpupool.core.quota import QueueConfig
+from gpupool.k8s.controller import Controller, Options
+from gpupool.k8s.kube import MERGE_PATCH, ApiError, Kube
+
+
+def register_json(node: str, gpus: int, model: str, memory_mib: int) -> str:
+    return json.dumps([{"id": f"GPU-{node}-{i}", "index": i, "count": 10, "devmem": memory_mib,
+                        "devcore": 100, "type": model, "mode": "hami-core", "health": True}
+                       for i in range(gpus)])
+
+
+def register_colon(node: str, gpus: int, model: str, memory_mib: int) -> str:
+    return "".join(f"GPU-{node}-{i},10,{memory_mib},100,{model},0,true:" for i in range(gpus))
+
+
+async def make_node(kube: Kube, name: str, *, gpus: int = 8, model: str = "NVIDIA-A100",
+                    memory_mib: int = 40960, form: str = "json", cpu: str = "64",
+                    memory: str = "512Gi", labels: dict[str, str] | None = None) -> None:
+    """A Node as a kubelet and HAMi's device plugin would leave it (Ready, untainted)."""
+    annotations = {}
+    if form == "json":
+        annotations["hami.io/node-nvidia-register"] = register_json(name, gpus, model,
+                                                                     memory_mib)
+    elif form == "colon":
+        annotations["hami.io/node-nvidia-register"] = register_colon(name, gpus, model,
+                                                                      memory_mib)
+    await kube.request("POST", "/api/v1/nodes", {
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "labels": labels or {}, "annotations": annotations}})
+    alloc = {"cpu": cpu, "memory": memory, "pods": "220", "nvidia.com/gpu": str(gpus * 10)}
+    await kube.request("PATCH", f"/api/v1/nodes/{name}/status", {"status": {
+        "capacity": alloc, "allocatable": alloc,
+        "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                        "message": "no kubelet: a test node"}]}}, content_type=MERGE_PATCH)
+    # The API server's admission taints a new node not-ready; no kubelet will lift it.
+    await kube.request("PATCH", f"/api/v1/nodes/{name}", {"spec": {"taints": None}},
+                       content_type=MERGE_PATCH)
+
+
+def pod_body(name: str, *, ns: str = "default", limits: dict[str, Any] | None = None,
+             labels: dict[str, str] | None = None, annotations: dict[str, str] | None = None,
+             scheduler: str = "gpupool", cpu: str = "1", memory: str = "1Gi",
+             init: bool = False) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": ns, "labels": labels or {},
+                     "annotations": annotations or {}},
+        "spec": {"schedulerName": scheduler, "terminationGracePeriodSeconds": 0,
+                 "containers": [{"name": "main", "image": "example.invalid/cuda:12",
+                                 "resources": {"requests": {"cpu": cpu, "memory": memory},
+                                               "limits": limits or {}}}]},
+    }
+    if init:
+        body["spec"]["initContainers"] = [{"name": "setup", "image": "example.invalid/x"}]
+    return body
+
+
+async def make_pod(kube: Kube, name: str, **kwargs: Any) -> dict[str, Any]:
+    body = pod_body(name, **kwargs)
+    ns = body["metadata"]["namespace"]
+    return await kube.request("POST", f"/api/v1/namespaces/{ns}/pods", body)
+
+
+async def get_pod(kube: Kube, ns: str, name: str) -> dict[str, Any]:
+    return await kube.request("GET", f"/api/v1/namespaces/{ns}/pods/{name}")
+
+
+async def list_pods(kube: Kube, ns: str) -> list[dict[str, Any]]:
+    return (await kube.request("GET", f"/api/v1/namespaces/{ns}/pods")).get("items") or []
+
+
+async def set_phase(kube: Kube, ns: str, name: str, phase: str) -> None:
+    """What a kubelet would report: the pod ran, or finished."""
+    await kube.request("PATCH", f"/api/v1/namespaces/{ns}/pods/{name}/status",
+                       {"status": {"phase": phase}}, content_type=MERGE_PATCH)
+
+
+async def delete_pod(kube: Kube, ns: str, name: str) -> None:
+    with contextlib.suppress(ApiError):
+        await kube.request("DELETE", f"/api/v1/namespaces/{ns}/pods/{name}",
+                           {"apiVersion": "v1", "kind": "DeleteOptions",
+                            "gracePeriodSeconds": 0})
+
+
+async def ensure_namespace(kube: Kube, ns: str) -> None:
+    try:
+        await kube.request("POST", "/api/v1/namespaces",
+                           {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+    except ApiError as exc:
+        if exc.status != 409:
+            raise
+
+
+async def clean(kube: Kube, namespaces: list[str]) -> None:
+    """Deletes every pod of the namespaces, every Job there, and every node."""
+    for ns in namespaces:
+        with contextlib.suppress(ApiError):
+            await kube.request("DELETE", f"/apis/batch/v1/namespaces/{ns}/jobs",
+                               params={"propagationPolicy": "Background"})
+        for pod in await list_pods(kube, ns):
+            await delete_pod(kube, ns, pod["metadata"]["name"])
+    nodes = (await kube.request("GET", "/api/v1/nodes")).get("items") or []
+    for n in nodes:
+        with contextlib.suppress(ApiError):
+            await kube.request("DELETE", f"/api/v1/nodes/{n['metadata']['name']}")
+
+
+async def wait_for(check: Callable[[], Awaitable[Any]], timeout_s: float = 20.0,
+                   what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout_s
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = await check()
+        if last:
+            return last
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}; last: {last!r}")
+
+
+async def events_for(kube: Kube, ns: str, name: str) -> list[dict[str, Any]]:
+    body = await kube.request("GET", f"/api/v1/namespaces/{ns}/events",
+                              params={"fieldSelector": f"involvedObject.name={name}"})
+    return body.get("items") or []
+
+
+@contextlib.asynccontextmanager
+async def running(kube: Kube, config: QueueConfig, **options: Any
+                  ) -> AsyncIterator[Controller]:
+    """A controller running in this event loop for the duration of the block."""
+    opts = Options(**{"leader_elect": False, **options})
+    controller = Controller(kube, config, opts)
+    task = asyncio.create_task(controller.run())
+    try:
+        await wait_for(lambda: _ready(controller, task), 20, "controller sync")
+        yield controller
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def _ready(controller: Controller, task: asyncio.Task[None]) -> bool:
+    if task.done():
+        task.result()
+    return controller.sched is not None
