@@ -124,7 +124,7 @@ def test_a_document_needs_a_kind(tmp_path: Path) -> None:
         assert str(info.value) == (
             f"{path}: document 1 (x, line 1): kind: required field is missing; known kinds: "
             "Cluster, ResourceFlavor, ClusterQueue, Cohort, LocalQueue, WorkloadPriorityClass, "
-            "PriorityClass, QueueSettings")
+            "PriorityClass, QueueSettings, AdmissionCheck, ProvisioningRequestConfig")
 
 
 def test_an_unknown_kind_is_an_error_for_both_loaders(tmp_path: Path) -> None:

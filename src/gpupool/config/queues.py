@@ -183,9 +183,9 @@ class ClusterQueueSpec(Strict):
     preemption: PreemptionSpec = PreemptionSpec()
     fair_sharing: FairSharingSpec | None = None
     non_preemptive: bool = False  # gpupool's extension
-    admission_checks: list[str] | None = None
     namespace_selector: dict[str, Any] | None = None  # accepted; every namespace may submit
     flavor_fungibility: dict[str, Any] | None = None  # accepted; no effect
+    admission_checks: list[str] | None = None  # AdmissionCheck names (provisioning)
 
 
 class CohortSpec(Strict):
