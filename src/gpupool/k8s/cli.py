@@ -25,12 +25,28 @@ def add_parsers(sub: Any) -> None:
     run.add_argument("--lease-name", default="gpupool-scheduler")
     run.add_argument("--no-leader-elect", action="store_true",
                      help="bind without a lease (one replica only)")
+    run.add_argument("--lease-duration", type=float, default=15.0, metavar="S",
+                     help="seconds a lease holds without renewal (default 15)")
+    run.add_argument("--renew-interval", type=float, default=2.0, metavar="S",
+                     help="seconds between renewals (default 2)")
+    run.add_argument("--annotate-first", action="store_true",
+                     help="patch HAMi's annotations in a write of their own before binding")
+    run.add_argument("--extender-for", action="append", default=[], metavar="SCHEDULER",
+                     help="track cards of pods this scheduler binds through gpupool's "
+                          "extender (e.g. default-scheduler); repeatable")
     run.add_argument("--extender-port", type=int, default=0,
                      help="serve the scheduler extender (and webhook with --tls-dir) here")
     run.add_argument("--tls-dir", default="",
                      help="serve HTTPS with tls.crt/tls.key from here (the webhook needs it)")
     run.add_argument("--metrics-port", type=int, default=0, help="Prometheus metrics port")
     run.set_defaults(func=_run)
+
+    certs = k8s_sub.add_parser("certs", help="make the webhook's CA and serving certificate")
+    certs.add_argument("--out", required=True, help="directory for ca.crt, tls.crt, tls.key")
+    certs.add_argument("--service", default="gpupool")
+    certs.add_argument("--namespace", default="gpupool-system")
+    certs.add_argument("--ip", action="append", default=[], help="also valid for this IP")
+    certs.set_defaults(func=_certs)
 
     bench = k8s_sub.add_parser("bench", help="bind GPU pods through an API server, print JSON")
     _common(bench)
@@ -59,6 +75,22 @@ def _run(args: argparse.Namespace) -> int:
 
     code: int = run_command(args)
     return code
+
+
+def _certs(args: argparse.Namespace) -> int:
+    import base64
+
+    from gpupool.k8s.tls import make_certificates
+
+    svc, ns = args.service, args.namespace
+    certs = make_certificates([svc, f"{svc}.{ns}", f"{svc}.{ns}.svc",
+                               f"{svc}.{ns}.svc.cluster.local"], args.ip)
+    out = certs.write(args.out)
+    print(f"wrote {out}/ca.crt, tls.crt, tls.key")
+    print(f"kubectl -n {ns} create secret tls gpupool-webhook-tls "
+          f"--cert={out}/tls.crt --key={out}/tls.key")
+    print("caBundle for deploy/webhook.yaml: " + base64.b64encode(certs.ca_pem).decode())
+    return 0
 
 
 def _bench(args: argparse.Namespace) -> int:

@@ -55,7 +55,11 @@ def options_from_args(args: argparse.Namespace) -> Options:
                    names=names, lease_namespace=getattr(args, "lease_namespace",
                                                         "gpupool-system"),
                    lease_name=getattr(args, "lease_name", "gpupool-scheduler"),
-                   leader_elect=not getattr(args, "no_leader_elect", False), **extra)
+                   leader_elect=not getattr(args, "no_leader_elect", False),
+                   lease_s=getattr(args, "lease_duration", 15.0),
+                   renew_s=getattr(args, "renew_interval", 2.0),
+                   annotate_first=getattr(args, "annotate_first", False),
+                   foreign_schedulers=tuple(getattr(args, "extender_for", ())), **extra)
 
 
 def run_command(args: argparse.Namespace) -> int:
