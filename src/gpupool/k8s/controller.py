@@ -92,6 +92,7 @@ class Options:
     identity: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
     annotate_first: bool = False
     bind_concurrency: int = 64
+    bind_retry_s: float = 90.0  # how long transient API errors are retried per bind
     status_concurrency: int = 8
     cycle_interval_s: float = 2.0
     debounce_s: float = 0.005
@@ -354,11 +355,12 @@ class Controller:
             return
         if (obj.get("spec") or {}).get("nodeName"):
             job = self.pod_job.get(key)
-            if job is None:
-                self._bound_elsewhere(key, obj)
-            elif not self.jobs[job].running:
-                # bound by someone else while pending here: stop scheduling it
-                self._pod_ended(key)
+            if job is not None and self.jobs[job].running:
+                return  # bound here
+            if job is not None:
+                self._pod_ended(key)  # bound while pending here: stop scheduling it
+            # its recorded cards are taken (a bind whose answer was lost, another leader)
+            self._bound_elsewhere(key, obj)
             return
         if key in self.pod_job or key in self.rejected or self._in_gang(key):
             return
@@ -621,7 +623,10 @@ class Controller:
         if not self.opt.annotate_first:
             binding["metadata"]["annotations"] = annotations
         async with self._bind_sem:
-            for attempt in range(6):
+            deadline = time.monotonic() + self.opt.bind_retry_s
+            attempt = 0
+            while time.monotonic() < deadline:
+                attempt += 1
                 if not self.is_leader():
                     log.info("not leader any more: %s not bound", key)
                     return
@@ -648,7 +653,9 @@ class Controller:
                         log.info("%s is gone; not bound", key)
                         break
                     if exc.status in (0, 429) or exc.status >= 500:
-                        await asyncio.sleep(min(0.1 * 2 ** attempt, 2.0))
+                        # transient (an API server restarting): retry; a bind that had
+                        # worked answers 409 next time and is recognised above
+                        await asyncio.sleep(min(0.05 * 2 ** attempt, 2.0))
                         continue
                     log.warning("binding %s to %s failed: %s", key, p.node, exc)
                     self.stats.bind_failures += 1
@@ -675,8 +682,12 @@ class Controller:
         if self.sched is None:
             return
         self._pod_ended(key)
-        if reason is not None and key in self.pod_informer.cache:
-            self._park_message(key, reason)
+        pod = self.pod_informer.cache.get(key)
+        if pod is not None and not (pod.get("spec") or {}).get("nodeName") and not _ended(pod):
+            if reason is not None:
+                self._park_message(key, reason)
+            self._admit(key)
+            self._dirty.set()
 
     async def _evict(self, key: str, reason: str) -> None:
         ns, name = key.split("/", 1)
