@@ -213,7 +213,12 @@ class ControlPlane:
                                self._end_s(rec))
         for rec in sorted((r for r in self.jobs.values() if r.phase == "Pending"),
                           key=lambda r: r.uid):
-            sched.submit(rec.job, rec.submitted_s)
+            try:
+                sched.submit(rec.job, rec.submitted_s)
+            except InvalidJobError:
+                # Accepted before; the nodes it needs are away (failed) for now. It waits,
+                # parked with its reason, until they are back.
+                sched.queues.add(rec.job, preemptions=rec.preemptions)
             rec.cluster_queue = sched.queues.resolve(rec.job.queue)
         self.scheduler = sched
 
