@@ -36,7 +36,6 @@
 
   function mib(m) {
     if (m === null || m === undefined) return "–";
-    if (m === 0) return "0";
     if (m >= 1048576) return `${num(m / 1048576, 1)} TiB`;
     if (m >= 1024) return `${num(m / 1024, 1)} GiB`;
     return `${Math.round(m)} MiB`;
@@ -411,8 +410,8 @@
         `${num(cpu.total / 1000, 0)} cores · memory ${mib(mem.used)}/${mib(mem.total)}</div>`;
     return `<div class="node ${esc(node.state)}" data-node="${esc(node.name)}">` +
       `<div class="node-label" title="${esc(title)}">` +
-      `<div class="node-name">${esc(node.name)}${badge}</div>` +
-      `<div class="node-meta">${esc(desc || "CPU only")}</div>` +
+      `<div class="node-name">${esc(node.name)}</div>` +
+      `<div class="node-meta">${badge || esc(desc || "CPU only")}</div>` +
       `<div class="minibars"><div class="minibar" title="CPU"><i style="width:` +
       `${100 * cpu.used / Math.max(1, cpu.total)}%"></i></div><div class="minibar" ` +
       `title="memory"><i style="width:${100 * mem.used / Math.max(1, mem.total)}%"></i>` +
@@ -696,7 +695,7 @@
     }
     const free = card.mig.length
       ? card.mig.map((m) => `${m.free}/${m.count} × ${m.profile} free`).join(", ")
-      : `${1000 - card.used_milli} milli, ${mib(card.memory_mib - card.used_mib)} free`;
+      : `${1000 - card.used_milli} milli and ${mib(card.memory_mib - card.used_mib)}`;
     const holders = card.holders.length
       ? `<div class="holders">${card.holders.map((h) => holderLine(h, card)).join("")}</div>`
       : `<div class="foot">no holder: the card is free</div>`;
