@@ -1,9 +1,495 @@
-"""``gpupool submit``, ``get``, ``describe`` and ``cancel``: the client of ``gpupool serve``."""
+"""``gpupool submit``, ``get``, ``describe`` and ``cancel``: the client of ``gpupool serve``.
+
+In kubectl's habits::
+
+    gpupool submit -f job.yaml [-f more.json] [-f -]      several documents per file; stdin
+    gpupool get jobs|nodes|queues|clusterqueues|localqueues|flavors|cohorts|events [NAME]
+    gpupool describe job|node NAME
+    gpupool cancel job NAME [NAME ...]
+
+Every command takes ``--server`` (env ``GPUPOOL_SERVER``, default http://127.0.0.1:8080),
+``--token`` (env ``GPUPOOL_TOKEN``), ``-n/--namespace`` and ``-o``. A job NAME may be written
+``namespace/name``; without a namespace it is looked up among the jobs the token can see.
+Refusals from the server are raised as :mod:`gpupool.client.errors` and printed by
+``gpupool.cli`` as one line (exit code 2 for a 4xx, 1 when the server cannot be reached or
+fails).
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+import yaml
+
+from gpupool.client import render
+from gpupool.client.errors import RequestError, Unauthorized, Unreachable
+from gpupool.client.http import DEFAULT_SERVER, Client
+from gpupool.core.errors import ConfigError, NotFoundError
+
+SERVER_ENV = "GPUPOOL_SERVER"
+TOKEN_ENV = "GPUPOOL_TOKEN"
+PHASES = ("Pending", "Running", "Succeeded", "Failed", "Cancelled")
+TERMINAL = ("Succeeded", "Failed", "Cancelled")
+
+# What `get` accepts, kubectl's way: singular, plural and short names.
+KINDS: dict[str, str] = {}
+for _canonical, _names in {
+    "jobs": ("job", "jobs"),
+    "nodes": ("node", "nodes", "no"),
+    "clusterqueues": ("queue", "queues", "clusterqueue", "clusterqueues", "cq"),
+    "localqueues": ("localqueue", "localqueues", "lq"),
+    "flavors": ("flavor", "flavors", "resourceflavor", "resourceflavors", "rf"),
+    "cohorts": ("cohort", "cohorts"),
+    "events": ("event", "events", "ev"),
+}.items():
+    for _name in _names:
+        KINDS[_name] = _canonical
+
+Out = TextIO
+
+
+# -- parsers ---------------------------------------------------------------------------------
+
+
+def _phases(text: str) -> list[str]:
+    out = []
+    for part in text.split(","):
+        match = next((p for p in PHASES if p.lower() == part.strip().lower()), None)
+        if match is None:
+            raise argparse.ArgumentTypeError(
+                f"{part.strip()!r} is not a phase; phases: {', '.join(PHASES)}")
+        out.append(match)
+    return out
+
+
+def _common(outputs: Sequence[str] | None) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(add_help=False)
+    g = p.add_argument_group("connection")
+    g.add_argument("--server", default=None, metavar="URL",
+                   help=f"the gpupool server (env {SERVER_ENV}; default {DEFAULT_SERVER})")
+    g.add_argument("--token", default=None,
+                   help=f"bearer token (env {TOKEN_ENV})")
+    g.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS",
+                   help="how long to wait for an answer (default 30)")
+    p.add_argument("-n", "--namespace", default=None,
+                   help="namespace of the jobs (default: every one the token can see)")
+    if outputs:
+        p.add_argument("-o", "--output", choices=outputs, default=None,
+                       help="json and yaml print the API's objects, for scripts; wide adds "
+                            "columns; name prints kind/name")
+    return p
 
 
 def add_parsers(sub: Any) -> None:
-    """Add the client commands to the ``gpupool`` parser."""
+    """Add ``submit``, ``get``, ``describe`` and ``cancel`` to the ``gpupool`` parser."""
+    p = sub.add_parser("submit", parents=[_common(("json", "yaml", "name"))],
+                       help="submit jobs to a gpupool server",
+                       description="Submit Job documents (YAML or JSON; several per file, "
+                                   "separated by ---) to a gpupool server.")
+    p.add_argument("-f", "--filename", action="append", required=True, metavar="FILE",
+                   help="a file of Job documents, - for stdin (repeatable)")
+    p.set_defaults(func=lambda a: _run(a, _submit))
+
+    p = sub.add_parser("get", parents=[_common(("json", "yaml", "wide", "name"))],
+                       help="list jobs, nodes, queues, flavors, cohorts or events",
+                       description="Show objects of a gpupool server as a table.")
+    p.add_argument("kind", metavar="KIND", type=_kind,
+                   help="jobs, nodes, queues (= clusterqueues), localqueues, flavors, "
+                        "cohorts or events")
+    p.add_argument("name", nargs="?", metavar="NAME",
+                   help="one object (a job as NAME or NAMESPACE/NAME; for events, the "
+                        "events of that object)")
+    p.add_argument("-A", "--all-namespaces", action="store_true",
+                   help="every namespace the token can see (the default without -n)")
+    p.add_argument("--phase", type=_phases, metavar="PHASE[,PHASE]",
+                   help=f"jobs in these phases ({', '.join(PHASES)})")
+    p.add_argument("--queue", metavar="QUEUE",
+                   help="jobs of this LocalQueue (name or namespace/name) or ClusterQueue")
+    p.add_argument("--limit", type=int, default=200, metavar="N",
+                   help="events: the last N (default 200)")
+    p.add_argument("-w", "--watch", action="store_true",
+                   help="jobs: keep watching, printing a job again when it changes")
+    p.add_argument("--interval", type=float, default=2.0, metavar="SECONDS",
+                   help="how often --watch asks (default 2)")
+    p.set_defaults(func=lambda a: _run(a, _get))
+
+    p = sub.add_parser("describe", parents=[_common(None)],
+                       help="show everything about a job or a node",
+                       description="A job: its spec, status, pending reason, placements card "
+                                   "by card and events. A node: its cards and who holds "
+                                   "them.")
+    p.add_argument("kind", metavar="KIND", choices=("job", "jobs", "node", "nodes", "no"),
+                   help="job or node")
+    p.add_argument("name", metavar="NAME", help="a job (NAME or NAMESPACE/NAME) or a node")
+    p.set_defaults(func=lambda a: _run(a, _describe))
+
+    p = sub.add_parser("cancel", parents=[_common(("json", "name"))],
+                       help="cancel jobs (a job that has ended is deleted)",
+                       description="Cancel pending or running jobs; their cards are free at "
+                                   "once. A job that has ended already is deleted, so that "
+                                   "its name can be used again.")
+    p.add_argument("kind", metavar="KIND", choices=("job", "jobs"), help="job")
+    p.add_argument("names", nargs="+", metavar="NAME", help="NAME or NAMESPACE/NAME")
+    p.set_defaults(func=lambda a: _run(a, _cancel))
+
+
+def _kind(text: str) -> str:
+    kind = KINDS.get(text.lower())
+    if kind is None:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: one of jobs, nodes, queues, clusterqueues, localqueues, flavors, "
+            "cohorts, events")
+    return kind
+
+
+# -- running a command -----------------------------------------------------------------------
+
+
+def _run(args: argparse.Namespace, command: Callable[[Client, argparse.Namespace, Out], int],
+         out: Out | None = None) -> int:
+    server = args.server or os.environ.get(SERVER_ENV) or DEFAULT_SERVER
+    token = args.token if args.token is not None else os.environ.get(TOKEN_ENV)
+    client = Client(server, token, timeout_s=args.timeout)
+    try:
+        return command(client, args, out or sys.stdout)
+    except Unauthorized as exc:
+        how = "give a token with --token or GPUPOOL_TOKEN" if not token else \
+            "check --token or GPUPOOL_TOKEN"
+        exc.args = (f"{exc.message} (server {client.server}; {how})",)
+        raise
+    except Unreachable as exc:
+        exc.args = (f"{exc} (is `gpupool serve` running there? set --server or "
+                    f"{SERVER_ENV})",)
+        raise
+    except BrokenPipeError:  # the reader went away (`gpupool get jobs | head`)
+        if out is None:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    finally:
+        client.close()
+
+
+def _now(client: Client) -> float:
+    """The cluster's clock (the times in job status are cluster seconds)."""
+    return float(client.cluster().get("time_s", 0.0))
+
+
+def _dump(obj: object, fmt: str, out: Out) -> None:
+    if fmt == "yaml":
+        out.write(yaml.safe_dump(obj, sort_keys=False, default_flow_style=False))
+    else:
+        out.write(json.dumps(obj, indent=2) + "\n")
+
+
+def _print(text: str, out: Out) -> None:
+    out.write(text + "\n")
+    out.flush()
+
+
+def _split_key(name: str, namespace: str | None) -> tuple[str | None, str]:
+    if "/" in name:
+        ns, _, short = name.partition("/")
+        if namespace and ns != namespace:
+            raise ConfigError(f"{name}: the namespace in the name does not match "
+                              f"--namespace {namespace}")
+        return ns, short
+    return namespace, name
+
+
+def locate_job(client: Client, name: str, namespace: str | None) -> tuple[str, str]:
+    """The namespace and name of a job given as ``NAME`` or ``NAMESPACE/NAME``: the
+    namespace given, else the token's one namespace, else the one namespace the token can
+    see with a job of that name."""
+    ns, short = _split_key(name, namespace)
+    if ns:
+        return ns, short
+    spaces = client.whoami().get("namespaces") or []
+    if len(spaces) == 1:
+        return str(spaces[0]), short
+    found = sorted({str(j["metadata"]["namespace"]) for j in client.jobs()
+                    if j["metadata"]["name"] == short})
+    if not found:
+        raise NotFoundError(f"job {short} not found in any namespace this token can see")
+    if len(found) > 1:
+        raise ConfigError(f"job {short} is in namespaces {', '.join(found)}: give "
+                          "-n NAMESPACE or NAMESPACE/NAME")
+    return found[0], short
+
+
+# -- submit ----------------------------------------------------------------------------------
+
+
+def read_documents(sources: Sequence[str], stdin: TextIO | None = None
+                   ) -> list[tuple[str, dict[str, Any]]]:
+    """``(where, document)`` for every document of every file, in order. A file is YAML
+    (documents separated by ``---``) or JSON (an object, or an array of them); a ``List``
+    document's ``items`` count one by one. ``-`` reads stdin."""
+    docs: list[tuple[str, dict[str, Any]]] = []
+    for source in sources:
+        name = "stdin" if source == "-" else source
+        try:
+            text = (stdin or sys.stdin).read() if source == "-" else Path(source).read_text()
+        except OSError as exc:
+            raise ConfigError(f"{source}: cannot read: {exc.strerror or exc}") from exc
+        loaded = _parse(text, name)
+        flat: list[Any] = []
+        for doc in loaded:
+            if isinstance(doc, list):
+                flat.extend(doc)
+            elif isinstance(doc, Mapping) and doc.get("kind") == "List" and \
+                    isinstance(doc.get("items"), list):
+                flat.extend(doc["items"])
+            elif doc is not None:
+                flat.append(doc)
+        for i, doc in enumerate(flat):
+            where = name if len(flat) == 1 else f"{name} document {i + 1}"
+            if not isinstance(doc, Mapping):
+                raise ConfigError(f"{where}: expected a Job document (a mapping), found "
+                                  f"{type(doc).__name__}")
+            docs.append((where, dict(doc)))
+        if not flat:
+            raise ConfigError(f"{name}: no documents")
+    return docs
+
+
+def _parse(text: str, name: str) -> list[Any]:
+    """The documents of a file: JSON when it reads as JSON, else YAML (which also reads
+    flow-style ``{name: x}``); the error names the format the file seems to be in."""
+    json_error: json.JSONDecodeError | None = None
+    if text.lstrip().startswith(("{", "[")):
+        try:
+            return [json.loads(text)]
+        except json.JSONDecodeError as exc:
+            json_error = exc
+    try:
+        return list(yaml.safe_load_all(text))
+    except yaml.YAMLError as exc:
+        if json_error is not None:
+            raise ConfigError(f"{name}: not valid JSON: {json_error}") from json_error
+        raise ConfigError(f"{name}: not valid YAML: {' '.join(str(exc).split())}") from exc
+
+
+def _with_namespace(doc: dict[str, Any], namespace: str | None, where: str) -> dict[str, Any]:
+    if namespace is None:
+        return doc
+    meta = doc.get("metadata")
+    if not isinstance(meta, Mapping):
+        return doc  # the server names what is wrong with it
+    given = meta.get("namespace")
+    if given is not None and given != namespace:
+        raise ConfigError(f"{where}: metadata.namespace={given!r} does not match "
+                          f"--namespace {namespace}")
+    return {**doc, "metadata": {**meta, "namespace": namespace}}
+
+
+def _submit(client: Client, args: argparse.Namespace, out: Out) -> int:
+    docs = [(w, _with_namespace(d, args.namespace, w)) for w, d in
+            read_documents(args.filename)]
+    accepted: list[dict[str, Any]] = []
+    failed = 0
+    for where, doc in docs:
+        try:
+            job = client.submit(doc)
+        except RequestError as exc:
+            if len(docs) == 1:
+                raise
+            failed += 1
+            meta = doc.get("metadata")
+            what = render.key({"metadata": meta}) if isinstance(meta, Mapping) else "?"
+            print(f"gpupool: error: {type(exc).__name__}: {where} ({what}): {exc}",
+                  file=sys.stderr)
+            continue
+        accepted.append(job)
+        if args.output in (None, "name"):
+            _print(_submitted(job) if args.output is None else f"job/{render.key(job)}", out)
+    if args.output in ("json", "yaml"):
+        _dump(accepted[0] if len(docs) == 1 and accepted else
+              {"kind": "List", "items": accepted}, args.output, out)
+    return 2 if failed else 0
+
+
+def _submitted(job: Mapping[str, Any]) -> str:
+    status = job.get("status", {})
+    return (f"job {render.key(job)} submitted ({status.get('phase')}, queue "
+            f"{render.local_queue(job)})")
+
+
+# -- get -------------------------------------------------------------------------------------
+
+
+def _get(client: Client, args: argparse.Namespace, out: Out) -> int:
+    kind, name, fmt = args.kind, args.name, args.output
+    if args.watch:
+        if kind != "jobs":
+            raise ConfigError(f"--watch is for jobs, not {kind}")
+        return _watch_jobs(client, args, out)
+    if kind == "jobs":
+        return _get_jobs(client, args, out)
+    if kind == "events":
+        return _get_events(client, args, out)
+    items: list[dict[str, Any]]
+    if kind == "nodes":
+        items = [client.node(name)] if name else client.nodes()
+    else:
+        if name and kind == "localqueues":
+            ns, short = _split_key(name, args.namespace)
+            if ns is None:
+                raise ConfigError(f"LocalQueue {name}: give NAMESPACE/NAME or -n NAMESPACE")
+            name = f"{ns}/{short}"
+        items = [client.queue_object(kind, name)] if name else client.queue_objects(kind)
+        if kind == "localqueues" and args.namespace and not name:
+            items = [q for q in items if q.get("metadata", {}).get("namespace")
+                     == args.namespace]
+    if fmt in ("json", "yaml"):
+        _dump(items[0] if name else {"items": items}, fmt, out)
+        return 0
+    if fmt == "name":
+        singular = {"nodes": "node", "clusterqueues": "clusterqueue",
+                    "localqueues": "localqueue", "flavors": "flavor", "cohorts": "cohort"}
+        for item in items:
+            key = str(item.get("name")) if kind == "nodes" else render.key(item)
+            _print(f"{singular[kind]}/{key}", out)
+        return 0
+    wide = fmt == "wide"
+    if not items:
+        print(f"No {kind} found.", file=sys.stderr)
+        return 0
+    text = {
+        "nodes": lambda: render.nodes_table(items, wide),
+        "clusterqueues": lambda: render.cluster_queues_table(items, wide),
+        "localqueues": lambda: render.local_queues_table(items),
+        "flavors": lambda: render.flavors_table(items),
+        "cohorts": lambda: render.cohorts_table(items),
+    }[kind]()
+    _print(text, out)
+    return 0
+
+
+def _fetch_jobs(client: Client, args: argparse.Namespace) -> list[dict[str, Any]]:
+    if args.name:
+        ns, short = locate_job(client, args.name, args.namespace)
+        return [client.job(ns, short)]
+    return client.jobs(namespace=args.namespace, queue=args.queue, phases=args.phase)
+
+
+def _get_jobs(client: Client, args: argparse.Namespace, out: Out) -> int:
+    jobs = _fetch_jobs(client, args)
+    if args.output in ("json", "yaml"):
+        _dump(jobs[0] if args.name else {"items": jobs}, args.output, out)
+        return 0
+    if args.output == "name":
+        for j in jobs:
+            _print(f"job/{render.key(j)}", out)
+        return 0
+    if not jobs:
+        where = f" in namespace {args.namespace}" if args.namespace else ""
+        print(f"No jobs found{where}.", file=sys.stderr)
+        return 0
+    _print(render.jobs_table(jobs, _now(client), args.output == "wide"), out)
+    return 0
+
+
+def _watch_jobs(client: Client, args: argparse.Namespace, out: Out) -> int:
+    """Print the table, then every job again whenever its phase, position, estimate or
+    reason changes, until interrupted."""
+    wide = args.output == "wide"
+    seen: dict[str, tuple[object, ...]] = {}
+    widths: list[int] | None = None
+    for jobs in _polls(client, args):
+        now = _now(client)
+        changed = []
+        for j in jobs:
+            st = j.get("status", {})
+            sig = (st.get("phase"), st.get("queuePosition"), st.get("pendingReason"),
+                   st.get("estimatedStart"), st.get("message"))
+            k = render.key(j)
+            if seen.get(k) != sig:
+                seen[k] = sig
+                changed.append(j)
+        if args.output in ("json", "yaml", "name"):
+            for j in changed:
+                line = f"job/{render.key(j)}" if args.output == "name" else json.dumps(j)
+                _print(line, out)
+            continue
+        headers = (*render.JOB_HEADERS, *(render.JOB_WIDE if wide else ()), "REASON")
+        rows = [[render._cell(c) for c in render.job_row(j, now, wide)] for j in changed]
+        if widths is None:
+            widths = [max([len(h)] + [len(r[i]) for r in rows])
+                      for i, h in enumerate(headers)]
+            rows.insert(0, list(headers))
+        for r in rows:
+            _print("   ".join([c.ljust(widths[i]) for i, c in enumerate(r[:-1])] + [r[-1]])
+                   .rstrip(), out)
+    return 0
+
+
+def _polls(client: Client, args: argparse.Namespace) -> Iterator[list[dict[str, Any]]]:
+    while True:
+        yield _fetch_jobs(client, args)
+        time.sleep(max(0.1, args.interval))
+
+
+def _get_events(client: Client, args: argparse.Namespace, out: Out) -> int:
+    limit = max(1, min(5000, args.limit))
+    events = client.events(namespace=args.namespace, limit=5000 if args.name else limit)
+    if args.name:
+        name = args.name
+        events = [e for e in events if e.get("object") == name or
+                  str(e.get("object", "")).rsplit("/", 1)[-1] == name][-limit:]
+    if args.output in ("json", "yaml"):
+        _dump({"items": events}, args.output, out)
+        return 0
+    if args.output == "name":
+        for e in events:
+            _print(f"event/{e.get('seq')}", out)
+        return 0
+    if not events:
+        print("No events found.", file=sys.stderr)
+        return 0
+    _print(render.events_table(events, _now(client)), out)
+    return 0
+
+
+# -- describe --------------------------------------------------------------------------------
+
+
+def _describe(client: Client, args: argparse.Namespace, out: Out) -> int:
+    if args.kind in ("node", "nodes", "no"):
+        _print(render.describe_node(client.node(args.name)), out)
+        return 0
+    ns, short = locate_job(client, args.name, args.namespace)
+    job = client.job(ns, short)
+    key = f"{ns}/{short}"
+    events = [e for e in client.events(namespace=ns, limit=5000) if e.get("object") == key]
+    _print(render.describe_job(job, events, _now(client)), out)
+    return 0
+
+
+# -- cancel ----------------------------------------------------------------------------------
+
+
+def _cancel(client: Client, args: argparse.Namespace, out: Out) -> int:
+    done: list[dict[str, Any]] = []
+    for name in args.names:
+        ns, short = locate_job(client, name, args.namespace)
+        before = client.job(ns, short).get("status", {}).get("phase")
+        job = client.cancel(ns, short)
+        done.append(job)
+        if args.output == "name":
+            _print(f"job/{ns}/{short}", out)
+        elif args.output is None:
+            if before in TERMINAL:
+                _print(f"job {ns}/{short} deleted (it had ended: {before})", out)
+            else:
+                _print(f"job {ns}/{short} cancelled (was {before})", out)
+    if args.output == "json":
+        _dump(done[0] if len(done) == 1 else {"kind": "List", "items": done}, "json", out)
+    return 0
+

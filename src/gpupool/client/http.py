@@ -1,0 +1,170 @@
+"""A small client of the ``gpupool serve`` REST API, over httpx: one method per call.
+
+::
+
+    with Client("http://127.0.0.1:8080", token) as c:
+        job = c.submit({"apiVersion": "gpupool.io/v1alpha1", "kind": "Job", ...})
+        for j in c.jobs(namespace="research", phases=["Pending"]):
+            print(j["metadata"]["name"], j["status"]["pendingReason"])
+
+Methods return the API's JSON as it is (dicts and lists). Failures are translated here, once:
+a refusal becomes the :mod:`gpupool.client.errors` class for its status and error name, and a
+server that does not answer becomes :class:`~gpupool.client.errors.Unreachable`. ``transport``
+takes any httpx transport (``httpx.ASGITransport`` or ``httpx.MockTransport`` in tests).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from gpupool.client.errors import Unreachable, from_response
+
+DEFAULT_SERVER = "http://127.0.0.1:8080"
+PAGE = 500
+QUEUE_KINDS = ("flavors", "clusterqueues", "cohorts", "localqueues")
+
+
+def _seg(name: str) -> str:
+    return quote(name, safe="")
+
+
+class Client:
+    def __init__(self, server: str = DEFAULT_SERVER, token: str | None = None, *,
+                 timeout_s: float = 30.0, transport: httpx.BaseTransport | None = None) -> None:
+        self.server = server.rstrip("/") or DEFAULT_SERVER
+        if "://" not in self.server:
+            self.server = f"http://{self.server}"
+        headers = {"Accept": "application/json", "User-Agent": "gpupool-client"}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        self._http = httpx.Client(base_url=self.server, headers=headers, timeout=timeout_s,
+                                  transport=transport)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- the one place requests are made -----------------------------------------------------
+
+    def request(self, method: str, path: str, *, params: Mapping[str, Any] | None = None,
+                body: object = None) -> Any:
+        """One call; the decoded JSON answer, or the error for the refusal."""
+        where = f"{method} {self.server}{path}"
+        content = None if body is None else json.dumps(body).encode()
+        headers = {"Content-Type": "application/json"} if content is not None else None
+        query = {k: v for k, v in (params or {}).items() if v is not None}
+        try:
+            response = self._http.request(method, path, params=query, content=content,
+                                          headers=headers)
+        except httpx.TimeoutException as exc:
+            raise Unreachable(f"no answer from the server at {self.server} in time "
+                              f"({type(exc).__name__})") from exc
+        except httpx.TransportError as exc:
+            reason = str(exc) or type(exc).__name__
+            raise Unreachable(f"cannot reach the server at {self.server}: {reason}") from exc
+        try:
+            data: Any = response.json()
+        except ValueError:
+            data = response.text
+        if response.status_code >= 400:
+            raise from_response(response.status_code, data, where)
+        if isinstance(data, str):
+            raise from_response(502, f"expected JSON, got {data[:100]!r}", where)
+        return data
+
+    def _items(self, path: str, params: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = self.request("GET", path, params=params)["items"]
+        return items
+
+    # -- service and cluster -----------------------------------------------------------------
+
+    def healthz(self) -> dict[str, Any]:
+        out: dict[str, Any] = self.request("GET", "/healthz")
+        return out
+
+    def whoami(self) -> dict[str, Any]:
+        """``{"name", "role", "namespaces"}`` (namespaces is null for an admin)."""
+        out: dict[str, Any] = self.request("GET", "/api/v1/whoami")
+        return out
+
+    def cluster(self) -> dict[str, Any]:
+        out: dict[str, Any] = self.request("GET", "/api/v1/cluster")
+        return out
+
+    def nodes(self) -> list[dict[str, Any]]:
+        return self._items("/api/v1/nodes")
+
+    def node(self, name: str) -> dict[str, Any]:
+        out: dict[str, Any] = self.request("GET", f"/api/v1/nodes/{_seg(name)}")
+        return out
+
+    # -- queue objects -----------------------------------------------------------------------
+
+    def queue_objects(self, kind: str) -> list[dict[str, Any]]:
+        """Every object of ``kind`` (flavors, clusterqueues, cohorts, localqueues)."""
+        return self._items(f"/api/v1/{_queue_kind(kind)}")
+
+    def queue_object(self, kind: str, name: str) -> dict[str, Any]:
+        """One object; a LocalQueue is named ``namespace/name``."""
+        kind = _queue_kind(kind)
+        path = "/".join(_seg(p) for p in name.split("/", 1)) if kind == "localqueues" \
+            else _seg(name)
+        out: dict[str, Any] = self.request("GET", f"/api/v1/{kind}/{path}")
+        return out
+
+    # -- jobs --------------------------------------------------------------------------------
+
+    def submit(self, document: Mapping[str, Any]) -> dict[str, Any]:
+        """Submit one Job document; the job as the server took it (201)."""
+        out: dict[str, Any] = self.request("POST", "/api/v1/jobs", body=dict(document))
+        return out
+
+    def jobs(self, *, namespace: str | None = None, queue: str | None = None,
+             phases: Iterable[str] | None = None, page: int = PAGE) -> list[dict[str, Any]]:
+        """Every job the token may see that matches, following the pages to the end."""
+        phase = ",".join(phases) if phases else None
+        out: list[dict[str, Any]] = []
+        after = 0
+        while True:
+            data = self.request("GET", "/api/v1/jobs", params={
+                "namespace": namespace, "queue": queue, "phase": phase, "limit": page,
+                "after": after or None})
+            out.extend(data["items"])
+            after = data.get("continue") or 0
+            if not after:
+                return out
+
+    def job(self, namespace: str, name: str) -> dict[str, Any]:
+        out: dict[str, Any] = self.request("GET", f"/api/v1/jobs/{_seg(namespace)}/{_seg(name)}")
+        return out
+
+    def cancel(self, namespace: str, name: str) -> dict[str, Any]:
+        """Cancel a pending or running job; a job that has ended is deleted instead."""
+        out: dict[str, Any] = self.request("DELETE",
+                                           f"/api/v1/jobs/{_seg(namespace)}/{_seg(name)}")
+        return out
+
+    # -- events ------------------------------------------------------------------------------
+
+    def events(self, *, namespace: str | None = None, since: int = 0,
+               limit: int = 200) -> list[dict[str, Any]]:
+        """The last ``limit`` events (or those after sequence number ``since``), oldest
+        first."""
+        return self._items("/api/v1/events", {"namespace": namespace, "since": since or None,
+                                              "limit": limit})
+
+
+def _queue_kind(kind: str) -> str:
+    if kind not in QUEUE_KINDS:
+        raise ValueError(f"kind {kind!r}: one of {', '.join(QUEUE_KINDS)}")
+    return kind
