@@ -94,7 +94,7 @@ def schedule(ctx: Context, now_s: float) -> CycleResult:
     snap.now_s = now_s
     snap.reservation = ctx.reservation
     result = CycleResult(cycle=ctx.state.next_cycle())
-    if ctx.checks:
+    if ctx.checks is not None:
         _checks_first(ctx, snap, now_s, result)                             # 0.
     failed: dict[Hashable, Status] = {}
     # Per queue, the highest priority whose preemption attempt found no victim set this
@@ -128,7 +128,7 @@ def schedule(ctx: Context, now_s: float) -> CycleResult:
 def _try(ctx: Context, snap: Snapshot, p: Pending, now_s: float, result: CycleResult,
          failed: dict[Hashable, Status], no_victims: dict[str, int], preempt: bool) -> bool:
     job, q = p.job, p.queue
-    if ctx.checks and ctx.checks.check_for(q) is not None:
+    if ctx.checks is not None and ctx.checks.check_for(q) is not None:
         return _request_capacity(ctx, snap, p, now_s, result)
     res = ctx.reservation
     if res is not None and res.holds_quota and res.queue == q \
@@ -147,7 +147,7 @@ def _try(ctx: Context, snap: Snapshot, p: Pending, now_s: float, result: CycleRe
             and job.priority > no_victims.get(q, -(1 << 62)):                   # 4.
         cands = preemption.candidates(job, q, ctx.tree, ctx.running, ctx.settings, now_s,
                                       ctx.preempted_by)
-        if ctx.checks:  # jobs on provisioned nodes free nothing another job could use
+        if ctx.checks is not None:  # jobs on provisioned nodes free nothing others could use
             cands = [v for v in cands if v.running.job.id not in ctx.checks.booked]
         planned = preemption.plan(job, q, ctx.tree, snap, ctx.profile, cands)
         if planned is None:

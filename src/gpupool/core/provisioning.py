@@ -506,9 +506,6 @@ class AdmissionChecks:
         self.submitted: dict[JobId, Job] = {}  # running job -> as submitted (run limit uncut)
         self.outbox: list[str] = []  # requests deleted between cycles, for the next result
 
-    def __bool__(self) -> bool:
-        return bool(self.by_queue)
-
     def check_for(self, queue: str) -> AdmissionCheck | None:
         return self.by_queue.get(queue)
 

@@ -59,7 +59,7 @@ class Scheduler:
             runtime=runtime_hint or declared, reserve_min_gpus=reserve_min_gpus,
         )
         checks = AdmissionChecks(config, max_requests_per_project)
-        self.ctx.checks = checks if checks else None
+        self.ctx.checks = checks if checks.by_queue else None
 
     # -- facts -----------------------------------------------------------------------------
 
@@ -259,6 +259,12 @@ class Scheduler:
                 out.append(Pending(rec.job, rec.queue, 0, Status(code, (ac.status(rec),)),
                                    parked=True, preemptions=rec.preemptions))
         return out
+
+    def run_limit_s(self, job: JobId) -> float | None:
+        """The run limit a running job was admitted with: its own, or less when the
+        provisioning booking it runs on ends sooner (``maxRunDurationSeconds``)."""
+        r = self.ctx.running.get(job)
+        return r.job.run_limit_s if r is not None else None
 
     def placements(self, job: JobId) -> tuple[Placement, ...]:
         r = self.ctx.running.get(job)

@@ -41,7 +41,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -58,6 +58,9 @@ from gpupool.core.model import (
     QueueName,
 )
 from gpupool.core.quota import QueueConfig, Resource
+
+if TYPE_CHECKING:
+    from gpupool.sim.cloud import Cloud, CloudRun, CloudSpec
 
 SCENARIO_KIND = "Scenario"
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
@@ -192,6 +195,7 @@ class Scenario:
     config: QueueConfig
     description: str = ""
     estimate_every_s: float = DEFAULT_ESTIMATE_EVERY_S  # 0: after every cycle
+    cloud: CloudSpec | None = None  # a simulated cloud for queues with provisioning checks
 
     @property
     def gpus(self) -> int:
@@ -576,16 +580,19 @@ def load_scenario(path: str | Path) -> Scenario:
     from gpupool.config.cluster import nodes_from_documents
     from gpupool.config.loader import KINDS, read_documents
     from gpupool.config.queues import queue_config_from_documents
+    from gpupool.sim.cloud import CLOUD_KIND, parse_cloud
 
     source = str(path)
     if not Path(path).is_file():
         raise ConfigError(f"{source}: no such scenario file")
     docs = read_documents(path)
-    known = ", ".join((*KINDS, SCENARIO_KIND))
-    cluster, queues, scenarios = [], [], []
+    known = ", ".join((*KINDS, SCENARIO_KIND, CLOUD_KIND))
+    cluster, queues, scenarios, clouds = [], [], [], []
     for d in docs:
         if d.kind == SCENARIO_KIND:
             scenarios.append(d)
+        elif d.kind == CLOUD_KIND:
+            clouds.append(d)
         elif d.kind == "Cluster" or (d.kind is None and "nodePools" in d.body):
             cluster.append(d)
         elif d.kind is None:
@@ -606,10 +613,20 @@ def load_scenario(path: str | Path) -> Scenario:
     if not queues:
         raise ConfigError(f"{source}: no queue objects (ResourceFlavor, ClusterQueue, "
                           "LocalQueue, ...): every tenant submits to a LocalQueue")
+    if len(clouds) > 1:
+        raise ConfigError(f"{source}: documents {clouds[0].index} and {clouds[1].index} are "
+                          f"both kind: {CLOUD_KIND}; a scenario has one cloud")
     nodes = nodes_from_documents(cluster, source)
     config = queue_config_from_documents(queues)
+    cloud = parse_cloud(clouds[0]) if clouds else None
+    if config.admission_checks and cloud is None:
+        raise ConfigError(f"{source}: ClusterQueues name admission checks "
+                          f"({', '.join(c.name for c in config.admission_checks)}) but there is "
+                          f"no kind: {CLOUD_KIND} document to provision capacity from")
     doc = scenarios[0]
-    return parse_scenario(doc.body, where=doc.where, nodes=nodes, config=config, path=source)
+    scenario = parse_scenario(doc.body, where=doc.where, nodes=nodes, config=config,
+                              path=source)
+    return replace(scenario, cloud=cloud)
 
 
 # -- jobs -------------------------------------------------------------------------------------
@@ -727,6 +744,8 @@ class JobRun:
     estimated: bool = False  # it was pending then and got a start time
     position: int | None = None
     rejected: str = ""
+    revoked: int = 0  # runs cut short by the cloud taking their nodes back
+    provisioned: bool = False  # it ran on nodes provisioned for it (a provisioning check)
     gpu_s: float = 0.0  # GPU-seconds held, all runs
     window_gpu_s: float = 0.0  # of which inside the saturated window
 
@@ -789,6 +808,7 @@ class RunResult:
     time_to_nominal_s: dict[str, float | None]
     max_preemptions_allowed: int
     wall_s: float = 0.0
+    cloud: CloudRun | None = None
 
 
 ProgressFn = Callable[[float], None]
@@ -872,6 +892,12 @@ class _Run:
         self.limits = self._quota_limits()
         self._pending = 0  # jobs the scheduler holds as pending
         self.next_estimate = 0.0  # estimates are taken at the first cycle from then on
+        self.limit: dict[JobId, float | None] = {}  # run limit of each running job
+        self.cloud: Cloud | None = None
+        if scenario.cloud is not None:
+            from gpupool.sim.cloud import Cloud
+
+            self.cloud = Cloud(scenario.cloud, self.sched, seed, scenario.duration_s)
 
     # -- quota limits -------------------------------------------------------------------
 
@@ -901,7 +927,9 @@ class _Run:
         dirty = False
         steps = 0
         while True:
-            te = self.heap[0][0] if self.heap else math.inf
+            tj = self.heap[0][0] if self.heap else math.inf
+            tcloud = self.cloud.next_event_s() if self.cloud is not None else math.inf
+            te = min(tj, tcloud)
             if follow_up is not None:
                 tc = follow_up
             elif dirty or self.n_pending:
@@ -920,6 +948,9 @@ class _Run:
                         self._arrive(jid)
                     else:
                         self._end(jid, run_no)
+                if self.cloud is not None and tcloud <= te:  # after the jobs' own events
+                    for jid in self.cloud.advance(te):
+                        self._revoked(jid)
                 dirty = True
                 self._sample()
             else:
@@ -935,6 +966,7 @@ class _Run:
         for jid in sorted(self.running):
             self._close_run(jid, end)
         self._sample()
+        cloud = self.cloud.finish(end) if self.cloud is not None else None
         if self.progress is not None:
             self.progress(end)
         ttn: dict[str, float | None] = {}
@@ -946,7 +978,7 @@ class _Run:
         return RunResult(
             self.s, self.seed, self.jobs, self.series, self.evictions, self.partial,
             self.violations, self.violation_examples, self.cycles, self.entitled,
-            self.nominal, ttn, self.s.config.settings.max_preemptions_per_job)
+            self.nominal, ttn, self.s.config.settings.max_preemptions_per_job, cloud=cloud)
 
     @property
     def n_pending(self) -> int:
@@ -974,8 +1006,18 @@ class _Run:
         self._close_run(jid, self.now)
         rec.end_s = self.now
         duration = rec.job.duration_s or 0.0
-        if rec.job.run_limit_s is not None and rec.job.run_limit_s < duration:
+        limit = self.limit.pop(jid, rec.job.run_limit_s)
+        if limit is not None and limit < duration:
             rec.stopped_at_limit = True
+
+    def _revoked(self, jid: JobId) -> None:
+        """The cloud took a running job's nodes back: the run is lost, the job waits again."""
+        rec = self.jobs[jid]
+        rec.revoked += 1
+        if jid in self.running:
+            self._close_run(jid, self.now)
+        self.limit.pop(jid, None)
+        self._pending += 1
 
     def _close_run(self, jid: JobId, at: float) -> None:
         _, start = self.running.pop(jid)
@@ -1020,6 +1062,8 @@ class _Run:
                         rec.position, rec.estimate_s = got[0], got[1]
                         rec.estimated = got[1] is not None
             self.fresh.clear()
+        if self.cloud is not None:
+            self.cloud.on_cycle(result, self.now)
         self._check_quota()
         self._sample()
         for q in self.queues:
@@ -1054,8 +1098,13 @@ class _Run:
         self.used[self.qindex[rec.queue]] += rec.gpu_milli
         self.used_by_user[self.uindex[rec.job.user]] += rec.gpu_milli
         duration = rec.job.duration_s or 0.0
-        if rec.job.run_limit_s is not None:
-            duration = min(duration, rec.job.run_limit_s)
+        limit = self.sched.run_limit_s(jid)  # a provisioning booking may cut the job's own
+        self.limit[jid] = limit
+        checks = self.sched.checks
+        if checks is not None and jid in checks.booked:
+            rec.provisioned = True
+        if limit is not None:
+            duration = min(duration, limit)
         heapq.heappush(self.heap, (self.now + duration, next(self.seq), _END, jid, rec.runs))
 
     def _check_quota(self) -> None:

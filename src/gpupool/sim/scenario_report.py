@@ -23,6 +23,13 @@ Definitions (``docs/scenarios.md`` repeats them for users):
 - **preemptions**: evictions by reason; ``guaranteed_preempted`` counts evictions (reclaim
   and fair-share) that took a queue below its nominal GPU quota, i.e. took more than it had
   borrowed; ``mutual`` counts pairs of jobs that preempted each other.
+- **provisioning** (scenarios with a ``kind: Cloud``): per ProvisioningRequest, when it was
+  made, provisioned, consumed and how it ended; ``submit_to_start_s``: from submission to the
+  first start of the jobs of queues with a provisioning admission check (those that started);
+  ``idle_booking_gpu_hours``: GPUs of a request's nodes x the time from Provisioned to the
+  first pod on them (or to the end of the booking when none came); ``partial_provisions``:
+  requests whose nodes did not all join at one instant in one zone (0: all or nothing). The
+  cloud's GPUs count in the capacity that utilization is measured against.
 - **wait_estimate**: jobs are asked about at the first estimate after they arrive (after
   every cycle, or every ``estimateEvery``); for those still pending then and given a start
   time, the absolute error between that estimate and the actual start. Jobs that never
@@ -191,12 +198,12 @@ def summarise_run(r: RunResult) -> dict[str, Any]:
         }
     t, used = r.series.arrays()
     total_used = used.sum(axis=1) if used.size else np.zeros(0)
-    cap = s.gpus * WHOLE_GPU_MILLI
     gang_rows = []
     for g in gangs(r):
         until = g.start_s if g.start_s is not None else s.duration_s
-        util = step_mean(t, total_used, g.submit_s, until) / cap if cap and until > \
-            g.submit_s else None
+        cap = capacity_gpu_s(r, g.submit_s, until) * WHOLE_GPU_MILLI
+        util = step_mean(t, total_used, g.submit_s, until) * (until - g.submit_s) / cap \
+            if cap and until > g.submit_s else None
         gang_rows.append({
             "job": g.job.id, "tasks": g.job.task_count, "gpus": _r(g.gpu_milli / 1000, 3),
             "submit_s": _r(g.submit_s, 1), "start_s": _r(g.start_s, 1),
@@ -226,7 +233,8 @@ def summarise_run(r: RunResult) -> dict[str, Any]:
         "cycles": r.cycles,
         "gpu_seconds": _r(sum(j.gpu_s for j in jobs), 1),
         "window_gpu_seconds": _r(window_total, 1),
-        "utilization": _r(window_total / (s.gpus * (w1 - w0))) if s.gpus else None,
+        "utilization": _r(window_total / capacity_gpu_s(r, w0, w1))
+        if capacity_gpu_s(r, w0, w1) > 0 else None,
         "jain_index": _r(jain(ratios)),
         "jain_queues": sorted(q for q in queues if q in active and r.entitled_gpu[q] > 0),
         "partial_gang_placements": r.partial_gang_placements,
@@ -255,6 +263,86 @@ def summarise_run(r: RunResult) -> dict[str, Any]:
         "gangs": gang_rows,
         "quota_violation_examples": list(r.quota_violation_examples),
         "wall_s": _r(r.wall_s, 3),
+        **({"provisioning": provisioning_summary(r)} if r.cloud is not None else {}),
+    }
+
+
+def capacity_gpu_s(r: RunResult, a: float, b: float) -> float:
+    """GPU-seconds of capacity within [a, b]: the fixed cluster's, plus the cloud's nodes."""
+    fixed = r.scenario.gpus * max(0.0, b - a)
+    return fixed + (r.cloud.gpu_seconds(a, b) if r.cloud is not None else 0.0)
+
+
+def provisioned_queues(scenario: Scenario) -> set[str]:
+    return {q.name for q in scenario.config.cluster_queues if q.admission_checks}
+
+
+def provisioning_summary(r: RunResult) -> dict[str, Any]:
+    """Requests, bookings and the jobs that waited for them (see the module docstring)."""
+    cloud = r.cloud
+    assert cloud is not None
+    s = r.scenario
+    reqs = list(cloud.requests.values())
+    outcomes = Counter(q.outcome for q in reqs)
+    partial = 0
+    for q in reqs:
+        if q.node_names and (len(q.node_names) != q.nodes or len(set(q.nodes_added_s)) != 1
+                             or any(f"-{q.zone}-" not in n for n in q.node_names)):
+            partial += 1
+    checked = provisioned_queues(s)
+    by_job: dict[str, list[Any]] = defaultdict(list)
+    for q in reqs:
+        if q.job:
+            by_job[q.job].append(q)
+    rows: list[dict[str, Any]] = []
+    waits: list[float] = []
+    for j in sorted((j for j in r.jobs.values() if j.queue in checked and not j.rejected),
+                    key=lambda j: (j.submit_s, j.job.id)):
+        if j.wait_s is not None:
+            waits.append(j.wait_s)
+        mine = by_job.get(j.job.id, [])
+        first = next((q for q in mine if q.provisioned_s is not None), None)
+        rows.append({
+            "job": j.job.id, "tasks": j.job.task_count, "gpus": _r(j.gpu_milli / 1000, 3),
+            "submit_s": _r(j.submit_s, 1), "start_s": _r(j.start_s, 1),
+            "wait_s": _r(j.wait_s, 1), "requests": len(mine),
+            "failed_requests": sum(1 for q in mine if q.outcome == "failed"),
+            "zone": first.zone if first else None,
+            "provisioned_s": _r(first.provisioned_s, 1) if first else None,
+            "stopped_at_run_limit": j.stopped_at_limit, "revoked": j.revoked,
+        })
+    idle = sum(q.idle_booking_gpu_s for q in reqs)
+    return {
+        "requests": len(reqs),
+        "by_outcome": dict(sorted(outcomes.items())),
+        "provisioned": sum(1 for q in reqs if q.provisioned_s is not None),
+        "partial_provisions": partial,
+        "expired_bookings": outcomes.get("expired", 0),
+        "revoked_at_run_limit": outcomes.get("revoked", 0),
+        "failed": outcomes.get("failed", 0),
+        "nodes_made": cloud.nodes_made,
+        "cloud_gpu_hours": _r(cloud.gpu_seconds(0.0, s.duration_s) / 3600, 2),
+        "peak_cloud_gpus": max(cloud.capacity_gpus, default=0),
+        "idle_booking_gpu_hours": _r(idle / 3600, 3),
+        "idle_booking_gpu_hours_consumed": _r(sum(
+            q.idle_booking_gpu_s for q in reqs if q.consumed_s is not None) / 3600, 3),
+        "idle_booking_gpu_hours_unconsumed": _r(sum(
+            q.idle_booking_gpu_s for q in reqs if q.consumed_s is None) / 3600, 3),
+        "jobs": len(rows),
+        "started": len(waits),
+        "never_started": len(rows) - len(waits),
+        "stopped_at_run_limit": sum(1 for row in rows if row["stopped_at_run_limit"]),
+        "submit_to_start_s": {**_waits(waits),
+                              "mean": _r(sum(waits) / len(waits), 1) if waits else None},
+        "gangs": rows,
+        "request_log": [{
+            "request": q.key, "job": q.job, "pool": q.pool, "zone": q.zone, "nodes": q.nodes,
+            "gpus": q.gpus, "created_s": _r(q.created_s, 1),
+            "provisioned_s": _r(q.provisioned_s, 1), "consumed_s": _r(q.consumed_s, 1),
+            "ended_s": _r(q.ended_s, 1), "outcome": q.outcome, "reason": q.reason,
+            "idle_booking_gpu_hours": _r(q.idle_booking_gpu_s / 3600, 3)} for q in reqs],
+        "stockouts": {k: [[_r(a, 1), _r(b, 1)] for a, b in v]
+                      for k, v in cloud.stockouts.items() if v},
     }
 
 
@@ -286,7 +374,15 @@ def summarise(scenario: Scenario, runs: Sequence[RunResult], wall_s: float = 0.0
         "scheduling_interval_s": scenario.interval_s,
         "grace_period_s": scenario.grace_s,
         "window": {"start_s": scenario.window[0], "end_s": scenario.window[1]},
-        "cluster": {"nodes": len(scenario.nodes), "gpus": scenario.gpus},
+        "cluster": {"nodes": len(scenario.nodes), "gpus": scenario.gpus,
+                    **({"cloud": {
+                        "name": scenario.cloud.name, "region": scenario.cloud.region,
+                        "gpu_quota": scenario.cloud.gpu_quota,
+                        "pools": {p.name: {"model": p.model, "gpus_per_node": p.gpus_per_node,
+                                           "zones": list(p.zones),
+                                           "max_nodes_per_zone": p.max_nodes_per_zone}
+                                  for p in scenario.cloud.pools}}}
+                       if scenario.cloud is not None else {})},
         "settings": {
             "max_preemptions_per_job": scenario.config.settings.max_preemptions_per_job,
             "min_runtime_s": scenario.config.settings.min_runtime_s,
@@ -334,7 +430,30 @@ def aggregate(per_seed: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     for p in per_seed:
         reasons.update(p["preemptions"]["by_reason"])
     est = [p["wait_estimate"]["median_abs_error_s"] for p in per_seed]
-    return {
+    prov = [p["provisioning"] for p in per_seed if "provisioning" in p]
+    extra: dict[str, Any] = {}
+    if prov:
+        outcomes: Counter[str] = Counter()
+        for pv in prov:
+            outcomes.update(pv["by_outcome"])
+        extra["provisioning"] = {
+            "submit_to_start_p50_s": _stat([pv["submit_to_start_s"]["p50"] for pv in prov], 1),
+            "submit_to_start_max_s": _stat([pv["submit_to_start_s"]["max"] for pv in prov], 1),
+            "submit_to_start_mean_s": _stat([pv["submit_to_start_s"]["mean"] for pv in prov],
+                                            1),
+            "idle_booking_gpu_hours": _stat([pv["idle_booking_gpu_hours"] for pv in prov], 3),
+            "idle_booking_gpu_hours_unconsumed": _stat(
+                [pv["idle_booking_gpu_hours_unconsumed"] for pv in prov], 3),
+            "cloud_gpu_hours": _stat([pv["cloud_gpu_hours"] for pv in prov], 2),
+            "requests": sum(pv["requests"] for pv in prov),
+            "by_outcome": dict(sorted(outcomes.items())),
+            "partial_provisions": sum(pv["partial_provisions"] for pv in prov),
+            "expired_bookings": sum(pv["expired_bookings"] for pv in prov),
+            "revoked_at_run_limit": sum(pv["revoked_at_run_limit"] for pv in prov),
+            "stopped_at_run_limit": sum(pv["stopped_at_run_limit"] for pv in prov),
+            "never_started": sum(pv["never_started"] for pv in prov),
+        }
+    return {**extra,
         "jain_index": _stat([p["jain_index"] for p in per_seed]),
         "utilization": _stat([p["utilization"] for p in per_seed]),
         "partial_gang_placements": sum(p["partial_gang_placements"] for p in per_seed),
@@ -500,7 +619,70 @@ def render_report(summary: Mapping[str, Any], plots: Sequence[str] = ()) -> str:
                   f"{_dur(first['wait_estimate']['p90_abs_error_s'])}).", ""]
     if WAITS_PLOT in plots:
         lines += [f"![Waits per queue]({WAITS_PLOT})", ""]
+    if "provisioning" in a:
+        lines += render_provisioning(s)
     return "\n".join(lines)
+
+
+def render_provisioning(s: Mapping[str, Any]) -> list[str]:
+    """The report's section on queued provisioning: figures over seeds, then the first
+    seed's gangs and requests."""
+    a = s["aggregate"]["provisioning"]
+    cloud = s["cluster"].get("cloud", {})
+    pools = ", ".join(f"{n} ({p['gpus_per_node']} x {p['model']} a node, zones "
+                      f"{'/'.join(p['zones'])}, {p['max_nodes_per_zone']} nodes a zone)"
+                      for n, p in cloud.get("pools", {}).items())
+    lines = [
+        "## Provisioning", "",
+        f"Cloud {cloud.get('name', '')} ({cloud.get('region', '')}): regional quota "
+        f"{cloud.get('gpu_quota', 0)} GPUs; pools {pools or 'none'}.", "",
+        "| figure | value |", "|---|---|",
+        f"| time from submission to start, provisioned jobs, p50 | "
+        f"{_mmm(a['submit_to_start_p50_s'], _dur)} |",
+        f"| time from submission to start, provisioned jobs, mean | "
+        f"{_mmm(a['submit_to_start_mean_s'], _dur)} |",
+        f"| time from submission to start, provisioned jobs, max | "
+        f"{_mmm(a['submit_to_start_max_s'], _dur)} |",
+        f"| GPU-hours idle in bookings (Provisioned, before the first pod) | "
+        f"{_mmm(a['idle_booking_gpu_hours'], lambda x: f'{x:,.2f}')} |",
+        f"| of which in bookings no pod consumed (expired or cancelled) | "
+        f"{_mmm(a['idle_booking_gpu_hours_unconsumed'], lambda x: f'{x:,.2f}')} |",
+        f"| cloud GPU-hours provisioned | {_mmm(a['cloud_gpu_hours'], lambda x: f'{x:,.1f}')} |",
+        f"| requests (all seeds) by outcome | "
+        f"{', '.join(f'{k} {v}' for k, v in a['by_outcome'].items()) or 'none'} |",
+        f"| requests whose nodes did not all join at once in one zone | "
+        f"{a['partial_provisions']} (goal 0) |",
+        f"| bookings expired | {a['expired_bookings']} |",
+        f"| capacity revoked at maxRunDurationSeconds | {a['revoked_at_run_limit']} |",
+        f"| provisioned jobs stopped at their run limit | {a['stopped_at_run_limit']} |",
+        f"| provisioned jobs that never started | {a['never_started']} |",
+        "",
+    ]
+    seeds = s["seeds"]
+    first = s["runs"][str(seeds[0])]["provisioning"] if seeds else None
+    if first is None:
+        return lines
+    lines += [f"### Provisioned jobs (seed {seeds[0]})", "",
+              "| job | GPUs | submitted | provisioned | started | waited | requests | zone | "
+              "stopped at run limit |", "|---|---|---|---|---|---|---|---|---|"]
+    for g in first["gangs"]:
+        lines.append(
+            f"| {g['job']} | {g['gpus']:g} | {_dur(g['submit_s'])} | "
+            f"{_dur(g['provisioned_s'])} | {_dur(g['start_s'])} | {_dur(g['wait_s'])} | "
+            f"{g['requests']} ({g['failed_requests']} failed) | {g['zone'] or '–'} | "
+            f"{'yes' if g['stopped_at_run_limit'] else 'no'} |")
+    lines += ["", f"### Requests (seed {seeds[0]})", "",
+              "| request | pool/zone | nodes | made | provisioned | consumed | ended | outcome "
+              "| GPU-hours idle booked |", "|---|---|---|---|---|---|---|---|---|"]
+    for q in first["request_log"]:
+        lines.append(
+            f"| {q['request']} | {q['pool']}/{q['zone'] or '–'} | {q['nodes']} | "
+            f"{_dur(q['created_s'])} | {_dur(q['provisioned_s'])} | {_dur(q['consumed_s'])} | "
+            f"{_dur(q['ended_s'])} | {q['outcome']}"
+            + (f" ({q['reason']})" if q["reason"] else "")
+            + f" | {q['idle_booking_gpu_hours']:.2f} |")
+    lines.append("")
+    return lines
 
 
 # -- plots -------------------------------------------------------------------------------------
@@ -559,8 +741,16 @@ def plot_shares(path: Path, r: RunResult, by: str = "queue") -> None:
     colors = {q: _COLORS[i % len(_COLORS)] for i, q in enumerate(names)}
     top.stackplot(x, binned.T, labels=names, colors=[colors[q] for q in names], alpha=0.85,
                   linewidth=0)
-    top.axhline(s.gpus, color="black", linewidth=1, linestyle="--", label="capacity")
-    top.set_ylim(0, s.gpus * 1.08)
+    if r.cloud is not None and by == "queue":
+        ct = np.asarray([*r.cloud.capacity_t, s.duration_s], np.float64)
+        cg = np.asarray([*r.cloud.capacity_gpus, r.cloud.capacity_gpus[-1]], np.float64)
+        top.step(ct / unit, s.gpus + cg, where="post", color="black", linewidth=1,
+                 linestyle="--", label="capacity")
+        ymax = float(s.gpus + cg.max())
+    else:
+        top.axhline(s.gpus, color="black", linewidth=1, linestyle="--", label="capacity")
+        ymax = float(s.gpus)
+    top.set_ylim(0, max(ymax, float(binned.sum(axis=1).max()) if binned.size else 0.0) * 1.08)
     top.set_ylabel("GPUs allocated")
     top.legend(loc="lower right", fontsize=8, ncol=min(len(names) + 1, 6), framealpha=0.9)
     top.set_title(f"{s.name} · seed {r.seed} · GPUs allocated per {by} ({fmt_s(step)} "

@@ -1,0 +1,599 @@
+"""A simulated cloud: node pools that scale from zero, for ProvisioningRequests.
+
+One region, described by a ``kind: Cloud`` document of a scenario file (``docs/provisioning.md``
+has the format). What it models, in simulated seconds:
+
+- **node pools** per GPU model (a node template: CPU, memory, labels, GPUs), each in one or
+  more **zones**, each zone with a most nodes it can hold; every pool starts with no node;
+- a **regional GPU quota**: the GPUs of nodes alive or being made, at most ``gpuQuota``;
+- a request whose pod set no pool can hold, or that needs more nodes than a zone or the quota
+  allow, **fails** at once; any other is **accepted** and queued;
+- queued requests are tried in order, each in its pool's zones, the one with most room first;
+  a request is **provisioned atomically**: all its nodes in one zone, made together after a
+  **provisioning delay** (drawn per request) and joining the cluster at one instant, or none.
+  Capacity is committed when provisioning starts, so two requests never count on one node;
+- **stock-outs**: windows in which a zone of a pool makes no node (seeded: a Poisson process
+  of outages per zone, ``stockouts.ratePerHour``, each lasting ``stockouts.duration``);
+- a request not provisioned within ``queueTimeout`` **fails** (``CapacityNotAvailable``);
+- provisioned nodes carry the request's label and a NoSchedule taint (``REQUEST_LABEL``), so
+  only the pods pinned to them run there; at ``maxRunDurationSeconds`` after provisioning the
+  cloud **revokes** the capacity (CapacityRevoked) and removes the nodes and their pods;
+- a request deleted, failed, expired or done with no longer protects its nodes: each is
+  **removed once idle** for ``scaleDownAfter``;
+- **requests made by hand** (``requests``): bookings no job was made for; nobody consumes
+  them, so they show a booking expiring (10 minutes after Provisioned) and its nodes going.
+
+The cloud drives the core through the Scheduler's facts (``add_node``, ``remove_node``,
+``provisioning_accepted`` / ``_provisioned`` / ``_failed`` / ``_revoked``) and reads the
+cycle's decisions (``CycleResult.provision`` and ``deprovision``). It records, per request,
+when it was made, provisioned, consumed and ended, and the GPU-time its nodes sat booked but
+unused: the figures the scenario report prints.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import heapq
+import itertools
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from gpupool.config.cluster import nodes_from_documents
+from gpupool.config.documents import Document
+from gpupool.core.decisions import CycleResult
+from gpupool.core.errors import ConfigError, ConflictError, NotFoundError
+from gpupool.core.model import (
+    GpuKind,
+    GpuRequest,
+    JobId,
+    Node,
+    NodeName,
+    PodSet,
+    Taint,
+)
+from gpupool.core.provisioning import BOOKING_S, REQUEST_LABEL, ProvisioningRequest
+
+if TYPE_CHECKING:
+    from gpupool.core.scheduler import Scheduler
+    from gpupool.sim.scenario import Dist
+
+CLOUD_KIND = "Cloud"
+ZONE_LABEL = "topology.kubernetes.io/zone"
+MANUAL_NAMESPACE = "reservations"
+_POOL_FIELDS = ("name", "zones", "maxNodesPerZone", "cpu", "memory", "labels", "taints",
+                "gpus")
+_SPEC_FIELDS = ("region", "gpuQuota", "provisioningDelay", "queueTimeout", "scaleDownAfter",
+                "stockouts", "nodePools", "requests")
+
+
+# -- the spec ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CloudPool:
+    """One node pool: every node is ``template`` (renamed), in one of ``zones``."""
+
+    name: str
+    template: Node
+    zones: tuple[str, ...]
+    max_nodes_per_zone: int
+
+    @property
+    def gpus_per_node(self) -> int:
+        return sum(1 for g in self.template.gpus if g.healthy)
+
+    @property
+    def model(self) -> str:
+        return self.template.gpus[0].model if self.template.gpus else ""
+
+
+@dataclass(frozen=True, slots=True)
+class ManualRequest:
+    """A booking made by hand at ``at_s``: ``nodes`` whole nodes of ``pool``."""
+
+    name: str
+    at_s: float
+    pool: str
+    nodes: int
+
+
+@dataclass(frozen=True, slots=True)
+class CloudSpec:
+    name: str
+    region: str
+    gpu_quota: int
+    delay: Dist
+    queue_timeout_s: float
+    scale_down_after_s: float
+    pools: tuple[CloudPool, ...]
+    stockout_rate_per_h: float = 0.0
+    stockout_duration: Dist | None = None
+    requests: tuple[ManualRequest, ...] = ()
+
+    def pool(self, name: str) -> CloudPool:
+        return next(p for p in self.pools if p.name == name)
+
+
+def parse_cloud(doc: Document) -> CloudSpec:
+    """A ``kind: Cloud`` document; ConfigError naming the file, document and field."""
+    from gpupool.sim.scenario import _dist, _duration, _int, _known, _mapping, _number, _Where
+
+    w = _Where(doc.where)
+    body = doc.body
+    _known(w, "", body, ("apiVersion", "kind", "metadata", "spec"))
+    meta = body.get("metadata") or {}
+    name = meta.get("name") if isinstance(meta, Mapping) else None
+    if not isinstance(name, str) or not name:
+        raise w.fail("metadata.name", "missing: the cloud's name")
+    spec = _mapping(w, "spec", body.get("spec"))
+    _known(w, "spec", spec, _SPEC_FIELDS)
+    for required in ("gpuQuota", "provisioningDelay", "nodePools"):
+        if required not in spec:
+            raise w.fail(f"spec.{required}", "missing")
+    quota = _int(w, "spec.gpuQuota", spec["gpuQuota"], 1)
+    delay = _dist(w, "spec.provisioningDelay", spec["provisioningDelay"])
+    timeout = _duration(w, "spec.queueTimeout", spec["queueTimeout"]) \
+        if "queueTimeout" in spec else 4 * 3600.0
+    if timeout <= 0:
+        raise w.fail("spec.queueTimeout", "must be positive")
+    scale_down = _duration(w, "spec.scaleDownAfter", spec["scaleDownAfter"]) \
+        if "scaleDownAfter" in spec else 600.0
+    rate, outage = 0.0, None
+    if "stockouts" in spec:
+        so = _mapping(w, "spec.stockouts", spec["stockouts"])
+        _known(w, "spec.stockouts", so, ("ratePerHour", "duration"))
+        if "ratePerHour" not in so or "duration" not in so:
+            raise w.fail("spec.stockouts", "needs ratePerHour (outages per zone and hour) and "
+                                           "duration")
+        rate = _number(w, "spec.stockouts.ratePerHour", so["ratePerHour"], positive=False)
+        if rate < 0:
+            raise w.fail("spec.stockouts.ratePerHour", "must be zero or more")
+        outage = _dist(w, "spec.stockouts.duration", so["duration"])
+    pools_body = spec["nodePools"]
+    if not isinstance(pools_body, list) or not pools_body:
+        raise w.fail("spec.nodePools", "expected a non-empty list of node pools")
+    shapes: list[dict[str, Any]] = []
+    extra: list[tuple[tuple[str, ...], int]] = []
+    for i, pb in enumerate(pools_body):
+        path = f"spec.nodePools[{i}]"
+        pb = _mapping(w, path, pb)
+        _known(w, path, pb, _POOL_FIELDS)
+        if "gpus" not in pb:
+            raise w.fail(f"{path}.gpus", "missing: a cloud pool makes GPU nodes")
+        zones = pb.get("zones", ["a"])
+        if isinstance(zones, str):
+            zones = [zones]
+        if not isinstance(zones, list) or not zones or \
+                not all(isinstance(z, str) and z for z in zones) or len(set(zones)) != len(zones):
+            raise w.fail(f"{path}.zones", f"{zones!r} is not a list of distinct zone names")
+        if "maxNodesPerZone" not in pb:
+            raise w.fail(f"{path}.maxNodesPerZone", "missing: how many nodes a zone can hold")
+        per_zone = _int(w, f"{path}.maxNodesPerZone", pb["maxNodesPerZone"], 1)
+        shapes.append({k: v for k, v in pb.items() if k not in ("zones", "maxNodesPerZone")}
+                      | {"count": 1})
+        extra.append((tuple(zones), per_zone))
+    try:
+        templates = nodes_from_documents([Document(doc.source, doc.index,
+                                                   {"kind": "Cluster", "nodePools": shapes},
+                                                   doc.line)], doc.source)
+    except ConfigError as exc:
+        raise ConfigError(str(exc).replace("nodePools[", "spec.nodePools[")
+                          .replace("(Cluster", f"(Cloud {name}")) from None
+    pools = []
+    for shape, node, (zones, per_zone) in zip(shapes, templates, extra, strict=True):
+        pname = str(shape["name"])
+        pools.append(CloudPool(pname, node, zones, per_zone))
+    manual: list[ManualRequest] = []
+    for i, rb in enumerate(spec.get("requests") or []):
+        path = f"spec.requests[{i}]"
+        rb = _mapping(w, path, rb)
+        _known(w, path, rb, ("name", "at", "pool", "nodes"))
+        for required in ("name", "at", "pool", "nodes"):
+            if required not in rb:
+                raise w.fail(f"{path}.{required}", "missing")
+        pool = rb["pool"]
+        if pool not in {p.name for p in pools}:
+            raise w.fail(f"{path}.pool", f"{pool!r} is not a pool of this cloud; known: "
+                                         + ", ".join(p.name for p in pools))
+        manual.append(ManualRequest(str(rb["name"]), _duration(w, f"{path}.at", rb["at"]),
+                                    str(pool), _int(w, f"{path}.nodes", rb["nodes"], 1)))
+    if len({m.name for m in manual}) != len(manual):
+        raise w.fail("spec.requests", "request names must be unique")
+    return CloudSpec(name, str(spec.get("region", "region-1")), quota, delay, timeout,
+                     scale_down, tuple(pools), rate, outage, tuple(manual))
+
+
+# -- the run ------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    """What happened to one ProvisioningRequest in the cloud."""
+
+    key: str
+    job: str
+    pool: str
+    nodes: int
+    gpus: int
+    manual: bool
+    created_s: float
+    zone: str = ""
+    committed_s: float | None = None
+    provisioned_s: float | None = None
+    consumed_s: float | None = None
+    ended_s: float | None = None
+    outcome: str = "queued"  # queued | provisioning | booked | consumed | expired | failed |
+    #                          cancelled | revoked | done
+    reason: str = ""
+    node_names: tuple[str, ...] = ()
+    nodes_added_s: tuple[float, ...] = ()
+
+    @property
+    def idle_booking_gpu_s(self) -> float:
+        """GPU-seconds its nodes were booked and unused: from Provisioned to the first pod, or
+        to the end of the booking when no pod came."""
+        if self.provisioned_s is None:
+            return 0.0
+        until = self.consumed_s if self.consumed_s is not None else self.ended_s
+        return 0.0 if until is None else self.gpus * max(0.0, until - self.provisioned_s)
+
+
+@dataclass(slots=True)
+class CloudRun:
+    """The cloud's side of one scenario run, for the report."""
+
+    spec: CloudSpec
+    requests: dict[str, RequestRecord] = field(default_factory=dict)
+    capacity_t: list[float] = field(default_factory=list)  # cloud GPUs alive from time t on
+    capacity_gpus: list[int] = field(default_factory=list)
+    nodes_made: int = 0
+    stockouts: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+
+    def gpu_seconds(self, a: float, b: float) -> float:
+        """Cloud GPU-seconds alive within [a, b]."""
+        total = 0.0
+        t = [*self.capacity_t, math.inf]
+        for i, g in enumerate(self.capacity_gpus):
+            lo, hi = max(a, t[i]), min(b, t[i + 1])
+            if hi > lo:
+                total += g * (hi - lo)
+        return total
+
+
+_MANUAL, _READY, _REVOKE, _TIMEOUT, _IDLE, _TRY = range(6)
+
+
+class Cloud:
+    """The simulated region, bound to one Scheduler for one run."""
+
+    def __init__(self, spec: CloudSpec, sched: Scheduler, seed: int, duration_s: float) -> None:
+        self.spec = spec
+        self.sched = sched
+        self.rng = np.random.default_rng([seed, 0x5C10D])
+        self.run = CloudRun(spec)
+        self._heap: list[tuple[float, int, int, str]] = []
+        self._seq = itertools.count()
+        self._serial = itertools.count()
+        self._queue: list[str] = []  # accepted, not provisioning yet, in order
+        self._reqs: dict[str, ProvisioningRequest] = {}
+        self._zone_nodes: dict[tuple[str, str], int] = {}  # nodes alive or being made
+        self._gpus_held = 0  # against the regional quota
+        self._alive_gpus = 0
+        self._node_req: dict[str, str] = {}  # node -> request key
+        self._protected: set[str] = set()  # nodes held for a live request
+        self._deadline_seen = -math.inf
+        for m in spec.requests:
+            self._push(m.at_s, _MANUAL, m.name)
+        for pi, pool in enumerate(spec.pools):
+            for zi, zone in enumerate(pool.zones):
+                windows = self._outages(seed, pi, zi, duration_s)
+                self.run.stockouts[f"{pool.name}/{zone}"] = windows
+                for _, end in windows:
+                    self._push(end, _TRY, "")
+        self._capacity(0.0)
+
+    def _outages(self, seed: int, pi: int, zi: int, duration_s: float) \
+            -> list[tuple[float, float]]:
+        if self.spec.stockout_rate_per_h <= 0 or self.spec.stockout_duration is None:
+            return []
+        rng = np.random.default_rng([seed, 0x5C10D, pi, zi])
+        out: list[tuple[float, float]] = []
+        t = 0.0
+        while True:
+            t += float(rng.exponential(3600.0 / self.spec.stockout_rate_per_h))
+            if t >= duration_s:
+                return out
+            length = float(self.spec.stockout_duration.draw(rng, 1)[0])
+            out.append((t, t + length))
+
+    def _stocked_out(self, pool: str, zone: str, t: float) -> bool:
+        return any(a <= t < b for a, b in self.run.stockouts.get(f"{pool}/{zone}", ()))
+
+    def _push(self, t: float, kind: int, key: str) -> None:
+        heapq.heappush(self._heap, (t, next(self._seq), kind, key))
+
+    def _capacity(self, now: float) -> None:
+        r = self.run
+        if r.capacity_t and r.capacity_t[-1] == now:
+            r.capacity_gpus[-1] = self._alive_gpus
+        else:
+            r.capacity_t.append(now)
+            r.capacity_gpus.append(self._alive_gpus)
+
+    # -- the loop's side ----------------------------------------------------------------------
+
+    def next_event_s(self) -> float:
+        """The next time the cloud acts, or a booking in the core expires (a cycle must run
+        then to see it)."""
+        t = self._heap[0][0] if self._heap else math.inf
+        checks = self.sched.checks
+        if checks is not None:
+            d = checks.book.next_deadline()
+            if d is not None and d > self._deadline_seen:
+                t = min(t, d)
+        return t
+
+    def advance(self, now: float) -> list[JobId]:
+        """Handle everything due at ``now``; returns jobs whose nodes were taken back (they
+        are pending again)."""
+        checks = self.sched.checks
+        if checks is not None:
+            d = checks.book.next_deadline()
+            if d is not None and d <= now:
+                self._deadline_seen = max(self._deadline_seen, d)
+        requeued: list[JobId] = []
+        while self._heap and self._heap[0][0] <= now:
+            _, _, kind, key = heapq.heappop(self._heap)
+            if kind == _MANUAL:
+                self._manual(key, now)
+            elif kind == _READY:
+                self._ready(key, now)
+            elif kind == _REVOKE:
+                requeued += self._revoke(key, now)
+            elif kind == _TIMEOUT:
+                self._timeout(key, now)
+            elif kind == _IDLE:
+                requeued += self._idle(key, now)
+            self._try_queue(now)
+        return requeued
+
+    def on_cycle(self, result: CycleResult, now: float) -> None:
+        """Carry out a cycle's provisioning decisions; note bookings its binds consumed."""
+        for req in result.provision:
+            self._new(req, now, manual=False)
+        for key in result.deprovision:
+            self._release(key, now)
+        checks = self.sched.checks
+        for rec in self.run.requests.values():
+            if rec.outcome != "booked":
+                continue
+            live = checks.book.find(rec.key) if checks is not None else None
+            if live is not None and live.consumed_s is not None:
+                rec.consumed_s = live.consumed_s
+                rec.outcome = "consumed"
+        self._try_queue(now)
+
+    def finish(self, end_s: float) -> CloudRun:
+        for rec in self.run.requests.values():
+            if rec.ended_s is None and rec.outcome == "booked":
+                rec.ended_s = end_s
+        self._capacity(end_s)
+        return self.run
+
+    # -- requests -----------------------------------------------------------------------------
+
+    def _manual(self, name: str, now: float) -> None:
+        m = next(r for r in self.spec.requests if r.name == name)
+        pool = self.spec.pool(m.pool)
+        t = pool.template
+        selector = {k: v for k, v in t.labels.items() if k == "gpupool.io/node-pool"}
+        ps = PodSet("reserve", m.nodes, t.cpu_milli // 2, t.memory_mib // 2,
+                    GpuRequest(count=pool.gpus_per_node, models=frozenset({pool.model})),
+                    node_selector=selector)
+        req = self.sched.create_provisioning_request(
+            ProvisioningRequest(m.name, (ps,), namespace=MANUAL_NAMESPACE), now)
+        self._new(req, now, manual=True)
+
+    def _match(self, ps: PodSet) -> tuple[CloudPool | None, int, str]:
+        """The first pool whose nodes hold the pod set's pods, and how many nodes it takes."""
+        g = ps.gpu
+        why = []
+        for pool in self.spec.pools:
+            t = pool.template
+            sel = {k: v for k, v in ps.node_selector.items() if k != REQUEST_LABEL}
+            if any(t.labels.get(k) != v for k, v in sel.items()):
+                why.append(f"{pool.name}: labels")
+                continue
+            if g.models and pool.model not in g.models:
+                why.append(f"{pool.name}: model {pool.model}")
+                continue
+            per_gpu = g.count if g.kind is GpuKind.WHOLE else (1 if g.kind is not GpuKind.NONE
+                                                               else 0)
+            fits = [pool.gpus_per_node // per_gpu if per_gpu else 10**9,
+                    t.cpu_milli // ps.cpu_milli if ps.cpu_milli else 10**9,
+                    t.memory_mib // ps.memory_mib if ps.memory_mib else 10**9]
+            per_node = min(fits)
+            card_mib = t.gpus[0].memory_mib if t.gpus else 0
+            if per_node < 1 or g.memory_mib > card_mib:
+                why.append(f"{pool.name}: a node holds no pod")
+                continue
+            return pool, math.ceil(ps.count / per_node), ""
+        return None, 0, "; ".join(why)
+
+    def _new(self, req: ProvisioningRequest, now: float, manual: bool) -> None:
+        key = req.key
+        self._reqs[key] = req
+        pool, n, why = self._match(req.pod_set)
+        rec = RequestRecord(key, req.job, pool.name if pool else "", n,
+                            n * (pool.gpus_per_node if pool else 0), manual, now)
+        self.run.requests[key] = rec
+        if req.ended:  # refused by the core (the project's limit)
+            self._end(rec, "failed", now, "refused: too many requests")
+            return
+        if pool is None:
+            self._fail(rec, "NoMatchingPool",
+                       f"no node pool of region {self.spec.region} holds its pods ({why})", now)
+            return
+        if n > pool.max_nodes_per_zone:
+            self._fail(rec, "TooLarge", f"needs {n} nodes in one zone; pool {pool.name} holds "
+                                        f"{pool.max_nodes_per_zone} per zone", now)
+            return
+        if rec.gpus > self.spec.gpu_quota:
+            self._fail(rec, "QuotaExceeded", f"needs {rec.gpus} GPUs; the regional quota is "
+                                             f"{self.spec.gpu_quota}", now)
+            return
+        self.sched.provisioning_accepted(key, now)
+        self._queue.append(key)
+        self._push(now + self.spec.queue_timeout_s, _TIMEOUT, key)
+        self._try_queue(now)
+
+    def _try_queue(self, now: float) -> None:
+        for key in list(self._queue):
+            rec = self.run.requests[key]
+            pool = self.spec.pool(rec.pool)
+            if self._gpus_held + rec.gpus > self.spec.gpu_quota:
+                continue
+            zones = sorted(pool.zones, key=lambda z: (self._zone_nodes.get((pool.name, z), 0), z))
+            for zone in zones:
+                used = self._zone_nodes.get((pool.name, zone), 0)
+                if used + rec.nodes > pool.max_nodes_per_zone or \
+                        self._stocked_out(pool.name, zone, now):
+                    continue
+                self._queue.remove(key)
+                self._zone_nodes[(pool.name, zone)] = used + rec.nodes
+                self._gpus_held += rec.gpus
+                rec.zone, rec.committed_s, rec.outcome = zone, now, "provisioning"
+                delay = float(self.spec.delay.draw(self.rng, 1)[0])
+                self._push(now + delay, _READY, key)
+                break
+
+    def _ready(self, key: str, now: float) -> None:
+        rec = self.run.requests[key]
+        if rec.outcome != "provisioning":
+            return  # cancelled while the nodes were being made
+        pool = self.spec.pool(rec.pool)
+        req = self._reqs[key]
+        names = []
+        for _ in range(rec.nodes):
+            serial = next(self._serial)
+            name = NodeName(f"{pool.name}-{rec.zone}-{serial:05d}")
+            t = pool.template
+            node = replace(
+                t, name=name,
+                labels={**t.labels, "kubernetes.io/hostname": name, ZONE_LABEL: rec.zone,
+                        REQUEST_LABEL: req.node_label},
+                taints=(*t.taints, Taint(REQUEST_LABEL, req.node_label)),
+                gpus=tuple(replace(g, uuid=f"GPU-{name}-{g.index}") for g in t.gpus))
+            self.sched.add_node(node)
+            names.append(name)
+            self._node_req[name] = key
+            self._protected.add(name)
+        self.run.nodes_made += rec.nodes
+        self._alive_gpus += rec.gpus
+        self._capacity(now)
+        rec.node_names = tuple(names)
+        rec.nodes_added_s = tuple(now for _ in names)
+        try:
+            live = self.sched.provisioning_provisioned(key, names, now)
+        except (ConflictError, NotFoundError):
+            self._end(rec, "cancelled", now, "gone before its nodes came")
+            self._unprotect(rec, now)
+            return
+        rec.provisioned_s, rec.outcome = now, "booked"
+        if live.max_run_duration_s is not None:
+            # A hair after the limit: the job, stopped at that very limit, ends first.
+            self._push(now + live.max_run_duration_s + 1e-6, _REVOKE, key)
+
+    def _timeout(self, key: str, now: float) -> None:
+        rec = self.run.requests[key]
+        if key in self._queue:
+            self._queue.remove(key)
+            self._fail(rec, "CapacityNotAvailable",
+                       f"not provisioned within {self.spec.queue_timeout_s:.0f}s "
+                       "(stock-outs or the regional quota)", now)
+
+    def _fail(self, rec: RequestRecord, reason: str, message: str, now: float) -> None:
+        with contextlib.suppress(NotFoundError):
+            self.sched.provisioning_failed(rec.key, message, now, reason)
+        self._end(rec, "failed", now, f"{reason}: {message}")
+
+    def _end(self, rec: RequestRecord, outcome: str, now: float, reason: str = "") -> None:
+        if rec.ended_s is None:
+            rec.ended_s = now
+        rec.outcome = outcome
+        if reason:
+            rec.reason = reason
+
+    def _release(self, key: str, now: float) -> None:
+        """The core no longer wants ``key``: cancel it, or let its nodes go once idle."""
+        rec = self.run.requests.get(key)
+        if rec is None or rec.ended_s is not None:
+            if rec is not None:
+                self._unprotect(rec, now)
+            return
+        if key in self._queue:
+            self._queue.remove(key)
+            self._end(rec, "cancelled", now, "deleted before provisioning")
+            return
+        if rec.outcome == "provisioning":
+            self._zone_nodes[(rec.pool, rec.zone)] -= rec.nodes
+            self._gpus_held -= rec.gpus
+            self._end(rec, "cancelled", now, "deleted while its nodes were being made")
+            return
+        checks = self.sched.checks
+        live = checks.book.find(key) if checks is not None else None
+        if live is not None and live.consumed_s is not None:
+            rec.consumed_s = live.consumed_s
+            rec.outcome = "consumed"
+        if rec.outcome == "consumed":
+            self._end(rec, "consumed", now)  # its job is done with the nodes
+        elif rec.provisioned_s is not None and now >= rec.provisioned_s + BOOKING_S - 1e-9:
+            self._end(rec, "expired", now,
+                      f"booking expired: no pod came within {BOOKING_S:.0f}s")
+        else:
+            self._end(rec, "cancelled", now, "deleted while booked")
+        self._unprotect(rec, now)
+
+    def _unprotect(self, rec: RequestRecord, now: float) -> None:
+        for name in rec.node_names:
+            if name in self._protected:
+                self._protected.discard(name)
+                self._push(now + self.spec.scale_down_after_s, _IDLE, name)
+
+    def _remove(self, name: str, now: float) -> list[JobId]:
+        key = self._node_req.pop(name)
+        rec = self.run.requests[key]
+        self._protected.discard(name)
+        hit = self.sched.remove_node(NodeName(name), now)
+        pool = self.spec.pool(rec.pool)
+        self._zone_nodes[(rec.pool, rec.zone)] -= 1
+        self._gpus_held -= pool.gpus_per_node
+        self._alive_gpus -= pool.gpus_per_node
+        self._capacity(now)
+        return hit
+
+    def _idle(self, name: str, now: float) -> list[JobId]:
+        if name not in self._node_req or name in self._protected:
+            return []
+        if self.sched.state.placements_on(NodeName(name)):
+            self._push(now + self.spec.scale_down_after_s, _IDLE, name)
+            return []
+        return self._remove(name, now)
+
+    def _revoke(self, key: str, now: float) -> list[JobId]:
+        """``maxRunDurationSeconds`` is up: the capacity goes back, nodes and pods with it."""
+        rec = self.run.requests[key]
+        alive = [n for n in rec.node_names if n in self._node_req]
+        if not alive:
+            return []
+        with contextlib.suppress(NotFoundError):
+            self.sched.provisioning_revoked(key, "maxRunDurationSeconds reached", now)
+        hit: list[JobId] = []
+        for name in alive:
+            hit += self._remove(name, now)
+        self._end(rec, "revoked", now, "maxRunDurationSeconds reached")
+        return sorted(set(hit))
