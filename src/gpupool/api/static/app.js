@@ -6,7 +6,7 @@
 (() => {
   const POLL_MS = 2000;
   const TOKEN_KEY = "gpupool.token";
-  const API = "/api/v1";
+  const API = "api/v1";  // relative: the page also works under a path prefix
   const NS_HUES = [212, 28, 140, 350, 265, 185, 48, 320, 95, 10];
   // Queue colours stay clear of the first namespace hues (blue, orange, green) on the cards.
   const QUEUE_COLORS = ["#6d28d9", "#0e7490", "#be123c", "#475569", "#c026d3", "#a16207",
