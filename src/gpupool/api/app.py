@@ -35,7 +35,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.concurrency import run_in_threadpool
 
 from gpupool.api.auth import Principal, Tokens
-from gpupool.api.errors import ApiError, install
+from gpupool.api.errors import RESPONSES, ApiError, install
 from gpupool.config.jobs import JobDocument
 from gpupool.control import views
 from gpupool.control.plane import ControlPlane, JobRecord
@@ -87,12 +87,22 @@ Admin = Annotated[Principal, Depends(admin)]
 def create_app(plane: ControlPlane, tokens: Tokens, *,
                max_body_bytes: int = MAX_BODY_BYTES) -> FastAPI:
     app = FastAPI(title="gpupool", version="v1", docs_url=None, redoc_url=None,
+                  responses=RESPONSES,
                   description="GPU scheduler control plane: queues, jobs, nodes and cards.")
     app.state.tokens = tokens
     install(app)
     metrics = plane.metrics
     job_schema = JobDocument.model_json_schema(by_alias=True,
                                                ref_template="#/components/schemas/{model}")
+    job_parts = job_schema.pop("$defs", {})  # what its $refs point at: the spec's components
+    spec_of = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            spec_of().setdefault("components", {}).setdefault("schemas", {}).update(job_parts)
+        return app.openapi_schema or spec_of()
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
     # -- plumbing ----------------------------------------------------------------------------
 

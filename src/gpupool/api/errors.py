@@ -13,6 +13,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from gpupool.core.errors import (
@@ -26,6 +27,24 @@ from gpupool.core.errors import (
 
 STATUS = {InvalidJobError: 422, ConfigError: 422, NotFoundError: 404, ConflictError: 409,
           AdapterError: 503}
+
+
+class ErrorBody(BaseModel):
+    """The shape of every error response (declared in the OpenAPI spec)."""
+
+    error: str
+    message: str
+    details: dict[str, Any]
+
+
+RESPONSES: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorBody, "description": text} for code, text in (
+        (400, "Malformed body"), (401, "No token, or an unknown one"),
+        (403, "The token's role or namespaces do not allow this"), (404, "Not found"),
+        (405, "Method not allowed"), (409, "Conflicts with the state"),
+        (413, "Body too large"), (415, "Unsupported content type"),
+        (422, "Invalid request: the field, the value and the rule"),
+        (503, "The state file could not be written"))}
 
 
 class ApiError(Exception):
