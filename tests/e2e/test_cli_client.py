@@ -382,7 +382,7 @@ def test_describe_job_shows_placements_card_by_card(run: Run,
     assert code == 0
     assert "Namespace:    research" in out
     assert "Phase:            Running" in out and "Flavor:           a100" in out
-    assert "Gang:         2 of 2 replica(s) start together" in out
+    assert "Gang:         2 of 2 replicas start together" in out
     placements = out.split("Placements:\n", 1)[1].split("Events:", 1)[0]
     lines = placements.strip().splitlines()
     assert lines[0].split() == ["TASK", "NODE", "CPU", "MEMORY", "CARD", "GPU", "GPU-MEMORY",

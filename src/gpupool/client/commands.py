@@ -373,6 +373,8 @@ def _get(client: Client, args: argparse.Namespace, out: Out) -> int:
 
 
 def _fetch_jobs(client: Client, args: argparse.Namespace) -> list[dict[str, Any]]:
+    if args.all_namespaces and not args.name:
+        args.namespace = None
     if args.name:
         ns, short = locate_job(client, args.name, args.namespace)
         return [client.job(ns, short)]

@@ -200,8 +200,14 @@ def describe_job(job: Mapping[str, Any], events: Sequence[Mapping[str, Any]],
     if spec.get("runLimit") is not None:
         out.append(_field("Run limit", spec["runLimit"]))
     replicas = sum(int(ps.get("count", 1)) for ps in spec.get("podSets", []))
-    gang = spec.get("minMember") or replicas
-    out.append(_field("Gang", f"{gang} of {replicas} replica(s) start together"))
+    gang = int(spec.get("minMember") or replicas)
+    if replicas == 1:
+        together = "1 replica"
+    elif gang == 1:
+        together = f"none: each of {replicas} replicas starts on its own"
+    else:
+        together = f"{gang} of {replicas} replicas start together"
+    out.append(_field("Gang", together))
     out.append("Pod sets:")
     out.append(_indent(table(("NAME", "COUNT", "CPU", "MEMORY", "GPU"), (
         (ps.get("name", "main"), ps.get("count", 1), ps.get("cpu", 0), ps.get("memory", 0),
@@ -262,15 +268,15 @@ def describe_job(job: Mapping[str, Any], events: Sequence[Mapping[str, Any]],
 def _gpu_request(gpu: Mapping[str, Any] | None) -> str:
     if not gpu:
         return NONE
-    models = gpu.get("models") or []
-    on = f" of {'|'.join(models)}" if models else ""
+    models = "|".join(gpu.get("models") or [])
     if gpu.get("mig"):
-        return f"MIG {gpu['mig']}{on}"
+        return f"MIG {gpu['mig']}" + (f" of {models}" if models else "")
+    card = f"{models} card" if models else "card"
     if gpu.get("count"):
         mem = f", {gpu['memory']} each" if gpu.get("memory") else ""
-        return f"{gpu['count']} whole card(s){on}{mem}"
+        return f"{gpu['count']} whole {card}(s){mem}"
     mem = f" + {gpu['memory']}" if gpu.get("memory") else ""
-    return f"{gpu.get('milli', 0)}m of a card{mem}{on}"
+    return f"{gpu.get('milli', 0)}m{mem} of one {card}"
 
 
 def _when(time_s: float | None, now_s: float) -> str:
