@@ -16,6 +16,7 @@ below takes it. The core never sees two callers at once.
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections import Counter, deque
@@ -123,6 +124,29 @@ def _key_of(kind: str, body: Mapping[str, Any]) -> str:
         ns = meta.get("namespace") or "default"
         return f"{ns}/{meta['name']}"
     return str(meta["name"])
+
+
+_DOCUMENT_FIELDS = {"cpu_milli": "cpu", "memory_mib": "memory", "gpu.gpu_milli": "gpu.milli",
+                    "gpu.memory_mib": "gpu.memory", "gpu.mig_profile": "gpu.mig",
+                    "node_selector": "nodeSelector"}
+
+
+def _in_document_terms(exc: InvalidJobError, request: JobRequest) -> InvalidJobError:
+    """The core names its own fields (``pod_sets[0].memory_mib=3145728``); the submitter
+    wrote a document: name its field (``spec.podSets[0].memory``) and the value as written."""
+    match = re.fullmatch(r"pod_sets\[(\d+)\]\.(.+)", exc.field)
+    if match is None:
+        return exc
+    index, name = int(match.group(1)), _DOCUMENT_FIELDS.get(match.group(2), match.group(2))
+    value: Any = exc.value
+    try:
+        found: Any = request.document["spec"]["podSets"][index]
+        for part in name.split("."):
+            found = found[part]
+        value = found
+    except (KeyError, IndexError, TypeError):
+        pass
+    return InvalidJobError(f"spec.podSets[{index}].{name}", value, exc.rule, job=exc.job)
 
 
 class ControlPlane:
@@ -256,7 +280,10 @@ class ControlPlane:
                 raise ConflictError(f"job {request.key} already exists "
                                     f"({self.jobs[request.key].phase})")
             sched = self.scheduler
-            sched.validator.check(request.job, sched.state.table)
+            try:
+                sched.validator.check(request.job, sched.state.table)
+            except InvalidJobError as exc:
+                raise _in_document_terms(exc, request) from None
             cq = sched.queues.resolve(request.job.queue)
             with self.store.transaction() as tx:
                 uid = tx.insert_job(request.key, request.namespace, request.name,
