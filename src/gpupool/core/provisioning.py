@@ -502,6 +502,7 @@ class AdmissionChecks:
         self._ns = {lq.name: lq.namespace for lq in config.local_queues}
         self.book = ProvisioningBook(max_active_per_project)
         self.records: dict[JobId, CheckRecord] = {}
+        self.made: dict[JobId, int] = {}  # requests made per job, ever: their names' suffix
         self.booked: dict[JobId, str] = {}  # running job -> the request it consumed
         self.submitted: dict[JobId, Job] = {}  # running job -> as submitted (run limit uncut)
         self.outbox: list[str] = []  # requests deleted between cycles, for the next result
@@ -533,13 +534,17 @@ class AdmissionChecks:
 
     def request_for(self, rec: CheckRecord, pod_set: PodSet, now_s: float) \
             -> ProvisioningRequest:
-        """The next request of ``rec``'s job (attempt ``rec.attempts + 1``)."""
+        """The next request of ``rec``'s job (attempt ``rec.attempts + 1``), named
+        ``<job>-<n>`` with n counting every request the job ever had, so a name is not reused
+        (a job requeued after its capacity was revoked starts its attempts afresh)."""
         rec.attempts += 1
-        name = request_name(str(rec.job.id), rec.attempts)
-        k = 1
-        while f"{rec.namespace}/{name}" in self.book:
-            k += 1
-            name = request_name(f"{rec.job.id}-{k}", rec.attempts)
+        made = self.made.get(rec.job.id, 0)
+        while True:
+            made += 1
+            name = request_name(str(rec.job.id), made)
+            if f"{rec.namespace}/{name}" not in self.book:
+                break
+        self.made[rec.job.id] = made
         cfg = rec.check.config
         req = ProvisioningRequest(
             name=name, pod_sets=(pod_set,), namespace=rec.namespace,

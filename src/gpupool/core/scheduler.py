@@ -284,5 +284,6 @@ class Scheduler:
                     out[p.job.id] = (out[p.job.id][0], None)
             for rec in ac.records.values():
                 if rec.job.id not in self.queues:
-                    out[rec.job.id] = (0, now_s if rec.state is CheckState.READY else None)
+                    req = ac.book.find(rec.request) if rec.request else None
+                    out[rec.job.id] = (0, now_s if req is not None and req.booked else None)
         return out

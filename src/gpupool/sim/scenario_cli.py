@@ -150,4 +150,16 @@ def _print_summary(s: dict[str, Any], paths: list[Path]) -> None:
         f"{a['partial_gang_placements']} · quota violations {a['quota_violations']} · most "
         f"preemptions of one job {a['max_preemptions_per_job']}/"
         f"{a['max_preemptions_allowed']} · {s['wall_s']:.1f} s")
+    prov = a.get("provisioning")
+    if prov is not None:
+        p50 = prov["submit_to_start_p50_s"]["mean"]
+        top = prov["submit_to_start_max_s"]["mean"]
+        idle = prov["idle_booking_gpu_hours"]["mean"]
+        console.print(
+            f"provisioned jobs: submission to start p50 "
+            f"{'n/a' if p50 is None else f'{p50 / 60:.1f} min'}, max "
+            f"{'n/a' if top is None else f'{top / 60:.1f} min'} · GPU-hours idle in bookings "
+            f"{'n/a' if idle is None else f'{idle:.2f}'} · requests "
+            + ", ".join(f"{k} {v}" for k, v in prov["by_outcome"].items())
+            + f" · partial provisions {prov['partial_provisions']}")
     console.print("wrote " + ", ".join(str(p) for p in paths))
