@@ -35,6 +35,7 @@ from gpupool.control.codec import (
     placement_from_json,
     placement_to_json,
 )
+from gpupool.core.admission import QuotaTree, request_demand
 from gpupool.core.decisions import CycleResult
 from gpupool.core.errors import ConfigError, ConflictError, InvalidJobError, NotFoundError
 from gpupool.core.model import Job, JobId, Node, NodeName, Placement
@@ -112,6 +113,22 @@ class _Changes:
               namespace: str = "", warning: bool = False) -> None:
         self.events.append(NewEvent(time_s, "Warning" if warning else "Normal", reason, kind,
                                     obj, namespace, message))
+
+
+_CORE_FIELDS = (("pod_sets[", "spec.podSets["), ("gpu.gpu_milli", "gpu.milli"),
+                ("gpu.memory_mib", "gpu.memory"), ("gpu.mig_profile", "gpu.mig"),
+                ("cpu_milli", "cpu"), ("memory_mib", "memory"),
+                ("node_selector", "nodeSelector"), ("min_member", "spec.minMember"),
+                ("duration_s", "spec.duration"))
+
+
+def document_error(exc: InvalidJobError) -> InvalidJobError:
+    """The core names fields as the core spells them (``pod_sets[0].gpu.gpu_milli``); say
+    them as the Job document does (``spec.podSets[0].gpu.milli``)."""
+    path = exc.field
+    for core, doc in _CORE_FIELDS:
+        path = path.replace(core, doc)
+    return InvalidJobError(path, exc.value, exc.rule)
 
 
 def _key_of(kind: str, body: Mapping[str, Any]) -> str:
@@ -245,6 +262,7 @@ class ControlPlane:
                 sched.queues.add(rec.job, preemptions=rec.preemptions)
             rec.cluster_queue = sched.queues.resolve(rec.job.queue)
         self.scheduler = sched
+        self._idle_tree = QuotaTree(self.config)
 
     def _end_s(self, rec: JobRecord) -> float:
         job = rec.job
@@ -296,6 +314,21 @@ class ControlPlane:
             self.jobs[request.key] = rec
             self.metrics.submitted(cq)
             return rec
+
+    def _check_quota_ceiling(self, job: Job, cq: str) -> None:
+        """Refuse a job that its ClusterQueue could not admit even with every other queue
+        idle: more than its nominal quota plus what it may borrow, in every flavor."""
+        tree = self._idle_tree
+        reasons = []
+        for fq in tree.queues[cq].flavors or ():
+            short = tree.shortfall(cq, request_demand(job, fq.flavor))
+            if not short:
+                return
+            reasons.extend(short)
+        if reasons:
+            raise InvalidJobError("spec.podSets", "(the whole job)",
+                                  f"can never be admitted by ClusterQueue {cq}, even with "
+                                  f"every other queue idle: {'; '.join(reasons)}")
 
     def job(self, key: str) -> JobRecord:
         with self.lock:

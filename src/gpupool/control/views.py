@@ -61,7 +61,9 @@ def cluster_view(plane: ControlPlane) -> dict[str, Any]:
             f = flavors[flavor_of(plane, node) or "(none)"]
             f["nodes"] += 1
             f["gpus"] += int(t.gpu_count[i])
-            f["gpu_milli_used"] += int(t.used_milli[i][t.gpu_usable[i]].sum())
+            f["gpu_milli_used"] += int(t.used_milli[i][t.gpu_usable[i]].sum()) + sum(
+                (m.count - int(t.mig_free[m.profile][i, g.index])) * m.gpu_milli
+                for g in node.gpus for m in g.mig)
         last = plane.last_tick
         return {
             "time_s": round(plane.clock.now(), 3),
@@ -108,14 +110,18 @@ def node_view(plane: ControlPlane, name: str, visible: Visible = everyone) -> di
         if row is not None:
             cpu_used = int(t.cpu_cap[row] - t.cpu_free[row])
             mem_used = int(t.mem_cap[row] - t.mem_free[row])
+            mig_size = {(g.index, m.profile): (m.gpu_milli, m.memory_mib)
+                        for g in node.gpus for m in g.mig}
             for p in sched.state.placements_on(NodeName(name)):
                 ns = p.job.split("/", 1)[0]
                 shown = visible(ns)
                 for s in p.shares:
+                    milli, mib = (mig_size.get((s.index, s.mig_profile), (0, 0))
+                                  if s.mig_profile else (s.gpu_milli, s.memory_mib))
                     holders[s.index].append({
                         "job": p.job if shown else HIDDEN, "namespace": ns if shown else "",
-                        "task": p.task if shown else "", "gpu_milli": s.gpu_milli,
-                        "memory_mib": s.memory_mib, "mig_profile": s.mig_profile})
+                        "task": p.task if shown else "", "gpu_milli": milli,
+                        "memory_mib": mib, "mig_profile": s.mig_profile})
         cards = []
         for g in node.gpus:
             used_milli = int(t.used_milli[row, g.index]) if row is not None else 0
