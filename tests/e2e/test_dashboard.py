@@ -2,9 +2,9 @@
 Debian's chromium (headless, driven by playwright) from the link that ``serve`` prints.
 
 The example job stream keeps jobs flowing; the test adds two of its own so that what it looks
-for is certain: a T4 slice that runs for days (a known holder of a known card) and a gang that
-asks for more A6000s than its queue's quota (pending, with the reason as a sentence with
-numbers). A screenshot is saved under the test's tmp dir and copied to
+for is certain: a T4 slice that runs for days (a known holder of a known card) and a job
+asking for all of its queue's A6000 quota while another holds one (pending, with the reason as
+a sentence with numbers). A screenshot is saved under the test's tmp dir and copied to
 ``test-artifacts/dashboard.png`` (git-ignored).
 """
 
@@ -46,11 +46,17 @@ SLICE = {"apiVersion": "gpupool.io/v1alpha1", "kind": "Job",
          "spec": {"queue": "serving", "priorityClassName": "production", "duration": "100h",
                   "podSets": [{"name": "main", "count": 1, "cpu": 1, "memory": "4Gi",
                                "gpu": {"milli": 300, "memory": "4Gi", "models": ["T4"]}}]}}
-# serving may use 4 A6000s and never borrows: 2 x 4 of them can never be admitted.
+# serving may use 4 A6000s and never borrows: while HOLDER keeps one for days, a job asking
+# for all 4 waits at quota (one asking for more than 4 would be refused at submission).
+HOLDER = {"apiVersion": "gpupool.io/v1alpha1", "kind": "Job",
+          "metadata": {"name": "a6000-holder", "namespace": "serving"},
+          "spec": {"queue": "serving", "priorityClassName": "production", "duration": "100h",
+                   "podSets": [{"name": "main", "count": 1, "cpu": 1, "memory": "4Gi",
+                                "gpu": {"count": 1, "models": ["RTX-A6000"]}}]}}
 TOO_BIG = {"apiVersion": "gpupool.io/v1alpha1", "kind": "Job",
            "metadata": {"name": "too-big", "namespace": "serving"},
            "spec": {"queue": "serving", "duration": "1h",
-                    "podSets": [{"name": "workers", "count": 2, "cpu": 2, "memory": "8Gi",
+                    "podSets": [{"name": "workers", "count": 1, "cpu": 2, "memory": "8Gi",
                                  "gpu": {"count": 4, "models": ["RTX-A6000"]}}]}}
 
 
@@ -126,13 +132,16 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
 def jobs(served: Served) -> dict[str, dict[str, Any]]:
     """The test's two jobs, once the slice runs and the gang waits with a reason."""
     with served.client() as c:
-        for doc in (SLICE, TOO_BIG):
-            r = c.post("/api/v1/jobs", json=doc)
-            assert r.status_code == 201, r.text
-
         def job(name: str, phase: str) -> dict[str, Any] | None:
             view: dict[str, Any] = c.get(f"/api/v1/jobs/serving/{name}").json()
             return view if view["status"]["phase"] == phase else None
+
+        for doc in (SLICE, HOLDER):
+            r = c.post("/api/v1/jobs", json=doc)
+            assert r.status_code == 201, r.text
+        wait_for("a6000-holder running", lambda: job("a6000-holder", "Running"))
+        r = c.post("/api/v1/jobs", json=TOO_BIG)
+        assert r.status_code == 201, r.text
 
         running = wait_for("t4-slice running", lambda: job("t4-slice", "Running"))
         pending = wait_for("too-big parked with a reason", lambda: (
@@ -244,11 +253,11 @@ def test_dashboard_shows_cards_holders_queues_and_pending_reasons(
     # The pending job, its reason with numbers, its position.
     row = page.locator('tr.job[data-job="serving/too-big"]')
     row.wait_for()
-    assert "2 × 4 GPU RTX-A6000" in row.inner_text()
+    assert "4 GPU RTX-A6000" in row.inner_text()
     assert re.fullmatch(r"\d+", row.locator("td.pos").inner_text())
     reason = page.locator('tr.why[data-job="serving/too-big"] .reason').inner_text()
     assert reason == jobs["pending"]["status"]["pendingReason"]
-    assert re.search(r"queue serving at quota for a6000 GPUs \([\d.]+/4 GPUs used, 8 asked",
+    assert re.search(r"queue serving at quota for a6000 GPUs \([\d.]+/4 GPUs used, 4 asked",
                      reason), reason
 
     # Queues with usage against nominal quota, and their shares over time.
