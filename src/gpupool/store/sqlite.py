@@ -128,7 +128,7 @@ class Store:
             self._db.execute("PRAGMA synchronous=FULL")
             self._db.execute("PRAGMA foreign_keys=ON")
             self._migrate()
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, OSError) as exc:
             raise AdapterError(f"opening the state file {self.path} failed: {exc}") from exc
 
     # -- schema ----------------------------------------------------------------------------
