@@ -110,6 +110,8 @@ async def clean(kube: Kube, namespaces: list[str]) -> None:
                                params={"propagationPolicy": "Background"})
         for pod in await list_pods(kube, ns):
             await delete_pod(kube, ns, pod["metadata"]["name"])
+        with contextlib.suppress(ApiError):
+            await kube.request("DELETE", f"/api/v1/namespaces/{ns}/events")
     nodes = (await kube.request("GET", "/api/v1/nodes")).get("items") or []
     for n in nodes:
         with contextlib.suppress(ApiError):

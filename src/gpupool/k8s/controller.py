@@ -284,7 +284,7 @@ class Controller:
         placements = [rec.placement() for _, rec in members]
         try:
             self.sched.restore(job, placements, first.start_s, first.flavor)
-        except (ConflictError, NotFoundError, InvalidJobError) as exc:
+        except (GpupoolError, KeyError, ValueError) as exc:
             self.stats.restore_conflicts += 1
             log.error("job %s bound before cannot be taken back: %s", job_id, exc)
             return
