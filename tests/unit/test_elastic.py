@@ -317,3 +317,20 @@ def test_a_node_leaving_fails_its_gpus_and_loses_their_claims() -> None:
     b.state.remove_node(NodeName(node_name))
     out = b.delete_claim(c.key)
     assert set(out.deleted) == set(c.elastic_gpus) and b.gpus() == []
+
+
+def test_restore_takes_the_cards_back_as_they_were() -> None:
+    b = binder()
+    c = b.submit(claim("c", "phys", cards=2))
+    r = b.submit(claim("r", "slices", gpu_milli=250))
+    b.delete_claim(r.key)  # Retain: Released, still holding its share
+    gpus = [ElasticGPU.from_dict(g.to_dict()) for g in b.gpus()]
+    claims = [b.claim(c.key)]
+    fresh = binder()
+    fresh.restore(gpus, claims)
+    assert fresh.state.totals()["gpu_milli_used"] == used(b) == 2250
+    assert fresh.claim(c.key) == claims[0] and fresh.gpus() == b.gpus()
+    assert fresh.submit(claim("c", "phys", cards=2)) == claims[0]  # bound once
+    with pytest.raises(ConflictError):
+        fresh.restore(gpus, [])  # names known already: nothing changes
+    assert fresh.state.totals()["gpu_milli_used"] == 2250

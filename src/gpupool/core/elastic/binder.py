@@ -195,6 +195,13 @@ class Binder:
                                     f"{gpu.pool} has an ElasticGPU already")
             self._gpus[gpu.name] = gpu
             return gpu
+        gpu = self._take_card(gpu, "static")
+        self._gpus[gpu.name] = gpu
+        return gpu
+
+    def _take_card(self, gpu: ElasticGPU, owner: str) -> ElasticGPU:
+        """Hold ``gpu``'s card, slice or MIG instance in the ClusterState; fills its model
+        and UUID from the card when not given."""
         node = self.state.node(NodeName(gpu.node))
         card = next((g for g in node.gpus if g.index == gpu.card), None)
         if card is None:
@@ -205,10 +212,46 @@ class Binder:
             share = GpuShare(gpu.card, WHOLE_GPU_MILLI, card.memory_mib)
         else:
             share = GpuShare(gpu.card, gpu.capacity.gpu_milli, gpu.capacity.memory_mib)
-        gpu = replace(gpu, model=gpu.model or card.model, uuid=gpu.uuid or card.uuid)
-        self._hold(gpu.name, "static", NodeName(gpu.node), share)
-        self._gpus[gpu.name] = gpu
-        return gpu
+        self._hold(gpu.name, owner, NodeName(gpu.node), share)
+        return replace(gpu, model=gpu.model or card.model, uuid=gpu.uuid or card.uuid)
+
+    def restore(self, gpus: Iterable[ElasticGPU], claims: Iterable[ElasticGPUClaim]) -> None:
+        """Objects as a store kept them, taken back after a restart with no new decision:
+        every ElasticGPU that is not Failed holds its card again, claims keep their phase and
+        set. All or nothing: ConflictError (a card taken, a name known already, a bound claim
+        whose ElasticGPUs do not name it back) and nothing changes."""
+        gpus, claims = list(gpus), list(claims)
+        by_name = {g.name: g for g in gpus}
+        for c in claims:
+            if c.key in self._claims:
+                raise ConflictError(f"ElasticGPUClaim {c.key} exists already")
+            if c.class_name and c.class_name not in self._classes:
+                raise ConflictError(f"ElasticGPUClaim {c.key}: ElasticGPUClass "
+                                    f"{c.class_name} is not known; add the classes first")
+            for n in c.elastic_gpus:
+                g = by_name.get(n)
+                if g is None or g.claim_ref is None or g.claim_ref.key != c.key:
+                    raise ConflictError(f"ElasticGPUClaim {c.key}: ElasticGPU {n} is missing "
+                                        "or bound to another claim")
+        held: list[TaskId] = []
+        kept: list[ElasticGPU] = []
+        try:
+            for g in gpus:
+                if g.name in self._gpus:
+                    raise ConflictError(f"ElasticGPU {g.name} exists already")
+                if g.source is not Source.REMOTE and g.phase is not GpuPhase.FAILED:
+                    owner = g.claim_ref.key if g.claim_ref is not None else "static"
+                    g = self._take_card(g, owner)
+                    held.append(_task(g.name))
+                kept.append(g)
+        except Exception:
+            for t in held:
+                self.state.forget(t)
+            raise
+        for g in kept:
+            self._gpus[g.name] = g
+        for c in claims:
+            self._claims[c.key] = c
 
     def delete_gpu(self, name: str) -> ElasticGPU:
         """An operator deletes an ElasticGPU that no claim holds; its capacity is freed."""
