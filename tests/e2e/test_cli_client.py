@@ -397,9 +397,19 @@ def test_describe_job_shows_placements_card_by_card(run: Run,
 
 def test_describe_pending_job_gives_the_reason_then_cancel(run: Run, tmp_path: Path,
                                                            server: str) -> None:
-    # 4 x 8 H100: more than queue llm can ever borrow, so it waits with a quota reason
-    big = job_file(tmp_path, "huge-pretrain", podSets=[
+    # 4 x 8 H100 is more than queue llm could ever hold, even borrowing: refused outright
+    never = job_file(tmp_path, "never-fits", podSets=[
         {"name": "workers", "count": 4, "cpu": 8, "memory": "64Gi",
+         "gpu": {"count": 8, "models": ["H100-80GB"]}}])
+    code, _, err = run("submit", "-f", str(never))
+    assert code == 2 and "can never be admitted by ClusterQueue llm" in err, err
+    # every H100 the queue may hold, with borrowing, for days; then 8 more must wait
+    hold = job_file(tmp_path, "h100-holder", duration="100h", podSets=[
+        {"name": "workers", "count": 2, "cpu": 8, "memory": "64Gi",
+         "gpu": {"count": 8, "models": ["H100-80GB"]}}])
+    assert run("submit", "-f", str(hold))[0] == 0
+    big = job_file(tmp_path, "huge-pretrain", podSets=[
+        {"name": "workers", "count": 1, "cpu": 8, "memory": "64Gi",
          "gpu": {"count": 8, "models": ["H100-80GB"]}}])
     code, out, _ = run("submit", "-f", str(big))
     assert out == "job research/huge-pretrain submitted (Pending, queue llm)\n"

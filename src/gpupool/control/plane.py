@@ -115,22 +115,6 @@ class _Changes:
                                     obj, namespace, message))
 
 
-_CORE_FIELDS = (("pod_sets[", "spec.podSets["), ("gpu.gpu_milli", "gpu.milli"),
-                ("gpu.memory_mib", "gpu.memory"), ("gpu.mig_profile", "gpu.mig"),
-                ("cpu_milli", "cpu"), ("memory_mib", "memory"),
-                ("node_selector", "nodeSelector"), ("min_member", "spec.minMember"),
-                ("duration_s", "spec.duration"))
-
-
-def document_error(exc: InvalidJobError) -> InvalidJobError:
-    """The core names fields as the core spells them (``pod_sets[0].gpu.gpu_milli``); say
-    them as the Job document does (``spec.podSets[0].gpu.milli``)."""
-    path = exc.field
-    for core, doc in _CORE_FIELDS:
-        path = path.replace(core, doc)
-    return InvalidJobError(path, exc.value, exc.rule)
-
-
 def _key_of(kind: str, body: Mapping[str, Any]) -> str:
     meta = body.get("metadata")
     if kind == "QueueSettings" and not isinstance(meta, Mapping):
@@ -298,18 +282,22 @@ class ControlPlane:
                 raise ConflictError(f"job {request.key} already exists "
                                     f"({self.jobs[request.key].phase})")
             sched = self.scheduler
+            cq = sched.queues.resolve(request.job.queue)
+            self._check_quota_ceiling(request.job, cq)
             try:
-                sched.validator.check(request.job, sched.state.table)
+                sched.submit(request.job, now)  # checks it could ever run here, then queues
             except InvalidJobError as exc:
                 raise _in_document_terms(exc, request) from None
-            cq = sched.queues.resolve(request.job.queue)
-            with self.store.transaction() as tx:
-                uid = tx.insert_job(request.key, request.namespace, request.name,
-                                    request.queue, request.document, now)
-                tx.add_events([NewEvent(now, "Normal", "Submitted", "Job", request.key,
-                                        request.namespace, f"queued in {request.queue} "
-                                        f"(ClusterQueue {cq})")])
-            sched.submit(request.job, now)
+            try:
+                with self.store.transaction() as tx:
+                    uid = tx.insert_job(request.key, request.namespace, request.name,
+                                        request.queue, request.document, now)
+                    tx.add_events([NewEvent(now, "Normal", "Submitted", "Job", request.key,
+                                            request.namespace, f"queued in {request.queue} "
+                                            f"(ClusterQueue {cq})")])
+            except BaseException:
+                sched.cancel(request.job.id, now)  # not on disk, so not accepted
+                raise
             rec = JobRecord(uid, request, "Pending", now, cluster_queue=cq)
             self.jobs[request.key] = rec
             self.metrics.submitted(cq)
