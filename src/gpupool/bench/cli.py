@@ -10,6 +10,16 @@ from typing import Any
 from gpupool.core.errors import ConfigError
 
 
+def _positive_float(value: str) -> float:
+    try:
+        x = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number") from None
+    if not x > 0:
+        raise argparse.ArgumentTypeError(f"{value} must be more than 0")
+    return x
+
+
 def _positive(value: str) -> int:
     try:
         n = int(value)
@@ -47,6 +57,29 @@ def add_parsers(sub: Any) -> None:
     a.add_argument("--seed", type=int, default=1)
     a.add_argument("--json", action="store_true", help="print the result as JSON")
     a.set_defaults(func=_admission)
+    s = bench_sub.add_parser(
+        "serve", help="sustained job submissions to a real gpupool serve over loopback",
+        description="Starts gpupool serve as a subprocess on a free port (temporary state, a "
+                    "cluster of NODES 8-GPU nodes in three flavors, four ClusterQueues in a "
+                    "cohort, eight namespaces), submits jobs open-loop at RATE jobs/s for "
+                    "DURATION seconds with an async HTTP client, and reports API latency, "
+                    "errors, the admissible backlog, admissions, cycles and the server's peak "
+                    "memory. The load generator runs on the same machine as the server. Exits "
+                    "0 whether or not the targets (>= 200 jobs/s, p99 < 100 ms) are met.")
+    s.add_argument("--rate", type=_positive_float, default=200.0, help="jobs/s (default 200)")
+    s.add_argument("--duration", type=_positive_float, default=60.0,
+                   help="seconds of load (default 60)")
+    s.add_argument("--nodes", type=_positive, default=150,
+                   help="8-GPU nodes of the bench cluster (default 150)")
+    s.add_argument("--speed", type=_positive_float, default=60.0,
+                   help="cluster seconds per wall second of the server (default 60)")
+    s.add_argument("--interval", type=_positive_float, default=0.1,
+                   help="server's scheduling period, wall seconds (default 0.1)")
+    s.add_argument("--concurrency", type=_positive, default=16,
+                   help="most requests in flight (HTTP connections; default 16)")
+    s.add_argument("--seed", type=int, default=1)
+    s.add_argument("--json", action="store_true", help="print the result as JSON")
+    s.set_defaults(func=_serve)
 
 
 def _placement(args: argparse.Namespace) -> int:
@@ -92,4 +125,41 @@ def _admission(args: argparse.Namespace) -> int:
               f"queues in {args.cohorts} cohorts ({out['nodes']} nodes) in {out['wall_s']} s: "
               f"{out['admissions_per_s']} admissions/s over {out['cycles']} cycles, "
               f"peak RSS {out['peak_rss_mib']} MiB")
+    return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.progress import Progress
+
+    from gpupool.bench import serve
+
+    total = max(1, round(args.rate * args.duration))
+    err = Console(stderr=True)
+    with Progress(transient=True, disable=not sys.stderr.isatty(), console=err) as bar:
+        task = bar.add_task(f"submitting at {args.rate:g} jobs/s", total=total)
+        result = serve.run(args.rate, args.duration, nodes=args.nodes, speed=args.speed,
+                           interval=args.interval, concurrency=args.concurrency,
+                           seed=args.seed, progress=lambda n: bar.advance(task, n))
+    out = result.as_json()
+    met = out["targets"]
+    verdict = (f"target >= {serve.TARGET_RATE:g} jobs/s: "
+               f"{'met' if met['rate_met'] else 'missed'}; target p99 < "
+               f"{serve.TARGET_P99_MS:g} ms: {'met' if met['p99_met'] else 'missed'}")
+    if args.json:
+        print(json.dumps(out))
+        print(verdict, file=sys.stderr)
+        return 0
+    lat, backlog = out["latency_ms"], out["backlog"]
+    print(f"{out['accepted']}/{out['submitted']} jobs accepted in {args.duration:g} s at "
+          f"{args.rate:g} jobs/s offered: {out['achieved_rate']} jobs/s, {out['errors']} "
+          f"errors {out['error_kinds'] or ''}".rstrip())
+    print(f"  API latency p50 {lat['p50']} ms, p99 {lat['p99']} ms, max {lat['max']} ms "
+          f"(waiting to be sent: p99 {out['client_queue_ms']['p99']} ms)")
+    print(f"  admissible backlog: {backlog['pending_admissible_start']} at start, "
+          f"{backlog['pending_admissible_end']} at end, max {backlog['max']}; drained in "
+          f"{out['drain_s']} s")
+    print(f"  {out['admitted']} admitted over {out['cycles']} cycles, decision p99 "
+          f"{out['decision_ms']['p99']} ms; server peak RSS {out['server_peak_rss_mib']} MiB")
+    print(f"  {verdict}")
     return 0
