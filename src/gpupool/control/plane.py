@@ -403,7 +403,7 @@ class ControlPlane:
         for ev in result.evicts:
             rec = self.jobs[ev.job]
             self.backend.stop(rec.key)
-            rec.phase, rec.placements, rec.started_s = "Pending", (), None
+            rec.phase, rec.placements, rec.started_s, rec.flavor = "Pending", (), None, ""
             rec.preemptions += 1
             rec.message = ev.message
             changes.job(rec.key, phase="Pending", placements=[], started_s=None, flavor="",
@@ -564,9 +564,10 @@ class ControlPlane:
                         rec = self.jobs[jid]
                         self.backend.stop(rec.key)
                         rec.phase, rec.placements, rec.started_s = "Pending", (), None
+                        rec.flavor = ""
                         rec.message = f"node {name} failed; back in its queue"
                         changes.job(rec.key, phase="Pending", placements=[], started_s=None,
-                                    message=rec.message)
+                                    flavor="", message=rec.message)
                         changes.event(now, "NodeFailed", "Job", rec.key, rec.message,
                                       rec.request.namespace, warning=True)
                     changes.event(now, "NodeFailed", "Node", name,
