@@ -30,6 +30,9 @@
 #   GPUPOOL_K8S_ETCD_DIR=/dev/shm/gpupool-k8s-etcd-$PORT   etcd data (tmpfs: no fsync cost)
 #   GPUPOOL_K8S_CONTROLLERS=                     e.g. job,garbagecollector for start
 #   GPUPOOL_K8S_EXTENDER=                        e.g. http://127.0.0.1:18080/extender
+#   GPUPOOL_K8S_APISERVER_ARGS=                  extra kube-apiserver flags, e.g.
+#                                                --watch-cache-sizes=pods#0 (pod watches served by
+#                                                etcd: after a compaction an old version is 410)
 set -euo pipefail
 
 CACHE=${GPUPOOL_K8S_CACHE:-$HOME/.cache/gpupool-k8s}
@@ -41,6 +44,7 @@ SCHED_HEALTH=$((PORT + 2000))
 ETCD_DIR=${GPUPOOL_K8S_ETCD_DIR:-/dev/shm/gpupool-k8s-etcd-$PORT}
 CONTROLLERS=${GPUPOOL_K8S_CONTROLLERS:-}
 EXTENDER=${GPUPOOL_K8S_EXTENDER:-}
+APISERVER_ARGS=${GPUPOOL_K8S_APISERVER_ARGS:-}
 BIN=$CACHE/bin
 COMPONENTS="kube-apiserver kube-scheduler kube-controller-manager"
 K8S_VERSION=1.20.2
@@ -204,7 +208,7 @@ running() { [[ -f $HOME_DIR/$1.pid ]] && kill -0 "$(cat "$HOME_DIR/$1.pid")" 2>/
 
 launch() {
   local name=$1; shift
-  setsid "$@" >"$HOME_DIR/$name.log" 2>&1 </dev/null &
+  setsid "$@" >"$HOME_DIR/$name.log" 2>&1 </dev/null 8>&- 9>&- &
   echo $! >"$HOME_DIR/$name.pid"
 }
 
@@ -242,7 +246,7 @@ start_apiserver() {
       --enable-admission-plugins=MutatingAdmissionWebhook,ValidatingAdmissionWebhook \
       --allow-privileged=true --profiling=false --endpoint-reconciler-type=none \
       --max-requests-inflight=2000 --max-mutating-requests-inflight=1000 \
-      --cert-dir="$HOME_DIR/certs"
+      --cert-dir="$HOME_DIR/certs" $APISERVER_ARGS
   fi
   local token _
   token=$(sed -n 1p "$HOME_DIR/pki/tokens.csv" | cut -d, -f1)

@@ -10,6 +10,7 @@ and clean up the cluster-scoped objects they make.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -59,9 +60,24 @@ class ControlPlane:
             raise RuntimeError(f"kubectl {' '.join(args)}: {proc.stderr}")
         return proc
 
-    def restart_apiserver(self) -> None:
+    def restart_apiserver(self, *flags: str) -> None:
+        """Stops kube-apiserver (etcd keeps the data) and starts it again, with ``flags``
+        added to its command line until the next restart."""
         self.script("stop-apiserver")
-        self.script("start")
+        self.script("start", extra={"GPUPOOL_K8S_APISERVER_ARGS": " ".join(flags)})
+
+    def compact_etcd(self) -> int:
+        """Compacts etcd's history up to now (as the API server does every 5 minutes), so a
+        watch from an older version is answered 410 Gone. Returns the revision."""
+        endpoint = f"127.0.0.1:{self.port + 1000}"
+        env = {**self.env, "ETCDCTL_API": "3"}
+        out = subprocess.run(["etcdctl", f"--endpoints={endpoint}", "endpoint", "status",
+                              "-w", "json"], env=env, capture_output=True, text=True,
+                             check=True, timeout=30).stdout
+        revision = int(json.loads(out)[0]["Status"]["header"]["revision"])
+        subprocess.run(["etcdctl", f"--endpoints={endpoint}", "compaction", str(revision)],
+                       env=env, capture_output=True, text=True, check=True, timeout=30)
+        return revision
 
     def token(self, line: int) -> str:
         return (self.home / "pki" / "tokens.csv").read_text().splitlines()[line].split(",")[0]
