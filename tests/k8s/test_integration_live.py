@@ -128,7 +128,7 @@ def test_webhook_called_by_the_api_server(control_plane: ControlPlane, tmp_path:
                                    labels={"gpupool.io/queue": "nowhere"})
                 assert "does not exist" in refused.value.message
                 # a pod without GPUs passes untouched
-                await make_pod(kube, "cpu-only", ns=ns)
+                await make_pod(kube, "cpu-only", ns=ns, scheduler="default-scheduler")
                 cpu = await get_pod(kube, ns, "cpu-only")
                 assert cpu["spec"]["schedulerName"] == "default-scheduler"
             finally:
@@ -174,11 +174,11 @@ def test_deploy_manifests_apply_and_crds_drive_queues(control_plane: ControlPlan
             return out.stdout.strip() == "yes"
 
         # what gpupool needs, and no more
-        assert can("create", "pods/binding", "-n", NS)
-        assert can("patch", "pods/status", "-n", NS)
+        assert can("create", "pods", "--subresource=binding", "-n", NS)
+        assert can("patch", "pods", "--subresource=status", "-n", NS)
         assert can("watch", "nodes")
         assert can("list", "clusterqueues.gpupool.io")
-        assert can("patch", "clusterqueues.gpupool.io/status")
+        assert can("patch", "clusterqueues.gpupool.io", "--subresource=status")
         assert can("update", "leases/gpupool-scheduler", "-n", "gpupool-system")
         assert not can("update", "leases/other", "-n", "gpupool-system")
         assert not can("delete", "pods", "-n", NS)
@@ -190,6 +190,7 @@ def test_deploy_manifests_apply_and_crds_drive_queues(control_plane: ControlPlan
                               "crd/resourceflavors.gpupool.io", "crd/cohorts.gpupool.io")
         # nothing serves the webhook here: keep it from slowing other tests' pods down
         control_plane.kubectl("delete", "mutatingwebhookconfiguration", "gpupool")
+        control_plane.kubectl("create", "namespace", NS, check=False)
         control_plane.kubectl("apply", "-f", "-", stdin=QUEUE_OBJECTS)
 
         async def body(kube: Kube) -> None:
