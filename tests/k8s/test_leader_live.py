@@ -31,14 +31,17 @@ kind: LocalQueue
 metadata: {name: default, namespace: team-a}
 spec: {clusterQueue: default}
 """
-LEASE = "/apis/coordination.k8s.io/v1/namespaces/gpupool-system/leases/gpupool-scheduler"
+# its own namespace: the deploy test deletes gpupool-system, which stays Terminating here
+# (no namespace controller runs)
+LEASE_NS = "gpupool-leader-test"
+LEASE = f"/apis/coordination.k8s.io/v1/namespaces/{LEASE_NS}/leases/gpupool-scheduler"
 
 
 def replica(cp: ControlPlane, identity: str, queues: Path, log: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [sys.executable, "-m", "gpupool.k8s", "run", "--kubeconfig", cp.kubeconfig,
          "--identity", identity, "--queues", str(queues), "--lease-duration", "4",
-         "--renew-interval", "0.5"],
+         "--renew-interval", "0.5", "--lease-namespace", LEASE_NS],
         stdout=log.open("wb"), stderr=subprocess.STDOUT,
         env={**os.environ, "PYTHONUNBUFFERED": "1"})
 
@@ -65,7 +68,7 @@ def test_two_replicas_one_killed(control_plane: ControlPlane, tmp_path: Path) ->
     procs: dict[str, subprocess.Popen[bytes]] = {}
 
     async def body(kube: Kube) -> None:
-        await ensure_namespace(kube, "gpupool-system")
+        await ensure_namespace(kube, LEASE_NS)
         with contextlib.suppress(ApiError):
             await kube.request("DELETE", LEASE)
         await make_node(kube, "gpu-1", gpus=4)
