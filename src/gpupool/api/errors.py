@@ -67,7 +67,7 @@ def body(error: str, message: str, details: dict[str, Any] | None = None) -> dic
 
 def _jsonable(value: object) -> object:
     try:
-        json.dumps(value)
+        json.dumps(value, allow_nan=False)  # as the response is written: no Infinity, NaN
         return value
     except (TypeError, ValueError):
         return repr(value)
