@@ -53,6 +53,8 @@ ESTIMATE_EVERY_S = 1.0  # wall seconds between wait-estimate runs
 EVENTS_KEPT = 50_000
 HISTORY_EVERY_S = 1.0  # wall seconds between samples of queue usage
 HISTORY_KEPT = 900
+MAX_POOL_NODES = 1_000  # nodes one API request may add
+MAX_NODE_GPUS = 64  # cards on one node
 
 
 class Backend(Protocol):
@@ -517,6 +519,13 @@ class ControlPlane:
 
     def add_nodes(self, pool: Mapping[str, Any]) -> list[Node]:
         """Nodes from one node-pool spec (the shape of cluster.yaml's ``nodePools`` items)."""
+        gpus = pool.get("gpus")
+        for path, value, limit in (
+                ("count", pool.get("count"), MAX_POOL_NODES),
+                ("gpus.count", gpus.get("count") if isinstance(gpus, Mapping) else None,
+                 MAX_NODE_GPUS)):
+            if isinstance(value, int) and value > limit:  # refused before anything is built
+                raise ConfigError(f"request: {path}={value} is more than {limit:,}")
         with self.lock:
             doc = Document("request", 1, {"apiVersion": "gpupool.io/v1alpha1",
                                           "kind": "Cluster", "metadata": {"name": "api"},
