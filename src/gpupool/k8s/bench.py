@@ -3,13 +3,15 @@
 The benchmark makes ``--nodes`` fake nodes with ``--gpus-per-node`` cards each (HAMi's
 register annotation, 40 GiB A100s, Ready, untainted: there are no kubelets), starts
 ``gpupool k8s run`` as a separate process (as it runs in a cluster), creates ``--pods`` pods
-asking for half a card each (``nvidia.com/gpucores: 50``, ``nvidia.com/gpumem: 16000``), and
-watches them. A pod counts as bound when the watch shows its ``spec.nodeName``.
+asking for half a card each (``nvidia.com/gpucores: 50``, ``nvidia.com/gpumem: 16000``) and
+watches them. A pod counts as bound when the watch shows its ``spec.nodeName``. Pods are
+created as fast as the API server takes them (32 requests in flight), or at ``--rate`` pods
+per second (open loop: pod i is sent at i / rate seconds, however slow earlier ones were).
 
 Figures (JSON): ``pods_per_s`` is pods bound over the time from the first create to the last
 bind; ``create_to_bound_ms`` is per pod, from just before its create request to the watch event
-that shows it bound. The pods are created by 32 concurrent requests, so the API server and
-the two processes share the machine's CPUs; the figures include that.
+that shows it bound. The API server, etcd, the scheduler and this process share the
+machine's CPUs; the figures include that.
 """
 
 from __future__ import annotations
@@ -83,7 +85,8 @@ async def _cleanup(kube: Kube, ns: str) -> None:
 
 
 async def run_bench(kubeconfig: str | None, nodes: int, gpus: int, pods: int, ns: str,
-                    scheduler: str = "gpupool", timeout_s: float = 300.0) -> dict[str, Any]:
+                    scheduler: str = "gpupool", timeout_s: float = 300.0,
+                    profile: str | None = None, rate: float = 0.0) -> dict[str, Any]:
     kube = await Kube.connect(kubeconfig)
     proc: subprocess.Popen[bytes] | None = None
     try:
@@ -99,7 +102,8 @@ async def run_bench(kubeconfig: str | None, nodes: int, gpus: int, pods: int, ns
 
         await asyncio.gather(*(limited(_node(kube, f"bench-{i:04d}", gpus))
                                for i in range(nodes)))
-        cmd = [sys.executable, "-m", "gpupool.k8s", "run", "--no-leader-elect",
+        prof = ["-m", "cProfile", "-o", profile] if profile else []
+        cmd = [sys.executable, *prof, "-m", "gpupool.k8s", "run", "--no-leader-elect",
                "--scheduler-name", scheduler]
         if kubeconfig:
             cmd += ["--kubeconfig", kubeconfig]
@@ -138,12 +142,17 @@ async def run_bench(kubeconfig: str | None, nodes: int, gpus: int, pods: int, ns
 
         async def create(i: int) -> None:
             name = f"p{i:05d}"
+            if rate > 0:  # an open-loop arrival rate: pod i is due at t0 + i / rate
+                await asyncio.sleep(max(0.0, t0 + i / rate - time.perf_counter()))
             created[name] = time.perf_counter()
             await kube.request("POST", f"/api/v1/namespaces/{ns}/pods",
                                _pod(name, ns, scheduler))
 
         t0 = time.perf_counter()
-        await asyncio.gather(*(limited(create(i)) for i in range(pods)))
+        if rate > 0:
+            await asyncio.gather(*(create(i) for i in range(pods)))
+        else:
+            await asyncio.gather(*(limited(create(i)) for i in range(pods)))
         created_s = time.perf_counter() - t0
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(done.wait(), timeout_s)
@@ -151,17 +160,20 @@ async def run_bench(kubeconfig: str | None, nodes: int, gpus: int, pods: int, ns
         watcher.cancel()
         with contextlib.suppress(asyncio.CancelledError, ApiError):
             await watcher
-        lat = np.array([bound[n] - created[n] for n in bound if n in created]) * 1000.0
+        names = sorted(n for n in bound if n in created)
+        lat = np.array([bound[n] - created[n] for n in names]) * 1000.0
+        slow = [(names[i], round(float(lat[i]), 1)) for i in np.argsort(-lat)[:5]]
         last = max(bound.values()) if bound else t0
         wall = last - t0
         return {
             "nodes": nodes, "gpus": nodes * gpus, "pods": pods, "bound": len(bound),
-            "wall_s": round(wall, 3), "create_s": round(created_s, 3),
+            "rate": rate or None, "wall_s": round(wall, 3), "create_s": round(created_s, 3),
             "pods_per_s": round(len(bound) / wall, 1) if wall > 0 else 0.0,
             "create_to_bound_ms": {
                 "p50": round(float(np.percentile(lat, 50)), 1) if lat.size else None,
                 "p99": round(float(np.percentile(lat, 99)), 1) if lat.size else None,
                 "max": round(float(lat.max()), 1) if lat.size else None},
+            "slowest": slow,
         }
     finally:
         if proc is not None and proc.poll() is None:
@@ -177,6 +189,7 @@ async def run_bench(kubeconfig: str | None, nodes: int, gpus: int, pods: int, ns
 
 def bench_command(args: argparse.Namespace) -> int:
     result = asyncio.run(run_bench(args.kubeconfig, args.nodes, args.gpus_per_node, args.pods,
-                                   args.namespace, args.scheduler_name))
+                                   args.namespace, args.scheduler_name,
+                                   profile=args.profile, rate=args.rate))
     print(json.dumps(result, indent=None if args.json else 2))
     return 0

@@ -55,6 +55,11 @@ def add_parsers(sub: Any) -> None:
     bench.add_argument("--pods", type=int, default=1000)
     bench.add_argument("--namespace", default="gpupool-bench")
     bench.add_argument("--json", action="store_true", help="print only the JSON figures")
+    bench.add_argument("--rate", type=float, default=0.0, metavar="PODS_PER_S",
+                       help="create pods at this rate (default: as fast as the API server "
+                            "takes them, 32 requests in flight)")
+    bench.add_argument("--profile", metavar="FILE",
+                       help="run the scheduler process under cProfile, writing FILE")
     bench.set_defaults(func=_bench)
 
 

@@ -171,6 +171,9 @@ class Controller:
         self._status_sem = asyncio.Semaphore(options.status_concurrency)
         self._tasks: set[asyncio.Task[Any]] = set()
         self._leader_ready = asyncio.Event()
+        # (smallest card MiB, GPU models): what pod requests are read against; cleared
+        # whenever the nodes change
+        self._inventory: tuple[int, frozenset[str]] | None = None
 
     # -- running ---------------------------------------------------------------------------
 
@@ -243,6 +246,7 @@ class Controller:
         pod's recorded cards and quota, then the pending pods."""
         nodes = self._translate_nodes()
         self.nodes_by_name = {n.name: n for n in nodes}
+        self._inventory = None
         self.sched = Scheduler(nodes, self.config)
         self.jobs.clear()
         self.pod_job.clear()
@@ -320,6 +324,7 @@ class Controller:
         else:
             self.sched.update_node(node)
         self.nodes_by_name[name] = node
+        self._inventory = None
         self._dirty.set()
 
     def _remove_node(self, name: str) -> None:
@@ -327,6 +332,7 @@ class Controller:
         if name not in self.nodes_by_name:
             return
         del self.nodes_by_name[name]
+        self._inventory = None
         for job_id in self.sched.remove_node(NodeName(name), self.clock()):
             # Its pods stay bound to the node that left; they will not run anywhere else.
             self.sched.cancel(job_id, self.clock())
@@ -439,9 +445,12 @@ class Controller:
             self._restore(rec.job, members)
 
     def _request(self, pod: Mapping[str, Any]) -> PodRequest:
-        nodes = self.nodes_by_name.values()
-        return pod_request(pod, self.opt.names, card_memory_mib=card_floor(nodes),
-                           models={g.model for n in nodes for g in n.gpus})
+        if self._inventory is None:
+            nodes = self.nodes_by_name.values()
+            self._inventory = (card_floor(nodes),
+                               frozenset(g.model for n in nodes for g in n.gpus))
+        floor, models = self._inventory
+        return pod_request(pod, self.opt.names, card_memory_mib=floor, models=models)
 
     def _queue(self, pod: Mapping[str, Any]) -> str:
         assert self.sched is not None
