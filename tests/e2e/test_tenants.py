@@ -36,14 +36,19 @@ HIDDEN = "(another tenant)"
 
 
 @pytest.fixture
-def plane(tmp_path: Path) -> Iterator[ControlPlane]:
-    p = make_plane(tmp_path / "state.db", Wall())
+def wall() -> Wall:
+    return Wall()
+
+
+@pytest.fixture
+def plane(tmp_path: Path, wall: Wall) -> Iterator[ControlPlane]:
+    p = make_plane(tmp_path / "state.db", wall)
     yield p
     p.store.close()
 
 
 @pytest.fixture
-def http(plane: ControlPlane) -> TestClient:
+def http(plane: ControlPlane, wall: Wall) -> TestClient:
     """Research runs a whole-GPU job and a slice, serving a slice on the same kind of card,
     notebooks a MIG instance; research also has one waiting and one ended."""
     c = client(plane)
@@ -59,7 +64,7 @@ def http(plane: ControlPlane) -> TestClient:
         r = c.post("/api/v1/jobs", json=doc, headers=auth(token))
         assert r.status_code == 201, r.text
     plane.tick()
-    plane.clock._wall.advance(120)  # type: ignore[attr-defined]
+    wall.advance(120)
     plane.tick()
     r = c.post("/api/v1/jobs", json=job_doc("wait", gpus=8, count=2, models=["H100-80GB"]),
                headers=auth(RESEARCH))
