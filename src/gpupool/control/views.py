@@ -15,6 +15,7 @@ import numpy as np
 
 from gpupool.control.codec import node_from_json, placement_to_json
 from gpupool.control.plane import ACTIVE, ControlPlane, JobRecord
+from gpupool.core.errors import NotFoundError
 from gpupool.core.model import JobId, Node, NodeName
 from gpupool.core.quota import Resource
 
@@ -98,9 +99,17 @@ def node_names(plane: ControlPlane) -> list[str]:
         return list(plane.node_status)
 
 
+def nodes_view(plane: ControlPlane, visible: Visible = everyone) -> list[dict[str, Any]]:
+    """Every node, read in one hold of the lock (a node deleted meanwhile is not half-seen)."""
+    with plane.lock:
+        return [node_view(plane, name, visible) for name in plane.node_status]
+
+
 def node_view(plane: ControlPlane, name: str, visible: Visible = everyone) -> dict[str, Any]:
     with plane.lock:
-        body = plane.node_status[name]
+        body = plane.node_status.get(name)
+        if body is None:  # deleted since the caller looked
+            raise NotFoundError(f"node {name} not found")
         node = node_from_json(body["node"])
         sched = plane.scheduler
         t = sched.state.table
