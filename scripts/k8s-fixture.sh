@@ -30,6 +30,8 @@
 #   GPUPOOL_K8S_ETCD_DIR=/dev/shm/gpupool-k8s-etcd-$PORT   etcd data (tmpfs: no fsync cost)
 #   GPUPOOL_K8S_CONTROLLERS=                     e.g. job,garbagecollector for start
 #   GPUPOOL_K8S_EXTENDER=                        e.g. http://127.0.0.1:18080/extender
+#   GPUPOOL_K8S_SCHEDULER_QPS=50                 kube-scheduler's client QPS (burst twice that);
+#                                                50 is kube-scheduler's own default
 #   GPUPOOL_K8S_APISERVER_ARGS=                  extra kube-apiserver flags, e.g.
 #                                                --watch-cache-sizes=pods#0 (pod watches served by
 #                                                etcd: after a compaction an old version is 410)
@@ -45,6 +47,7 @@ ETCD_DIR=${GPUPOOL_K8S_ETCD_DIR:-/dev/shm/gpupool-k8s-etcd-$PORT}
 CONTROLLERS=${GPUPOOL_K8S_CONTROLLERS:-}
 EXTENDER=${GPUPOOL_K8S_EXTENDER:-}
 APISERVER_ARGS=${GPUPOOL_K8S_APISERVER_ARGS:-}
+SCHED_QPS=${GPUPOOL_K8S_SCHEDULER_QPS:-50}
 BIN=$CACHE/bin
 COMPONENTS="kube-apiserver kube-scheduler kube-controller-manager"
 K8S_VERSION=1.20.2
@@ -291,7 +294,7 @@ start_scheduler() {
   {
     echo "apiVersion: kubescheduler.config.k8s.io/v1beta1"
     echo "kind: KubeSchedulerConfiguration"
-    echo "clientConnection: {kubeconfig: $KUBECONFIG_FILE, qps: 200, burst: 400}"
+    echo "clientConnection: {kubeconfig: $KUBECONFIG_FILE, qps: $SCHED_QPS, burst: $((SCHED_QPS * 2))}"
     echo "leaderElection: {leaderElect: false}"
     echo "healthzBindAddress: 127.0.0.1:$SCHED_HEALTH"
     echo "metricsBindAddress: 127.0.0.1:$SCHED_HEALTH"

@@ -58,6 +58,9 @@ def add_parsers(sub: Any) -> None:
     bench.add_argument("--rate", type=float, default=0.0, metavar="PODS_PER_S",
                        help="create pods at this rate (default: as fast as the API server "
                             "takes them, 32 requests in flight)")
+    bench.add_argument("--external", action="store_true",
+                       help="start no gpupool: measure the scheduler named by "
+                            "--scheduler-name (e.g. kube-scheduler as default-scheduler)")
     bench.add_argument("--profile", metavar="FILE",
                        help="run the scheduler process under cProfile, writing FILE")
     bench.set_defaults(func=_bench)
