@@ -8,12 +8,18 @@ import asyncio
 import base64
 import contextlib
 import json
+import os
+import signal
 import socket
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 
+from gpupool.k8s.bench import run_bench
 from gpupool.k8s.crd import CrdStatus
 from gpupool.k8s.extender import serve_http
 from gpupool.k8s.kube import ApiError, Kube
@@ -66,6 +72,11 @@ def test_extender_called_by_kube_scheduler(control_plane: ControlPlane) -> None:
                     cards.add((rec["node"], rec["cards"][0][0]))
                 assert len(cards) == 4
                 assert len(ctl.allocations()) == 4
+                async with aiohttp.ClientSession() as http, \
+                        http.get(f"http://127.0.0.1:{port}/metrics") as resp:
+                    text = await resp.text()
+                assert "gpupool_k8s_binds_total 4" in text
+                assert "gpupool_jobs_running 4" in text
             finally:
                 await server.cleanup()
 
@@ -226,3 +237,91 @@ def test_deploy_manifests_apply_and_crds_drive_queues(control_plane: ControlPlan
         control_plane.kubectl("delete", "-k", str(REPO / "deploy"), "--wait=false",
                               check=False, timeout=120)
 
+
+
+CRD_QUEUES = """
+apiVersion: gpupool.io/v1alpha1
+kind: ClusterQueue
+metadata: {name: lab}
+spec:
+  resourceGroups:
+  - coveredResources: [nvidia.com/gpu]
+    flavors:
+    - name: any
+      resources: [{name: nvidia.com/gpu, nominalQuota: QUOTA}]
+---
+apiVersion: gpupool.io/v1alpha1
+kind: ResourceFlavor
+metadata: {name: any}
+---
+apiVersion: gpupool.io/v1alpha1
+kind: LocalQueue
+metadata: {name: lab, namespace: team-a}
+spec: {clusterQueue: lab}
+"""
+
+
+def test_gpupool_run_follows_crd_changes(control_plane: ControlPlane, tmp_path: Path) -> None:
+    """``gpupool k8s run`` without --queues: queues from the CRDs; raising a quota takes
+    effect at once; the ClusterQueue's status is kept current."""
+    control_plane.kubectl("apply", "-f", str(REPO / "deploy" / "crds"))
+    control_plane.kubectl("wait", "--for=condition=Established", "--timeout=60s",
+                          "crd/clusterqueues.gpupool.io", "crd/localqueues.gpupool.io",
+                          "crd/resourceflavors.gpupool.io", "crd/cohorts.gpupool.io")
+    control_plane.kubectl("create", "namespace", NS, check=False)
+    control_plane.kubectl("apply", "-f", "-", stdin=CRD_QUEUES.replace("QUOTA", "1"))
+    log = (tmp_path / "run.log").open("wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpupool.k8s", "run", "--kubeconfig", control_plane.kubeconfig,
+         "--no-leader-elect"], stdout=log, stderr=subprocess.STDOUT,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"})
+
+    async def status(kube: Kube) -> dict[str, Any]:
+        cq = await kube.request("GET", "/apis/gpupool.io/v1alpha1/clusterqueues/lab")
+        return cq.get("status") or {}
+
+    async def body(kube: Kube) -> None:
+        await make_node(kube, "gpu-1", gpus=4)
+        for i in range(2):
+            await make_pod(kube, f"l{i}", ns=NS, limits={"nvidia.com/gpu": 1},
+                           labels={"gpupool.io/queue": "lab"})
+
+        async def n_bound() -> int:
+            return sum(1 for p in await list_pods(kube, NS) if p["spec"].get("nodeName"))
+
+        await wait_for(n_bound, 30, "one pod bound")
+        await wait_for(lambda: _has(status(kube), admittedWorkloads=1, pendingWorkloads=1),
+                       20, "status 1 admitted, 1 pending")
+        assert await n_bound() == 1
+        control_plane.kubectl("apply", "-f", "-", stdin=CRD_QUEUES.replace("QUOTA", "2"))
+
+        async def both() -> bool:
+            return await n_bound() == 2
+
+        await wait_for(both, 30, "the second pod bound after the quota was raised")
+        await wait_for(lambda: _has(status(kube), admittedWorkloads=2, pendingWorkloads=0),
+                       20, "status 2 admitted")
+
+    try:
+        live(control_plane, body)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        control_plane.kubectl("delete", "-f", "-", stdin=CRD_QUEUES.replace("QUOTA", "1"),
+                              check=False)
+
+
+async def _has(status: Any, **want: int) -> bool:
+    got = await status
+    return all(got.get(k) == v for k, v in want.items())
+
+
+def test_bench_small(control_plane: ControlPlane) -> None:
+    """``gpupool k8s bench`` end to end, small: every pod bound, figures present."""
+    result = asyncio.run(run_bench(control_plane.kubeconfig, nodes=3, gpus=2, pods=10,
+                                   ns="gpupool-bench-test"))
+    assert result["bound"] == 10 and result["pods"] == 10
+    assert result["pods_per_s"] > 0 and result["create_to_bound_ms"]["p99"] is not None
