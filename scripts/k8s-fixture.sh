@@ -23,7 +23,9 @@
 #   scripts/k8s-fixture.sh status
 #
 # Environment (defaults):
-#   GPUPOOL_K8S_CACHE=$HOME/.cache/gpupool-k8s   build tree, Go cache, bin/ with the binaries
+#   GPUPOOL_K8S_CACHE=$HOME/.cache/gpupool-k8s   source tarball, bin/ with the binaries (the build
+#                                                tree is deleted after a build unless
+#                                                GPUPOOL_K8S_KEEP_TREE is set)
 #   GPUPOOL_K8S_HOME=/tmp/gpupool-k8s            one running instance: pki, kubeconfig, logs, pids
 #   GPUPOOL_K8S_PORT=26443                       kube-apiserver's secure port; etcd uses PORT+1000
 #                                                and PORT+1001, the scheduler's health port PORT+2000
@@ -161,6 +163,8 @@ install() {
     mkdir -p "$BIN"
     for c in $COMPONENTS; do cp "_output/bin/$c" "$BIN/$c.tmp" && mv "$BIN/$c.tmp" "$BIN/$c"; done
   )
+  # The tree with its build output is about 2.3 GiB; the tarball (33 MiB) stays for a rebuild.
+  [[ -n ${GPUPOOL_K8S_KEEP_TREE:-} ]] || rm -rf "$tree"
   say "built $COMPONENTS in $((SECONDS - t0)) s into $BIN"
 }
 
