@@ -4,6 +4,7 @@ reasons, rejections, quotas."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -12,7 +13,7 @@ import pytest
 import yaml
 
 from gpupool.config import load_queue_config
-from gpupool.k8s.kube import Kube
+from gpupool.k8s.kube import ApiError, Kube
 from gpupool.k8s.main import default_config
 from tests.k8s.conftest import ControlPlane
 from tests.k8s.kit import (
@@ -22,6 +23,7 @@ from tests.k8s.kit import (
     get_pod,
     make_node,
     make_pod,
+    pod_body,
     running,
     set_phase,
     wait_for,
@@ -242,3 +244,71 @@ def test_queue_quota_end_to_end(control_plane: ControlPlane) -> None:
             assert sum(v for (_, r), v in usage.items() if str(r) == "gpu_milli") == 2000
 
     live(control_plane, body, namespaces=("team-a", "team-b"))
+
+
+PREEMPTION = """
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: ClusterQueue
+metadata: {name: shared}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: LocalQueue
+metadata: {name: shared, namespace: team-a}
+spec: {clusterQueue: shared}
+---
+apiVersion: gpupool.io/v1alpha1
+kind: QueueSettings
+spec: {minRuntime: 0}
+"""
+
+
+def test_priority_preempts_and_waits_for_the_victim(control_plane: ControlPlane) -> None:
+    """A pod of a higher PriorityClass (the API server fills spec.priority) takes the card of
+    a lower one: the victim is evicted through the Eviction API and the card goes to the
+    preemptor. (Binds onto a node wait while a victim there is still terminating; here the
+    victim has no grace period and goes at once.)"""
+    config = load_queue_config(list(yaml.safe_load_all(PREEMPTION)))
+    classes = "/apis/scheduling.k8s.io/v1/priorityclasses"
+
+    async def body(kube: Kube) -> None:
+        for name, value in (("gpupool-low", 10), ("gpupool-high", 1000)):
+            with contextlib.suppress(ApiError):
+                await kube.request("POST", classes, {
+                    "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                    "metadata": {"name": name}, "value": value})
+        await make_node(kube, "gpu-1", gpus=1)
+        async with running(kube, config) as ctl:
+            low = pod_body("low", ns=NS, limits={"nvidia.com/gpu": 1},
+                           labels={"gpupool.io/queue": "shared"})
+            low["spec"]["priorityClassName"] = "gpupool-low"
+            await kube.request("POST", f"/api/v1/namespaces/{NS}/pods", low)
+            await wait_for(lambda: bound(kube, NS, "low"), what="low bound")
+            high = pod_body("high", ns=NS, limits={"nvidia.com/gpu": 1},
+                            labels={"gpupool.io/queue": "shared"})
+            high["spec"]["priorityClassName"] = "gpupool-high"
+            await kube.request("POST", f"/api/v1/namespaces/{NS}/pods", high)
+            pod = await wait_for(lambda: bound(kube, NS, "high"), what="high bound")
+            assert pod["spec"]["priority"] == 1000
+            assert ctl.stats.evictions == 1
+
+            async def low_gone() -> bool:
+                try:
+                    await get_pod(kube, NS, "low")
+                except ApiError as exc:
+                    return exc.status == 404
+                return False
+
+            assert await wait_for(low_gone, what="the victim gone")
+            assert list(ctl.allocations()) == [f"{NS}/high"]
+
+    try:
+        live(control_plane, body)
+    finally:
+        async def drop() -> None:
+            kube = await Kube.connect(control_plane.kubeconfig)
+            for name in ("gpupool-low", "gpupool-high"):
+                with contextlib.suppress(ApiError):
+                    await kube.request("DELETE", f"{classes}/{name}")
+            await kube.close()
+
+        asyncio.run(drop())

@@ -38,6 +38,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpupool.core.decisions import Bind
 from gpupool.core.errors import (
     AdapterError,
     ConflictError,
@@ -131,6 +132,7 @@ class Stats:
     restored_jobs: int = 0
     restore_conflicts: int = 0
     cycles: int = 0
+    evictions: int = 0
     bound_at: dict[str, float] = field(default_factory=dict)  # pod key -> wall time bound
 
 
@@ -151,6 +153,8 @@ class Controller:
         self.gangs: dict[JobId, tuple[GangRef, dict[str, PodRequest]]] = {}
         self.job_sizes: dict[str, int] = {}  # ns/job -> parallelism
         self.last_reason: dict[str, str] = {}
+        self.evicting: dict[str, str] = {}  # pod key -> node, for evicted pods not yet gone
+        self.deferred: dict[JobId, tuple[Bind, float]] = {}  # binds waiting for victims
         self.stats = Stats()
         self.node_informer = Informer(kube, "/api/v1/nodes", self._on_node, name="nodes")
         self.pod_informer = Informer(
@@ -253,6 +257,7 @@ class Controller:
         self.requests.clear()
         self.gangs.clear()
         self.rejected.clear()
+        self.deferred.clear()
         bound: dict[JobId, list[tuple[str, RecordedPlacement]]] = {}
         pending: list[str] = []
         for key, pod in self._all_pods():
@@ -356,6 +361,10 @@ class Controller:
         if self.sched is None:
             return
         key = object_key(obj)
+        if key in self.evicting:
+            if event == "DELETED" or _ended(obj):
+                self._victim_gone(key)
+            return
         if event == "DELETED" or _ended(obj):
             self._pod_ended(key)
             return
@@ -379,7 +388,10 @@ class Controller:
         if self.sched is None:
             return
         key = object_key(obj)
-        if event == "DELETED" or _ended(obj):
+        if key in self.evicting:
+            if event == "DELETED" or _ended(obj):
+                self._victim_gone(key)
+        elif event == "DELETED" or _ended(obj):
             self._pod_ended(key)
         elif (obj.get("spec") or {}).get("nodeName") and key not in self.pod_job:
             self._bound_elsewhere(key, obj)
@@ -594,10 +606,7 @@ class Controller:
             if info is None:
                 continue
             info.running = True
-            for p in bind.placements:
-                key = info.task_pod[p.task]
-                self.last_reason.pop(key, None)
-                self._spawn(self._bind(key, p, info, bind.flavor, now))
+            self._dispatch(bind, info, now)
         for park in result.parks:
             info = self.jobs.get(park.job)
             if info is None:
@@ -606,11 +615,48 @@ class Controller:
             for key in info.pods:
                 self._park_message(key, message)
         for ev in result.evicts:
-            info = self.jobs.get(ev.job)
-            if info is None:
+            self._evict_job(ev.job, f"preempted by {ev.preemptor} ({ev.reason})")
+
+    def _evict_job(self, job_id: JobId, reason: str) -> None:
+        """The core took a job's cards back for a preemptor: its pods are evicted (they do
+        not come back; a Job controller makes new ones, scheduled as new jobs). Binds onto
+        their nodes wait until they are gone (see ``_dispatch``), so the preemptor never
+        shares a card with a victim still running."""
+        assert self.sched is not None
+        info = self.jobs.pop(job_id, None)
+        with contextlib.suppress(NotFoundError):
+            self.sched.cancel(job_id, self.clock())  # the core queued it again
+        if info is None:
+            return
+        for key in info.pods:
+            self.pod_job.pop(key, None)
+            if key in info.ended:
                 continue
-            for key in info.pods:
-                self._spawn(self._evict(key, f"preempted by {ev.preemptor} ({ev.reason})"))
+            pod = self._pod(key)
+            node = str(((pod or {}).get("spec") or {}).get("nodeName") or "")
+            self.evicting[key] = node
+            self._spawn(self._evict(key, reason))
+
+    def _dispatch(self, bind: Bind, info: JobInfo, now: float) -> None:
+        busy = set(self.evicting.values())
+        if any(p.node in busy for p in bind.placements):
+            self.deferred[bind.job] = (bind, now)
+            return
+        for p in bind.placements:
+            key = info.task_pod[p.task]
+            self.last_reason.pop(key, None)
+            self._spawn(self._bind(key, p, info, bind.flavor, now))
+
+    def _victim_gone(self, key: str) -> None:
+        self.evicting.pop(key, None)
+        busy = set(self.evicting.values())
+        for job_id, (bind, now) in list(self.deferred.items()):
+            info = self.jobs.get(job_id)
+            if info is None:
+                del self.deferred[job_id]
+            elif not any(p.node in busy for p in bind.placements):
+                del self.deferred[job_id]
+                self._dispatch(bind, info, now)
 
     # -- writes ----------------------------------------------------------------------------
 
@@ -705,7 +751,11 @@ class Controller:
                 "POST", f"/api/v1/namespaces/{ns}/pods/{name}/eviction",
                 {"apiVersion": "policy/v1beta1", "kind": "Eviction",
                  "metadata": {"name": name, "namespace": ns}})
+            self.stats.evictions += 1
         except ApiError as exc:
+            if exc.status == 404:
+                self._victim_gone(key)
+                return
             log.warning("evicting %s (%s) failed: %s", key, reason, exc)
 
     def _park_message(self, key: str, message: str) -> None:
