@@ -94,6 +94,7 @@ class Options:
     annotate_first: bool = False
     bind_concurrency: int = 64
     bind_retry_s: float = 90.0  # how long transient API errors are retried per bind
+    reason_interval_s: float = 5.0  # a pod's pending reason is written at most this often
     status_concurrency: int = 8
     cycle_interval_s: float = 2.0
     debounce_s: float = 0.005
@@ -153,6 +154,8 @@ class Controller:
         self.gangs: dict[JobId, tuple[GangRef, dict[str, PodRequest]]] = {}
         self.job_sizes: dict[str, int] = {}  # ns/job -> parallelism
         self.last_reason: dict[str, str] = {}
+        self._reason_at: dict[str, float] = {}
+        self._reason_due: dict[str, str] = {}
         self.evicting: dict[str, str] = {}  # pod key -> node, for evicted pods not yet gone
         self.deferred: dict[JobId, tuple[Bind, float]] = {}  # binds waiting for victims
         self.stats = Stats()
@@ -568,6 +571,8 @@ class Controller:
         assert self.sched is not None
         self.rejected.pop(key, None)
         self.last_reason.pop(key, None)
+        self._reason_at.pop(key, None)
+        self._reason_due.pop(key, None)
         self.requests.pop(key, None)
         for job_id, (_gang, members) in list(self.gangs.items()):
             if members.pop(key, None) is not None and not members:
@@ -759,12 +764,39 @@ class Controller:
             log.warning("evicting %s (%s) failed: %s", key, reason, exc)
 
     def _park_message(self, key: str, message: str) -> None:
+        """Says why a pod waits (condition and Event), when the reason changed; at most once
+        per ``reason_interval_s`` per pod, the latest reason written when the interval ends
+        (a wake-up re-parks every waiting pod with new numbers; this keeps that from
+        flooding the API server)."""
         if self.last_reason.get(key) == message:
+            self._reason_due.pop(key, None)
             return
+        now = time.monotonic()
+        wait = self._reason_at.get(key, -1e9) + self.opt.reason_interval_s - now
+        if wait > 0:
+            if key not in self._reason_due:
+                self._spawn(self._park_later(key, wait))
+            self._reason_due[key] = message
+            return
+        self._reason_due.pop(key, None)
         self.last_reason[key] = message
+        self._reason_at[key] = now
         pod = self.pod_informer.cache.get(key)
         if pod is not None and self.is_leader():
             self._spawn(self._pending(pod, "Unschedulable", "FailedScheduling", message))
+
+    async def _park_later(self, key: str, wait: float) -> None:
+        await asyncio.sleep(wait)
+        message = self._reason_due.pop(key, None)
+        if message is not None and self._still_waiting(key):
+            self._park_message(key, message)
+
+    def _still_waiting(self, key: str) -> bool:
+        job = self.pod_job.get(key)
+        if job is not None:
+            info = self.jobs.get(job)
+            return info is not None and not info.running
+        return self._in_gang(key)
 
     def _reject(self, keys: Iterable[str], reason: str) -> None:
         for key in keys:
