@@ -52,6 +52,8 @@ class ControlPlane:
 
     def kubectl(self, *args: str, stdin: str | None = None, check: bool = True,
                 timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        if shutil.which("kubectl") is None:
+            pytest.skip("kubectl is not on PATH")
         proc = subprocess.run(["kubectl", "--kubeconfig", self.kubeconfig,
                                "--request-timeout=30s", *args],
                               input=stdin, capture_output=True, text=True, timeout=timeout,
@@ -97,8 +99,6 @@ def control_plane() -> Iterator[ControlPlane]:
         cache = env.get("GPUPOOL_K8S_CACHE", "~/.cache/gpupool-k8s")
         pytest.skip(f"kube-apiserver is not built in {cache}: run `make k8s-fixture` "
                     "(scripts/k8s-fixture.sh install; about 10-15 minutes once)")
-    if shutil.which("kubectl") is None:
-        pytest.skip("kubectl is not on PATH")
     index = _worker_index()
     port = 26443 + 20 * index
     home = Path(f"/tmp/gpupool-k8s-test-{os.getuid()}-{index}")
