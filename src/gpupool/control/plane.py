@@ -499,6 +499,7 @@ class ControlPlane:
                     raise ConflictError(f"the change would leave job {rec.key} without its "
                                         f"queue: {exc}") from None
         old = (self.queue_docs, self.config)
+        requests = {key: rec.request for key, rec in self.jobs.items()}
         self.queue_docs, self.config = docs, config
         try:
             for rec in self.jobs.values():
@@ -506,14 +507,17 @@ class ControlPlane:
                     rec.request = parse_job(rec.request.document, config,
                                             submit_time_s=rec.submitted_s)
             self._build()
-        except Exception:
+            now = self.clock.now()
+            with self.store.transaction() as tx:
+                write(tx)
+                tx.add_events([NewEvent(now, "Normal", "QueuesChanged", "Queue", "", "",
+                                        message)])
+        except Exception:  # the change is not on disk: it is not made at all
             self.queue_docs, self.config = old
+            for key, rec in self.jobs.items():
+                rec.request = requests[key]
             self._build()
             raise
-        now = self.clock.now()
-        with self.store.transaction() as tx:
-            write(tx)
-            tx.add_events([NewEvent(now, "Normal", "QueuesChanged", "Queue", "", "", message)])
 
     # -- nodes -------------------------------------------------------------------------------
 
