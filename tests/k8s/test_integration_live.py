@@ -157,9 +157,14 @@ metadata: {name: a100}
 spec: {nodeLabels: {gpupool.io/flavor: a100}}
 ---
 apiVersion: gpupool.io/v1alpha1
+kind: Cohort
+metadata: {name: org}
+---
+apiVersion: gpupool.io/v1alpha1
 kind: ClusterQueue
 metadata: {name: research}
 spec:
+  cohort: org
   resourceGroups:
   - coveredResources: [nvidia.com/gpu]
     flavors:
@@ -230,6 +235,12 @@ def test_deploy_manifests_apply_and_crds_drive_queues(control_plane: ControlPlan
                 lq = await kube.request(
                     "GET", f"/apis/gpupool.io/v1alpha1/namespaces/{NS}/localqueues/research")
                 assert lq["status"] == {"pendingWorkloads": 1, "admittedWorkloads": 1}
+                cohort = await kube.request("GET", "/apis/gpupool.io/v1alpha1/cohorts/org")
+                assert cohort["status"]["admittedWorkloads"] == 1
+                assert cohort["status"]["pendingWorkloads"] == 1
+                flavor = await kube.request(
+                    "GET", "/apis/gpupool.io/v1alpha1/resourceflavors/a100")
+                assert flavor["status"] == {"nodes": 1, "gpus": 2}
 
         live(control_plane, body)
     finally:

@@ -7,8 +7,9 @@ read as the documents ``load_queue_config`` takes (server-filled fields dropped)
 Status, kept current by the leader every ``interval_s``: a ClusterQueue's
 ``pendingWorkloads``, ``admittedWorkloads`` and ``flavorsUsage`` (per flavor, per resource,
 in the core's units: ``gpu`` cards, ``gpu_milli``, ``gpu_memory_mib``, ``cpu_milli``,
-``memory_mib``); a LocalQueue's ``pendingWorkloads`` and ``admittedWorkloads``. A status is
-written only when it changed.
+``memory_mib``); a Cohort's, the same summed over the ClusterQueues below it (at any depth);
+a LocalQueue's ``pendingWorkloads`` and ``admittedWorkloads``; a ResourceFlavor's ``nodes``
+and ``gpus`` (the nodes its labels select). A status is written only when it changed.
 """
 
 from __future__ import annotations
@@ -94,6 +95,33 @@ class CrdStatus:
                                                            for k, v in res.items()]}
                                  for f, res in usage.items()],
             }
+        members: dict[str, set[str]] = {}
+        parents = {c.name: c.parent for c in sched.config.cohorts}
+        for cq in sched.config.cluster_queues:
+            cohort = cq.cohort
+            while cohort is not None and cq.name not in members.get(cohort, ()):
+                members.setdefault(cohort, set()).add(cq.name)
+                cohort = parents.get(cohort)
+        for c in sched.config.cohorts:
+            queues = members.get(c.name, set())
+            total: dict[str, dict[str, int]] = {}
+            for q in queues:
+                for (flavor, resource), amount in sched.tree.usage(q).items():
+                    res = total.setdefault(flavor or "any", {})
+                    res[str(resource)] = res.get(str(resource), 0) + int(amount)
+            out[f"/apis/{API}/cohorts/{c.name}/status"] = {
+                "pendingWorkloads": sum(pending_cq[q] for q in queues),
+                "admittedWorkloads": sum(admitted_cq[q] for q in queues),
+                "flavorsUsage": [{"name": f, "resources": [{"name": k, "total": v}
+                                                           for k, v in sorted(res.items())]}
+                                 for f, res in sorted(total.items())],
+            }
+        nodes = list(self.controller.nodes_by_name.values())
+        for f in sched.config.flavors:
+            matched = [n for n in nodes
+                       if all(n.labels.get(k) == v for k, v in f.node_labels.items())]
+            out[f"/apis/{API}/resourceflavors/{f.name}/status"] = {
+                "nodes": len(matched), "gpus": sum(n.gpu_count for n in matched)}
         for lq in sched.config.local_queues:
             key = f"{lq.namespace}/{lq.name}"
             n_pending = pending_lq[key] + (pending_lq[lq.name] if lq.namespace else 0)
