@@ -338,14 +338,14 @@ class ControlPlane:
                     tx.delete_job(key)
                 del self.jobs[key]
                 return rec
-            if rec.phase == "Running":
-                self.backend.stop(key)
-            self.scheduler.cancel(JobId(key), now)
-            with self.store.transaction() as tx:
+            with self.store.transaction() as tx:  # on disk first: a failed write cancels nothing
                 tx.update_job(key, phase="Cancelled", finished_s=now, message="cancelled")
                 tx.add_events([NewEvent(now, "Normal", "Cancelled", "Job", key,
                                         rec.request.namespace,
                                         f"cancelled while {rec.phase.lower()}")])
+            if rec.phase == "Running":
+                self.backend.stop(key)
+            self.scheduler.cancel(JobId(key), now)
             rec.phase, rec.finished_s, rec.message = "Cancelled", now, "cancelled"
             return rec
 
