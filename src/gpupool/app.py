@@ -24,6 +24,7 @@ from gpupool.config import load_cluster, load_documents
 from gpupool.control import Clock, ControlPlane
 from gpupool.control.views import cluster_view
 from gpupool.core.errors import ConfigError, GpupoolError
+from gpupool.core.quota import Resource
 from gpupool.metrics import Gauges, Metrics
 from gpupool.store import Store
 from gpupool.virtual import VirtualCluster
@@ -97,8 +98,9 @@ class Service:
     def _gauges(self) -> Gauges:
         plane = self.plane
         with plane.lock:
-            pending: dict[str, int] = {}
-            running: dict[str, int] = {}
+            queues = [q.name for q in plane.config.cluster_queues]
+            pending: dict[str, int] = dict.fromkeys(queues, 0)  # every queue, 0 included
+            running: dict[str, int] = dict.fromkeys(queues, 0)
             alloc: dict[tuple[str, str], int] = {}
             for rec in plane.jobs.values():
                 if rec.phase == "Pending":
@@ -115,6 +117,10 @@ class Service:
                 gpu_milli_allocated=alloc,
                 gpus_total={f["name"]: f["gpus"] for f in view["flavors"]},
                 gpu_milli_total={f["name"]: f["gpus"] * 1000 for f in view["flavors"]},
+                gpu_milli_nominal={(flavor, q.name): amount
+                                   for q in plane.config.cluster_queues
+                                   for (flavor, res), amount in tree.nominal(q.name).items()
+                                   if res == Resource.GPU_MILLI},
                 fragmentation_ratio=view["fragmentation"]["ratio"],
                 nodes={s: view["nodes"][s] for s in ("ready", "cordoned", "failed")},
                 queue_share={q.name: tree.share(q.name) for q in plane.config.cluster_queues})

@@ -13,7 +13,13 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    ProcessCollector,
+    generate_latest,
+)
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -32,6 +38,7 @@ class Gauges:
     gpu_milli_allocated: Mapping[tuple[str, str], int] = field(default_factory=dict)
     gpus_total: Mapping[str, int] = field(default_factory=dict)  # by flavor
     gpu_milli_total: Mapping[str, int] = field(default_factory=dict)
+    gpu_milli_nominal: Mapping[tuple[str, str], int] = field(default_factory=dict)  # (flavor, q)
     fragmentation_ratio: float = 0.0
     nodes: Mapping[str, int] = field(default_factory=dict)  # by state
     queue_share: Mapping[str, float] = field(default_factory=dict)
@@ -66,6 +73,13 @@ class _Live(Collector):
         yield family("gpupool_gpus_total", "Usable GPUs, by flavor.", ["flavor"], g.gpus_total)
         yield family("gpupool_gpu_milli_total", "Usable GPU compute in milli-GPU, by flavor.",
                      ["flavor"], g.gpu_milli_total)
+        yield family("gpupool_queue_nominal_gpus", "Nominal GPU quota of each ClusterQueue "
+                     "(fractions of a card count), by flavor and ClusterQueue.",
+                     ["flavor", "queue"],
+                     {k: v / 1000 for k, v in g.gpu_milli_nominal.items()})
+        yield family("gpupool_queue_nominal_gpu_milli", "Nominal GPU quota of each "
+                     "ClusterQueue in milli-GPU, by flavor and ClusterQueue.",
+                     ["flavor", "queue"], g.gpu_milli_nominal)
         yield family("gpupool_nodes", "Nodes by state.", ["state"], g.nodes)
         yield family("gpupool_queue_dominant_share", "Weighted dominant-resource share of "
                      "each ClusterQueue (1 is exactly its fair share).", ["queue"],
@@ -96,6 +110,8 @@ class Metrics:
         self._requests = Histogram("gpupool_api_request_duration_seconds", "API request "
                                    "latency.", ["method", "route", "code"],
                                    buckets=LATENCY_BUCKETS, registry=r)
+        # gpupool_process_resident_memory_bytes, _cpu_seconds_total, _open_fds, ...
+        ProcessCollector(namespace="gpupool", registry=r)
 
     def watch(self, source: Callable[[], Gauges]) -> None:
         """Report ``source()``'s gauges at every scrape."""
