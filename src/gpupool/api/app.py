@@ -176,7 +176,7 @@ def create_app(plane: ControlPlane, tokens: Tokens, *,
 
     @app.get("/api/v1/nodes", tags=["nodes"])
     def nodes(who: Who) -> dict[str, Any]:
-        return {"items": [views.node_view(plane, n, who.sees) for n in views.node_names(plane)]}
+        return {"items": views.nodes_view(plane, who.sees)}
 
     @app.get("/api/v1/nodes/{name}", tags=["nodes"])
     def node(name: str, who: Who) -> dict[str, Any]:
@@ -226,8 +226,9 @@ def create_app(plane: ControlPlane, tokens: Tokens, *,
 
     @app.get("/api/v1/localqueues", tags=["queues"])
     def local_queues(who: Who) -> dict[str, Any]:
-        items = [queue_item("LocalQueue", n, b) for n, b in plane.queue_objects("LocalQueue")
-                 if who.sees(n.split("/", 1)[0])]
+        with plane.lock:  # a queue deleted meanwhile is not half-seen
+            items = [queue_item("LocalQueue", n, b) for n, b in
+                     plane.queue_objects("LocalQueue") if who.sees(n.split("/", 1)[0])]
         return {"items": items}
 
     @app.get("/api/v1/localqueues/{namespace}/{name}", tags=["queues"])
@@ -372,7 +373,8 @@ def _queue_routes(app: FastAPI, route: str, kind: str, plane: ControlPlane, read
     base = f"/api/v1/{route}"
 
     def list_(who: Who) -> dict[str, Any]:
-        return {"items": [queue_item(kind, n, b) for n, b in plane.queue_objects(kind)]}
+        with plane.lock:  # a queue deleted meanwhile is not half-seen
+            return {"items": [queue_item(kind, n, b) for n, b in plane.queue_objects(kind)]}
 
     def get(name: str, who: Who) -> dict[str, Any]:
         item: dict[str, Any] = queue_item(kind, name, plane.queue_object(kind, name))
