@@ -199,7 +199,9 @@ def create_app(plane: ControlPlane, tokens: Tokens, *,
         unknown = sorted(set(patch) - {"unschedulable", "failed"})
         if unknown:
             raise ApiError(422, "InvalidRequest", f"{unknown[0]}: unknown field; known "
-                           "fields: unschedulable, failed", {"field": unknown[0]})
+                           "fields: unschedulable, failed", {
+                               "field": unknown[0], "value": patch[unknown[0]],
+                               "rule": "unknown field; known: unschedulable, failed"})
         for k, v in patch.items():
             if not isinstance(v, bool):
                 raise ApiError(422, "InvalidRequest", f"{k}={json.dumps(v)} should be true "
@@ -276,7 +278,8 @@ def create_app(plane: ControlPlane, tokens: Tokens, *,
             if len(who.namespaces) != 1:
                 raise ApiError(422, "InvalidRequest", "metadata.namespace is required: "
                                f"this token covers {', '.join(sorted(who.namespaces))}",
-                               {"field": "metadata.namespace"})
+                               {"field": "metadata.namespace", "value": None,
+                                "rule": "is required: the token covers more than one"})
             ns = next(iter(who.namespaces))
         if isinstance(ns, str) and not who.sees(ns):
             raise ApiError(403, "Forbidden", f"{who.name} may not submit to namespace {ns}")
@@ -358,13 +361,16 @@ def _same_name(doc: dict[str, Any], name: str, namespace: str | None = None) -> 
     meta = doc.setdefault("metadata", {})
     if not isinstance(meta, dict):
         raise ApiError(422, "InvalidRequest", "metadata must be an object",
-                       {"field": "metadata"})
+                       {"field": "metadata", "value": meta, "rule": "must be an object"})
     if meta.setdefault("name", name) != name:
         raise ApiError(422, "InvalidRequest", f"metadata.name={meta['name']!r} does not match "
-                       f"the path ({name})", {"field": "metadata.name"})
+                       f"the path ({name})", {"field": "metadata.name", "value": meta["name"],
+                                              "rule": f"must match the path ({name})"})
     if namespace is not None and meta.setdefault("namespace", namespace) != namespace:
         raise ApiError(422, "InvalidRequest", f"metadata.namespace={meta['namespace']!r} does "
-                       f"not match the path ({namespace})", {"field": "metadata.namespace"})
+                       f"not match the path ({namespace})", {
+                           "field": "metadata.namespace", "value": meta["namespace"],
+                           "rule": f"must match the path ({namespace})"})
 
 
 def _queue_routes(app: FastAPI, route: str, kind: str, plane: ControlPlane, read_body: Any,
