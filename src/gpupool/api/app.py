@@ -52,6 +52,24 @@ PHASES = ("Pending", "Running", "Succeeded", "Failed", "Cancelled")
 _OBJECT = {"type": "object", "additionalProperties": True}
 
 
+class _YamlLoader(yaml.SafeLoader):
+    """YAML read as Kubernetes reads it into JSON: a timestamp stays the string it was."""
+
+
+_YamlLoader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+
+
+def _json_form(value: Any) -> Any:
+    """A YAML body as JSON would have it (keys as strings); binary values, sets and the like
+    have no JSON form and are refused."""
+    try:
+        return json.loads(json.dumps(value))
+    except (TypeError, ValueError) as exc:
+        raise ApiError(400, "BadRequest", f"YAML with no JSON form: {exc}") from None
+
+
 def _body_schema(schema: dict[str, Any]) -> dict[str, Any]:
     return {"requestBody": {"required": True, "content": {
         "application/json": {"schema": schema}, "application/yaml": {"schema": schema}}}}
@@ -133,7 +151,7 @@ def create_app(plane: ControlPlane, tokens: Tokens, *,
             raise ApiError(400, "BadRequest", "the request has no body")
         try:
             if ctype in YAML_TYPES:
-                return yaml.safe_load(raw)
+                return _json_form(yaml.load(raw, Loader=_YamlLoader))
             if ctype in ("application/json", "") or ctype.endswith("+json"):
                 return json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
