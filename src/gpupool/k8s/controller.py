@@ -287,7 +287,7 @@ class Controller:
         pods = {}
         for key, _rec in members:
             try:
-                pods[key] = self._request(self._pod(key) or {})
+                pods[key] = self.read_request(self._pod(key) or {})
             except (InvalidJobError, TranslateError) as exc:
                 log.warning("bound pod %s cannot be read: %s", key, exc)
                 return
@@ -421,8 +421,8 @@ class Controller:
         if self.sched is None:
             raise NotFoundError("gpupool is not leading")
         key = object_key(pod)
-        req = self._request(pod)
-        queue = self._queue(pod)
+        req = self.read_request(pod)
+        queue = self.resolve_queue(pod)
         job, task_pod = job_for_pods(JobId(key), queue, [(key, req)], gang=False)
         now = self.clock()
         self.sched.restore(job, [p], now)
@@ -459,7 +459,7 @@ class Controller:
         if len(members) >= rec.gang_size:
             self._restore(rec.job, members)
 
-    def _request(self, pod: Mapping[str, Any]) -> PodRequest:
+    def read_request(self, pod: Mapping[str, Any]) -> PodRequest:
         if self._inventory is None:
             nodes = self.nodes_by_name.values()
             self._inventory = (card_floor(nodes),
@@ -467,7 +467,7 @@ class Controller:
         floor, models = self._inventory
         return pod_request(pod, self.opt.names, card_memory_mib=floor, models=models)
 
-    def _queue(self, pod: Mapping[str, Any]) -> str:
+    def resolve_queue(self, pod: Mapping[str, Any]) -> str:
         assert self.sched is not None
         ns = str((pod.get("metadata") or {}).get("namespace", "default"))
         name = pod_queue(pod, self.opt.default_queue) or self.opt.default_queue
@@ -487,8 +487,8 @@ class Controller:
         if pod is None:
             return
         try:
-            req = self._request(pod)
-            queue = self._queue(pod)
+            req = self.read_request(pod)
+            queue = self.resolve_queue(pod)
             gang = pod_gang(pod)
         except (InvalidJobError, TranslateError, NotFoundError) as exc:
             self._reject([key], str(exc))
@@ -524,7 +524,7 @@ class Controller:
                 first = self.pod_informer.cache.get(next(iter(members)))
                 if first is not None:
                     try:
-                        self._try_gang(gang.job_id, self._queue(first))
+                        self._try_gang(gang.job_id, self.resolve_queue(first))
                     except NotFoundError as exc:
                         self._reject(list(members), str(exc))
         self._dirty.set()

@@ -78,7 +78,7 @@ class Endpoints:
         sched = self.c.sched
         if sched is None:
             raise NotFoundError("gpupool is not leading: no card view to answer from")
-        req = self.c._request(pod)
+        req = self.c.read_request(pod)
         job, _ = job_for_pods(pod_job_id(pod), self.c.opt.default_queue, [("pod", req)], gang=False)
         task = next(job.tasks())
         snap = sched.state.snapshot()
@@ -199,12 +199,12 @@ class Endpoints:
         """Raises when the pod can never run here; quiet when it can (or when there is no
         card view yet to tell)."""
         sched = self.c.sched
-        req = self.c._request(pod)
+        req = self.c.read_request(pod)
         if sched is None:
             return
         meta = pod.setdefault("metadata", {})
         meta.setdefault("name", meta.get("generateName", "pod"))
-        self.c._queue(pod)
+        self.c.resolve_queue(pod)
         job, _ = job_for_pods(pod_job_id(pod), self.c.opt.default_queue, [("pod", req)], gang=False)
         sched.validator.check(job, sched.state.table)
 
