@@ -20,6 +20,7 @@ import yaml
 
 from gpupool.control import ControlPlane
 from gpupool.control import plane as plane_module
+from gpupool.core.errors import AdapterError
 from gpupool.store import Store
 from tests.e2e.serve_kit import (
     ADMIN,
@@ -340,6 +341,16 @@ def test_queue_objects_are_created_updated_and_deleted_by_the_admin(svc: Svc) ->
     assert kinds == ["QueuesChanged"] * 5
 
 
+def test_yaml_timestamps_stay_strings_as_kubernetes_reads_them(svc: Svc) -> None:
+    doc = yaml.safe_dump({**CQ, "metadata": {"name": "dated"}}).replace(
+        "name: dated", "name: dated\n  creationTimestamp: 2024-01-01T00:00:00Z")
+    r = svc.http.post("/api/v1/clusterqueues", content=doc,
+                      headers={**auth(ADMIN), "Content-Type": "application/yaml"})
+    assert r.status_code == 201, r.text
+    assert r.json()["metadata"]["creationTimestamp"] == "2024-01-01T00:00:00Z"
+    assert svc.reopen().get("/api/v1/clusterqueues/dated")["metadata"]["name"] == "dated"
+
+
 def test_queue_objects_survive_a_restart(svc: Svc) -> None:
     svc.send("POST", "/api/v1/clusterqueues", CQ, code=201)
     svc.send("POST", "/api/v1/localqueues", LQ, code=201)
@@ -520,6 +531,59 @@ def test_metrics_are_prometheus_text_with_the_gpupool_prefix(svc: Svc) -> None:
     assert svc.http.get("/metrics").status_code == 401
 
 
+@pytest.mark.xfail(strict=True, reason="core/admission.py QuotaTree.__init__ adds an implicit "
+                   "parent cohort to the dict it is iterating (RuntimeError, a 500)")
+def test_a_cohort_may_name_a_parent_that_is_not_defined(svc: Svc) -> None:
+    # Kueue makes such a parent implicitly: deleting org leaves research and product under an
+    # implicit org; a new cohort may name a parent nobody defined
+    svc.send("DELETE", "/api/v1/cohorts/org")
+    svc.send("POST", "/api/v1/cohorts", {"apiVersion": "kueue.x-k8s.io/v1beta1",
+                                         "kind": "Cohort", "metadata": {"name": "kid"},
+                                         "spec": {"parent": "ghost"}}, code=201)
+    svc.submit(job_doc("still-runs", gpus=1))
+    svc.tick()
+    assert svc.status("research/still-runs")["phase"] == "Running"
+
+
+# -- a state file that cannot be written -------------------------------------------------------
+
+
+def test_a_change_the_state_file_cannot_take_is_not_made(svc: Svc,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    svc.submit(job_doc("runs", gpus=1, duration="1h"))
+    svc.submit(job_doc("waits", gpus=8, count=2, models=["H100-80GB"]))
+    svc.tick()
+    before = dump(svc.state)
+    views_before = {k: svc.status(k) for k in ("research/runs", "research/waits")}
+    queues_before = svc.get("/api/v1/clusterqueues")
+
+    def full(*_: Any, **__: Any) -> Any:
+        raise AdapterError(f"{svc.state}: disk full")
+
+    monkeypatch.setattr(svc.plane.store, "transaction", full)
+    bigger = {**CQ, "metadata": {"name": "llm"}}
+    for method, path, body in (("POST", "/api/v1/clusterqueues", CQ),
+                               ("PUT", "/api/v1/clusterqueues/llm", bigger),
+                               ("DELETE", "/api/v1/cohorts/research", None),
+                               ("DELETE", "/api/v1/jobs/research/runs", None),
+                               ("DELETE", "/api/v1/jobs/research/waits", None),
+                               ("POST", "/api/v1/jobs", job_doc("new")),
+                               ("POST", "/api/v1/nodes", POOL)):
+        err = svc.send(method, path, body, code=503)
+        assert err["error"] == "AdapterError" and "disk full" in err["message"]
+    monkeypatch.undo()
+    assert dump(svc.state) == before
+    assert svc.get("/api/v1/clusterqueues") == queues_before  # nothing half-made in memory
+    assert {k: svc.status(k) for k in views_before} == views_before
+    svc.get("/api/v1/clusterqueues/batch", code=404)
+    svc.get("/api/v1/jobs/research/new", code=404)
+    svc.tick(1)
+    assert svc.status("research/runs")["phase"] == "Running"  # not cancelled behind the 503
+    assert svc.status("research/waits")["phase"] == "Pending"  # still queued
+    svc.send("DELETE", "/api/v1/jobs/research/runs")
+    svc.tick()
+
+
 # -- restart in-process ------------------------------------------------------------------------
 
 
@@ -578,3 +642,77 @@ def test_smoke_through_a_real_gpupool_serve(tmp_path: Path) -> None:
         assert tenant.post("/api/v1/nodes", json=POOL).status_code == 403
         assert httpx.get(f"{server.url}/api/v1/cluster").status_code == 401
         assert admin.get("/").status_code == 200
+
+
+def test_concurrent_clients_never_get_a_server_error(tmp_path: Path) -> None:
+    """Six clients at once against a real server: submissions, cancels, nodes failed,
+    recovered, added and deleted, queues replaced, and reads of everything, for a few
+    seconds. No 5xx, no dropped connection, no card over-held at the end."""
+    import random
+    import threading
+
+    cq = {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ClusterQueue",
+          "metadata": {"name": "spare"}, "spec": {"resourceGroups": [{
+              "coveredResources": ["nvidia.com/gpu"], "flavors": [{"name": "t4", "resources": [
+                  {"name": "nvidia.com/gpu", "nominalQuota": 1}]}]}]}}
+    failures: list[str] = []
+    counts: dict[int, int] = {}
+    with serving(tmp_path / "state.db", speed=120.0, interval=0.02) as server:
+        stop = time.monotonic() + 5.0
+
+        def worker(seed: int) -> None:
+            rnd = random.Random(seed)
+            with server.client() as c:
+                n = 0
+                while time.monotonic() < stop:
+                    n += 1
+                    op = rnd.randrange(10)
+                    try:
+                        if op < 3:
+                            ns, q = rnd.choice([("research", "llm"), ("serving", "serving"),
+                                                ("notebooks", "notebooks")])
+                            r = c.post("/api/v1/jobs", json=job_doc(
+                                f"w{seed}-{n}", ns, q, gpus=rnd.choice([1, 2]),
+                                duration=rnd.choice(["1m", "5m"])))
+                        elif op == 3:
+                            items = c.get("/api/v1/jobs", params={"limit": 20}).json()["items"]
+                            if not items:
+                                continue
+                            m = rnd.choice(items)["metadata"]
+                            r = c.delete(f"/api/v1/jobs/{m['namespace']}/{m['name']}")
+                        elif op == 4:
+                            node = rnd.choice(["t4-0", "t4-1", "a6000-0", "h100-1", "a100-2"])
+                            r = c.patch(f"/api/v1/nodes/{node}", json={
+                                rnd.choice(["failed", "unschedulable"]): rnd.random() < 0.5})
+                        elif op == 5:
+                            r = c.post("/api/v1/nodes", json={
+                                "name": f"p{seed}x{n}", "cpu": 8, "memory": "32Gi",
+                                "labels": {"gpupool.io/flavor": "t4"},
+                                "gpus": {"model": "T4", "count": 2, "memory": "16Gi"}})
+                            if r.status_code == 201:
+                                r = c.delete(f"/api/v1/nodes/p{seed}x{n}-0")
+                        elif op == 6:
+                            r = c.post("/api/v1/clusterqueues", json=cq)
+                            if r.status_code in (201, 409):
+                                r = c.delete("/api/v1/clusterqueues/spare")
+                        else:
+                            r = c.get(rnd.choice(["/api/v1/nodes", "/api/v1/cluster",
+                                                  "/api/v1/events", "/api/v1/clusterqueues",
+                                                  "/api/v1/localqueues", "/metrics"]))
+                    except httpx.HTTPError as exc:
+                        failures.append(f"op {op}: {exc!r}")
+                        continue
+                    counts[r.status_code] = counts.get(r.status_code, 0) + 1
+                    if r.status_code >= 500 or (op >= 7 and r.status_code != 200):
+                        failures.append(f"op {op}: {r.status_code} {r.text[:300]}")
+
+        threads = [threading.Thread(target=worker, args=(s,)) for s in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        with server.client() as c:
+            assert holders_ok(c.get("/api/v1/nodes").json()["items"]) == []
+        assert "Traceback" not in server.log.read_text()
+    assert not failures, failures[:10]
+    assert counts.get(201, 0) > 20 and counts.get(200, 0) > 50
