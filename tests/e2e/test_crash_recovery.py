@@ -59,6 +59,11 @@ class Load:
         self.stop = threading.Event()
         self.threads = [threading.Thread(target=self._run, args=(t,), daemon=True)
                         for t in range(threads)]
+        self.threads.append(threading.Thread(target=self._churn, daemon=True))
+        self.cancelled: list[str] = []  # cancels answered 200 (the job was active)
+        self.deleted: list[str] = []  # the same answer for a job that had ended: deleted
+        self.nodes: dict[tuple[str, str], bool] = {}  # (node, field) -> last acknowledged
+        self.in_flight: tuple[str, str] | None = None  # a node change sent, not answered
 
     def start(self) -> Load:
         for t in self.threads:
@@ -87,6 +92,42 @@ class Load:
         finally:
             for c in clients.values():
                 c.close()
+
+    def _churn(self) -> None:
+        """The admin at work meanwhile: cancelling jobs, failing and recovering a node,
+        cordoning and uncordoning another."""
+        c = httpx.Client(base_url=self.url, timeout=5.0,
+                         headers={"Authorization": f"Bearer {ADMIN}"})
+        chosen: set[str] = set()
+        try:
+            for k in itertools.count():
+                if self.stop.is_set():
+                    return
+                time.sleep(0.03)
+                if k % 2:
+                    node, what = ("a6000-0", "failed") if k % 4 == 1 else ("t4-0",
+                                                                           "unschedulable")
+                    value = not self.nodes.get((node, what), False)
+                    self.in_flight = (node, what)
+                    r = c.patch(f"/api/v1/nodes/{node}", json={what: value})
+                    assert r.status_code == 200, r.text
+                    self.nodes[(node, what)] = value
+                    self.in_flight = None
+                else:
+                    with self.lock:
+                        todo = [key for key in self.acked[-40:] if key not in chosen]
+                    if not todo:
+                        continue
+                    key = todo[k % len(todo)]
+                    chosen.add(key)
+                    r = c.delete(f"/api/v1/jobs/{key}")
+                    assert r.status_code == 200, r.text
+                    ended = r.json()["status"]["phase"] != "Cancelled"
+                    (self.deleted if ended else self.cancelled).append(key)
+        except httpx.HTTPError:
+            return
+        finally:
+            c.close()
 
     def join(self) -> None:
         self.stop.set()
@@ -174,6 +215,11 @@ def test_kill_9_mid_load_loses_nothing_acknowledged_and_running_jobs_carry_on(
     assert not [r for r in load.refused if not r.startswith("422")], load.refused[:5]
 
     on_disk = rows(state)
+    assert load.cancelled and load.nodes
+    for key in load.cancelled:
+        assert on_disk[key]["phase"] == "Cancelled", on_disk[key]
+    assert not [k for k in load.deleted if k in on_disk]
+    acked = [k for k in acked if k not in load.deleted]
     missing = [k for k in acked if k not in on_disk]
     assert not missing, f"{len(missing)} acknowledged jobs not in the state file: {missing[:5]}"
     running_at_kill = {k: r for k, r in on_disk.items() if r["phase"] == "Running"}
@@ -192,9 +238,17 @@ def test_kill_9_mid_load_loses_nothing_acknowledged_and_running_jobs_carry_on(
         for key in pending_at_kill:
             assert jobs[key]["status"]["phase"] == "Pending"
         check_cards(c, jobs)
-        states = {n["name"]: n["state"] for n in c.get("/api/v1/nodes").json()["items"]}
-        assert (states["t4-1"], states["a6000-1"], states["extra-0"]) == (
-            "cordoned", "failed", "ready")
+        nodes = {n["name"]: n for n in c.get("/api/v1/nodes").json()["items"]}
+        assert [nodes[n]["state"] for n in ("t4-1", "a6000-1", "extra-0")] == [
+            "cordoned", "failed", "ready"]
+        for (node, what), value in load.nodes.items():
+            if load.in_flight != (node, what):  # (one sent as it died may have landed or not)
+                assert nodes[node][what] is value, (node, what)
+        failed = {n for n, v in nodes.items() if v["failed"]}
+        assert not [j for j in jobs.values() if j["status"]["phase"] == "Running" and
+                    {p["node"] for p in j["status"]["placements"]} & failed]
+        for key in load.cancelled:
+            assert jobs[key]["status"]["phase"] == "Cancelled"
         cluster = c.get("/api/v1/cluster").json()
         assert cluster["gpu_milli"]["used"] == sum(
             s["gpu_milli"] for r in running_at_kill.values() for p in r["placements"]
