@@ -113,3 +113,17 @@ def test_bound_pod_with_a_placement_it_did_not_make_is_taken_back() -> None:
         assert kube.posts("/binding") == []
 
     asyncio.run(body())
+
+
+def test_pod_bound_by_hami_alone_is_taken_back() -> None:
+    async def body() -> None:
+        kube = FakeKube()
+        ctl = controller(kube)
+        pod = pod_obj("hami", "n1")
+        pod["metadata"]["annotations"]["hami.io/vgpu-devices-allocated"] = (
+            "GPU-n1-0,NVIDIA,40960,0:;")
+        ctl.pod_informer.cache["team-a/hami"] = pod
+        ctl.rebuild()
+        assert ctl.allocations() == {"team-a/hami": ("n1", ((0, 1000, 40960),))}
+
+    asyncio.run(body())

@@ -19,6 +19,7 @@ from gpupool.k8s.translate import (
     node_from_k8s,
     parse_hami_register,
     placement_annotation,
+    placement_from_hami,
     pod_gang,
     pod_queue,
     pod_request,
@@ -274,3 +275,20 @@ def test_placement_annotation_round_trip() -> None:
     assert read_placement(k8s_pod()) is None
     with pytest.raises(TranslateError, match="cannot be read"):
         read_placement(k8s_pod(annotations={PLACEMENT_ANNOTATION: "{]"}))
+
+
+def test_placement_from_hami_annotation_alone() -> None:
+    node = node_from_k8s(k8s_node(annotations={"hami.io/node-nvidia-register": REGISTER_JSON}))
+    pod = k8s_pod(annotations={
+        "hami.io/vgpu-devices-allocated":
+            ";GPU-bbbb,NVIDIA,10000,30:;GPU-bbbb,NVIDIA,2000,0:GPU-aaaa,NVIDIA,40960,0:;"})
+    pod["spec"]["nodeName"] = "n1"
+    rec = placement_from_hami(pod, node, "default", 1000, 1024)
+    assert rec is not None
+    # two containers' slices of GPU-bbbb add up; GPU-aaaa is held whole
+    assert rec.shares == (GpuShare(0, 1000, 40960), GpuShare(1, 300, 12000))
+    assert (rec.job, rec.task, rec.node) == ("team-a/p", "team-a/p/ps0-0", "n1")
+    assert placement_from_hami(k8s_pod(), node, "default", 0, 0) is None
+    bad = k8s_pod(annotations={"hami.io/vgpu-devices-allocated": "GPU-zzzz,NVIDIA,1,1:;"})
+    with pytest.raises(TranslateError, match="not on node n1"):
+        placement_from_hami(bad, node, "default", 0, 0)

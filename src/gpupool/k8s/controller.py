@@ -73,6 +73,7 @@ from gpupool.k8s.translate import (
     is_terminal,
     node_from_k8s,
     placement_annotation,
+    placement_from_hami,
     pod_gang,
     pod_job_id,
     pod_queue,
@@ -268,7 +269,7 @@ class Controller:
                 continue
             if (pod.get("spec") or {}).get("nodeName"):
                 try:
-                    rec = read_placement(pod)
+                    rec = self.recorded(pod)
                 except TranslateError as exc:
                     log.warning("%s", exc)
                     continue
@@ -440,7 +441,7 @@ class Controller:
     def _bound_elsewhere(self, key: str, obj: dict[str, Any]) -> None:
         """A pod bound outside this replica's view (another leader): take its cards."""
         try:
-            rec = read_placement(obj)
+            rec = self.recorded(obj)
         except TranslateError as exc:
             log.warning("%s", exc)
             return
@@ -451,13 +452,29 @@ class Controller:
             if _ended(pod) or not (pod.get("spec") or {}).get("nodeName"):
                 continue
             try:
-                r = read_placement(pod)
+                r = self.recorded(pod)
             except TranslateError:
                 continue
             if r is not None and r.job == rec.job:
                 members.append((k, r))
         if len(members) >= rec.gang_size:
             self._restore(rec.job, members)
+
+    def recorded(self, pod: Mapping[str, Any]) -> RecordedPlacement | None:
+        """A bound pod's cards: gpupool's record, else HAMi's device annotation (a pod that
+        HAMi's scheduler bound). TranslateError when neither can be read."""
+        rec = read_placement(pod)
+        if rec is not None:
+            return rec
+        node = self.nodes_by_name.get(str((pod.get("spec") or {}).get("nodeName") or ""))
+        if node is None:
+            return None
+        try:
+            req = self.read_request(pod)
+            queue = self.resolve_queue(pod)
+        except (InvalidJobError, NotFoundError) as exc:
+            raise TranslateError(f"bound pod {object_key(pod)}: {exc}") from exc
+        return placement_from_hami(pod, node, queue, req.cpu_milli, req.memory_mib)
 
     def read_request(self, pod: Mapping[str, Any]) -> PodRequest:
         if self._inventory is None:

@@ -100,6 +100,7 @@ __all__ = [
     "node_from_k8s",
     "parse_hami_register",
     "placement_annotation",
+    "placement_from_hami",
     "pod_gang",
     "pod_job_id",
     "pod_queue",
@@ -669,6 +670,50 @@ def read_placement(pod: Mapping[str, Any]) -> RecordedPlacement | None:
     except (ValueError, KeyError, TypeError, IndexError) as exc:
         raise TranslateError(f"pod {meta.get('namespace')}/{meta.get('name')}: "
                              f"{PLACEMENT_ANNOTATION}={text!r} cannot be read: {exc}") from exc
+
+
+def placement_from_hami(pod: Mapping[str, Any], node: Node, queue: str,
+                        cpu_milli: int, memory_mib: int) -> RecordedPlacement | None:
+    """The cards a bound pod holds according to HAMi's ``hami.io/vgpu-devices-allocated``
+    alone (a pod bound by HAMi's own scheduler, or by gpupool before it recorded
+    ``gpupool.io/placement``); None when the pod has no such annotation.
+
+    Each ``UUID,type,usedmem,usedcores`` entry is a share of the card with that UUID on the
+    pod's node: ``usedcores`` x 10 milli-GPU (0, HAMi's "no core limit", counts as the whole
+    card's compute when the memory is the whole card's, else as none) and ``usedmem`` MiB.
+    Entries of several containers on one card add up. TranslateError for a UUID the node
+    does not have."""
+    meta = pod.get("metadata") or {}
+    text = (meta.get("annotations") or {}).get(DEVICES_ALLOCATED)
+    if not text:
+        return None
+    where = f"pod {meta.get('namespace')}/{meta.get('name')}: {DEVICES_ALLOCATED}"
+    by_uuid = {g.uuid: g for g in node.gpus if g.uuid}
+    held: dict[int, list[int]] = {}
+    for slot in text.split(";"):
+        for entry in slot.split(":"):
+            if "," not in entry:
+                continue
+            fields = entry.split(",")
+            if len(fields) < 4:
+                raise TranslateError(f"{where}: {entry!r} is not UUID,type,usedmem,usedcores")
+            card = by_uuid.get(fields[0])
+            if card is None:
+                raise TranslateError(f"{where}: card {fields[0]} is not on node {node.name}")
+            mem = _int(fields[2], f"{where} usedmem")
+            cores = _int(fields[3], f"{where} usedcores")
+            whole = mem >= card.memory_mib and cores in (0, 100)
+            milli = WHOLE_GPU_MILLI if whole else min(cores, 100) * WHOLE_GPU_MILLI // 100
+            acc = held.setdefault(card.index, [0, 0])
+            acc[0] = min(WHOLE_GPU_MILLI, acc[0] + milli)
+            acc[1] = min(card.memory_mib, acc[1] + mem)
+    if not held:
+        return None
+    job = pod_job_id(pod)
+    return RecordedPlacement(
+        job=job, task=TaskId(f"{job}/ps0-0"), queue=queue, flavor="", node=node.name,
+        cpu_milli=cpu_milli, memory_mib=memory_mib,
+        shares=tuple(GpuShare(i, m, b) for i, (m, b) in sorted(held.items())), start_s=0.0)
 
 
 def is_terminal(pod: Mapping[str, Any]) -> bool:
