@@ -129,6 +129,24 @@ def _key_of(kind: str, body: Mapping[str, Any]) -> str:
     return str(meta["name"])
 
 
+_JOB_KEY = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
+ANOTHER_TENANT = "a job of another namespace"
+
+
+def _for_owner(message: str, namespace: str, jobs: Mapping[str, Any]) -> str:
+    """``message`` as the owner of a job in ``namespace`` reads it: another namespace's job
+    named in it (a preemptor, a gang waited behind) is not named, as it does not exist
+    for them."""
+    if "/" not in message:
+        return message
+
+    def hide(m: re.Match[str]) -> str:
+        key = m.group(0)
+        return ANOTHER_TENANT if key in jobs and not key.startswith(f"{namespace}/") else key
+
+    return _JOB_KEY.sub(hide, message)
+
+
 _DOCUMENT_FIELDS = {"cpu_milli": "cpu", "memory_mib": "memory", "gpu.gpu_milli": "gpu.milli",
                     "gpu.memory_mib": "gpu.memory", "gpu.mig_profile": "gpu.mig",
                     "node_selector": "nodeSelector"}
@@ -407,12 +425,13 @@ class ControlPlane:
             self.backend.stop(rec.key)
             rec.phase, rec.placements, rec.started_s, rec.flavor = "Pending", (), None, ""
             rec.preemptions += 1
-            rec.message = ev.message
+            ns = rec.request.namespace
+            rec.message = _for_owner(ev.message, ns, self.jobs)
             changes.job(rec.key, phase="Pending", placements=[], started_s=None, flavor="",
-                        preemptions=rec.preemptions, message=ev.message)
-            changes.event(now, "Preempted", "Job", rec.key, f"{ev.reason}: preempted by "
-                          f"{ev.preemptor}; back in its queue", rec.request.namespace,
-                          warning=True)
+                        preemptions=rec.preemptions, message=rec.message)
+            changes.event(now, "Preempted", "Job", rec.key, _for_owner(
+                f"{ev.reason}: preempted by {ev.preemptor}; back in its queue", ns,
+                self.jobs), ns, warning=True)
             self.metrics.preempted(ev.queue, ev.reason)
             out.evicted += 1
         for b in result.binds:
@@ -435,7 +454,8 @@ class ControlPlane:
         for p in result.parks:
             parked = self.jobs.get(p.job)
             if parked is not None:
-                parked.message = p.status.message
+                parked.message = _for_owner(p.status.message, parked.request.namespace,
+                                            self.jobs)
                 out.parked += 1
 
     # -- queue objects -----------------------------------------------------------------------
