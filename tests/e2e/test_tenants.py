@@ -269,3 +269,44 @@ def test_without_a_token_every_route_but_healthz_is_401(http: TestClient,
                 assert r.status_code == 401, f"{method} {path}: {r.status_code} {r.text}"
                 assert r.json()["error"] == "Unauthorized"
     assert dump(tmp_path / "state.db") == before
+
+
+def test_a_preemptor_of_another_namespace_is_not_named_to_its_victim(
+        plane: ControlPlane, wall: Wall) -> None:
+    """serving gets a LocalQueue on research's ClusterQueue llm; its production job preempts
+    research's batch job. Research learns that it was preempted, not by whom; a preemptor of
+    its own namespace it does see named."""
+    c = client(plane)
+    lq = {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "LocalQueue",
+          "metadata": {"name": "shared", "namespace": "serving"}, "spec": {"clusterQueue": "llm"}}
+    assert c.post("/api/v1/localqueues", json=lq, headers=auth(ADMIN)).status_code == 201
+    h100 = {"gpus": 8, "models": ["H100-80GB"], "duration": "2h"}
+    for name in ("low-a", "low-b"):
+        assert c.post("/api/v1/jobs", json=job_doc(name, priorityClassName="batch", **h100),
+                      headers=auth(RESEARCH)).status_code == 201
+    plane.tick()
+    wall.advance(600)  # past the minimum runtime before preemption
+    plane.tick()
+    assert c.post("/api/v1/jobs", json=job_doc("secret-launch", "serving", "shared",
+                                               priorityClassName="production", **h100),
+                  headers=auth(SERVING)).status_code == 201
+    for _ in range(3):
+        wall.advance(60)
+        plane.tick()
+    assert get(http=c, path="/api/v1/jobs/serving/secret-launch", token=SERVING)["status"][
+        "phase"] == "Running"
+    victims = [j for j in get(c, "/api/v1/jobs", RESEARCH)["items"]
+               if j["status"]["preemptions"]]
+    assert len(victims) == 1
+    seen = str(victims[0]) + str(get(c, "/api/v1/events", RESEARCH, limit=1000))
+    assert "preempted by a job of another namespace" in seen
+    assert "secret-launch" not in seen and "serving/" not in seen
+    # within one namespace the preemptor is named
+    assert c.post("/api/v1/jobs", json=job_doc("urgent", priorityClassName="production",
+                                               **h100), headers=auth(RESEARCH)).status_code == 201
+    for _ in range(3):
+        wall.advance(60)
+        plane.tick()
+    events = [e["message"] for e in get(c, "/api/v1/events", RESEARCH, limit=1000)["items"]
+              if e["reason"] == "Preempted"]
+    assert any("preempted by research/urgent" in m for m in events), events
