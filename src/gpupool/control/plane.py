@@ -117,6 +117,12 @@ class _Changes:
                                     obj, namespace, message))
 
 
+def _namespace_of(kind: str, key: str) -> str:
+    """Whose events a queue object's changes are: a LocalQueue's namespace's; the others are
+    the cluster's (namespace '')."""
+    return key.split("/", 1)[0] if kind == "LocalQueue" else ""
+
+
 def _key_of(kind: str, body: Mapping[str, Any]) -> str:
     meta = body.get("metadata")
     if kind == "QueueSettings" and not isinstance(meta, Mapping):
@@ -490,7 +496,8 @@ class ControlPlane:
             docs = dict(self.queue_docs)
             docs[(kind, name)] = body
             self._apply_queue_docs(docs, lambda tx: tx.put_object(kind, name, body),
-                                   f"{kind} {name} {'created' if create else 'updated'}")
+                                   f"{kind} {name} {'created' if create else 'updated'}",
+                                   _namespace_of(kind, name))
             return body
 
     def delete_queue_object(self, kind: str, name: str) -> None:
@@ -506,10 +513,10 @@ class ControlPlane:
                     raise ConflictError(f"{kind} {name} has {len(busy)} pending or running "
                                         f"job(s) (e.g. {busy[0]}); cancel them first")
             self._apply_queue_docs(docs, lambda tx: tx.delete_object(kind, name),
-                                   f"{kind} {name} deleted")
+                                   f"{kind} {name} deleted", _namespace_of(kind, name))
 
     def _apply_queue_docs(self, docs: dict[tuple[str, str], dict[str, Any]], write: Any,
-                          message: str) -> None:
+                          message: str, namespace: str = "") -> None:
         config = self._config(docs)
         for rec in self.jobs.values():
             if rec.phase in ACTIVE:
@@ -530,8 +537,8 @@ class ControlPlane:
             now = self.clock.now()
             with self.store.transaction() as tx:
                 write(tx)
-                tx.add_events([NewEvent(now, "Normal", "QueuesChanged", "Queue", "", "",
-                                        message)])
+                tx.add_events([NewEvent(now, "Normal", "QueuesChanged", "Queue", "",
+                                        namespace, message)])
         except Exception:  # the change is not on disk: it is not made at all
             self.queue_docs, self.config = old
             for key, rec in self.jobs.items():
