@@ -60,6 +60,8 @@ class Load:
         self.threads = [threading.Thread(target=self._run, args=(t,), daemon=True)
                         for t in range(threads)]
         self.threads.append(threading.Thread(target=self._churn, daemon=True))
+        self.threads.append(threading.Thread(target=self._watch, daemon=True))
+        self.seen_running: dict[str, list[dict[str, Any]]] = {}  # key -> placements, as read
         self.cancelled: list[str] = []  # cancels answered 200 (the job was active)
         self.deleted: list[str] = []  # the same answer for a job that had ended: deleted
         self.nodes: dict[tuple[str, str], bool] = {}  # (node, field) -> last acknowledged
@@ -124,6 +126,22 @@ class Load:
                     assert r.status_code == 200, r.text
                     ended = r.json()["status"]["phase"] != "Cancelled"
                     (self.deleted if ended else self.cancelled).append(key)
+        except httpx.HTTPError:
+            return
+        finally:
+            c.close()
+
+    def _watch(self) -> None:
+        """A reader meanwhile: every job it once saw running, and where."""
+        c = httpx.Client(base_url=self.url, timeout=5.0,
+                         headers={"Authorization": f"Bearer {ADMIN}"})
+        try:
+            while not self.stop.is_set():
+                page = c.get("/api/v1/jobs", params={"phase": "Running", "limit": 5000})
+                for j in page.json()["items"]:
+                    key = f"{j['metadata']['namespace']}/{j['metadata']['name']}"
+                    self.seen_running[key] = j["status"]["placements"]
+                time.sleep(0.05)
         except httpx.HTTPError:
             return
         finally:
@@ -249,6 +267,20 @@ def test_kill_9_mid_load_loses_nothing_acknowledged_and_running_jobs_carry_on(
                     {p["node"] for p in j["status"]["placements"]} & failed]
         for key in load.cancelled:
             assert jobs[key]["status"]["phase"] == "Cancelled"
+        # what a client saw running, it finds running there still, or ended, unless a
+        # decision since moved it: a cancel, a preemption, the churned node failing
+        assert len(load.seen_running) >= 10
+        for key, placements in load.seen_running.items():
+            status = jobs[key]["status"] if key in jobs else None
+            if status is None:
+                assert key in load.deleted
+                continue
+            moved = key in load.cancelled or status["preemptions"] > 0 or any(
+                p["node"] == "a6000-0" for p in placements)
+            if status["phase"] == "Running":
+                assert moved or status["placements"] == placements, (key, pretty(status))
+            else:
+                assert moved or status["phase"] in ("Succeeded", "Failed"), (key, status)
         cluster = c.get("/api/v1/cluster").json()
         assert cluster["gpu_milli"]["used"] == sum(
             s["gpu_milli"] for r in running_at_kill.values() for p in r["placements"]
