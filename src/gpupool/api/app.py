@@ -61,6 +61,29 @@ _YamlLoader.yaml_implicit_resolvers = {
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
 
 
+MAX_DEPTH = 64  # nesting of a request body
+MAX_VALUES = 1_000_000  # values in a request body, counting each reference a YAML alias makes
+
+
+def _bounded(value: Any) -> Any:
+    """Refuse a body nested deeper than MAX_DEPTH, or holding more than MAX_VALUES values once
+    YAML's aliases are counted as what they stand for (a few lines of aliases can stand for
+    billions: each later step walks, prints or stores them all)."""
+    stack = [(value, 1)]
+    count = 0
+    while stack:
+        item, depth = stack.pop()
+        count += 1
+        if depth > MAX_DEPTH or count > MAX_VALUES:
+            raise ApiError(400, "BadRequest", f"the body is nested more than {MAX_DEPTH} deep "
+                           f"or holds more than {MAX_VALUES:,} values (aliases expanded)")
+        if isinstance(item, dict):
+            stack.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, list):
+            stack.extend((v, depth + 1) for v in item)
+    return value
+
+
 def _json_form(value: Any) -> Any:
     """A YAML body as JSON would have it (keys as strings); binary values, sets and the like
     have no JSON form and are refused."""
@@ -151,9 +174,12 @@ def create_app(plane: ControlPlane, tokens: Tokens, *,
             raise ApiError(400, "BadRequest", "the request has no body")
         try:
             if ctype in YAML_TYPES:
-                return _json_form(yaml.load(raw, Loader=_YamlLoader))
+                return _json_form(_bounded(yaml.load(raw, Loader=_YamlLoader)))
             if ctype in ("application/json", "") or ctype.endswith("+json"):
-                return json.loads(raw)
+                return _bounded(json.loads(raw))
+        except RecursionError:  # the parser's own stack ran out first
+            raise ApiError(400, "BadRequest", f"the body is nested more than {MAX_DEPTH} "
+                           "deep") from None
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise ApiError(400, "BadRequest", f"malformed JSON: {exc}") from None
         except yaml.YAMLError as exc:
