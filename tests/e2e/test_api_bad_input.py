@@ -10,6 +10,7 @@ too large, with and without a Content-Length, broken JSON) also run through a re
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -109,6 +110,25 @@ def test_a_body_that_cannot_be_read_is_400(svc: Svc, raw: str | bytes, ctype: st
                                            says: str) -> None:
     err = svc.refused("POST", JOBS, 400, raw=raw, headers={"Content-Type": ctype}, says=(says,))
     assert err["error"] == "BadRequest"
+
+
+LAUGHS = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{b}: &{b} [{', '.join(['*' + a] * 10)}]\n" for a, b in zip("abcdefgh", "bcdefghi",
+                                                                   strict=True))
+
+
+@pytest.mark.parametrize(("raw", "ctype"), [
+    ("[" * 30_000 + "]" * 30_000, "application/json"),
+    ('{"a": ' * 70 + "1" + "}" * 70, "application/json"),
+    ("[" * 30_000 + "]" * 30_000, "application/yaml"),
+    (LAUGHS, "application/yaml"),  # a billion values in 400 bytes
+])
+def test_a_body_nested_too_deep_or_expanding_too_far_is_400(svc: Svc, raw: str,
+                                                            ctype: str) -> None:
+    t0 = time.monotonic()
+    svc.refused("POST", JOBS, 400, raw=raw, headers={"Content-Type": ctype},
+                says=("nested more than 64",))
+    assert time.monotonic() - t0 < 10
 
 
 @pytest.mark.parametrize("raw", [
