@@ -1,5 +1,6 @@
 """deploy/ as files: the Deployment's arguments are ones ``gpupool`` accepts, the
-kustomization lists every manifest, each CRD serves gpupool.io/v1alpha1 with status."""
+kustomization lists every manifest, each CRD serves v1alpha1 (gpupool.io, elasticgpu.io)
+with status."""
 
 from __future__ import annotations
 
@@ -42,9 +43,13 @@ def test_crds_serve_v1alpha1_with_status() -> None:
     kinds = set()
     for path in sorted((DEPLOY / "crds").glob("*.yaml")):
         (crd,) = docs(f"crds/{path.name}")
-        assert crd["spec"]["group"] == "gpupool.io"
+        group = crd["spec"]["group"]
+        assert group in ("gpupool.io", "elasticgpu.io")
+        assert crd["metadata"]["name"] == f"{crd['spec']['names']['plural']}.{group}"
         (version,) = crd["spec"]["versions"]
         assert version["name"] == "v1alpha1" and version["served"] and version["storage"]
         assert version["subresources"] == {"status": {}}
-        kinds.add(crd["spec"]["names"]["kind"])
-    assert kinds == {"ResourceFlavor", "Cohort", "ClusterQueue", "LocalQueue"}
+        kinds.add((group, crd["spec"]["names"]["kind"]))
+    assert kinds == {("gpupool.io", k) for k in ("ResourceFlavor", "Cohort", "ClusterQueue",
+                                                 "LocalQueue")} | \
+        {("elasticgpu.io", k) for k in ("ElasticGPUClass", "ElasticGPUClaim", "ElasticGPU")}

@@ -182,6 +182,9 @@ class Controller:
         # (smallest card MiB, GPU models): what pod requests are read against; cleared
         # whenever the nodes change
         self._inventory: tuple[int, frozenset[str]] | None = None
+        # Elastic GPU objects (k8s/elastic.py) when attached: rebuilt with the scheduler,
+        # consulted for pods that consume claims
+        self.elastic: Any = None
 
     # -- running ---------------------------------------------------------------------------
 
@@ -191,6 +194,8 @@ class Controller:
     async def run(self) -> None:
         """Watch, elect, schedule, until cancelled."""
         informers = [self.node_informer, self.pod_informer, *self.foreign_informers]
+        if self.elastic is not None:  # its objects are read before the first rebuild
+            informers.extend(self.elastic.informers.values())
         loops = [asyncio.create_task(i.run()) for i in informers]
         try:
             for i in informers:
@@ -209,6 +214,10 @@ class Controller:
             await asyncio.gather(*loops, *self._tasks, return_exceptions=True)
             if self.elector is not None:
                 await self.elector.release()
+
+    def wake(self) -> None:
+        """Run a cycle soon (something outside the informers changed the cards)."""
+        self._dirty.set()
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.create_task(coro)
@@ -279,6 +288,8 @@ class Controller:
                 pending.append(key)
         for job_id, members in sorted(bound.items()):
             self._restore(job_id, members)
+        if self.elastic is not None:
+            self.elastic.ready()  # ElasticGPUs take their cards back before pods are placed
         for key in sorted(pending):
             self._admit(key)
 
@@ -289,7 +300,7 @@ class Controller:
         for key, _rec in members:
             try:
                 pods[key] = self.read_request(self._pod(key) or {})
-            except (InvalidJobError, TranslateError) as exc:
+            except (InvalidJobError, TranslateError, NotFoundError) as exc:
                 log.warning("bound pod %s cannot be read: %s", key, exc)
                 return
         job = job_for_pods(job_id, first.queue, [(k, pods[k]) for k, _ in members],
@@ -482,7 +493,10 @@ class Controller:
             self._inventory = (card_floor(nodes),
                                frozenset(g.model for n in nodes for g in n.gpus))
         floor, models = self._inventory
-        return pod_request(pod, self.opt.names, card_memory_mib=floor, models=models)
+        req = pod_request(pod, self.opt.names, card_memory_mib=floor, models=models)
+        if self.elastic is not None:
+            req = self.elastic.consumer_request(pod, req)  # its claims hold the cards
+        return req
 
     def resolve_queue(self, pod: Mapping[str, Any]) -> str:
         assert self.sched is not None
@@ -692,6 +706,8 @@ class Controller:
         annotations["gpupool.io/bound-by"] = self.opt.identity
         if req is not None and node is not None:
             annotations.update(hami_annotations(req, p, node, now))
+        if self.elastic is not None:
+            annotations.update(self.elastic.bind_annotations(self._pod(key) or {}, p.node, now))
         binding: dict[str, Any] = {
             "apiVersion": "v1", "kind": "Binding",
             "metadata": {"name": name, "namespace": ns},

@@ -17,7 +17,10 @@ Mutating admission webhook (``/mutate``, ``admission.k8s.io/v1``): a pod asking 
 left to the default scheduler is routed to gpupool (``spec.schedulerName``); a pod without a
 queue gets the default queue label; a pod that can never run (a request HAMi's resource
 names cannot express, a slice larger than any card, more GPUs than any node has, an unknown
-queue) is refused with the reason, so it is never created.
+queue) is refused with the reason, so it is never created. With Elastic GPU objects attached
+(``k8s/elastic.py``), a pod's ``elasticgpu.io/egpuc-<container>`` annotations are resolved
+into the containers' resources and the claims' node (a missing or unbound claim refuses the
+pod), and a new ElasticGPUClaim that no class can serve is refused with the reason.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from gpupool.core.model import JobId, NodeName, Placement, TaskId
 from gpupool.core.placement.framework import CycleState
 from gpupool.core.placement.place import feasible
 from gpupool.k8s.controller import Controller, job_for_pods
+from gpupool.k8s.elastic import pod_claims
 from gpupool.k8s.translate import (
     QUEUE_LABEL,
     QUEUE_LABELS,
@@ -167,6 +171,21 @@ class Endpoints:
                         or n in ((c.get("resources") or {}).get("requests") or {})
                         for c in containers for n in names.all())
         answer: dict[str, Any] = {"uid": uid, "allowed": True}
+        elastic = self.c.elastic
+        try:
+            if elastic is not None and (req.get("kind") or {}).get("kind") == "ElasticGPUClaim":
+                if req.get("operation", "CREATE") == "CREATE" and self.c.sched is not None:
+                    elastic.admit_claim(pod)
+                return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                        "response": answer}
+            if elastic is not None and self.c.sched is not None and pod_claims(pod):
+                patch.extend(elastic.admit_pod(pod, names))  # claims into resources
+                wants_gpu = True
+        except (InvalidJobError, NotFoundError, ConflictError) as exc:
+            return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                    "response": {"uid": uid, "allowed": False,
+                                 "status": {"code": 422, "reason": "Invalid",
+                                            "message": f"gpupool: {exc}"}}}
         if wants_gpu:
             try:
                 self._check(pod)

@@ -4,7 +4,9 @@ The queues come from a file (``--queues``, Kueue YAML as ``gpupool sim`` reads i
 default, from gpupool's CRDs in the cluster (``gpupool.io/v1alpha1`` ResourceFlavor,
 ClusterQueue, Cohort, LocalQueue; see ``deploy/crds``). With neither, every pod goes to one
 ClusterQueue ``default`` without quota. A change to the CRD objects rebuilds the scheduler
-from the API server (as a restart would), so quotas take effect at once.
+from the API server (as a restart would), so quotas take effect at once. Where the cluster
+serves the Elastic GPU kinds (``elasticgpu.io/v1alpha1``), their binder runs beside the
+scheduler (``k8s/elastic.py``).
 """
 
 from __future__ import annotations
@@ -20,8 +22,9 @@ from gpupool.config import load_queue_config
 from gpupool.core.quota import ClusterQueue, LocalQueue, QueueConfig
 from gpupool.k8s.controller import Controller, Options
 from gpupool.k8s.crd import CRD_KINDS, CrdStatus, queue_documents
+from gpupool.k8s.elastic import ElasticController
 from gpupool.k8s.informer import Informer
-from gpupool.k8s.kube import Kube
+from gpupool.k8s.kube import ApiError, Kube
 from gpupool.k8s.translate import ResourceNames
 
 __all__ = ["default_config", "load_crd_config", "options_from_args", "run_command"]
@@ -88,6 +91,8 @@ async def _run(args: argparse.Namespace) -> int:
             status = CrdStatus(kube, controller) if use_crds else None
             if status is not None:
                 watchers.append(asyncio.create_task(status.run()))
+            if await _has_elastic_crds(kube):
+                watchers.append(asyncio.create_task(ElasticController(kube, controller).run()))
             runner = asyncio.create_task(controller.run())
             stopper = asyncio.create_task(stop.wait())
             reloader = asyncio.create_task(reload.wait())
@@ -105,6 +110,18 @@ async def _run(args: argparse.Namespace) -> int:
     finally:
         await kube.close()
     return 0
+
+
+async def _has_elastic_crds(kube: Kube) -> bool:
+    """Whether the cluster serves the Elastic GPU kinds (``elasticgpu.io/v1alpha1``)."""
+    try:
+        await kube.request("GET", "/apis/elasticgpu.io/v1alpha1/elasticgpuclasses",
+                           params={"limit": "1"})
+    except ApiError as exc:
+        if exc.status == 404:
+            return False
+        raise
+    return True
 
 
 async def _watch_crds(kube: Kube, reload: asyncio.Event) -> None:
