@@ -155,7 +155,8 @@ def _serve(args: argparse.Namespace) -> int:
           f"{args.rate:g} jobs/s offered: {out['achieved_rate']} jobs/s, {out['errors']} "
           f"errors {out['error_kinds'] or ''}".rstrip())
     print(f"  API latency p50 {lat['p50']} ms, p99 {lat['p99']} ms, max {lat['max']} ms "
-          f"(waiting to be sent: p99 {out['client_queue_ms']['p99']} ms)")
+          f"(server's own measure p99 {out['server_submit_ms']['p99']} ms; waiting to be sent "
+          f"p99 {out['client_queue_ms']['p99']} ms)")
     print(f"  admissible backlog: {backlog['pending_admissible_start']} at start, "
           f"{backlog['pending_admissible_end']} at end, max {backlog['max']}; drained in "
           f"{out['drain_s']} s")

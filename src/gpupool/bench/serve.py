@@ -17,6 +17,9 @@ client). ``latency_ms`` is measured from the moment a request is sent to its res
 ``client_queue_ms`` is how long requests waited before being sent, past their due time, for a
 free connection or for the generator itself (it shares the CPU with the server). A server that
 cannot keep up shows as a growing client queue and an achieved rate under the offered one.
+``server_submit_ms`` is the p99 of the same requests as the server timed them (its
+``gpupool_api_request_duration_seconds`` histogram, so bucket-coarse): the difference is time
+spent in the generator, the kernel and uvicorn's HTTP parsing.
 
 The admissible backlog is sampled once a second from ``/api/v1/clusterqueues``: the pending
 jobs of ClusterQueues that have at least ``ADMISSIBLE_ROOM_MILLI`` (the largest bench job, 2
@@ -101,7 +104,11 @@ class ServeBenchResult:
 
     @property
     def met(self) -> dict[str, bool]:
-        return {"rate": self.achieved_rate >= TARGET_RATE and self.errors == 0,
+        """The rate is met when jobs were offered at >= TARGET_RATE, every one was accepted,
+        and the last answer came within a second of the end of the schedule (the server kept
+        pace); p99 when the requests' p99 latency is under TARGET_P99_MS."""
+        kept_pace = self.load_wall_s <= self.duration_s + 1.0
+        return {"rate": self.rate >= TARGET_RATE and self.errors == 0 and kept_pace,
                 "p99": len(self.latencies_ms) > 0 and self.p99_ms < TARGET_P99_MS}
 
     def as_json(self) -> dict[str, Any]:
@@ -325,18 +332,29 @@ def histogram_quantile(buckets: list[tuple[float, float]], q: float) -> float | 
 
 
 def scrape(text: str) -> dict[str, Any]:
-    """Admissions and the decision-latency p99 (ms) from the Prometheus exposition."""
+    """From the Prometheus exposition: admissions, the p99 of a scheduling cycle and the p99
+    of POST /api/v1/jobs as the server measured it (ms; estimated from histogram buckets)."""
     admitted = 0.0
-    buckets: list[tuple[float, float]] = []
+    cycles: list[tuple[float, float]] = []
+    posts: dict[float, float] = {}
     for fam in text_string_to_metric_families(text):
         for s in fam.samples:
             if s.name == "gpupool_jobs_admitted_total":
                 admitted += s.value
             elif s.name == "gpupool_decision_latency_seconds_bucket":
-                buckets.append((float(s.labels["le"]), s.value))
-    p99 = histogram_quantile(buckets, 0.99)
+                cycles.append((float(s.labels["le"]), s.value))
+            elif (s.name == "gpupool_api_request_duration_seconds_bucket"
+                  and s.labels.get("route") == "/api/v1/jobs"
+                  and s.labels.get("method") == "POST"):
+                le = float(s.labels["le"])
+                posts[le] = posts.get(le, 0.0) + s.value
+
+    def ms(q: float | None) -> float | None:
+        return None if q is None else round(q * 1000, 2)
+
     return {"admitted": int(admitted),
-            "decision_ms_p99": None if p99 is None else round(p99 * 1000, 2)}
+            "decision_ms_p99": ms(histogram_quantile(cycles, 0.99)),
+            "server_submit_ms_p99": ms(histogram_quantile(list(posts.items()), 0.99))}
 
 
 async def _drive(server: Server, bodies: list[bytes], rate: float, concurrency: int,
@@ -347,8 +365,10 @@ async def _drive(server: Server, bodies: list[bytes], rate: float, concurrency: 
     codes: dict[str, int] = {}
     samples: list[Sample] = []
     done = 0
+    # idle connections are dropped well before the server's keep-alive timeout (5 s), so a
+    # request never races the server closing its connection
     limits = httpx.Limits(max_connections=concurrency + 1,
-                          max_keepalive_connections=concurrency + 1)
+                          max_keepalive_connections=concurrency + 1, keepalive_expiry=2.0)
     headers = {**server.headers, "Content-Type": "application/json"}
     # at most ``concurrency`` requests in flight; the rest wait here, in order (httpx's own
     # pool costs time in the number of waiting requests)
@@ -464,6 +484,7 @@ def run(rate: float, duration_s: float, *, nodes: int = 150, speed: float = 60.0
         cycles=cycles, decision_ms_p99=metrics["decision_ms_p99"],
         server_peak_rss_mib=rss, drain_s=drain,
         extra={"load_wall_s": round(driven["load_wall_s"], 2),
+               "server_submit_ms": {"p99": metrics["server_submit_ms_p99"]},
                "cpu_s": {"server": _round(driven["server_cpu_s"]),
                          "load_generator": _round(driven["client_cpu_s"])},
                "machine": {"cpus": os.cpu_count(),
