@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Awaitable, Callable
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any
@@ -33,6 +32,8 @@ from fastapi import Depends, FastAPI, Query, Request, Response
 from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import Headers
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gpupool.api.auth import Principal, Tokens
 from gpupool.api.errors import RESPONSES, ApiError, install
@@ -40,7 +41,7 @@ from gpupool.config.jobs import JobDocument
 from gpupool.control import views
 from gpupool.control.plane import ControlPlane, JobRecord
 from gpupool.core.errors import NotFoundError
-from gpupool.metrics import CONTENT_TYPE
+from gpupool.metrics import CONTENT_TYPE, Metrics
 
 MAX_BODY_BYTES = 1 << 20
 STATIC = Path(__file__).parent / "static"
@@ -147,20 +148,7 @@ def create_app(plane: ControlPlane, tokens: Tokens, *,
 
     # -- plumbing ----------------------------------------------------------------------------
 
-    @app.middleware("http")
-    async def _observe(request: Request,
-                       call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-        t0 = time.perf_counter()
-        size = request.headers.get("content-length")
-        if size is not None and size.isdigit() and int(size) > max_body_bytes:
-            return JSONResponse({"error": "PayloadTooLarge", "message":
-                                 f"body of {int(size)} bytes is over the limit of "
-                                 f"{max_body_bytes} bytes", "details": {}}, 413)
-        response = await call_next(request)
-        route = request.scope.get("route")
-        path = getattr(route, "path", "(unmatched)")
-        metrics.request(request.method, path, response.status_code, time.perf_counter() - t0)
-        return response
+    app.add_middleware(_Observe, metrics=metrics, max_body_bytes=max_body_bytes)
 
     async def read_body(request: Request) -> Any:
         raw = b""
@@ -329,8 +317,9 @@ def create_app(plane: ControlPlane, tokens: Tokens, *,
             raise ApiError(403, "Forbidden", f"{who.name} may not submit to namespace {ns}")
 
         def run() -> dict[str, Any]:
-            rec = plane.submit(doc, namespace=ns if isinstance(ns, str) else None)
-            return views.job_view(plane, rec, {})
+            with plane.lock:  # the view in the same hold: no second wait behind a cycle
+                rec = plane.submit(doc, namespace=ns if isinstance(ns, str) else None)
+                return views.job_view(plane, rec, {})
 
         return await run_in_threadpool(run)
 
@@ -399,6 +388,43 @@ def create_app(plane: ControlPlane, tokens: Tokens, *,
             return FileResponse(STATIC / "index.html")
 
     return app
+
+
+class _Observe:
+    """Refuses a body declared over the size limit (413) and times every request into the
+    metrics. Plain ASGI: no task group or streams per request, which Starlette's
+    ``BaseHTTPMiddleware`` costs on every call."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics, max_body_bytes: int) -> None:
+        self.app = app
+        self.metrics = metrics
+        self.max_body_bytes = max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        t0 = time.perf_counter()
+        size = Headers(scope=scope).get("content-length")
+        if size is not None and size.isdigit() and int(size) > self.max_body_bytes:
+            response = JSONResponse({"error": "PayloadTooLarge", "message":
+                                     f"body of {int(size)} bytes is over the limit of "
+                                     f"{self.max_body_bytes} bytes", "details": {}}, 413)
+            await response(scope, receive, send)
+            return
+        status = 500
+
+        async def observed(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, observed)
+        finally:
+            path = getattr(scope.get("route"), "path", "(unmatched)")
+            self.metrics.request(scope["method"], path, status, time.perf_counter() - t0)
 
 
 def _same_name(doc: dict[str, Any], name: str, namespace: str | None = None) -> None:
