@@ -185,6 +185,9 @@ class Controller:
         # Elastic GPU objects (k8s/elastic.py) when attached: rebuilt with the scheduler,
         # consulted for pods that consume claims
         self.elastic: Any = None
+        # queued provisioning (k8s/provisioning.py) when attached: makes and watches the
+        # ProvisioningRequests the cycles ask for
+        self.provisioning: Any = None
 
     # -- running ---------------------------------------------------------------------------
 
@@ -637,6 +640,8 @@ class Controller:
         now = self.clock()
         result = self.sched.cycle(now)
         self.stats.cycles += 1
+        if self.provisioning is not None:
+            self.provisioning.handle(result)
         for bind in result.binds:
             info = self.jobs.get(bind.job)
             if info is None:
@@ -708,6 +713,8 @@ class Controller:
             annotations.update(hami_annotations(req, p, node, now))
         if self.elastic is not None:
             annotations.update(self.elastic.bind_annotations(self._pod(key) or {}, p.node, now))
+        if self.provisioning is not None:
+            annotations.update(self.provisioning.bind_annotations(info.id))
         binding: dict[str, Any] = {
             "apiVersion": "v1", "kind": "Binding",
             "metadata": {"name": name, "namespace": ns},

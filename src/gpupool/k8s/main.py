@@ -6,7 +6,8 @@ ClusterQueue, Cohort, LocalQueue; see ``deploy/crds``). With neither, every pod 
 ClusterQueue ``default`` without quota. A change to the CRD objects rebuilds the scheduler
 from the API server (as a restart would), so quotas take effect at once. Where the cluster
 serves the Elastic GPU kinds (``elasticgpu.io/v1alpha1``), their binder runs beside the
-scheduler (``k8s/elastic.py``).
+scheduler (``k8s/elastic.py``). Queues with a provisioning admission check get their
+ProvisioningRequests made and watched (``k8s/provisioning.py``).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from gpupool.k8s.crd import CRD_KINDS, CrdStatus, queue_documents
 from gpupool.k8s.elastic import ElasticController
 from gpupool.k8s.informer import Informer
 from gpupool.k8s.kube import ApiError, Kube
+from gpupool.k8s.provisioning import ProvisioningAdapter
 from gpupool.k8s.translate import ResourceNames
 
 __all__ = ["default_config", "load_crd_config", "options_from_args", "run_command"]
@@ -91,6 +93,9 @@ async def _run(args: argparse.Namespace) -> int:
             status = CrdStatus(kube, controller) if use_crds else None
             if status is not None:
                 watchers.append(asyncio.create_task(status.run()))
+            if config.admission_checks:  # queued provisioning: ProvisioningRequests
+                watchers.append(asyncio.create_task(
+                    ProvisioningAdapter(kube, controller).run()))
             if await _has_elastic_crds(kube):
                 watchers.append(asyncio.create_task(ElasticController(kube, controller).run()))
             runner = asyncio.create_task(controller.run())

@@ -1,0 +1,287 @@
+"""Queued provisioning on a real API server: cluster-autoscaler's ProvisioningRequest CRD
+installed, gpupool making the requests and PodTemplates a provisioning admission check asks
+for, and the test playing the autoscaler (it sets the conditions and creates the nodes)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gpupool.config import load_queue_config
+from gpupool.core.errors import InvalidJobError
+from gpupool.core.model import GpuRequest, Job, JobId, PodSet, QueueName
+from gpupool.core.provisioning import CLASS_ANNOTATION, CONSUME_ANNOTATION, REQUEST_LABEL
+from gpupool.core.quota import QueueConfig
+from gpupool.k8s.controller import Controller, Options
+from gpupool.k8s.kube import MERGE_PATCH, ApiError, Kube
+from gpupool.k8s.provisioning import ProvisioningAdapter
+from tests.k8s.conftest import ControlPlane
+from tests.k8s.kit import get_pod, make_node, make_pod, set_phase, wait_for
+from tests.k8s.test_scheduler_live import live
+
+pytestmark = pytest.mark.k8s
+
+NS = "prov"
+DATA = Path(__file__).parent / "data"
+PR = f"/apis/autoscaling.x-k8s.io/v1/namespaces/{NS}/provisioningrequests"
+
+QUEUES = """
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: ResourceFlavor
+metadata: {name: h100}
+spec: {nodeLabels: {pool: h100}}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: ProvisioningRequestConfig
+metadata: {name: dws-config}
+spec:
+  provisioningClassName: queued-provisioning.gke.io
+  parameters: {maxRunDurationSeconds: "3600"}
+  retryStrategy: {backoffLimitCount: 1, backoffBaseSeconds: 1, backoffMaxSeconds: 1}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: AdmissionCheck
+metadata: {name: dws}
+spec:
+  controllerName: kueue.x-k8s.io/provisioning-request
+  parameters: {apiGroup: kueue.x-k8s.io, kind: ProvisioningRequestConfig, name: dws-config}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: ClusterQueue
+metadata: {name: train}
+spec:
+  admissionChecks: [dws]
+  resourceGroups:
+  - coveredResources: [nvidia.com/gpu]
+    flavors:
+    - name: h100
+      resources: [{name: nvidia.com/gpu, nominalQuota: 64}]
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: LocalQueue
+metadata: {name: train, namespace: prov}
+spec: {clusterQueue: train}
+"""
+
+
+def install_crd(cp: ControlPlane) -> None:
+    cp.kubectl("apply", "-f", str(DATA / "provisioningrequests.autoscaling.x-k8s.io.yaml"))
+    cp.kubectl("wait", "--for=condition=Established", "--timeout=60s",
+               "crd/provisioningrequests.autoscaling.x-k8s.io")
+
+
+@contextlib.asynccontextmanager
+async def prov_running(kube: Kube, config: QueueConfig
+                       ) -> AsyncIterator[tuple[Controller, ProvisioningAdapter]]:
+    ctl = Controller(kube, config, Options(leader_elect=False, cycle_interval_s=0.2))
+    ad = ProvisioningAdapter(kube, ctl)
+    tasks = [asyncio.create_task(ctl.run()), asyncio.create_task(ad.run())]
+    try:
+        async def ready() -> bool:
+            for t in tasks:
+                if t.done():
+                    t.result()
+            return ctl.sched is not None and ad.informer.synced.is_set()
+        await wait_for(ready, 20, "controller sync")
+        yield ctl, ad
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def gang(kube: Kube, name: str, size: int, gpus: int = 8) -> list[str]:
+    names = [f"{name}-{i}" for i in range(size)]
+    for n in names:
+        await make_pod(kube, n, ns=NS, limits={"nvidia.com/gpu": gpus},
+                       labels={"gpupool.io/queue": "train"},
+                       annotations={"gpupool.io/gang": name, "gpupool.io/gang-size": str(size)})
+    return names
+
+
+async def requests(kube: Kube) -> dict[str, dict[str, Any]]:
+    items = (await kube.request("GET", PR)).get("items") or []
+    return {i["metadata"]["name"]: i for i in items}
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+async def set_condition(kube: Kube, name: str, kind: str, reason: str,
+                        message: str = "") -> None:
+    """What the autoscaler writes: one more condition on the request's status."""
+    obj = await kube.request("GET", f"{PR}/{name}")
+    conds = [c for c in (obj.get("status") or {}).get("conditions") or ()
+             if c["type"] != kind]
+    conds.append({"type": kind, "status": "True", "reason": reason,
+                  "message": message or reason, "lastTransitionTime": _now()})
+    await kube.request("PATCH", f"{PR}/{name}/status", {"status": {"conditions": conds}},
+                       content_type=MERGE_PATCH)
+
+
+async def provision_nodes(kube: Kube, request: str, count: int) -> list[str]:
+    """What the cloud does: ``count`` nodes at once, labelled and tainted for the request."""
+    names = [f"{request}-node-{i}" for i in range(count)]
+    for n in names:
+        await make_node(kube, n, gpus=8, model="NVIDIA-H100",
+                        labels={"pool": "h100", REQUEST_LABEL: f"{NS}.{request}"})
+        await kube.request("PATCH", f"/api/v1/nodes/{n}", {"spec": {"taints": [
+            {"key": REQUEST_LABEL, "value": f"{NS}.{request}", "effect": "NoSchedule"}]}},
+            content_type=MERGE_PATCH)
+    return names
+
+
+def test_provisioning_request_lifecycle(control_plane: ControlPlane) -> None:
+    install_crd(control_plane)
+    config = load_queue_config(list(yaml.safe_load_all(QUEUES)))
+
+    async def body(kube: Kube) -> None:
+        # a fixed node where the gang would fit: it must not start there
+        await make_node(kube, "fixed", gpus=8, model="NVIDIA-H100", labels={"pool": "h100"})
+        async with prov_running(kube, config) as (ctl, _ad):
+            pods = await gang(kube, "pretrain", 2)
+
+            async def made() -> dict[str, Any] | None:
+                return (await requests(kube)).get("prov-gang-pretrain-1")
+
+            pr = await wait_for(made, 20, "ProvisioningRequest made")
+            assert pr["spec"]["provisioningClassName"] == "queued-provisioning.gke.io"
+            assert pr["spec"]["parameters"] == {"maxRunDurationSeconds": "3600"}
+            (ps,) = pr["spec"]["podSets"]
+            assert ps["count"] == 2
+            tpl = await kube.request(
+                "GET", f"/api/v1/namespaces/{NS}/podtemplates/{ps['podTemplateRef']['name']}")
+            spec = tpl["template"]["spec"]
+            assert spec["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "8"
+            assert spec["nodeSelector"] == {"pool": "h100"}
+            # the pods are marked as the request's consumers, and wait
+            async def annotated() -> bool:
+                for n in pods:
+                    ann = (await get_pod(kube, NS, n))["metadata"]["annotations"]
+                    if ann.get(CONSUME_ANNOTATION) != "prov-gang-pretrain-1":
+                        return False
+                    assert ann[CLASS_ANNOTATION] == "queued-provisioning.gke.io"
+                return True
+
+            await wait_for(annotated, 20, "pods annotated to consume the request")
+            await set_condition(kube, "prov-gang-pretrain-1", "Accepted", "Accepted")
+            await asyncio.sleep(0.5)
+            for n in pods:
+                assert not (await get_pod(kube, NS, n))["spec"].get("nodeName")
+            # the autoscaler makes both nodes, then says Provisioned: the gang starts there
+            nodes = await provision_nodes(kube, "prov-gang-pretrain-1", 2)
+            await set_condition(kube, "prov-gang-pretrain-1", "Provisioned", "Provisioned")
+
+            async def both_bound() -> list[str] | None:
+                got = [(await get_pod(kube, NS, n))["spec"].get("nodeName") for n in pods]
+                return got if all(got) else None
+
+            placed = await wait_for(both_bound, 20, "gang bound on the provisioned nodes")
+            assert sorted(placed) == sorted(nodes)
+            ann = (await get_pod(kube, NS, pods[0]))["metadata"]["annotations"]
+            assert ann[CONSUME_ANNOTATION] == "prov-gang-pretrain-1"
+            assert ctl.sched is not None
+            job = ctl.pod_job[f"{NS}/{pods[0]}"]
+            assert ctl.sched.run_limit_s(job) is not None
+            assert ctl.sched.run_limit_s(job) <= 3600  # type: ignore[operator]
+            # done: the request and its template are deleted
+            for n in pods:
+                await set_phase(kube, NS, n, "Succeeded")
+
+            async def gone() -> bool:
+                return "prov-gang-pretrain-1" not in await requests(kube)
+
+            await wait_for(gone, 20, "request deleted after the job")
+            with pytest.raises(ApiError):
+                await kube.request("GET", f"/api/v1/namespaces/{NS}/podtemplates/"
+                                          f"{ps['podTemplateRef']['name']}")
+
+            # Failed: quota released, request deleted, a new request after the backoff; a
+            # second failure spends the retries: the job stays parked, rejected
+            pods = await gang(kube, "second", 2)
+            await wait_for(lambda: _has(kube, "prov-gang-second-1"), 20, "first request")
+            await set_condition(kube, "prov-gang-second-1", "Failed", "CapacityNotAvailable",
+                                "no H100 in any zone")
+            await wait_for(lambda: _has(kube, "prov-gang-second-2"), 20, "retried request")
+            assert "prov-gang-second-1" not in await requests(kube)
+            await set_condition(kube, "prov-gang-second-2", "BookingExpired", "BookingExpired")
+
+            async def rejected() -> str | None:
+                assert ctl.sched is not None
+                for p in ctl.sched.pending():
+                    msg = p.reason.message if p.reason is not None else ""
+                    if "second" in str(p.job.id) and "Rejected" in msg:
+                        return msg
+                return None
+
+            msg = await wait_for(rejected, 20, "check rejected after the retries")
+            assert "BookingExpired" in msg
+            await wait_for(lambda: _lacks(kube, "prov-gang-second-2"), 20, "request deleted")
+            for n in pods:
+                assert not (await get_pod(kube, NS, n))["spec"].get("nodeName")
+
+    try:
+        live(control_plane, body, namespaces=(NS,))
+    finally:
+        control_plane.kubectl("delete", "provisioningrequests.autoscaling.x-k8s.io", "--all",
+                              "-n", NS, check=False)
+        control_plane.kubectl("delete", "podtemplates", "--all", "-n", NS, check=False)
+
+
+async def _has(kube: Kube, name: str) -> bool:
+    return name in await requests(kube)
+
+
+async def _lacks(kube: Kube, name: str) -> bool:
+    return name not in await requests(kube)
+
+
+def test_bad_requests_refused(control_plane: ControlPlane) -> None:
+    """A request over 1,000 nodes or with two pod sets: refused with the reason, nothing
+    made (the gang is rejected when submitted; the API server's schema also refuses a
+    request without a pod set)."""
+    install_crd(control_plane)
+    config = load_queue_config(list(yaml.safe_load_all(QUEUES)))
+
+    async def body(kube: Kube) -> None:
+        async with prov_running(kube, config) as (ctl, _ad):
+            # two pod sets: pods of one gang asking for different GPUs
+            await make_pod(kube, "mixed-0", ns=NS, limits={"nvidia.com/gpu": 8},
+                           labels={"gpupool.io/queue": "train"},
+                           annotations={"gpupool.io/gang": "mixed", "gpupool.io/gang-size": "2"})
+            await make_pod(kube, "mixed-1", ns=NS, limits={"nvidia.com/gpu": 4},
+                           labels={"gpupool.io/queue": "train"},
+                           annotations={"gpupool.io/gang": "mixed", "gpupool.io/gang-size": "2"})
+
+            async def refused() -> str | None:
+                return ctl.rejected.get(f"{NS}/mixed-0")
+
+            why = await wait_for(refused, 20, "two pod sets refused")
+            assert "one pod set" in why
+            # over 1,000 nodes: the gang size alone says so, before its pods exist
+            big = ctl.sched
+            assert big is not None
+            job = Job(JobId(f"{NS}/huge"), (PodSet("w", 1001, 1000, 1024,
+                                                   gpu=GpuRequest(count=8)),),
+                      queue=QueueName(f"{NS}/train"))
+            with pytest.raises(InvalidJobError) as err:
+                big.submit(job, 0.0)
+            assert "1000" in str(err.value)
+            assert await requests(kube) == {}
+        with pytest.raises(ApiError) as schema:
+            await kube.request("POST", PR, {
+                "apiVersion": "autoscaling.x-k8s.io/v1", "kind": "ProvisioningRequest",
+                "metadata": {"name": "empty", "namespace": NS},
+                "spec": {"provisioningClassName": "queued-provisioning.gke.io",
+                         "podSets": []}})
+        assert schema.value.status == 422
+
+    live(control_plane, body, namespaces=(NS,))
