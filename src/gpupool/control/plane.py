@@ -70,6 +70,18 @@ class Backend(Protocol):
         ...
 
 
+class Watcher(Protocol):
+    """Something that holds cards in the scheduler's state beside the jobs (ElasticGPUs):
+    told when a new Scheduler is built (to take its cards back in it), when a node fails and
+    when a cycle ran. Called under the plane's lock."""
+
+    def scheduler_built(self, scheduler: Scheduler) -> None: ...
+
+    def node_failed(self, name: str) -> None: ...
+
+    def ticked(self, result: TickResult) -> None: ...
+
+
 @dataclass(slots=True)
 class JobRecord:
     uid: int
@@ -196,6 +208,7 @@ class ControlPlane:
         self.last_tick: TickResult | None = None
         self.history: deque[dict[str, Any]] = deque(maxlen=HISTORY_KEPT)
         self._sampled_at = 0.0
+        self.watchers: list[Watcher] = []
         with self.lock:
             self._open(nodes, queue_docs)
 
@@ -271,6 +284,8 @@ class ControlPlane:
                 # parked with its reason, until they are back.
                 sched.queues.add(rec.job, preemptions=rec.preemptions)
             rec.cluster_queue = sched.queues.resolve(rec.job.queue)
+        for w in self.watchers:
+            w.scheduler_built(sched)
         self.scheduler = sched
         self._idle_tree = QuotaTree(self.config)
 
@@ -404,6 +419,8 @@ class ControlPlane:
             self.cycles += 1
             self.metrics.cycle(out.decision_s)
             self.last_tick = out
+            for w in self.watchers:
+                w.ticked(out)
             if time.monotonic() - self._sampled_at >= HISTORY_EVERY_S:
                 self._sample(now)
             return out
@@ -600,6 +617,8 @@ class ControlPlane:
                 body["failed"] = failed
                 if failed:
                     hit = self.scheduler.remove_node(NodeName(name), now)
+                    for w in self.watchers:
+                        w.node_failed(name)
                     for jid in hit:
                         rec = self.jobs[jid]
                         self.backend.stop(rec.key)
