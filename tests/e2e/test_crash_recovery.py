@@ -14,7 +14,10 @@ second runs cycles again.
 from __future__ import annotations
 
 import itertools
+import os
 import sqlite3
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -25,6 +28,7 @@ import httpx
 from tests.e2e.serve_kit import (
     ADMIN,
     TENANTS,
+    TOKENS_ENV,
     Server,
     holders_ok,
     job_doc,
@@ -316,3 +320,25 @@ def test_kill_9_mid_load_loses_nothing_acknowledged_and_running_jobs_carry_on(
         r = httpx.post(f"{server.url}/api/v1/jobs", json=job_doc("after-restart"),
                        headers={"Authorization": f"Bearer {ADMIN}"})
         assert r.status_code == 201, r.text
+
+
+def test_serve_refuses_a_state_file_from_a_newer_gpupool_and_leaves_it(tmp_path: Path) -> None:
+    state = tmp_path / "state.db"
+    db = sqlite3.connect(state)
+    db.execute("PRAGMA user_version=99")
+    db.commit()
+    db.close()
+    db = sqlite3.connect(state)
+    db.execute("CREATE TABLE mine (a INTEGER)")  # a table gpupool does not know
+    db.commit()
+    db.close()
+    out = subprocess.run([sys.executable, "-m", "gpupool.cli", "serve", "--state", str(state),
+                          "--port", "1"], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "GPUPOOL_TOKENS": TOKENS_ENV})
+    assert out.returncode == 1  # the outside world (the state file) is the problem
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "schema version 99" in lines[0] and "upgrade" in lines[0]
+    db = sqlite3.connect(state)
+    assert db.execute("PRAGMA user_version").fetchone()[0] == 99
+    assert [r[0] for r in db.execute("SELECT name FROM sqlite_master")] == ["mine"]
+    db.close()
