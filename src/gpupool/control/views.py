@@ -15,6 +15,7 @@ import numpy as np
 
 from gpupool.control.codec import node_from_json, placement_to_json
 from gpupool.control.plane import ACTIVE, ControlPlane, JobRecord
+from gpupool.core.elastic import TASK_PREFIX
 from gpupool.core.errors import NotFoundError
 from gpupool.core.model import JobId, Node, NodeName
 from gpupool.core.quota import Resource
@@ -123,7 +124,10 @@ def node_view(plane: ControlPlane, name: str, visible: Visible = everyone) -> di
                         for g in node.gpus for m in g.mig}
             for p in sched.state.placements_on(NodeName(name)):
                 ns = p.job.split("/", 1)[0]
-                shown = visible(ns)
+                if p.job.startswith(TASK_PREFIX):  # an ElasticGPU's: elasticgpu/<claim key>
+                    ns = p.job[len(TASK_PREFIX):].split("/", 1)[0] if p.job.count("/") > 1 \
+                        else ""  # elasticgpu/static: made by an operator, no claim yet
+                shown = visible(ns) or not ns
                 for s in p.shares:
                     milli, mib = (mig_size.get((s.index, s.mig_profile), (0, 0))
                                   if s.mig_profile else (s.gpu_milli, s.memory_mib))
