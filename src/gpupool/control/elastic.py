@@ -1,0 +1,493 @@
+"""Elastic GPU objects in ``gpupool serve``: classes, claims and ElasticGPUs, durable.
+
+``ElasticService`` keeps a ``Binder`` (``gpupool.core.elastic``) on the control plane's own
+cluster state, so claims and jobs never share a card, and writes every object the binder holds
+to the state file (``objects`` table: kinds ``ElasticGPUClass``, ``ElasticGPUClaim`` keyed
+``<namespace>/<name>``, ``ElasticGPU``) in the same step as the change, before the caller hears
+of it. A change whose write fails is undone: the binder is rebuilt from what the file holds.
+
+It watches the plane (``ControlPlane.watchers``):
+
+- a new Scheduler (start-up, a queue change) gets a new Binder on its state, into which every
+  ElasticGPU takes its card back as it was (``Binder.restore``); ElasticGPUs on a node that is
+  away (failed, deleted) fail and their claims are Lost;
+- a node that fails fails its ElasticGPUs (``Binder.node_removed``);
+- after a cycle, pending Immediate claims are tried again when jobs ended or every
+  ``RECONCILE_EVERY_S`` wall seconds.
+
+Every method takes the plane's lock.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import re
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, ClassVar
+
+from gpupool.config.jobs import GPU_TOLERATION
+from gpupool.control.plane import ControlPlane, TickResult
+from gpupool.core.elastic import (
+    TASK_PREFIX,
+    Binder,
+    ClaimPhase,
+    ElasticGPU,
+    ElasticGPUClaim,
+    ElasticGPUClass,
+    GpuPhase,
+    Release,
+    Source,
+)
+from gpupool.core.errors import ConfigError, ConflictError, InvalidJobError, NotFoundError
+from gpupool.core.model import JobId, Task, TaskId
+from gpupool.core.placement.framework import CycleState, FilterPlugin, Mask, Profile, Rows
+from gpupool.core.scheduler import Scheduler
+from gpupool.store.sqlite import NewEvent
+
+CLASS = "ElasticGPUClass"
+CLAIM = "ElasticGPUClaim"
+GPU = "ElasticGPU"
+KINDS = (CLASS, CLAIM, GPU)
+API_GROUP = "elasticgpu.io/v1alpha1"
+RECONCILE_EVERY_S = 2.0  # wall seconds between retries of pending claims when nothing ended
+
+Key = tuple[str, str]  # (kind, name)
+_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
+
+_CONFIG = re.compile(r"^(?P<where>[^:]+): (?P<field>[A-Za-z0-9_.\[\]-]+)=(?P<value>.*?): "
+                     r"(?P<rule>.+)$", re.S)
+
+
+def config_details(exc: ConfigError) -> dict[str, Any]:
+    """``ElasticGPUClass k: provisioner='nvidia': must be one of ...`` as ``{field, value,
+    rule}`` (empty when the message has another shape)."""
+    m = _CONFIG.match(str(exc))
+    if m is None:
+        return {}
+    value: Any = m.group("value")
+    with contextlib.suppress(ValueError, SyntaxError):  # the value as given, if it reads back
+        value = ast.literal_eval(value)
+    return {"field": m.group("field"), "value": value, "rule": m.group("rule")}
+
+
+def _flat(kind: str, body: Mapping[str, Any], namespace: str | None = None) -> dict[str, Any]:
+    """A body in either form: the objects' own JSON (``to_dict``) or a Kubernetes-style
+    document (``apiVersion``, ``kind``, ``metadata{name, namespace}``, ``spec`` for claims and
+    ElasticGPUs, the class's fields at the top level as a StorageClass has them)."""
+    out = dict(body)
+    given = out.pop("kind", kind)
+    if given != kind:
+        raise _bad(kind, "kind", given, f"must be {kind} at this endpoint")
+    api = out.pop("apiVersion", API_GROUP)
+    if api != API_GROUP:
+        raise _bad(kind, "apiVersion", api, f"must be {API_GROUP}")
+    meta = out.pop("metadata", None)
+    if meta is not None:
+        if not isinstance(meta, Mapping):
+            raise _bad(kind, "metadata", meta, "must be an object")
+        for k in meta:
+            if k not in ("name", "namespace", "labels", "annotations"):
+                raise _bad(kind, f"metadata.{k}", meta[k], "unknown field; known: name, "
+                           "namespace, labels, annotations")
+        if "name" in meta:
+            out.setdefault("name", meta["name"])
+        if "namespace" in meta and kind == CLAIM:
+            out.setdefault("namespace", meta["namespace"])
+    spec = out.pop("spec", None)
+    if spec is not None:
+        if not isinstance(spec, Mapping):
+            raise _bad(kind, "spec", spec, "must be an object")
+        for k, v in spec.items():
+            out.setdefault(k, v)
+    out.pop("status", None)
+    name = out.get("name")
+    if not isinstance(name, str) or not _NAME.fullmatch(name) or len(name) > 253:
+        raise _bad(kind, "metadata.name", name, "is required: lower-case letters, digits, "
+                   "'-' and '.', starting and ending with a letter or digit")
+    if kind == CLAIM and namespace is not None:
+        ns = out.setdefault("namespace", namespace)
+        if ns != namespace:
+            raise _bad(kind, "metadata.namespace", ns, f"must be {namespace} here")
+    ns = out.get("namespace", "default")
+    if kind == CLAIM and (not isinstance(ns, str) or not _NAME.fullmatch(ns) or len(ns) > 63):
+        raise _bad(kind, "metadata.namespace", ns, "must be a namespace name: lower-case "
+                   "letters, digits and '-'")
+    return out
+
+
+def _bad(kind: str, field: str, value: object, rule: str) -> Exception:
+    if kind == CLAIM:
+        return InvalidJobError(field, value, rule, job=kind)
+    return ConfigError(f"{kind}: {field}={value!r}: {rule}")
+
+
+@dataclass(frozen=True, slots=True)
+class _GpuTolerating:
+    """The taint filter for ElasticGPUs: what they are made for is a pod asking for GPUs,
+    which tolerates ``nvidia.com/gpu`` (as Job documents' pods do, and as Kubernetes'
+    ExtendedResourceToleration makes them); every other taint still keeps them away."""
+
+    inner: FilterPlugin
+    name: ClassVar[str] = "taint-toleration"
+    resolvable: ClassVar[bool] = False
+
+    def filter(self, cs: CycleState, task: Task, rows: Rows) -> Mask:
+        ps = task.pod_set
+        if GPU_TOLERATION not in ps.tolerations:
+            task = replace(task, pod_set=replace(ps, tolerations=(*ps.tolerations,
+                                                                  GPU_TOLERATION)))
+        return self.inner.filter(cs, task, rows)
+
+    def reason(self, task: Task) -> str:
+        return self.inner.reason(task)
+
+
+def claim_profile(profile: Profile) -> Profile:
+    """The scheduler's profile, with the taint filter of ``_GpuTolerating``."""
+    return replace(profile, filters=tuple(
+        _GpuTolerating(f) if f.name == "taint-toleration" else f for f in profile.filters))
+
+
+class ElasticService:
+    """The three kinds of Elastic GPU objects of one control plane, durable."""
+
+    def __init__(self, plane: ControlPlane) -> None:
+        self.plane = plane
+        self._reconciled_at = 0.0
+        with plane.lock:
+            saved = self._read_store()
+            self._saved: dict[Key, dict[str, Any]] = saved
+            self.binder = self._binder_for(plane.scheduler, saved)
+            self._persist()
+            plane.watchers.append(self)
+
+    @classmethod
+    def of(cls, plane: ControlPlane) -> ElasticService:
+        """The plane's service, made (and restored from the state file) on first use."""
+        with plane.lock:
+            for w in plane.watchers:
+                if isinstance(w, ElasticService):
+                    return w
+            return cls(plane)
+
+    # -- state file and binder ----------------------------------------------------------------
+
+    def _read_store(self) -> dict[Key, dict[str, Any]]:
+        return {(k, n): dict(b) for k, n, b, _ in self.plane.store.objects() if k in KINDS}
+
+    def _objects(self) -> dict[Key, dict[str, Any]]:
+        b = self.binder
+        out: dict[Key, dict[str, Any]] = {}
+        out.update({(CLASS, c.name): c.to_dict() for c in b.classes()})
+        out.update({(CLAIM, c.key): c.to_dict() for c in b.claims()})
+        out.update({(GPU, g.name): g.to_dict() for g in b.gpus()})
+        return out
+
+    def _binder_for(self, sched: Scheduler, saved: Mapping[Key, Mapping[str, Any]]) -> Binder:
+        """A Binder on ``sched``'s state holding the objects of ``saved``, every ElasticGPU on
+        its card again. One on a node that is not there fails (its claim is Lost); one whose
+        card a job holds (never, unless the file was edited) fails too, with the reason."""
+        state = sched.state
+        binder = Binder(state, claim_profile(sched.ctx.profile))
+        for (kind, _), body in sorted(saved.items()):
+            if kind == CLASS:
+                binder.add_class(ElasticGPUClass.from_dict(body))
+        claims = {c.key: c for c in (ElasticGPUClaim.from_dict(b) for (k, _), b in
+                                     saved.items() if k == CLAIM)}
+        # from_dict reads spec fields only: the status comes from the saved form
+        for (k, key), body in saved.items():
+            if k == CLAIM:
+                claims[key] = _claim_with_status(claims[key], body)
+        gpus = [ElasticGPU.from_dict(b) for (k, _), b in sorted(saved.items()) if k == GPU]
+        live = {n.name for n in state.nodes()}
+        away = [g for g in gpus if g.source is not Source.REMOTE
+                and g.phase is not GpuPhase.FAILED and g.node not in live]
+        gpus, claims = _failed(gpus, claims, away, lambda g: f"node {g.node} is not in the "
+                                                                "cluster")
+        try:
+            binder.restore(gpus, claims.values())
+        except ConflictError:
+            taken = self._taken(state, gpus)
+            gpus, claims = _failed(gpus, claims, taken,
+                                   lambda g: f"card {g.card} of node {g.node} was taken")
+            binder.restore(gpus, claims.values())
+        return binder
+
+    @staticmethod
+    def _taken(state: Any, gpus: Sequence[ElasticGPU]) -> list[ElasticGPU]:
+        """The ElasticGPUs that cannot take their card back (tried one by one, then let go)."""
+        bad = []
+        for g in gpus:
+            if g.source is Source.REMOTE or g.phase is GpuPhase.FAILED:
+                continue
+            probe = Binder(state)
+            try:
+                probe.restore([replace(g, claim_ref=None, phase=GpuPhase.AVAILABLE)], [])
+            except (ConflictError, NotFoundError):
+                bad.append(g)
+                continue
+            state.forget(TaskId(f"{TASK_PREFIX}{g.name}"))
+        return bad
+
+    def _persist(self, events: Iterable[NewEvent] = ()) -> None:
+        """Write what changed since the last write, with ``events``, in one transaction; if
+        that fails, the binder goes back to what the file holds and the error goes on."""
+        self._fix_owners()
+        now = self._objects()
+        changed = {k: v for k, v in now.items() if self._saved.get(k) != v}
+        gone = [k for k in self._saved if k not in now]
+        events = list(events)
+        if not changed and not gone and not events:
+            return
+        try:
+            with self.plane.store.transaction() as tx:
+                for (kind, name), body in changed.items():
+                    tx.put_object(kind, name, body)
+                for kind, name in gone:
+                    tx.delete_object(kind, name)
+                if events:
+                    tx.add_events(events)
+        except BaseException:
+            self._forget_cards()
+            self.binder = self._binder_for(self.plane.scheduler, self._saved)
+            raise
+        self._saved = now
+
+    def _forget_cards(self) -> None:
+        state = self.plane.scheduler.state
+        for p in list(state.placements()):
+            if p.task.startswith(TASK_PREFIX):
+                state.forget(p.task)
+
+    def _fix_owners(self) -> None:
+        """Each ElasticGPU's placement names its claim as its job (``elasticgpu/<claim key>``,
+        or ``elasticgpu/static`` while unbound), so the card view shows who holds it; an
+        ElasticGPU bound after it was made (a static one, a released one made available) is
+        moved to its claim here."""
+        state = self.binder.state
+        for g in self.binder.gpus():
+            if g.source is Source.REMOTE or g.phase is GpuPhase.FAILED:
+                continue
+            task = TaskId(f"{TASK_PREFIX}{g.name}")
+            p = state.placement(task)
+            want = JobId(f"{TASK_PREFIX}{g.claim_ref.key if g.claim_ref else 'static'}")
+            if p is None or p.job == want:
+                continue
+            state.forget(task)
+            state.assume(replace(p, job=want))
+            state.confirm(task)
+
+    def _event(self, reason: str, kind: str, obj: str, message: str, namespace: str = "",
+               warning: bool = False) -> NewEvent:
+        return NewEvent(self.plane.clock.now(), "Warning" if warning else "Normal", reason,
+                        kind, obj, namespace, message)
+
+    # -- watching the plane --------------------------------------------------------------------
+
+    def scheduler_built(self, scheduler: Scheduler) -> None:
+        self.binder = self._binder_for(scheduler, self._objects())
+
+    def node_failed(self, name: str) -> None:
+        lost = self.binder.node_removed(name)
+        self._persist([
+            self._event("Lost", CLAIM, c.key, c.message, c.namespace, warning=True)
+            for c in lost])
+
+    def ticked(self, result: TickResult) -> None:
+        if not any(c.phase is ClaimPhase.PENDING for c in self.binder.claims()):
+            return
+        wall = time.monotonic()
+        if not (result.finished or result.evicted) and \
+                wall - self._reconciled_at < RECONCILE_EVERY_S:
+            return
+        self._reconciled_at = wall
+        self._reconcile()
+
+    def _reconcile(self) -> None:
+        bound = self.binder.reconcile()
+        self._persist([self._bound_event(c) for c in bound])
+
+    def _bound_event(self, c: ElasticGPUClaim) -> NewEvent:
+        where = f"node {c.node}" if c.node else "a remote pool"
+        return self._event("Bound", CLAIM, c.key, f"bound to {', '.join(c.elastic_gpus)} "
+                           f"on {where}", c.namespace)
+
+    # -- classes -------------------------------------------------------------------------------
+
+    def classes(self) -> list[ElasticGPUClass]:
+        with self.plane.lock:
+            return self.binder.classes()
+
+    def get_class(self, name: str) -> ElasticGPUClass:
+        with self.plane.lock:
+            return self.binder.get_class(name)
+
+    def put_class(self, body: Mapping[str, Any], *, create: bool,
+                  name: str | None = None) -> ElasticGPUClass:
+        """Create (``create``) or replace a class; ConfigError naming the field (nothing
+        changes), ConflictError when it exists (create), NotFoundError when not (replace).
+        Replacing a class changes how new ElasticGPUs are made; those made already keep
+        their policy."""
+        cls = ElasticGPUClass.from_dict(_flat(CLASS, body))
+        if name is not None and cls.name != name:
+            raise ConfigError(f"{CLASS}: metadata.name={cls.name!r}: must match the path "
+                              f"({name})")
+        with self.plane.lock:
+            exists = cls.name in {c.name for c in self.binder.classes()}
+            if create and exists:
+                raise ConflictError(f"{CLASS} {cls.name} already exists")
+            if not create and not exists:
+                raise NotFoundError(f"{CLASS} {cls.name} not found")
+            if exists:
+                self.binder.delete_class(cls.name)
+            self.binder.add_class(cls)
+            self._persist([self._event(
+                "Created" if create else "Updated", CLASS, cls.name,
+                f"provisioner {cls.provisioner.value}, reclaimPolicy "
+                f"{cls.reclaim_policy.value}, bindingMode {cls.binding_mode.value}")])
+            if cls.binding_mode.value == "Immediate":
+                self._reconcile()
+            return cls
+
+    def delete_class(self, name: str) -> ElasticGPUClass:
+        """ConflictError while a claim names it (a claim keeps its class for its life)."""
+        with self.plane.lock:
+            self.binder.get_class(name)
+            users = sorted(c.key for c in self.binder.claims() if c.class_name == name)
+            if users:
+                raise ConflictError(f"{CLASS} {name} is the class of {len(users)} claim(s) "
+                                    f"(e.g. {users[0]}); delete them first")
+            cls = self.binder.delete_class(name)
+            self._persist([self._event("Deleted", CLASS, name, "class deleted; "
+                                                "ElasticGPUs it made are kept")])
+            return cls
+
+    def seed(self, docs: Iterable[Mapping[str, Any]]) -> list[ElasticGPUClass]:
+        """Classes from a file, for a new state file; existing ones are left as they are."""
+        made = []
+        with self.plane.lock:
+            for doc in docs:
+                if doc.get("kind", CLASS) != CLASS:
+                    raise ConfigError(f"kind={doc.get('kind')!r}: an Elastic GPU seed file "
+                                      f"holds {CLASS} documents")
+                cls = ElasticGPUClass.from_dict(_flat(CLASS, doc))
+                if cls.name not in {c.name for c in self.binder.classes()}:
+                    made.append(self.binder.add_class(cls))
+            self._persist([self._event("Created", CLASS, c.name,
+                                                 f"provisioner {c.provisioner.value} (seed)")
+                                     for c in made])
+        return made
+
+    # -- claims --------------------------------------------------------------------------------
+
+    def claims(self) -> list[ElasticGPUClaim]:
+        with self.plane.lock:
+            return sorted(self.binder.claims(), key=lambda c: c.key)
+
+    def claim(self, key: str) -> ElasticGPUClaim:
+        with self.plane.lock:
+            return self.binder.claim(key)
+
+    def submit(self, body: Mapping[str, Any], namespace: str | None = None) -> ElasticGPUClaim:
+        """A tenant's claim: stored and, in Immediate mode, bound when it can be.
+        InvalidJobError (a claim no class can serve, a TFLOPS figure for a model with no
+        known peak, a request the cluster can never hold) or ConflictError (exists), and
+        nothing stored."""
+        claim = ElasticGPUClaim.from_dict(_flat(CLAIM, body, namespace))
+        with self.plane.lock:
+            if claim.key in {c.key for c in self.binder.claims()}:
+                raise ConflictError(f"{CLAIM} {claim.key} already exists")
+            c = self.binder.submit(claim)
+            events = [self._event("Submitted", CLAIM, c.key, f"class {c.class_name}",
+                                  c.namespace)]
+            if c.phase is ClaimPhase.BOUND:
+                events.append(self._bound_event(c))
+            self._persist(events)
+            return self.binder.claim(c.key)
+
+    def delete_claim(self, key: str) -> Release:
+        with self.plane.lock:
+            c = self.binder.claim(key)
+            release = self.binder.delete_claim(key)
+            parts = [f"{len(release.deleted)} ElasticGPU(s) deleted"]
+            if release.retained:
+                parts.append(f"{', '.join(release.retained)} kept Released (Retain)")
+            self._persist([self._event("Deleted", CLAIM, key, "; ".join(parts),
+                                                c.namespace)])
+            if release.deleted:
+                self._reconcile()
+            return release
+
+    # -- ElasticGPUs ---------------------------------------------------------------------------
+
+    def gpus(self) -> list[ElasticGPU]:
+        with self.plane.lock:
+            return self.binder.gpus()
+
+    def gpu(self, name: str) -> ElasticGPU:
+        with self.plane.lock:
+            return self.binder.gpu(name)
+
+    def add_gpu(self, body: Mapping[str, Any]) -> ElasticGPU:
+        """An operator's ElasticGPU (Available, holding its card, slice or MIG instance at
+        once, or a GPU of a remote pool)."""
+        gpu = ElasticGPU.from_dict(_flat(GPU, body))
+        with self.plane.lock:
+            g = self.binder.add_gpu(gpu)
+            where = f"pool {g.pool}" if g.source is Source.REMOTE else \
+                f"node {g.node} card {g.card}"
+            self._persist([self._event("Created", GPU, g.name,
+                                              f"{g.source.value} on {where}")])
+            self._reconcile()
+            return self.binder.gpu(g.name)
+
+    def delete_gpu(self, name: str) -> ElasticGPU:
+        with self.plane.lock:
+            g = self.binder.delete_gpu(name)
+            self._persist([self._event("Deleted", GPU, name, "ElasticGPU deleted; "
+                                              "its capacity is free")])
+            self._reconcile()
+            return g
+
+    def make_available(self, name: str) -> ElasticGPU:
+        with self.plane.lock:
+            g = self.binder.make_available(name)
+            self._persist([self._event("Available", GPU, name,
+                                              "Released ElasticGPU made Available")])
+            self._reconcile()
+            return self.binder.gpu(g.name)
+
+
+def _claim_with_status(c: ElasticGPUClaim, body: Mapping[str, Any]) -> ElasticGPUClaim:
+    from gpupool.core.elastic import ServingModel
+
+    return replace(
+        c, phase=body.get("phase", ClaimPhase.PENDING),
+        elastic_gpus=tuple(body.get("elasticGPUs") or ()), node=str(body.get("node") or ""),
+        serving_models=tuple(ServingModel(str(m["model"]), float(m["peakTflops"]),
+                                          int(m["cards"]), int(m["gpuMilli"]),
+                                          m.get("migProfile"))
+                             for m in body.get("servingModels") or ()),
+        message=str(body.get("message") or ""))
+
+
+def _failed(gpus: list[ElasticGPU], claims: dict[str, ElasticGPUClaim],
+            hit: Sequence[ElasticGPU], why: Any) -> tuple[list[ElasticGPU],
+                                                          dict[str, ElasticGPUClaim]]:
+    """``hit`` marked Failed, the claims bound to them Lost (as ``Binder.node_removed`` does,
+    before the binder holds them)."""
+    names = {g.name: g for g in hit}
+    out = []
+    for g in gpus:
+        if g.name in names:
+            g = replace(g, phase=GpuPhase.FAILED, message=why(g))
+            ref = g.claim_ref
+            if ref is not None and ref.key in claims and \
+                    claims[ref.key].phase is ClaimPhase.BOUND:
+                claims[ref.key] = replace(claims[ref.key], phase=ClaimPhase.LOST,
+                                          message=g.message)
+        out.append(g)
+    return out, claims
