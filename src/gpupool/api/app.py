@@ -378,6 +378,10 @@ def create_app(plane: ControlPlane, tokens: Tokens, *,
                 plane.store.last_events(limit, spaces))
         return {"items": [e.to_json() for e in rows]}
 
+    from gpupool.api.elastic import install_elastic_routes  # its module imports this one
+
+    install_elastic_routes(app, plane, read_body, mapping)
+
     # -- the dashboard -----------------------------------------------------------------------
 
     if STATIC.is_dir():
