@@ -22,6 +22,7 @@ from gpupool.api.app import create_app
 from gpupool.api.auth import ENV, Tokens, generate
 from gpupool.config import load_cluster, load_documents
 from gpupool.control import Clock, ControlPlane
+from gpupool.control.elastic import ElasticService, parse_classes
 from gpupool.control.views import cluster_view
 from gpupool.core.errors import ConfigError, GpupoolError
 from gpupool.core.quota import Resource
@@ -50,6 +51,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--queues", default=DEFAULT_QUEUES, metavar="FILE",
                    help=f"flavors, cohorts, queues (Kueue YAML; default {DEFAULT_QUEUES}); "
                         "read only when the state file is new")
+    p.add_argument("--elastic", metavar="FILE",
+                   help="ElasticGPUClass documents (e.g. examples/elastic.yaml); read only "
+                        "when the state file is new")
     p.add_argument("--state", default=DEFAULT_STATE, metavar="PATH",
                    help=f"SQLite state file (default {DEFAULT_STATE})")
     p.add_argument("--tokens", metavar="FILE",
@@ -78,15 +82,19 @@ class Service:
     """Everything ``serve`` runs, built but not started."""
 
     def __init__(self, *, state: str | Path, cluster: str | Path | None,
-                 queues: str | Path | None, speed: float) -> None:
+                 queues: str | Path | None, speed: float,
+                 elastic: str | Path | None = None) -> None:
         store = Store(state)
         new = store.meta("created") is None
         nodes = load_cluster(cluster) if new and cluster else []
         queue_docs = load_documents(queues) if new and queues else []
+        classes = parse_classes(load_documents(elastic)) if new and elastic else []
         self.metrics = Metrics()
         self.backend = VirtualCluster()
         self.plane = ControlPlane(store, self.backend, Clock(speed), nodes=nodes,
                                   queue_docs=queue_docs, metrics=self.metrics)
+        self.elastic = ElasticService.of(self.plane)
+        self.elastic.seed(classes)
         self.metrics.watch(self._gauges)
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -189,7 +197,8 @@ def serve(args: argparse.Namespace) -> int:
     for flag, path in (("--cluster", args.cluster), ("--queues", args.queues)):
         if not state.exists() and not Path(path).exists():
             raise ConfigError(f"{flag} {path}: no such file (give the path of a YAML spec)")
-    service = Service(state=state, cluster=args.cluster, queues=args.queues, speed=speed)
+    service = Service(state=state, cluster=args.cluster, queues=args.queues, speed=speed,
+                      elastic=args.elastic)
     namespaces = [lq.namespace for lq in service.plane.config.local_queues]
     tokens, admin = _tokens(args, state, namespaces)
     if not len(tokens):
