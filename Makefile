@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 
 run: $(STAMP)
 	$(BIN)/gpupool serve --demo --cluster examples/cluster.yaml --queues examples/queues.yaml \
-		--state .gpupool/state.db --port $(or $(PORT),8080)
+		--elastic examples/elastic.yaml --state .gpupool/state.db --port $(or $(PORT),8080)
 
 # Debian's chromium, for the dashboard test (skipped there with a reason if it cannot be had).
 browser:
