@@ -531,8 +531,6 @@ def test_metrics_are_prometheus_text_with_the_gpupool_prefix(svc: Svc) -> None:
     assert svc.http.get("/metrics").status_code == 401
 
 
-@pytest.mark.xfail(strict=True, reason="core/admission.py QuotaTree.__init__ adds an implicit "
-                   "parent cohort to the dict it is iterating (RuntimeError, a 500)")
 def test_a_cohort_may_name_a_parent_that_is_not_defined(svc: Svc) -> None:
     # Kueue makes such a parent implicitly: deleting org leaves research and product under an
     # implicit org; a new cohort may name a parent nobody defined

@@ -102,3 +102,11 @@ def test_weighted_shares() -> None:
 def test_bad_configuration_is_named(config: QueueConfig, message: str) -> None:
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
         config.validate()
+
+
+def test_a_cohort_whose_parent_is_not_declared_gets_an_implicit_one() -> None:
+    t = tree(cq("a", 4000, cohort="team"), cq("b", 4000, cohort="team"),
+             cohorts=(Cohort("team", parent="org"),))
+    assert t.cohort_root("a") == "org"
+    t.add("a", {G: 6000})  # borrows from b through the cohort
+    assert t.usage("a")[G] == 6000

@@ -79,7 +79,7 @@ class QuotaTree:
             _load(n, q.flavors, q.non_preemptive)
             if q.cohort is not None and q.cohort not in self._nodes:
                 self._nodes[q.cohort] = _QNode(q.cohort, False, 1.0)  # implicit cohort
-        for name, n in self._nodes.items():
+        for name, n in list(self._nodes.items()):  # an implicit parent is added on the way
             parent = (self.queues[name].cohort if n.is_queue
                       else cohorts[name].parent if name in cohorts else None)
             if parent is not None:
