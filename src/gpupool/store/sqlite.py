@@ -1,7 +1,10 @@
 """Durable state of ``gpupool serve`` in one SQLite file.
 
-- WAL journal with ``synchronous=FULL``: a commit is on disk when it returns, so an
-  acknowledged write (an HTTP 201) survives ``kill -9`` and a power cut.
+- WAL journal, and the WAL file is fsync'ed after each commit (what ``synchronous=FULL`` does):
+  a commit is on disk when ``transaction()`` returns, so an acknowledged write (an HTTP 201)
+  survives ``kill -9`` and a power cut. ``transaction(durable=False)`` leaves the fsync to a
+  later ``sync()``, which the caller makes before acknowledging, outside its own locks:
+  callers that sync at the same time share one fsync (group commit).
 - Every write is one transaction: a job and its "Submitted" event, or a whole cycle's
   decisions (binds, evictions, completions and their events), land together or not at all.
 - The schema is versioned (``PRAGMA user_version``); ``MIGRATIONS`` are applied in order at
@@ -17,6 +20,7 @@ from SQLite becomes AdapterError.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import threading
 from collections.abc import Iterator, Mapping, Sequence
@@ -119,13 +123,21 @@ class Store:
         self.path = str(path)
         self._wall = wall or time.time
         self._lock = threading.RLock()
+        # group commit: commits counted, the count the WAL is known durable up to
+        self._sync = threading.Condition(threading.Lock())
+        self._committed = 0
+        self._synced = 0
+        self._syncing = False
+        self._wal_fd: int | None = None
         try:
             if self.path != ":memory:":
                 Path(self.path).parent.mkdir(parents=True, exist_ok=True)
             self._db = sqlite3.connect(self.path, isolation_level=None,
                                        check_same_thread=False, timeout=30.0)
             self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=FULL")
+            # NORMAL syncs the WAL before each checkpoint and the database after it; the
+            # fsync after each commit is ours (sync()), so that it can be shared
+            self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.execute("PRAGMA foreign_keys=ON")
             self._migrate()
         except (sqlite3.Error, OSError) as exc:
@@ -148,8 +160,10 @@ class Store:
                 db.execute(f"PRAGMA user_version={version}")
 
     @contextmanager
-    def transaction(self) -> Iterator[_Tx]:
-        """One write transaction (BEGIN IMMEDIATE ... COMMIT); rolled back on any error."""
+    def transaction(self, *, durable: bool = True) -> Iterator[_Tx]:
+        """One write transaction (BEGIN IMMEDIATE ... COMMIT); rolled back on any error. On
+        disk when it returns, unless ``durable`` is False: then it is on disk once a later
+        ``sync()`` returns (until then a power cut may lose it; ``kill -9`` does not)."""
         with self._lock:
             try:
                 self._db.execute("BEGIN IMMEDIATE")
@@ -166,10 +180,56 @@ class Store:
             except sqlite3.Error as exc:
                 self._db.execute("ROLLBACK")
                 raise AdapterError(f"{self.path}: commit failed: {exc}") from exc
+            self._committed += 1
+        if durable:
+            self.sync()
+
+    def sync(self) -> None:
+        """Make every transaction committed so far durable: one fsync of the WAL file. A
+        caller that arrives while another's fsync runs waits for it, then at most one more
+        covers everyone who arrived meanwhile."""
+        with self._sync:
+            upto = self._committed
+            while self._synced < upto:
+                if not self._syncing:
+                    break
+                self._sync.wait()
+            else:
+                return
+            self._syncing = True
+            upto = self._committed
+        ok = False
+        try:
+            self._fsync_wal()
+            ok = True
+        finally:
+            with self._sync:
+                self._syncing = False
+                if ok:
+                    self._synced = max(self._synced, upto)
+                self._sync.notify_all()
+
+    def _fsync_wal(self) -> None:
+        if self.path == ":memory:":
+            return
+        wal = self.path + "-wal"
+        try:
+            if self._wal_fd is not None and \
+                    os.fstat(self._wal_fd).st_ino != os.stat(wal).st_ino:
+                os.close(self._wal_fd)  # the WAL file was made anew
+                self._wal_fd = None
+            if self._wal_fd is None:
+                self._wal_fd = os.open(wal, os.O_RDONLY)
+            os.fsync(self._wal_fd)
+        except OSError as exc:
+            raise AdapterError(f"{wal}: fsync failed: {exc}") from exc
 
     def close(self) -> None:
         with self._lock:
             self._db.close()
+            if self._wal_fd is not None:
+                os.close(self._wal_fd)
+                self._wal_fd = None
 
     # -- reads -----------------------------------------------------------------------------
 
