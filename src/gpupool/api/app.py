@@ -318,8 +318,11 @@ def create_app(plane: ControlPlane, tokens: Tokens, *,
 
         def run() -> dict[str, Any]:
             with plane.lock:  # the view in the same hold: no second wait behind a cycle
-                rec = plane.submit(doc, namespace=ns if isinstance(ns, str) else None)
-                return views.job_view(plane, rec, {})
+                rec = plane.submit(doc, namespace=ns if isinstance(ns, str) else None,
+                                   sync=False)
+                view = views.job_view(plane, rec, {})
+            plane.sync()  # on disk before the 201, outside the lock (one fsync for many)
+            return view
 
         return await run_in_threadpool(run)
 

@@ -313,9 +313,25 @@ class ControlPlane:
 
     # -- jobs --------------------------------------------------------------------------------
 
-    def submit(self, body: object, namespace: str | None = None) -> JobRecord:
+    def submit(self, body: object, namespace: str | None = None, *,
+               sync: bool = True) -> JobRecord:
         """Accept a Job document: written to the state file and queued, or an error and
-        nothing changed (InvalidJobError, NotFoundError for a queue, ConflictError)."""
+        nothing changed (InvalidJobError, NotFoundError for a queue, ConflictError).
+
+        The write is made durable after the lock is let go, so that submissions arriving
+        together share one fsync; with ``sync=False`` that is left to the caller, who calls
+        ``sync()`` before acknowledging (and may then read the record under the lock first).
+        """
+        rec = self._submit(body, namespace)
+        if sync:
+            self.sync()
+        return rec
+
+    def sync(self) -> None:
+        """Every write so far on disk (see ``Store.sync``); call it holding no lock."""
+        self.store.sync()
+
+    def _submit(self, body: object, namespace: str | None) -> JobRecord:
         with self.lock:
             now = self.clock.now()
             request = parse_job(body, self.config, namespace=namespace, submit_time_s=now)
@@ -330,7 +346,7 @@ class ControlPlane:
             except InvalidJobError as exc:
                 raise _in_document_terms(exc, request) from None
             try:
-                with self.store.transaction() as tx:
+                with self.store.transaction(durable=False) as tx:
                     uid = tx.insert_job(request.key, request.namespace, request.name,
                                         request.queue, request.document, now)
                     tx.add_events([NewEvent(now, "Normal", "Submitted", "Job", request.key,
