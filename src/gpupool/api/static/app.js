@@ -12,11 +12,13 @@
   const QUEUE_COLORS = ["#6d28d9", "#0e7490", "#be123c", "#475569", "#c026d3", "#a16207",
     "#0f766e", "#9f1239", "#4338ca", "#78716c"];
   const HIDDEN = "(another tenant)";
+  const EGPU = "elasticgpu/";  // ElasticGPUs hold cards as task elasticgpu/<name>
 
   const $ = (id) => document.getElementById(id);
   const state = {
     token: null, who: null, cluster: null, nodes: [], queues: [], localQueues: [],
     history: [], pending: [], events: [], chartMode: "share", nsOrder: [], timer: null,
+    classes: [], claims: [], egpus: [],
     pinned: null, okAt: 0, failures: 0,
   };
 
@@ -181,11 +183,13 @@
     clearTimeout(state.timer);
     if (!state.token) return;
     try {
-      const [cluster, nodes, queues, lqs, hist, pending, events] = await Promise.all([
-        api("/cluster"), api("/nodes"), api("/clusterqueues"), api("/localqueues"),
-        api("/cluster/history"), api("/jobs?phase=Pending&limit=300"),
-        api("/events?limit=60"),
-      ]);
+      const [cluster, nodes, queues, lqs, hist, pending, events, classes, claims, egpus] =
+        await Promise.all([
+          api("/cluster"), api("/nodes"), api("/clusterqueues"), api("/localqueues"),
+          api("/cluster/history"), api("/jobs?phase=Pending&limit=300"),
+          api("/events?limit=60"), api("/elasticgpuclasses"), api("/elasticgpuclaims"),
+          api("/elasticgpus"),
+        ]);
       if (!state.who) state.who = await api("/whoami");
       state.cluster = cluster;
       state.nodes = nodes.items;
@@ -194,6 +198,9 @@
       state.history = hist.samples;
       state.pending = pending.items;
       state.events = events.items;
+      state.classes = classes.items;
+      state.claims = claims.items;
+      state.egpus = egpus.items;
       state.okAt = Date.now();
       state.failures = 0;
       render();
@@ -241,6 +248,7 @@
     renderChart();
     renderPending();
     renderEvents();
+    renderElastic();
     refreshTip();
   }
 
@@ -354,10 +362,21 @@
     return slots;
   }
 
-  function segAttrs(h, node, card) {
-    return `data-job="${esc(h.job)}" data-ns="${esc(h.namespace)}" ` +
-      `data-node="${esc(node.name)}" data-index="${card.index}" data-task="${esc(h.task)}"`;
+  function elasticOf(h) {
+    // An ElasticGPU's holder: its name and its claim ("" while it is bound to none).
+    if (!h.job || !h.job.startsWith(EGPU)) return null;
+    const owner = h.job.slice(EGPU.length);
+    return { gpu: (h.task || "").slice(EGPU.length), claim: owner === "static" ? "" : owner };
   }
+
+  function segAttrs(h, node, card) {
+    const e = elasticOf(h);
+    return `data-job="${esc(h.job)}" data-ns="${esc(h.namespace)}" ` +
+      `data-node="${esc(node.name)}" data-index="${card.index}" data-task="${esc(h.task)}"` +
+      (e ? ` data-egpu="${esc(e.gpu)}" data-claim="${esc(e.claim)}"` : "");
+  }
+
+  function segClass(h) { return elasticOf(h) ? " egpu" : ""; }
 
   function cardHtml(node, card) {
     const label = `${node.name} GPU ${card.index} (${card.model})`;
@@ -369,7 +388,7 @@
       cls.push("mig");
       const slots = migSlots(card);
       const cells = slots.map((s) => s.holder
-        ? `<i class="slot seg" ${segAttrs(s.holder, node, card)} data-mig="${esc(s.profile)}" ` +
+        ? `<i class="slot seg${segClass(s.holder)}" ${segAttrs(s.holder, node, card)} data-mig="${esc(s.profile)}" ` +
           `style="background:${jobColor(s.holder.job, s.holder.namespace)}"></i>`
         : `<i class="slot" data-free="${esc(s.profile)}"></i>`).join("");
       bars = `<div class="bar">${cells}</div><div class="bar mem">${cells}</div>`;
@@ -378,10 +397,12 @@
     } else {
       const cap = card.memory_mib || 1;
       const compute = card.holders.map((h) =>
-        `<i class="seg" ${segAttrs(h, node, card)} style="width:${h.gpu_milli / 10}%;` +
+        `<i class="seg${segClass(h)}" ${segAttrs(h, node, card)} ` +
+        `style="width:${h.gpu_milli / 10}%;` +
         `background:${jobColor(h.job, h.namespace)}"></i>`).join("");
       const memory = card.holders.map((h) =>
-        `<i class="seg" ${segAttrs(h, node, card)} style="width:${100 * h.memory_mib / cap}%;` +
+        `<i class="seg${segClass(h)}" ${segAttrs(h, node, card)} ` +
+        `style="width:${100 * h.memory_mib / cap}%;` +
         `background:${jobColor(h.job, h.namespace)}"></i>`).join("");
       bars = `<div class="bar">${compute}</div><div class="bar mem">${memory}</div>`;
       const pct = Math.round(card.used_milli / 10);
@@ -637,6 +658,75 @@
     }).join("") || `<li class="empty">No events yet.</li>`;
   }
 
+  // -- Elastic GPUs --
+
+  function claimAsks(r) {
+    let what;
+    if (r.cards) what = `${r.cards} card${r.cards > 1 ? "s" : ""}` +
+      (r.memoryMib ? ` of ≥ ${mib(r.memoryMib)}` : "");
+    else if (r.tflops) what = `${num(r.tflops, 1)} TFLOPS` +
+      (r.memoryMib ? ` + ${mib(r.memoryMib)}` : "");
+    else what = [r.gpuMilli ? `${r.gpuMilli} milli` : "", r.memoryMib ? mib(r.memoryMib) : ""]
+      .filter(Boolean).join(" · ");
+    return what + (r.models && r.models.length ? ` (${r.models.join(", ")})` : "");
+  }
+
+  function where(g) {
+    if (g.source === "remote") return `pool ${g.pool} #${g.card}`;
+    return `${g.node} GPU ${g.card}` + (g.migProfile ? ` ${g.migProfile}` : "");
+  }
+
+  function renderElastic() {
+    const byName = {};
+    for (const g of state.egpus) byName[g.name] = g;
+    const phase = (p) => `<span class="phase ${esc(p)}">${esc(p)}</span>`;
+    const claims = [...state.claims].sort((a, b) =>
+      `${a.namespace}/${a.name}`.localeCompare(`${b.namespace}/${b.name}`));
+    $("claims-count").textContent = `(${claims.length})`;
+    $("claims-empty").hidden = claims.length > 0;
+    $("claims").innerHTML = claims.map((c) => {
+      const key = `${c.namespace}/${c.name}`;
+      const held = c.elasticGPUs.map((n) => {
+        const g = byName[n];
+        return g ? `${esc(n)} <span class="muted">(${esc(where(g))})</span>` : esc(n);
+      }).join(", ");
+      const serving = c.servingModels && c.servingModels.length
+        ? ` · on ${c.servingModels.map((m) => m.model).join(", ")}` : "";
+      const row = `<tr class="claim" data-claim="${esc(key)}" data-phase="${esc(c.phase)}">` +
+        `<td class="name" title="${esc(key)}"><span class="ns">${esc(c.namespace)}/</span>` +
+        `${esc(c.name)}</td><td>${esc(c.className)}</td>` +
+        `<td title="${esc(claimAsks(c.requests) + serving)}">${esc(claimAsks(c.requests))}` +
+        `</td><td>${phase(c.phase)}</td><td class="holds" title="${esc(c.elasticGPUs.join(
+          ", "))}">${held || "–"}</td></tr>`;
+      return row + (c.message ? `<tr class="msg" data-claim="${esc(key)}"><td></td>` +
+        `<td colspan="4">${esc(c.message)}</td></tr>` : "");
+    }).join("");
+
+    $("egpus-count").textContent = `(${state.egpus.length})`;
+    $("egpus-empty").hidden = state.egpus.length > 0;
+    $("egpus").innerHTML = state.egpus.map((g) => {
+      const cap = g.capacity;
+      const capText = `${cap.gpuMilli} milli · ${mib(cap.memoryMib)}` +
+        (cap.tflops ? ` · ${num(cap.tflops, 1)} TFLOPS` : "");
+      const ref = g.claimRef ? `${g.claimRef.namespace}/${g.claimRef.name}` : "–";
+      return `<tr class="egpu" data-egpu="${esc(g.name)}" data-phase="${esc(g.phase)}">` +
+        `<td class="name" title="${esc(g.name)}">${esc(g.name)}</td>` +
+        `<td>${esc(g.source)}</td><td class="where" title="${esc(g.model)}">` +
+        `${esc(where(g))}</td><td>${esc(capText)}</td><td>${phase(g.phase)}</td>` +
+        `<td class="ref">${esc(ref)}</td></tr>`;
+    }).join("");
+
+    $("classes-count").textContent = `(${state.classes.length})`;
+    $("classes-empty").hidden = state.classes.length > 0;
+    $("classes").innerHTML = state.classes.map((c) => {
+      const params = Object.entries(c.parameters).map(([k, v]) => `${k}=${v}`).join(" ");
+      return `<tr class="class" data-class="${esc(c.name)}"><td class="name">` +
+        `${esc(c.name)}</td><td>${esc(c.provisioner)}</td><td title="${esc(params)}">` +
+        `${esc(params || "–")}</td><td>${esc(c.reclaimPolicy)}</td>` +
+        `<td>${esc(c.bindingMode)}</td></tr>`;
+    }).join("");
+  }
+
   // -- hover and click details -------------------------------------------------------------
 
   function findCard(nodeName, index) {
@@ -652,8 +742,11 @@
     const memory = h.mig_profile && mig ? mig.memory_mib : h.memory_mib;
     const what = h.mig_profile ? `MIG ${h.mig_profile} (${milli} milli, ${mib(memory)})`
       : `${milli} milli · ${mib(memory)}`;
+    const e = elasticOf(h);
+    const who = e ? `ElasticGPU ${e.gpu}` + (e.claim ? ` · claim ${e.claim}` : " · unbound")
+      : h.job;
     return `<div><i style="background:${jobColor(h.job, h.namespace)}"></i>` +
-      `<span>${esc(h.job)}</span><span class="muted">${esc(what)}</span></div>`;
+      `<span>${esc(who)}</span><span class="muted">${esc(what)}</span></div>`;
   }
 
   function tipHtml(target) {
@@ -674,6 +767,21 @@
       const kind = h.mig_profile ? `MIG instance ${h.mig_profile}`
         : whole ? "the whole card" : "a slice of the card";
       let extra = "";
+      const e = elasticOf(h);
+      if (e) {
+        const c = target.pinned && target.detail ? target.detail : null;
+        return close + head + `<dl><dt>ElasticGPU</dt><dd>${esc(e.gpu)}</dd>` +
+          `<dt>claim</dt><dd>${esc(e.claim || "none (Available)")}</dd>` +
+          `<dt>namespace</dt><dd>${esc(h.namespace || "–")}</dd>` +
+          `<dt>holds</dt><dd>${esc(kind)}</dd>` +
+          `<dt>compute</dt><dd>${milli} milli (${num(milli / 10, 1)}%)</dd>` +
+          `<dt>memory</dt><dd>${memory} MiB (${mib(memory)} of ${mib(card.memory_mib)})</dd>` +
+          (c ? `<dt>phase</dt><dd>${esc(c.phase)}</dd><dt>class</dt>` +
+            `<dd>${esc(c.className)}</dd><dt>asks</dt><dd>${esc(claimAsks(c.requests))}</dd>`
+            : "") + "</dl>" +
+          (target.pinned || !e.claim ? "" : `<div class="foot">click to pin and see the ` +
+            "claim</div>");
+      }
       if (target.pinned && target.detail) {
         const s = target.detail.status;
         extra = `<dt>phase</dt><dd>${esc(s.phase)}</dd>` +
@@ -795,7 +903,15 @@
       if (cardEl) cardEl.classList.add("pinned");
       showTip(t, ev.clientX, ev.clientY);
       highlight(t.job);
-      if (t.job && t.job !== HIDDEN) {
+      const claim = t.job && t.job.startsWith(EGPU) ? t.job.slice(EGPU.length) : null;
+      if (claim && claim !== "static") {
+        const [ns, ...rest] = claim.split("/");
+        try {
+          t.detail = await api(`/elasticgpuclaims/${encodeURIComponent(ns)}/` +
+            `${encodeURIComponent(rest.join("/"))}`);
+          if (state.pinned === t) { showTip(t); placeTip(ev.clientX, ev.clientY); }
+        } catch (_) { /* the claim may be gone meanwhile */ }
+      } else if (t.job && t.job !== HIDDEN && !claim) {
         const [ns, ...rest] = t.job.split("/");
         try {
           t.detail = await api(`/jobs/${encodeURIComponent(ns)}/` +
