@@ -151,6 +151,17 @@ def claim_profile(profile: Profile) -> Profile:
         _GpuTolerating(f) if f.name == "taint-toleration" else f for f in profile.filters))
 
 
+def parse_classes(docs: Iterable[Mapping[str, Any]]) -> list[ElasticGPUClass]:
+    """ElasticGPUClass documents (a seed file), every one checked before any is used."""
+    out = []
+    for doc in docs:
+        if doc.get("kind", CLASS) != CLASS:
+            raise ConfigError(f"kind={doc.get('kind')!r}: an Elastic GPU seed file holds "
+                              f"{CLASS} documents only")
+        out.append(ElasticGPUClass.from_dict(_flat(CLASS, doc)))
+    return out
+
+
 class ElasticService:
     """The three kinds of Elastic GPU objects of one control plane, durable."""
 
@@ -365,20 +376,16 @@ class ElasticService:
                                                 "ElasticGPUs it made are kept")])
             return cls
 
-    def seed(self, docs: Iterable[Mapping[str, Any]]) -> list[ElasticGPUClass]:
-        """Classes from a file, for a new state file; existing ones are left as they are."""
+    def seed(self, classes: Iterable[ElasticGPUClass]) -> list[ElasticGPUClass]:
+        """Classes for a new state file (see ``parse_classes``); existing ones are kept."""
         made = []
         with self.plane.lock:
-            for doc in docs:
-                if doc.get("kind", CLASS) != CLASS:
-                    raise ConfigError(f"kind={doc.get('kind')!r}: an Elastic GPU seed file "
-                                      f"holds {CLASS} documents")
-                cls = ElasticGPUClass.from_dict(_flat(CLASS, doc))
+            for cls in classes:
                 if cls.name not in {c.name for c in self.binder.classes()}:
                     made.append(self.binder.add_class(cls))
             self._persist([self._event("Created", CLASS, c.name,
-                                                 f"provisioner {c.provisioner.value} (seed)")
-                                     for c in made])
+                                       f"provisioner {c.provisioner.value} (seed)")
+                           for c in made])
         return made
 
     # -- claims --------------------------------------------------------------------------------
