@@ -25,10 +25,9 @@ import contextlib
 import re
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
-from typing import Any, ClassVar
+from dataclasses import replace
+from typing import Any
 
-from gpupool.config.jobs import GPU_TOLERATION
 from gpupool.control.plane import ControlPlane, TickResult
 from gpupool.core.elastic import (
     TASK_PREFIX,
@@ -42,8 +41,7 @@ from gpupool.core.elastic import (
     Source,
 )
 from gpupool.core.errors import ConfigError, ConflictError, InvalidJobError, NotFoundError
-from gpupool.core.model import JobId, Task, TaskId
-from gpupool.core.placement.framework import CycleState, FilterPlugin, Mask, Profile, Rows
+from gpupool.core.model import JobId, TaskId
 from gpupool.core.scheduler import Scheduler
 from gpupool.store.sqlite import NewEvent
 
@@ -124,33 +122,6 @@ def _bad(kind: str, field: str, value: object, rule: str) -> Exception:
     return ConfigError(f"{kind}: {field}={value!r}: {rule}")
 
 
-@dataclass(frozen=True, slots=True)
-class _GpuTolerating:
-    """The taint filter for ElasticGPUs: what they are made for is a pod asking for GPUs,
-    which tolerates ``nvidia.com/gpu`` (as Job documents' pods do, and as Kubernetes'
-    ExtendedResourceToleration makes them); every other taint still keeps them away."""
-
-    inner: FilterPlugin
-    name: ClassVar[str] = "taint-toleration"
-    resolvable: ClassVar[bool] = False
-
-    def filter(self, cs: CycleState, task: Task, rows: Rows) -> Mask:
-        ps = task.pod_set
-        if GPU_TOLERATION not in ps.tolerations:
-            task = replace(task, pod_set=replace(ps, tolerations=(*ps.tolerations,
-                                                                  GPU_TOLERATION)))
-        return self.inner.filter(cs, task, rows)
-
-    def reason(self, task: Task) -> str:
-        return self.inner.reason(task)
-
-
-def claim_profile(profile: Profile) -> Profile:
-    """The scheduler's profile, with the taint filter of ``_GpuTolerating``."""
-    return replace(profile, filters=tuple(
-        _GpuTolerating(f) if f.name == "taint-toleration" else f for f in profile.filters))
-
-
 def parse_classes(docs: Iterable[Mapping[str, Any]]) -> list[ElasticGPUClass]:
     """ElasticGPUClass documents (a seed file), every one checked before any is used."""
     out = []
@@ -202,7 +173,7 @@ class ElasticService:
         its card again. One on a node that is not there fails (its claim is Lost); one whose
         card a job holds (never, unless the file was edited) fails too, with the reason."""
         state = sched.state
-        binder = Binder(state, claim_profile(sched.ctx.profile))
+        binder = Binder(state, sched.ctx.profile)
         for (kind, _), body in sorted(saved.items()):
             if kind == CLASS:
                 binder.add_class(ElasticGPUClass.from_dict(body))

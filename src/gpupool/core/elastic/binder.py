@@ -64,6 +64,7 @@ from gpupool.core.model import (
     PodSet,
     Task,
     TaskId,
+    Toleration,
 )
 from gpupool.core.placement.framework import CycleState, Profile
 from gpupool.core.placement.place import feasible, place_task
@@ -645,7 +646,8 @@ class Binder:
         if cls.provisioner is Provisioner.REMOTE:
             return self._provision_remote(c, cls, o)
         task = Task(TaskId(f"{TASK_PREFIX}{c.key}"), JobId(f"{TASK_PREFIX}{c.key}"),
-                    PodSet("claim", 1, 0, 0, gpu=o.request))
+                    PodSet("claim", 1, 0, 0, gpu=o.request,
+                           tolerations=(GPU_TOLERATION,)))
         snap = self.state.snapshot()
         if node is None:
             p, status = place_task(task, snap, self.profile)
@@ -754,12 +756,19 @@ class Binder:
         return iter(self.claims())
 
 
+GPU_TOLERATION = Toleration("nvidia.com/gpu", "Exists")
+"""What an ElasticGPU is made for is a pod asking for GPUs, which tolerates the usual
+``nvidia.com/gpu`` taint of GPU nodes (Kubernetes' ExtendedResourceToleration); every other
+taint still keeps ElasticGPUs away."""
+
+
 def _task(name: str) -> TaskId:
     return TaskId(f"{TASK_PREFIX}{name}")
 
 
 def _job(key: str, request: GpuRequest) -> Job:
-    return Job(JobId(f"{TASK_PREFIX}{key}"), (PodSet("claim", 1, 0, 0, gpu=request),))
+    return Job(JobId(f"{TASK_PREFIX}{key}"), (PodSet("claim", 1, 0, 0, gpu=request,
+                                                          tolerations=(GPU_TOLERATION,)),))
 
 
 _FIELDS = {"gpu.count": "requests.cards", "gpu.gpu_milli": "requests.gpu_milli",
