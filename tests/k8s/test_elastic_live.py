@@ -59,7 +59,8 @@ async def elastic_running(kube: Kube) -> AsyncIterator[tuple[Controller, Elastic
     finally:
         for t in tasks:
             t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        async with asyncio.timeout(30):  # a loop that ignores cancel fails here
+            await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def gpu_node(kube: Kube, name: str, gpus: int = 2) -> None:

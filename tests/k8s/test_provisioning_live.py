@@ -94,7 +94,8 @@ async def prov_running(kube: Kube, config: QueueConfig
     finally:
         for t in tasks:
             t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        async with asyncio.timeout(30):  # a loop that ignores cancel fails here
+            await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def gang(kube: Kube, name: str, size: int, gpus: int = 8) -> list[str]:

@@ -80,6 +80,7 @@ from gpupool.k8s.translate import (
     pod_request,
     read_placement,
 )
+from gpupool.k8s.wakeup import wait_event
 
 __all__ = ["Controller", "JobInfo", "Options", "Stats", "job_for_pods"]
 
@@ -238,8 +239,7 @@ class Controller:
 
     async def _cycle_loop(self) -> None:
         while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._dirty.wait(), self.opt.cycle_interval_s)
+            await wait_event(self._dirty, self.opt.cycle_interval_s)
             self._dirty.clear()
             await asyncio.sleep(self.opt.debounce_s)
             if self.sched is None or not self.is_leader():

@@ -34,7 +34,6 @@ device annotations naming the ElasticGPUs' cards.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Mapping
 from dataclasses import replace
@@ -72,6 +71,7 @@ from gpupool.k8s.translate import (
     PodRequest,
     ResourceNames,
 )
+from gpupool.k8s.wakeup import wait_event
 
 if TYPE_CHECKING:
     from gpupool.core.scheduler import Scheduler
@@ -420,8 +420,7 @@ class ElasticController:
         """The reconcile loop. The informers are run by the controller (attached), which
         waits for them before it first builds its scheduler."""
         while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._dirty.wait(), self.interval_s)
+            await wait_event(self._dirty, self.interval_s)
             self._dirty.clear()
             try:
                 await self.step()
