@@ -13,6 +13,7 @@ from gpupool.core import (
     InvalidJobError,
     Job,
     JobId,
+    Node,
     PodSet,
     QueueName,
     Taint,
@@ -385,3 +386,58 @@ spec:
   provisioningClassName: queued-provisioning.gke.io
   parameters: {maxRunDurationSeconds: "7200"}
 """
+
+
+def _rebuilt(s: Scheduler, nodes: list[Node], jobs: list[Job], at: float,
+             cfg: QueueConfig) -> Scheduler:
+    """A new Scheduler given what an adapter keeps across a restart: nodes, requests, each
+    pending job's check record, each running job's placements and booking."""
+    ac = s.checks
+    assert ac is not None
+    t = Scheduler(nodes, cfg)
+    t.restore_provisioning(ac.book)
+    for r in s.running():
+        t.restore(ac.submitted.get(r.job.id, r.job), r.placements, r.start_s, r.flavor)
+        if r.job.id in ac.booked:
+            t.restore_booking(r.job.id, ac.booked[r.job.id])
+    for j in jobs:
+        if j.id not in {r.job.id for r in s.running()}:
+            t.submit(j, at)
+            rec = ac.records.get(j.id)
+            if rec is not None:
+                t.restore_check(j.id, rec.state, request=rec.request, flavor=rec.flavor,
+                                attempts=rec.attempts, made=ac.made.get(j.id, 0),
+                                retry_at_s=rec.retry_at_s, message=rec.message)
+    return t
+
+
+def test_requests_checks_and_bookings_are_taken_back_after_a_restart() -> None:
+    jobs = [gang("a"), gang("b"), gang("c")]
+    cfg = config(quota_gpus=48, retry=RetryStrategy(2, 60.0, 100.0))
+    s = Scheduler([], cfg)
+    for j in jobs:
+        s.submit(j, 0.0)
+    out = s.cycle(0.0)
+    ra, rb, rc = sorted(out.provision, key=lambda r: r.name)
+    nodes = [node(n, gpu=8, model="H100", labels={"pool": "h100", REQUEST_LABEL: ra.node_label},
+                  taints=(Taint(REQUEST_LABEL, ra.node_label),)) for n in ("a-0", "a-1")]
+    for nd in nodes:
+        s.add_node(nd)
+    s.provisioning_provisioned(ra.key, [n.name for n in nodes], 100.0)
+    s.provisioning_failed(rc.key, "stock-out", 100.0)
+    s.cycle(400.0)  # a starts on its booking; c backs off; b waits for its request
+    t = _rebuilt(s, nodes, jobs, 400.0, cfg)
+    for sched in (s, t):
+        assert sched.tree.usage("train")[("h100", Resource.GPU_MILLI)] == 32_000  # a + b
+        assert sched.run_limit_s(JobId("a")) == pytest.approx(6900.0)
+        assert {p.job.id: p.reason.message if p.reason else "" for p in sched.pending()} \
+            .keys() == {"b", "c"}
+    # what follows is the same either way: c retries under its next name, a's end frees
+    # its request, b starts when its request is provisioned
+    for sched in (s, t):
+        assert [r.name for r in sched.cycle(500.0).provision] == ["c-2"]
+        sched.finished(JobId("a"), 600.0)
+        assert sched.cycle(600.0).deprovision == [ra.key]
+        sched.provisioning_provisioned(rb.key, cloud_nodes(sched, rb), 700.0)
+        (bind,) = sched.cycle(700.0).binds
+        assert bind.job == "b"

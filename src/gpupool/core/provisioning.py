@@ -302,6 +302,11 @@ class ProvisioningBook:
         self._reqs[req.key] = req
         return req
 
+    def restore(self, req: ProvisioningRequest) -> None:
+        """A request as it stood before a restart, conditions and all (no rule is applied:
+        it was accepted then)."""
+        self._reqs[req.key] = req
+
     def _set(self, req: ProvisioningRequest) -> ProvisioningRequest:
         self._reqs[req.key] = req
         return req

@@ -8,8 +8,9 @@ for a ``cycle``. It never reads a clock and does no I/O.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 
-from gpupool.core.admission import QuotaTree, placement_demand
+from gpupool.core.admission import QuotaTree, placement_demand, request_demand
 from gpupool.core.cluster import ClusterState
 from gpupool.core.cycle import Context, release, schedule
 from gpupool.core.decisions import CycleResult
@@ -23,6 +24,7 @@ from gpupool.core.preemption import Running
 from gpupool.core.provisioning import (
     MAX_ACTIVE_PER_PROJECT,
     AdmissionChecks,
+    CheckRecord,
     CheckState,
     ProvisioningRequest,
 )
@@ -235,6 +237,66 @@ class Scheduler:
         req = self._book().book.delete(key)
         self._book().outbox.append(key)
         return req
+
+    # -- provisioning: taken back after a restart ----------------------------------------------
+
+    def restore_provisioning(self, requests: Iterable[ProvisioningRequest]) -> None:
+        """ProvisioningRequests as they stood before a restart, with their conditions, nodes
+        and consumption; nothing is asked of the cloud."""
+        book = self._book().book
+        for req in requests:
+            book.restore(req)
+
+    def restore_check(self, job: JobId, state: CheckState, *, request: str = "",
+                      flavor: str = "", attempts: int = 0, made: int = 0,
+                      retry_at_s: float = 0.0, message: str = "") -> CheckRecord:
+        """A pending job's place in its queue's admission check, as before a restart. The job
+        was submitted again first (it is in its queue); where the check held quota for it (a
+        request made and not failed: Pending with a request, or Ready) the quota is reserved
+        again and the job leaves its queue, as does a job backing off or rejected. NotFoundError
+        when the job is not pending or its queue has no check; the request must be restored
+        first (``restore_provisioning``)."""
+        ac = self.ctx.checks
+        if ac is None or job not in self.queues:
+            raise NotFoundError(f"job {job} is not pending in a queue with an admission check")
+        p = self.queues.get(job)
+        assert p is not None
+        check = ac.check_for(p.queue)
+        if check is None:
+            raise NotFoundError(f"ClusterQueue {p.queue} has no admission check")
+        if request and request not in ac.book:
+            raise NotFoundError(f"ProvisioningRequest {request!r} does not exist")
+        rec = CheckRecord(p.job, p.queue, check, ac.namespace(p.job), state, request, flavor,
+                          attempts=attempts, retry_at_s=retry_at_s, message=message,
+                          preemptions=p.preemptions)
+        holds = bool(request) and state in (CheckState.PENDING, CheckState.READY)
+        if holds:
+            rec.demand = request_demand(p.job, flavor)
+            self.tree.add(p.queue, rec.demand)
+        if holds or state in (CheckState.RETRY, CheckState.REJECTED):
+            self.queues.remove(job)
+        ac.records[job] = rec
+        ac.made[job] = max(made, ac.made.get(job, 0))
+        return rec
+
+    def restore_booking(self, job: JobId, request: str) -> Running:
+        """A running job taken back (``restore``) that runs on the nodes of ``request``: the
+        request stays until the job ends, and the job's run limit is what the booking left it
+        at its start."""
+        ac = self._book()
+        r = self.ctx.running.get(job)
+        if r is None:
+            raise NotFoundError(f"job {job} is not running")
+        req = ac.book.get(request)
+        ac.booked[job] = request
+        ac.submitted[job] = r.job
+        ends = req.run_ends_s
+        if ends is not None:
+            left = max(0.0, ends - r.start_s)
+            if r.job.run_limit_s is None or left < r.job.run_limit_s:
+                r = replace(r, job=replace(r.job, run_limit_s=left))
+                self.ctx.running[job] = r
+        return r
 
     # -- decisions -------------------------------------------------------------------------
 
