@@ -9,12 +9,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from gpupool.config.fields import parse_duration_s
 from gpupool.core import ConfigError, JobId
 from gpupool.sim.scenario import (
     Scenario,
     generate_jobs,
     load_scenario,
-    parse_duration_s,
     simulate,
 )
 from gpupool.sim.scenario_report import jain, step_mean, summarise, summarise_run

@@ -46,6 +46,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
+from gpupool.config.fields import Dist, fmt_s
+from gpupool.config.fields import Where as _Where
+from gpupool.config.fields import dist_at as _dist
+from gpupool.config.fields import duration_at as _duration
+from gpupool.config.fields import int_at as _int
+from gpupool.config.fields import known_fields as _known
+from gpupool.config.fields import mapping_at as _mapping
+from gpupool.config.fields import number_at as _number
 from gpupool.config.quantity import cpu_milli, gpu_memory_mib, memory_mib
 from gpupool.core.errors import ConfigError, GpupoolError
 from gpupool.core.model import (
@@ -60,7 +68,8 @@ from gpupool.core.model import (
 from gpupool.core.quota import QueueConfig, Resource
 
 if TYPE_CHECKING:
-    from gpupool.sim.cloud import Cloud, CloudRun, CloudSpec
+    from gpupool.cloud.region import Cloud, CloudRun
+    from gpupool.cloud.spec import CloudSpec
 
 SCENARIO_KIND = "Scenario"
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
@@ -71,19 +80,6 @@ DEFAULT_ESTIMATE_EVERY_S = 300.0
 # -- durations and quantities ---------------------------------------------------------------
 
 
-def parse_duration_s(value: object) -> float:
-    """``90s``, ``30m``, ``8h``, ``1d``, ``1h30m``, or a number of seconds (not negative)."""
-    from gpupool.config.quantity import duration_s
-
-    try:
-        seconds = duration_s(value, "duration")
-    except ConfigError as exc:
-        raise ValueError(str(exc).removeprefix("duration=")) from None
-    if seconds < 0:
-        raise ValueError(f"{value!r} must not be negative")
-    return seconds
-
-
 def _quantity(fn: Callable[[object, str], int], value: object) -> int:
     try:
         return fn(value, "")
@@ -92,32 +88,6 @@ def _quantity(fn: Callable[[object, str], int], value: object) -> int:
 
 
 # -- the scenario ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Dist:
-    """A duration distribution, in seconds: ``fixed`` (a), ``uniform`` (a..b) or
-    ``exponential`` (mean a, then clipped to lo..b)."""
-
-    kind: str
-    a: float
-    b: float = math.inf
-    lo: float = 0.0
-
-    def draw(self, rng: np.random.Generator, n: int) -> npt.NDArray[np.float64]:
-        if self.kind == "fixed":
-            return np.full(n, self.a)
-        if self.kind == "uniform":
-            return rng.uniform(self.a, self.b, n)
-        return np.clip(rng.exponential(self.a, n), self.lo, self.b)
-
-    @property
-    def mean_s(self) -> float:
-        if self.kind == "fixed":
-            return self.a
-        if self.kind == "uniform":
-            return (self.a + self.b) / 2
-        return self.a
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,99 +183,7 @@ class Scenario:
         return replace(self, duration_s=duration_s, window=(start, min(end, duration_s)))
 
 
-def fmt_s(seconds: float) -> str:
-    """A duration as the scenario format writes it: ``90s``, ``30m``, ``2h30m``."""
-    if seconds == math.inf:
-        return "never"
-    s = round(seconds)
-    if s % 3600 == 0 and s:
-        return f"{s // 3600}h"
-    if s >= 3600:
-        return f"{s // 3600}h{(s % 3600) // 60}m" + (f"{s % 60}s" if s % 60 else "")
-    if s % 60 == 0 and s:
-        return f"{s // 60}m"
-    return f"{seconds:g}s"
-
-
 # -- reading the file -----------------------------------------------------------------------
-
-
-class _Where:
-    """Names a place in the file for error messages: file, document, field path."""
-
-    def __init__(self, where: str) -> None:
-        self.where = where  # "file: document N (Scenario name, line L)"
-
-    def fail(self, field_path: str, message: str) -> ConfigError:
-        return ConfigError(f"{self.where}: {field_path}: {message}")
-
-
-def _mapping(w: _Where, path: str, value: object) -> Mapping[str, Any]:
-    if not isinstance(value, Mapping):
-        raise w.fail(path, f"expected a mapping, found {type(value).__name__} {value!r}")
-    return value
-
-
-def _known(w: _Where, path: str, value: Mapping[str, Any], allowed: Sequence[str]) -> None:
-    for key in value:
-        if key not in allowed:
-            raise w.fail(f"{path}.{key}" if path else str(key),
-                         f"unknown field; expected one of {', '.join(allowed)}")
-
-
-def _duration(w: _Where, path: str, value: object) -> float:
-    try:
-        return parse_duration_s(value)
-    except ValueError as exc:
-        raise w.fail(path, str(exc)) from None
-
-
-def _int(w: _Where, path: str, value: object, minimum: int = 0) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise w.fail(path, f"{value!r} is not a whole number")
-    if value < minimum:
-        raise w.fail(path, f"{value} must be {minimum} or more")
-    return value
-
-
-def _number(w: _Where, path: str, value: object, positive: bool = True) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise w.fail(path, f"{value!r} is not a number")
-    if positive and not value > 0:
-        raise w.fail(path, f"{value} must be positive")
-    return float(value)
-
-
-def _dist(w: _Where, path: str, value: object) -> Dist:
-    if not isinstance(value, Mapping):
-        return Dist("fixed", _duration(w, path, value))
-    if len(value) != 1:
-        raise w.fail(path, "expected one of fixed, uniform, exponential (or a duration)")
-    kind, body = next(iter(value.items()))
-    sub = f"{path}.{kind}"
-    if kind == "fixed":
-        return Dist("fixed", _duration(w, sub, body))
-    if kind == "uniform":
-        b = _mapping(w, sub, body)
-        _known(w, sub, b, ("min", "max"))
-        if "min" not in b or "max" not in b:
-            raise w.fail(sub, "needs min and max")
-        lo, hi = _duration(w, f"{sub}.min", b["min"]), _duration(w, f"{sub}.max", b["max"])
-        if hi < lo:
-            raise w.fail(f"{sub}.max", f"{fmt_s(hi)} is below min {fmt_s(lo)}")
-        return Dist("uniform", lo, hi)
-    if kind == "exponential":
-        b = _mapping(w, sub, body)
-        _known(w, sub, b, ("mean", "min", "max"))
-        if "mean" not in b:
-            raise w.fail(sub, "needs mean (and may have min, max: the cap)")
-        mean = _duration(w, f"{sub}.mean", b["mean"])
-        lo = _duration(w, f"{sub}.min", b["min"]) if "min" in b else 0.0
-        hi = _duration(w, f"{sub}.max", b["max"]) if "max" in b else math.inf
-        if hi < lo:
-            raise w.fail(f"{sub}.max", f"{fmt_s(hi)} is below min {fmt_s(lo)}")
-        return Dist("exponential", mean, hi, lo)
-    raise w.fail(path, f"unknown distribution {kind!r}; expected fixed, uniform or exponential")
 
 
 _SHAPE_FIELDS = ("gpus", "gpuMilli", "gpuMemory", "cpu", "memory", "tasks", "minMember",
@@ -577,10 +455,10 @@ def load_scenario(path: str | Path) -> Scenario:
     """Read a scenario file: the cluster and the queues as :mod:`gpupool.config` reads them,
     then the one ``kind: Scenario`` document. Every problem is a ConfigError naming the file,
     the document and the field."""
+    from gpupool.cloud.spec import CLOUD_KIND, parse_cloud
     from gpupool.config.cluster import nodes_from_documents
     from gpupool.config.loader import KINDS, read_documents
     from gpupool.config.queues import queue_config_from_documents
-    from gpupool.sim.cloud import CLOUD_KIND, parse_cloud
 
     source = str(path)
     if not Path(path).is_file():
@@ -895,9 +773,10 @@ class _Run:
         self.limit: dict[JobId, float | None] = {}  # run limit of each running job
         self.cloud: Cloud | None = None
         if scenario.cloud is not None:
-            from gpupool.sim.cloud import Cloud
+            from gpupool.cloud.region import Cloud, SchedulerHost
 
-            self.cloud = Cloud(scenario.cloud, self.sched, seed, scenario.duration_s)
+            self.cloud = Cloud(scenario.cloud, SchedulerHost(self.sched), seed,
+                               scenario.duration_s)
 
     # -- quota limits -------------------------------------------------------------------
 

@@ -15,10 +15,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from gpupool.config.fields import fmt_s, parse_duration_s
 from gpupool.core.errors import ConfigError
 from gpupool.sim.openb_cli import parse_seeds
 from gpupool.sim.report import dumps_summary
-from gpupool.sim.scenario import RunResult, fmt_s, load_scenario, parse_duration_s, simulate
+from gpupool.sim.scenario import RunResult, load_scenario, simulate
 from gpupool.sim.scenario_report import (
     REPORT_FILE,
     SHARES_PLOT,

@@ -49,9 +49,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
+from gpupool.config.fields import fmt_s
 from gpupool.core.model import WHOLE_GPU_MILLI
 from gpupool.sim.report import dumps_summary
-from gpupool.sim.scenario import JobRun, RunResult, Scenario, fmt_s
+from gpupool.sim.scenario import JobRun, RunResult, Scenario
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

@@ -1,7 +1,8 @@
 """A simulated cloud: node pools that scale from zero, for ProvisioningRequests.
 
-One region, described by a ``kind: Cloud`` document of a scenario file (``docs/provisioning.md``
-has the format). What it models, in simulated seconds:
+One region, described by a ``kind: Cloud`` document (``gpupool.cloud.spec``), run by the
+simulator (``gpupool sim scenario``) and by ``gpupool serve --cloud``. What it models, in the
+caller's seconds:
 
 - **node pools** per GPU model (a node template: CPU, memory, labels, GPUs), each in one or
   more **zones**, each zone with a most nodes it can hold; every pool starts with no node;
@@ -23,29 +24,29 @@ has the format). What it models, in simulated seconds:
 - **requests made by hand** (``requests``): bookings no job was made for; nobody consumes
   them, so they show a booking expiring (10 minutes after Provisioned) and its nodes going.
 
-The cloud drives the core through the Scheduler's facts (``add_node``, ``remove_node``,
-``provisioning_accepted`` / ``_provisioned`` / ``_failed`` / ``_revoked``) and reads the
-cycle's decisions (``CycleResult.provision`` and ``deprovision``). It records, per request,
-when it was made, provisioned, consumed and ended, and the GPU-time its nodes sat booked but
-unused: the figures the scenario report prints.
+The cloud drives the core through the Scheduler's facts (``provisioning_accepted`` /
+``_provisioned`` / ``_failed`` / ``_revoked``) and adds and removes nodes through its ``Host``
+(the simulator's Scheduler itself; in ``serve`` the control plane, which writes them to its
+state file and requeues the jobs of a removed node). It reads the cycle's decisions
+(``CycleResult.provision`` and ``deprovision``). ``snapshot()`` and ``restore()`` carry its
+state (requests, timers, the random generator) across a restart of ``serve``. It records,
+per request, when it was made, provisioned, consumed and ended, and the GPU-time its nodes sat
+booked but unused: the figures the scenario report prints.
 """
 
 from __future__ import annotations
 
 import contextlib
 import heapq
-import itertools
 import math
-from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from dataclasses import asdict, dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from gpupool.config.cluster import nodes_from_documents
-from gpupool.config.documents import Document
+from gpupool.cloud.spec import CloudPool, CloudSpec
 from gpupool.core.decisions import CycleResult
-from gpupool.core.errors import ConfigError, ConflictError, NotFoundError
+from gpupool.core.errors import ConflictError, NotFoundError
 from gpupool.core.model import (
     GpuKind,
     GpuRequest,
@@ -59,152 +60,35 @@ from gpupool.core.provisioning import BOOKING_S, REQUEST_LABEL, ProvisioningRequ
 
 if TYPE_CHECKING:
     from gpupool.core.scheduler import Scheduler
-    from gpupool.sim.scenario import Dist
 
-CLOUD_KIND = "Cloud"
 ZONE_LABEL = "topology.kubernetes.io/zone"
 MANUAL_NAMESPACE = "reservations"
-_POOL_FIELDS = ("name", "zones", "maxNodesPerZone", "cpu", "memory", "labels", "taints",
-                "gpus")
-_SPEC_FIELDS = ("region", "gpuQuota", "provisioningDelay", "queueTimeout", "scaleDownAfter",
-                "stockouts", "nodePools", "requests")
 
 
-# -- the spec ----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class CloudPool:
-    """One node pool: every node is ``template`` (renamed), in one of ``zones``."""
-
-    name: str
-    template: Node
-    zones: tuple[str, ...]
-    max_nodes_per_zone: int
+class Host(Protocol):
+    """Where the cloud's nodes join and leave: the cluster's scheduler and whatever keeps it."""
 
     @property
-    def gpus_per_node(self) -> int:
-        return sum(1 for g in self.template.gpus if g.healthy)
+    def scheduler(self) -> Scheduler: ...
 
-    @property
-    def model(self) -> str:
-        return self.template.gpus[0].model if self.template.gpus else ""
+    def add_node(self, node: Node, now_s: float) -> None: ...
 
-
-@dataclass(frozen=True, slots=True)
-class ManualRequest:
-    """A booking made by hand at ``at_s``: ``nodes`` whole nodes of ``pool``."""
-
-    name: str
-    at_s: float
-    pool: str
-    nodes: int
+    def remove_node(self, name: NodeName, now_s: float) -> list[JobId]:
+        """The node is gone; returns the jobs that ran there (requeued whole)."""
+        ...
 
 
-@dataclass(frozen=True, slots=True)
-class CloudSpec:
-    name: str
-    region: str
-    gpu_quota: int
-    delay: Dist
-    queue_timeout_s: float
-    scale_down_after_s: float
-    pools: tuple[CloudPool, ...]
-    stockout_rate_per_h: float = 0.0
-    stockout_duration: Dist | None = None
-    requests: tuple[ManualRequest, ...] = ()
+class SchedulerHost:
+    """A Host that is a Scheduler and nothing else (the simulator's)."""
 
-    def pool(self, name: str) -> CloudPool:
-        return next(p for p in self.pools if p.name == name)
+    def __init__(self, sched: Scheduler) -> None:
+        self.scheduler = sched
 
+    def add_node(self, node: Node, now_s: float) -> None:
+        self.scheduler.add_node(node)
 
-def parse_cloud(doc: Document) -> CloudSpec:
-    """A ``kind: Cloud`` document; ConfigError naming the file, document and field."""
-    from gpupool.sim.scenario import _dist, _duration, _int, _known, _mapping, _number, _Where
-
-    w = _Where(doc.where)
-    body = doc.body
-    _known(w, "", body, ("apiVersion", "kind", "metadata", "spec"))
-    meta = body.get("metadata") or {}
-    name = meta.get("name") if isinstance(meta, Mapping) else None
-    if not isinstance(name, str) or not name:
-        raise w.fail("metadata.name", "missing: the cloud's name")
-    spec = _mapping(w, "spec", body.get("spec"))
-    _known(w, "spec", spec, _SPEC_FIELDS)
-    for required in ("gpuQuota", "provisioningDelay", "nodePools"):
-        if required not in spec:
-            raise w.fail(f"spec.{required}", "missing")
-    quota = _int(w, "spec.gpuQuota", spec["gpuQuota"], 1)
-    delay = _dist(w, "spec.provisioningDelay", spec["provisioningDelay"])
-    timeout = _duration(w, "spec.queueTimeout", spec["queueTimeout"]) \
-        if "queueTimeout" in spec else 4 * 3600.0
-    if timeout <= 0:
-        raise w.fail("spec.queueTimeout", "must be positive")
-    scale_down = _duration(w, "spec.scaleDownAfter", spec["scaleDownAfter"]) \
-        if "scaleDownAfter" in spec else 600.0
-    rate, outage = 0.0, None
-    if "stockouts" in spec:
-        so = _mapping(w, "spec.stockouts", spec["stockouts"])
-        _known(w, "spec.stockouts", so, ("ratePerHour", "duration"))
-        if "ratePerHour" not in so or "duration" not in so:
-            raise w.fail("spec.stockouts", "needs ratePerHour (outages per zone and hour) and "
-                                           "duration")
-        rate = _number(w, "spec.stockouts.ratePerHour", so["ratePerHour"], positive=False)
-        if rate < 0:
-            raise w.fail("spec.stockouts.ratePerHour", "must be zero or more")
-        outage = _dist(w, "spec.stockouts.duration", so["duration"])
-    pools_body = spec["nodePools"]
-    if not isinstance(pools_body, list) or not pools_body:
-        raise w.fail("spec.nodePools", "expected a non-empty list of node pools")
-    shapes: list[dict[str, Any]] = []
-    extra: list[tuple[tuple[str, ...], int]] = []
-    for i, pb in enumerate(pools_body):
-        path = f"spec.nodePools[{i}]"
-        pb = _mapping(w, path, pb)
-        _known(w, path, pb, _POOL_FIELDS)
-        if "gpus" not in pb:
-            raise w.fail(f"{path}.gpus", "missing: a cloud pool makes GPU nodes")
-        zones = pb.get("zones", ["a"])
-        if isinstance(zones, str):
-            zones = [zones]
-        if not isinstance(zones, list) or not zones or \
-                not all(isinstance(z, str) and z for z in zones) or len(set(zones)) != len(zones):
-            raise w.fail(f"{path}.zones", f"{zones!r} is not a list of distinct zone names")
-        if "maxNodesPerZone" not in pb:
-            raise w.fail(f"{path}.maxNodesPerZone", "missing: how many nodes a zone can hold")
-        per_zone = _int(w, f"{path}.maxNodesPerZone", pb["maxNodesPerZone"], 1)
-        shapes.append({k: v for k, v in pb.items() if k not in ("zones", "maxNodesPerZone")}
-                      | {"count": 1})
-        extra.append((tuple(zones), per_zone))
-    try:
-        templates = nodes_from_documents([Document(doc.source, doc.index,
-                                                   {"kind": "Cluster", "nodePools": shapes},
-                                                   doc.line)], doc.source)
-    except ConfigError as exc:
-        raise ConfigError(str(exc).replace("nodePools[", "spec.nodePools[")
-                          .replace("(Cluster", f"(Cloud {name}")) from None
-    pools = []
-    for shape, node, (zones, per_zone) in zip(shapes, templates, extra, strict=True):
-        pname = str(shape["name"])
-        pools.append(CloudPool(pname, node, zones, per_zone))
-    manual: list[ManualRequest] = []
-    for i, rb in enumerate(spec.get("requests") or []):
-        path = f"spec.requests[{i}]"
-        rb = _mapping(w, path, rb)
-        _known(w, path, rb, ("name", "at", "pool", "nodes"))
-        for required in ("name", "at", "pool", "nodes"):
-            if required not in rb:
-                raise w.fail(f"{path}.{required}", "missing")
-        pool = rb["pool"]
-        if pool not in {p.name for p in pools}:
-            raise w.fail(f"{path}.pool", f"{pool!r} is not a pool of this cloud; known: "
-                                         + ", ".join(p.name for p in pools))
-        manual.append(ManualRequest(str(rb["name"]), _duration(w, f"{path}.at", rb["at"]),
-                                    str(pool), _int(w, f"{path}.nodes", rb["nodes"], 1)))
-    if len({m.name for m in manual}) != len(manual):
-        raise w.fail("spec.requests", "request names must be unique")
-    return CloudSpec(name, str(spec.get("region", "region-1")), quota, delay, timeout,
-                     scale_down, tuple(pools), rate, outage, tuple(manual))
+    def remove_node(self, name: NodeName, now_s: float) -> list[JobId]:
+        return self.scheduler.remove_node(name, now_s)
 
 
 # -- the run ------------------------------------------------------------------------------------
@@ -226,6 +110,7 @@ class RequestRecord:
     provisioned_s: float | None = None
     consumed_s: float | None = None
     ended_s: float | None = None
+    label: str = ""  # REQUEST_LABEL's value on its nodes
     outcome: str = "queued"  # queued | provisioning | booked | consumed | expired | failed |
     #                          cancelled | revoked | done
     reason: str = ""
@@ -270,16 +155,16 @@ _MANUAL, _READY, _REVOKE, _TIMEOUT, _IDLE, _TRY = range(6)
 class Cloud:
     """The simulated region, bound to one Scheduler for one run."""
 
-    def __init__(self, spec: CloudSpec, sched: Scheduler, seed: int, duration_s: float) -> None:
+    def __init__(self, spec: CloudSpec, host: Host, seed: int, duration_s: float) -> None:
+        """Stock-outs are drawn for ``duration_s`` seconds from 0."""
         self.spec = spec
-        self.sched = sched
+        self.host = host
         self.rng = np.random.default_rng([seed, 0x5C10D])
         self.run = CloudRun(spec)
         self._heap: list[tuple[float, int, int, str]] = []
-        self._seq = itertools.count()
-        self._serial = itertools.count()
+        self._seq = 0
+        self._serial = 0
         self._queue: list[str] = []  # accepted, not provisioning yet, in order
-        self._reqs: dict[str, ProvisioningRequest] = {}
         self._zone_nodes: dict[tuple[str, str], int] = {}  # nodes alive or being made
         self._gpus_held = 0  # against the regional quota
         self._alive_gpus = 0
@@ -295,6 +180,10 @@ class Cloud:
                 for _, end in windows:
                     self._push(end, _TRY, "")
         self._capacity(0.0)
+
+    @property
+    def sched(self) -> Scheduler:
+        return self.host.scheduler
 
     def _outages(self, seed: int, pi: int, zi: int, duration_s: float) \
             -> list[tuple[float, float]]:
@@ -314,7 +203,8 @@ class Cloud:
         return any(a <= t < b for a, b in self.run.stockouts.get(f"{pool}/{zone}", ()))
 
     def _push(self, t: float, kind: int, key: str) -> None:
-        heapq.heappush(self._heap, (t, next(self._seq), kind, key))
+        self._seq += 1
+        heapq.heappush(self._heap, (t, self._seq, kind, key))
 
     def _capacity(self, now: float) -> None:
         r = self.run
@@ -384,6 +274,52 @@ class Cloud:
         self._capacity(end_s)
         return self.run
 
+    # -- across a restart ---------------------------------------------------------------------
+
+    def snapshot(self) -> dict[str, Any]:
+        """Everything the cloud needs to go on after a restart, as JSON: its requests, what
+        it has committed in each zone, its timers and its random generator. Stock-out windows
+        are not in it: they follow from the seed."""
+        return {
+            "requests": [asdict(r) for r in self.run.requests.values()],
+            "heap": [list(e) for e in self._heap], "seq": self._seq, "serial": self._serial,
+            "queue": list(self._queue),
+            "zoneNodes": [[p, z, n] for (p, z), n in sorted(self._zone_nodes.items())],
+            "gpusHeld": self._gpus_held, "aliveGpus": self._alive_gpus,
+            "nodeRequest": dict(self._node_req), "protected": sorted(self._protected),
+            "deadlineSeen": None if self._deadline_seen == -math.inf else self._deadline_seen,
+            "nodesMade": self.run.nodes_made, "rng": self.rng.bit_generator.state,
+        }
+
+    def restore(self, snap: dict[str, Any]) -> None:
+        """Go on from ``snapshot()``'s output (taken with the same spec and seed)."""
+        tuples = ("node_names", "nodes_added_s")
+        fields: list[dict[str, Any]] = [
+            {k: tuple(v) if k in tuples else v for k, v in r.items()} for r in snap["requests"]]
+        self.run.requests = {str(r["key"]): RequestRecord(**r) for r in fields}
+        self._heap = [(float(t), int(q), int(k), str(key)) for t, q, k, key in snap["heap"]]
+        heapq.heapify(self._heap)
+        self._seq, self._serial = int(snap["seq"]), int(snap["serial"])
+        self._queue = [str(k) for k in snap["queue"]]
+        self._zone_nodes = {(str(p), str(z)): int(n) for p, z, n in snap["zoneNodes"]}
+        self._gpus_held, self._alive_gpus = int(snap["gpusHeld"]), int(snap["aliveGpus"])
+        self._node_req = {str(k): str(v) for k, v in snap["nodeRequest"].items()}
+        self._protected = {str(n) for n in snap["protected"]}
+        seen = snap.get("deadlineSeen")
+        self._deadline_seen = -math.inf if seen is None else float(seen)
+        self.run.nodes_made = int(snap["nodesMade"])
+        self.rng.bit_generator.state = snap["rng"]
+        self._capacity(self.run.capacity_t[-1] if self.run.capacity_t else 0.0)
+
+    def prune(self, keep: int) -> None:
+        """Forget all but the last ``keep`` requests that ended and hold no node (a long-running
+        ``serve`` would otherwise keep every request it ever saw)."""
+        held = set(self._node_req.values())
+        gone = [k for k, r in self.run.requests.items()
+                if r.ended_s is not None and k not in held and k not in self._queue]
+        for key in gone[:max(0, len(gone) - keep)]:
+            del self.run.requests[key]
+
     # -- requests -----------------------------------------------------------------------------
 
     def _manual(self, name: str, now: float) -> None:
@@ -426,10 +362,10 @@ class Cloud:
 
     def _new(self, req: ProvisioningRequest, now: float, manual: bool) -> None:
         key = req.key
-        self._reqs[key] = req
         pool, n, why = self._match(req.pod_set)
         rec = RequestRecord(key, req.job, pool.name if pool else "", n,
-                            n * (pool.gpus_per_node if pool else 0), manual, now)
+                            n * (pool.gpus_per_node if pool else 0), manual, now,
+                            label=req.node_label)
         self.run.requests[key] = rec
         if req.ended:  # refused by the core (the project's limit)
             self._end(rec, "failed", now, "refused: too many requests")
@@ -476,19 +412,19 @@ class Cloud:
         if rec.outcome != "provisioning":
             return  # cancelled while the nodes were being made
         pool = self.spec.pool(rec.pool)
-        req = self._reqs[key]
         names = []
         for _ in range(rec.nodes):
-            serial = next(self._serial)
+            serial = self._serial
+            self._serial += 1
             name = NodeName(f"{pool.name}-{rec.zone}-{serial:05d}")
             t = pool.template
             node = replace(
                 t, name=name,
                 labels={**t.labels, "kubernetes.io/hostname": name, ZONE_LABEL: rec.zone,
-                        REQUEST_LABEL: req.node_label},
-                taints=(*t.taints, Taint(REQUEST_LABEL, req.node_label)),
+                        REQUEST_LABEL: rec.label},
+                taints=(*t.taints, Taint(REQUEST_LABEL, rec.label)),
                 gpus=tuple(replace(g, uuid=f"GPU-{name}-{g.index}") for g in t.gpus))
-            self.sched.add_node(node)
+            self.host.add_node(node, now)
             names.append(name)
             self._node_req[name] = key
             self._protected.add(name)
@@ -568,7 +504,7 @@ class Cloud:
         key = self._node_req.pop(name)
         rec = self.run.requests[key]
         self._protected.discard(name)
-        hit = self.sched.remove_node(NodeName(name), now)
+        hit = self.host.remove_node(NodeName(name), now)
         pool = self.spec.pool(rec.pool)
         self._zone_nodes[(rec.pool, rec.zone)] -= 1
         self._gpus_held -= pool.gpus_per_node

@@ -1,0 +1,147 @@
+"""Reading fields of a YAML document with errors that name the place: the file, the document,
+the field path, the value and the rule (``Where``). Durations (``90s``, ``30m``, ``1h30m``) and
+duration distributions (``Dist``: fixed, uniform, exponential) as scenario and cloud files write
+them."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from gpupool.core.errors import ConfigError
+
+
+def parse_duration_s(value: object) -> float:
+    """``90s``, ``30m``, ``8h``, ``1d``, ``1h30m``, or a number of seconds (not negative)."""
+    from gpupool.config.quantity import duration_s
+
+    try:
+        seconds = duration_s(value, "duration")
+    except ConfigError as exc:
+        raise ValueError(str(exc).removeprefix("duration=")) from None
+    if seconds < 0:
+        raise ValueError(f"{value!r} must not be negative")
+    return seconds
+
+
+@dataclass(frozen=True, slots=True)
+class Dist:
+    """A duration distribution, in seconds: ``fixed`` (a), ``uniform`` (a..b) or
+    ``exponential`` (mean a, then clipped to lo..b)."""
+
+    kind: str
+    a: float
+    b: float = math.inf
+    lo: float = 0.0
+
+    def draw(self, rng: np.random.Generator, n: int) -> npt.NDArray[np.float64]:
+        if self.kind == "fixed":
+            return np.full(n, self.a)
+        if self.kind == "uniform":
+            return rng.uniform(self.a, self.b, n)
+        return np.clip(rng.exponential(self.a, n), self.lo, self.b)
+
+    @property
+    def mean_s(self) -> float:
+        if self.kind == "fixed":
+            return self.a
+        if self.kind == "uniform":
+            return (self.a + self.b) / 2
+        return self.a
+
+
+def fmt_s(seconds: float) -> str:
+    """A duration as the scenario format writes it: ``90s``, ``30m``, ``2h30m``."""
+    if seconds == math.inf:
+        return "never"
+    s = round(seconds)
+    if s % 3600 == 0 and s:
+        return f"{s // 3600}h"
+    if s >= 3600:
+        return f"{s // 3600}h{(s % 3600) // 60}m" + (f"{s % 60}s" if s % 60 else "")
+    if s % 60 == 0 and s:
+        return f"{s // 60}m"
+    return f"{seconds:g}s"
+
+
+class Where:
+    """Names a place in the file for error messages: file, document, field path."""
+
+    def __init__(self, where: str) -> None:
+        self.where = where  # "file: document N (Scenario name, line L)"
+
+    def fail(self, field_path: str, message: str) -> ConfigError:
+        return ConfigError(f"{self.where}: {field_path}: {message}")
+
+
+def mapping_at(w: Where, path: str, value: object) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise w.fail(path, f"expected a mapping, found {type(value).__name__} {value!r}")
+    return value
+
+
+def known_fields(w: Where, path: str, value: Mapping[str, Any], allowed: Sequence[str]) -> None:
+    for key in value:
+        if key not in allowed:
+            raise w.fail(f"{path}.{key}" if path else str(key),
+                         f"unknown field; expected one of {', '.join(allowed)}")
+
+
+def duration_at(w: Where, path: str, value: object) -> float:
+    try:
+        return parse_duration_s(value)
+    except ValueError as exc:
+        raise w.fail(path, str(exc)) from None
+
+
+def int_at(w: Where, path: str, value: object, minimum: int = 0) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise w.fail(path, f"{value!r} is not a whole number")
+    if value < minimum:
+        raise w.fail(path, f"{value} must be {minimum} or more")
+    return value
+
+
+def number_at(w: Where, path: str, value: object, positive: bool = True) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise w.fail(path, f"{value!r} is not a number")
+    if positive and not value > 0:
+        raise w.fail(path, f"{value} must be positive")
+    return float(value)
+
+
+def dist_at(w: Where, path: str, value: object) -> Dist:
+    if not isinstance(value, Mapping):
+        return Dist("fixed", duration_at(w, path, value))
+    if len(value) != 1:
+        raise w.fail(path, "expected one of fixed, uniform, exponential (or a duration)")
+    kind, body = next(iter(value.items()))
+    sub = f"{path}.{kind}"
+    if kind == "fixed":
+        return Dist("fixed", duration_at(w, sub, body))
+    if kind == "uniform":
+        b = mapping_at(w, sub, body)
+        known_fields(w, sub, b, ("min", "max"))
+        if "min" not in b or "max" not in b:
+            raise w.fail(sub, "needs min and max")
+        lo, hi = duration_at(w, f"{sub}.min", b["min"]), duration_at(w, f"{sub}.max", b["max"])
+        if hi < lo:
+            raise w.fail(f"{sub}.max", f"{fmt_s(hi)} is below min {fmt_s(lo)}")
+        return Dist("uniform", lo, hi)
+    if kind == "exponential":
+        b = mapping_at(w, sub, body)
+        known_fields(w, sub, b, ("mean", "min", "max"))
+        if "mean" not in b:
+            raise w.fail(sub, "needs mean (and may have min, max: the cap)")
+        mean = duration_at(w, f"{sub}.mean", b["mean"])
+        lo = duration_at(w, f"{sub}.min", b["min"]) if "min" in b else 0.0
+        hi = duration_at(w, f"{sub}.max", b["max"]) if "max" in b else math.inf
+        if hi < lo:
+            raise w.fail(f"{sub}.max", f"{fmt_s(hi)} is below min {fmt_s(lo)}")
+        return Dist("exponential", mean, hi, lo)
+    raise w.fail(path, f"unknown distribution {kind!r}; expected fixed, uniform or exponential")
