@@ -286,3 +286,119 @@ def test_bad_requests_refused(control_plane: ControlPlane) -> None:
         assert schema.value.status == 422
 
     live(control_plane, body, namespaces=(NS,))
+
+
+async def _uid(kube: Kube, path: str) -> str:
+    return str((await kube.request("GET", path))["metadata"]["uid"])
+
+
+async def _bound_to(kube: Kube, pods: list[str]) -> list[str] | None:
+    got = [(await get_pod(kube, NS, n))["spec"].get("nodeName") for n in pods]
+    return got if all(got) else None
+
+
+def _other_request(name: str, job: str = "") -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "namespace": NS}
+    if job:
+        meta["labels"] = {"app.kubernetes.io/managed-by": "gpupool"}
+        meta["annotations"] = {"gpupool.io/job": job, "gpupool.io/queue": "train"}
+    return {"apiVersion": "autoscaling.x-k8s.io/v1", "kind": "ProvisioningRequest",
+            "metadata": meta,
+            "spec": {"provisioningClassName": "queued-provisioning.gke.io",
+                     "podSets": [{"podTemplateRef": {"name": f"ppt-{name}"}, "count": 1}]}}
+
+
+def test_requests_taken_back_after_a_restart(control_plane: ControlPlane) -> None:
+    """A controller makes requests for two gangs and stops; the next one makes no request
+    again: the gang provisioned while no controller ran starts at once on its nodes, the
+    other when its request is Provisioned. A request made by hand is left alone; one of
+    gpupool's whose job is gone is deleted."""
+    install_crd(control_plane)
+    config = load_queue_config(list(yaml.safe_load_all(QUEUES)))
+
+    async def body(kube: Kube) -> None:
+        await make_node(kube, "fixed", gpus=8, model="NVIDIA-H100", labels={"pool": "h100"})
+        async with prov_running(kube, config) as (_ctl, _ad):
+            alpha = await gang(kube, "alpha", 2)
+            gamma = await gang(kube, "gamma", 2)
+            await wait_for(lambda: _has(kube, "prov-gang-alpha-1"), 20, "alpha's request")
+            await wait_for(lambda: _has(kube, "prov-gang-gamma-1"), 20, "gamma's request")
+        uids = {r: await _uid(kube, f"{PR}/{r}") for r in ("prov-gang-alpha-1",
+                                                          "prov-gang-gamma-1")}
+        tpl = f"/api/v1/namespaces/{NS}/podtemplates/ppt-prov-gang-alpha-1"
+        tpl_uid = await _uid(kube, tpl)
+        # while no controller runs: gamma's capacity arrives; other requests appear
+        gamma_nodes = await provision_nodes(kube, "prov-gang-gamma-1", 2)
+        await set_condition(kube, "prov-gang-gamma-1", "Accepted", "Accepted")
+        await set_condition(kube, "prov-gang-gamma-1", "Provisioned", "Provisioned")
+        await kube.request("POST", PR, _other_request("by-hand"))
+        await kube.request("POST", PR, _other_request("prov-gang-gone-1", f"{NS}/gang:gone"))
+
+        async with prov_running(kube, config) as (ctl, _ad):
+            assert ctl.sched is not None and ctl.sched.checks is not None
+            records = ctl.sched.checks.records
+            assert records[JobId(f"{NS}/gang:alpha")].request == f"{NS}/prov-gang-alpha-1"
+            placed = await wait_for(lambda: _bound_to(kube, gamma), 20,
+                                    "gamma bound on the nodes provisioned while down")
+            assert sorted(placed) == sorted(gamma_nodes)
+            await wait_for(lambda: _lacks(kube, "prov-gang-gone-1"), 20,
+                           "the request of a gone job deleted")
+            await asyncio.sleep(1.0)  # cycles run (every 0.2 s): nothing is asked again
+            assert sorted(await requests(kube)) == ["by-hand", "prov-gang-alpha-1",
+                                                   "prov-gang-gamma-1"]
+            for r, uid in uids.items():
+                assert await _uid(kube, f"{PR}/{r}") == uid
+            assert await _uid(kube, tpl) == tpl_uid
+            for n in alpha:
+                assert not (await get_pod(kube, NS, n))["spec"].get("nodeName")
+            # alpha's request is Provisioned now: it starts on those nodes
+            alpha_nodes = await provision_nodes(kube, "prov-gang-alpha-1", 2)
+            await set_condition(kube, "prov-gang-alpha-1", "Provisioned", "Provisioned")
+            placed = await wait_for(lambda: _bound_to(kube, alpha), 20,
+                                    "alpha bound on its provisioned nodes")
+            assert sorted(placed) == sorted(alpha_nodes)
+            assert "by-hand" in await requests(kube)
+
+    try:
+        live(control_plane, body, namespaces=(NS,))
+    finally:
+        control_plane.kubectl("delete", "provisioningrequests.autoscaling.x-k8s.io", "--all",
+                              "-n", NS, check=False)
+        control_plane.kubectl("delete", "podtemplates", "--all", "-n", NS, check=False)
+
+
+def test_booking_of_a_running_job_taken_back_after_a_restart(
+        control_plane: ControlPlane) -> None:
+    """A gang runs on its booking when its controller restarts: the next controller keeps
+    the booking (run limit cut to it) and deletes the request when the gang ends."""
+    install_crd(control_plane)
+    config = load_queue_config(list(yaml.safe_load_all(QUEUES)))
+
+    async def body(kube: Kube) -> None:
+        async with prov_running(kube, config) as (_ctl, _ad):
+            pods = await gang(kube, "beta", 2)
+            await wait_for(lambda: _has(kube, "prov-gang-beta-1"), 20, "request made")
+            await provision_nodes(kube, "prov-gang-beta-1", 2)
+            await set_condition(kube, "prov-gang-beta-1", "Provisioned", "Provisioned")
+            await wait_for(lambda: _bound_to(kube, pods), 20, "beta bound")
+        for n in pods:
+            await set_phase(kube, NS, n, "Running")
+        async with prov_running(kube, config) as (ctl, _ad):
+            assert ctl.sched is not None and ctl.sched.checks is not None
+            job = JobId(f"{NS}/gang:beta")
+            assert ctl.sched.checks.booked == {job: f"{NS}/prov-gang-beta-1"}
+            limit = ctl.sched.run_limit_s(job)
+            assert limit is not None and limit <= 3600
+            await asyncio.sleep(1.0)
+            assert "prov-gang-beta-1" in await requests(kube)
+            for n in pods:
+                await set_phase(kube, NS, n, "Succeeded")
+            await wait_for(lambda: _lacks(kube, "prov-gang-beta-1"), 20,
+                           "request deleted after the job")
+
+    try:
+        live(control_plane, body, namespaces=(NS,))
+    finally:
+        control_plane.kubectl("delete", "provisioningrequests.autoscaling.x-k8s.io", "--all",
+                              "-n", NS, check=False)
+        control_plane.kubectl("delete", "podtemplates", "--all", "-n", NS, check=False)

@@ -201,8 +201,11 @@ class Controller:
         if self.elastic is not None:  # its objects are read before the first rebuild
             informers.extend(self.elastic.informers.values())
         loops = [asyncio.create_task(i.run()) for i in informers]
+        waits = list(informers)
+        if self.provisioning is not None:  # its informer runs in the adapter's task; its
+            waits.append(self.provisioning.informer)  # requests are read back at a rebuild
         try:
-            for i in informers:
+            for i in waits:
                 await i.synced.wait()
             if self.elector is not None:
                 loops.append(asyncio.create_task(self.elector.run()))
@@ -263,7 +266,10 @@ class Controller:
 
     def rebuild(self) -> None:
         """A new core scheduler from the informers' caches: nodes, then every live bound
-        pod's recorded cards and quota, then the pending pods."""
+        pod's recorded cards and quota, then the pending pods. With queued provisioning
+        attached, the ProvisioningRequests gpupool made are taken back too: running jobs'
+        bookings before the pending pods are submitted, each pending job's check when it is
+        (see ``k8s/provisioning.py``)."""
         nodes = self._translate_nodes()
         self.nodes_by_name = {n.name: n for n in nodes}
         self._inventory = None
@@ -276,7 +282,7 @@ class Controller:
         self.deferred.clear()
         bound: dict[JobId, list[tuple[str, RecordedPlacement]]] = {}
         pending: list[str] = []
-        for key, pod in self._all_pods():
+        for key, pod in self.all_pods():
             if _ended(pod):
                 continue
             if (pod.get("spec") or {}).get("nodeName"):
@@ -293,8 +299,12 @@ class Controller:
             self._restore(job_id, members)
         if self.elastic is not None:
             self.elastic.ready()  # ElasticGPUs take their cards back before pods are placed
+        if self.provisioning is not None:  # running jobs' bookings; the rest wait for _submit
+            self.provisioning.restore(self.sched)
         for key in sorted(pending):
             self._admit(key)
+        if self.provisioning is not None:  # requests of jobs that are gone
+            self.provisioning.sweep()
 
     def _restore(self, job_id: JobId, members: list[tuple[str, RecordedPlacement]]) -> None:
         assert self.sched is not None
@@ -302,7 +312,7 @@ class Controller:
         pods = {}
         for key, _rec in members:
             try:
-                pods[key] = self.read_request(self._pod(key) or {})
+                pods[key] = self.read_request(self.pod(key) or {})
             except (InvalidJobError, TranslateError, NotFoundError) as exc:
                 log.warning("bound pod %s cannot be read: %s", key, exc)
                 return
@@ -414,13 +424,15 @@ class Controller:
         elif (obj.get("spec") or {}).get("nodeName") and key not in self.pod_job:
             self._bound_elsewhere(key, obj)
 
-    def _all_pods(self) -> list[tuple[str, dict[str, Any]]]:
+    def all_pods(self) -> list[tuple[str, dict[str, Any]]]:
+        """Every cached pod (key, object): gpupool's and the foreign schedulers'."""
         out = list(self.pod_informer.cache.items())
         for i in self.foreign_informers:
             out.extend(i.cache.items())
         return out
 
-    def _pod(self, key: str) -> dict[str, Any] | None:
+    def pod(self, key: str) -> dict[str, Any] | None:
+        """A cached pod by key, gpupool's or a foreign scheduler's."""
         pod = self.pod_informer.cache.get(key)
         if pod is None:
             for i in self.foreign_informers:
@@ -462,7 +474,7 @@ class Controller:
         if rec is None or rec.job in self.jobs:
             return
         members = []
-        for k, pod in self._all_pods():
+        for k, pod in self.all_pods():
             if _ended(pod) or not (pod.get("spec") or {}).get("nodeName"):
                 continue
             try:
@@ -599,6 +611,8 @@ class Controller:
         self.jobs[job_id] = JobInfo(job_id, queue, task_pod, gang_size=gang_size)
         for k in keys:
             self.pod_job[k] = job_id
+        if self.provisioning is not None:  # its ProvisioningRequest, read back at a rebuild
+            self.provisioning.resubmitted(job_id)
         self._dirty.set()
 
     def _pod_ended(self, key: str) -> None:
@@ -673,7 +687,7 @@ class Controller:
             self.pod_job.pop(key, None)
             if key in info.ended:
                 continue
-            pod = self._pod(key)
+            pod = self.pod(key)
             node = str(((pod or {}).get("spec") or {}).get("nodeName") or "")
             self.evicting[key] = node
             self._spawn(self._evict(key, reason))
@@ -712,7 +726,7 @@ class Controller:
         if req is not None and node is not None:
             annotations.update(hami_annotations(req, p, node, now))
         if self.elastic is not None:
-            annotations.update(self.elastic.bind_annotations(self._pod(key) or {}, p.node, now))
+            annotations.update(self.elastic.bind_annotations(self.pod(key) or {}, p.node, now))
         if self.provisioning is not None:
             annotations.update(self.provisioning.bind_annotations(info.id))
         binding: dict[str, Any] = {

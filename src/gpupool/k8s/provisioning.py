@@ -25,6 +25,29 @@ adapter carries the decisions to the cluster and the cluster-autoscaler's answer
   ``delete_provisioning_request``.
 
 Requests gpupool did not make (no entry in the core's book) are left alone.
+
+**After a restart** (any ``Controller.rebuild``: start-up, leadership gained, a queue change)
+the requests gpupool made are taken back from the informer's cache, which the controller
+waits for before it first builds its scheduler. gpupool's requests carry the label
+``app.kubernetes.io/managed-by: gpupool`` and the annotations ``gpupool.io/job``,
+``gpupool.io/queue``, ``gpupool.io/flavor`` and ``gpupool.io/attempt``; a request without
+them is not gpupool's and is left alone. Each is read back with its conditions (times mapped
+to the controller's clock), its nodes (those labelled for it) and, when bound pods annotated
+to consume it exist, as consumed at the start of the job running there:
+
+- a running job whose pods consume a request keeps it as its booking
+  (``Scheduler.restore_booking``): the request is deleted when the job ends and its run
+  limit is what the booking left it;
+- a pending job's latest request (the highest ``<job>-<n>``) becomes its check record again
+  (``Scheduler.restore_check``): ``Ready`` when Provisioned and not ended, else ``Pending``
+  with the request (a Failed, expired or revoked one is failed over to a retry by the next
+  cycle); quota is reserved again, no request is made for it. Older requests of the job are
+  deleted. The job's next request is numbered past every ``<n>`` seen, on requests and on its
+  pods' consume annotation, so no name is used twice. A gang whose pods are not all there yet
+  gets its request back when it is complete;
+- a request whose job is gone is deleted (logged), unless it is an unconsumed booking
+  (Provisioned, not ended): that one is kept, as the core keeps the booking of a job that
+  went away, for the next job of its queue that fits its nodes, until it expires.
 """
 
 from __future__ import annotations
@@ -33,33 +56,49 @@ import asyncio
 import contextlib
 import copy
 import logging
-from collections.abc import Mapping
+import re
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from gpupool.core.errors import GpupoolError
+from gpupool.core.admission import flavor_job
+from gpupool.core.errors import GpupoolError, NotFoundError
 from gpupool.core.model import JobId, PodSet
 from gpupool.core.provisioning import (
     CLASS_ANNOTATION,
     CONSUME_ANNOTATION,
     MAX_RUN_PARAMETER,
     REQUEST_LABEL,
+    CheckState,
+    Condition,
+    ConditionType,
     ProvisioningRequest,
+    request_name,
 )
 from gpupool.k8s.informer import Informer, object_key
 from gpupool.k8s.kube import MERGE_PATCH, ApiError, Kube
 
 if TYPE_CHECKING:
     from gpupool.core.decisions import CycleResult
+    from gpupool.core.scheduler import Scheduler
     from gpupool.k8s.controller import Controller
 
-__all__ = ["API", "PR_PATH", "ProvisioningAdapter", "conditions_of", "pod_template",
-           "request_object", "template_name"]
+__all__ = ["API", "PR_PATH", "Marks", "ProvisioningAdapter", "attempt_of", "conditions_of",
+           "marks_of", "pod_template", "request_from_object", "request_object",
+           "template_name"]
 
 log = logging.getLogger("gpupool.k8s.provisioning")
 
 API = "autoscaling.x-k8s.io/v1"
 PR_PATH = f"/apis/{API}/provisioningrequests"
 TEMPLATE_PREFIX = "ppt-"
+MANAGED_BY = ("app.kubernetes.io/managed-by", "gpupool")
+JOB_ANNOTATION = "gpupool.io/job"
+QUEUE_ANNOTATION = "gpupool.io/queue"
+FLAVOR_ANNOTATION = "gpupool.io/flavor"
+ATTEMPT_ANNOTATION = "gpupool.io/attempt"
 
 
 def template_name(req: ProvisioningRequest) -> str:
@@ -111,17 +150,20 @@ def pod_template(req: ProvisioningRequest, pod: Mapping[str, Any] | None) -> dic
             "template": {"metadata": {"labels": labels}, "spec": spec}}
 
 
-def request_object(req: ProvisioningRequest, parameters: Mapping[str, str]) -> dict[str, Any]:
+def request_object(req: ProvisioningRequest, parameters: Mapping[str, str],
+                   flavor: str = "", attempt: int = 0) -> dict[str, Any]:
     """The ``autoscaling.x-k8s.io/v1`` ProvisioningRequest for the core's request:
     ``parameters`` are the ProvisioningRequestConfig's (strings), with the request's
-    ``maxRunDurationSeconds``."""
+    ``maxRunDurationSeconds``. A request made for a job names it, its ClusterQueue, the
+    flavor its quota was reserved in and its attempt (what a restart reads back)."""
     params = {str(k): str(v) for k, v in parameters.items()}
     if req.max_run_duration_s is not None:
         params[MAX_RUN_PARAMETER] = str(int(req.max_run_duration_s))
     meta: dict[str, Any] = {"name": req.name, "namespace": req.namespace,
-                            "labels": {"app.kubernetes.io/managed-by": "gpupool"}}
+                            "labels": {MANAGED_BY[0]: MANAGED_BY[1]}}
     if req.job:
-        meta["annotations"] = {"gpupool.io/job": req.job, "gpupool.io/queue": req.queue}
+        meta["annotations"] = {JOB_ANNOTATION: req.job, QUEUE_ANNOTATION: req.queue,
+                               FLAVOR_ANNOTATION: flavor, ATTEMPT_ANNOTATION: str(attempt)}
     body: dict[str, Any] = {
         "apiVersion": API, "kind": "ProvisioningRequest", "metadata": meta,
         "spec": {"provisioningClassName": req.provisioning_class_name,
@@ -141,6 +183,96 @@ def conditions_of(obj: Mapping[str, Any]) -> dict[str, tuple[bool, str, str]]:
     return out
 
 
+# -- reading gpupool's requests back -------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Marks:
+    """What gpupool wrote on a request it made for a job (``attempt`` 0 when not written)."""
+
+    job: JobId
+    queue: str
+    flavor: str | None
+    attempt: int
+
+
+def marks_of(obj: Mapping[str, Any]) -> Marks | None:
+    """gpupool's marks on a ProvisioningRequest object; None for one gpupool did not make for
+    a job (no ``managed-by: gpupool`` label or no ``gpupool.io/job`` annotation)."""
+    meta = obj.get("metadata") or {}
+    if (meta.get("labels") or {}).get(MANAGED_BY[0]) != MANAGED_BY[1]:
+        return None
+    ann = meta.get("annotations") or {}
+    job = str(ann.get(JOB_ANNOTATION) or "")
+    if not job:
+        return None
+    raw = str(ann.get(ATTEMPT_ANNOTATION) or "")
+    flavor = ann.get(FLAVOR_ANNOTATION)
+    return Marks(JobId(job), str(ann.get(QUEUE_ANNOTATION) or ""),
+                 None if flavor is None else str(flavor),
+                 int(raw) if raw.isdigit() else 0)
+
+
+def attempt_of(name: str, job: str) -> int:
+    """n when ``name`` is ``request_name(job, n)`` (the job's n-th request), else 0."""
+    m = re.fullmatch(r".*-([0-9]{1,9})", name)
+    if m is None:
+        return 0
+    n = int(m.group(1))
+    return n if request_name(job, n) == name else 0
+
+
+def _wall_s(stamp: object) -> float | None:
+    """Seconds since the epoch of an RFC 3339 time (``lastTransitionTime``), None if absent
+    or not one."""
+    if not stamp:
+        return None
+    try:
+        return datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def request_from_object(obj: Mapping[str, Any], pod_set: PodSet | None,
+                        nodes: Iterable[str], at: Callable[[float | None], float],
+                        consumed_s: float | None = None) -> ProvisioningRequest:
+    """The core's request for a ProvisioningRequest object gpupool made, as it stands:
+    conditions (their times through ``at``, wall seconds -> the controller's clock), ``nodes``
+    and ``consumed_s``. ``pod_set`` is the job's (None: a pod set of the object's count alone).
+    InvalidJobError when the object cannot be one (no pod set, a bad count)."""
+    meta = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    marks = marks_of(obj)
+    pod_sets: list[Any] = list(spec.get("podSets") or [])
+    count = int((pod_sets[0] or {}).get("count") or 0) if len(pod_sets) == 1 else 0
+    if pod_set is None or pod_set.count != count:
+        pod_set = PodSet("main", count)
+    params = spec.get("parameters") or {}
+    raw = params.get(MAX_RUN_PARAMETER)
+    try:
+        max_run = float(raw) if raw is not None else None
+    except ValueError:
+        max_run = None
+    known = {k.value: k for k in ConditionType}
+    conds: list[Condition] = []
+    for c in (obj.get("status") or {}).get("conditions") or ():
+        kind = known.get(str(c.get("type")))
+        if kind is not None and all(x.type is not kind for x in conds):
+            conds.append(Condition(kind, str(c.get("status")) == "True",
+                                   str(c.get("reason") or ""), str(c.get("message") or ""),
+                                   at(_wall_s(c.get("lastTransitionTime")))))
+    order = list(ConditionType)
+    conds.sort(key=lambda c: order.index(c.type))
+    return ProvisioningRequest(
+        name=str(meta.get("name") or ""), pod_sets=(pod_set,),
+        namespace=str(meta.get("namespace") or "default"),
+        provisioning_class_name=str(spec.get("provisioningClassName") or ""),
+        max_run_duration_s=max_run, job=str(marks.job) if marks else "",
+        queue=marks.queue if marks else "",
+        created_s=at(_wall_s(meta.get("creationTimestamp"))), conditions=tuple(conds),
+        nodes=tuple(nodes), consumed_s=consumed_s)
+
+
 class ProvisioningAdapter:
     """Makes, watches and deletes the cluster's ProvisioningRequests for the scheduler of
     ``controller`` (attached as ``controller.provisioning``)."""
@@ -150,7 +282,9 @@ class ProvisioningAdapter:
         self.controller = controller
         self.informer = Informer(kube, PR_PATH, self._on_request, name="provisioningrequests")
         self.fed: dict[str, set[str]] = {}  # request key -> conditions fed to the core
-        self.made: set[str] = set()  # keys created here and not deleted
+        self.made: set[str] = set()  # keys created here (or taken back) and not deleted
+        # requests read back at a rebuild, by job, for jobs not submitted again yet
+        self.waiting: dict[JobId, list[str]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         controller.provisioning = self
 
@@ -159,26 +293,40 @@ class ProvisioningAdapter:
     def handle(self, result: CycleResult) -> None:
         """A cycle's provisioning decisions, written in the background."""
         for req in result.provision:
-            self._spawn(self.create(req))
+            flavor, attempt = self._marks(req)
+            self._spawn(self.create(req, flavor, attempt))
         for key in result.deprovision:
             self._spawn(self.delete(key))
+        if self.waiting:
+            self.sweep()
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    def _parameters(self, req: ProvisioningRequest) -> dict[str, str]:
+    def _record(self, req: ProvisioningRequest) -> Any:
         sched = self.controller.sched
         checks = sched.checks if sched is not None else None
-        rec = checks.records.get(JobId(req.job)) if checks is not None and req.job else None
+        return checks.records.get(JobId(req.job)) if checks is not None and req.job else None
+
+    def _parameters(self, req: ProvisioningRequest) -> dict[str, str]:
+        rec = self._record(req)
         return dict(rec.check.config.parameters) if rec is not None else {}
+
+    def _marks(self, req: ProvisioningRequest) -> tuple[str, int]:
+        """(flavor, attempt) of the check record the request was made for."""
+        rec = self._record(req)
+        return (rec.flavor, rec.attempts) if rec is not None else ("", 0)
 
     def _job_pods(self, req: ProvisioningRequest) -> list[str]:
         info = self.controller.jobs.get(JobId(req.job)) if req.job else None
         return sorted(info.pods) if info is not None else []
 
-    async def create(self, req: ProvisioningRequest) -> None:
+    async def create(self, req: ProvisioningRequest, flavor: str | None = None,
+                     attempt: int | None = None) -> None:
+        if flavor is None or attempt is None:
+            flavor, attempt = self._marks(req)
         pods = self._job_pods(req)
         first = self.controller.pod_informer.cache.get(pods[0]) if pods else None
         try:
@@ -189,7 +337,8 @@ class ProvisioningAdapter:
             await self.kube.request("POST", f"/api/v1/namespaces/{req.namespace}/podtemplates",
                                     pod_template(req, first))
             await self.kube.request("POST", _ns_path(req.namespace, "provisioningrequests"),
-                                    request_object(req, self._parameters(req)))
+                                    request_object(req, self._parameters(req), flavor,
+                                                   attempt))
             self.made.add(req.key)
         except ApiError as exc:
             if exc.status != 409:
@@ -289,6 +438,167 @@ class ProvisioningAdapter:
                 self._fact("failed", key, message or "booking expired", "BookingExpired")
             else:
                 self._fact("revoked", key, message or "capacity revoked")
+
+    # -- taken back after a restart ----------------------------------------------------------
+
+    def _at(self, wall_s: float | None) -> float:
+        """A wall time as the controller's clock reads it (now when unknown)."""
+        now = self.controller.clock()
+        return now if wall_s is None else now - max(0.0, time.time() - wall_s)
+
+    def _read(self, key: str, consumed_s: float | None = None) -> ProvisioningRequest | None:
+        """The core's request for the cached object ``key`` (None when gone or unreadable),
+        with the pod set of its job where the core knows the job."""
+        obj = self.informer.cache.get(key)
+        marks = marks_of(obj) if obj is not None else None
+        if obj is None or marks is None:
+            return None
+        try:
+            return request_from_object(obj, self._pod_set(marks), self.nodes_of(key), self._at,
+                                       consumed_s)
+        except GpupoolError as exc:
+            log.warning("ProvisioningRequest %s cannot be read back; left alone: %s", key, exc)
+            return None
+
+    def _pod_set(self, marks: Marks) -> PodSet | None:
+        sched = self.controller.sched
+        if sched is None:
+            return None
+        p = sched.queues.get(marks.job)
+        r = sched.ctx.running.get(marks.job)
+        job = p.job if p is not None else r.job if r is not None else None
+        if job is None or len(job.pod_sets) != 1:
+            return None
+        fj = flavor_job(job, sched.tree.flavors.get(marks.flavor or "")) or job
+        return fj.pod_sets[0]
+
+    def _taken_back(self, sched: Scheduler, req: ProvisioningRequest) -> None:
+        sched.restore_provisioning([req])
+        self.made.add(req.key)
+        self.fed[req.key] = {c.type.value for c in req.conditions if c.status}
+
+    def _drop(self, sched: Scheduler, req: ProvisioningRequest, why: str) -> None:
+        """Delete a request of gpupool's (at the next cycle, as the core's deletions are)."""
+        log.warning("ProvisioningRequest %s deleted: %s", req.key, why)
+        sched.restore_provisioning([req])
+        sched.delete_provisioning_request(req.key, self.controller.clock())
+
+    def _consumes(self, pods: Iterable[str]) -> str | None:
+        """The request (key) bound pods among ``pods`` are annotated to consume."""
+        for key in pods:
+            pod = self.controller.pod(key) or {}
+            name = ((pod.get("metadata") or {}).get("annotations") or {}).get(
+                CONSUME_ANNOTATION)
+            if name and (pod.get("spec") or {}).get("nodeName"):
+                return f"{key.split('/', 1)[0]}/{name}"
+        return None
+
+    def _consumed(self, key: str) -> bool:
+        """Whether any bound pod (running or ended) is annotated to consume ``key``."""
+        ns, name = key.split("/", 1)
+        for k, pod in self.controller.all_pods():
+            meta = pod.get("metadata") or {}
+            if k.startswith(ns + "/") and (pod.get("spec") or {}).get("nodeName") and \
+                    (meta.get("annotations") or {}).get(CONSUME_ANNOTATION) == name:
+                return True
+        return False
+
+    def restore(self, sched: Scheduler) -> None:
+        """The scheduler was rebuilt and its running jobs taken back: the requests gpupool
+        made are read from the cache; a running job's booking is taken back now, the others
+        wait for their job to be submitted again (``resubmitted``) or for ``sweep``."""
+        self.fed.clear()
+        self.made.clear()
+        self.waiting.clear()
+        ctl = self.controller
+        for key, obj in sorted(self.informer.cache.items()):
+            marks = marks_of(obj)
+            if marks is None:
+                continue
+            info = ctl.jobs.get(marks.job)
+            r = sched.ctx.running.get(marks.job)
+            if info is not None and info.running and r is not None and \
+                    self._consumes(info.pods) == key:
+                req = self._read(key, consumed_s=r.start_s)
+                if req is None:
+                    continue
+                self._taken_back(sched, req)
+                sched.restore_booking(marks.job, key)
+                log.info("ProvisioningRequest %s taken back: booking of running job %s", key,
+                         marks.job)
+                continue
+            self.waiting.setdefault(marks.job, []).append(key)
+
+    def resubmitted(self, job: JobId) -> None:
+        """A pending job was submitted (again): its check is taken back from its latest
+        request, its older ones deleted, and its next request numbered past all of them."""
+        sched = self.controller.sched
+        checks = sched.checks if sched is not None else None
+        if sched is None or checks is None or job not in sched.queues:
+            return
+        info = self.controller.jobs.get(job)
+        made = 0
+        for key in info.pods if info is not None else ():
+            pod = self.controller.pod(key) or {}
+            name = ((pod.get("metadata") or {}).get("annotations") or {}).get(
+                CONSUME_ANNOTATION)
+            made = max(made, attempt_of(str(name or ""), str(job)))
+        reqs = [r for r in map(self._read, self.waiting.pop(job, ())) if r is not None]
+        reqs.sort(key=lambda r: (attempt_of(r.name, str(job)), r.key))
+        made = max([made, *(attempt_of(r.name, str(job)) for r in reqs)])
+        if not reqs:
+            if made:
+                checks.made[job] = max(made, checks.made.get(job, 0))
+            return
+        *old, req = reqs
+        for o in old:
+            self._drop(sched, o, f"job {job} made {req.name} after it")
+        obj = self.informer.cache.get(req.key) or {}
+        marks = marks_of(obj)
+        assert marks is not None
+        p = sched.queues.get(job)
+        assert p is not None
+        flavor = marks.flavor
+        if flavor is None:
+            cq = sched.tree.queues.get(p.queue)
+            flavor = cq.flavors[0].flavor if cq is not None and cq.flavors else ""
+        state = CheckState.READY if req.provisioned_s is not None and not req.ended \
+            else CheckState.PENDING
+        self._taken_back(sched, req)
+        try:
+            sched.restore_check(job, state, request=req.key, flavor=flavor,
+                                attempts=marks.attempt or attempt_of(req.name, str(job)) or 1,
+                                made=made, message=f"ProvisioningRequest {req.key} taken "
+                                                   "back after a restart")
+        except NotFoundError as exc:
+            self._drop(sched, req, f"job {job}: {exc}")
+            return
+        log.info("ProvisioningRequest %s taken back: job %s %s", req.key, job, state.value)
+
+    def sweep(self) -> None:
+        """Requests read back whose job was not submitted again: kept while the job's gang
+        waits for its pods; else deleted, or kept as a booking its queue's next job may take
+        when Provisioned and unconsumed (it expires otherwise)."""
+        ctl = self.controller
+        sched = ctl.sched
+        if sched is None:
+            return
+        for job, keys in list(self.waiting.items()):
+            if job in ctl.gangs and job not in ctl.jobs:
+                continue
+            del self.waiting[job]
+            for key in keys:
+                req = self._read(key)
+                if req is None:
+                    continue
+                if req.booked and not self._consumed(key):
+                    self._taken_back(sched, req)
+                    log.info("ProvisioningRequest %s taken back: a booking of gone job %s, "
+                             "for the next job of queue %s", key, job, req.queue)
+                elif job in ctl.jobs:
+                    self._drop(sched, req, f"its job {job} runs without it")
+                else:
+                    self._drop(sched, req, f"its job {job} no longer exists")
 
     async def run(self) -> None:
         try:
