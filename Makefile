@@ -14,7 +14,8 @@ $(STAMP): pyproject.toml
 
 run: $(STAMP)
 	$(BIN)/gpupool serve --demo --cluster examples/cluster.yaml --queues examples/queues.yaml \
-		--elastic examples/elastic.yaml --state .gpupool/state.db --port $(or $(PORT),8080)
+		--elastic examples/elastic.yaml --cloud examples/cloud.yaml --state .gpupool/state.db \
+		--port $(or $(PORT),8080)
 
 # Debian's chromium, for the dashboard test (skipped there with a reason if it cannot be had).
 browser:

@@ -20,6 +20,7 @@ import yaml
 
 from gpupool.api.app import create_app
 from gpupool.api.auth import ENV, Tokens, generate
+from gpupool.cloud.spec import load_cloud
 from gpupool.config import load_cluster, load_documents
 from gpupool.control import Clock, ControlPlane
 from gpupool.control.elastic import ElasticService, parse_classes
@@ -54,6 +55,10 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--elastic", metavar="FILE",
                    help="ElasticGPUClass documents (e.g. examples/elastic.yaml); read only "
                         "when the state file is new")
+    p.add_argument("--cloud", metavar="FILE",
+                   help="a simulated cloud (one kind: Cloud document, e.g. examples/cloud.yaml) "
+                        "that provisions nodes for the ProvisioningRequests of queues with a "
+                        "provisioning admission check; give the same file on every start")
     p.add_argument("--state", default=DEFAULT_STATE, metavar="PATH",
                    help=f"SQLite state file (default {DEFAULT_STATE})")
     p.add_argument("--tokens", metavar="FILE",
@@ -70,7 +75,8 @@ def add_parser(sub: Any) -> None:
                    help="also submit a stream of example jobs")
     p.add_argument("--demo-rate", type=float, default=0.8, metavar="JOBS_PER_S",
                    help="arrival rate of the example jobs, per wall second (default 0.8)")
-    p.add_argument("--seed", type=int, default=7, help="seed of the example job stream")
+    p.add_argument("--seed", type=int, default=7,
+                   help="seed of the example job stream and of the cloud's delays")
     p.add_argument("--max-body-bytes", type=int, default=1 << 20,
                    help="largest request body accepted (default 1 MiB)")
     p.add_argument("--log-level", default="warning",
@@ -83,7 +89,8 @@ class Service:
 
     def __init__(self, *, state: str | Path, cluster: str | Path | None,
                  queues: str | Path | None, speed: float,
-                 elastic: str | Path | None = None) -> None:
+                 elastic: str | Path | None = None, cloud: str | Path | None = None,
+                 seed: int = 7) -> None:
         store = Store(state)
         new = store.meta("created") is None
         nodes = load_cluster(cluster) if new and cluster else []
@@ -92,7 +99,9 @@ class Service:
         self.metrics = Metrics()
         self.backend = VirtualCluster()
         self.plane = ControlPlane(store, self.backend, Clock(speed), nodes=nodes,
-                                  queue_docs=queue_docs, metrics=self.metrics)
+                                  queue_docs=queue_docs, metrics=self.metrics,
+                                  cloud=load_cloud(str(cloud)) if cloud else None,
+                                  cloud_seed=seed)
         self.elastic = ElasticService.of(self.plane)
         self.elastic.seed(classes)
         self.metrics.watch(self._gauges)
@@ -151,7 +160,8 @@ class Service:
     def start_demo(self, rate: float, seed: int) -> None:
         plane = self.plane
         with plane.lock:
-            stream = DemoStream(plane.config, plane.scheduler.state.table.nodes[:], seed, rate)
+            stream = DemoStream(plane.config, plane.scheduler.state.table.nodes[:], seed, rate,
+                                burst=plane.cloud is not None)
 
         def demo() -> None:
             while not self._stop.wait(stream.gap_s()):
@@ -198,7 +208,7 @@ def serve(args: argparse.Namespace) -> int:
         if not state.exists() and not Path(path).exists():
             raise ConfigError(f"{flag} {path}: no such file (give the path of a YAML spec)")
     service = Service(state=state, cluster=args.cluster, queues=args.queues, speed=speed,
-                      elastic=args.elastic)
+                      elastic=args.elastic, cloud=args.cloud, seed=args.seed)
     namespaces = [lq.namespace for lq in service.plane.config.local_queues]
     tokens, admin = _tokens(args, state, namespaces)
     if not len(tokens):

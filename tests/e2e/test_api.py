@@ -313,7 +313,7 @@ def test_queue_objects_are_created_updated_and_deleted_by_the_admin(svc: Svc) ->
     cq = svc.get("/api/v1/clusterqueues/batch")
     assert cq["status"]["nominal"] == {"a100": {"gpu_milli": 4000}}
     assert [q["metadata"]["name"] for q in svc.get("/api/v1/clusterqueues")["items"]] == [
-        "llm", "vision", "serving", "notebooks", "batch"]
+        "llm", "vision", "serving", "notebooks", "burst", "batch"]
     lq = svc.get("/api/v1/localqueues/research/batch")
     assert lq["spec"]["clusterQueue"] == "batch" and lq["status"]["pendingJobs"] == 0
 
@@ -372,7 +372,7 @@ def test_tenants_may_read_queues_but_not_change_them(svc: Svc) -> None:
     assert svc.get("/api/v1/clusterqueues", RESEARCH)["items"]
     mine = svc.get("/api/v1/localqueues", RESEARCH)["items"]
     assert [(q["metadata"]["namespace"], q["metadata"]["name"]) for q in mine] == [
-        ("research", "llm"), ("research", "vision")]
+        ("research", "llm"), ("research", "vision"), ("research", "burst")]
     before = dump(svc.state)
     for method, path, body in (
             ("POST", "/api/v1/clusterqueues", CQ), ("PUT", "/api/v1/clusterqueues/llm", CQ),

@@ -320,7 +320,7 @@ def test_get_queues_and_queue_objects(run: Run, submitted: dict[str, str]) -> No
     code, out, _ = run("get", "queues")
     assert code == 0
     queues = {r["NAME"]: r for r in rows(out)}
-    assert set(queues) == {"llm", "vision", "serving", "notebooks"}
+    assert set(queues) == {"llm", "vision", "serving", "notebooks", "burst"}
     assert queues["llm"]["COHORT"] == "research"
     used, nominal = queues["llm"]["GPUS(USED/NOMINAL)"].split("/")
     assert (float(used), float(nominal)) == (8, 20)
@@ -329,8 +329,8 @@ def test_get_queues_and_queue_objects(run: Run, submitted: dict[str, str]) -> No
     assert "a100:8/8" in rows(out)[0]["FLAVORS"]
 
     code, out, _ = run("get", "localqueues", "-n", "research")
-    assert {(r["NAME"], r["CLUSTERQUEUE"]) for r in rows(out)} == {("llm", "llm"),
-                                                                   ("vision", "vision")}
+    assert {(r["NAME"], r["CLUSTERQUEUE"]) for r in rows(out)} == {
+        ("llm", "llm"), ("vision", "vision"), ("burst", "burst")}
     code, out, _ = run("get", "flavors")
     flavors = {r["NAME"]: r for r in rows(out)}
     assert flavors["a100"]["GPUS"] == "24" and flavors["h100"]["NODES"] == "2"

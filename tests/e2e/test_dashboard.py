@@ -265,10 +265,10 @@ def test_dashboard_shows_cards_holders_queues_and_pending_reasons(
         assert page.locator(f'.queue[data-queue="{q}"] .qname').inner_text() == q
     assert page.locator('.queue[data-queue="serving"] .qflavor[data-flavor="t4"] .fnum'
                         ).inner_text().endswith("/ 8")
-    page.wait_for_function("document.querySelectorAll('#chart path.line').length === 4",
+    page.wait_for_function("document.querySelectorAll('#chart path.line').length === 5",
                            timeout=15000)
     assert {page.locator("#chart path.line").nth(i).get_attribute("data-queue")
-            for i in range(4)} == set(queues)
+            for i in range(5)} == set(queues)
 
     # Recent events, and the page refreshes by itself.
     assert page.locator("#events li").count() >= 5

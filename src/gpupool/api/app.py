@@ -385,6 +385,10 @@ def create_app(plane: ControlPlane, tokens: Tokens, *,
 
     install_elastic_routes(app, plane, read_body, mapping)
 
+    from gpupool.api.provisioning import install_provisioning_routes
+
+    install_provisioning_routes(app, plane)
+
     # -- the dashboard -----------------------------------------------------------------------
 
     if STATIC.is_dir():

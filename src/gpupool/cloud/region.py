@@ -311,6 +311,13 @@ class Cloud:
         self.rng.bit_generator.state = snap["rng"]
         self._capacity(self.run.capacity_t[-1] if self.run.capacity_t else 0.0)
 
+    def reconcile(self, live: set[str], now: float) -> None:
+        """Release every request the core no longer holds (deleted before a restart, whose
+        deletion had not reached the cloud yet)."""
+        for key, rec in list(self.run.requests.items()):
+            if key not in live and rec.ended_s is None and not rec.manual:
+                self._release(key, now)
+
     def prune(self, keep: int) -> None:
         """Forget all but the last ``keep`` requests that ended and hold no node (a long-running
         ``serve`` would otherwise keep every request it ever saw)."""

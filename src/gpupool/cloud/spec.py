@@ -163,3 +163,16 @@ def parse_cloud(doc: Document) -> CloudSpec:
         raise w.fail("spec.requests", "request names must be unique")
     return CloudSpec(name, str(spec.get("region", "region-1")), quota, delay, timeout,
                      scale_down, tuple(pools), rate, outage, tuple(manual))
+
+
+def load_cloud(path: str) -> CloudSpec:
+    """The one ``kind: Cloud`` document of a file (other documents are not allowed)."""
+    from gpupool.config.loader import read_documents
+
+    docs = read_documents(path)
+    clouds = [d for d in docs if d.kind == CLOUD_KIND]
+    others = [d.kind for d in docs if d.kind != CLOUD_KIND]
+    if len(clouds) != 1 or others:
+        raise ConfigError(f"{path}: expected one kind: Cloud document; found "
+                          f"{len(clouds)} Cloud and {others or 'no other'} documents")
+    return parse_cloud(clouds[0])

@@ -12,16 +12,20 @@ from typing import Any
 
 from gpupool.core.model import (
     Gpu,
+    GpuRequest,
     GpuShare,
     JobId,
     MigInstance,
     Node,
     NodeName,
     Placement,
+    PodSet,
     Taint,
     TaintEffect,
     TaskId,
+    Toleration,
 )
+from gpupool.core.provisioning import Condition, ConditionType, ProvisioningRequest
 
 
 def node_to_json(node: Node) -> dict[str, Any]:
@@ -65,3 +69,48 @@ def placement_from_json(job: str, body: Mapping[str, Any]) -> Placement:
                      int(body["cpu_milli"]), int(body["memory_mib"]),
                      tuple(GpuShare(int(s["index"]), int(s["gpu_milli"]), int(s["memory_mib"]),
                                     s.get("mig_profile")) for s in body["gpus"]))
+
+
+def pod_set_to_json(ps: PodSet) -> dict[str, Any]:
+    g = ps.gpu
+    return {"name": ps.name, "count": ps.count, "cpu_milli": ps.cpu_milli,
+            "memory_mib": ps.memory_mib,
+            "gpu": {"count": g.count, "gpu_milli": g.gpu_milli, "memory_mib": g.memory_mib,
+                    "mig_profile": g.mig_profile, "models": sorted(g.models)},
+            "node_selector": dict(ps.node_selector),
+            "tolerations": [{"key": t.key, "operator": t.operator, "value": t.value,
+                             "effect": None if t.effect is None else str(t.effect)}
+                            for t in ps.tolerations]}
+
+
+def pod_set_from_json(body: Mapping[str, Any]) -> PodSet:
+    g = body["gpu"]
+    gpu = GpuRequest(int(g["count"]), int(g["gpu_milli"]), int(g["memory_mib"]),
+                     g.get("mig_profile"), frozenset(str(m) for m in g["models"]))
+    tols = tuple(Toleration(str(t["key"]), str(t["operator"]), str(t["value"]),
+                            None if t.get("effect") is None else TaintEffect(t["effect"]))
+                 for t in body["tolerations"])
+    return PodSet(str(body["name"]), int(body["count"]), int(body["cpu_milli"]),
+                  int(body["memory_mib"]), gpu, dict(body["node_selector"]), tols)
+
+
+def request_to_json(req: ProvisioningRequest) -> dict[str, Any]:
+    """A ProvisioningRequest in full, status included, for the state file."""
+    return {"name": req.name, "namespace": req.namespace,
+            "provisioning_class_name": req.provisioning_class_name,
+            "max_run_duration_s": req.max_run_duration_s, "job": req.job, "queue": req.queue,
+            "created_s": req.created_s, "pod_sets": [pod_set_to_json(p) for p in req.pod_sets],
+            "conditions": [{"type": c.type.value, "status": c.status, "reason": c.reason,
+                            "message": c.message, "time_s": c.time_s} for c in req.conditions],
+            "nodes": list(req.nodes), "consumed_s": req.consumed_s}
+
+
+def request_from_json(body: Mapping[str, Any]) -> ProvisioningRequest:
+    return ProvisioningRequest(
+        str(body["name"]), tuple(pod_set_from_json(p) for p in body["pod_sets"]),
+        str(body["namespace"]), str(body["provisioning_class_name"]),
+        body.get("max_run_duration_s"), str(body["job"]), str(body["queue"]),
+        float(body["created_s"]),
+        tuple(Condition(ConditionType(c["type"]), bool(c["status"]), str(c["reason"]),
+                        str(c["message"]), float(c["time_s"])) for c in body["conditions"]),
+        tuple(str(n) for n in body["nodes"]), body.get("consumed_s"))

@@ -16,6 +16,7 @@ below takes it. The core never sees two callers at once.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import threading
 import time
@@ -24,6 +25,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from gpupool.cloud.region import Cloud
+from gpupool.cloud.spec import CloudSpec
 from gpupool.config.cluster import nodes_from_documents
 from gpupool.config.documents import Document
 from gpupool.config.jobs import JobRequest, parse_job
@@ -34,19 +37,23 @@ from gpupool.control.codec import (
     node_to_json,
     placement_from_json,
     placement_to_json,
+    request_from_json,
+    request_to_json,
 )
 from gpupool.core.admission import QuotaTree, request_demand
 from gpupool.core.decisions import CycleResult
 from gpupool.core.errors import ConfigError, ConflictError, InvalidJobError, NotFoundError
 from gpupool.core.model import Job, JobId, Node, NodeName, Placement
 from gpupool.core.placement.framework import Profile
+from gpupool.core.provisioning import CheckState, ProvisioningRequest
 from gpupool.core.quota import QueueConfig
 from gpupool.core.scheduler import Scheduler
 from gpupool.metrics import Metrics
 from gpupool.store.sqlite import NewEvent, Store
 
 QUEUE_KINDS = ("ResourceFlavor", "Cohort", "ClusterQueue", "LocalQueue",
-               "WorkloadPriorityClass", "PriorityClass", "QueueSettings")
+               "WorkloadPriorityClass", "PriorityClass", "QueueSettings", "AdmissionCheck",
+               "ProvisioningRequestConfig")
 ACTIVE = ("Pending", "Running")
 TERMINAL = ("Succeeded", "Failed", "Cancelled")
 ESTIMATE_EVERY_S = 1.0  # wall seconds between wait-estimate runs
@@ -55,6 +62,11 @@ HISTORY_EVERY_S = 1.0  # wall seconds between samples of queue usage
 HISTORY_KEPT = 900
 MAX_POOL_NODES = 1_000  # nodes one API request may add
 MAX_NODE_GPUS = 64  # cards on one node
+REQUEST_KIND = "ProvisioningRequest"  # state-file kinds of the provisioning check's state
+CHECK_KIND = "ProvisioningCheck"  # per job: its admission-check record, or its booking
+CLOUD_KIND = "Cloud"  # the simulated cloud's snapshot
+CLOUD_HORIZON_S = 365 * 86_400.0  # stock-outs are drawn this far ahead
+CLOUD_REQUESTS_KEPT = 200  # ended requests the cloud remembers
 
 
 class Backend(Protocol):
@@ -119,6 +131,7 @@ class TickResult:
 class _Changes:
     jobs: dict[str, dict[str, Any]] = field(default_factory=dict)
     events: list[NewEvent] = field(default_factory=list)
+    objects: dict[tuple[str, str], dict[str, Any] | None] = field(default_factory=dict)
 
     def job(self, key: str, **fields: Any) -> None:
         self.jobs.setdefault(key, {}).update(fields)
@@ -191,9 +204,12 @@ def _in_document_terms(exc: InvalidJobError, request: JobRequest) -> InvalidJobE
 class ControlPlane:
     def __init__(self, store: Store, backend: Backend, clock: Clock, *,
                  nodes: Sequence[Node] = (), queue_docs: Sequence[Mapping[str, Any]] = (),
-                 profile: Profile | None = None, metrics: Metrics | None = None) -> None:
+                 profile: Profile | None = None, metrics: Metrics | None = None,
+                 cloud: CloudSpec | None = None, cloud_seed: int = 1) -> None:
         """``nodes`` and ``queue_docs`` seed a new state file; an existing one is the truth
-        and they are ignored (its nodes and queues were changed through the API since)."""
+        and they are ignored (its nodes and queues were changed through the API since).
+        ``cloud`` is a simulated cloud that provisions nodes for ProvisioningRequests (its
+        state is kept in the state file, so a restart goes on where it was)."""
         self.store = store
         self.backend = backend
         self.clock = clock
@@ -209,6 +225,10 @@ class ControlPlane:
         self.history: deque[dict[str, Any]] = deque(maxlen=HISTORY_KEPT)
         self._sampled_at = 0.0
         self.watchers: list[Watcher] = []
+        self.cloud: Cloud | None = None
+        self._cloud_spec, self._cloud_seed = cloud, cloud_seed
+        self._tick_changes: _Changes | None = None  # the cycle's, while the cloud acts
+        self._saved: dict[tuple[str, str], dict[str, Any]] = {}  # provisioning rows on disk
         with self.lock:
             self._open(nodes, queue_docs)
 
@@ -236,6 +256,9 @@ class ControlPlane:
         self.config = self._config(self.queue_docs)
         for _, name, body, _ in self.store.objects("Node"):
             self.node_status[name] = body
+        for kind in (REQUEST_KIND, CHECK_KIND):
+            for _, name, body, _ in self.store.objects(kind):
+                self._saved[(kind, name)] = body
         for row in self.store.jobs():
             request = parse_job(row.document, self.config, submit_time_s=row.submitted_s,
                                 check_queue=row.phase in ACTIVE)
@@ -245,6 +268,22 @@ class ControlPlane:
                             row.preemptions, row.message)
             self.jobs[row.key] = rec
         self._build()
+        if self._cloud_spec is not None:
+            self.cloud = Cloud(self._cloud_spec, self, self._cloud_seed, CLOUD_HORIZON_S)
+            saved = [b for _, n, b, _ in self.store.objects(CLOUD_KIND)
+                     if n == self._cloud_spec.name]
+            if saved:
+                try:
+                    self.cloud.restore(saved[0])
+                    self.cloud.reconcile({r.key for r in self.scheduler.provisioning_requests()},
+                                         self.clock.now())
+                except (KeyError, TypeError, ValueError) as exc:  # another cloud file
+                    spec, why = self._cloud_spec, repr(exc)
+                    self.cloud = Cloud(spec, self, self._cloud_seed, CLOUD_HORIZON_S)
+                    self._record(lambda c: c.event(
+                        self.clock.now(), "CloudReset", "Cloud", spec.name,
+                        f"the saved cloud state does not fit this cloud's spec ({why}); it "
+                        "starts afresh", warning=True))
         recovered = Counter(r.phase for r in self.jobs.values())
         if recovered:
             self._record(lambda c: c.event(self.clock.now(), "Recovered", "Cluster", "",
@@ -265,16 +304,26 @@ class ControlPlane:
 
     def _build(self) -> None:
         """A new Scheduler from the nodes, queues and jobs held now."""
+        rows = self._provisioning_rows() if hasattr(self, "scheduler") else self._saved
         sched = Scheduler(self._nodes(), self.config, self.profile)
         now = self.clock.now()
+        requests = [request_from_json(b) for (k, _), b in sorted(rows.items())
+                    if k == REQUEST_KIND]
+        if requests:
+            sched.restore_provisioning(requests)
+        checks = {n: b for (k, n), b in rows.items() if k == CHECK_KIND}
         running = sorted((r for r in self.jobs.values() if r.phase == "Running"),
                          key=lambda r: (r.started_s or 0.0, r.uid))
         for rec in running:
             restored = sched.restore(rec.job, rec.placements, rec.started_s or now,
                                      rec.flavor, rec.preemptions)
             rec.cluster_queue = restored.queue
+            booking = (checks.get(rec.key) or {}).get("booking")
+            if booking:
+                with contextlib.suppress(NotFoundError):
+                    sched.restore_booking(JobId(rec.key), str(booking))
             self.backend.start(rec.key, rec.placements, rec.started_s or now,
-                               self._end_s(rec))
+                               self._end_s(rec, sched))
         for rec in sorted((r for r in self.jobs.values() if r.phase == "Pending"),
                           key=lambda r: r.uid):
             try:
@@ -284,17 +333,153 @@ class ControlPlane:
                 # parked with its reason, until they are back.
                 sched.queues.add(rec.job, preemptions=rec.preemptions)
             rec.cluster_queue = sched.queues.resolve(rec.job.queue)
+            check = checks.get(rec.key)
+            if check and not check.get("booking"):
+                with contextlib.suppress(NotFoundError, ValueError):
+                    # its queue may have lost its admission check since: it queues plainly
+                    sched.restore_check(
+                        JobId(rec.key), CheckState(check["state"]),
+                        request=str(check["request"]), flavor=str(check["flavor"]),
+                        attempts=int(check["attempts"]), made=int(check["made"]),
+                        retry_at_s=float(check["retryAt"]), message=str(check["message"]))
         for w in self.watchers:
             w.scheduler_built(sched)
         self.scheduler = sched
         self._idle_tree = QuotaTree(self.config)
 
-    def _end_s(self, rec: JobRecord) -> float:
-        job = rec.job
-        run = job.duration_s or 0.0
-        if job.run_limit_s is not None:
-            run = min(run, job.run_limit_s)
+    def _end_s(self, rec: JobRecord, sched: Scheduler | None = None) -> float:
+        """When a running job ends: its duration, or its run limit (cut by the booking it
+        runs on, when it consumed one)."""
+        run = rec.job.duration_s or 0.0
+        limit = (sched or self.scheduler).run_limit_s(JobId(rec.key))
+        if limit is not None:
+            run = min(run, limit)
         return (rec.started_s or 0.0) + run
+
+    # -- provisioning state and the simulated cloud ------------------------------------------
+
+    def _provisioning_rows(self) -> dict[tuple[str, str], dict[str, Any]]:
+        """The admission checks' state as state-file rows: every ProvisioningRequest, and per
+        job its check record or the booking it runs on."""
+        ac = self.scheduler.checks
+        rows: dict[tuple[str, str], dict[str, Any]] = {}
+        if ac is None:
+            return rows
+        for req in ac.book:
+            rows[(REQUEST_KIND, req.key)] = request_to_json(req)
+        for jid, rec in ac.records.items():
+            rows[(CHECK_KIND, str(jid))] = {
+                "state": rec.state.value, "request": rec.request, "flavor": rec.flavor,
+                "attempts": rec.attempts, "made": ac.made.get(jid, 0),
+                "retryAt": rec.retry_at_s, "message": rec.message}
+        for jid, key in ac.booked.items():
+            rows[(CHECK_KIND, str(jid))] = {"booking": key, "made": ac.made.get(jid, 0)}
+        return rows
+
+    def _save_provisioning(self, changes: _Changes) -> None:
+        """What changed in the checks' state and the cloud since the last write, into
+        ``changes`` (written in the same transaction as the decisions)."""
+        rows = self._provisioning_rows()
+        now = self.clock.now()
+        for key, body in rows.items():
+            old = self._saved.get(key)
+            if old == body:
+                continue
+            changes.objects[key] = body
+            if key[0] == REQUEST_KIND:
+                self._request_events(key[1], old, body, now, changes)
+        for key in self._saved.keys() - rows.keys():
+            changes.objects[key] = None
+        self._saved = rows
+        if self.cloud is not None:
+            self.cloud.prune(CLOUD_REQUESTS_KEPT)
+            changes.objects[(CLOUD_KIND, self.cloud.spec.name)] = self.cloud.snapshot()
+
+    @staticmethod
+    def _request_events(key: str, old: Mapping[str, Any] | None, new: Mapping[str, Any],
+                        now: float, changes: _Changes) -> None:
+        """An event per condition a request gained (and one when it is made)."""
+        ns = str(new["namespace"])
+        if old is None:
+            who = f" for job {new['job']}" if new["job"] else ""
+            count = new["pod_sets"][0]["count"]
+            changes.event(now, "Created", "ProvisioningRequest", key,
+                          f"asks the cloud for {count} pod(s) at once{who}", ns)
+        before = {(c["type"], c["status"]) for c in (old or {}).get("conditions", ())}
+        for c in new["conditions"]:
+            if (c["type"], c["status"]) in before or not c["status"]:
+                continue
+            bad = c["type"] in ("Failed", "BookingExpired", "CapacityRevoked")
+            changes.event(now, c["type"], "ProvisioningRequest", key,
+                          f"{c['reason']}: {c['message']}", ns, warning=bad)
+
+    def add_node(self, node: Node, now_s: float) -> None:
+        """A node the cloud made joins (the cloud's Host; called inside ``tick``)."""
+        body = {"node": node_to_json(node), "failed": False, "cloud": True}
+        self.node_status[node.name] = body
+        self.scheduler.add_node(node)
+        changes = self._tick_changes or _Changes()
+        changes.objects[("Node", node.name)] = body
+        changes.event(now_s, "NodeProvisioned", "Node", node.name,
+                      f"made by the cloud: {node.gpu_count} GPU(s) "
+                      f"{node.gpus[0].model if node.gpus else ''}".strip())
+        if self._tick_changes is None:
+            self._commit(changes)
+
+    def remove_node(self, name: NodeName, now_s: float) -> list[JobId]:
+        """The cloud took a node back: its jobs go back to their queues whole."""
+        changes = self._tick_changes or _Changes()
+        hit: list[JobId] = []
+        if name in self.node_status:
+            if not self.node_status[name].get("failed"):
+                hit = self.scheduler.remove_node(name, now_s)
+                for w in self.watchers:
+                    w.node_failed(name)
+            self._requeue(hit, f"node {name} was taken back by the cloud", now_s, changes)
+            del self.node_status[name]
+        changes.objects[("Node", name)] = None
+        changes.event(now_s, "NodeDeprovisioned", "Node", name,
+                      f"taken back by the cloud; {len(hit)} job(s) requeued")
+        if self._tick_changes is None:
+            self._commit(changes)
+        return hit
+
+    def _requeue(self, hit: Sequence[JobId], why: str, now_s: float, changes: _Changes) -> None:
+        for jid in hit:
+            rec = self.jobs[jid]
+            self.backend.stop(rec.key)
+            rec.phase, rec.placements, rec.started_s, rec.flavor = "Pending", (), None, ""
+            rec.message = f"{why}; back in its queue"
+            changes.job(rec.key, phase="Pending", placements=[], started_s=None, flavor="",
+                        message=rec.message)
+            changes.event(now_s, "NodeLost", "Job", rec.key, rec.message,
+                          rec.request.namespace, warning=True)
+
+    def provisioning_requests(self) -> list[ProvisioningRequest]:
+        with self.lock:
+            return self.scheduler.provisioning_requests()
+
+    def provisioning_request(self, key: str) -> ProvisioningRequest:
+        with self.lock:
+            ac = self.scheduler.checks
+            req = ac.book.find(key) if ac is not None else None
+            if req is None:
+                raise NotFoundError(f"ProvisioningRequest {key} not found")
+            return req
+
+    def delete_provisioning_request(self, key: str) -> ProvisioningRequest:
+        """Cancel a request: the cloud stops provisioning it (or lets its nodes go once
+        idle); a job waiting for it backs off and retries."""
+        with self.lock:
+            req = self.provisioning_request(key)
+            now = self.clock.now()
+            self.scheduler.delete_provisioning_request(key, now)
+            changes = _Changes()
+            changes.event(now, "Deleted", "ProvisioningRequest", key, "deleted (cancelled)",
+                          req.namespace)
+            self._save_provisioning(changes)
+            self._commit(changes)
+            return req
 
     def _record(self, fill: Any) -> list[Any]:
         changes = _Changes()
@@ -302,11 +487,16 @@ class ControlPlane:
         return self._commit(changes)
 
     def _commit(self, changes: _Changes) -> list[Any]:
-        if not changes.jobs and not changes.events:
+        if not changes.jobs and not changes.events and not changes.objects:
             return []
         with self.store.transaction() as tx:
             for key, fields in changes.jobs.items():
                 tx.update_job(key, **fields)
+            for (kind, name), body in changes.objects.items():
+                if body is None:
+                    tx.delete_object(kind, name)
+                else:
+                    tx.put_object(kind, name, body)
             out = tx.add_events(changes.events)
             tx.set_meta("clock", f"{self.clock.now()} {self.clock.wall()}")
         return out
@@ -402,6 +592,9 @@ class ControlPlane:
                 self.backend.stop(key)
             self.scheduler.cancel(JobId(key), now)
             rec.phase, rec.finished_s, rec.message = "Cancelled", now, "cancelled"
+            changes = _Changes()
+            self._save_provisioning(changes)
+            self._commit(changes)
             return rec
 
     # -- the loop ----------------------------------------------------------------------------
@@ -416,21 +609,30 @@ class ControlPlane:
                 rec = self.jobs.get(key)
                 if rec is None or rec.phase != "Running":
                     continue
+                limit = self.scheduler.run_limit_s(JobId(key))
                 self.scheduler.finished(JobId(key), now)
-                limited = rec.job.run_limit_s is not None and \
-                    (rec.job.duration_s or 0.0) > rec.job.run_limit_s
+                limited = limit is not None and (rec.job.duration_s or 0.0) > limit
                 rec.phase = "Failed" if limited else "Succeeded"
                 rec.finished_s = now
-                rec.message = (f"stopped at its run limit ({rec.job.run_limit_s:g} s)"
+                rec.message = (f"stopped at its run limit ({limit:g} s)"
                                if limited else "completed")
                 changes.job(key, phase=rec.phase, finished_s=now, message=rec.message)
                 changes.event(now, "RunLimitReached" if limited else "Completed", "Job", key,
                               rec.message, rec.request.namespace, warning=limited)
                 out.finished += 1
-            t0 = time.perf_counter()
-            result = self.scheduler.cycle(now)
-            out.decision_s = time.perf_counter() - t0
-            self._carry_out(result, now, changes, out)
+            self._tick_changes = changes
+            try:
+                if self.cloud is not None:
+                    self.cloud.advance(now)  # nodes made or taken back by now
+                t0 = time.perf_counter()
+                result = self.scheduler.cycle(now)
+                out.decision_s = time.perf_counter() - t0
+                self._carry_out(result, now, changes, out)
+                if self.cloud is not None:
+                    self.cloud.on_cycle(result, now)
+                self._save_provisioning(changes)
+            finally:
+                self._tick_changes = None
             self._commit(changes)
             self.cycles += 1
             self.metrics.cycle(out.decision_s)

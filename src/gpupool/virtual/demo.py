@@ -55,12 +55,20 @@ def targets(config: QueueConfig, nodes: list[Node]) -> list[Target]:
 
 
 class DemoStream:
+    """Example jobs for the demo. With ``burst`` (a cloud runs beside the cluster), about
+    one job in 40 is a 2 x 8-GPU gang for a queue with a provisioning admission check,
+    which waits for the cloud to make its nodes."""
+
     def __init__(self, config: QueueConfig, nodes: list[Node], seed: int = 7,
-                 rate: float = 0.8) -> None:
+                 rate: float = 0.8, burst: bool = False) -> None:
         self.targets = targets(config, nodes)
         self.rng = random.Random(seed)
         self.rate = rate
         self.count = 0
+        checked = {q.name for q in config.cluster_queues if q.admission_checks}
+        self.burst = [lq for lq in config.local_queues if lq.cluster_queue in checked] \
+            if burst else []
+        self.burst_rng = random.Random(seed + 1)
 
     def gap_s(self) -> float:
         """Wall seconds to the next arrival."""
@@ -72,6 +80,8 @@ class DemoStream:
 
     def next_job(self) -> dict[str, Any]:
         self.count += 1
+        if self.burst and self.burst_rng.random() < 1 / 40:
+            return self._burst_job()
         rng = self.rng
         if not self.targets:
             raise ValueError("no LocalQueue has quota for a flavor with GPU nodes")
@@ -105,3 +115,17 @@ class DemoStream:
         if count > 1 and kind == "train":
             job["spec"]["runLimit"] = f"{minutes * 1.5:.0f}m"
         return job
+
+    def _burst_job(self) -> dict[str, Any]:
+        rng = self.burst_rng
+        lq = rng.choice(self.burst)
+        return {
+            "apiVersion": "gpupool.io/v1alpha1", "kind": "Job",
+            "metadata": {"name": f"burst-{self.count:05d}-{rng.randrange(16**4):04x}",
+                         "namespace": lq.namespace},
+            "spec": {"queue": lq.name, "duration": f"{rng.uniform(20, 90):.0f}m",
+                     "user": rng.choice(("alice", "bob", "carol", "dan")),
+                     "podSets": [{"name": "workers", "count": 2, "cpu": 16, "memory": "64Gi",
+                                  "gpu": {"count": 8}}]},
+        }
+
