@@ -404,3 +404,21 @@ def test_kill9_keeps_every_binding(tmp_path: Path) -> None:
         assert holders(c) == cards
         _cards_once(c)
         assert len(c.get(CLASSES).json()["items"]) == 3
+
+
+def test_a_deleted_claim_wakes_the_jobs_waiting_for_its_cards(setup: Any) -> None:
+    plane, c, _, _ = setup
+    a = c.post(CLAIMS, json=claim("a", class_name="cards", cards=8), headers=R).json()
+    b = c.post(CLAIMS, json=claim("b", class_name="cards", cards=8), headers=R).json()
+    assert a["phase"] == b["phase"] == "Bound"
+    doc = job_doc("needs-h100", gpus=8, models=["H100-80GB"])
+    assert c.post("/api/v1/jobs", json=doc, headers=R).status_code == 201
+    plane.tick()
+    plane.tick()  # parked: every H100 is held by a claim; nothing ends to wake it
+    job = c.get("/api/v1/jobs/research/needs-h100", headers=R).json()
+    assert job["status"]["phase"] == "Pending", pretty(job)
+    assert c.delete(f"{CLAIMS}/research/a", headers=R).status_code == 200
+    plane.tick()
+    job = c.get("/api/v1/jobs/research/needs-h100", headers=R).json()
+    assert job["status"]["phase"] == "Running", pretty(job)
+    assert {p["node"] for p in job["status"]["placements"]} == {a["node"]}

@@ -396,6 +396,7 @@ class ElasticService:
             self._persist([self._event("Deleted", CLAIM, key, "; ".join(parts),
                                                 c.namespace)])
             if release.deleted:
+                self.plane.scheduler.queues.wake()  # parked jobs may fit the freed cards
                 self._reconcile()
             return release
 
@@ -427,6 +428,7 @@ class ElasticService:
             g = self.binder.delete_gpu(name)
             self._persist([self._event("Deleted", GPU, name, "ElasticGPU deleted; "
                                               "its capacity is free")])
+            self.plane.scheduler.queues.wake()
             self._reconcile()
             return g
 
