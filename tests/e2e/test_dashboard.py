@@ -99,7 +99,8 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     cmd = [sys.executable, "-m", "gpupool.cli", "serve", "--demo", "--demo-rate", "4",
            "--speed", "120", "--interval", "0.05", "--state", str(tmp / "state.db"),
            "--port", str(port), "--cluster", str(REPO / "examples" / "cluster.yaml"),
-           "--queues", str(REPO / "examples" / "queues.yaml")]
+           "--queues", str(REPO / "examples" / "queues.yaml"),
+           "--cloud", str(REPO / "examples" / "cloud.yaml")]
     with log.open("w") as out:
         proc = subprocess.Popen(cmd, cwd=tmp, env=env, stdout=out, stderr=subprocess.STDOUT)
     try:
@@ -287,6 +288,30 @@ def test_dashboard_shows_cards_holders_queues_and_pending_reasons(
     shutil.copyfile(shot, ARTIFACT)
     page.screenshot(path=str(tmp_path / "dashboard-full.png"), full_page=True)
     assert shot.stat().st_size > 20_000
+    assert browser.errors == []
+
+
+def test_dashboard_shows_a_gang_waiting_for_the_cloud_then_provisioned(
+        served: Served, browser: Browser) -> None:
+    gang = {"apiVersion": "gpupool.io/v1alpha1", "kind": "Job",
+            "metadata": {"name": "cloud-gang", "namespace": "research"},
+            "spec": {"queue": "burst", "duration": "60m",
+                     "podSets": [{"name": "workers", "count": 2, "cpu": 16, "memory": "64Gi",
+                                  "gpu": {"count": 8}}]}}
+    with served.client() as c:
+        r = c.post("/api/v1/jobs", json=gang)
+        assert r.status_code == 201, r.text
+    page = browser.page
+    page.goto(served.link)
+    row = page.locator('#prov tr.prov[data-request="research/research-cloud-gang-1"]')
+    row.wait_for()
+    assert "research/cloud-gang" in row.inner_text()
+    # provisioned within the cloud's 3-8 minutes (4 s of wall time at x120), both nodes
+    page.wait_for_function(
+        "document.querySelector('#prov tr.prov[data-request=\"research/research-cloud-gang-1"
+        "\"]')?.dataset.phase === 'Provisioned'", timeout=20000)
+    assert row.locator("td").nth(2).inner_text() == "2"
+    assert page.locator("#cloud-line").inner_text().startswith("cloud region-1: ")
     assert browser.errors == []
 
 

@@ -18,7 +18,7 @@
   const state = {
     token: null, who: null, cluster: null, nodes: [], queues: [], localQueues: [],
     history: [], pending: [], events: [], chartMode: "share", nsOrder: [], timer: null,
-    classes: [], claims: [], egpus: [],
+    classes: [], claims: [], egpus: [], prov: [], cloud: null,
     pinned: null, okAt: 0, failures: 0,
   };
 
@@ -183,13 +183,14 @@
     clearTimeout(state.timer);
     if (!state.token) return;
     try {
-      const [cluster, nodes, queues, lqs, hist, pending, events, classes, claims, egpus] =
-        await Promise.all([
-          api("/cluster"), api("/nodes"), api("/clusterqueues"), api("/localqueues"),
-          api("/cluster/history"), api("/jobs?phase=Pending&limit=300"),
-          api("/events?limit=60"), api("/elasticgpuclasses"), api("/elasticgpuclaims"),
-          api("/elasticgpus"),
-        ]);
+      const [cluster, nodes, queues, lqs, hist, pending, events, classes, claims, egpus,
+        prov, cloud] = await Promise.all([
+        api("/cluster"), api("/nodes"), api("/clusterqueues"), api("/localqueues"),
+        api("/cluster/history"), api("/jobs?phase=Pending&limit=300"),
+        api("/events?limit=60"), api("/elasticgpuclasses"), api("/elasticgpuclaims"),
+        api("/elasticgpus"), api("/provisioningrequests"),
+        api("/cloud").catch((err) => { if (err instanceof AuthError) throw err; return null; }),
+      ]);
       if (!state.who) state.who = await api("/whoami");
       state.cluster = cluster;
       state.nodes = nodes.items;
@@ -201,6 +202,8 @@
       state.classes = classes.items;
       state.claims = claims.items;
       state.egpus = egpus.items;
+      state.prov = prov.items;
+      state.cloud = cloud;
       state.okAt = Date.now();
       state.failures = 0;
       render();
@@ -249,6 +252,7 @@
     renderPending();
     renderEvents();
     renderElastic();
+    renderProvisioning();
     refreshTip();
   }
 
@@ -674,6 +678,39 @@
   function where(g) {
     if (g.source === "remote") return `pool ${g.pool} #${g.card}`;
     return `${g.node} GPU ${g.card}` + (g.migProfile ? ` ${g.migProfile}` : "");
+  }
+
+  function renderProvisioning() {
+    const cloud = state.cloud;
+    if (cloud) {
+      const zones = cloud.pools.flatMap((p) => p.zones.map((z) =>
+        `${p.name}/${z.name} ${z.nodes} node${z.nodes === 1 ? "" : "s"}` +
+        (z.stockedOut ? " (stocked out)" : "")));
+      $("cloud-line").textContent = `cloud ${cloud.name}: ${cloud.gpusHeld} / ` +
+        `${cloud.gpuQuota} GPUs of quota held · ${zones.join(" · ")}`;
+    }
+    const reqs = [...(state.prov || [])].sort((a, b) =>
+      a.status.createdAt - b.status.createdAt);
+    $("prov-empty").hidden = reqs.length > 0;
+    $("prov").innerHTML = reqs.map((r) => {
+      const s = r.status;
+      const key = `${r.metadata.namespace}/${r.metadata.name}`;
+      const count = r.spec.podSets.reduce((n, p) => n + p.count, 0);
+      let when = `asked ${clock(s.createdAt)}`;
+      if (s.bookingExpiresAt !== null) when = `booked until ${clock(s.bookingExpiresAt)}`;
+      else if (s.consumedAt !== null) {
+        when = s.runEndsAt !== null ? `reclaimed at ${clock(s.runEndsAt)}`
+          : `in use since ${clock(s.consumedAt)}`;
+      }
+      const last = s.conditions.filter((c) => c.status === "True").pop();
+      const tip = last ? `${last.reason}: ${last.message}` : "waiting for the cloud";
+      return `<tr class="prov" data-request="${esc(key)}" data-phase="${esc(s.phase)}">` +
+        `<td class="name" title="${esc(key)}"><span class="ns">${esc(r.metadata.namespace)}/` +
+        `</span>${esc(r.metadata.name)}</td><td>${esc(r.job || "–")}</td>` +
+        `<td title="${esc(s.nodes.join(", "))}">${s.nodes.length || count}</td>` +
+        `<td title="${esc(tip)}"><span class="phase ${esc(s.phase)}">${esc(s.phase)}</span>` +
+        `</td><td>${esc(when)}</td></tr>`;
+    }).join("");
   }
 
   function renderElastic() {
