@@ -435,7 +435,8 @@ class ControlPlane:
                 hit = self.scheduler.remove_node(name, now_s)
                 for w in self.watchers:
                     w.node_failed(name)
-            self._requeue(hit, f"node {name} was taken back by the cloud", now_s, changes)
+            self._requeue(hit, f"node {name} was taken back by the cloud", now_s, changes,
+                          "NodeLost")
             del self.node_status[name]
         changes.objects[("Node", name)] = None
         changes.event(now_s, "NodeDeprovisioned", "Node", name,
@@ -444,7 +445,9 @@ class ControlPlane:
             self._commit(changes)
         return hit
 
-    def _requeue(self, hit: Sequence[JobId], why: str, now_s: float, changes: _Changes) -> None:
+    def _requeue(self, hit: Sequence[JobId], why: str, now_s: float, changes: _Changes,
+                 reason: str) -> None:
+        """Jobs whose node went: back in their queues, whole, with ``why``."""
         for jid in hit:
             rec = self.jobs[jid]
             self.backend.stop(rec.key)
@@ -452,8 +455,8 @@ class ControlPlane:
             rec.message = f"{why}; back in its queue"
             changes.job(rec.key, phase="Pending", placements=[], started_s=None, flavor="",
                         message=rec.message)
-            changes.event(now_s, "NodeLost", "Job", rec.key, rec.message,
-                          rec.request.namespace, warning=True)
+            changes.event(now_s, reason, "Job", rec.key, rec.message, rec.request.namespace,
+                          warning=True)
 
     def provisioning_requests(self) -> list[ProvisioningRequest]:
         with self.lock:
@@ -837,16 +840,7 @@ class ControlPlane:
                     hit = self.scheduler.remove_node(NodeName(name), now)
                     for w in self.watchers:
                         w.node_failed(name)
-                    for jid in hit:
-                        rec = self.jobs[jid]
-                        self.backend.stop(rec.key)
-                        rec.phase, rec.placements, rec.started_s = "Pending", (), None
-                        rec.flavor = ""
-                        rec.message = f"node {name} failed; back in its queue"
-                        changes.job(rec.key, phase="Pending", placements=[], started_s=None,
-                                    flavor="", message=rec.message)
-                        changes.event(now, "NodeFailed", "Job", rec.key, rec.message,
-                                      rec.request.namespace, warning=True)
+                    self._requeue(hit, f"node {name} failed", now, changes, "NodeFailed")
                     changes.event(now, "NodeFailed", "Node", name,
                                   f"node failed; {len(hit)} job(s) requeued", warning=True)
                 else:
