@@ -201,3 +201,20 @@ def test_a_cancelled_job_leaves_no_request_and_no_node(serve: Serve) -> None:
     serve.tick(400.0)
     assert serve.requests() == {} and serve.cloud_nodes() == []
     assert serve.get("/api/v1/cloud")["gpusHeld"] == 0
+
+
+def test_a_queue_change_right_after_a_cancel_still_lets_the_nodes_go(serve: Serve) -> None:
+    assert serve.c.post("/api/v1/jobs", json=gang("brief", "10m"), headers=R).status_code == 201
+    serve.tick()
+    serve.tick(301.0)
+    assert serve.job("brief")["status"]["phase"] == "Running"
+    assert len(serve.cloud_nodes()) == 2
+    # cancelled: its request's deletion waits for the next cycle to reach the cloud
+    assert serve.c.delete("/api/v1/jobs/research/brief", headers=R).status_code == 200
+    flavor = {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ResourceFlavor",
+              "metadata": {"name": "spare"}}
+    r = serve.c.post("/api/v1/flavors", json=flavor, headers=A)  # rebuilds the scheduler
+    assert r.status_code == 201, r.text
+    serve.tick(1.0)
+    serve.tick(301.0)
+    assert serve.requests() == {} and serve.cloud_nodes() == []

@@ -229,6 +229,7 @@ class ControlPlane:
         self._cloud_spec, self._cloud_seed = cloud, cloud_seed
         self._tick_changes: _Changes | None = None  # the cycle's, while the cloud acts
         self._saved: dict[tuple[str, str], dict[str, Any]] = {}  # provisioning rows on disk
+        self._cloud_saved: dict[str, Any] | None = None  # the cloud's snapshot on disk
         with self.lock:
             self._open(nodes, queue_docs)
 
@@ -345,6 +346,8 @@ class ControlPlane:
         for w in self.watchers:
             w.scheduler_built(sched)
         self.scheduler = sched
+        if self.cloud is not None:  # deletions the old scheduler had not passed on yet
+            self.cloud.reconcile({r.key for r in sched.provisioning_requests()}, now)
         self._idle_tree = QuotaTree(self.config)
 
     def _end_s(self, rec: JobRecord, sched: Scheduler | None = None) -> float:
@@ -393,7 +396,10 @@ class ControlPlane:
         self._saved = rows
         if self.cloud is not None:
             self.cloud.prune(CLOUD_REQUESTS_KEPT)
-            changes.objects[(CLOUD_KIND, self.cloud.spec.name)] = self.cloud.snapshot()
+            snap = self.cloud.snapshot()
+            if snap != self._cloud_saved:
+                changes.objects[(CLOUD_KIND, self.cloud.spec.name)] = snap
+                self._cloud_saved = snap
 
     @staticmethod
     def _request_events(key: str, old: Mapping[str, Any] | None, new: Mapping[str, Any],
