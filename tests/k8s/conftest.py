@@ -100,8 +100,11 @@ def control_plane() -> Iterator[ControlPlane]:
         pytest.skip(f"kube-apiserver is not built in {cache}: run `make k8s-fixture` "
                     "(scripts/k8s-fixture.sh install; about 10-15 minutes once)")
     index = _worker_index()
-    port = 26443 + 20 * index
-    home = Path(f"/tmp/gpupool-k8s-test-{os.getuid()}-{index}")
+    # GPUPOOL_K8S_TEST_PORT moves the whole range, so that two test runs on one machine (two
+    # checkouts) do not share an API server.
+    base = int(os.environ.get("GPUPOOL_K8S_TEST_PORT", "26443"))
+    port = base + 20 * index
+    home = Path(f"/tmp/gpupool-k8s-test-{os.getuid()}-{port}")
     env.update(GPUPOOL_K8S_PORT=str(port), GPUPOOL_K8S_HOME=str(home),
                GPUPOOL_K8S_CONTROLLERS="")
     cp = ControlPlane(port=port, home=home, env=env)
