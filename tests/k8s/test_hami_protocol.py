@@ -19,11 +19,13 @@ from gpupool.k8s.translate import (
     DEVICES_TO_ALLOCATE,
     VGPU_NODE,
     PodRequest,
+    TranslateError,
     gpu_refusals,
     hami_annotations,
     hami_labels,
     node_from_k8s,
     parse_hami_register,
+    placement_from_hami,
     pod_request,
 )
 
@@ -273,3 +275,29 @@ def test_the_vgpu_node_label_goes_with_the_annotations() -> None:
     ann = hami_annotations(req, p, nodes[p.node], 0.0)
     assert hami_labels(ann) == {VGPU_NODE: p.node}
     assert hami_labels({}) == {}
+
+
+@pytest.mark.parametrize(("register", "message"), [
+    ('[{"id": "GPU-x", "count": -1}]', r"count=-1 must be 0 or more"),
+    ('[{"id": "GPU-x", "migProfiles": {"name": "1g"}}]', r"migProfiles=.*expected a list"),
+    ('[{"id": "GPU-x", "migProfiles": [{"placements": [3]}]}]', r"placements\[0\]=3"),
+    ('[{"id": "GPU-x", "health": "maybe"}]', r"health='maybe' is not a boolean"),
+    ("GPU-x,ten,16384,100,T4,0,true:", r"count='ten' is not an integer"),
+])
+def test_bad_register_names_the_field(register: str, message: str) -> None:
+    with pytest.raises(TranslateError, match=message) as info:
+        node_from_k8s(hami_node("bad", register))
+    assert "node bad" in str(info.value)
+
+
+def test_a_hami_bound_pod_is_read_back_as_hami_counts_it() -> None:
+    node = node_from_k8s(hami_node("h100", REGISTER_V210))
+    bound = pod({}, {}, init=[{}])
+    bound["metadata"]["annotations"] = {"hami.io/vgpu-devices-allocated": (
+        "GPU-h100-0,NVIDIA,30000,60:;"  # init container: its peak
+        "GPU-h100-0,NVIDIA,10000,20:GPU-h100-1,NVIDIA,4000,100:;"  # app: whole h100-1
+        "GPU-h100-0,NVIDIA,10000,20:;")}  # a second app container on h100-0: summed
+    rec = placement_from_hami(bound, node, "default", 0, 0)
+    assert rec is not None
+    assert [(s.index, s.gpu_milli, s.memory_mib) for s in rec.shares] == [
+        (0, 600, 30000), (1, 1000, 81559)]
