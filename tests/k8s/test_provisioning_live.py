@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -348,6 +349,50 @@ def test_several_pod_sets_in_one_request(control_plane: ControlPlane) -> None:
             nodes = await provision_nodes(kube, "mixed", 2)
             placed = await wait_for(lambda: _bound_to(kube, pods), 20, "gang bound")
             assert set(placed) <= set(nodes)
+
+    try:
+        live(control_plane, body, namespaces=(NS,))
+    finally:
+        control_plane.kubectl("delete", "provisioningrequests.autoscaling.x-k8s.io", "--all",
+                              "-n", NS, check=False)
+        control_plane.kubectl("delete", "podtemplates", "--all", "-n", NS, check=False)
+
+
+def test_nodes_named_by_provisioning_class_details(control_plane: ControlPlane) -> None:
+    """A class that labels its nodes per request and says the value in
+    ``provisioningClassDetails`` (GKE's ``ResizeRequestName``), with the config's
+    podSetUpdates naming that detail: the gang starts on the nodes carrying it, not on free
+    nodes of the pool that were there before."""
+    install_crd(control_plane)
+    base = load_queue_config(list(yaml.safe_load_all(QUEUES)))
+    (check,) = base.admission_checks
+    key = "autoscaling.gke.io/provisioning-request"
+    config = replace(base, admission_checks=(replace(check, config=replace(
+        check.config, provisioning_class_name="queued-provisioning.gke.io",
+        node_selector_details={key: "ResizeRequestName"})),))
+
+    async def body(kube: Kube) -> None:
+        older = await provision_nodes(kube, "older", 2)
+        async with prov_running(kube, config) as (_ctl, _ad):
+            pods = await gang(kube, "tagged", 2)
+            await wait_for(lambda: _has(kube, "prov-gang-tagged-1"), 20, "request made")
+            await set_condition(kube, "prov-gang-tagged-1", "Accepted", "Accepted")
+            obj = await kube.request("GET", f"{PR}/prov-gang-tagged-1")
+            await kube.request("PATCH", f"{PR}/prov-gang-tagged-1/status", {"status": {
+                "conditions": obj["status"]["conditions"] + [{
+                    "type": "Provisioned", "status": "True", "reason": "Provisioned",
+                    "message": "resize request rr-7 done", "lastTransitionTime": _now()}],
+                "provisioningClassDetails": {"ResizeRequestName": "rr-7"}}},
+                content_type=MERGE_PATCH)
+            await asyncio.sleep(0.5)
+            for n in pods:  # the free older nodes are not the request's
+                assert not (await get_pod(kube, NS, n))["spec"].get("nodeName")
+            names = [f"rr-7-node-{i}" for i in range(2)]
+            for n in names:
+                await make_node(kube, n, gpus=8, model="NVIDIA-H100",
+                                labels={"pool": "h100", key: "rr-7"})
+            placed = await wait_for(lambda: _bound_to(kube, pods), 20, "gang bound")
+            assert sorted(placed) == names and not set(placed) & set(older)
 
     try:
         live(control_plane, body, namespaces=(NS,))
