@@ -260,6 +260,8 @@ def test_deploy_applies_and_runs_as_its_service_account(control_plane: ControlPl
                     ann = (await get_pod(kube, NS, "k0"))["metadata"]["annotations"]
                     assert ann["hami.io/vgpu-node"] == "a100-1"
             assert refused(log) == []
+            # the v1.20 server has no resource.k8s.io: said once, plainly
+            assert "DRA is off: the API server serves no resource.k8s.io" in log.read_text()
 
         asyncio.run(_session(cp, scheduled))
 

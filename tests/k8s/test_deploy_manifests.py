@@ -7,6 +7,7 @@ the extender reads a 5,000-node NodeList."""
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -215,3 +216,19 @@ def test_extender_reads_a_5000_node_node_list() -> None:
     one = len(json.dumps(_gpu_node(0)))
     assert 5000 * one > 64 << 20  # more than the 64 MiB a body was once limited to
     assert 5000 * one * 3 < MAX_BODY_BYTES  # and room for nodes three times as large
+
+
+def test_a_body_over_the_limit_is_refused_with_413() -> None:
+    from aiohttp.test_utils import TestClient, TestServer
+
+    async def post(size: int) -> tuple[int, str]:
+        app = make_app(None, max_body=1 << 20)  # type: ignore[arg-type]
+        async with TestClient(TestServer(app)) as client:
+            resp = await client.post("/extender/filter", data=b" " * size,
+                                     headers={"Content-Type": "application/json"})
+            return resp.status, await resp.text()
+
+    status, text = asyncio.run(post(2 << 20))
+    assert status == 413 and "Maximum request body size 1048576 exceeded" in text
+    status, _ = asyncio.run(post(1000))
+    assert status == 400  # read (not JSON): under the limit
