@@ -347,7 +347,9 @@ class ProvisioningAdapter:
             free = [n for n in free if any(fits(ps, n) for ps in req.pod_sets)]
             free.sort(key=lambda n: (self._created(n.name) < since, -self._created(n.name),
                                      n.name))
-            chosen, full = pick(req.pod_sets, free)
+            held = [ctl.nodes_by_name[n] for n in self.booking.nodes(key)
+                    if n in ctl.nodes_by_name]
+            chosen, full = pick(req.pod_sets, free, held)
             if not full:
                 self.booking.short.add(key)
         self.booking.hold(key, req.node_label, [n.name for n in chosen])
@@ -468,7 +470,7 @@ class ProvisioningAdapter:
         sched.restore_provisioning([req])
         self.made.add(req.key)
         self.fed[req.key] = {c.type.value for c in req.conditions if c.status}
-        if req.booked and not req.nodes:  # Provisioned while no controller ran
+        if req.booked:  # its nodes: held again, or found (Provisioned while none ran)
             obj = self.informer.cache.get(req.key)
             if obj is not None:
                 self._attribute(req.key, obj)
