@@ -214,6 +214,11 @@ def test_provisioning_request_lifecycle(control_plane: ControlPlane) -> None:
             await asyncio.sleep(0.5)
             for n in pods:
                 assert not (await get_pod(kube, NS, n))["spec"].get("nodeName")
+            # the core's booking (and its 10 minutes) starts when every node is there
+            assert ctl.sched is not None and ctl.sched.checks is not None
+            (early,) = [r for r in ctl.sched.provisioning_requests()
+                        if r.name == "prov-gang-pretrain-1"]
+            assert early.provisioned_s is None
             # the node group's new node registers (pool labels and taint, no request label)
             nodes = await provision_nodes(kube, "pretrain", 1)
 
@@ -229,9 +234,12 @@ def test_provisioning_request_lifecycle(control_plane: ControlPlane) -> None:
             job = ctl.pod_job[f"{NS}/{pods[0]}"]
             assert ctl.sched.run_limit_s(job) is not None
             assert ctl.sched.run_limit_s(job) <= 3600  # type: ignore[operator]
-            booked = (await requests(kube))["prov-gang-pretrain-1"]
-            assert booked["metadata"]["annotations"]["gpupool.io/nodes"] == \
-                ",".join(sorted(placed))
+            async def recorded() -> bool:
+                got = (await requests(kube))["prov-gang-pretrain-1"]
+                return (got["metadata"].get("annotations") or {}).get(
+                    "gpupool.io/nodes") == ",".join(sorted(placed))
+
+            await wait_for(recorded, 20, "the booking recorded on the request")
             # the nodes carry nothing gpupool wrote: the booking lives in gpupool's view
             for n in placed:
                 node = await kube.request("GET", f"/api/v1/nodes/{n}")
@@ -330,7 +338,7 @@ def test_several_pod_sets_in_one_request(control_plane: ControlPlane) -> None:
     slice_ = {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 20000, "nvidia.com/gpucores": 50}
 
     async def body(kube: Kube) -> None:
-        async with prov_running(kube, config) as (_ctl, _ad):
+        async with prov_running(kube, config) as (ctl, _ad):
             pods = await gang(kube, "mixed", 3, limits=[{"nvidia.com/gpu": 8}, slice_, slice_])
             pr = await wait_for(lambda: _get(kube, "prov-gang-mixed-1"), 20, "request made")
             assert [ps["count"] for ps in pr["spec"]["podSets"]] == [1, 2]
@@ -346,6 +354,14 @@ def test_several_pod_sets_in_one_request(control_plane: ControlPlane) -> None:
             await set_condition(kube, "prov-gang-mixed-1", "Accepted", "Accepted")
             await set_condition(kube, "prov-gang-mixed-1", "Provisioned",
                                 "CapacityIsProvisioned")
+            # the autoscaler ends its booking 10 minutes after Provisioned, whether the nodes
+            # it asked for have registered or not: while they have not, the job still waits
+            await set_condition(kube, "prov-gang-mixed-1", "BookingExpired",
+                                "CapacityReservationTimeExpired")
+            await asyncio.sleep(0.5)
+            assert ctl.sched is not None and ctl.sched.checks is not None
+            (rec,) = ctl.sched.checks.records.values()
+            assert rec.state.value == "Pending" and rec.request.endswith("prov-gang-mixed-1")
             nodes = await provision_nodes(kube, "mixed", 2)
             placed = await wait_for(lambda: _bound_to(kube, pods), 20, "gang bound")
             assert set(placed) <= set(nodes)

@@ -49,7 +49,7 @@ from gpupool.core.provisioning import (
 )
 from gpupool.k8s.informer import Informer, object_key
 from gpupool.k8s.kube import MERGE_PATCH, ApiError, Kube
-from gpupool.k8s.provisioning_nodes import NodeBook, fits, matching, pick
+from gpupool.k8s.provisioning_nodes import NodeBook, enough, fits, matching, pick
 from gpupool.k8s.provisioning_objects import (
     API,
     NODES_ANNOTATION,
@@ -253,10 +253,28 @@ class ProvisioningAdapter(TakeBack):
     def mark(self, node: Node) -> Node:
         """The controller's view of a node it read: with the label and taint of the request
         holding it; a free node that joined is offered to requests still taking nodes."""
-        if node.name not in self.booking.holder and REQUEST_LABEL not in node.labels and \
+        key = self.booking.holder.get(node.name)
+        if key is None and REQUEST_LABEL not in node.labels and \
                 (self.booking.short or self.booking.selector):
             self._offer(node)
+        elif key is not None and (key in self.booking.short or key in self.booking.arriving):
+            self._arrived(key, node)
         return self.booking.mark(node)
+
+    def _arrived(self, key: str, fresh: Node) -> None:
+        """Whether the nodes held for ``key`` (``fresh`` as it is now) hold all its pods:
+        then it takes no more, and the core hears it is Provisioned if it has not yet."""
+        req = self._book_request(key)
+        if req is None:
+            return
+        held = [fresh if n == fresh.name else self.controller.nodes_by_name.get(n)
+                for n in self.booking.nodes(key)]
+        if not enough(req.pod_sets, [n for n in held if n is not None]):
+            return
+        self.booking.short.discard(key)
+        if key in self.booking.arriving:  # every node is there: Provisioned now
+            self.booking.arriving.discard(key)
+            self._fact("provisioned", key, self.booking.nodes(key))
 
     def _busy(self, name: str) -> bool:
         sched = self.controller.sched
@@ -268,20 +286,18 @@ class ProvisioningAdapter(TakeBack):
             return
         for key in sorted({*self.booking.short, *self.booking.selector}):
             req = self._book_request(key)
-            if req is None or not req.booked:
+            if req is None or req.ended or req.consumed_s is not None:
                 self.booking.short.discard(key)
+                self.booking.arriving.discard(key)
                 continue
             if key not in self.booking.selector and self._busy(node.name):
                 return
             if not self.booking.wants(key, node, req.pod_sets):
                 continue
             self.booking.hold(key, req.node_label, [node.name])
-            held = [self.controller.nodes_by_name.get(n) or node
-                    for n in self.booking.nodes(key)]
-            if key not in self.booking.selector and pick(req.pod_sets, [], held)[1]:
-                self.booking.short.discard(key)
             log.info("ProvisioningRequest %s: node %s joined its booking", key, node.name)
             self._spawn(self._record_nodes(key))
+            self._arrived(key, node)
             self.controller.wake()
             return
 
@@ -297,17 +313,19 @@ class ProvisioningAdapter(TakeBack):
             sched.checks.check_for(req.queue) if sched is not None and sched.checks else None
         return dict(check.config.node_selector_details) if check is not None else {}
 
-    def _attribute(self, key: str, obj: dict[str, Any]) -> list[str]:
+    def _attribute(self, key: str, obj: dict[str, Any]) -> tuple[list[str], bool]:
         """A request is Provisioned: find its nodes (see ``k8s/provisioning_nodes.py``),
-        hold them in gpupool's view and record them on the request."""
+        hold them in gpupool's view and record them on the request; and whether they hold
+        all its pods (if not, nodes that register later are taken until they do)."""
         req = self._book_request(key)
         if req is None:
-            return []
+            return [], False
         ctl = self.controller
         labelled = [n.name for n in ctl.nodes_by_name.values()
                     if n.labels.get(REQUEST_LABEL) == req.node_label]
         if labelled:
-            return sorted(labelled)
+            return sorted(labelled), True
+        held = [ctl.nodes_by_name[n] for n in self.booking.nodes(key) if n in ctl.nodes_by_name]
         free = [n for n in ctl.nodes_by_name.values()
                 if n.name not in self.booking.holder and REQUEST_LABEL not in n.labels
                 and n.schedulable and not self._busy(n.name)]
@@ -317,13 +335,12 @@ class ProvisioningAdapter(TakeBack):
             selector = {label: details[d] for label, d in wanted.items()}
             self.booking.selector[key] = selector
             chosen = matching(selector, free)
+            full = enough(req.pod_sets, [*held, *chosen])
         else:
             since = wall_s((obj.get("metadata") or {}).get("creationTimestamp")) or 0.0
             free = [n for n in free if any(fits(ps, n) for ps in req.pod_sets)]
             free.sort(key=lambda n: (self._created(n.name) < since, -self._created(n.name),
                                      n.name))
-            held = [ctl.nodes_by_name[n] for n in self.booking.nodes(key)
-                    if n in ctl.nodes_by_name]
             chosen, full = pick(req.pod_sets, free, held)
             if not full:
                 self.booking.short.add(key)
@@ -331,7 +348,7 @@ class ProvisioningAdapter(TakeBack):
         for n in chosen:
             self._refresh(n.name)
         self._spawn(self._record_nodes(key))
-        return self.booking.nodes(key)
+        return self.booking.nodes(key), full
 
     def _release(self, key: str) -> None:
         for name in self.booking.release(key):
@@ -378,7 +395,10 @@ class ProvisioningAdapter(TakeBack):
         sched = self.controller.sched
         key = object_key(obj)
         conds = conditions_of(obj)
-        if event == "DELETED" or any(conds.get(k, (False,))[0] for k in _ENDS):
+        ends = [k for k in _ENDS if conds.get(k, (False,))[0]]
+        if key in self.booking.arriving and ends == ["BookingExpired"]:
+            ends = []  # the autoscaler's clock, while the nodes it asked for still register
+        if event == "DELETED" or ends:
             self._release(key)
         elif marks_of(obj) is not None:
             self._held_back(key, obj)
@@ -400,9 +420,21 @@ class ProvisioningAdapter(TakeBack):
             if kind == "Accepted":
                 self._fact("accepted", key)
             elif kind == "Provisioned":
-                self._fact("provisioned", key, self._attribute(key, obj))
+                nodes, full = self._attribute(key, obj)
+                if full:
+                    self._fact("provisioned", key, nodes)
+                else:  # best-effort: the scale-up was asked for; its nodes still register
+                    self.booking.arriving.add(key)
+                    log.info("ProvisioningRequest %s Provisioned (%s); %d nodes there, the "
+                             "rest still registering", key, reason, len(nodes))
             elif kind == "Failed":
                 self._fact("failed", key, message or "failed", reason or "ProvisioningFailed")
+            elif kind == "BookingExpired" and key in self.booking.arriving:
+                # cluster-autoscaler ends every booking 10 minutes after Provisioned; the
+                # job cannot have used it while the nodes were still registering (Kueue has
+                # admitted the workload at Provisioned, and ignores it too)
+                log.info("ProvisioningRequest %s: BookingExpired ignored: its nodes are still "
+                         "registering", key)
             elif kind == "BookingExpired":
                 self._fact("failed", key, message or "booking expired", "BookingExpired")
             else:

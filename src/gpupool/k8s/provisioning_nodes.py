@@ -20,6 +20,10 @@ detail into a node selector. So the nodes of a request are found, in this order:
    many as the pods need by their CPU, memory and GPUs; nodes that register later are taken
    while the request is short, until its job starts.
 
+The core is told the request is Provisioned once its nodes hold all its pods (its booking
+runs from then); until then the autoscaler's ``BookingExpired`` (10 minutes after its own
+``Provisioned``, whatever happened) is not taken for an expiry.
+
 Kueue's podSetUpdates pin the pods with a node selector; gpupool does the same in its own
 view: a node of a request carries, in the core only (never written to the Node object), the
 label and NoSchedule taint ``gpupool.io/provisioning-request`` naming it, so the core places
@@ -90,6 +94,8 @@ class NodeBook:
         self.holder: dict[str, str] = {}  # node name -> request key
         self.label: dict[str, str] = {}  # request key -> REQUEST_LABEL's value
         self.short: set[str] = set()  # booked requests that still take nodes as they join
+        # Provisioned by the autoscaler, not yet told to the core: its nodes still register
+        self.arriving: set[str] = set()
         self.selector: dict[str, dict[str, str]] = {}  # request key -> details selector
 
     def nodes(self, key: str) -> list[str]:
@@ -112,6 +118,7 @@ class NodeBook:
             del self.holder[n]
         self.label.pop(key, None)
         self.short.discard(key)
+        self.arriving.discard(key)
         self.selector.pop(key, None)
         return names
 
