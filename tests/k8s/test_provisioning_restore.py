@@ -18,11 +18,11 @@ from gpupool.core.provisioning import CONSUME_ANNOTATION, REQUEST_LABEL, CheckSt
 from gpupool.core.quota import Resource
 from gpupool.k8s.controller import Controller, Options
 from gpupool.k8s.informer import object_key
-from gpupool.k8s.provisioning import (
+from gpupool.k8s.provisioning import ProvisioningAdapter
+from gpupool.k8s.provisioning_objects import (
     ATTEMPT_ANNOTATION,
     FLAVOR_ANNOTATION,
     JOB_ANNOTATION,
-    ProvisioningAdapter,
     attempt_of,
     marks_of,
     request_from_object,

@@ -54,9 +54,11 @@ def req(name: str = "r", ns: str = "team", **kw: object) -> ProvisioningRequest:
 
 
 @pytest.mark.parametrize(("kw", "field"), [
-    ({"pod_sets": (PS, PodSet("b", 1))}, "pod_sets"),
+    ({"pod_sets": tuple(PodSet(f"p{i}", 1) for i in range(33))}, "pod_sets"),
     ({"pod_sets": ()}, "pod_sets"),
     ({"pod_sets": (PodSet("main", 1001, gpu=GpuRequest(count=8)),)}, "pod_sets[0].count"),
+    ({"pod_sets": (PS, PodSet("b", 0))}, "pod_sets[1].count"),
+    ({"pod_sets": (PodSet("a", 600), PodSet("b", 401))}, "pod_sets[*].count"),
     ({"max_run_duration_s": 7 * 24 * 3600.0 + 1}, "maxRunDurationSeconds"),
     ({"max_run_duration_s": 0.0}, "maxRunDurationSeconds"),
     ({"name": "Bad_Name"}, "name"),
@@ -72,6 +74,12 @@ def test_a_request_of_1000_nodes_and_7_days_is_fine() -> None:
     r = req(pod_sets=(PodSet("main", 1000, gpu=GpuRequest(count=8)),),
             max_run_duration_s=7 * 24 * 3600.0)
     assert r.pod_set.count == 1000
+
+
+def test_a_request_holds_up_to_32_pod_sets_of_1000_pods_in_all() -> None:
+    r = req(pod_sets=tuple(PodSet(f"p{i}", 31 if i else 39) for i in range(32)))
+    assert len(r.pod_sets) == 32 and r.pod_count == 1000
+    assert [p["count"] for p in r.to_dict()["podSets"]][:2] == [39, 31]
 
 
 def test_conditions_through_a_booking() -> None:
@@ -290,16 +298,38 @@ def test_a_project_at_its_limit_waits_with_the_reason() -> None:
 def test_jobs_of_a_provisioned_queue_skip_inventory_checks_but_not_request_rules() -> None:
     s = Scheduler([node("a0", gpu=8)], config())
     s.submit(gang("no-h100-here"), 0.0)  # H100 nodes do not exist yet: accepted
-    two = Job(JobId("two"), (PodSet("a", 1, gpu=GpuRequest(count=8)),
-                             PodSet("b", 1, gpu=GpuRequest(count=8))), queue=QueueName("ml/jobs"))
+    many = Job(JobId("many"), tuple(PodSet(f"p{i}", 1, gpu=GpuRequest(count=8))
+                                    for i in range(33)), queue=QueueName("ml/jobs"))
     with pytest.raises(InvalidJobError) as info:
-        s.submit(two, 0.0)
-    assert info.value.field == "pod_sets" and "exactly one pod set" in info.value.rule
+        s.submit(many, 0.0)
+    assert info.value.field == "pod_sets" and "at most 32 pod sets" in info.value.rule
     with pytest.raises(InvalidJobError) as info:
         s.submit(gang("huge", tasks=1001), 0.0)
     assert info.value.field == "pod_sets[0].count"
+    split = Job(JobId("split"), (PodSet("a", 600, gpu=GpuRequest(count=8)),
+                                 PodSet("b", 401, gpu=GpuRequest(count=8))),
+                queue=QueueName("ml/jobs"))
+    with pytest.raises(InvalidJobError) as info:
+        s.submit(split, 0.0)
+    assert info.value.field == "pod_sets[*].count"
     with pytest.raises(InvalidJobError):  # other queues keep the inventory checks
         s.submit(job("x", gpu=whole(8, models=["H100"]), queue="web/jobs"), 0.0)
+
+
+def test_a_job_of_two_pod_sets_gets_one_request_of_both_and_starts_on_its_nodes() -> None:
+    s = Scheduler([], config())
+    h100 = frozenset({"H100"})
+    two = Job(JobId("two"), (PodSet("a", 1, 1000, 1024, GpuRequest(count=8, models=h100)),
+                             PodSet("b", 2, 1000, 1024, GpuRequest(count=4, models=h100))),
+              queue=QueueName("ml/jobs"), duration_s=60.0)
+    s.submit(two, 0.0)
+    (r,) = s.cycle(0.0).provision
+    assert [(ps.name, ps.count) for ps in r.pod_sets] == [("a", 1), ("b", 2)]
+    assert all(ps.node_selector == {"pool": "h100"} for ps in r.pod_sets)
+    names = cloud_nodes(s, r, 2)
+    s.provisioning_provisioned(r.key, names, 10.0)
+    (bind,) = s.cycle(10.0).binds
+    assert len(bind.placements) == 3 and {p.node for p in bind.placements} == set(names)
 
 
 def test_queues_without_checks_are_untouched() -> None:

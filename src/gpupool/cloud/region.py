@@ -367,9 +367,22 @@ class Cloud:
             return pool, math.ceil(ps.count / per_node), ""
         return None, 0, "; ".join(why)
 
+    def _match_all(self, req: ProvisioningRequest) -> tuple[CloudPool | None, int, str]:
+        """One pool for every pod set of the request (all its nodes come from one pool, in
+        one zone), and the nodes they take together."""
+        pool, n, why = self._match(req.pod_sets[0])
+        for ps in req.pod_sets[1:]:
+            if pool is None:
+                break
+            other, more, why = self._match(ps)
+            if other is not pool:
+                return None, 0, why or f"pod set {ps.name}: not in pool {pool.name}"
+            n += more
+        return pool, n, why
+
     def _new(self, req: ProvisioningRequest, now: float, manual: bool) -> None:
         key = req.key
-        pool, n, why = self._match(req.pod_set)
+        pool, n, why = self._match_all(req)
         rec = RequestRecord(key, req.job, pool.name if pool else "", n,
                             n * (pool.gpus_per_node if pool else 0), manual, now,
                             label=req.node_label)

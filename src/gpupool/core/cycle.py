@@ -408,7 +408,7 @@ def _request_capacity(ctx: Context, snap: Snapshot, p: Pending, now_s: float,
     flavor, demand = chosen
     fj = flavor_job(job, ctx.tree.flavors.get(flavor)) or job
     ctx.tree.add(q, demand)
-    req = ac.request_for(rec, fj.pod_sets[0], now_s)
+    req = ac.request_for(rec, fj.pod_sets, now_s)
     rec.flavor, rec.demand, rec.request, rec.state = flavor, demand, req.key, CheckState.PENDING
     rec.message = (f"quota reserved; ProvisioningRequest {req.key} made (attempt "
                    f"{rec.attempts} of {1 + check.config.retry.backoff_limit_count})")

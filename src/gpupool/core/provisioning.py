@@ -1,8 +1,8 @@
 """Queued, all-or-nothing provisioning: ProvisioningRequest and the admission check built on it.
 
 **ProvisioningRequest** follows cluster-autoscaler's ``autoscaling.x-k8s.io/v1`` object: it asks
-the cloud for capacity for one pod set at once, all of it or none, and the cloud answers with
-conditions:
+the cloud for capacity for a job's pod sets at once, all of it or none, and the cloud answers
+with conditions:
 
 - ``Accepted``: the request is queued by the cloud;
 - ``Provisioned``: every node exists; the capacity is *booked* for the request's pods;
@@ -12,8 +12,9 @@ conditions:
   ``Provisioned``, or earlier);
 - ``Failed``: it will not be provisioned (with the reason).
 
-Rules checked when a request is built (InvalidJobError naming the field otherwise): exactly
-one pod set; at most ``MAX_NODES`` (1,000) pods, one node each at most; ``maxRunDurationSeconds``
+Rules checked when a request is built (InvalidJobError naming the field otherwise): 1 to
+``MAX_POD_SETS`` (32, the API's ``maxItems``) pod sets; at most ``MAX_NODES`` (1,000) pods in
+all, one node each at most; ``maxRunDurationSeconds``
 at most ``MAX_RUN_DURATION_S`` (7 days). A project (a namespace) has at most
 ``MAX_ACTIVE_PER_PROJECT`` (100) requests active at once: the next one is refused, stored with
 ``Accepted=False`` and ``Failed=True`` and the reason. Deleting a request cancels it.
@@ -57,13 +58,17 @@ if TYPE_CHECKING:
     from gpupool.core.admission import Vec
     from gpupool.core.quota import QueueConfig
 
-MAX_POD_SETS = 1
+MAX_POD_SETS = 32
 MAX_NODES = 1000
 MAX_RUN_DURATION_S = 7 * 24 * 3600.0
 BOOKING_S = 600.0
 MAX_ACTIVE_PER_PROJECT = 100
 PROVISIONING_CONTROLLER = "kueue.x-k8s.io/provisioning-request"
-DEFAULT_CLASS = "queued-provisioning.gke.io"
+CHECK_CAPACITY_CLASS = "check-capacity.autoscaling.x-k8s.io"
+BEST_EFFORT_ATOMIC_CLASS = "best-effort-atomic-scale-up.autoscaling.x-k8s.io"
+DEFAULT_CLASS = BEST_EFFORT_ATOMIC_CLASS
+"""The class of a ProvisioningRequestConfig that names none: cluster-autoscaler's own
+all-or-nothing scale-up (not a cloud's class such as GKE's ``queued-provisioning.gke.io``)."""
 REQUEST_LABEL = "gpupool.io/provisioning-request"
 """Label and NoSchedule taint on provisioned nodes; the value is the request's ``node_label``."""
 CONSUME_ANNOTATION = "autoscaling.x-k8s.io/consume-provisioning-request"
@@ -98,7 +103,7 @@ class Condition:
 
 @dataclass(frozen=True, slots=True)
 class ProvisioningRequest:
-    """Capacity for one pod set, all of it or none (spec: name to ``max_run_duration_s``;
+    """Capacity for a job's pod sets, all of it or none (spec: name to ``max_run_duration_s``;
     status: ``conditions``, ``nodes``, ``consumed_s``).
 
     ``job`` and ``queue`` name the job and ClusterQueue an admission check made it for ("" for
@@ -127,13 +132,19 @@ class ProvisioningRequest:
             raise bad("name", self.name, "must be a lowercase RFC 1123 name")
         if not _LABEL.fullmatch(self.namespace or ""):
             raise bad("namespace", self.namespace, "must be a lowercase RFC 1123 label")
-        if len(self.pod_sets) != MAX_POD_SETS:
+        if not 1 <= len(self.pod_sets) <= MAX_POD_SETS:
             raise bad("pod_sets", [ps.name for ps in self.pod_sets],
-                      "a ProvisioningRequest holds exactly one pod set")
-        count = self.pod_sets[0].count
-        if not 1 <= count <= MAX_NODES:
-            raise bad("pod_sets[0].count", count,
-                      f"must be 1..{MAX_NODES}: a request asks for at most {MAX_NODES} nodes")
+                      f"a ProvisioningRequest holds 1..{MAX_POD_SETS} pod sets")
+        for i, ps in enumerate(self.pod_sets):
+            if not 1 <= ps.count <= MAX_NODES:
+                raise bad(f"pod_sets[{i}].count", ps.count,
+                          f"must be 1..{MAX_NODES}: a request asks for at most {MAX_NODES} "
+                          "nodes")
+        total = sum(ps.count for ps in self.pod_sets)
+        if total > MAX_NODES:
+            raise bad("pod_sets[*].count", total,
+                      f"the pod sets' counts add up to at most {MAX_NODES}: a request asks "
+                      f"for at most {MAX_NODES} nodes")
         m = self.max_run_duration_s
         if m is not None and not (math.isfinite(m) and 0 < m <= MAX_RUN_DURATION_S):
             raise bad(MAX_RUN_PARAMETER, m, f"must be 1..{MAX_RUN_DURATION_S:.0f} seconds "
@@ -154,7 +165,12 @@ class ProvisioningRequest:
 
     @property
     def pod_set(self) -> PodSet:
+        """The first pod set (the only one of most requests)."""
         return self.pod_sets[0]
+
+    @property
+    def pod_count(self) -> int:
+        return sum(ps.count for ps in self.pod_sets)
 
     def condition(self, kind: ConditionType) -> Condition | None:
         return next((c for c in self.conditions if c.type is kind), None)
@@ -212,8 +228,6 @@ class ProvisioningRequest:
         return replace(job, pod_sets=pod_sets)
 
     def to_dict(self) -> dict[str, Any]:
-        ps = self.pod_set
-        g = ps.gpu
         params = {} if self.max_run_duration_s is None else \
             {MAX_RUN_PARAMETER: str(int(self.max_run_duration_s))}
         return {
@@ -221,10 +235,11 @@ class ProvisioningRequest:
             "provisioningClassName": self.provisioning_class_name,
             "podSets": [{"name": ps.name, "count": ps.count, "cpuMilli": ps.cpu_milli,
                          "memoryMib": ps.memory_mib,
-                         "gpu": {"count": g.count, "gpuMilli": g.gpu_milli,
-                                 "memoryMib": g.memory_mib, "migProfile": g.mig_profile,
-                                 "models": sorted(g.models)},
-                         "nodeSelector": dict(ps.node_selector)}],
+                         "gpu": {"count": ps.gpu.count, "gpuMilli": ps.gpu.gpu_milli,
+                                 "memoryMib": ps.gpu.memory_mib,
+                                 "migProfile": ps.gpu.mig_profile,
+                                 "models": sorted(ps.gpu.models)},
+                         "nodeSelector": dict(ps.node_selector)} for ps in self.pod_sets],
             "parameters": params, "job": self.job, "queue": self.queue,
             "createdAt": self.created_s,
             "conditions": [c.to_dict() for c in self.conditions],
@@ -419,12 +434,17 @@ class ProvisioningRequestConfig:
     provisioning_class_name: str = DEFAULT_CLASS
     parameters: Mapping[str, str] = field(default_factory=dict)
     retry: RetryStrategy = RetryStrategy()
+    node_selector_details: Mapping[str, str] = field(default_factory=dict)
+    """Kueue's ``podSetUpdates.nodeSelector``: node label key -> the key of the request's
+    ``status.provisioningClassDetails`` whose value the provisioned nodes carry in that label
+    (classes that label their nodes per request, e.g. GKE's ``ResizeRequestName``)."""
 
     def __post_init__(self) -> None:
         if not self.provisioning_class_name:
             raise ConfigError(f"ProvisioningRequestConfig {self.name}: provisioningClassName "
                               "must not be empty")
         object.__setattr__(self, "parameters", dict(self.parameters))
+        object.__setattr__(self, "node_selector_details", dict(self.node_selector_details))
         _ = self.max_run_duration_s  # validated here
 
     @property
@@ -524,20 +544,26 @@ class AdmissionChecks:
 
     def validate(self, job: Job, queue: str) -> None:
         """Rules for a job of a queue with a provisioning check, instead of the inventory
-        checks (its nodes do not exist yet): one pod set, at most MAX_NODES pods."""
+        checks (its nodes do not exist yet): at most MAX_POD_SETS pod sets and MAX_NODES pods."""
         check_request(job)
-        if len(job.pod_sets) != MAX_POD_SETS:
+        if len(job.pod_sets) > MAX_POD_SETS:
             raise InvalidJobError(
                 "pod_sets", [ps.name for ps in job.pod_sets],
                 f"queue {queue} provisions capacity through admission check "
-                f"{self.by_queue[queue].name}, and a ProvisioningRequest holds exactly one pod "
-                "set", job=job.id)
-        if job.pod_sets[0].count > MAX_NODES:
+                f"{self.by_queue[queue].name}, and a ProvisioningRequest holds at most "
+                f"{MAX_POD_SETS} pod sets", job=job.id)
+        for i, ps in enumerate(job.pod_sets):
+            if ps.count > MAX_NODES:
+                raise InvalidJobError(
+                    f"pod_sets[{i}].count", ps.count,
+                    f"a ProvisioningRequest asks for at most {MAX_NODES} nodes", job=job.id)
+        if job.task_count > MAX_NODES:
             raise InvalidJobError(
-                "pod_sets[0].count", job.pod_sets[0].count,
-                f"a ProvisioningRequest asks for at most {MAX_NODES} nodes", job=job.id)
+                "pod_sets[*].count", job.task_count,
+                f"a ProvisioningRequest asks for at most {MAX_NODES} nodes in all its pod sets",
+                job=job.id)
 
-    def request_for(self, rec: CheckRecord, pod_set: PodSet, now_s: float) \
+    def request_for(self, rec: CheckRecord, pod_sets: tuple[PodSet, ...], now_s: float) \
             -> ProvisioningRequest:
         """The next request of ``rec``'s job (attempt ``rec.attempts + 1``), named
         ``<job>-<n>`` with n counting every request the job ever had, so a name is not reused
@@ -552,7 +578,7 @@ class AdmissionChecks:
         self.made[rec.job.id] = made
         cfg = rec.check.config
         req = ProvisioningRequest(
-            name=name, pod_sets=(pod_set,), namespace=rec.namespace,
+            name=name, pod_sets=pod_sets, namespace=rec.namespace,
             provisioning_class_name=cfg.provisioning_class_name,
             max_run_duration_s=cfg.max_run_duration_s, job=str(rec.job.id), queue=rec.queue)
         return self.book.create(req, now_s)

@@ -9,7 +9,14 @@
 - ``lease``: leader election on a ``coordination.k8s.io/v1`` Lease;
 - ``crd``: gpupool's queue CRDs in, their status out;
 - ``extender``: scheduler extender, admission webhook, health and metrics over HTTP(S);
-- ``tls``: the webhook's CA and certificate; ``bench``: ``gpupool k8s bench``.
+- ``tls``: the webhook's CA and certificate; ``certs``: kept in a Secret and the webhook's
+  caBundle (``gpupool k8s certs --secret``, the init container);
+- ``provisioning``: cluster-autoscaler's ProvisioningRequests for queues with a provisioning
+  admission check (``provisioning_objects``: what is written; ``provisioning_nodes``: the
+  nodes a Provisioned request holds; ``provisioning_restore``: taken back after a restart);
+- ``elastic``, ``dra``: Elastic GPU objects, and their DRA mapping; ``dra_live``: whether the
+  server serves ``resource.k8s.io``;
+- ``bench``: ``gpupool k8s bench``.
 
 Modules load on demand (``from gpupool.k8s.controller import Controller``); importing the
 package itself costs nothing.

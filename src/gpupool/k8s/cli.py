@@ -41,11 +41,23 @@ def add_parsers(sub: Any) -> None:
     run.add_argument("--metrics-port", type=int, default=0, help="Prometheus metrics port")
     run.set_defaults(func=_run)
 
-    certs = k8s_sub.add_parser("certs", help="make the webhook's CA and serving certificate")
-    certs.add_argument("--out", required=True, help="directory for ca.crt, tls.crt, tls.key")
+    certs = k8s_sub.add_parser(
+        "certs", help="make the webhook's CA and serving certificate; with --secret, keep "
+                      "them in the cluster and set the webhook's caBundle (the init container)")
+    certs.add_argument("--out", default="", help="directory for ca.crt, tls.crt, tls.key")
     certs.add_argument("--service", default="gpupool")
     certs.add_argument("--namespace", default="gpupool-system")
     certs.add_argument("--ip", action="append", default=[], help="also valid for this IP")
+    certs.add_argument("--secret", default="",
+                       help="the kubernetes.io/tls Secret to read, or write when missing, "
+                            "wrong or about to expire (e.g. gpupool-webhook-tls)")
+    certs.add_argument("--webhook", default="gpupool",
+                       help="MutatingWebhookConfiguration whose caBundle is set (with --secret)")
+    certs.add_argument("--renew-days", type=int, default=30,
+                       help="with --secret: replace a certificate expiring within this many "
+                            "days (default 30)")
+    certs.add_argument("--kubeconfig", default=None,
+                       help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, in-cluster)")
     certs.set_defaults(func=_certs)
 
     bench = k8s_sub.add_parser("bench", help="bind GPU pods through an API server, print JSON")
@@ -88,16 +100,44 @@ def _run(args: argparse.Namespace) -> int:
 def _certs(args: argparse.Namespace) -> int:
     import base64
 
+    from gpupool.k8s.certs import service_names
     from gpupool.k8s.tls import make_certificates
 
     svc, ns = args.service, args.namespace
-    certs = make_certificates([svc, f"{svc}.{ns}", f"{svc}.{ns}.svc",
-                               f"{svc}.{ns}.svc.cluster.local"], args.ip)
+    if args.secret:
+        return _certs_in_cluster(args, service_names(svc, ns))
+    if not args.out:
+        print("gpupool k8s certs: --out is required without --secret")
+        return 2
+    certs = make_certificates(service_names(svc, ns), args.ip)
     out = certs.write(args.out)
     print(f"wrote {out}/ca.crt, tls.crt, tls.key")
     print(f"kubectl -n {ns} create secret tls gpupool-webhook-tls "
           f"--cert={out}/tls.crt --key={out}/tls.key")
     print("caBundle for deploy/webhook.yaml: " + base64.b64encode(certs.ca_pem).decode())
+    return 0
+
+
+def _certs_in_cluster(args: argparse.Namespace, names: list[str]) -> int:
+    import asyncio
+    import logging
+
+    from gpupool.k8s.certs import bootstrap
+    from gpupool.k8s.kube import Kube
+
+    logging.basicConfig(level=logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    async def run() -> None:
+        kube = await Kube.connect(args.kubeconfig)
+        try:
+            await bootstrap(kube, namespace=args.namespace, secret=args.secret,
+                            webhook=args.webhook, names=names, ips=args.ip, out=args.out,
+                            renew_days=args.renew_days)
+        finally:
+            await kube.close()
+
+    asyncio.run(run())
     return 0
 
 

@@ -255,12 +255,18 @@ class Controller:
 
     # -- rebuilding from the API server ----------------------------------------------------
 
+    def _node_from(self, obj: Mapping[str, Any]) -> Node:
+        """The core's node for a Node object: with queued provisioning attached, marked for
+        the request whose booking holds it (``k8s/provisioning_nodes.py``)."""
+        node = node_from_k8s(obj)
+        return self.provisioning.mark(node) if self.provisioning is not None else node
+
     def _translate_nodes(self) -> list[Node]:
         nodes = []
         self.bad_nodes.clear()
         for obj in self.node_informer.cache.values():
             try:
-                nodes.append(node_from_k8s(obj))
+                nodes.append(self._node_from(obj))
             except TranslateError as exc:
                 self._bad_node(obj, str(exc))
         return nodes
@@ -344,7 +350,7 @@ class Controller:
             self._remove_node(name)
             return
         try:
-            node = node_from_k8s(obj)
+            node = self._node_from(obj)
         except TranslateError as exc:
             self._bad_node(obj, str(exc))
             self._remove_node(name)

@@ -49,10 +49,16 @@ from gpupool.k8s.translate import (
     pod_job_id,
 )
 
-__all__ = ["Endpoints", "serve_http", "serve_metrics"]
+__all__ = ["MAX_BODY_BYTES", "Endpoints", "make_app", "serve_http", "serve_metrics"]
 
 log = logging.getLogger("gpupool.k8s.extender")
 MAX_PRIORITY = 10
+MAX_BODY_BYTES = 512 << 20
+"""The largest request body read: kube-scheduler without ``nodeCacheCapable`` posts the whole
+NodeList of the pod's candidate nodes, and a GPU node as the API server serves it (about 50
+images in its status, GPU feature discovery's labels, HAMi's register annotation,
+managedFields) is some 30-60 KB: 5,000 of them at 64 KiB each is 312 MiB. With
+``nodeCacheCapable: true`` (deploy/kube-scheduler/) only the names come, a few hundred KB."""
 
 
 def _get(d: dict[str, Any], name: str) -> Any:
@@ -242,9 +248,9 @@ def _json_handler(fn: Any) -> Any:
     return handle
 
 
-def make_app(controller: Controller) -> web.Application:
+def make_app(controller: Controller, max_body: int = MAX_BODY_BYTES) -> web.Application:
     ep = Endpoints(controller)
-    app = web.Application(client_max_size=64 << 20)
+    app = web.Application(client_max_size=max_body)
     for prefix in ("", "/extender", "/scheduler"):
         app.router.add_post(f"{prefix}/filter", _json_handler(ep.filter))
         app.router.add_post(f"{prefix}/prioritize", _json_handler(ep.prioritize))

@@ -23,6 +23,7 @@ from gpupool.config import load_queue_config
 from gpupool.core.quota import ClusterQueue, LocalQueue, QueueConfig
 from gpupool.k8s.controller import Controller, Options
 from gpupool.k8s.crd import CRD_KINDS, CrdStatus, queue_documents
+from gpupool.k8s.dra_live import announce_dra
 from gpupool.k8s.elastic import ElasticController
 from gpupool.k8s.informer import Informer
 from gpupool.k8s.kube import ApiError, Kube
@@ -75,6 +76,7 @@ def run_command(args: argparse.Namespace) -> int:
 
 async def _run(args: argparse.Namespace) -> int:
     kube = await Kube.connect(args.kubeconfig)
+    await announce_dra(kube)  # said once: whether the server has resource.k8s.io
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -4,85 +4,74 @@ ProvisioningRequest and PodTemplate objects for the core's provisioning admissio
 The core decides (``gpupool.core.provisioning``, driven by the queue-aware cycle); this
 adapter carries the decisions to the cluster and the cluster-autoscaler's answers back:
 
-- ``CycleResult.provision``: for each request a **PodTemplate** ``ppt-<request>`` (the job's
-  first pod, its spec as created, with the flavor's node labels in its ``nodeSelector``) and
-  a **ProvisioningRequest** in the job's namespace: one pod set (``podTemplateRef``,
-  ``count``), the class of the queue's ProvisioningRequestConfig
-  (``queued-provisioning.gke.io``, ``check-capacity.autoscaling.x-k8s.io``, ...), its
-  ``parameters`` (``maxRunDurationSeconds`` among them, as strings). The job's pods are
-  annotated ``autoscaling.x-k8s.io/consume-provisioning-request: <request>`` and
-  ``autoscaling.x-k8s.io/provisioning-class-name: <class>`` at once, so the autoscaler counts
-  them against the request and does not scale up for them on its own;
-- ``CycleResult.deprovision``: the request and its PodTemplate are deleted (cancelled);
+- ``CycleResult.provision``: for each request one **PodTemplate** per pod set of the job
+  and a **ProvisioningRequest** in the job's namespace pointing to them
+  (``k8s/provisioning_objects.py``), with the class of the queue's
+  ProvisioningRequestConfig (``best-effort-atomic-scale-up.autoscaling.x-k8s.io`` when it
+  names none, ``check-capacity.autoscaling.x-k8s.io``, a cloud's own ...) and its
+  ``parameters``. The job's pods are annotated
+  ``autoscaling.x-k8s.io/consume-provisioning-request: <request>`` and
+  ``autoscaling.x-k8s.io/provisioning-class-name: <class>`` at once (Kueue's podSetUpdates
+  write the same), so the autoscaler counts them against the request and does not scale up
+  for them on its own;
+- ``CycleResult.deprovision``: the request and its PodTemplates are deleted (cancelled);
 - the requests are watched, and each condition the autoscaler sets is fed to the scheduler
   once: ``Accepted`` -> ``provisioning_accepted``; ``Provisioned`` ->
-  ``provisioning_provisioned`` with the nodes labelled ``gpupool.io/provisioning-request=
-  <namespace>.<name>`` (the node pool labels and taints them so; the job's pods get that
-  selector and toleration from the core); ``Failed`` -> ``provisioning_failed``;
-  ``BookingExpired`` -> ``provisioning_failed`` with reason ``BookingExpired`` (the core ends
-  the booking and retries the job, as on its own expiry); ``CapacityRevoked`` ->
-  ``provisioning_revoked``; a request deleted by someone else ->
-  ``delete_provisioning_request``.
+  ``provisioning_provisioned`` with the nodes of the request found as
+  ``k8s/provisioning_nodes.py`` says (the autoscaler labels no node per request: they are
+  found through ``provisioningClassDetails`` or as the booking, and nodes that register
+  later join it), held in gpupool's view so the job's pods are pinned there; ``Failed`` ->
+  ``provisioning_failed``; ``BookingExpired`` -> ``provisioning_failed`` with reason
+  ``BookingExpired`` (the core ends the booking and retries the job, as on its own
+  expiry); ``CapacityRevoked`` -> ``provisioning_revoked``; a request deleted by someone
+  else -> ``delete_provisioning_request``.
 
 Requests gpupool did not make (no entry in the core's book) are left alone.
 
-**After a restart** (any ``Controller.rebuild``: start-up, leadership gained, a queue change)
-the requests gpupool made are taken back from the informer's cache, which the controller
-waits for before it first builds its scheduler. gpupool's requests carry the label
-``app.kubernetes.io/managed-by: gpupool`` and the annotations ``gpupool.io/job``,
-``gpupool.io/queue``, ``gpupool.io/flavor`` and ``gpupool.io/attempt``; a request without
-them is not gpupool's and is left alone. Each is read back with its conditions (times mapped
-to the controller's clock), its nodes (those labelled for it) and, when bound pods annotated
-to consume it exist, as consumed at the start of the job running there:
-
-- a running job whose pods consume a request keeps it as its booking
-  (``Scheduler.restore_booking``): the request is deleted when the job ends and its run
-  limit is what the booking left it;
-- a pending job's latest request (the highest ``<job>-<n>``) becomes its check record again
-  (``Scheduler.restore_check``): ``Ready`` when Provisioned and not ended, else ``Pending``
-  with the request (a Failed, expired or revoked one is failed over to a retry by the next
-  cycle); quota is reserved again, no request is made for it. Older requests of the job are
-  deleted. The job's next request is numbered past every ``<n>`` seen, on requests and on its
-  pods' consume annotation, so no name is used twice. A gang whose pods are not all there yet
-  gets its request back when it is complete;
-- a request whose job is gone is deleted (logged), unless it is an unconsumed booking
-  (Provisioned, not ended): that one is kept, as the core keeps the booking of a job that
-  went away, for the next job of its queue that fits its nodes, until it expires.
+**After a restart** the requests gpupool made are taken back from the informer's cache
+(``k8s/provisioning_restore.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
 import logging
-import re
-import time
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
-from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from gpupool.core.admission import flavor_job
-from gpupool.core.errors import GpupoolError, NotFoundError
-from gpupool.core.model import JobId, PodSet
+from gpupool.core.errors import GpupoolError
+from gpupool.core.model import JobId, Node, NodeName, TaskId
 from gpupool.core.provisioning import (
     CLASS_ANNOTATION,
     CONSUME_ANNOTATION,
-    MAX_RUN_PARAMETER,
     REQUEST_LABEL,
-    CheckState,
-    Condition,
-    ConditionType,
     ProvisioningRequest,
-    request_name,
 )
 from gpupool.k8s.informer import Informer, object_key
 from gpupool.k8s.kube import MERGE_PATCH, ApiError, Kube
+from gpupool.k8s.provisioning_nodes import NodeBook, enough, fits, matching, pick
+from gpupool.k8s.provisioning_objects import (
+    API,
+    NODES_ANNOTATION,
+    PR_PATH,
+    Marks,
+    attempt_of,
+    class_details,
+    conditions_of,
+    marks_of,
+    nodes_annotation,
+    pod_template,
+    request_from_object,
+    request_object,
+    template_name,
+    template_names,
+    wall_s,
+)
+from gpupool.k8s.provisioning_restore import TakeBack
+from gpupool.k8s.translate import TranslateError, node_from_k8s
 
 if TYPE_CHECKING:
     from gpupool.core.decisions import CycleResult
-    from gpupool.core.scheduler import Scheduler
     from gpupool.k8s.controller import Controller
 
 __all__ = ["API", "PR_PATH", "Marks", "ProvisioningAdapter", "attempt_of", "conditions_of",
@@ -90,19 +79,7 @@ __all__ = ["API", "PR_PATH", "Marks", "ProvisioningAdapter", "attempt_of", "cond
            "template_name"]
 
 log = logging.getLogger("gpupool.k8s.provisioning")
-
-API = "autoscaling.x-k8s.io/v1"
-PR_PATH = f"/apis/{API}/provisioningrequests"
-TEMPLATE_PREFIX = "ppt-"
-MANAGED_BY = ("app.kubernetes.io/managed-by", "gpupool")
-JOB_ANNOTATION = "gpupool.io/job"
-QUEUE_ANNOTATION = "gpupool.io/queue"
-FLAVOR_ANNOTATION = "gpupool.io/flavor"
-ATTEMPT_ANNOTATION = "gpupool.io/attempt"
-
-
-def template_name(req: ProvisioningRequest) -> str:
-    return (TEMPLATE_PREFIX + req.name)[:253]
+_ENDS = ("Failed", "BookingExpired", "CapacityRevoked")
 
 
 def _ns_path(ns: str, plural: str, name: str = "") -> str:
@@ -110,170 +87,7 @@ def _ns_path(ns: str, plural: str, name: str = "") -> str:
     return f"{base}/{name}" if name else base
 
 
-def _quantity_mib(mib: int) -> str:
-    return f"{mib}Mi"
-
-
-def _synthetic_spec(ps: PodSet) -> dict[str, Any]:
-    """A pod spec from the core's pod set, when the job's pods cannot be read."""
-    limits: dict[str, str] = {}
-    g = ps.gpu
-    if g.mig_profile:
-        limits[f"nvidia.com/mig-{g.mig_profile}"] = "1"
-    elif g.count:
-        limits["nvidia.com/gpu"] = str(g.count)
-    elif g.gpu_milli or g.memory_mib:
-        limits["nvidia.com/gpu"] = "1"
-    requests = {"cpu": f"{ps.cpu_milli}m", "memory": _quantity_mib(ps.memory_mib)}
-    return {"containers": [{"name": "main", "image": "registry.k8s.io/pause:3.9",
-                            "resources": {"requests": requests, "limits": limits}}]}
-
-
-def pod_template(req: ProvisioningRequest, pod: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The PodTemplate a request's pod set points to: ``pod``'s spec (the job's first pod)
-    without what the scheduler fills in, with the pod set's node selector (the flavor's
-    labels); a spec made from the pod set when ``pod`` is None."""
-    ps = req.pod_set
-    if pod is not None:
-        spec = copy.deepcopy(dict(pod.get("spec") or {}))
-        for k in ("nodeName", "schedulerName", "priority", "preemptionPolicy"):
-            spec.pop(k, None)
-        labels = dict((pod.get("metadata") or {}).get("labels") or {})
-    else:
-        spec, labels = _synthetic_spec(ps), {}
-    selector = {**(spec.get("nodeSelector") or {}), **ps.node_selector}
-    if selector:
-        spec["nodeSelector"] = selector
-    return {"apiVersion": "v1", "kind": "PodTemplate",
-            "metadata": {"name": template_name(req), "namespace": req.namespace,
-                         "labels": {"gpupool.io/provisioning-request": req.name}},
-            "template": {"metadata": {"labels": labels}, "spec": spec}}
-
-
-def request_object(req: ProvisioningRequest, parameters: Mapping[str, str],
-                   flavor: str = "", attempt: int = 0) -> dict[str, Any]:
-    """The ``autoscaling.x-k8s.io/v1`` ProvisioningRequest for the core's request:
-    ``parameters`` are the ProvisioningRequestConfig's (strings), with the request's
-    ``maxRunDurationSeconds``. A request made for a job names it, its ClusterQueue, the
-    flavor its quota was reserved in and its attempt (what a restart reads back)."""
-    params = {str(k): str(v) for k, v in parameters.items()}
-    if req.max_run_duration_s is not None:
-        params[MAX_RUN_PARAMETER] = str(int(req.max_run_duration_s))
-    meta: dict[str, Any] = {"name": req.name, "namespace": req.namespace,
-                            "labels": {MANAGED_BY[0]: MANAGED_BY[1]}}
-    if req.job:
-        meta["annotations"] = {JOB_ANNOTATION: req.job, QUEUE_ANNOTATION: req.queue,
-                               FLAVOR_ANNOTATION: flavor, ATTEMPT_ANNOTATION: str(attempt)}
-    body: dict[str, Any] = {
-        "apiVersion": API, "kind": "ProvisioningRequest", "metadata": meta,
-        "spec": {"provisioningClassName": req.provisioning_class_name,
-                 "podSets": [{"podTemplateRef": {"name": template_name(req)},
-                              "count": req.pod_set.count}]}}
-    if params:
-        body["spec"]["parameters"] = params
-    return body
-
-
-def conditions_of(obj: Mapping[str, Any]) -> dict[str, tuple[bool, str, str]]:
-    """Condition type -> (status is True, reason, message) of a ProvisioningRequest."""
-    out: dict[str, tuple[bool, str, str]] = {}
-    for c in (obj.get("status") or {}).get("conditions") or ():
-        out[str(c.get("type"))] = (str(c.get("status")) == "True", str(c.get("reason") or ""),
-                                   str(c.get("message") or ""))
-    return out
-
-
-# -- reading gpupool's requests back -------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Marks:
-    """What gpupool wrote on a request it made for a job (``attempt`` 0 when not written)."""
-
-    job: JobId
-    queue: str
-    flavor: str | None
-    attempt: int
-
-
-def marks_of(obj: Mapping[str, Any]) -> Marks | None:
-    """gpupool's marks on a ProvisioningRequest object; None for one gpupool did not make for
-    a job (no ``managed-by: gpupool`` label or no ``gpupool.io/job`` annotation)."""
-    meta = obj.get("metadata") or {}
-    if (meta.get("labels") or {}).get(MANAGED_BY[0]) != MANAGED_BY[1]:
-        return None
-    ann = meta.get("annotations") or {}
-    job = str(ann.get(JOB_ANNOTATION) or "")
-    if not job:
-        return None
-    raw = str(ann.get(ATTEMPT_ANNOTATION) or "")
-    flavor = ann.get(FLAVOR_ANNOTATION)
-    return Marks(JobId(job), str(ann.get(QUEUE_ANNOTATION) or ""),
-                 None if flavor is None else str(flavor),
-                 int(raw) if raw.isdigit() else 0)
-
-
-def attempt_of(name: str, job: str) -> int:
-    """n when ``name`` is ``request_name(job, n)`` (the job's n-th request), else 0."""
-    m = re.fullmatch(r".*-([0-9]{1,9})", name)
-    if m is None:
-        return 0
-    n = int(m.group(1))
-    return n if request_name(job, n) == name else 0
-
-
-def _wall_s(stamp: object) -> float | None:
-    """Seconds since the epoch of an RFC 3339 time (``lastTransitionTime``), None if absent
-    or not one."""
-    if not stamp:
-        return None
-    try:
-        return datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
-
-
-def request_from_object(obj: Mapping[str, Any], pod_set: PodSet | None,
-                        nodes: Iterable[str], at: Callable[[float | None], float],
-                        consumed_s: float | None = None) -> ProvisioningRequest:
-    """The core's request for a ProvisioningRequest object gpupool made, as it stands:
-    conditions (their times through ``at``, wall seconds -> the controller's clock), ``nodes``
-    and ``consumed_s``. ``pod_set`` is the job's (None: a pod set of the object's count alone).
-    InvalidJobError when the object cannot be one (no pod set, a bad count)."""
-    meta = obj.get("metadata") or {}
-    spec = obj.get("spec") or {}
-    marks = marks_of(obj)
-    pod_sets: list[Any] = list(spec.get("podSets") or [])
-    count = int((pod_sets[0] or {}).get("count") or 0) if len(pod_sets) == 1 else 0
-    if pod_set is None or pod_set.count != count:
-        pod_set = PodSet("main", count)
-    params = spec.get("parameters") or {}
-    raw = params.get(MAX_RUN_PARAMETER)
-    try:
-        max_run = float(raw) if raw is not None else None
-    except ValueError:
-        max_run = None
-    known = {k.value: k for k in ConditionType}
-    conds: list[Condition] = []
-    for c in (obj.get("status") or {}).get("conditions") or ():
-        kind = known.get(str(c.get("type")))
-        if kind is not None and all(x.type is not kind for x in conds):
-            conds.append(Condition(kind, str(c.get("status")) == "True",
-                                   str(c.get("reason") or ""), str(c.get("message") or ""),
-                                   at(_wall_s(c.get("lastTransitionTime")))))
-    order = list(ConditionType)
-    conds.sort(key=lambda c: order.index(c.type))
-    return ProvisioningRequest(
-        name=str(meta.get("name") or ""), pod_sets=(pod_set,),
-        namespace=str(meta.get("namespace") or "default"),
-        provisioning_class_name=str(spec.get("provisioningClassName") or ""),
-        max_run_duration_s=max_run, job=str(marks.job) if marks else "",
-        queue=marks.queue if marks else "",
-        created_s=at(_wall_s(meta.get("creationTimestamp"))), conditions=tuple(conds),
-        nodes=tuple(nodes), consumed_s=consumed_s)
-
-
-class ProvisioningAdapter:
+class ProvisioningAdapter(TakeBack):
     """Makes, watches and deletes the cluster's ProvisioningRequests for the scheduler of
     ``controller`` (attached as ``controller.provisioning``)."""
 
@@ -285,6 +99,7 @@ class ProvisioningAdapter:
         self.made: set[str] = set()  # keys created here (or taken back) and not deleted
         # requests read back at a rebuild, by job, for jobs not submitted again yet
         self.waiting: dict[JobId, list[str]] = {}
+        self.booking = NodeBook()  # the nodes each Provisioned request holds
         self._tasks: set[asyncio.Task[Any]] = set()
         controller.provisioning = self
 
@@ -323,19 +138,29 @@ class ProvisioningAdapter:
         info = self.controller.jobs.get(JobId(req.job)) if req.job else None
         return sorted(info.pods) if info is not None else []
 
+    def _first_pod(self, req: ProvisioningRequest, index: int) -> dict[str, Any] | None:
+        """The first pod of the job's pod set ``index`` (as the controller built the job:
+        pod set ``ps<i>``, task ``<job>/ps<i>-0``), None when it cannot be read."""
+        info = self.controller.jobs.get(JobId(req.job)) if req.job else None
+        if info is None:
+            return None
+        key = info.task_pod.get(TaskId(f"{req.job}/{req.pod_sets[index].name}-0"))
+        if key is None and len(req.pod_sets) == 1 and info.pods:
+            key = sorted(info.pods)[0]
+        return self.controller.pod_informer.cache.get(key) if key else None
+
     async def create(self, req: ProvisioningRequest, flavor: str | None = None,
                      attempt: int | None = None) -> None:
         if flavor is None or attempt is None:
             flavor, attempt = self._marks(req)
         pods = self._job_pods(req)
-        first = self.controller.pod_informer.cache.get(pods[0]) if pods else None
+        tpl_path = f"/api/v1/namespaces/{req.namespace}/podtemplates"
         try:
-            with contextlib.suppress(ApiError):  # a template left by a former attempt
-                await self.kube.request(
-                    "DELETE", f"/api/v1/namespaces/{req.namespace}/podtemplates/"
-                              f"{template_name(req)}")
-            await self.kube.request("POST", f"/api/v1/namespaces/{req.namespace}/podtemplates",
-                                    pod_template(req, first))
+            for i in range(len(req.pod_sets)):
+                with contextlib.suppress(ApiError):  # a template left by a former attempt
+                    await self.kube.request("DELETE", f"{tpl_path}/{template_name(req, i)}")
+                await self.kube.request("POST", tpl_path, pod_template(
+                    req, self._first_pod(req, i), i, self.controller.opt.names))
             await self.kube.request("POST", _ns_path(req.namespace, "provisioningrequests"),
                                     request_object(req, self._parameters(req), flavor,
                                                    attempt))
@@ -359,8 +184,14 @@ class ProvisioningAdapter:
         ns, name = key.split("/", 1)
         self.made.discard(key)
         self.fed.pop(key, None)
+        self._release(key)
+        obj = self.informer.cache.get(key) or {}
+        req = self._book_request(key)
+        names = set(template_names(obj))
+        if req is not None:
+            names |= {template_name(req, i) for i in range(len(req.pod_sets))}
         for path in (_ns_path(ns, "provisioningrequests", name),
-                     f"/api/v1/namespaces/{ns}/podtemplates/{(TEMPLATE_PREFIX + name)[:253]}"):
+                     *(f"/api/v1/namespaces/{ns}/podtemplates/{t}" for t in sorted(names))):
             try:
                 await self.kube.request("DELETE", path)
             except ApiError as exc:
@@ -404,14 +235,173 @@ class ProvisioningAdapter:
         self.controller.wake()
 
     def nodes_of(self, key: str) -> list[str]:
+        """The request's nodes: labelled for it, or held for it in gpupool's view."""
         ns, name = key.split("/", 1)
         value = f"{ns}.{name}"
-        return sorted(n.name for n in self.controller.nodes_by_name.values()
-                      if n.labels.get(REQUEST_LABEL) == value)
+        held = self.booking.nodes(key)
+        return sorted({n.name for n in self.controller.nodes_by_name.values()
+                       if n.labels.get(REQUEST_LABEL) == value and n.name not in held}
+                      | set(held))
+
+    # -- the nodes of a request (k8s/provisioning_nodes.py) ----------------------------------
+
+    def _book_request(self, key: str) -> ProvisioningRequest | None:
+        sched = self.controller.sched
+        checks = sched.checks if sched is not None else None
+        return checks.book.find(key) if checks is not None else None
+
+    def mark(self, node: Node) -> Node:
+        """The controller's view of a node it read: with the label and taint of the request
+        holding it; a free node that joined is offered to requests still taking nodes."""
+        key = self.booking.holder.get(node.name)
+        if key is None and REQUEST_LABEL not in node.labels and \
+                (self.booking.short or self.booking.selector):
+            self._offer(node)
+        elif key is not None and (key in self.booking.short or key in self.booking.arriving):
+            self._arrived(key, node)
+        return self.booking.mark(node)
+
+    def _arrived(self, key: str, fresh: Node) -> None:
+        """Whether the nodes held for ``key`` (``fresh`` as it is now) hold all its pods:
+        then it takes no more, and the core hears it is Provisioned if it has not yet."""
+        req = self._book_request(key)
+        if req is None:
+            return
+        held = [fresh if n == fresh.name else self.controller.nodes_by_name.get(n)
+                for n in self.booking.nodes(key)]
+        if not enough(req.pod_sets, [n for n in held if n is not None]):
+            return
+        self.booking.short.discard(key)
+        if key in self.booking.arriving:  # every node is there: Provisioned now
+            self.booking.arriving.discard(key)
+            self._fact("provisioned", key, self.booking.nodes(key))
+
+    def _busy(self, name: str) -> bool:
+        sched = self.controller.sched
+        return sched is not None and bool(sched.state.placements_on(NodeName(name)))
+
+    def _offer(self, node: Node) -> None:
+        sched = self.controller.sched
+        if sched is None or not node.schedulable:
+            return
+        for key in sorted({*self.booking.short, *self.booking.selector}):
+            req = self._book_request(key)
+            if req is None or req.ended or req.consumed_s is not None:
+                self.booking.short.discard(key)
+                self.booking.arriving.discard(key)
+                continue
+            if key not in self.booking.selector and self._busy(node.name):
+                return
+            if not self.booking.wants(key, node, req.pod_sets):
+                continue
+            self.booking.hold(key, req.node_label, [node.name])
+            log.info("ProvisioningRequest %s: node %s joined its booking", key, node.name)
+            self._spawn(self._record_nodes(key))
+            self._arrived(key, node)
+            self.controller.wake()
+            return
+
+    def _created(self, name: str) -> float:
+        obj = self.controller.node_informer.cache.get(name) or {}
+        return wall_s((obj.get("metadata") or {}).get("creationTimestamp")) or 0.0
+
+    def _config_details(self, req: ProvisioningRequest) -> dict[str, str]:
+        """node label -> provisioningClassDetails key, of the request's config."""
+        rec = self._record(req)
+        sched = self.controller.sched
+        check = rec.check if rec is not None else \
+            sched.checks.check_for(req.queue) if sched is not None and sched.checks else None
+        return dict(check.config.node_selector_details) if check is not None else {}
+
+    def _attribute(self, key: str, obj: dict[str, Any]) -> tuple[list[str], bool]:
+        """A request is Provisioned: find its nodes (see ``k8s/provisioning_nodes.py``),
+        hold them in gpupool's view and record them on the request; and whether they hold
+        all its pods (if not, nodes that register later are taken until they do)."""
+        req = self._book_request(key)
+        if req is None:
+            return [], False
+        ctl = self.controller
+        labelled = [n.name for n in ctl.nodes_by_name.values()
+                    if n.labels.get(REQUEST_LABEL) == req.node_label]
+        if labelled:
+            return sorted(labelled), True
+        held = [ctl.nodes_by_name[n] for n in self.booking.nodes(key) if n in ctl.nodes_by_name]
+        free = [n for n in ctl.nodes_by_name.values()
+                if n.name not in self.booking.holder and REQUEST_LABEL not in n.labels
+                and n.schedulable and not self._busy(n.name)]
+        wanted = self._config_details(req)
+        details = class_details(obj)
+        if wanted and all(d in details for d in wanted.values()):
+            selector = {label: details[d] for label, d in wanted.items()}
+            self.booking.selector[key] = selector
+            chosen = matching(selector, free)
+            full = enough(req.pod_sets, [*held, *chosen])
+        else:
+            since = wall_s((obj.get("metadata") or {}).get("creationTimestamp")) or 0.0
+            free = [n for n in free if any(fits(ps, n) for ps in req.pod_sets)]
+            free.sort(key=lambda n: (self._created(n.name) < since, -self._created(n.name),
+                                     n.name))
+            chosen, full = pick(req.pod_sets, free, held)
+            if not full:
+                self.booking.short.add(key)
+        self.booking.hold(key, req.node_label, [n.name for n in chosen])
+        for n in chosen:
+            self._refresh(n.name)
+        self._spawn(self._record_nodes(key))
+        return self.booking.nodes(key), full
+
+    def _release(self, key: str) -> None:
+        for name in self.booking.release(key):
+            self._refresh(name)
+
+    def _refresh(self, name: str) -> None:
+        """The core's node ``name`` again from the informer's object, with its marks."""
+        ctl = self.controller
+        obj = ctl.node_informer.cache.get(name)
+        if ctl.sched is None or obj is None or name not in ctl.nodes_by_name:
+            return
+        try:
+            node = self.booking.mark(node_from_k8s(obj))
+        except TranslateError:
+            return
+        if ctl.nodes_by_name.get(name) != node:
+            ctl.nodes_by_name[name] = node
+            ctl.sched.update_node(node)
+            ctl.wake()
+
+    async def _record_nodes(self, key: str) -> None:
+        """``gpupool.io/nodes`` on the request: its booking, read back after a restart."""
+        ns, name = key.split("/", 1)
+        value = ",".join(self.booking.nodes(key))
+        try:
+            await self.kube.request("PATCH", _ns_path(ns, "provisioningrequests", name),
+                                    {"metadata": {"annotations": {NODES_ANNOTATION: value}}},
+                                    content_type=MERGE_PATCH)
+        except ApiError as exc:
+            if exc.status != 404:
+                log.warning("ProvisioningRequest %s: nodes not recorded: %s", key, exc)
+
+    def _held_back(self, key: str, obj: dict[str, Any]) -> None:
+        """A booking recorded on the request (after a restart) is held again."""
+        names = nodes_annotation(obj)
+        if not names or key in self.booking.label:
+            return
+        ns, name = key.split("/", 1)
+        self.booking.hold(key, f"{ns}.{name}", names)
+        for n in names:
+            self._refresh(n)
 
     def _on_request(self, event: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
         sched = self.controller.sched
         key = object_key(obj)
+        conds = conditions_of(obj)
+        ends = [k for k in _ENDS if conds.get(k, (False,))[0]]
+        if key in self.booking.arriving and ends == ["BookingExpired"]:
+            ends = []  # the autoscaler's clock, while the nodes it asked for still register
+        if event == "DELETED" or ends:
+            self._release(key)
+        elif marks_of(obj) is not None:
+            self._held_back(key, obj)
         checks = sched.checks if sched is not None else None
         if checks is None or key not in checks.book:
             return
@@ -421,7 +411,6 @@ class ProvisioningAdapter:
                 self._fact("deleted", key)
             return
         fed = self.fed.setdefault(key, set())
-        conds = conditions_of(obj)
         for kind in ("Accepted", "Provisioned", "Failed", "BookingExpired", "CapacityRevoked"):
             state = conds.get(kind)
             if state is None or not state[0] or kind in fed:
@@ -431,174 +420,25 @@ class ProvisioningAdapter:
             if kind == "Accepted":
                 self._fact("accepted", key)
             elif kind == "Provisioned":
-                self._fact("provisioned", key, self.nodes_of(key))
+                nodes, full = self._attribute(key, obj)
+                if full:
+                    self._fact("provisioned", key, nodes)
+                else:  # best-effort: the scale-up was asked for; its nodes still register
+                    self.booking.arriving.add(key)
+                    log.info("ProvisioningRequest %s Provisioned (%s); %d nodes there, the "
+                             "rest still registering", key, reason, len(nodes))
             elif kind == "Failed":
                 self._fact("failed", key, message or "failed", reason or "ProvisioningFailed")
+            elif kind == "BookingExpired" and key in self.booking.arriving:
+                # cluster-autoscaler ends every booking 10 minutes after Provisioned; the
+                # job cannot have used it while the nodes were still registering (Kueue has
+                # admitted the workload at Provisioned, and ignores it too)
+                log.info("ProvisioningRequest %s: BookingExpired ignored: its nodes are still "
+                         "registering", key)
             elif kind == "BookingExpired":
                 self._fact("failed", key, message or "booking expired", "BookingExpired")
             else:
                 self._fact("revoked", key, message or "capacity revoked")
-
-    # -- taken back after a restart ----------------------------------------------------------
-
-    def _at(self, wall_s: float | None) -> float:
-        """A wall time as the controller's clock reads it (now when unknown)."""
-        now = self.controller.clock()
-        return now if wall_s is None else now - max(0.0, time.time() - wall_s)
-
-    def _read(self, key: str, consumed_s: float | None = None) -> ProvisioningRequest | None:
-        """The core's request for the cached object ``key`` (None when gone or unreadable),
-        with the pod set of its job where the core knows the job."""
-        obj = self.informer.cache.get(key)
-        marks = marks_of(obj) if obj is not None else None
-        if obj is None or marks is None:
-            return None
-        try:
-            return request_from_object(obj, self._pod_set(marks), self.nodes_of(key), self._at,
-                                       consumed_s)
-        except GpupoolError as exc:
-            log.warning("ProvisioningRequest %s cannot be read back; left alone: %s", key, exc)
-            return None
-
-    def _pod_set(self, marks: Marks) -> PodSet | None:
-        sched = self.controller.sched
-        if sched is None:
-            return None
-        p = sched.queues.get(marks.job)
-        r = sched.ctx.running.get(marks.job)
-        job = p.job if p is not None else r.job if r is not None else None
-        if job is None or len(job.pod_sets) != 1:
-            return None
-        fj = flavor_job(job, sched.tree.flavors.get(marks.flavor or "")) or job
-        return fj.pod_sets[0]
-
-    def _taken_back(self, sched: Scheduler, req: ProvisioningRequest) -> None:
-        sched.restore_provisioning([req])
-        self.made.add(req.key)
-        self.fed[req.key] = {c.type.value for c in req.conditions if c.status}
-
-    def _drop(self, sched: Scheduler, req: ProvisioningRequest, why: str) -> None:
-        """Delete a request of gpupool's (at the next cycle, as the core's deletions are)."""
-        log.warning("ProvisioningRequest %s deleted: %s", req.key, why)
-        sched.restore_provisioning([req])
-        sched.delete_provisioning_request(req.key, self.controller.clock())
-
-    def _consumes(self, pods: Iterable[str]) -> str | None:
-        """The request (key) bound pods among ``pods`` are annotated to consume."""
-        for key in pods:
-            pod = self.controller.pod(key) or {}
-            name = ((pod.get("metadata") or {}).get("annotations") or {}).get(
-                CONSUME_ANNOTATION)
-            if name and (pod.get("spec") or {}).get("nodeName"):
-                return f"{key.split('/', 1)[0]}/{name}"
-        return None
-
-    def _consumed(self, key: str) -> bool:
-        """Whether any bound pod (running or ended) is annotated to consume ``key``."""
-        ns, name = key.split("/", 1)
-        for k, pod in self.controller.all_pods():
-            meta = pod.get("metadata") or {}
-            if k.startswith(ns + "/") and (pod.get("spec") or {}).get("nodeName") and \
-                    (meta.get("annotations") or {}).get(CONSUME_ANNOTATION) == name:
-                return True
-        return False
-
-    def restore(self, sched: Scheduler) -> None:
-        """The scheduler was rebuilt and its running jobs taken back: the requests gpupool
-        made are read from the cache; a running job's booking is taken back now, the others
-        wait for their job to be submitted again (``resubmitted``) or for ``sweep``."""
-        self.fed.clear()
-        self.made.clear()
-        self.waiting.clear()
-        ctl = self.controller
-        for key, obj in sorted(self.informer.cache.items()):
-            marks = marks_of(obj)
-            if marks is None:
-                continue
-            info = ctl.jobs.get(marks.job)
-            r = sched.ctx.running.get(marks.job)
-            if info is not None and info.running and r is not None and \
-                    self._consumes(info.pods) == key:
-                req = self._read(key, consumed_s=r.start_s)
-                if req is None:
-                    continue
-                self._taken_back(sched, req)
-                sched.restore_booking(marks.job, key)
-                log.info("ProvisioningRequest %s taken back: booking of running job %s", key,
-                         marks.job)
-                continue
-            self.waiting.setdefault(marks.job, []).append(key)
-
-    def resubmitted(self, job: JobId) -> None:
-        """A pending job was submitted (again): its check is taken back from its latest
-        request, its older ones deleted, and its next request numbered past all of them."""
-        sched = self.controller.sched
-        checks = sched.checks if sched is not None else None
-        if sched is None or checks is None or job not in sched.queues:
-            return
-        info = self.controller.jobs.get(job)
-        made = 0
-        for key in info.pods if info is not None else ():
-            pod = self.controller.pod(key) or {}
-            name = ((pod.get("metadata") or {}).get("annotations") or {}).get(
-                CONSUME_ANNOTATION)
-            made = max(made, attempt_of(str(name or ""), str(job)))
-        reqs = [r for r in map(self._read, self.waiting.pop(job, ())) if r is not None]
-        reqs.sort(key=lambda r: (attempt_of(r.name, str(job)), r.key))
-        made = max([made, *(attempt_of(r.name, str(job)) for r in reqs)])
-        if not reqs:
-            if made:
-                checks.made[job] = max(made, checks.made.get(job, 0))
-            return
-        *old, req = reqs
-        for o in old:
-            self._drop(sched, o, f"job {job} made {req.name} after it")
-        obj = self.informer.cache.get(req.key) or {}
-        marks = marks_of(obj)
-        assert marks is not None
-        p = sched.queues.get(job)
-        assert p is not None
-        flavor = marks.flavor
-        if flavor is None:
-            cq = sched.tree.queues.get(p.queue)
-            flavor = cq.flavors[0].flavor if cq is not None and cq.flavors else ""
-        state = CheckState.READY if req.provisioned_s is not None and not req.ended \
-            else CheckState.PENDING
-        self._taken_back(sched, req)
-        try:
-            sched.restore_check(job, state, request=req.key, flavor=flavor,
-                                attempts=marks.attempt or attempt_of(req.name, str(job)) or 1,
-                                made=made, message=f"ProvisioningRequest {req.key} taken "
-                                                   "back after a restart")
-        except NotFoundError as exc:
-            self._drop(sched, req, f"job {job}: {exc}")
-            return
-        log.info("ProvisioningRequest %s taken back: job %s %s", req.key, job, state.value)
-
-    def sweep(self) -> None:
-        """Requests read back whose job was not submitted again: kept while the job's gang
-        waits for its pods; else deleted, or kept as a booking its queue's next job may take
-        when Provisioned and unconsumed (it expires otherwise)."""
-        ctl = self.controller
-        sched = ctl.sched
-        if sched is None:
-            return
-        for job, keys in list(self.waiting.items()):
-            if job in ctl.gangs and job not in ctl.jobs:
-                continue
-            del self.waiting[job]
-            for key in keys:
-                req = self._read(key)
-                if req is None:
-                    continue
-                if req.booked and not self._consumed(key):
-                    self._taken_back(sched, req)
-                    log.info("ProvisioningRequest %s taken back: a booking of gone job %s, "
-                             "for the next job of queue %s", key, job, req.queue)
-                elif job in ctl.jobs:
-                    self._drop(sched, req, f"its job {job} runs without it")
-                else:
-                    self._drop(sched, req, f"its job {job} no longer exists")
 
     async def run(self) -> None:
         try:
