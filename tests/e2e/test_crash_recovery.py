@@ -333,7 +333,7 @@ def test_serve_refuses_a_state_file_from_a_newer_gpupool_and_leaves_it(tmp_path:
     db.commit()
     db.close()
     out = subprocess.run([sys.executable, "-m", "gpupool.cli", "serve", "--state", str(state),
-                          "--port", "1"], capture_output=True, text=True, timeout=60,
+                          "--port", "0"], capture_output=True, text=True, timeout=60,
                          env={**os.environ, "GPUPOOL_TOKENS": TOKENS_ENV})
     assert out.returncode == 1  # the outside world (the state file) is the problem
     lines = out.stderr.strip().splitlines()

@@ -36,10 +36,10 @@ CHROMIUM_ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-q
                  "--no-first-run", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync"]
 
-pytestmark = pytest.mark.skipif(
+pytestmark = [pytest.mark.real_component("chromium"), pytest.mark.skipif(
     not CHROMIUM.exists(),
     reason=f"{CHROMIUM} is absent: the dashboard test needs Debian's chromium "
-           "(`make browser`, or `apt-get install chromium`)")
+           "(`make browser`, or `apt-get install chromium`)")]
 
 SLICE = {"apiVersion": "gpupool.io/v1alpha1", "kind": "Job",
          "metadata": {"name": "t4-slice", "namespace": "serving"},

@@ -19,10 +19,10 @@ from tests.e2e.test_dashboard import (  # noqa: F401 - fixtures
     wait_for,
 )
 
-pytestmark = pytest.mark.skipif(
+pytestmark = [pytest.mark.real_component("chromium"), pytest.mark.skipif(
     not CHROMIUM.exists(),
     reason=f"{CHROMIUM} is absent: the dashboard test needs Debian's chromium "
-           "(`make browser`, or `apt-get install chromium`)")
+           "(`make browser`, or `apt-get install chromium`)")]
 
 CLASS = {"apiVersion": "elasticgpu.io/v1alpha1", "kind": "ElasticGPUClass",
          "metadata": {"name": "cards"}, "provisioner": "physical",

@@ -315,9 +315,16 @@ class ControlPlane:
         checks = {n: b for (k, n), b in rows.items() if k == CHECK_KIND}
         running = sorted((r for r in self.jobs.values() if r.phase == "Running"),
                          key=lambda r: (r.started_s or 0.0, r.uid))
+        conflicts = _Changes()
         for rec in running:
-            restored = sched.restore(rec.job, rec.placements, rec.started_s or now,
-                                     rec.flavor, rec.preemptions)
+            try:
+                restored = sched.restore(rec.job, rec.placements, rec.started_s or now,
+                                         rec.flavor, rec.preemptions)
+            except ConflictError as exc:
+                # Two holders of one card (a state file two servers wrote): the one that
+                # started first keeps it, the later one goes back to its queue, whole.
+                self._requeue_conflict(rec, str(exc), now, conflicts)
+                continue
             rec.cluster_queue = restored.queue
             booking = (checks.get(rec.key) or {}).get("booking")
             if booking:
@@ -346,9 +353,22 @@ class ControlPlane:
         for w in self.watchers:
             w.scheduler_built(sched)
         self.scheduler = sched
+        self._commit(conflicts)
         if self.cloud is not None:  # deletions the old scheduler had not passed on yet
             self.cloud.reconcile({r.key for r in sched.provisioning_requests()}, now)
         self._idle_tree = QuotaTree(self.config)
+
+    @staticmethod
+    def _requeue_conflict(rec: JobRecord, why: str, now: float, changes: _Changes) -> None:
+        """A running job whose cards another running job, started earlier, holds: back to
+        Pending (it queues below, in submission order) with a Warning event."""
+        rec.phase, rec.placements, rec.started_s, rec.flavor = "Pending", (), None, ""
+        rec.message = (f"its cards were held by another job when the state file was read "
+                       f"({why}); back in its queue")
+        changes.job(rec.key, phase="Pending", placements=[], started_s=None, flavor="",
+                    message=rec.message)
+        changes.event(now, "RestoreConflict", "Job", rec.key, rec.message,
+                      rec.request.namespace, warning=True)
 
     def _end_s(self, rec: JobRecord, sched: Scheduler | None = None) -> float:
         """When a running job ends: its duration, or its run limit (cut by the booking it
