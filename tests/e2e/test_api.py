@@ -112,10 +112,25 @@ def test_health_needs_no_token_and_whoami_names_the_caller(svc: Svc) -> None:
 
 
 def test_the_spec_and_the_dashboard_are_served(svc: Svc) -> None:
-    spec = svc.http.get("/openapi.json").json()
+    assert svc.http.get("/openapi.json").status_code == 401  # the spec needs a token too
+    spec = svc.get("/openapi.json", RESEARCH)
     assert {"/api/v1/jobs", "/api/v1/nodes/{name}", "/api/v1/events"} <= set(spec["paths"])
+    assert "/api/v1/jobs/{namespace}/{name}/cancel" in spec["paths"]
     page = svc.http.get("/")
     assert page.status_code == 200 and "<html" in page.text.lower()
+
+
+def test_the_dashboard_and_the_api_carry_security_headers(svc: Svc) -> None:
+    for path, token in (("/", None), ("/static/app.js", None), ("/api/v1/cluster", ADMIN),
+                        ("/api/v1/nope", ADMIN)):
+        r = svc.http.get(path, headers=auth(token) if token else {})
+        csp = dict(part.strip().split(" ", 1) for part in
+                   r.headers["content-security-policy"].split(";"))
+        assert csp["script-src"] == "'self'" and csp["default-src"] == "'none'", path
+        assert csp["frame-ancestors"] == "'none'" and csp["connect-src"] == "'self'"
+        assert r.headers["x-frame-options"] == "DENY"
+        assert r.headers["x-content-type-options"] == "nosniff"
+        assert r.headers["referrer-policy"] == "no-referrer"
 
 
 # -- submit ------------------------------------------------------------------------------------
@@ -270,21 +285,43 @@ def test_cancel_a_pending_and_a_running_job_then_delete_the_record(svc: Svc) -> 
     svc.tick()
     assert svc.status("research/waits")["phase"] == "Pending"
 
-    gone = svc.send("DELETE", "/api/v1/jobs/research/waits")
+    gone = svc.send("POST", "/api/v1/jobs/research/waits/cancel")
     assert gone["status"]["phase"] == "Cancelled"
     assert job_row(svc.state, "research/waits")["phase"] == "Cancelled"  # type: ignore[index]
-    cancelled = svc.send("DELETE", "/api/v1/jobs/research/big")
+    cancelled = svc.send("POST", "/api/v1/jobs/research/big/cancel")
     assert cancelled["status"]["phase"] == "Cancelled"
     for n in nodes:  # its cards are free at once, before any cycle
         assert not any(cards(svc, n).values())
     svc.tick()
     assert svc.status("research/waits")["phase"] == "Cancelled"  # it stays cancelled
 
-    svc.send("DELETE", "/api/v1/jobs/research/big")  # an ended job: its record goes
+    # a second cancel is answered with the job as it is: the record stays
+    before = dump(svc.state)
+    again = svc.send("POST", "/api/v1/jobs/research/big/cancel")
+    assert again["status"]["phase"] == "Cancelled"
+    assert dump(svc.state) == before
+    svc.get("/api/v1/jobs/research/big")
+
+    deleted = svc.send("DELETE", "/api/v1/jobs/research/big")  # delete: its record goes
+    assert deleted["status"]["phase"] == "Cancelled"
     svc.get("/api/v1/jobs/research/big", code=404)
     assert job_row(svc.state, "research/big") is None
     svc.submit(job_doc("big", gpus=1))  # and its name may be used again
     svc.send("DELETE", "/api/v1/jobs/research/nothing", code=404)
+    svc.send("POST", "/api/v1/jobs/research/nothing/cancel", code=404)
+
+
+def test_delete_stops_a_running_job_and_frees_its_cards(svc: Svc) -> None:
+    svc.submit(job_doc("runs", gpus=8, duration="1h", models=["H100-80GB"]))
+    svc.tick()
+    (node,) = {p["node"] for p in svc.status("research/runs")["placements"]}
+    deleted = svc.send("DELETE", "/api/v1/jobs/research/runs")
+    assert deleted["status"]["phase"] == "Cancelled"
+    assert not any(cards(svc, node).values())
+    assert job_row(svc.state, "research/runs") is None
+    reasons = [e["reason"] for e in svc.get("/api/v1/events?limit=50")["items"]
+               if e["object"] == "research/runs"]
+    assert reasons[-2:] == ["Cancelled", "Deleted"]
 
 
 def test_a_duplicate_job_name_is_a_conflict_while_the_job_exists(svc: Svc) -> None:

@@ -433,9 +433,14 @@ def test_describe_pending_job_gives_the_reason_then_cancel(run: Run, tmp_path: P
     assert (code, out) == (0, "job research/huge-pretrain cancelled (was Pending)\n")
     code, out, _ = run("get", "job", "research/huge-pretrain")
     assert rows(out)[0]["PHASE"] == "Cancelled"
-    # cancelling an ended job deletes it
+    # cancelling again changes nothing: the record stays
     code, out, _ = run("cancel", "job", "research/huge-pretrain")
-    assert out == "job research/huge-pretrain deleted (it had ended: Cancelled)\n"
+    assert (code, out) == (0, "job research/huge-pretrain had ended already (Cancelled): "
+                              "left as it is\n")
+    assert rows(run("get", "job", "research/huge-pretrain")[1])[0]["PHASE"] == "Cancelled"
+    # delete takes the form -o name prints, and removes the record
+    code, out, _ = run("delete", "job/research/huge-pretrain", "-o", "name")
+    assert (code, out) == (0, "job/research/huge-pretrain\n")
     code, _, err = run("get", "job", "research/huge-pretrain")
     assert code == 2 and "NotFoundError: job research/huge-pretrain not found" in err
 

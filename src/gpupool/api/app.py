@@ -37,6 +37,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gpupool.api.auth import Principal, Tokens
 from gpupool.api.errors import RESPONSES, ApiError, install
+from gpupool.api.headers import SecurityHeaders
 from gpupool.config.jobs import JobDocument
 from gpupool.control import views
 from gpupool.control.plane import ControlPlane, JobRecord
@@ -129,7 +130,7 @@ Admin = Annotated[Principal, Depends(admin)]
 def create_app(plane: ControlPlane, tokens: Tokens, *,
                max_body_bytes: int = MAX_BODY_BYTES) -> FastAPI:
     app = FastAPI(title="gpupool", version="v1", docs_url=None, redoc_url=None,
-                  responses=RESPONSES,
+                  openapi_url=None, responses=RESPONSES,
                   description="GPU scheduler control plane: queues, jobs, nodes and cards.")
     app.state.tokens = tokens
     install(app)
@@ -149,6 +150,7 @@ def create_app(plane: ControlPlane, tokens: Tokens, *,
     # -- plumbing ----------------------------------------------------------------------------
 
     app.add_middleware(_Observe, metrics=metrics, max_body_bytes=max_body_bytes)
+    app.add_middleware(SecurityHeaders)
 
     async def read_body(request: Request) -> Any:
         raw = b""
@@ -190,6 +192,10 @@ def create_app(plane: ControlPlane, tokens: Tokens, *,
     @app.get("/metrics", tags=["service"], response_class=PlainTextResponse)
     def prometheus(who: Who) -> Response:
         return Response(metrics.render(), media_type=CONTENT_TYPE)
+
+    @app.get("/openapi.json", include_in_schema=False)
+    def spec(who: Who) -> dict[str, Any]:
+        return app.openapi()
 
     @app.get("/api/v1/whoami", tags=["service"])
     def whoami(who: Who) -> dict[str, Any]:
@@ -360,10 +366,18 @@ def create_app(plane: ControlPlane, tokens: Tokens, *,
     def get_job(namespace: str, name: str, who: Who) -> dict[str, Any]:
         return views.job_view(plane, visible_job(who, namespace, name))
 
-    @app.delete("/api/v1/jobs/{namespace}/{name}", tags=["jobs"])
+    @app.post("/api/v1/jobs/{namespace}/{name}/cancel", tags=["jobs"])
     def cancel_job(namespace: str, name: str, who: Who) -> dict[str, Any]:
+        """Cancel a pending or running job; a job that has ended is answered as it is."""
         visible_job(who, namespace, name)
         return views.job_view(plane, plane.cancel(f"{namespace}/{name}"), {})
+
+    @app.delete("/api/v1/jobs/{namespace}/{name}", tags=["jobs"])
+    def delete_job(namespace: str, name: str, who: Who) -> dict[str, Any]:
+        """Delete a job (cancelled first if it has not ended): its record goes, its name may
+        be used again. Answers the job as it was last."""
+        visible_job(who, namespace, name)
+        return views.job_view(plane, plane.delete(f"{namespace}/{name}"), {})
 
     # -- events ------------------------------------------------------------------------------
 

@@ -1,11 +1,13 @@
-"""``gpupool submit``, ``get``, ``describe`` and ``cancel``: the client of ``gpupool serve``.
+"""``gpupool submit``, ``get``, ``describe``, ``cancel`` and ``delete``: the client of
+``gpupool serve``.
 
 In kubectl's habits::
 
     gpupool submit -f job.yaml [-f more.json] [-f -]      several documents per file; stdin
     gpupool get jobs|nodes|queues|clusterqueues|localqueues|flavors|cohorts|events [NAME]
     gpupool describe job|node NAME
-    gpupool cancel job NAME [NAME ...]
+    gpupool cancel job NAME [NAME ...]                    or job/NAMESPACE/NAME (-o name)
+    gpupool delete job NAME [NAME ...]
 
 Every command takes ``--server`` (env ``GPUPOOL_SERVER``, default http://127.0.0.1:8080),
 ``--token`` (env ``GPUPOOL_TOKEN``), ``-n/--namespace`` and ``-o``. A job NAME may be written
@@ -25,8 +27,6 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
-
-import yaml
 
 from gpupool.client import render
 from gpupool.client.errors import RequestError, Unauthorized, Unreachable
@@ -131,13 +131,49 @@ def add_parsers(sub: Any) -> None:
     p.set_defaults(func=lambda a: _run(a, _describe))
 
     p = sub.add_parser("cancel", parents=[_common(("json", "name"))],
-                       help="cancel jobs (a job that has ended is deleted)",
+                       help="cancel jobs (their records stay; `delete` removes them)",
                        description="Cancel pending or running jobs; their cards are free at "
-                                   "once. A job that has ended already is deleted, so that "
-                                   "its name can be used again.")
-    p.add_argument("kind", metavar="KIND", choices=("job", "jobs"), help="job")
-    p.add_argument("names", nargs="+", metavar="NAME", help="NAME or NAMESPACE/NAME")
+                                   "once. A job that has ended already is left as it is "
+                                   "(cancelling twice is not an error). Jobs are named as "
+                                   "`job NAME ...` or as `-o name` prints them (job/NS/NAME).")
+    p.add_argument("targets", nargs="+", metavar="job NAME | job/NAME",
+                   help="job NAME [NAME ...] (NAME or NAMESPACE/NAME), or job/NAMESPACE/NAME")
     p.set_defaults(func=lambda a: _run(a, _cancel))
+
+    p = sub.add_parser("delete", parents=[_common(("json", "name"))],
+                       help="delete jobs (cancelled first if they have not ended)",
+                       description="Delete jobs: a pending or running job is cancelled "
+                                   "first (its cards are free at once), then its record is "
+                                   "removed and its name may be used again. Jobs are named "
+                                   "as `job NAME ...` or as `-o name` prints them.")
+    p.add_argument("targets", nargs="+", metavar="job NAME | job/NAME",
+                   help="job NAME [NAME ...] (NAME or NAMESPACE/NAME), or job/NAMESPACE/NAME")
+    p.set_defaults(func=lambda a: _run(a, _delete))
+
+
+JOB_WORDS = ("job", "jobs")
+
+
+def job_targets(targets: Sequence[str]) -> list[str]:
+    """Job names from ``job NAME [NAME ...]`` or ``job/NAME`` words (``-o name``'s form,
+    kubectl's ``TYPE/NAME``), which may be mixed; ConfigError for anything else."""
+    words = list(targets)
+    kind_given = bool(words) and words[0].lower() in JOB_WORDS
+    if kind_given:
+        words = words[1:]
+    names = []
+    for word in words:
+        kind, sep, rest = word.partition("/")
+        if sep and kind.lower() in JOB_WORDS and rest:
+            names.append(rest)
+        elif kind_given and word:
+            names.append(word)
+        else:
+            raise ConfigError(f"{word!r}: name jobs as `job NAME` or `job/NAME` "
+                              "(only jobs can be cancelled or deleted here)")
+    if not names:
+        raise ConfigError("no job named: give `job NAME [NAME ...]` or `job/NAME`")
+    return names
 
 
 def _kind(text: str) -> str:
@@ -183,6 +219,8 @@ def _now(client: Client) -> float:
 
 def _dump(obj: object, fmt: str, out: Out) -> None:
     if fmt == "yaml":
+        import yaml  # only here: the other commands start without it
+
         out.write(yaml.safe_dump(obj, sort_keys=False, default_flow_style=False))
     else:
         out.write(json.dumps(obj, indent=2) + "\n")
@@ -262,6 +300,8 @@ def read_documents(sources: Sequence[str], stdin: TextIO | None = None
 def _parse(text: str, name: str) -> list[Any]:
     """The documents of a file: JSON when it reads as JSON, else YAML (which also reads
     flow-style ``{name: x}``); the error names the format the file seems to be in."""
+    import yaml
+
     json_error: json.JSONDecodeError | None = None
     if text.lstrip().startswith(("{", "[")):
         try:
@@ -479,7 +519,7 @@ def _describe(client: Client, args: argparse.Namespace, out: Out) -> int:
 
 def _cancel(client: Client, args: argparse.Namespace, out: Out) -> int:
     done: list[dict[str, Any]] = []
-    for name in args.names:
+    for name in job_targets(args.targets):
         ns, short = locate_job(client, name, args.namespace)
         before = client.job(ns, short).get("status", {}).get("phase")
         job = client.cancel(ns, short)
@@ -488,10 +528,25 @@ def _cancel(client: Client, args: argparse.Namespace, out: Out) -> int:
             _print(f"job/{ns}/{short}", out)
         elif args.output is None:
             if before in TERMINAL:
-                _print(f"job {ns}/{short} deleted (it had ended: {before})", out)
+                _print(f"job {ns}/{short} had ended already ({before}): left as it is", out)
             else:
                 _print(f"job {ns}/{short} cancelled (was {before})", out)
     if args.output == "json":
         _dump(done[0] if len(done) == 1 else {"kind": "List", "items": done}, "json", out)
     return 0
 
+
+def _delete(client: Client, args: argparse.Namespace, out: Out) -> int:
+    done: list[dict[str, Any]] = []
+    for name in job_targets(args.targets):
+        ns, short = locate_job(client, name, args.namespace)
+        job = client.delete(ns, short)
+        done.append(job)
+        if args.output == "name":
+            _print(f"job/{ns}/{short}", out)
+        elif args.output is None:
+            _print(f"job {ns}/{short} deleted (was {job.get('status', {}).get('phase')})",
+                   out)
+    if args.output == "json":
+        _dump(done[0] if len(done) == 1 else {"kind": "List", "items": done}, "json", out)
+    return 0

@@ -1,4 +1,4 @@
-"""A small client of the ``gpupool serve`` REST API, over httpx: one method per call.
+"""A small client of the ``gpupool serve`` REST API: one method per call.
 
 ::
 
@@ -9,18 +9,20 @@
 
 Methods return the API's JSON as it is (dicts and lists). Failures are translated here, once:
 a refusal becomes the :mod:`gpupool.client.errors` class for its status and error name, and a
-server that does not answer becomes :class:`~gpupool.client.errors.Unreachable`. ``transport``
-takes any httpx transport (``httpx.ASGITransport`` or ``httpx.MockTransport`` in tests).
+server that does not answer becomes :class:`~gpupool.client.errors.Unreachable`.
+
+It speaks HTTP/1.1 through the standard library's ``http.client`` on one kept-alive
+connection: the CLI starts in a few tens of milliseconds, where an HTTP library with its
+dependencies costs more to import than the call takes.
 """
 
 from __future__ import annotations
 
+import http.client
 import json
 from collections.abc import Iterable, Mapping
 from typing import Any
-from urllib.parse import quote
-
-import httpx
+from urllib.parse import quote, urlencode, urlsplit
 
 from gpupool.client.errors import Unreachable, from_response
 
@@ -35,18 +37,28 @@ def _seg(name: str) -> str:
 
 class Client:
     def __init__(self, server: str = DEFAULT_SERVER, token: str | None = None, *,
-                 timeout_s: float = 30.0, transport: httpx.BaseTransport | None = None) -> None:
+                 timeout_s: float = 30.0) -> None:
         self.server = server.rstrip("/") or DEFAULT_SERVER
         if "://" not in self.server:
             self.server = f"http://{self.server}"
-        headers = {"Accept": "application/json", "User-Agent": "gpupool-client"}
+        url = urlsplit(self.server)
+        if url.scheme not in ("http", "https") or not url.hostname:
+            raise Unreachable(f"server {server!r}: expected http://HOST[:PORT] or https://...")
+        self._scheme, self._host, self._prefix = url.scheme, url.hostname, url.path
+        try:
+            self._port = url.port
+        except ValueError:
+            raise Unreachable(f"server {server!r}: the port is not a number") from None
+        self._timeout = timeout_s
+        self._headers = {"Accept": "application/json", "User-Agent": "gpupool-client"}
         if token:
-            headers["Authorization"] = f"Bearer {token}"
-        self._http = httpx.Client(base_url=self.server, headers=headers, timeout=timeout_s,
-                                  transport=transport)
+            self._headers["Authorization"] = f"Bearer {token}"
+        self._conn: http.client.HTTPConnection | None = None
 
     def close(self) -> None:
-        self._http.close()
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
 
     def __enter__(self) -> Client:
         return self
@@ -56,28 +68,59 @@ class Client:
 
     # -- the one place requests are made -----------------------------------------------------
 
+    def _connection(self) -> http.client.HTTPConnection:
+        if self._conn is None:
+            kind = (http.client.HTTPSConnection if self._scheme == "https"
+                    else http.client.HTTPConnection)
+            self._conn = kind(self._host, self._port, timeout=self._timeout)
+        return self._conn
+
+    def _send(self, method: str, target: str, content: bytes | None,
+              headers: dict[str, str]) -> tuple[int, bytes]:
+        """One exchange; a kept-alive connection the server has closed is opened again once
+        (only before anything was sent on it, as a closed connection fails at once)."""
+        for attempt in (0, 1):
+            conn = self._connection()
+            try:
+                conn.request(method, target, body=content, headers=headers)
+                response = conn.getresponse()
+                return response.status, response.read()
+            except (http.client.RemoteDisconnected, BrokenPipeError,
+                    ConnectionResetError) as exc:
+                self.close()
+                if attempt or method not in ("GET", "HEAD"):
+                    raise Unreachable(f"cannot reach the server at {self.server}: the "
+                                      f"connection was broken off ({type(exc).__name__})"
+                                      ) from exc
+            except TimeoutError as exc:
+                self.close()
+                raise Unreachable(f"no answer from the server at {self.server} in time "
+                                  f"({self._timeout:g} s)") from exc
+            except (OSError, http.client.HTTPException) as exc:
+                self.close()
+                reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+                raise Unreachable(f"cannot reach the server at {self.server}: {reason}"
+                                  ) from exc
+        raise AssertionError("unreachable")  # pragma: no cover
+
     def request(self, method: str, path: str, *, params: Mapping[str, Any] | None = None,
                 body: object = None) -> Any:
         """One call; the decoded JSON answer, or the error for the refusal."""
         where = f"{method} {self.server}{path}"
         content = None if body is None else json.dumps(body).encode()
-        headers = {"Content-Type": "application/json"} if content is not None else None
+        headers = dict(self._headers)
+        if content is not None:
+            headers["Content-Type"] = "application/json"
         query = {k: v for k, v in (params or {}).items() if v is not None}
+        target = self._prefix.rstrip("/") + path + (f"?{urlencode(query)}" if query else "")
+        status, raw = self._send(method, target, content, headers)
+        text = raw.decode("utf-8", errors="replace")
         try:
-            response = self._http.request(method, path, params=query, content=content,
-                                          headers=headers)
-        except httpx.TimeoutException as exc:
-            raise Unreachable(f"no answer from the server at {self.server} in time "
-                              f"({type(exc).__name__})") from exc
-        except httpx.TransportError as exc:
-            reason = str(exc) or type(exc).__name__
-            raise Unreachable(f"cannot reach the server at {self.server}: {reason}") from exc
-        try:
-            data: Any = response.json()
+            data: Any = json.loads(text)
         except ValueError:
-            data = response.text
-        if response.status_code >= 400:
-            raise from_response(response.status_code, data, where)
+            data = text
+        if status >= 400:
+            raise from_response(status, data, where)
         if isinstance(data, str):
             raise from_response(502, f"expected JSON, got {data[:100]!r}", where)
         return data
@@ -149,7 +192,13 @@ class Client:
         return out
 
     def cancel(self, namespace: str, name: str) -> dict[str, Any]:
-        """Cancel a pending or running job; a job that has ended is deleted instead."""
+        """Cancel a pending or running job; a job that has ended is answered as it is."""
+        out: dict[str, Any] = self.request(
+            "POST", f"/api/v1/jobs/{_seg(namespace)}/{_seg(name)}/cancel")
+        return out
+
+    def delete(self, namespace: str, name: str) -> dict[str, Any]:
+        """Delete a job (cancelled first if it has not ended); the job as it was last."""
         out: dict[str, Any] = self.request("DELETE",
                                            f"/api/v1/jobs/{_seg(namespace)}/{_seg(name)}")
         return out

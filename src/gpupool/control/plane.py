@@ -602,29 +602,46 @@ class ControlPlane:
             return rec
 
     def cancel(self, key: str) -> JobRecord:
-        """Cancel a pending or running job (its cards are free at once); a job that has
-        ended already is deleted, so that its name can be used again."""
+        """Cancel a pending or running job (its cards are free at once). Idempotent: a job
+        that has ended already is left as it is, record and all (``delete`` removes it)."""
+        with self.lock:
+            rec = self.job(key)
+            if rec.phase in TERMINAL:
+                return rec
+            self._cancel(rec, self.clock.now())
+            return rec
+
+    def delete(self, key: str) -> JobRecord:
+        """Delete a job: cancelled first if it is pending or running, then its record is
+        removed (its events stay), so that its name can be used again. Returns the record
+        as it was last."""
         with self.lock:
             rec = self.job(key)
             now = self.clock.now()
-            if rec.phase in TERMINAL:
-                with self.store.transaction() as tx:
-                    tx.delete_job(key)
-                del self.jobs[key]
-                return rec
-            with self.store.transaction() as tx:  # on disk first: a failed write cancels nothing
-                tx.update_job(key, phase="Cancelled", finished_s=now, message="cancelled")
-                tx.add_events([NewEvent(now, "Normal", "Cancelled", "Job", key,
+            if rec.phase not in TERMINAL:
+                self._cancel(rec, now)
+            with self.store.transaction() as tx:
+                tx.delete_job(key)
+                tx.add_events([NewEvent(now, "Normal", "Deleted", "Job", key,
                                         rec.request.namespace,
-                                        f"cancelled while {rec.phase.lower()}")])
-            if rec.phase == "Running":
-                self.backend.stop(key)
-            self.scheduler.cancel(JobId(key), now)
-            rec.phase, rec.finished_s, rec.message = "Cancelled", now, "cancelled"
-            changes = _Changes()
-            self._save_provisioning(changes)
-            self._commit(changes)
+                                        f"deleted ({rec.phase.lower()})")])
+            del self.jobs[key]
             return rec
+
+    def _cancel(self, rec: JobRecord, now: float) -> None:
+        key = rec.key
+        with self.store.transaction() as tx:  # on disk first: a failed write cancels nothing
+            tx.update_job(key, phase="Cancelled", finished_s=now, message="cancelled")
+            tx.add_events([NewEvent(now, "Normal", "Cancelled", "Job", key,
+                                    rec.request.namespace,
+                                    f"cancelled while {rec.phase.lower()}")])
+        if rec.phase == "Running":
+            self.backend.stop(key)
+        self.scheduler.cancel(JobId(key), now)
+        rec.phase, rec.finished_s, rec.message = "Cancelled", now, "cancelled"
+        changes = _Changes()
+        self._save_provisioning(changes)
+        self._commit(changes)
 
     # -- the loop ----------------------------------------------------------------------------
 
