@@ -531,15 +531,34 @@ def test_cluster_totals_allocation_and_history(svc: Svc) -> None:
     svc.submit(job_doc("part", "serving", "serving", milli=500, gpu_memory="4Gi"))
     svc.tick()
     view = svc.get("/api/v1/cluster")
-    assert view["gpus"]["total"] == 56 and view["gpus"]["mig_partitioned"] == 4
+    # the headline counts every card, the 4 MIG-partitioned ones too, as the flavors do
+    assert view["gpus"]["total"] == 60 and view["gpus"]["mig_partitioned"] == 4
+    assert sum(f["gpus"] for f in view["flavors"]) == 60
     assert view["gpus"]["allocated"] == 2.5
-    assert view["gpu_milli"]["used"] == 2500
-    assert view["jobs"]["Running"] == 2 and view["nodes"]["ready"] == 12
+    assert view["gpu_milli"]["used"] == 2500  # (compute of the cards not partitioned)
+    svc.submit(job_doc("mig", "notebooks", "notebooks", mig="1g.5gb"))
+    svc.tick()
+    view = svc.get("/api/v1/cluster")
+    used = sum(f["gpu_milli_used"] for f in view["flavors"])
+    assert used > 2500 and view["gpus"]["allocated"] == round(used / 1000, 3)
+    assert view["gpus"]["allocated_pct"] == round(100 * used / 60_000, 2)
+    assert view["jobs"]["Running"] == 3 and view["nodes"]["ready"] == 12
     frag = view["fragmentation"]
     assert frag["fragmented_gpu_milli"] == 500 and 0 < frag["ratio"] < 1
     assert {f["name"] for f in view["flavors"]} >= {"h100", "t4", "a6000"}
     samples = svc.get("/api/v1/cluster/history")["samples"]
     assert samples and samples[-1]["queues"]["llm"]["gpu_milli"] == 2000
+
+
+def test_a_page_of_jobs_says_how_many_more_there_are(svc: Svc) -> None:
+    for i in range(5):
+        svc.submit(job_doc(f"many-{i}", gpus=8, count=2, models=["H100-80GB"]))
+    svc.tick()  # one runs, four wait
+    page = svc.get("/api/v1/jobs", phase="Pending", limit=2)
+    assert len(page["items"]) == 2 and page["remainingItemCount"] == 2
+    assert svc.get("/api/v1/jobs", phase="Pending", limit=10)["remainingItemCount"] == 0
+    rest = svc.get("/api/v1/jobs", phase="Pending", limit=2, after=page["continue"])
+    assert rest["remainingItemCount"] == 0 and len(rest["items"]) == 2
 
 
 def test_events_follow_a_job_and_page_by_sequence(svc: Svc) -> None:

@@ -345,6 +345,7 @@ def create_app(plane: ControlPlane, tokens: Tokens, *,
         phases = set(phase.split(",")) if phase else None
         with plane.lock:
             recs = []
+            matched = 0  # all of them, for remainingItemCount (Kubernetes' ListMeta field)
             for rec in plane.jobs.values():
                 ns = rec.request.namespace
                 if rec.uid <= after or not who.sees(ns) or (namespace and ns != namespace):
@@ -354,13 +355,14 @@ def create_app(plane: ControlPlane, tokens: Tokens, *,
                     continue
                 if phases and rec.phase not in phases:
                     continue
-                recs.append(rec)
-                if len(recs) > limit:
-                    break
+                matched += 1
+                if len(recs) <= limit:
+                    recs.append(rec)
             more = len(recs) > limit
             recs = recs[:limit]
             return {"items": views.jobs_view(plane, recs),
-                    "continue": recs[-1].uid if more and recs else None}
+                    "continue": recs[-1].uid if more and recs else None,
+                    "remainingItemCount": matched - len(recs)}
 
     @app.get("/api/v1/jobs/{namespace}/{name}", tags=["jobs"])
     def get_job(namespace: str, name: str, who: Who) -> dict[str, Any]:

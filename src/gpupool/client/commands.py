@@ -37,6 +37,7 @@ SERVER_ENV = "GPUPOOL_SERVER"
 TOKEN_ENV = "GPUPOOL_TOKEN"
 PHASES = ("Pending", "Running", "Succeeded", "Failed", "Cancelled")
 TERMINAL = ("Succeeded", "Failed", "Cancelled")
+ACTIVE = ("Pending", "Running")
 
 # What `get` accepts, kubectl's way: singular, plural and short names.
 KINDS: dict[str, str] = {}
@@ -109,7 +110,10 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("-A", "--all-namespaces", action="store_true",
                    help="every namespace the token can see (the default without -n)")
     p.add_argument("--phase", type=_phases, metavar="PHASE[,PHASE]",
-                   help=f"jobs in these phases ({', '.join(PHASES)})")
+                   help=f"jobs in these phases ({', '.join(PHASES)}); without it, and "
+                        "without --show-all, pending and running jobs only")
+    p.add_argument("-a", "--show-all", action="store_true",
+                   help="jobs: ended ones too (Succeeded, Failed, Cancelled)")
     p.add_argument("--queue", metavar="QUEUE",
                    help="jobs of this LocalQueue (name or namespace/name) or ClusterQueue")
     p.add_argument("--limit", type=int, default=200, metavar="N",
@@ -418,7 +422,8 @@ def _fetch_jobs(client: Client, args: argparse.Namespace) -> list[dict[str, Any]
     if args.name:
         ns, short = locate_job(client, args.name, args.namespace)
         return [client.job(ns, short)]
-    return client.jobs(namespace=args.namespace, queue=args.queue, phases=args.phase)
+    phases = args.phase or (None if args.show_all else list(ACTIVE))
+    return client.jobs(namespace=args.namespace, queue=args.queue, phases=phases)
 
 
 def _get_jobs(client: Client, args: argparse.Namespace, out: Out) -> int:
@@ -432,7 +437,9 @@ def _get_jobs(client: Client, args: argparse.Namespace, out: Out) -> int:
         return 0
     if not jobs:
         where = f" in namespace {args.namespace}" if args.namespace else ""
-        print(f"No jobs found{where}.", file=sys.stderr)
+        hint = "" if args.phase or args.show_all else " (pending or running; --show-all " \
+            "for ended ones too)"
+        print(f"No jobs found{where}{hint}.", file=sys.stderr)
         return 0
     _print(render.jobs_table(jobs, _now(client), args.output == "wide"), out)
     return 0
@@ -444,11 +451,15 @@ def _watch_jobs(client: Client, args: argparse.Namespace, out: Out) -> int:
     wide = args.output == "wide"
     seen: dict[str, tuple[object, ...]] = {}
     widths: list[int] | None = None
-    for jobs in _polls(client, args):
+    every = argparse.Namespace(**{**vars(args), "show_all": True})
+    for jobs in _polls(client, every):
         now = _now(client)
         changed = []
         for j in jobs:
             st = j.get("status", {})
+            if not (args.show_all or args.phase or st.get("phase") in ACTIVE
+                    or render.key(j) in seen):
+                continue  # an ended job is shown only when it ends while watched
             sig = (st.get("phase"), st.get("queuePosition"), st.get("pendingReason"),
                    st.get("estimatedStart"), st.get("message"))
             k = render.key(j)

@@ -40,6 +40,7 @@ from gpupool.control.codec import (
     request_from_json,
     request_to_json,
 )
+from gpupool.control.limits import check_metadata
 from gpupool.core.admission import QuotaTree, request_demand
 from gpupool.core.decisions import CycleResult
 from gpupool.core.errors import ConfigError, ConflictError, InvalidJobError, NotFoundError
@@ -551,6 +552,7 @@ class ControlPlane:
         self.store.sync()
 
     def _submit(self, body: object, namespace: str | None) -> JobRecord:
+        check_metadata(body)  # before the lock: a refusal costs no one a wait
         with self.lock:
             now = self.clock.now()
             request = parse_job(body, self.config, namespace=namespace, submit_time_s=now)

@@ -55,7 +55,7 @@ def cluster_view(plane: ControlPlane) -> dict[str, Any]:
         free_total = int(free.sum())
         states = Counter(_node_state(b) for b in plane.node_status.values())
         phases = Counter(r.phase for r in plane.jobs.values())
-        gpus, milli_used = totals["gpus"], totals["gpu_milli_used"]
+        milli_used = totals["gpu_milli_used"]
         flavors: dict[str, dict[str, int]] = defaultdict(lambda: {"nodes": 0, "gpus": 0,
                                                                   "gpu_milli_used": 0})
         for i in live:
@@ -66,15 +66,19 @@ def cluster_view(plane: ControlPlane) -> dict[str, Any]:
             f["gpu_milli_used"] += int(t.used_milli[i][t.gpu_usable[i]].sum()) + sum(
                 (m.count - int(t.mig_free[m.profile][i, g.index])) * m.gpu_milli
                 for g in node.gpus for m in g.mig)
+        all_gpus = sum(f["gpus"] for f in flavors.values())
+        all_used = sum(f["gpu_milli_used"] for f in flavors.values())
         last = plane.last_tick
         return {
             "time_s": round(plane.clock.now(), 3),
             "speed": plane.clock.speed,
             "nodes": {"total": len(plane.node_status), **{s: states.get(s, 0) for s in
                                                           ("ready", "cordoned", "failed")}},
-            "gpus": {"total": gpus, "mig_partitioned": int(t.gpu_mig[live].sum()),
-                     "allocated": round(milli_used / 1000, 3),
-                     "allocated_pct": round(100 * milli_used / max(1, gpus * 1000), 2)},
+            # every card, MIG-partitioned ones too (as the flavors' figures count them); the
+            # cards' compute in gpu_milli below leaves the partitioned ones out
+            "gpus": {"total": all_gpus, "mig_partitioned": int(t.gpu_mig[live].sum()),
+                     "allocated": round(all_used / 1000, 3),
+                     "allocated_pct": round(100 * all_used / max(1, all_gpus * 1000), 2)},
             "gpu_milli": {"total": totals["gpu_milli_total"], "used": milli_used},
             "cpu_milli": {"total": totals["cpu_milli_total"], "used": totals["cpu_milli_used"]},
             "memory_mib": {"total": totals["memory_mib_total"],
