@@ -344,7 +344,7 @@ def create_app(plane: ControlPlane, tokens: Tokens, *,
                   ) -> dict[str, Any]:
         phases = set(phase.split(",")) if phase else None
         with plane.lock:
-            recs = []
+            recs: list[JobRecord] = []
             matched = 0  # all of them, for remainingItemCount (Kubernetes' ListMeta field)
             for rec in plane.jobs.values():
                 ns = rec.request.namespace
