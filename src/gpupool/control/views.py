@@ -18,6 +18,7 @@ from gpupool.control.plane import ACTIVE, ControlPlane, JobRecord
 from gpupool.core.elastic import TASK_PREFIX
 from gpupool.core.errors import NotFoundError
 from gpupool.core.model import JobId, Node, NodeName
+from gpupool.core.provisioning import REQUEST_LABEL
 from gpupool.core.quota import Resource
 
 Visible = Callable[[str], bool]
@@ -158,13 +159,27 @@ def node_view(plane: ControlPlane, name: str, visible: Visible = everyone) -> di
         return {
             "name": name, "state": _node_state(body), "unschedulable": not node.schedulable,
             "failed": bool(body.get("failed")), "flavor": flavor_of(plane, node),
-            "labels": dict(node.labels),
-            "taints": [{"key": x.key, "value": x.value, "effect": str(x.effect)}
-                       for x in node.taints],
+            "labels": {k: _owned(k, v, visible) for k, v in node.labels.items()},
+            "taints": [{"key": x.key, "value": _owned(x.key, x.value, visible),
+                        "effect": str(x.effect)} for x in node.taints],
             "cpu_milli": {"total": node.cpu_milli, "used": cpu_used},
             "memory_mib": {"total": node.memory_mib, "used": mem_used},
             "gpus": cards,
         }
+
+
+ANOTHER_TENANTS = "another-tenant"
+
+
+def _owned(key: str, value: str, visible: Visible) -> str:
+    """A node label's or taint's value as a reader sees it: a provisioned node's request
+    label names its namespace and request (``research.research-train-1``, made from the job's
+    name), which a reader who cannot see that namespace does not learn."""
+    if key == REQUEST_LABEL and value:
+        namespace = value.split(".", 1)[0]
+        if not visible(namespace):
+            return ANOTHER_TENANTS
+    return value
 
 
 def _status(plane: ControlPlane, rec: JobRecord,
