@@ -44,6 +44,7 @@ from gpupool.control.limits import check_metadata
 from gpupool.core.admission import QuotaTree, request_demand
 from gpupool.core.decisions import CycleResult
 from gpupool.core.errors import ConfigError, ConflictError, InvalidJobError, NotFoundError
+from gpupool.core.feasibility import flavor_problem
 from gpupool.core.model import Job, JobId, Node, NodeName, Placement
 from gpupool.core.placement.framework import Profile
 from gpupool.core.provisioning import CheckState, ProvisioningRequest
@@ -561,8 +562,13 @@ class ControlPlane:
                                     f"({self.jobs[request.key].phase})")
             sched = self.scheduler
             cq = sched.queues.resolve(request.job.queue)
-            self._check_quota_ceiling(request.job, cq)
+            # a queue with a provisioning check runs jobs on nodes the cloud will make: the
+            # core checks those against the request's rules, not against today's nodes
+            provisioned = sched.checks is not None and sched.checks.check_for(cq) is not None
             try:
+                if not provisioned:  # on some node of the cluster, then of the queue's flavors
+                    sched.validator.check(request.job, sched.state.table)
+                self._check_ever_runs(request.job, cq, nodes=not provisioned)
                 sched.submit(request.job, now)  # checks it could ever run here, then queues
             except InvalidJobError as exc:
                 raise _in_document_terms(exc, request) from None
@@ -581,20 +587,26 @@ class ControlPlane:
             self.metrics.submitted(cq)
             return rec
 
-    def _check_quota_ceiling(self, job: Job, cq: str) -> None:
-        """Refuse a job that its ClusterQueue could not admit even with every other queue
-        idle: more than its nominal quota plus what it may borrow, in every flavor."""
+    def _check_ever_runs(self, job: Job, cq: str, *, nodes: bool) -> None:
+        """Refuse a job that no flavor of its ClusterQueue could ever run: one whose quota,
+        with every other queue idle and all it may borrow, is too small, or (with ``nodes``)
+        whose nodes, empty, could not hold it (``core.feasibility``: a MIG profile in a queue
+        with no MIG flavor, a model none of its flavors has)."""
         tree = self._idle_tree
+        flavors = {f.name: f for f in self.config.flavors}
+        table = self.scheduler.state.table
         reasons = []
         for fq in tree.queues[cq].flavors or ():
             short = tree.shortfall(cq, request_demand(job, fq.flavor))
-            if not short:
+            why = flavor_problem(job, flavors.get(fq.flavor), table) if nodes else None
+            if not short and why is None:
                 return
-            reasons.extend(short)
+            reasons.append(f"flavor {fq.flavor}: " + "; ".join(
+                [*short, *([why] if why else [])]))
         if reasons:
             raise InvalidJobError("spec.podSets", "(the whole job)",
                                   f"can never be admitted by ClusterQueue {cq}, even with "
-                                  f"every other queue idle: {'; '.join(reasons)}")
+                                  f"every other queue idle: {' | '.join(reasons)}")
 
     def job(self, key: str) -> JobRecord:
         with self.lock:
