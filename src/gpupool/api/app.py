@@ -248,6 +248,14 @@ def create_app(plane: ControlPlane, tokens: Tokens, *,
             name, unschedulable=patch.get("unschedulable"), failed=patch.get("failed")))
         return views.node_view(plane, name)
 
+    @app.post("/api/v1/nodes/{name}/drain", tags=["nodes"])
+    def drain_node(name: str, who: Admin) -> dict[str, Any]:
+        """Cordon the node and send its jobs back to their queues, whole."""
+        if name not in plane.node_status:
+            raise NotFoundError(f"node {name} not found")
+        requeued = plane.drain_node(name)
+        return {**views.node_view(plane, name), "requeued": requeued}
+
     @app.delete("/api/v1/nodes/{name}", tags=["nodes"])
     def delete_node(name: str, who: Admin) -> dict[str, Any]:
         plane.delete_node(name)

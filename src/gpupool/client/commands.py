@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from gpupool.client import render
+from gpupool.client import describe, output, render
 from gpupool.client.errors import RequestError, Unauthorized, Unreachable
 from gpupool.client.http import DEFAULT_SERVER, Client
 from gpupool.core.errors import ConfigError, NotFoundError
@@ -82,14 +82,20 @@ def _common(outputs: Sequence[str] | None) -> argparse.ArgumentParser:
     p.add_argument("-n", "--namespace", default=None,
                    help="namespace of the jobs (default: every one the token can see)")
     if outputs:
-        p.add_argument("-o", "--output", choices=outputs, default=None,
-                       help="json and yaml print the API's objects, for scripts; wide adds "
-                            "columns; name prints kind/name")
+        shown = ", ".join(f"{o}=..." if o in output.TEMPLATES else o for o in outputs)
+        p.add_argument("-o", "--output", type=output.output_format(outputs), default=None,
+                       metavar="FORMAT",
+                       help=f"{shown}: json and yaml print the API's objects, for scripts; "
+                            "wide adds columns; name prints kind/name; jsonpath=TEMPLATE "
+                            "and custom-columns=HEADER:JSONPATH,... as kubectl's")
     return p
 
 
 def add_parsers(sub: Any) -> None:
     """Add ``submit``, ``get``, ``describe`` and ``cancel`` to the ``gpupool`` parser."""
+    from gpupool.client import admin  # cordon, uncordon, drain, apply
+
+    admin.add_parsers(sub)
     p = sub.add_parser("submit", parents=[_common(("json", "yaml", "name"))],
                        help="submit jobs to a gpupool server",
                        description="Submit Job documents (YAML or JSON; several per file, "
@@ -98,7 +104,8 @@ def add_parsers(sub: Any) -> None:
                    help="a file of Job documents, - for stdin (repeatable)")
     p.set_defaults(func=lambda a: _run(a, _submit))
 
-    p = sub.add_parser("get", parents=[_common(("json", "yaml", "wide", "name"))],
+    p = sub.add_parser("get", parents=[_common(("json", "yaml", "wide", "name", "jsonpath",
+                                                "custom-columns"))],
                        help="list jobs, nodes, queues, flavors, cohorts or events",
                        description="Show objects of a gpupool server as a table.")
     p.add_argument("kind", metavar="KIND", type=_kind,
@@ -114,6 +121,13 @@ def add_parsers(sub: Any) -> None:
                         "without --show-all, pending and running jobs only")
     p.add_argument("-a", "--show-all", action="store_true",
                    help="jobs: ended ones too (Succeeded, Failed, Cancelled)")
+    p.add_argument("-l", "--selector", metavar="SELECTOR",
+                   help="only objects whose labels match (a=b,c!=d,e,!f,g in (x,y))")
+    p.add_argument("--sort-by", metavar="JSONPATH",
+                   help="order by this field of the objects as -o json prints them "
+                        "(e.g. .status.submittedAt, {.metadata.name})")
+    p.add_argument("--no-headers", action="store_true",
+                   help="tables and custom-columns without their header line")
     p.add_argument("--queue", metavar="QUEUE",
                    help="jobs of this LocalQueue (name or namespace/name) or ClusterQueue")
     p.add_argument("--limit", type=int, default=200, metavar="N",
@@ -129,9 +143,12 @@ def add_parsers(sub: Any) -> None:
                        description="A job: its spec, status, pending reason, placements card "
                                    "by card and events. A node: its cards and who holds "
                                    "them.")
-    p.add_argument("kind", metavar="KIND", choices=("job", "jobs", "node", "nodes", "no"),
-                   help="job or node")
-    p.add_argument("name", metavar="NAME", help="a job (NAME or NAMESPACE/NAME) or a node")
+    p.add_argument("kind", metavar="KIND", choices=("job", "jobs", "node", "nodes", "no",
+                                                    "queue", "queues", "clusterqueue",
+                                                    "clusterqueues", "cq"),
+                   help="job, node or queue (a ClusterQueue)")
+    p.add_argument("name", metavar="NAME", help="a job (NAME or NAMESPACE/NAME), a node or "
+                                                "a ClusterQueue")
     p.set_defaults(func=lambda a: _run(a, _describe))
 
     p = sub.add_parser("cancel", parents=[_common(("json", "name"))],
@@ -391,6 +408,9 @@ def _get(client: Client, args: argparse.Namespace, out: Out) -> int:
         if kind == "localqueues" and args.namespace and not name:
             items = [q for q in items if q.get("metadata", {}).get("namespace")
                      == args.namespace]
+    items = _shape(items, args)
+    if _templated(items, bool(name), args, out):
+        return 0
     if fmt in ("json", "yaml"):
         _dump(items[0] if name else {"items": items}, fmt, out)
         return 0
@@ -412,8 +432,43 @@ def _get(client: Client, args: argparse.Namespace, out: Out) -> int:
         "flavors": lambda: render.flavors_table(items),
         "cohorts": lambda: render.cohorts_table(items),
     }[kind]()
-    _print(text, out)
+    _print(_headless(text, args), out)
     return 0
+
+
+def _shape(items: list[dict[str, Any]], args: argparse.Namespace) -> list[dict[str, Any]]:
+    """``items`` filtered by ``-l`` and ordered by ``--sort-by``."""
+    if getattr(args, "selector", None):
+        match = output.selector(args.selector)
+        items = [i for i in items if match(output.labels_of(i))]
+    if getattr(args, "sort_by", None):
+        items = output.sort_by(items, args.sort_by)
+    return items
+
+
+def _templated(items: list[dict[str, Any]], single: bool, args: argparse.Namespace,
+               out: Out) -> bool:
+    """Prints ``-o jsonpath=`` or ``-o custom-columns=``; False for the other formats."""
+    fmt = args.output or ""
+    if fmt.startswith("jsonpath="):
+        obj = items[0] if single and items else {"kind": "List", "items": items}
+        text = output.template(obj, fmt.split("=", 1)[1])
+        out.write(text if text.endswith("\n") or not text else text + "\n")
+        return True
+    if fmt.startswith("custom-columns="):
+        columns = output.custom_columns(fmt.split("=", 1)[1])
+        rows = output.column_rows(items, columns)
+        headers = [h for h, _ in columns]
+        _print(_headless(render.table(headers, rows), args), out)
+        return True
+    return False
+
+
+def _headless(text: str, args: argparse.Namespace) -> str:
+    """A table without its header line under ``--no-headers``."""
+    if getattr(args, "no_headers", False):
+        return "\n".join(text.splitlines()[1:])
+    return text
 
 
 def _fetch_jobs(client: Client, args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -427,7 +482,9 @@ def _fetch_jobs(client: Client, args: argparse.Namespace) -> list[dict[str, Any]
 
 
 def _get_jobs(client: Client, args: argparse.Namespace, out: Out) -> int:
-    jobs = _fetch_jobs(client, args)
+    jobs = _shape(_fetch_jobs(client, args), args)
+    if _templated(jobs, bool(args.name), args, out):
+        return 0
     if args.output in ("json", "yaml"):
         _dump(jobs[0] if args.name else {"items": jobs}, args.output, out)
         return 0
@@ -441,7 +498,7 @@ def _get_jobs(client: Client, args: argparse.Namespace, out: Out) -> int:
             "for ended ones too)"
         print(f"No jobs found{where}{hint}.", file=sys.stderr)
         return 0
-    _print(render.jobs_table(jobs, _now(client), args.output == "wide"), out)
+    _print(_headless(render.jobs_table(jobs, _now(client), args.output == "wide"), args), out)
     return 0
 
 
@@ -516,6 +573,13 @@ def _get_events(client: Client, args: argparse.Namespace, out: Out) -> int:
 def _describe(client: Client, args: argparse.Namespace, out: Out) -> int:
     if args.kind in ("node", "nodes", "no"):
         _print(render.describe_node(client.node(args.name)), out)
+        return 0
+    if KINDS.get(args.kind) == "clusterqueues":
+        queue = client.queue_object("clusterqueues", args.name)
+        locals_ = [q for q in client.queue_objects("localqueues")
+                   if q.get("spec", {}).get("clusterQueue") == args.name]
+        waiting = client.jobs(queue=args.name, phases=["Pending"])
+        _print(describe.describe_queue(queue, locals_, waiting), out)
         return 0
     ns, short = locate_job(client, args.name, args.namespace)
     job = client.job(ns, short)

@@ -151,7 +151,37 @@ class Client:
         out: dict[str, Any] = self.request("GET", f"/api/v1/nodes/{_seg(name)}")
         return out
 
+    def patch_node(self, name: str, **fields: bool) -> dict[str, Any]:
+        """Set ``unschedulable`` (cordon) or ``failed`` on a node (admin)."""
+        out: dict[str, Any] = self.request("PATCH", f"/api/v1/nodes/{_seg(name)}",
+                                           body=fields)
+        return out
+
+    def drain_node(self, name: str) -> dict[str, Any]:
+        """Cordon a node and send its jobs back to their queues (admin); the node, with
+        ``requeued``: the jobs sent back."""
+        out: dict[str, Any] = self.request("POST", f"/api/v1/nodes/{_seg(name)}/drain")
+        return out
+
     # -- queue objects -----------------------------------------------------------------------
+
+    def apply_queue_object(self, kind: str, document: Mapping[str, Any]) -> tuple[str, Any]:
+        """Create or replace a queue object (admin): ``("created" | "configured", object)``.
+        ``kind`` is the endpoint (flavors, clusterqueues, cohorts, localqueues)."""
+        kind = _queue_kind(kind)
+        meta = document.get("metadata")
+        name = str(meta.get("name")) if isinstance(meta, Mapping) else ""
+        if kind == "localqueues":
+            ns = meta.get("namespace") if isinstance(meta, Mapping) else None
+            path = f"/api/v1/{kind}/{_seg(str(ns or 'default'))}/{_seg(name)}"
+        else:
+            path = f"/api/v1/{kind}/{_seg(name)}"
+        from gpupool.client.errors import NotFoundError
+
+        try:
+            return "configured", self.request("PUT", path, body=dict(document))
+        except NotFoundError:
+            return "created", self.request("POST", f"/api/v1/{kind}", body=dict(document))
 
     def queue_objects(self, kind: str) -> list[dict[str, Any]]:
         """Every object of ``kind`` (flavors, clusterqueues, cohorts, localqueues)."""

@@ -911,6 +911,26 @@ class ControlPlane:
             self.node_status[name] = body
             return body
 
+    def drain_node(self, name: str) -> list[str]:
+        """Cordon a node and send its jobs back to their queues, whole (kubectl's drain:
+        its pods are evicted and scheduled again elsewhere). ElasticGPUs bound on it stay,
+        as volumes stay with a drained node. Returns the jobs requeued."""
+        with self.lock:
+            body = self.set_node(name, unschedulable=True)
+            if body["failed"]:
+                return []
+            now = self.clock.now()
+            hit = sorted({p.job for p in self.scheduler.state.placements_on(NodeName(name))
+                          if p.job in self.jobs and self.jobs[p.job].phase == "Running"})
+            for job in hit:
+                self.scheduler.requeue(job, now)
+            changes = _Changes()
+            self._requeue(hit, f"node {name} was drained", now, changes, "Drained")
+            changes.event(now, "Drained", "Node", name,
+                          f"drained: {len(hit)} job(s) back in their queues")
+            self._commit(changes)
+            return [str(j) for j in hit]
+
     def delete_node(self, name: str) -> None:
         with self.lock:
             body = self.node_status.get(name)
