@@ -370,7 +370,8 @@ def create_app(plane: ControlPlane, tokens: Tokens, *,
             recs = recs[:limit]
             return {"items": views.jobs_view(plane, recs),
                     "continue": recs[-1].uid if more and recs else None,
-                    "remainingItemCount": matched - len(recs)}
+                    "remainingItemCount": matched - len(recs),
+                    "time_s": round(plane.clock.now(), 3)}
 
     @app.get("/api/v1/jobs/{namespace}/{name}", tags=["jobs"])
     def get_job(namespace: str, name: str, who: Who) -> dict[str, Any]:

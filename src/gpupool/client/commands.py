@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from gpupool.client import describe, output, render
+from gpupool.client import config, describe, output, render
 from gpupool.client.errors import RequestError, Unauthorized, Unreachable
 from gpupool.client.http import DEFAULT_SERVER, Client
 from gpupool.core.errors import ConfigError, NotFoundError
@@ -77,6 +77,9 @@ def _common(outputs: Sequence[str] | None) -> argparse.ArgumentParser:
                    help=f"the gpupool server (env {SERVER_ENV}; default {DEFAULT_SERVER})")
     g.add_argument("--token", default=None,
                    help=f"bearer token (env {TOKEN_ENV})")
+    g.add_argument("--context", default=None, metavar="NAME",
+                   help="server, token and namespace from this context of the config file "
+                        "(gpupool config; default: its current context)")
     g.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS",
                    help="how long to wait for an answer (default 30)")
     p.add_argument("-n", "--namespace", default=None,
@@ -93,9 +96,10 @@ def _common(outputs: Sequence[str] | None) -> argparse.ArgumentParser:
 
 def add_parsers(sub: Any) -> None:
     """Add ``submit``, ``get``, ``describe`` and ``cancel`` to the ``gpupool`` parser."""
-    from gpupool.client import admin  # cordon, uncordon, drain, apply
+    from gpupool.client import admin, config_cli  # cordon, drain, apply; config, completion
 
     admin.add_parsers(sub)
+    config_cli.add_parsers(sub)
     p = sub.add_parser("submit", parents=[_common(("json", "yaml", "name"))],
                        help="submit jobs to a gpupool server",
                        description="Submit Job documents (YAML or JSON; several per file, "
@@ -211,8 +215,14 @@ def _kind(text: str) -> str:
 
 def _run(args: argparse.Namespace, command: Callable[[Client, argparse.Namespace, Out], int],
          out: Out | None = None) -> int:
-    server = args.server or os.environ.get(SERVER_ENV) or DEFAULT_SERVER
-    token = args.token if args.token is not None else os.environ.get(TOKEN_ENV)
+    ctx: dict[str, Any] = {}
+    if getattr(args, "context", None) or config.path().exists():
+        ctx = config.context(getattr(args, "context", None))
+    server = args.server or os.environ.get(SERVER_ENV) or ctx.get("server") or DEFAULT_SERVER
+    token = args.token if args.token is not None else \
+        os.environ.get(TOKEN_ENV) or ctx.get("token")
+    if getattr(args, "namespace", None) is None and not getattr(args, "all_namespaces", False):
+        args.namespace = ctx.get("namespace")
     client = Client(server, token, timeout_s=args.timeout)
     try:
         return command(client, args, out or sys.stdout)
@@ -498,7 +508,8 @@ def _get_jobs(client: Client, args: argparse.Namespace, out: Out) -> int:
             "for ended ones too)"
         print(f"No jobs found{where}{hint}.", file=sys.stderr)
         return 0
-    _print(_headless(render.jobs_table(jobs, _now(client), args.output == "wide"), args), out)
+    now = client.time_s if client.time_s is not None and not args.name else _now(client)
+    _print(_headless(render.jobs_table(jobs, now, args.output == "wide"), args), out)
     return 0
 
 

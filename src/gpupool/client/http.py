@@ -11,20 +11,28 @@ Methods return the API's JSON as it is (dicts and lists). Failures are translate
 a refusal becomes the :mod:`gpupool.client.errors` class for its status and error name, and a
 server that does not answer becomes :class:`~gpupool.client.errors.Unreachable`.
 
-It speaks HTTP/1.1 through the standard library's ``http.client`` on one kept-alive
-connection: the CLI starts in a few tens of milliseconds, where an HTTP library with its
-dependencies costs more to import than the call takes.
+It speaks HTTP/1.1 itself, on one kept-alive socket (``ssl`` only for ``https``): what a
+call needs of HTTP is small, and the CLI starts in a few tens of milliseconds, where
+``http.client`` (with the e-mail parser it reads headers with) or an HTTP library costs more
+to import than the call takes.
 """
 
 from __future__ import annotations
 
-import http.client
 import json
+import socket
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, BinaryIO
 from urllib.parse import quote, urlencode, urlsplit
 
 from gpupool.client.errors import Unreachable, from_response
+
+MAX_HEADER_LINE = 65_536
+
+
+class _Closed(Exception):
+    """The server closed a kept-alive connection before answering."""
+
 
 DEFAULT_SERVER = "http://127.0.0.1:8080"
 PAGE = 500
@@ -53,12 +61,17 @@ class Client:
         self._headers = {"Accept": "application/json", "User-Agent": "gpupool-client"}
         if token:
             self._headers["Authorization"] = f"Bearer {token}"
-        self._conn: http.client.HTTPConnection | None = None
+        self._sock: socket.socket | None = None
+        self._file: BinaryIO | None = None
+        self.time_s: float | None = None  # the cluster time of the last job list
 
     def close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
 
     def __enter__(self) -> Client:
         return self
@@ -68,25 +81,68 @@ class Client:
 
     # -- the one place requests are made -----------------------------------------------------
 
-    def _connection(self) -> http.client.HTTPConnection:
-        if self._conn is None:
-            kind = (http.client.HTTPSConnection if self._scheme == "https"
-                    else http.client.HTTPConnection)
-            self._conn = kind(self._host, self._port, timeout=self._timeout)
-        return self._conn
+    def _connect(self) -> tuple[socket.socket, BinaryIO]:
+        if self._sock is None or self._file is None:
+            port = self._port or (443 if self._scheme == "https" else 80)
+            sock = socket.create_connection((self._host, port), timeout=self._timeout)
+            if self._scheme == "https":
+                import ssl  # only here: it costs more to import than a call takes
+
+                sock = ssl.create_default_context().wrap_socket(sock,
+                                                                server_hostname=self._host)
+            self._sock, self._file = sock, sock.makefile("rb")
+        return self._sock, self._file
+
+    def _exchange(self, method: str, target: str, content: bytes | None,
+                  headers: dict[str, str]) -> tuple[int, bytes]:
+        sock, f = self._connect()
+        host = self._host if self._port is None else f"{self._host}:{self._port}"
+        lines = [f"{method} {target} HTTP/1.1", f"Host: {host}",
+                 *(f"{k}: {v}" for k, v in headers.items()),
+                 f"Content-Length: {len(content or b'')}", "", ""]
+        sock.sendall("\r\n".join(lines).encode("latin-1") + (content or b""))
+        status_line = f.readline(MAX_HEADER_LINE)
+        if not status_line:
+            raise _Closed
+        parts = status_line.split(None, 2)
+        if len(parts) < 2 or not parts[0].startswith(b"HTTP/") or not parts[1].isdigit():
+            raise OSError(f"not an HTTP answer: {status_line[:60]!r}")
+        status = int(parts[1])
+        answer: dict[str, str] = {}
+        while True:
+            line = f.readline(MAX_HEADER_LINE)
+            if line in (b"\r\n", b"\n", b""):
+                break
+            name, _, value = line.decode("latin-1").partition(":")
+            answer[name.strip().lower()] = value.strip()
+        if answer.get("transfer-encoding", "").lower() == "chunked":
+            chunks = []
+            while True:
+                size = int(f.readline(MAX_HEADER_LINE).split(b";")[0].strip() or b"0", 16)
+                if size == 0:
+                    while f.readline(MAX_HEADER_LINE) not in (b"\r\n", b"\n", b""):
+                        pass  # trailers
+                    break
+                chunks.append(f.read(size))
+                f.readline(MAX_HEADER_LINE)
+            body = b"".join(chunks)
+        elif "content-length" in answer:
+            body = f.read(int(answer["content-length"]))
+        else:
+            body = f.read()
+            answer["connection"] = "close"
+        if answer.get("connection", "").lower() == "close":
+            self.close()
+        return status, body
 
     def _send(self, method: str, target: str, content: bytes | None,
               headers: dict[str, str]) -> tuple[int, bytes]:
         """One exchange; a kept-alive connection the server has closed is opened again once
-        (only before anything was sent on it, as a closed connection fails at once)."""
+        for a GET (nothing was done with it)."""
         for attempt in (0, 1):
-            conn = self._connection()
             try:
-                conn.request(method, target, body=content, headers=headers)
-                response = conn.getresponse()
-                return response.status, response.read()
-            except (http.client.RemoteDisconnected, BrokenPipeError,
-                    ConnectionResetError) as exc:
+                return self._exchange(method, target, content, headers)
+            except (_Closed, BrokenPipeError, ConnectionResetError) as exc:
                 self.close()
                 if attempt or method not in ("GET", "HEAD"):
                     raise Unreachable(f"cannot reach the server at {self.server}: the "
@@ -96,7 +152,7 @@ class Client:
                 self.close()
                 raise Unreachable(f"no answer from the server at {self.server} in time "
                                   f"({self._timeout:g} s)") from exc
-            except (OSError, http.client.HTTPException) as exc:
+            except (OSError, ValueError) as exc:
                 self.close()
                 reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
                 raise Unreachable(f"cannot reach the server at {self.server}: {reason}"
@@ -213,6 +269,8 @@ class Client:
                 "namespace": namespace, "queue": queue, "phase": phase, "limit": page,
                 "after": after or None})
             out.extend(data["items"])
+            if isinstance(data.get("time_s"), (int, float)):
+                self.time_s = float(data["time_s"])  # the cluster's clock as it answered
             after = data.get("continue") or 0
             if not after:
                 return out
