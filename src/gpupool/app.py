@@ -9,8 +9,11 @@ only in ``ControlPlane``, behind its lock.
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
+import math
 import os
+import socket
 import threading
 import time
 from pathlib import Path
@@ -24,19 +27,50 @@ from gpupool.cloud.spec import load_cloud
 from gpupool.config import load_cluster, load_documents
 from gpupool.control import Clock, ControlPlane
 from gpupool.control.elastic import ElasticService, parse_classes
+from gpupool.control.statelock import StateLock
 from gpupool.control.views import cluster_view
 from gpupool.core.errors import ConfigError, GpupoolError
 from gpupool.core.quota import Resource
 from gpupool.metrics import Gauges, Metrics
 from gpupool.store import Store
 from gpupool.virtual import VirtualCluster
-from gpupool.virtual.demo import DemoStream
+from gpupool.virtual.demo import DemoStream, demo_count
 
 log = logging.getLogger("gpupool.serve")
 
-DEFAULT_CLUSTER = "examples/cluster.yaml"
-DEFAULT_QUEUES = "examples/queues.yaml"
+DATA = Path(__file__).resolve().with_name("data")  # installed with the package
+DEFAULT_CLUSTER = DATA / "cluster.yaml"  # copies of examples/cluster.yaml and queues.yaml
+DEFAULT_QUEUES = DATA / "queues.yaml"
 DEFAULT_STATE = ".gpupool/state.db"
+DEMO_SPEED = 60.0
+
+
+def _number(low: float, high: float, *, low_open: bool = True) -> Any:
+    """An argparse type: a finite number in (low, high] (or [low, high]), else a message
+    naming the value and the rule (argparse puts the flag in front)."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        above = value > low if low_open else value >= low
+        if not (math.isfinite(value) and above and value <= high):
+            raise argparse.ArgumentTypeError(
+                f"{text!r} must be {'>' if low_open else '>='} {low:g} and <= {high:g}")
+        return value
+    return parse
+
+
+def _integer(low: int, high: int) -> Any:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{text!r} must be between {low} and {high}")
+        return value
+    return parse
 
 
 def add_parser(sub: Any) -> None:
@@ -46,12 +80,14 @@ def add_parser(sub: Any) -> None:
                     "jobs onto a virtual cluster of nodes read from a YAML spec. State is kept "
                     "in a SQLite file; restarting with the same --state carries on where it "
                     "stopped.")
-    p.add_argument("--cluster", default=DEFAULT_CLUSTER, metavar="FILE",
-                   help=f"nodes of the virtual cluster (default {DEFAULT_CLUSTER}); read only "
+    p.add_argument("--cluster", metavar="FILE",
+                   help="nodes of the virtual cluster (default: the example cluster installed "
+                        "with gpupool, a copy of examples/cluster.yaml); read only when the "
+                        "state file is new")
+    p.add_argument("--queues", metavar="FILE",
+                   help="flavors, cohorts, queues (Kueue YAML; default: the example queues "
+                        "installed with gpupool, a copy of examples/queues.yaml); read only "
                         "when the state file is new")
-    p.add_argument("--queues", default=DEFAULT_QUEUES, metavar="FILE",
-                   help=f"flavors, cohorts, queues (Kueue YAML; default {DEFAULT_QUEUES}); "
-                        "read only when the state file is new")
     p.add_argument("--elastic", metavar="FILE",
                    help="ElasticGPUClass documents (e.g. examples/elastic.yaml); read only "
                         "when the state file is new")
@@ -65,19 +101,20 @@ def add_parser(sub: Any) -> None:
                    help=f"bearer tokens (YAML); else ${ENV}; else tokens are generated "
                         "into tokens.yaml beside the state file")
     p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8080)
-    p.add_argument("--speed", type=float, default=1.0,
-                   help="cluster seconds per wall second (default 1; --demo uses 60 unless "
-                        "given)")
-    p.add_argument("--interval", type=float, default=0.1,
-                   help="wall seconds between scheduling cycles (default 0.1)")
+    p.add_argument("--port", type=_integer(0, 65_535), default=8080,
+                   help="TCP port (default 8080; 0: any free port, printed at start)")
+    p.add_argument("--speed", type=_number(0, 1e6), default=None,
+                   help="cluster seconds per wall second, > 0 (default 1; --demo uses "
+                        f"{DEMO_SPEED:g} unless given)")
+    p.add_argument("--interval", type=_number(0.01, 86_400, low_open=False), default=0.1,
+                   help="wall seconds between scheduling cycles, 0.01 to 86400 (default 0.1)")
     p.add_argument("--demo", action="store_true",
                    help="also submit a stream of example jobs")
-    p.add_argument("--demo-rate", type=float, default=0.8, metavar="JOBS_PER_S",
-                   help="arrival rate of the example jobs, per wall second (default 0.8)")
+    p.add_argument("--demo-rate", type=_number(0, 1000), default=0.8, metavar="JOBS_PER_S",
+                   help="arrival rate of the example jobs, per wall second, > 0 (default 0.8)")
     p.add_argument("--seed", type=int, default=7,
                    help="seed of the example job stream and of the cloud's delays")
-    p.add_argument("--max-body-bytes", type=int, default=1 << 20,
+    p.add_argument("--max-body-bytes", type=_integer(1024, 1 << 30), default=1 << 20,
                    help="largest request body accepted (default 1 MiB)")
     p.add_argument("--log-level", default="warning",
                    choices=("critical", "error", "warning", "info", "debug"))
@@ -157,11 +194,18 @@ class Service:
                     log.exception("scheduling cycle failed")
         self._spawn(loop, "gpupool-loop")
 
-    def start_demo(self, rate: float, seed: int) -> None:
+    def demo_stream(self, rate: float, seed: int) -> DemoStream:
+        """The example stream, carrying on after the demo jobs the state file holds (a
+        restart neither repeats their names nor waits for them)."""
         plane = self.plane
         with plane.lock:
-            stream = DemoStream(plane.config, plane.scheduler.state.table.nodes[:], seed, rate,
-                                burst=plane.cloud is not None)
+            return DemoStream(plane.config, plane.scheduler.state.table.nodes[:], seed, rate,
+                              burst=plane.cloud is not None,
+                              start=demo_count([r.request.name for r in plane.jobs.values()]))
+
+    def start_demo(self, rate: float, seed: int) -> None:
+        plane = self.plane
+        stream = self.demo_stream(rate, seed)
 
         def demo() -> None:
             while not self._stop.wait(stream.gap_s()):
@@ -197,17 +241,54 @@ def _tokens(args: argparse.Namespace, state: Path, namespaces: list[str]) -> tup
     return Tokens.from_file(path), admin
 
 
+def listen(host: str, port: int) -> socket.socket:
+    """The server's listening socket, bound before anything is written, so that a port in use
+    stops ``serve`` with the state file and tokens untouched."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        why = "is in use" if exc.errno == errno.EADDRINUSE else f"cannot be bound: {exc.strerror}"
+        raise ConfigError(f"--port {port}: {host}:{port} {why}; give another --port") from None
+    sock.set_inheritable(True)
+    return sock
+
+
 def serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s "
                         "%(name)s: %(message)s")
-    speed = args.speed if args.speed != 1.0 or not args.demo else 60.0
+    speed = args.speed if args.speed is not None else DEMO_SPEED if args.demo else 1.0
     state = Path(args.state)
-    for flag, path in (("--cluster", args.cluster), ("--queues", args.queues)):
-        if not state.exists() and not Path(path).exists():
+    cluster, queues = Path(args.cluster or DEFAULT_CLUSTER), Path(args.queues or DEFAULT_QUEUES)
+    for flag, path in (("--cluster", cluster), ("--queues", queues), ("--elastic", args.elastic),
+                       ("--cloud", args.cloud), ("--tokens", args.tokens)):
+        if path and not Path(path).is_file() and (flag in ("--cloud", "--tokens") or
+                                                   not state.exists()):
             raise ConfigError(f"{flag} {path}: no such file (give the path of a YAML spec)")
-    service = Service(state=state, cluster=args.cluster, queues=args.queues, speed=speed,
+    # Checked in this order, before anything is written: the port, then the state file's lock.
+    sock = listen(args.host, args.port)
+    lock = StateLock(state)
+    try:
+        lock.acquire()
+    except BaseException:
+        sock.close()
+        raise
+    try:
+        return _serve(args, uvicorn, sock, state, cluster, queues, speed)
+    finally:
+        sock.close()
+        lock.release()
+
+
+def _serve(args: argparse.Namespace, uvicorn: Any, sock: socket.socket, state: Path,
+           cluster: Path, queues: Path, speed: float) -> int:
+    service = Service(state=state, cluster=cluster, queues=queues, speed=speed,
                       elastic=args.elastic, cloud=args.cloud, seed=args.seed)
     namespaces = [lq.namespace for lq in service.plane.config.local_queues]
     tokens, admin = _tokens(args, state, namespaces)
@@ -217,7 +298,8 @@ def serve(args: argparse.Namespace) -> int:
     service.start_loop(args.interval)
     if args.demo:
         service.start_demo(args.demo_rate, args.seed)
-    url = f"http://{args.host}:{args.port}/"
+    port = sock.getsockname()[1]
+    url = f"http://{args.host}:{port}/"
     view = cluster_view(service.plane)
     print(f"gpupool serve: {view['nodes']['total']} nodes, {view['gpus']['total']} GPUs, "
           f"{len(service.plane.config.cluster_queues)} cluster queues; state {state}; "
@@ -229,10 +311,10 @@ def serve(args: argparse.Namespace) -> int:
         print(f"  CLI:       export GPUPOOL_SERVER={url} GPUPOOL_TOKEN={admin}", flush=True)
     else:
         print(f"  dashboard: {url} (paste a token from your tokens file)", flush=True)
-    config = uvicorn.Config(app, host=args.host, port=args.port,
+    config = uvicorn.Config(app, host=args.host, port=port,
                             log_level=args.log_level, access_log=False)
     try:
-        uvicorn.Server(config).run()
+        uvicorn.Server(config).run(sockets=[sock])
     finally:
         service.stop()
     return 0

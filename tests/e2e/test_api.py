@@ -112,10 +112,25 @@ def test_health_needs_no_token_and_whoami_names_the_caller(svc: Svc) -> None:
 
 
 def test_the_spec_and_the_dashboard_are_served(svc: Svc) -> None:
-    spec = svc.http.get("/openapi.json").json()
+    assert svc.http.get("/openapi.json").status_code == 401  # the spec needs a token too
+    spec = svc.get("/openapi.json", RESEARCH)
     assert {"/api/v1/jobs", "/api/v1/nodes/{name}", "/api/v1/events"} <= set(spec["paths"])
+    assert "/api/v1/jobs/{namespace}/{name}/cancel" in spec["paths"]
     page = svc.http.get("/")
     assert page.status_code == 200 and "<html" in page.text.lower()
+
+
+def test_the_dashboard_and_the_api_carry_security_headers(svc: Svc) -> None:
+    for path, token in (("/", None), ("/static/app.js", None), ("/api/v1/cluster", ADMIN),
+                        ("/api/v1/nope", ADMIN)):
+        r = svc.http.get(path, headers=auth(token) if token else {})
+        csp = dict(part.strip().split(" ", 1) for part in
+                   r.headers["content-security-policy"].split(";"))
+        assert csp["script-src"] == "'self'" and csp["default-src"] == "'none'", path
+        assert csp["frame-ancestors"] == "'none'" and csp["connect-src"] == "'self'"
+        assert r.headers["x-frame-options"] == "DENY"
+        assert r.headers["x-content-type-options"] == "nosniff"
+        assert r.headers["referrer-policy"] == "no-referrer"
 
 
 # -- submit ------------------------------------------------------------------------------------
@@ -270,21 +285,43 @@ def test_cancel_a_pending_and_a_running_job_then_delete_the_record(svc: Svc) -> 
     svc.tick()
     assert svc.status("research/waits")["phase"] == "Pending"
 
-    gone = svc.send("DELETE", "/api/v1/jobs/research/waits")
+    gone = svc.send("POST", "/api/v1/jobs/research/waits/cancel")
     assert gone["status"]["phase"] == "Cancelled"
     assert job_row(svc.state, "research/waits")["phase"] == "Cancelled"  # type: ignore[index]
-    cancelled = svc.send("DELETE", "/api/v1/jobs/research/big")
+    cancelled = svc.send("POST", "/api/v1/jobs/research/big/cancel")
     assert cancelled["status"]["phase"] == "Cancelled"
     for n in nodes:  # its cards are free at once, before any cycle
         assert not any(cards(svc, n).values())
     svc.tick()
     assert svc.status("research/waits")["phase"] == "Cancelled"  # it stays cancelled
 
-    svc.send("DELETE", "/api/v1/jobs/research/big")  # an ended job: its record goes
+    # a second cancel is answered with the job as it is: the record stays
+    before = dump(svc.state)
+    again = svc.send("POST", "/api/v1/jobs/research/big/cancel")
+    assert again["status"]["phase"] == "Cancelled"
+    assert dump(svc.state) == before
+    svc.get("/api/v1/jobs/research/big")
+
+    deleted = svc.send("DELETE", "/api/v1/jobs/research/big")  # delete: its record goes
+    assert deleted["status"]["phase"] == "Cancelled"
     svc.get("/api/v1/jobs/research/big", code=404)
     assert job_row(svc.state, "research/big") is None
     svc.submit(job_doc("big", gpus=1))  # and its name may be used again
     svc.send("DELETE", "/api/v1/jobs/research/nothing", code=404)
+    svc.send("POST", "/api/v1/jobs/research/nothing/cancel", code=404)
+
+
+def test_delete_stops_a_running_job_and_frees_its_cards(svc: Svc) -> None:
+    svc.submit(job_doc("runs", gpus=8, duration="1h", models=["H100-80GB"]))
+    svc.tick()
+    (node,) = {p["node"] for p in svc.status("research/runs")["placements"]}
+    deleted = svc.send("DELETE", "/api/v1/jobs/research/runs")
+    assert deleted["status"]["phase"] == "Cancelled"
+    assert not any(cards(svc, node).values())
+    assert job_row(svc.state, "research/runs") is None
+    reasons = [e["reason"] for e in svc.get("/api/v1/events?limit=50")["items"]
+               if e["object"] == "research/runs"]
+    assert reasons[-2:] == ["Cancelled", "Deleted"]
 
 
 def test_a_duplicate_job_name_is_a_conflict_while_the_job_exists(svc: Svc) -> None:
@@ -494,15 +531,34 @@ def test_cluster_totals_allocation_and_history(svc: Svc) -> None:
     svc.submit(job_doc("part", "serving", "serving", milli=500, gpu_memory="4Gi"))
     svc.tick()
     view = svc.get("/api/v1/cluster")
-    assert view["gpus"]["total"] == 56 and view["gpus"]["mig_partitioned"] == 4
+    # the headline counts every card, the 4 MIG-partitioned ones too, as the flavors do
+    assert view["gpus"]["total"] == 60 and view["gpus"]["mig_partitioned"] == 4
+    assert sum(f["gpus"] for f in view["flavors"]) == 60
     assert view["gpus"]["allocated"] == 2.5
-    assert view["gpu_milli"]["used"] == 2500
-    assert view["jobs"]["Running"] == 2 and view["nodes"]["ready"] == 12
+    assert view["gpu_milli"]["used"] == 2500  # (compute of the cards not partitioned)
+    svc.submit(job_doc("mig", "notebooks", "notebooks", mig="1g.5gb"))
+    svc.tick()
+    view = svc.get("/api/v1/cluster")
+    used = sum(f["gpu_milli_used"] for f in view["flavors"])
+    assert used > 2500 and view["gpus"]["allocated"] == round(used / 1000, 3)
+    assert view["gpus"]["allocated_pct"] == round(100 * used / 60_000, 2)
+    assert view["jobs"]["Running"] == 3 and view["nodes"]["ready"] == 12
     frag = view["fragmentation"]
     assert frag["fragmented_gpu_milli"] == 500 and 0 < frag["ratio"] < 1
     assert {f["name"] for f in view["flavors"]} >= {"h100", "t4", "a6000"}
     samples = svc.get("/api/v1/cluster/history")["samples"]
     assert samples and samples[-1]["queues"]["llm"]["gpu_milli"] == 2000
+
+
+def test_a_page_of_jobs_says_how_many_more_there_are(svc: Svc) -> None:
+    for i in range(5):
+        svc.submit(job_doc(f"many-{i}", gpus=8, count=2, models=["H100-80GB"]))
+    svc.tick()  # one runs, four wait
+    page = svc.get("/api/v1/jobs", phase="Pending", limit=2)
+    assert len(page["items"]) == 2 and page["remainingItemCount"] == 2
+    assert svc.get("/api/v1/jobs", phase="Pending", limit=10)["remainingItemCount"] == 0
+    rest = svc.get("/api/v1/jobs", phase="Pending", limit=2, after=page["continue"])
+    assert rest["remainingItemCount"] == 0 and len(rest["items"]) == 2
 
 
 def test_events_follow_a_job_and_page_by_sequence(svc: Svc) -> None:

@@ -281,8 +281,8 @@ BAD_JOBS: list[tuple[str, Any, str, tuple[str, ...]]] = [
      ("more GPUs than any node", "8")),
     ("spec.podSets.0.gpu", {"milli": 500, "memory": "100Gi"}, "spec.podSets[0].gpu.memory",
      ("more than any single GPU", "81920 MiB")),
-    ("spec.podSets.0.cpu", 500, "spec.podSets",  # over what llm may ever hold
-     ("never be admitted by ClusterQueue llm", "500000 asked")),
+    ("spec.podSets.0.cpu", 500, "spec.podSets[0].cpu",  # over any node (and llm's quota)
+     ("larger than any node",)),
     ("spec.podSets.0", {"name": "main", "count": 3, "gpu": {"count": 8}}, "spec.podSets",
      ("never be admitted", "24 asked")),  # 24 GPUs: more than llm's quota plus borrowing
     ("spec.podSets.0.memory", "3Ti", "spec.podSets[0].memory", ("larger than any node",)),

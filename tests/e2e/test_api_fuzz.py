@@ -39,7 +39,7 @@ from tests.e2e.serve_kit import (
 EXAMPLES_PER_OPERATION = int(os.environ.get("GPUPOOL_FUZZ_EXAMPLES", "20"))
 
 app = create_app(make_plane(":memory:", Wall()), tokens())
-schema = schemathesis.openapi.from_asgi("/openapi.json", app)
+schema = schemathesis.openapi.from_asgi("/openapi.json", app, headers=auth(ADMIN))
 schema.config.update(headers=auth(ADMIN))
 schema.config.generation.update(max_examples=EXAMPLES_PER_OPERATION, deterministic=True,
                                 modes=[GenerationMode.POSITIVE, GenerationMode.NEGATIVE])

@@ -433,9 +433,14 @@ def test_describe_pending_job_gives_the_reason_then_cancel(run: Run, tmp_path: P
     assert (code, out) == (0, "job research/huge-pretrain cancelled (was Pending)\n")
     code, out, _ = run("get", "job", "research/huge-pretrain")
     assert rows(out)[0]["PHASE"] == "Cancelled"
-    # cancelling an ended job deletes it
+    # cancelling again changes nothing: the record stays
     code, out, _ = run("cancel", "job", "research/huge-pretrain")
-    assert out == "job research/huge-pretrain deleted (it had ended: Cancelled)\n"
+    assert (code, out) == (0, "job research/huge-pretrain had ended already (Cancelled): "
+                              "left as it is\n")
+    assert rows(run("get", "job", "research/huge-pretrain")[1])[0]["PHASE"] == "Cancelled"
+    # delete takes the form -o name prints, and removes the record
+    code, out, _ = run("delete", "job/research/huge-pretrain", "-o", "name")
+    assert (code, out) == (0, "job/research/huge-pretrain\n")
     code, _, err = run("get", "job", "research/huge-pretrain")
     assert code == 2 and "NotFoundError: job research/huge-pretrain not found" in err
 
@@ -560,3 +565,28 @@ def test_render_pieces() -> None:
     assert job_gpus({"podSets": [{"count": 2, "gpu": {"count": 4}},
                                  {"count": 1, "gpu": {"mig": "1g.5gb"}}]}) == "8+1x1g.5gb"
     assert table(("A", "LONG"), [("xx", None), ("", "y z")]) == "A    LONG\nxx   -\n-    y z"
+
+
+def test_get_jobs_hides_ended_jobs_unless_asked(run: Run, tmp_path: Path, server: str) -> None:
+    code, _, _ = run("submit", "-f", str(job_file(tmp_path, "quick-one", queue="vision",
+                                                  duration="1m")))
+    assert code == 0
+    wait_for(lambda: phases(server).get("research/quick-one") == "Succeeded")
+    names = {r["NAME"] for r in rows(run("get", "jobs", "-n", "research")[1])}
+    assert "quick-one" not in names and names  # the running example jobs are there
+    assert all(r["PHASE"] in ("Pending", "Running") for r in rows(run("get", "jobs")[1]))
+    assert "quick-one" in {r["NAME"] for r in rows(run("get", "jobs", "--show-all")[1])}
+    assert "quick-one" in {r["NAME"] for r in rows(run("get", "jobs", "-a")[1])}
+    shown = rows(run("get", "jobs", "--phase", "Succeeded")[1])
+    assert {r["NAME"] for r in shown} == {"quick-one"}
+    assert rows(run("get", "job", "research/quick-one")[1])[0]["PHASE"] == "Succeeded"
+
+
+def test_a_long_reason_is_printed_whole() -> None:
+    from gpupool.client.render import jobs_table
+
+    reason = ("0/12 nodes fit: " + "8 no GPU with 500 milli and 20000 MiB free, " * 4 +
+              "4 cordoned; queue llm at quota (6/6 GPUs)")
+    job = {"metadata": {"namespace": "research", "name": "waits"}, "spec": {},
+           "status": {"phase": "Pending", "pendingReason": reason, "submittedAt": 0.0}}
+    assert jobs_table([job], 10.0).splitlines()[1].endswith(reason)

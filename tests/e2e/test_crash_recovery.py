@@ -66,8 +66,8 @@ class Load:
         self.threads.append(threading.Thread(target=self._churn, daemon=True))
         self.threads.append(threading.Thread(target=self._watch, daemon=True))
         self.seen_running: dict[str, list[dict[str, Any]]] = {}  # key -> placements, as read
-        self.cancelled: list[str] = []  # cancels answered 200 (the job was active)
-        self.deleted: list[str] = []  # the same answer for a job that had ended: deleted
+        self.cancelled: list[str] = []  # cancels answered 200 with the job Cancelled
+        self.deleted: list[str] = []  # deletes answered 200: the record is gone
         self.nodes: dict[tuple[str, str], bool] = {}  # (node, field) -> last acknowledged
         self.in_flight: tuple[str, str] | None = None  # a node change sent, not answered
 
@@ -126,10 +126,15 @@ class Load:
                         continue
                     key = todo[k % len(todo)]
                     chosen.add(key)
-                    r = c.delete(f"/api/v1/jobs/{key}")
-                    assert r.status_code == 200, r.text
-                    ended = r.json()["status"]["phase"] != "Cancelled"
-                    (self.deleted if ended else self.cancelled).append(key)
+                    if k % 4 == 2:  # a delete: its record goes, whatever its phase
+                        r = c.delete(f"/api/v1/jobs/{key}")
+                        assert r.status_code == 200, r.text
+                        self.deleted.append(key)
+                    else:  # a cancel: an active job is Cancelled, an ended one stays
+                        r = c.post(f"/api/v1/jobs/{key}/cancel")
+                        assert r.status_code == 200, r.text
+                        if r.json()["status"]["phase"] == "Cancelled":
+                            self.cancelled.append(key)
         except httpx.HTTPError:
             return
         finally:
@@ -333,7 +338,7 @@ def test_serve_refuses_a_state_file_from_a_newer_gpupool_and_leaves_it(tmp_path:
     db.commit()
     db.close()
     out = subprocess.run([sys.executable, "-m", "gpupool.cli", "serve", "--state", str(state),
-                          "--port", "1"], capture_output=True, text=True, timeout=60,
+                          "--port", "0"], capture_output=True, text=True, timeout=60,
                          env={**os.environ, "GPUPOOL_TOKENS": TOKENS_ENV})
     assert out.returncode == 1  # the outside world (the state file) is the problem
     lines = out.stderr.strip().splitlines()

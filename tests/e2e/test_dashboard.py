@@ -36,10 +36,10 @@ CHROMIUM_ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-q
                  "--no-first-run", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync"]
 
-pytestmark = pytest.mark.skipif(
+pytestmark = [pytest.mark.real_component("chromium"), pytest.mark.skipif(
     not CHROMIUM.exists(),
     reason=f"{CHROMIUM} is absent: the dashboard test needs Debian's chromium "
-           "(`make browser`, or `apt-get install chromium`)")
+           "(`make browser`, or `apt-get install chromium`)")]
 
 SLICE = {"apiVersion": "gpupool.io/v1alpha1", "kind": "Job",
          "metadata": {"name": "t4-slice", "namespace": "serving"},
@@ -87,6 +87,18 @@ def wait_for(what: str, check: Any, timeout: float = 30.0, log: Path | None = No
         time.sleep(0.1)
     raise AssertionError(f"{what}: not after {timeout} s" +
                          (f"\n{log.read_text()}" if log is not None else ""))
+
+
+def wait_js(page: Page, expression: str, timeout: float = 30000) -> None:
+    """Waits until ``expression`` is truthy in the page. Polled from here with
+    ``page.evaluate`` (which the page's Content-Security-Policy does not govern), where
+    ``wait_for_function`` would evaluate a string inside the page, which the policy forbids
+    (no 'unsafe-eval'), as it should."""
+    deadline = time.monotonic() + timeout / 1000
+    while not page.evaluate(expression):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not after {timeout / 1000:g} s: {expression}")
+        time.sleep(0.1)
 
 
 @pytest.fixture(scope="module")
@@ -202,7 +214,14 @@ def test_dashboard_shows_cards_holders_queues_and_pending_reasons(
                         page.locator("#clock").inner_text())
 
     # Summary: GPUs allocated of the total, fragmentation, job counts.
-    assert page.locator("#gpu-total").inner_text() == str(cluster["gpus"]["total"])
+    # (the cloud may add nodes meanwhile: the page's figure is the API's of the moment)
+    def same_total() -> bool:
+        with served.client() as c:
+            total = c.get("/api/v1/cluster").json()["gpus"]["total"]
+        return page.locator("#gpu-total").inner_text() == str(total)
+
+    assert cluster["gpus"]["total"] >= 56
+    wait_for("the page's GPU total is the API's", same_total, timeout=10)
     assert re.fullmatch(r"\d+(\.\d+)?%", page.locator("#gpu-pct").inner_text())
     assert re.fullmatch(r"\d+(\.\d+)?%", page.locator("#frag").inner_text())
     assert int(page.locator('#job-counts [data-phase="Pending"] b').inner_text()) >= 1
@@ -214,7 +233,7 @@ def test_dashboard_shows_cards_holders_queues_and_pending_reasons(
         assert row.count() == 1, n["name"]
         assert row.locator(".node-name").inner_text() == n["name"]
         assert row.locator(".card").count() == len(n["gpus"])
-    assert page.locator(".card").count() == sum(len(n["gpus"]) for n in nodes)
+    assert page.locator(".card").count() >= sum(len(n["gpus"]) for n in nodes)  # + the cloud's
     assert page.locator(".card.mig").count() == 4
 
     # The slice held by the known job, on the card the API says, 30% of its compute.
@@ -238,7 +257,7 @@ def test_dashboard_shows_cards_holders_queues_and_pending_reasons(
 
     # Clicking pins it and adds the job's status.
     seg.click()
-    page.wait_for_function("document.querySelector('#tip').innerText.includes('Running')")
+    wait_js(page, "document.querySelector('#tip').innerText.includes('Running')")
     assert "serving → serving (t4)" in tip.inner_text()
     page.keyboard.press("Escape")
     tip.wait_for(state="hidden")
@@ -257,7 +276,10 @@ def test_dashboard_shows_cards_holders_queues_and_pending_reasons(
     assert "4 GPU RTX-A6000" in row.inner_text()
     assert re.fullmatch(r"\d+", row.locator("td.pos").inner_text())
     reason = page.locator('tr.why[data-job="serving/too-big"] .reason').inner_text()
-    assert reason == jobs["pending"]["status"]["pendingReason"]
+    # the API's sentence; its numbers move as the example jobs come and go between the two
+    # reads, so the page's is compared with them left out
+    said = jobs["pending"]["status"]["pendingReason"]
+    assert re.sub(r"[\d.]+", "N", reason) == re.sub(r"[\d.]+", "N", said), (reason, said)
     assert re.search(r"queue serving at quota for a6000 GPUs \([\d.]+/4 GPUs used, 4 asked",
                      reason), reason
 
@@ -266,7 +288,7 @@ def test_dashboard_shows_cards_holders_queues_and_pending_reasons(
         assert page.locator(f'.queue[data-queue="{q}"] .qname').inner_text() == q
     assert page.locator('.queue[data-queue="serving"] .qflavor[data-flavor="t4"] .fnum'
                         ).inner_text().endswith("/ 8")
-    page.wait_for_function("document.querySelectorAll('#chart path.line').length === 5",
+    wait_js(page, "document.querySelectorAll('#chart path.line').length === 5",
                            timeout=15000)
     assert {page.locator("#chart path.line").nth(i).get_attribute("data-queue")
             for i in range(5)} == set(queues)
@@ -275,7 +297,7 @@ def test_dashboard_shows_cards_holders_queues_and_pending_reasons(
     assert page.locator("#events li").count() >= 5
     assert {"Submitted", "Admitted"} <= set(page.locator("#events .r").all_inner_texts())
     before = page.locator("#clock").inner_text()
-    page.wait_for_function(f"document.querySelector('#clock').innerText !== '{before}'",
+    wait_js(page, f"document.querySelector('#clock').innerText !== '{before}'",
                            timeout=6000)
     assert page.locator("#live").get_attribute("class") == "live ok"
 
@@ -307,7 +329,7 @@ def test_dashboard_shows_a_gang_waiting_for_the_cloud_then_provisioned(
     row.wait_for()
     assert "research/cloud-gang" in row.inner_text()
     # provisioned within the cloud's 3-8 minutes (4 s of wall time at x120), both nodes
-    page.wait_for_function(
+    wait_js(page,
         "document.querySelector('#prov tr.prov[data-request=\"research/research-cloud-gang-1"
         "\"]')?.dataset.phase === 'Provisioned'", timeout=20000)
     assert row.locator("td").nth(2).inner_text() == "2"
@@ -324,7 +346,7 @@ def test_dashboard_asks_for_a_token_without_one(served: Served, browser: Browser
 
     page.fill("#token-input", "not-a-token-of-this-server")
     page.click("#login button[type=submit]")
-    page.wait_for_function("document.querySelector('#login-error').innerText.length > 0")
+    wait_js(page, "document.querySelector('#login-error').innerText.length > 0")
     assert "refused" in page.locator("#login-error").inner_text()
     assert login.is_visible()
 

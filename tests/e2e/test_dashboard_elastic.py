@@ -17,12 +17,13 @@ from tests.e2e.test_dashboard import (  # noqa: F401 - fixtures
     browser,
     served,
     wait_for,
+    wait_js,
 )
 
-pytestmark = pytest.mark.skipif(
+pytestmark = [pytest.mark.real_component("chromium"), pytest.mark.skipif(
     not CHROMIUM.exists(),
     reason=f"{CHROMIUM} is absent: the dashboard test needs Debian's chromium "
-           "(`make browser`, or `apt-get install chromium`)")
+           "(`make browser`, or `apt-get install chromium`)")]
 
 CLASS = {"apiVersion": "elasticgpu.io/v1alpha1", "kind": "ElasticGPUClass",
          "metadata": {"name": "cards"}, "provisioner": "physical",
@@ -91,7 +92,7 @@ def test_dashboard_shows_claims_elastic_gpus_and_their_cards(
     for expected in (g["name"], "research/dash-claim", "the whole card"):
         assert expected in tip.inner_text(), tip.inner_text()
     seg.click()
-    page.wait_for_function("document.querySelector('#tip').innerText.includes('Bound')")
+    wait_js(page, "document.querySelector('#tip').innerText.includes('Bound')")
     assert "2 cards" in tip.inner_text()
     page.keyboard.press("Escape")
     page.locator("#elastic").screenshot(path=str(tmp_path / "elastic.png"))

@@ -218,3 +218,23 @@ def test_a_queue_change_right_after_a_cancel_still_lets_the_nodes_go(serve: Serv
     serve.tick(1.0)
     serve.tick(301.0)
     assert serve.requests() == {} and serve.cloud_nodes() == []
+
+
+def test_a_provisioned_nodes_request_label_names_nobody_to_other_tenants(serve: Serve) -> None:
+    assert serve.c.post("/api/v1/jobs", json=gang("secret-plan"), headers=R).status_code == 201
+    serve.tick()
+    serve.tick(301.0)
+    assert serve.job("secret-plan")["status"]["phase"] == "Running"
+    assert serve.cloud_nodes()
+
+    def cloud_nodes(token: dict[str, str]) -> list[dict[str, Any]]:
+        return [n for n in serve.get("/api/v1/nodes", token)["items"]
+                if n["name"].startswith("h100-cloud-")]
+
+    for n in cloud_nodes(A) + cloud_nodes(R):  # the admin and the owner see the request
+        assert n["labels"]["gpupool.io/provisioning-request"].startswith("research.")
+        assert any(t["value"].startswith("research.") for t in n["taints"])
+    for n in cloud_nodes(N):  # another tenant does not learn the namespace or the job
+        text = repr(n) + repr(serve.get(f"/api/v1/nodes/{n['name']}", N))
+        assert "research" not in text and "secret-plan" not in text, text
+        assert n["labels"]["gpupool.io/provisioning-request"] == "another-tenant"

@@ -37,6 +37,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gpupool.api.auth import Principal, Tokens
 from gpupool.api.errors import RESPONSES, ApiError, install
+from gpupool.api.headers import SecurityHeaders
 from gpupool.config.jobs import JobDocument
 from gpupool.control import views
 from gpupool.control.plane import ControlPlane, JobRecord
@@ -129,7 +130,7 @@ Admin = Annotated[Principal, Depends(admin)]
 def create_app(plane: ControlPlane, tokens: Tokens, *,
                max_body_bytes: int = MAX_BODY_BYTES) -> FastAPI:
     app = FastAPI(title="gpupool", version="v1", docs_url=None, redoc_url=None,
-                  responses=RESPONSES,
+                  openapi_url=None, responses=RESPONSES,
                   description="GPU scheduler control plane: queues, jobs, nodes and cards.")
     app.state.tokens = tokens
     install(app)
@@ -149,6 +150,7 @@ def create_app(plane: ControlPlane, tokens: Tokens, *,
     # -- plumbing ----------------------------------------------------------------------------
 
     app.add_middleware(_Observe, metrics=metrics, max_body_bytes=max_body_bytes)
+    app.add_middleware(SecurityHeaders)
 
     async def read_body(request: Request) -> Any:
         raw = b""
@@ -190,6 +192,10 @@ def create_app(plane: ControlPlane, tokens: Tokens, *,
     @app.get("/metrics", tags=["service"], response_class=PlainTextResponse)
     def prometheus(who: Who) -> Response:
         return Response(metrics.render(), media_type=CONTENT_TYPE)
+
+    @app.get("/openapi.json", include_in_schema=False)
+    def spec(who: Who) -> dict[str, Any]:
+        return app.openapi()
 
     @app.get("/api/v1/whoami", tags=["service"])
     def whoami(who: Who) -> dict[str, Any]:
@@ -241,6 +247,14 @@ def create_app(plane: ControlPlane, tokens: Tokens, *,
         await run_in_threadpool(lambda: plane.set_node(
             name, unschedulable=patch.get("unschedulable"), failed=patch.get("failed")))
         return views.node_view(plane, name)
+
+    @app.post("/api/v1/nodes/{name}/drain", tags=["nodes"])
+    def drain_node(name: str, who: Admin) -> dict[str, Any]:
+        """Cordon the node and send its jobs back to their queues, whole."""
+        if name not in plane.node_status:
+            raise NotFoundError(f"node {name} not found")
+        requeued = plane.drain_node(name)
+        return {**views.node_view(plane, name), "requeued": requeued}
 
     @app.delete("/api/v1/nodes/{name}", tags=["nodes"])
     def delete_node(name: str, who: Admin) -> dict[str, Any]:
@@ -338,7 +352,8 @@ def create_app(plane: ControlPlane, tokens: Tokens, *,
                   ) -> dict[str, Any]:
         phases = set(phase.split(",")) if phase else None
         with plane.lock:
-            recs = []
+            recs: list[JobRecord] = []
+            matched = 0  # all of them, for remainingItemCount (Kubernetes' ListMeta field)
             for rec in plane.jobs.values():
                 ns = rec.request.namespace
                 if rec.uid <= after or not who.sees(ns) or (namespace and ns != namespace):
@@ -348,22 +363,32 @@ def create_app(plane: ControlPlane, tokens: Tokens, *,
                     continue
                 if phases and rec.phase not in phases:
                     continue
-                recs.append(rec)
-                if len(recs) > limit:
-                    break
+                matched += 1
+                if len(recs) <= limit:
+                    recs.append(rec)
             more = len(recs) > limit
             recs = recs[:limit]
             return {"items": views.jobs_view(plane, recs),
-                    "continue": recs[-1].uid if more and recs else None}
+                    "continue": recs[-1].uid if more and recs else None,
+                    "remainingItemCount": matched - len(recs),
+                    "time_s": round(plane.clock.now(), 3)}
 
     @app.get("/api/v1/jobs/{namespace}/{name}", tags=["jobs"])
     def get_job(namespace: str, name: str, who: Who) -> dict[str, Any]:
         return views.job_view(plane, visible_job(who, namespace, name))
 
-    @app.delete("/api/v1/jobs/{namespace}/{name}", tags=["jobs"])
+    @app.post("/api/v1/jobs/{namespace}/{name}/cancel", tags=["jobs"])
     def cancel_job(namespace: str, name: str, who: Who) -> dict[str, Any]:
+        """Cancel a pending or running job; a job that has ended is answered as it is."""
         visible_job(who, namespace, name)
         return views.job_view(plane, plane.cancel(f"{namespace}/{name}"), {})
+
+    @app.delete("/api/v1/jobs/{namespace}/{name}", tags=["jobs"])
+    def delete_job(namespace: str, name: str, who: Who) -> dict[str, Any]:
+        """Delete a job (cancelled first if it has not ended): its record goes, its name may
+        be used again. Answers the job as it was last."""
+        visible_job(who, namespace, name)
+        return views.job_view(plane, plane.delete(f"{namespace}/{name}"), {})
 
     # -- events ------------------------------------------------------------------------------
 

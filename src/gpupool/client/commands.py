@@ -1,11 +1,13 @@
-"""``gpupool submit``, ``get``, ``describe`` and ``cancel``: the client of ``gpupool serve``.
+"""``gpupool submit``, ``get``, ``describe``, ``cancel`` and ``delete``: the client of
+``gpupool serve``.
 
 In kubectl's habits::
 
     gpupool submit -f job.yaml [-f more.json] [-f -]      several documents per file; stdin
     gpupool get jobs|nodes|queues|clusterqueues|localqueues|flavors|cohorts|events [NAME]
     gpupool describe job|node NAME
-    gpupool cancel job NAME [NAME ...]
+    gpupool cancel job NAME [NAME ...]                    or job/NAMESPACE/NAME (-o name)
+    gpupool delete job NAME [NAME ...]
 
 Every command takes ``--server`` (env ``GPUPOOL_SERVER``, default http://127.0.0.1:8080),
 ``--token`` (env ``GPUPOOL_TOKEN``), ``-n/--namespace`` and ``-o``. A job NAME may be written
@@ -26,9 +28,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-import yaml
-
-from gpupool.client import render
+from gpupool.client import config, describe, output, render
 from gpupool.client.errors import RequestError, Unauthorized, Unreachable
 from gpupool.client.http import DEFAULT_SERVER, Client
 from gpupool.core.errors import ConfigError, NotFoundError
@@ -37,6 +37,7 @@ SERVER_ENV = "GPUPOOL_SERVER"
 TOKEN_ENV = "GPUPOOL_TOKEN"
 PHASES = ("Pending", "Running", "Succeeded", "Failed", "Cancelled")
 TERMINAL = ("Succeeded", "Failed", "Cancelled")
+ACTIVE = ("Pending", "Running")
 
 # What `get` accepts, kubectl's way: singular, plural and short names.
 KINDS: dict[str, str] = {}
@@ -76,19 +77,29 @@ def _common(outputs: Sequence[str] | None) -> argparse.ArgumentParser:
                    help=f"the gpupool server (env {SERVER_ENV}; default {DEFAULT_SERVER})")
     g.add_argument("--token", default=None,
                    help=f"bearer token (env {TOKEN_ENV})")
+    g.add_argument("--context", default=None, metavar="NAME",
+                   help="server, token and namespace from this context of the config file "
+                        "(gpupool config; default: its current context)")
     g.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS",
                    help="how long to wait for an answer (default 30)")
     p.add_argument("-n", "--namespace", default=None,
                    help="namespace of the jobs (default: every one the token can see)")
     if outputs:
-        p.add_argument("-o", "--output", choices=outputs, default=None,
-                       help="json and yaml print the API's objects, for scripts; wide adds "
-                            "columns; name prints kind/name")
+        shown = ", ".join(f"{o}=..." if o in output.TEMPLATES else o for o in outputs)
+        p.add_argument("-o", "--output", type=output.output_format(outputs), default=None,
+                       metavar="FORMAT",
+                       help=f"{shown}: json and yaml print the API's objects, for scripts; "
+                            "wide adds columns; name prints kind/name; jsonpath=TEMPLATE "
+                            "and custom-columns=HEADER:JSONPATH,... as kubectl's")
     return p
 
 
 def add_parsers(sub: Any) -> None:
     """Add ``submit``, ``get``, ``describe`` and ``cancel`` to the ``gpupool`` parser."""
+    from gpupool.client import admin, config_cli  # cordon, drain, apply; config, completion
+
+    admin.add_parsers(sub)
+    config_cli.add_parsers(sub)
     p = sub.add_parser("submit", parents=[_common(("json", "yaml", "name"))],
                        help="submit jobs to a gpupool server",
                        description="Submit Job documents (YAML or JSON; several per file, "
@@ -97,7 +108,8 @@ def add_parsers(sub: Any) -> None:
                    help="a file of Job documents, - for stdin (repeatable)")
     p.set_defaults(func=lambda a: _run(a, _submit))
 
-    p = sub.add_parser("get", parents=[_common(("json", "yaml", "wide", "name"))],
+    p = sub.add_parser("get", parents=[_common(("json", "yaml", "wide", "name", "jsonpath",
+                                                "custom-columns"))],
                        help="list jobs, nodes, queues, flavors, cohorts or events",
                        description="Show objects of a gpupool server as a table.")
     p.add_argument("kind", metavar="KIND", type=_kind,
@@ -109,7 +121,17 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("-A", "--all-namespaces", action="store_true",
                    help="every namespace the token can see (the default without -n)")
     p.add_argument("--phase", type=_phases, metavar="PHASE[,PHASE]",
-                   help=f"jobs in these phases ({', '.join(PHASES)})")
+                   help=f"jobs in these phases ({', '.join(PHASES)}); without it, and "
+                        "without --show-all, pending and running jobs only")
+    p.add_argument("-a", "--show-all", action="store_true",
+                   help="jobs: ended ones too (Succeeded, Failed, Cancelled)")
+    p.add_argument("-l", "--selector", metavar="SELECTOR",
+                   help="only objects whose labels match (a=b,c!=d,e,!f,g in (x,y))")
+    p.add_argument("--sort-by", metavar="JSONPATH",
+                   help="order by this field of the objects as -o json prints them "
+                        "(e.g. .status.submittedAt, {.metadata.name})")
+    p.add_argument("--no-headers", action="store_true",
+                   help="tables and custom-columns without their header line")
     p.add_argument("--queue", metavar="QUEUE",
                    help="jobs of this LocalQueue (name or namespace/name) or ClusterQueue")
     p.add_argument("--limit", type=int, default=200, metavar="N",
@@ -125,19 +147,58 @@ def add_parsers(sub: Any) -> None:
                        description="A job: its spec, status, pending reason, placements card "
                                    "by card and events. A node: its cards and who holds "
                                    "them.")
-    p.add_argument("kind", metavar="KIND", choices=("job", "jobs", "node", "nodes", "no"),
-                   help="job or node")
-    p.add_argument("name", metavar="NAME", help="a job (NAME or NAMESPACE/NAME) or a node")
+    p.add_argument("kind", metavar="KIND", choices=("job", "jobs", "node", "nodes", "no",
+                                                    "queue", "queues", "clusterqueue",
+                                                    "clusterqueues", "cq"),
+                   help="job, node or queue (a ClusterQueue)")
+    p.add_argument("name", metavar="NAME", help="a job (NAME or NAMESPACE/NAME), a node or "
+                                                "a ClusterQueue")
     p.set_defaults(func=lambda a: _run(a, _describe))
 
     p = sub.add_parser("cancel", parents=[_common(("json", "name"))],
-                       help="cancel jobs (a job that has ended is deleted)",
+                       help="cancel jobs (their records stay; `delete` removes them)",
                        description="Cancel pending or running jobs; their cards are free at "
-                                   "once. A job that has ended already is deleted, so that "
-                                   "its name can be used again.")
-    p.add_argument("kind", metavar="KIND", choices=("job", "jobs"), help="job")
-    p.add_argument("names", nargs="+", metavar="NAME", help="NAME or NAMESPACE/NAME")
+                                   "once. A job that has ended already is left as it is "
+                                   "(cancelling twice is not an error). Jobs are named as "
+                                   "`job NAME ...` or as `-o name` prints them (job/NS/NAME).")
+    p.add_argument("targets", nargs="+", metavar="job NAME | job/NAME",
+                   help="job NAME [NAME ...] (NAME or NAMESPACE/NAME), or job/NAMESPACE/NAME")
     p.set_defaults(func=lambda a: _run(a, _cancel))
+
+    p = sub.add_parser("delete", parents=[_common(("json", "name"))],
+                       help="delete jobs (cancelled first if they have not ended)",
+                       description="Delete jobs: a pending or running job is cancelled "
+                                   "first (its cards are free at once), then its record is "
+                                   "removed and its name may be used again. Jobs are named "
+                                   "as `job NAME ...` or as `-o name` prints them.")
+    p.add_argument("targets", nargs="+", metavar="job NAME | job/NAME",
+                   help="job NAME [NAME ...] (NAME or NAMESPACE/NAME), or job/NAMESPACE/NAME")
+    p.set_defaults(func=lambda a: _run(a, _delete))
+
+
+JOB_WORDS = ("job", "jobs")
+
+
+def job_targets(targets: Sequence[str]) -> list[str]:
+    """Job names from ``job NAME [NAME ...]`` or ``job/NAME`` words (``-o name``'s form,
+    kubectl's ``TYPE/NAME``), which may be mixed; ConfigError for anything else."""
+    words = list(targets)
+    kind_given = bool(words) and words[0].lower() in JOB_WORDS
+    if kind_given:
+        words = words[1:]
+    names = []
+    for word in words:
+        kind, sep, rest = word.partition("/")
+        if sep and kind.lower() in JOB_WORDS and rest:
+            names.append(rest)
+        elif kind_given and word:
+            names.append(word)
+        else:
+            raise ConfigError(f"{word!r}: name jobs as `job NAME` or `job/NAME` "
+                              "(only jobs can be cancelled or deleted here)")
+    if not names:
+        raise ConfigError("no job named: give `job NAME [NAME ...]` or `job/NAME`")
+    return names
 
 
 def _kind(text: str) -> str:
@@ -154,8 +215,14 @@ def _kind(text: str) -> str:
 
 def _run(args: argparse.Namespace, command: Callable[[Client, argparse.Namespace, Out], int],
          out: Out | None = None) -> int:
-    server = args.server or os.environ.get(SERVER_ENV) or DEFAULT_SERVER
-    token = args.token if args.token is not None else os.environ.get(TOKEN_ENV)
+    ctx: dict[str, Any] = {}
+    if getattr(args, "context", None) or config.path().exists():
+        ctx = config.context(getattr(args, "context", None))
+    server = args.server or os.environ.get(SERVER_ENV) or ctx.get("server") or DEFAULT_SERVER
+    token = args.token if args.token is not None else \
+        os.environ.get(TOKEN_ENV) or ctx.get("token")
+    if getattr(args, "namespace", None) is None and not getattr(args, "all_namespaces", False):
+        args.namespace = ctx.get("namespace")
     client = Client(server, token, timeout_s=args.timeout)
     try:
         return command(client, args, out or sys.stdout)
@@ -183,6 +250,8 @@ def _now(client: Client) -> float:
 
 def _dump(obj: object, fmt: str, out: Out) -> None:
     if fmt == "yaml":
+        import yaml  # only here: the other commands start without it
+
         out.write(yaml.safe_dump(obj, sort_keys=False, default_flow_style=False))
     else:
         out.write(json.dumps(obj, indent=2) + "\n")
@@ -262,6 +331,8 @@ def read_documents(sources: Sequence[str], stdin: TextIO | None = None
 def _parse(text: str, name: str) -> list[Any]:
     """The documents of a file: JSON when it reads as JSON, else YAML (which also reads
     flow-style ``{name: x}``); the error names the format the file seems to be in."""
+    import yaml
+
     json_error: json.JSONDecodeError | None = None
     if text.lstrip().startswith(("{", "[")):
         try:
@@ -347,6 +418,9 @@ def _get(client: Client, args: argparse.Namespace, out: Out) -> int:
         if kind == "localqueues" and args.namespace and not name:
             items = [q for q in items if q.get("metadata", {}).get("namespace")
                      == args.namespace]
+    items = _shape(items, args)
+    if _templated(items, bool(name), args, out):
+        return 0
     if fmt in ("json", "yaml"):
         _dump(items[0] if name else {"items": items}, fmt, out)
         return 0
@@ -368,8 +442,43 @@ def _get(client: Client, args: argparse.Namespace, out: Out) -> int:
         "flavors": lambda: render.flavors_table(items),
         "cohorts": lambda: render.cohorts_table(items),
     }[kind]()
-    _print(text, out)
+    _print(_headless(text, args), out)
     return 0
+
+
+def _shape(items: list[dict[str, Any]], args: argparse.Namespace) -> list[dict[str, Any]]:
+    """``items`` filtered by ``-l`` and ordered by ``--sort-by``."""
+    if getattr(args, "selector", None):
+        match = output.selector(args.selector)
+        items = [i for i in items if match(output.labels_of(i))]
+    if getattr(args, "sort_by", None):
+        items = output.sort_by(items, args.sort_by)
+    return items
+
+
+def _templated(items: list[dict[str, Any]], single: bool, args: argparse.Namespace,
+               out: Out) -> bool:
+    """Prints ``-o jsonpath=`` or ``-o custom-columns=``; False for the other formats."""
+    fmt = args.output or ""
+    if fmt.startswith("jsonpath="):
+        obj = items[0] if single and items else {"kind": "List", "items": items}
+        text = output.template(obj, fmt.split("=", 1)[1])
+        out.write(text if text.endswith("\n") or not text else text + "\n")
+        return True
+    if fmt.startswith("custom-columns="):
+        columns = output.custom_columns(fmt.split("=", 1)[1])
+        rows = output.column_rows(items, columns)
+        headers = [h for h, _ in columns]
+        _print(_headless(render.table(headers, rows), args), out)
+        return True
+    return False
+
+
+def _headless(text: str, args: argparse.Namespace) -> str:
+    """A table without its header line under ``--no-headers``."""
+    if getattr(args, "no_headers", False):
+        return "\n".join(text.splitlines()[1:])
+    return text
 
 
 def _fetch_jobs(client: Client, args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -378,11 +487,14 @@ def _fetch_jobs(client: Client, args: argparse.Namespace) -> list[dict[str, Any]
     if args.name:
         ns, short = locate_job(client, args.name, args.namespace)
         return [client.job(ns, short)]
-    return client.jobs(namespace=args.namespace, queue=args.queue, phases=args.phase)
+    phases = args.phase or (None if args.show_all else list(ACTIVE))
+    return client.jobs(namespace=args.namespace, queue=args.queue, phases=phases)
 
 
 def _get_jobs(client: Client, args: argparse.Namespace, out: Out) -> int:
-    jobs = _fetch_jobs(client, args)
+    jobs = _shape(_fetch_jobs(client, args), args)
+    if _templated(jobs, bool(args.name), args, out):
+        return 0
     if args.output in ("json", "yaml"):
         _dump(jobs[0] if args.name else {"items": jobs}, args.output, out)
         return 0
@@ -392,9 +504,12 @@ def _get_jobs(client: Client, args: argparse.Namespace, out: Out) -> int:
         return 0
     if not jobs:
         where = f" in namespace {args.namespace}" if args.namespace else ""
-        print(f"No jobs found{where}.", file=sys.stderr)
+        hint = "" if args.phase or args.show_all else " (pending or running; --show-all " \
+            "for ended ones too)"
+        print(f"No jobs found{where}{hint}.", file=sys.stderr)
         return 0
-    _print(render.jobs_table(jobs, _now(client), args.output == "wide"), out)
+    now = client.time_s if client.time_s is not None and not args.name else _now(client)
+    _print(_headless(render.jobs_table(jobs, now, args.output == "wide"), args), out)
     return 0
 
 
@@ -404,11 +519,15 @@ def _watch_jobs(client: Client, args: argparse.Namespace, out: Out) -> int:
     wide = args.output == "wide"
     seen: dict[str, tuple[object, ...]] = {}
     widths: list[int] | None = None
-    for jobs in _polls(client, args):
+    every = argparse.Namespace(**{**vars(args), "show_all": True})
+    for jobs in _polls(client, every):
         now = _now(client)
         changed = []
         for j in jobs:
             st = j.get("status", {})
+            if not (args.show_all or args.phase or st.get("phase") in ACTIVE
+                    or render.key(j) in seen):
+                continue  # an ended job is shown only when it ends while watched
             sig = (st.get("phase"), st.get("queuePosition"), st.get("pendingReason"),
                    st.get("estimatedStart"), st.get("message"))
             k = render.key(j)
@@ -466,6 +585,13 @@ def _describe(client: Client, args: argparse.Namespace, out: Out) -> int:
     if args.kind in ("node", "nodes", "no"):
         _print(render.describe_node(client.node(args.name)), out)
         return 0
+    if KINDS.get(args.kind) == "clusterqueues":
+        queue = client.queue_object("clusterqueues", args.name)
+        locals_ = [q for q in client.queue_objects("localqueues")
+                   if q.get("spec", {}).get("clusterQueue") == args.name]
+        waiting = client.jobs(queue=args.name, phases=["Pending"])
+        _print(describe.describe_queue(queue, locals_, waiting), out)
+        return 0
     ns, short = locate_job(client, args.name, args.namespace)
     job = client.job(ns, short)
     key = f"{ns}/{short}"
@@ -479,7 +605,7 @@ def _describe(client: Client, args: argparse.Namespace, out: Out) -> int:
 
 def _cancel(client: Client, args: argparse.Namespace, out: Out) -> int:
     done: list[dict[str, Any]] = []
-    for name in args.names:
+    for name in job_targets(args.targets):
         ns, short = locate_job(client, name, args.namespace)
         before = client.job(ns, short).get("status", {}).get("phase")
         job = client.cancel(ns, short)
@@ -488,10 +614,25 @@ def _cancel(client: Client, args: argparse.Namespace, out: Out) -> int:
             _print(f"job/{ns}/{short}", out)
         elif args.output is None:
             if before in TERMINAL:
-                _print(f"job {ns}/{short} deleted (it had ended: {before})", out)
+                _print(f"job {ns}/{short} had ended already ({before}): left as it is", out)
             else:
                 _print(f"job {ns}/{short} cancelled (was {before})", out)
     if args.output == "json":
         _dump(done[0] if len(done) == 1 else {"kind": "List", "items": done}, "json", out)
     return 0
 
+
+def _delete(client: Client, args: argparse.Namespace, out: Out) -> int:
+    done: list[dict[str, Any]] = []
+    for name in job_targets(args.targets):
+        ns, short = locate_job(client, name, args.namespace)
+        job = client.delete(ns, short)
+        done.append(job)
+        if args.output == "name":
+            _print(f"job/{ns}/{short}", out)
+        elif args.output is None:
+            _print(f"job {ns}/{short} deleted (was {job.get('status', {}).get('phase')})",
+                   out)
+    if args.output == "json":
+        _dump(done[0] if len(done) == 1 else {"kind": "List", "items": done}, "json", out)
+    return 0

@@ -166,9 +166,8 @@ def job_row(job: Mapping[str, Any], now_s: float, wide: bool = False) -> list[ob
         nodes = sorted({p["node"] for p in status.get("placements", [])})
         row += [status.get("flavor"), ",".join(nodes), spec.get("user"),
                 spec.get("priorityClassName") or spec.get("priority")]
-        row.append(_reason(status))
-    else:
-        row.append(short(_reason(status)))
+    # whole: the last column is not padded, and a reason cut short loses its cause
+    row.append(" ".join(_reason(status).split()))
     return row
 
 

@@ -40,9 +40,11 @@ from gpupool.control.codec import (
     request_from_json,
     request_to_json,
 )
+from gpupool.control.limits import check_metadata
 from gpupool.core.admission import QuotaTree, request_demand
 from gpupool.core.decisions import CycleResult
 from gpupool.core.errors import ConfigError, ConflictError, InvalidJobError, NotFoundError
+from gpupool.core.feasibility import flavor_problem
 from gpupool.core.model import Job, JobId, Node, NodeName, Placement
 from gpupool.core.placement.framework import Profile
 from gpupool.core.provisioning import CheckState, ProvisioningRequest
@@ -315,9 +317,16 @@ class ControlPlane:
         checks = {n: b for (k, n), b in rows.items() if k == CHECK_KIND}
         running = sorted((r for r in self.jobs.values() if r.phase == "Running"),
                          key=lambda r: (r.started_s or 0.0, r.uid))
+        conflicts = _Changes()
         for rec in running:
-            restored = sched.restore(rec.job, rec.placements, rec.started_s or now,
-                                     rec.flavor, rec.preemptions)
+            try:
+                restored = sched.restore(rec.job, rec.placements, rec.started_s or now,
+                                         rec.flavor, rec.preemptions)
+            except ConflictError as exc:
+                # Two holders of one card (a state file two servers wrote): the one that
+                # started first keeps it, the later one goes back to its queue, whole.
+                self._requeue_conflict(rec, str(exc), now, conflicts)
+                continue
             rec.cluster_queue = restored.queue
             booking = (checks.get(rec.key) or {}).get("booking")
             if booking:
@@ -346,9 +355,22 @@ class ControlPlane:
         for w in self.watchers:
             w.scheduler_built(sched)
         self.scheduler = sched
+        self._commit(conflicts)
         if self.cloud is not None:  # deletions the old scheduler had not passed on yet
             self.cloud.reconcile({r.key for r in sched.provisioning_requests()}, now)
         self._idle_tree = QuotaTree(self.config)
+
+    @staticmethod
+    def _requeue_conflict(rec: JobRecord, why: str, now: float, changes: _Changes) -> None:
+        """A running job whose cards another running job, started earlier, holds: back to
+        Pending (it queues below, in submission order) with a Warning event."""
+        rec.phase, rec.placements, rec.started_s, rec.flavor = "Pending", (), None, ""
+        rec.message = (f"its cards were held by another job when the state file was read "
+                       f"({why}); back in its queue")
+        changes.job(rec.key, phase="Pending", placements=[], started_s=None, flavor="",
+                    message=rec.message)
+        changes.event(now, "RestoreConflict", "Job", rec.key, rec.message,
+                      rec.request.namespace, warning=True)
 
     def _end_s(self, rec: JobRecord, sched: Scheduler | None = None) -> float:
         """When a running job ends: its duration, or its run limit (cut by the booking it
@@ -531,6 +553,7 @@ class ControlPlane:
         self.store.sync()
 
     def _submit(self, body: object, namespace: str | None) -> JobRecord:
+        check_metadata(body)  # before the lock: a refusal costs no one a wait
         with self.lock:
             now = self.clock.now()
             request = parse_job(body, self.config, namespace=namespace, submit_time_s=now)
@@ -539,8 +562,13 @@ class ControlPlane:
                                     f"({self.jobs[request.key].phase})")
             sched = self.scheduler
             cq = sched.queues.resolve(request.job.queue)
-            self._check_quota_ceiling(request.job, cq)
+            # a queue with a provisioning check runs jobs on nodes the cloud will make: the
+            # core checks those against the request's rules, not against today's nodes
+            provisioned = sched.checks is not None and sched.checks.check_for(cq) is not None
             try:
+                if not provisioned:  # on some node of the cluster, then of the queue's flavors
+                    sched.validator.check(request.job, sched.state.table)
+                self._check_ever_runs(request.job, cq, nodes=not provisioned)
                 sched.submit(request.job, now)  # checks it could ever run here, then queues
             except InvalidJobError as exc:
                 raise _in_document_terms(exc, request) from None
@@ -559,20 +587,26 @@ class ControlPlane:
             self.metrics.submitted(cq)
             return rec
 
-    def _check_quota_ceiling(self, job: Job, cq: str) -> None:
-        """Refuse a job that its ClusterQueue could not admit even with every other queue
-        idle: more than its nominal quota plus what it may borrow, in every flavor."""
+    def _check_ever_runs(self, job: Job, cq: str, *, nodes: bool) -> None:
+        """Refuse a job that no flavor of its ClusterQueue could ever run: one whose quota,
+        with every other queue idle and all it may borrow, is too small, or (with ``nodes``)
+        whose nodes, empty, could not hold it (``core.feasibility``: a MIG profile in a queue
+        with no MIG flavor, a model none of its flavors has)."""
         tree = self._idle_tree
+        flavors = {f.name: f for f in self.config.flavors}
+        table = self.scheduler.state.table
         reasons = []
         for fq in tree.queues[cq].flavors or ():
             short = tree.shortfall(cq, request_demand(job, fq.flavor))
-            if not short:
+            why = flavor_problem(job, flavors.get(fq.flavor), table) if nodes else None
+            if not short and why is None:
                 return
-            reasons.extend(short)
+            reasons.append(f"flavor {fq.flavor}: " + "; ".join(
+                [*short, *([why] if why else [])]))
         if reasons:
             raise InvalidJobError("spec.podSets", "(the whole job)",
                                   f"can never be admitted by ClusterQueue {cq}, even with "
-                                  f"every other queue idle: {'; '.join(reasons)}")
+                                  f"every other queue idle: {' | '.join(reasons)}")
 
     def job(self, key: str) -> JobRecord:
         with self.lock:
@@ -582,29 +616,46 @@ class ControlPlane:
             return rec
 
     def cancel(self, key: str) -> JobRecord:
-        """Cancel a pending or running job (its cards are free at once); a job that has
-        ended already is deleted, so that its name can be used again."""
+        """Cancel a pending or running job (its cards are free at once). Idempotent: a job
+        that has ended already is left as it is, record and all (``delete`` removes it)."""
+        with self.lock:
+            rec = self.job(key)
+            if rec.phase in TERMINAL:
+                return rec
+            self._cancel(rec, self.clock.now())
+            return rec
+
+    def delete(self, key: str) -> JobRecord:
+        """Delete a job: cancelled first if it is pending or running, then its record is
+        removed (its events stay), so that its name can be used again. Returns the record
+        as it was last."""
         with self.lock:
             rec = self.job(key)
             now = self.clock.now()
-            if rec.phase in TERMINAL:
-                with self.store.transaction() as tx:
-                    tx.delete_job(key)
-                del self.jobs[key]
-                return rec
-            with self.store.transaction() as tx:  # on disk first: a failed write cancels nothing
-                tx.update_job(key, phase="Cancelled", finished_s=now, message="cancelled")
-                tx.add_events([NewEvent(now, "Normal", "Cancelled", "Job", key,
+            if rec.phase not in TERMINAL:
+                self._cancel(rec, now)
+            with self.store.transaction() as tx:
+                tx.delete_job(key)
+                tx.add_events([NewEvent(now, "Normal", "Deleted", "Job", key,
                                         rec.request.namespace,
-                                        f"cancelled while {rec.phase.lower()}")])
-            if rec.phase == "Running":
-                self.backend.stop(key)
-            self.scheduler.cancel(JobId(key), now)
-            rec.phase, rec.finished_s, rec.message = "Cancelled", now, "cancelled"
-            changes = _Changes()
-            self._save_provisioning(changes)
-            self._commit(changes)
+                                        f"deleted ({rec.phase.lower()})")])
+            del self.jobs[key]
             return rec
+
+    def _cancel(self, rec: JobRecord, now: float) -> None:
+        key = rec.key
+        with self.store.transaction() as tx:  # on disk first: a failed write cancels nothing
+            tx.update_job(key, phase="Cancelled", finished_s=now, message="cancelled")
+            tx.add_events([NewEvent(now, "Normal", "Cancelled", "Job", key,
+                                    rec.request.namespace,
+                                    f"cancelled while {rec.phase.lower()}")])
+        if rec.phase == "Running":
+            self.backend.stop(key)
+        self.scheduler.cancel(JobId(key), now)
+        rec.phase, rec.finished_s, rec.message = "Cancelled", now, "cancelled"
+        changes = _Changes()
+        self._save_provisioning(changes)
+        self._commit(changes)
 
     # -- the loop ----------------------------------------------------------------------------
 
@@ -859,6 +910,26 @@ class ControlPlane:
                 tx.add_events(changes.events)
             self.node_status[name] = body
             return body
+
+    def drain_node(self, name: str) -> list[str]:
+        """Cordon a node and send its jobs back to their queues, whole (kubectl's drain:
+        its pods are evicted and scheduled again elsewhere). ElasticGPUs bound on it stay,
+        as volumes stay with a drained node. Returns the jobs requeued."""
+        with self.lock:
+            body = self.set_node(name, unschedulable=True)
+            if body["failed"]:
+                return []
+            now = self.clock.now()
+            hit = sorted({p.job for p in self.scheduler.state.placements_on(NodeName(name))
+                          if p.job in self.jobs and self.jobs[p.job].phase == "Running"})
+            for job in hit:
+                self.scheduler.requeue(job, now)
+            changes = _Changes()
+            self._requeue(hit, f"node {name} was drained", now, changes, "Drained")
+            changes.event(now, "Drained", "Node", name,
+                          f"drained: {len(hit)} job(s) back in their queues")
+            self._commit(changes)
+            return [str(j) for j in hit]
 
     def delete_node(self, name: str) -> None:
         with self.lock:

@@ -18,6 +18,7 @@ from gpupool.control.plane import ACTIVE, ControlPlane, JobRecord
 from gpupool.core.elastic import TASK_PREFIX
 from gpupool.core.errors import NotFoundError
 from gpupool.core.model import JobId, Node, NodeName
+from gpupool.core.provisioning import REQUEST_LABEL
 from gpupool.core.quota import Resource
 
 Visible = Callable[[str], bool]
@@ -55,7 +56,7 @@ def cluster_view(plane: ControlPlane) -> dict[str, Any]:
         free_total = int(free.sum())
         states = Counter(_node_state(b) for b in plane.node_status.values())
         phases = Counter(r.phase for r in plane.jobs.values())
-        gpus, milli_used = totals["gpus"], totals["gpu_milli_used"]
+        milli_used = totals["gpu_milli_used"]
         flavors: dict[str, dict[str, int]] = defaultdict(lambda: {"nodes": 0, "gpus": 0,
                                                                   "gpu_milli_used": 0})
         for i in live:
@@ -66,15 +67,19 @@ def cluster_view(plane: ControlPlane) -> dict[str, Any]:
             f["gpu_milli_used"] += int(t.used_milli[i][t.gpu_usable[i]].sum()) + sum(
                 (m.count - int(t.mig_free[m.profile][i, g.index])) * m.gpu_milli
                 for g in node.gpus for m in g.mig)
+        all_gpus = sum(f["gpus"] for f in flavors.values())
+        all_used = sum(f["gpu_milli_used"] for f in flavors.values())
         last = plane.last_tick
         return {
             "time_s": round(plane.clock.now(), 3),
             "speed": plane.clock.speed,
             "nodes": {"total": len(plane.node_status), **{s: states.get(s, 0) for s in
                                                           ("ready", "cordoned", "failed")}},
-            "gpus": {"total": gpus, "mig_partitioned": int(t.gpu_mig[live].sum()),
-                     "allocated": round(milli_used / 1000, 3),
-                     "allocated_pct": round(100 * milli_used / max(1, gpus * 1000), 2)},
+            # every card, MIG-partitioned ones too (as the flavors' figures count them); the
+            # cards' compute in gpu_milli below leaves the partitioned ones out
+            "gpus": {"total": all_gpus, "mig_partitioned": int(t.gpu_mig[live].sum()),
+                     "allocated": round(all_used / 1000, 3),
+                     "allocated_pct": round(100 * all_used / max(1, all_gpus * 1000), 2)},
             "gpu_milli": {"total": totals["gpu_milli_total"], "used": milli_used},
             "cpu_milli": {"total": totals["cpu_milli_total"], "used": totals["cpu_milli_used"]},
             "memory_mib": {"total": totals["memory_mib_total"],
@@ -154,13 +159,27 @@ def node_view(plane: ControlPlane, name: str, visible: Visible = everyone) -> di
         return {
             "name": name, "state": _node_state(body), "unschedulable": not node.schedulable,
             "failed": bool(body.get("failed")), "flavor": flavor_of(plane, node),
-            "labels": dict(node.labels),
-            "taints": [{"key": x.key, "value": x.value, "effect": str(x.effect)}
-                       for x in node.taints],
+            "labels": {k: _owned(k, v, visible) for k, v in node.labels.items()},
+            "taints": [{"key": x.key, "value": _owned(x.key, x.value, visible),
+                        "effect": str(x.effect)} for x in node.taints],
             "cpu_milli": {"total": node.cpu_milli, "used": cpu_used},
             "memory_mib": {"total": node.memory_mib, "used": mem_used},
             "gpus": cards,
         }
+
+
+ANOTHER_TENANTS = "another-tenant"
+
+
+def _owned(key: str, value: str, visible: Visible) -> str:
+    """A node label's or taint's value as a reader sees it: a provisioned node's request
+    label names its namespace and request (``research.research-train-1``, made from the job's
+    name), which a reader who cannot see that namespace does not learn."""
+    if key == REQUEST_LABEL and value:
+        namespace = value.split(".", 1)[0]
+        if not visible(namespace):
+            return ANOTHER_TENANTS
+    return value
 
 
 def _status(plane: ControlPlane, rec: JobRecord,

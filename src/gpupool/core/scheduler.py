@@ -173,6 +173,13 @@ class Scheduler:
         self.state.update_node(node)
         self.queues.wake()
 
+    def requeue(self, job: JobId, now_s: float) -> None:
+        """A running job goes back to its queue, whole, its cards freed (its node is being
+        drained); as for a node that left, with the node kept."""
+        submitted = self._unbook(job)
+        r = release(self.ctx, job, now_s)
+        self.queues.add(submitted or r.job, preemptions=r.preemptions)
+
     def remove_node(self, name: NodeName, now_s: float) -> list[JobId]:
         """A node left: every job with a task there goes back to its queue, whole."""
         hit = sorted({p.job for p in self.state.placements_on(name)

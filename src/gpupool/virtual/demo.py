@@ -9,8 +9,10 @@ Arrivals are Poisson at ``rate`` jobs per wall-clock second; durations are in cl
 
 from __future__ import annotations
 
+import math
 import random
-from collections.abc import Iterator
+import re
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,21 +56,42 @@ def targets(config: QueueConfig, nodes: list[Node]) -> list[Target]:
     return out
 
 
+KINDS = ("train", "nb", "inf", "mig", "burst")
+_NAME = re.compile(rf"({'|'.join(KINDS)})-(\d{{5,}})-[0-9a-f]{{4}}")
+
+
+def demo_count(names: Iterable[str]) -> int:
+    """The highest number among demo job names (``nb-00042-1f3a`` is 42), 0 if none: where a
+    stream restarted on the same state file carries on."""
+    best = 0
+    for name in names:
+        m = _NAME.fullmatch(name)
+        if m:
+            best = max(best, int(m.group(2)))
+    return best
+
+
 class DemoStream:
     """Example jobs for the demo. With ``burst`` (a cloud runs beside the cluster), about
     one job in 40 is a 2 x 8-GPU gang for a queue with a provisioning admission check,
-    which waits for the cloud to make its nodes."""
+    which waits for the cloud to make its nodes.
+
+    ``start`` is the number of demo jobs made before (``demo_count`` of a state file's job
+    names): numbering carries on after it, and the random stream is seeded with it too, so a
+    restart makes new jobs at once rather than repeating old names."""
 
     def __init__(self, config: QueueConfig, nodes: list[Node], seed: int = 7,
-                 rate: float = 0.8, burst: bool = False) -> None:
+                 rate: float = 0.8, burst: bool = False, start: int = 0) -> None:
+        if not (rate > 0 and math.isfinite(rate)):
+            raise ValueError(f"rate={rate!r} must be a finite number > 0 (jobs per second)")
         self.targets = targets(config, nodes)
-        self.rng = random.Random(seed)
+        self.rng = random.Random(seed if not start else f"{seed}/{start}")
         self.rate = rate
-        self.count = 0
+        self.count = start
         checked = {q.name for q in config.cluster_queues if q.admission_checks}
         self.burst = [lq for lq in config.local_queues if lq.cluster_queue in checked] \
             if burst else []
-        self.burst_rng = random.Random(seed + 1)
+        self.burst_rng = random.Random(seed + 1 if not start else f"{seed + 1}/{start}")
 
     def gap_s(self) -> float:
         """Wall seconds to the next arrival."""

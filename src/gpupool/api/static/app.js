@@ -198,6 +198,7 @@
       state.localQueues = lqs.items;
       state.history = hist.samples;
       state.pending = pending.items;
+      state.pendingMore = pending.remainingItemCount || 0;
       state.events = events.items;
       state.classes = classes.items;
       state.claims = claims.items;
@@ -618,7 +619,12 @@
       return pa - pb;
     });
     const speed = state.cluster ? state.cluster.speed : 1;
-    $("pending-count").textContent = `(${items.length})`;
+    // every pending job the token can see, not only the page of them fetched
+    const total = items.length + (state.pendingMore || 0);
+    $("pending-count").textContent = total > items.length
+      ? `(${total.toLocaleString("en-US")}; the first ${items.length} shown)`
+      : `(${items.length})`;
+    $("pending-count").dataset.total = String(total);
     $("pending-empty").hidden = items.length > 0;
     $("pending").innerHTML = items.map((j) => {
       const st = j.status;
