@@ -257,8 +257,19 @@ def request_demand(job: Job, flavor: str) -> Vec:
     return d
 
 
+def slice_charge_milli(gpu_milli: int, memory_mib: int, card_mib: int) -> int:
+    """What a slice of one card costs in GPUs (milli-GPU): the larger of its compute share
+    and its memory share of the card, so a slice that holds most of a card's memory with
+    little compute is charged for the card it blocks (dominant share within the card)."""
+    if card_mib <= 0:
+        return gpu_milli
+    by_memory = -(-memory_mib * WHOLE_GPU_MILLI // card_mib)  # rounded up
+    return min(WHOLE_GPU_MILLI, max(gpu_milli, by_memory))
+
+
 def placement_demand(placements: Iterable[Placement], flavor: str, table: NodeTable) -> Vec:
-    """The exact quota cost of placements: cards, compute and memory as placed."""
+    """The exact quota cost of placements: cards, compute and memory as placed. A slice's
+    compute (``gpu_milli``) is charged by :func:`slice_charge_milli`."""
     d: Vec = {}
 
     def put(res: Resource, v: int) -> None:
@@ -277,7 +288,11 @@ def placement_demand(placements: Iterable[Placement], flavor: str, table: NodeTa
                 continue
             if s.gpu_milli >= WHOLE_GPU_MILLI:
                 put(Resource.GPU, 1)
-            put(Resource.GPU_MILLI, s.gpu_milli)
+                put(Resource.GPU_MILLI, s.gpu_milli)
+            else:
+                card = table.nodes[table.row(p.node)].gpus[s.index]
+                put(Resource.GPU_MILLI, slice_charge_milli(s.gpu_milli, s.memory_mib,
+                                                           card.memory_mib))
             put(Resource.GPU_MEMORY_MIB, s.memory_mib)
     return d
 
