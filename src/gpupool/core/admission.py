@@ -111,13 +111,32 @@ class QuotaTree:
             n.guaranteed = dict(n.subtree)
 
     def _entitle(self, n: _QNode, entitled: dict[Key, float]) -> None:
-        """Weighted fair shares down the tree: each node gets its parent's entitlement split
-        by weight among siblings (weighted dominant-resource fairness). A root is entitled to
-        all the quota in its tree."""
+        """Entitlements down the tree, nominal quota first: each child is entitled to the
+        nominal quota of its subtree (guaranteed: its owner may always reclaim it), and what
+        is left of the parent's entitlement (quota a cohort holds of its own) is split among
+        the children by weight. A root is entitled to all the quota in its tree.
+
+        So with equal nominal quotas covering the cluster, every queue is entitled to its
+        nominal quota whatever the weights; weights share only what nobody is guaranteed.
+        Where the children's quota exceeds the parent's entitlement (it cannot, for quota
+        declared in one tree), it is scaled down to fit."""
         n.entitled = entitled
-        total = sum(c.weight for c in n.children)
+        if not n.children:
+            return
+        weights = sum(c.weight for c in n.children)
+        keys = set(entitled)
         for c in n.children:
-            self._entitle(c, {k: v * c.weight / total for k, v in entitled.items()})
+            keys.update(c.total)
+        out: list[dict[Key, float]] = [{} for _ in n.children]
+        for k in keys:
+            have = entitled.get(k, 0.0)
+            owned = sum(c.total.get(k, 0) for c in n.children)
+            scale = min(1.0, have / owned) if owned > 0 else 0.0
+            rest = max(0.0, have - owned)
+            for i, c in enumerate(n.children):
+                out[i][k] = c.total.get(k, 0) * scale + rest * c.weight / weights
+        for i, c in enumerate(n.children):
+            self._entitle(c, out[i])
 
     def node(self, cq: str) -> _QNode:
         n = self._nodes.get(cq)
@@ -200,13 +219,15 @@ class QuotaTree:
         """Weighted dominant share: the largest usage / entitlement over resources (1.0 is
         exactly the queue's fair share)."""
         n = self.node(cq)
-        best = 0.0
-        for key, ent in n.entitled.items():
-            if ent <= 0:
+        used: dict[Resource, float] = {}
+        ent: dict[Resource, float] = {}
+        for key, e in n.entitled.items():
+            if e <= 0:
                 continue
-            u = n.usage.get(key, 0) + (extra.get(key, 0) if extra else 0)
-            best = max(best, u / ent)
-        return best
+            r = key[1]
+            ent[r] = ent.get(r, 0.0) + e
+            used[r] = used.get(r, 0.0) + n.usage.get(key, 0) + (extra.get(key, 0) if extra else 0)
+        return max((used[r] / ent[r] for r in ent), default=0.0)
 
     def entitled(self, cq: str) -> dict[Key, float]:
         return dict(self.node(cq).entitled)

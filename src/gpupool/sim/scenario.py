@@ -627,6 +627,7 @@ class JobRun:
     gpu_milli: int  # over all tasks, as charged (a slice: compute or memory, the larger)
     submit_s: float
     duration_s: float = 0.0  # how long it really runs (declared to the scheduler or not)
+    flavor: str = ""  # the flavor of its current (or last) run
     start_s: float | None = None  # first start
     end_s: float | None = None  # when its last run ended, if it did
     runs: int = 0
@@ -656,8 +657,8 @@ class Eviction:
     preemptor: str
     preemptor_queue: str
     gpu_milli: int
-    queue_used_before_milli: int  # the victim queue's GPU use before this eviction
-    queue_nominal_milli: int
+    queue_used_before_milli: int  # the victim queue's GPU use of the victim's flavor before it
+    queue_nominal_milli: int  # the victim queue's nominal GPU quota of that flavor
 
 
 @dataclass(slots=True)
@@ -776,6 +777,13 @@ class _Run:
         self.fresh: list[JobId] = []  # submitted since the last estimate
         self.entitled: dict[str, float] = {}
         self.nominal: dict[str, int] = {}
+        self.used_flavor: dict[tuple[str, str], int] = {}  # GPU milli per (queue, flavor)
+        self.nominal_flavor: dict[tuple[str, str], int] = {}
+        for q in self.queues:
+            for (f, res), v in self.sched.tree.nominal(q).items():
+                milli = v * WHOLE_GPU_MILLI if res is Resource.GPU else \
+                    v if res is Resource.GPU_MILLI else 0
+                self.nominal_flavor[(q, f)] = max(self.nominal_flavor.get((q, f), 0), milli)
         for q in self.queues:
             e, n = gpu_entitlement(self.sched.tree, q)
             self.entitled[q] = e
@@ -917,6 +925,7 @@ class _Run:
         _, start = self.running.pop(jid)
         rec = self.jobs[jid]
         self.used[self.qindex[rec.queue]] -= rec.gpu_milli
+        self.used_flavor[(rec.queue, rec.flavor)] -= rec.gpu_milli
         self.used_by_user[self.uindex[rec.job.user]] -= rec.gpu_milli
         gpus = rec.gpu_milli / WHOLE_GPU_MILLI
         rec.gpu_s += gpus * (at - start)
@@ -932,11 +941,13 @@ class _Run:
         self.cycles += 1
         # A queue's use as the evictions found it: before the cycle, plus what the cycle
         # admitted for it (the core may admit for a queue before it reclaims from it).
-        used_before = list(self.used)
+        used_before = dict(self.used_flavor)
         for bind in result.binds:
             rec = self.jobs[JobId(bind.job)]
             rec.gpu_milli = self._charged_milli(JobId(bind.job))
-            used_before[self.qindex[rec.queue]] += rec.gpu_milli
+            rec.flavor = bind.flavor
+            key = (rec.queue, rec.flavor)
+            used_before[key] = used_before.get(key, 0) + rec.gpu_milli
         for ev in result.evicts:
             self._evict(ev, used_before)
         for bind in result.binds:
@@ -976,16 +987,18 @@ class _Run:
             return self.jobs[jid].gpu_milli
         return sum(v for (_, res), v in r.demand.items() if res is Resource.GPU_MILLI)
 
-    def _evict(self, ev: Any, used_before: list[int]) -> None:
+    def _evict(self, ev: Any, used_before: dict[tuple[str, str], int]) -> None:
+        """Record an eviction with its queue's use and nominal quota of the victim's flavor:
+        borrowed capacity is borrowed per flavor, so guaranteed quota is judged per flavor."""
         jid = JobId(ev.job)
         rec = self.jobs[jid]
-        qi = self.qindex[rec.queue]
+        key = (rec.queue, rec.flavor)
         preemptor = self.jobs.get(JobId(ev.preemptor))
         self.evictions.append(Eviction(
             self.now, jid, rec.queue, str(ev.reason), str(ev.preemptor),
-            preemptor.queue if preemptor else "", rec.gpu_milli, used_before[qi],
-            self.nominal[rec.queue]))
-        used_before[qi] -= rec.gpu_milli
+            preemptor.queue if preemptor else "", rec.gpu_milli, used_before.get(key, 0),
+            self.nominal_flavor.get(key, 0)))
+        used_before[key] = used_before.get(key, 0) - rec.gpu_milli
         rec.evictions += 1
         if jid in self.running:
             self._close_run(jid, self.now)  # its completion event is now stale
@@ -1000,6 +1013,8 @@ class _Run:
             rec.start_s = self.now
         self.running[jid] = (rec.runs, self.now)
         self.used[self.qindex[rec.queue]] += rec.gpu_milli
+        self.used_flavor[(rec.queue, rec.flavor)] = \
+            self.used_flavor.get((rec.queue, rec.flavor), 0) + rec.gpu_milli
         self.used_by_user[self.uindex[rec.job.user]] += rec.gpu_milli
         duration = rec.duration_s
         limit = self.sched.run_limit_s(jid)  # a provisioning booking may cut the job's own
