@@ -19,6 +19,7 @@ from gpupool.core.admission import (
 )
 from gpupool.core.cluster import ClusterState
 from gpupool.core.decisions import Bind, CycleResult, Evict, Park, Reserve
+from gpupool.core.estimate import Arrivals
 from gpupool.core.fairshare import ShareHistory, UsageLedger
 from gpupool.core.model import GpuKind, Job, JobId, Placement
 from gpupool.core.placement.framework import Code, Profile, Status
@@ -78,6 +79,8 @@ class Context:
     reserve_min_gpus: int = 8
     checks: AdmissionChecks | None = None
     """Provisioning admission checks of the queues that name one (None: no queue does)."""
+    arrivals: Arrivals = field(default_factory=Arrivals)
+    """Recent submissions per queue: the wait estimates expect more like them."""
     history: ShareHistory = field(default_factory=lambda: ShareHistory(SHARE_HALF_LIFE_S))
     """Each queue's share averaged over time: half of its key in the fair order."""
 
@@ -232,6 +235,7 @@ def _admit(ctx: Context, snap: Snapshot, p: Pending, fit: Fit, now_s: float,
     ctx.ledger.charge(q, job.user, charge, now_s)
     ctx.running[job.id] = Running(job, q, fit.flavor, fit.placements, fit.demand, now_s,
                                   p.preemptions, charge)
+    ctx.runtimes.started(job, now_s)
     if ctx.reservation is not None and ctx.reservation.job == job.id:
         ctx.reservation = None
         snap.reservation = None
@@ -262,6 +266,7 @@ def release(ctx: Context, job: JobId, now_s: float, snap: Snapshot | None = None
     parked jobs that the freed capacity could help (not for an eviction inside a cycle: the
     room is held for the preemptor, and waking would offer the victim its place back)."""
     r = ctx.running.pop(job)
+    ctx.runtimes.stopped(r.job, r.start_s)
     for pl in r.placements:
         ctx.state.forget(pl.task)
         if snap is not None:
@@ -486,6 +491,7 @@ def _start_booked(ctx: Context, snap: Snapshot, rec: CheckRecord, now_s: float,
     ctx.ledger.charge(rec.queue, job.user, charge, now_s)
     ctx.running[job.id] = Running(job, rec.queue, rec.flavor, tuple(placements), demand, now_s,
                                   rec.preemptions, charge)
+    ctx.runtimes.started(job, now_s)
     ac.book.consume(req.key, now_s)
     ac.booked[job.id] = req.key
     ac.submitted[job.id] = rec.job

@@ -2,10 +2,11 @@
 
 A forecast run on a snapshot trial, from what the scheduler knows:
 
-- each running job ends at its **expected end**: its start plus its expected runtime
+- each running job ends when what is left of its expected runtime has passed
   (``core.runtimes``: a declared duration, a learned runtime per queue and user, a run limit,
-  or the default), never past its run limit; a job already past its expected end is expected
-  to end soon (a quarter of its expected runtime from now, or at its run limit);
+  or the default; for a learned runtime, the mean residual life given how long the job has
+  run), never past its run limit; a job past its expected end is not expected "next cycle"
+  forever: it is given a tenth of its expected runtime more each time it is asked;
 - pending jobs are offered in the **admission order of the cycle itself**
   (``cycle.admission_order``: queues by fairness key, jobs by priority, user usage and age),
   walked again at each expected end, against quota and cards, the jobs that start taking
@@ -23,12 +24,13 @@ a position only. It is a forecast, not a promise: the scenario simulator measure
 from __future__ import annotations
 
 import heapq
+from collections import deque
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from gpupool.core import preemption
 from gpupool.core.admission import Fit, Vec, try_admit
-from gpupool.core.model import JobId, Placement
+from gpupool.core.model import Job, JobId, Placement
 from gpupool.core.placement.framework import Code, Status
 
 if TYPE_CHECKING:
@@ -38,11 +40,6 @@ if TYPE_CHECKING:
     from gpupool.core.queueing import Pending
     from gpupool.core.snapshot import Snapshot
 
-OVERDUE_FRACTION = 0.25
-"""A running job past its expected end is expected to end this fraction of its expected
-runtime from now (it has shown it runs long; this keeps the forecast from saying "next
-cycle" for hours)."""
-
 MAX_STEPS = 400
 """Expected ends walked at most per forecast: enough for a day of a busy cluster."""
 
@@ -51,9 +48,67 @@ MISSES_PER_STEP = 24
 one end rarely helps jobs further down once that many could not use it; it keeps a forecast
 over a thousand pending jobs cheap."""
 
+HORIZON_PAST_ENDS_S = 3600.0
+"""Expected arrivals are added up to an hour past the last expected end of a running job."""
+
 SAME_TIME_S = 30.0
 """Expected ends this close together are taken as one step (the cycle runs on an interval
 anyway)."""
+
+
+ARRIVAL_WINDOW_S = 1800.0
+"""Arrivals of the last half hour set each queue's expected arrival rate."""
+
+MAX_EXPECTED_ARRIVALS = 100
+"""Expected arrivals a forecast adds per queue at most."""
+
+
+class Arrivals:
+    """Recent submissions per ClusterQueue: the forecast expects each queue to go on
+    submitting at its rate of the last ``ARRIVAL_WINDOW_S``, jobs like its recent ones. A
+    queue over its share with a long backlog otherwise looks as if the capacity others free
+    will all come to it, while the others' next jobs, ahead of it in the fair order, take it.
+    """
+
+    def __init__(self, window_s: float = ARRIVAL_WINDOW_S) -> None:
+        self.window_s = window_s
+        self._recent: dict[str, deque[Job]] = {}
+
+    def record(self, queue: str, job: Job, now_s: float) -> None:
+        d = self._recent.setdefault(queue, deque())
+        d.append(job)
+        self._trim(d, now_s)
+
+    def _trim(self, d: deque[Job], now_s: float) -> None:
+        while d and d[0].submit_time_s < now_s - self.window_s:
+            d.popleft()
+
+    def expected(self, now_s: float, horizon_s: float) -> list[Job]:
+        """Jobs expected to arrive from ``now_s`` to ``horizon_s``, per queue evenly spaced at
+        its recent rate, each a copy of one of its recent jobs in turn (ids end in ``~k``)."""
+        out: list[Job] = []
+        for queue in sorted(self._recent):
+            d = self._recent[queue]
+            self._trim(d, now_s)
+            recent = list(d)
+            if not recent:
+                continue
+            first, last = recent[0].submit_time_s, recent[-1].submit_time_s
+            if last <= first:
+                continue  # one burst: nothing says another is coming
+            # The rate between the first and the last arrival; a queue quiet for longer than
+            # two of its gaps has stopped submitting.
+            gap = (last - first) / sum(1 for j in recent if j.submit_time_s > first)
+            if now_s - last > 2 * gap:
+                continue
+            k = 0
+            t = now_s + gap
+            while t < horizon_s and k < MAX_EXPECTED_ARRIVALS:
+                src = recent[k % len(recent)]
+                out.append(replace(src, id=JobId(f"{src.id}~{k}"), submit_time_s=t))
+                k += 1
+                t += gap
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,16 +131,9 @@ class _End:
 def _ending(ctx: Context, now_s: float) -> list[tuple[float, int, _End]]:
     out = []
     for i, r in enumerate(ctx.running.values()):
-        exp = ctx.runtimes.expected(r.job)
-        at = r.start_s + exp.runtime_s
-        basis = exp.basis
-        limit_at = r.start_s + r.job.run_limit_s if r.job.run_limit_s is not None else None
-        if at < now_s:
-            at = now_s + OVERDUE_FRACTION * exp.runtime_s
-            basis = f"overdue by its {exp.basis}"
-        if limit_at is not None and limit_at < at:
-            at, basis = max(now_s, limit_at), "run limit"
-        out.append((at, i, _End(at, r.job.id, r.queue, r.placements, r.demand, basis)))
+        left = ctx.runtimes.remaining(r.job, now_s - r.start_s, now_s)
+        at = now_s + left.runtime_s
+        out.append((at, i, _End(at, r.job.id, r.queue, r.placements, r.demand, left.basis)))
     heapq.heapify(out)
     return out
 
@@ -94,7 +142,6 @@ def estimate(ctx: Context, now_s: float, limit: int = 200) -> dict[JobId, Estima
     """Position, expected start and its basis for every pending job (see the module)."""
     from gpupool.core.cycle import admission_order, request_share  # the cycle's own order
 
-    tree = ctx.tree
     snap = ctx.state.snapshot()
     snap.now_s = now_s
     snap.reservation = ctx.reservation
@@ -114,7 +161,23 @@ def estimate(ctx: Context, now_s: float, limit: int = 200) -> dict[JobId, Estima
         for i, j in enumerate(positions)}
     ends = _ending(ctx, now_s)
     seq = len(ends)
+    horizon = max((e.at_s for _, _, e in ends), default=now_s) + HORIZON_PAST_ENDS_S
+    coming = ctx.arrivals.expected(now_s, horizon)
+    with ctx.queues.provisional(coming):
+        return _forecast(ctx, snap, now_s, out, timed, ends, seq, coming)
+
+
+def _forecast(ctx: Context, snap: Snapshot, now_s: float, out: dict[JobId, Estimate],
+              timed: set[JobId], ends: list[tuple[float, int, _End]], seq: int,
+              coming: list[Job]) -> dict[JobId, Estimate]:
+    """The walk over expected ends (see the module), with ``coming`` jobs pending from their
+    expected arrival on."""
+    from gpupool.core.cycle import admission_order
+
+    tree = ctx.tree
     left = set(timed)
+    arrived: set[JobId] = set()
+    nxt = 0
     gone: set[JobId] = set()  # running jobs the forecast evicts
     changes: list[tuple[str, Vec]] = []
     t, why = now_s, "fits now"
@@ -125,13 +188,17 @@ def estimate(ctx: Context, now_s: float, limit: int = 200) -> dict[JobId, Estima
             while left and steps < MAX_STEPS:
                 steps += 1
                 snap.now_s = t
+                while nxt < len(coming) and coming[nxt].submit_time_s <= t:
+                    arrived.add(coming[nxt].id)
+                    nxt += 1
                 failed: dict[Hashable, Status] = {}
-                walk = admission_order(ctx, t, active_only=False, only=left)
+                walk = admission_order(ctx, t, active_only=False, only=left | arrived)
                 misses = 0
                 while misses < MISSES_PER_STEP and (p := walk.next()) is not None:
                     fit, status = try_admit(p.job, p.queue, tree, snap, ctx.profile, failed)
                     basis = why
-                    if fit is None and t == now_s and status.code is not Code.UNRESOLVABLE \
+                    if fit is None and t == now_s and p.job.id in left \
+                            and status.code is not Code.UNRESOLVABLE \
                             and p.job.priority > no_victims.get(p.queue, -(1 << 62)):
                         fit, basis = _by_preemption(ctx, snap, p, now_s, gone, changes)
                         if fit is None:
@@ -146,10 +213,12 @@ def estimate(ctx: Context, now_s: float, limit: int = 200) -> dict[JobId, Estima
                     tree.add(p.queue, fit.demand)
                     changes.append((p.queue, fit.demand))
                     left.discard(p.job.id)
+                    arrived.discard(p.job.id)
                     if ctx.reservation is not None and ctx.reservation.job == p.job.id:
                         snap.reservation = None
-                    out[p.job.id] = replace(out[p.job.id], start_s=t, basis=basis)
-                    exp = ctx.runtimes.expected(p.job)
+                    if p.job.id in out:
+                        out[p.job.id] = replace(out[p.job.id], start_s=t, basis=basis)
+                    exp = ctx.runtimes.expected(p.job, now_s)
                     seq += 1
                     heapq.heappush(ends, (t + exp.runtime_s, seq, _End(
                         t + exp.runtime_s, p.job.id, p.queue, fit.placements, fit.demand,

@@ -9,7 +9,8 @@ order: priority, then the user's decayed usage, then submit time, then id.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterable, Set
+from collections.abc import Callable, Iterable, Iterator, Set
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from gpupool.core.errors import NotFoundError
@@ -58,6 +59,20 @@ class Queues:
         self._jobs[job.id] = p
         self._by_queue[cq][job.id] = p
         return p
+
+    @contextmanager
+    def provisional(self, jobs: Iterable[Job]) -> Iterator[list[Pending]]:
+        """Jobs that are pending only inside the block (a forecast's expected arrivals); on
+        leaving it they are gone and arrival numbers are as before."""
+        seq = self._seq
+        added = [self.add(j) for j in jobs]
+        try:
+            yield added
+        finally:
+            for p in added:
+                if p.job.id in self._jobs:
+                    self.remove(p.job.id)
+            self._seq = seq
 
     def remove(self, job: JobId) -> Pending:
         p = self._jobs.pop(job, None)

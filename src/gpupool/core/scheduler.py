@@ -75,7 +75,8 @@ class Scheduler:
         self.queues.resolve(job.queue)
         if job.id in self.queues or job.id in self.ctx.running or self._checked(job.id):
             raise ConflictError(f"job {job.id} already exists")
-        self.queues.add(job)
+        p = self.queues.add(job)
+        self.ctx.arrivals.record(p.queue, job, now_s)
 
     def _provisioned_queue(self, queue: str) -> str | None:
         """The ClusterQueue behind ``queue`` when it has a provisioning check, else None (also
@@ -162,6 +163,7 @@ class Scheduler:
         self.tree.add(q, demand)
         r = Running(job, q, flavor, held, demand, start_s, preemptions)
         self.ctx.running[job.id] = r
+        self.ctx.runtimes.started(job, start_s)
         return r
 
     def add_node(self, node: Node) -> None:
