@@ -285,7 +285,7 @@ def _reserve(ctx: Context, snap: Snapshot, p: Pending, now_s: float) -> Reservat
     """When and where the gang could start if running jobs end as expected: release them in
     order of expected end (binary search on how many) until quota and cards both fit."""
     job, q = p.job, p.queue
-    ends = sorted(ctx.running.values(), key=lambda r: (r.start_s + ctx.runtimes(r.job),
+    ends = sorted(ctx.running.values(), key=lambda r: (r.start_s + ctx.runtimes.at_most(r.job),
                                                        r.job.id))
 
     def fits(k: int) -> tuple[Placement, ...]:
@@ -314,7 +314,8 @@ def _reserve(ctx: Context, snap: Snapshot, p: Pending, now_s: float) -> Reservat
         else:
             lo = mid + 1
     placements = fits(lo)
-    start = now_s if lo == 0 else max(now_s, ends[lo - 1].start_s + ctx.runtimes(ends[lo - 1].job))
+    start = now_s if lo == 0 else max(
+        now_s, ends[lo - 1].start_s + ctx.runtimes.at_most(ends[lo - 1].job))
     rows = np.unique(np.array([snap.table.row(pl.node) for pl in placements], np.int64))
     return Reservation(job.id, rows, start, q, holds_quota)
 

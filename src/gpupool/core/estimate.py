@@ -59,6 +59,10 @@ anyway)."""
 ARRIVAL_WINDOW_S = 1800.0
 """Arrivals of the last half hour set each queue's expected arrival rate."""
 
+MIN_ARRIVALS = 4
+"""A queue is expected to go on submitting once it submitted at this many distinct times
+within the window, spread over at least a third of it."""
+
 MAX_EXPECTED_ARRIVALS = 100
 """Expected arrivals a forecast adds per queue at most."""
 
@@ -91,11 +95,11 @@ class Arrivals:
             d = self._recent[queue]
             self._trim(d, now_s)
             recent = list(d)
-            if not recent:
-                continue
+            if len({j.submit_time_s for j in recent}) < MIN_ARRIVALS:
+                continue  # a burst or a few jobs: nothing says more are coming
             first, last = recent[0].submit_time_s, recent[-1].submit_time_s
-            if last <= first:
-                continue  # one burst: nothing says another is coming
+            if last - first < self.window_s / 3:
+                continue
             # The rate between the first and the last arrival; a queue quiet for longer than
             # two of its gaps has stopped submitting.
             gap = (last - first) / sum(1 for j in recent if j.submit_time_s > first)

@@ -159,5 +159,12 @@ class Runtimes:
             return Expected(limit, "run limit")
         return Expected(self.default_runtime_s, "default runtime")
 
+    def at_most(self, job: Job) -> float:
+        """How long the job can be counted on to run at most: its declared duration or run
+        limit (the smaller), else the expected runtime. Reservations use it: room promised to
+        a gang from a time on must be free then, so the time rests on what is declared."""
+        known = [x for x in (job.duration_s, job.run_limit_s) if x is not None]
+        return min(known) if known else self(job)
+
     def __call__(self, job: Job) -> float:
         return self.expected(job).runtime_s
