@@ -232,6 +232,25 @@ class QuotaTree:
     def entitled(self, cq: str) -> dict[Key, float]:
         return dict(self.node(cq).entitled)
 
+    def entitled_gpus(self, cq: str) -> float:
+        """The queue's entitlement in GPUs, summed over its flavors (compute: milli-GPU over
+        1000, or whole cards where the quota counts cards): what the share is measured
+        against, as the dashboard, the CLI and the scenario report state it."""
+        ent = self.node(cq).entitled
+        total = 0.0
+        for f in sorted({f for f, _ in ent}):
+            total += max(ent.get((f, Resource.GPU_MILLI), 0.0) / WHOLE_GPU_MILLI,
+                         ent.get((f, Resource.GPU), 0.0))
+        return total
+
+
+ENTITLEMENT_BASIS = (
+    "entitlement: nominal quota first (guaranteed), then the quota a cohort holds of its own "
+    "split among its children by fair-sharing weight; share: usage over entitlement, GPUs "
+    "summed over flavors, the largest over resources, plus the share held over the last hour "
+    "when ordering queues")
+"""How the entitlement and the share are computed, in one sentence for people."""
+
 
 def _describe_short(cq: str, key: Key, usage: int, nominal: int, amount: int, free: int) -> str:
     flavor, res = key

@@ -63,8 +63,9 @@ REPORT_FILE = "report.md"
 SHARES_PLOT = "shares.png"
 USERS_PLOT = "users.png"
 WAITS_PLOT = "waits.png"
-ENTITLED_BASIS = ("weighted fair share: sum over flavors of tree.entitled(queue) GPUs, "
-                  "over the sum for all queues")
+ENTITLED_BASIS = ("what the scheduler acts on, QuotaTree.entitled summed over flavors in GPUs: "
+                  "nominal quota first (guaranteed), then a cohort's own quota split by "
+                  "fair-sharing weight")
 
 _COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
            "#7f7f7f", "#bcbd22", "#17becf")
