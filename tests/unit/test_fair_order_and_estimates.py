@@ -30,7 +30,7 @@ def test_declared_duration_beats_learned_and_default() -> None:
 
 
 def test_learned_runtime_per_queue_and_user_then_per_queue() -> None:
-    rt = Runtimes(3600.0, weight=0.5)
+    rt = Runtimes(3600.0, weight=0.5, prior_jobs=0)
     rt.observe(limited(job("a", queue="q"), user="ann"), 600.0)
     rt.observe(limited(job("b", queue="q"), user="ann"), 1000.0)
     ann = rt.expected(limited(job("c", queue="q"), user="ann"))
@@ -44,8 +44,17 @@ def test_learned_runtime_per_queue_and_user_then_per_queue() -> None:
     assert rt.expected(limited(job("g", queue="q"), user="ann")).runtime_s == pytest.approx(800)
 
 
+def test_the_first_ends_lean_on_the_runtime_assumed_before() -> None:
+    rt = Runtimes(3600.0, prior_jobs=3)
+    rt.observe(limited(job("a", queue="q"), user="u"), 600.0)
+    assert rt.expected(limited(job("b", queue="q"), user="u")).runtime_s == pytest.approx(
+        (600.0 + 3 * 3600.0) / 4)
+    assert rt.expected(limited(job("c", queue="q"), 1200.0, "u")).runtime_s == pytest.approx(
+        (600.0 + 3 * 1200.0) / 4)  # the run limit is what was assumed
+
+
 def test_runs_still_going_keep_the_learned_runtime_from_running_short() -> None:
-    rt = Runtimes(3600.0)
+    rt = Runtimes(3600.0, prior_jobs=0)
     long_one = limited(job("long", queue="q"), user="u")
     rt.started(long_one, 0.0)
     rt.observe(limited(job("short", queue="q"), user="u"), 60.0)
@@ -56,7 +65,7 @@ def test_runs_still_going_keep_the_learned_runtime_from_running_short() -> None:
 
 
 def test_remaining_runtime_follows_the_spread_of_learned_runtimes() -> None:
-    alike, spread = Runtimes(3600.0), Runtimes(3600.0)
+    alike, spread = Runtimes(3600.0, prior_jobs=0), Runtimes(3600.0, prior_jobs=0)
     for i in range(20):
         alike.observe(limited(job(f"a{i}", queue="q"), user="u"), 1000.0)
         spread.observe(limited(job(f"s{i}", queue="q"), user="u"), 100.0 if i % 2 else 3000.0)

@@ -242,6 +242,12 @@ def _admit(ctx: Context, snap: Snapshot, p: Pending, fit: Fit, now_s: float,
     result.binds.append(Bind(job.id, fit.placements, q, fit.flavor))
 
 
+def dominant(ctx: Context, q: str, demand: Vec) -> float:
+    """The weighted share ``demand`` stands for in queue ``q`` (what a user is charged per
+    second of it)."""
+    return _dominant(ctx.tree, q, demand)
+
+
 def _dominant(tree: QuotaTree, q: str, demand: Vec) -> float:
     ent = tree.entitled(q)
     return max((v / ent[k] for k, v in demand.items() if ent.get(k, 0) > 0), default=0.0)

@@ -177,8 +177,10 @@ def _forecast(ctx: Context, snap: Snapshot, now_s: float, out: dict[JobId, Estim
     """The walk over expected ends (see the module), with ``coming`` jobs pending from their
     expected arrival on."""
     from gpupool.core.cycle import admission_order
+    from gpupool.core.cycle import dominant as request_charge
 
     tree = ctx.tree
+    charged: list[tuple[str, str, float]] = []
     left = set(timed)
     arrived: set[JobId] = set()
     nxt = 0
@@ -216,13 +218,18 @@ def _forecast(ctx: Context, snap: Snapshot, now_s: float, out: dict[JobId, Estim
                         snap.assume(pl)
                     tree.add(p.queue, fit.demand)
                     changes.append((p.queue, fit.demand))
+                    # Charged to its user as the cycle does, so the users of a queue take
+                    # turns in the forecast as they do in the cycles ahead.
+                    exp = ctx.runtimes.expected(p.job, now_s)
+                    charge = request_charge(ctx, p.queue, fit.demand) * exp.runtime_s
+                    ctx.ledger.charge(p.queue, p.job.user, charge, now_s)
+                    charged.append((p.queue, p.job.user, charge))
                     left.discard(p.job.id)
                     arrived.discard(p.job.id)
                     if ctx.reservation is not None and ctx.reservation.job == p.job.id:
                         snap.reservation = None
                     if p.job.id in out:
                         out[p.job.id] = replace(out[p.job.id], start_s=t, basis=basis)
-                    exp = ctx.runtimes.expected(p.job, now_s)
                     seq += 1
                     heapq.heappush(ends, (t + exp.runtime_s, seq, _End(
                         t + exp.runtime_s, p.job.id, p.queue, fit.placements, fit.demand,
@@ -247,6 +254,8 @@ def _forecast(ctx: Context, snap: Snapshot, now_s: float, out: dict[JobId, Estim
     finally:
         for q, d in reversed(changes):
             tree.add(q, d, -1)
+        for q, user, charge in reversed(charged):
+            ctx.ledger.charge(q, user, -charge, now_s)
     return out
 
 

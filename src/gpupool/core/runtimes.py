@@ -27,6 +27,11 @@ from gpupool.core.model import Job
 EMA_WEIGHT = 0.2
 """Weight of each new runtime in the average: about the last ten jobs count."""
 
+PRIOR_JOBS = 3
+"""The runtime assumed before any job ended (the run limit, else the default runtime) counts
+as this many jobs in the learned runtime: ``(n * average + 3 * assumed) / (n + 3)`` after
+``n`` ends."""
+
 
 @dataclass(frozen=True, slots=True)
 class Expected:
@@ -61,9 +66,11 @@ class _Going:
 class Runtimes:
     """Expected runtimes: declared, learned per queue and user, limited, or the default."""
 
-    def __init__(self, default_runtime_s: float, weight: float = EMA_WEIGHT) -> None:
+    def __init__(self, default_runtime_s: float, weight: float = EMA_WEIGHT,
+                 prior_jobs: float = PRIOR_JOBS) -> None:
         self.default_runtime_s = default_runtime_s
         self.weight = weight
+        self.prior_jobs = prior_jobs
         self._by_user: dict[tuple[str, str], _Ema] = {}
         self._by_queue: dict[str, _Ema] = {}
         self._going_user: dict[tuple[str, str], _Going] = {}
@@ -137,7 +144,10 @@ class Runtimes:
                  str(job.queue))):
             if ema is None:
                 continue
-            value = ema.value
+            # The first few ends are the short runs (the long ones are still going): until
+            # there are many, the average leans on the runtime assumed before any ended.
+            prior = job.run_limit_s if job.run_limit_s is not None else self.default_runtime_s
+            value = (ema.n * ema.value + self.prior_jobs * prior) / (ema.n + self.prior_jobs)
             if now_s is not None and going is not None and going.count > 0:
                 value = max(value, going.ages(now_s) / going.count)
             return value, f"learned runtime of {who} ({ema.n} jobs)"
