@@ -325,6 +325,7 @@ def test_get_queues_and_queue_objects(run: Run, submitted: dict[str, str]) -> No
     used, nominal = queues["llm"]["GPUS(USED/NOMINAL)"].split("/")
     assert (float(used), float(nominal)) == (8, 20)
     assert float(queues["llm"]["SHARE"]) > 0
+    assert float(queues["llm"]["ENTITLED"]) >= 20  # nominal quota first
     code, out, _ = run("get", "cq", "-o", "wide")
     assert "a100:8/8" in rows(out)[0]["FLAVORS"]
 

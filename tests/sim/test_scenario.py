@@ -241,7 +241,8 @@ def test_jobs_are_seeded_and_streams_independent(tmp_path: Path) -> None:
     assert jobs1 == again and jobs1 != other
     assert all(src[j.id].tenant == "team-a" for j in jobs1)
     assert {j.user for j in jobs1} == {"ann", "al"}
-    assert all(300 <= (j.duration_s or 0) <= 900 for j in jobs1)
+    assert all(300 <= src[j.id].duration_s <= 900 for j in jobs1)
+    assert all(j.duration_s is None for j in jobs1)  # nothing declared to the scheduler
     assert [j.submit_time_s for j in jobs1] == sorted(j.submit_time_s for j in jobs1)
     # a second tenant does not change the first one's jobs
     s2 = load(tmp_path, A_STREAM + A_STREAM.replace("team-a", "team-b").replace("ann, al",
@@ -283,7 +284,7 @@ def test_every_burst_and_explicit_jobs(tmp_path: Path) -> None:
     assert [j.submit_time_s for j in tick] == [300.0, 900.0, 1500.0]  # maxJobs: 3
     wave = [j for j in jobs if src[j.id].stream == "wave"]
     assert [j.submit_time_s for j in wave] == [1800.0] * 4
-    assert all(j.priority == 7 and j.duration_s == 120.0 for j in wave)
+    assert all(j.priority == 7 and src[j.id].duration_s == 120.0 for j in wave)
     one = [j for j in jobs if src[j.id].stream == "one"]
     assert [j.id for j in one] == [JobId("team-a-special")]  # 2h is after the end
     assert one[0].pod_sets[0].gpu.count == 4

@@ -70,12 +70,32 @@ def test_hierarchical_cohorts_with_their_own_quota() -> None:
     assert t.cohort_root("a") == "root"
 
 
-def test_weighted_shares() -> None:
+def test_nominal_quota_is_entitled_first_whatever_the_weights() -> None:
+    """Nominal quota is guaranteed (its owner may always reclaim it), so it is entitled
+    first; weights share only what nobody holds as nominal."""
     t = tree(cq("a", 4000, weight=3.0), cq("b", 4000, weight=1.0))
-    assert t.entitled("a")[G] == pytest.approx(6000)
-    t.add("a", {G: 3000})
-    t.add("b", {G: 1000})
+    assert t.entitled("a")[G] == pytest.approx(4000)
+    assert t.entitled("b")[G] == pytest.approx(4000)
+
+
+def test_weights_share_the_quota_a_cohort_holds_of_its_own() -> None:
+    own = Cohort("c", flavors=(FlavorQuotas("f", {Resource.GPU_MILLI: Quota(4000)}),))
+    t = tree(cq("a", 2000, weight=3.0), cq("b", 2000, weight=1.0), cohorts=(own,))
+    assert t.entitled("a")[G] == pytest.approx(2000 + 3000)
+    assert t.entitled("b")[G] == pytest.approx(2000 + 1000)
+    t.add("a", {G: 2500})
+    t.add("b", {G: 1500})
     assert t.share("a") == pytest.approx(0.5) and t.share("b") == pytest.approx(0.5)
+
+
+def test_department_weights_do_not_override_equal_nominal_quotas() -> None:
+    """Two departments (weights 2 and 1) of two teams with equal nominal quotas: each team is
+    entitled to its nominal quarter, not to 1/3 and 1/6."""
+    depts = (Cohort("org"), Cohort("x", parent="org", weight=2.0),
+             Cohort("y", parent="org", weight=1.0))
+    t = tree(cq("x1", 16000, cohort="x"), cq("x2", 16000, cohort="x"),
+             cq("y1", 16000, cohort="y"), cq("y2", 16000, cohort="y"), cohorts=depts)
+    assert [t.entitled(q)[G] for q in ("x1", "x2", "y1", "y2")] == [16000.0] * 4
 
 
 @pytest.mark.parametrize(

@@ -452,7 +452,8 @@ def cluster_queue_row(cq: Mapping[str, Any], wide: bool = False) -> list[object]
     row: list[object] = [
         cq.get("metadata", {}).get("name"), spec.get("cohort") or spec.get("cohortName"),
         st.get("pendingJobs", 0), st.get("runningJobs", 0), f"{used:g}/{nominal:g}",
-        f"{_gpu_total(st.get('borrowed')):g}", f"{float(st.get('share', 0.0)):.2f}"]
+        f"{_gpu_total(st.get('borrowed')):g}", f"{float(st.get('share', 0.0)):.2f}",
+        "-" if st.get("entitledGpus") is None else f"{float(st['entitledGpus']):g}"]
     if wide:
         usage, nom = st.get("usage") or {}, st.get("nominal") or {}
         per = []
@@ -466,8 +467,10 @@ def cluster_queue_row(cq: Mapping[str, Any], wide: bool = False) -> list[object]
 
 
 def cluster_queues_table(items: Iterable[Mapping[str, Any]], wide: bool = False) -> str:
+    """SHARE is usage over the entitlement the scheduler acts on; ENTITLED is that
+    entitlement in GPUs (nominal quota first, then a cohort's own quota by weight)."""
     headers = ("NAME", "COHORT", "PENDING", "RUNNING", "GPUS(USED/NOMINAL)", "BORROWED",
-               "SHARE", *(("FLAVORS",) if wide else ()))
+               "SHARE", "ENTITLED", *(("FLAVORS",) if wide else ()))
     return table(headers, (cluster_queue_row(q, wide) for q in items))
 
 

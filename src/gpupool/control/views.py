@@ -15,6 +15,7 @@ import numpy as np
 
 from gpupool.control.codec import node_from_json, placement_to_json
 from gpupool.control.plane import ACTIVE, ControlPlane, JobRecord
+from gpupool.core.admission import ENTITLEMENT_BASIS
 from gpupool.core.elastic import TASK_PREFIX
 from gpupool.core.errors import NotFoundError
 from gpupool.core.model import JobId, Node, NodeName
@@ -246,7 +247,9 @@ def cluster_queue_status(plane: ControlPlane, name: str) -> dict[str, Any]:
                       if r.phase == "Running" and r.cluster_queue == name)
         return {"usage": _vec(tree.usage(name)), "nominal": _vec(tree.nominal(name)),
                 "borrowed": _vec(tree.borrowed(name)),
-                "share": round(tree.share(name), 4), "pendingJobs": pending,
+                "share": round(tree.share(name), 4),
+                "entitledGpus": round(tree.entitled_gpus(name), 3),
+                "shareBasis": ENTITLEMENT_BASIS, "pendingJobs": pending,
                 "runningJobs": running}
 
 

@@ -111,13 +111,32 @@ class QuotaTree:
             n.guaranteed = dict(n.subtree)
 
     def _entitle(self, n: _QNode, entitled: dict[Key, float]) -> None:
-        """Weighted fair shares down the tree: each node gets its parent's entitlement split
-        by weight among siblings (weighted dominant-resource fairness). A root is entitled to
-        all the quota in its tree."""
+        """Entitlements down the tree, nominal quota first: each child is entitled to the
+        nominal quota of its subtree (guaranteed: its owner may always reclaim it), and what
+        is left of the parent's entitlement (quota a cohort holds of its own) is split among
+        the children by weight. A root is entitled to all the quota in its tree.
+
+        So with equal nominal quotas covering the cluster, every queue is entitled to its
+        nominal quota whatever the weights; weights share only what nobody is guaranteed.
+        Where the children's quota exceeds the parent's entitlement (it cannot, for quota
+        declared in one tree), it is scaled down to fit."""
         n.entitled = entitled
-        total = sum(c.weight for c in n.children)
+        if not n.children:
+            return
+        weights = sum(c.weight for c in n.children)
+        keys = set(entitled)
         for c in n.children:
-            self._entitle(c, {k: v * c.weight / total for k, v in entitled.items()})
+            keys.update(c.total)
+        out: list[dict[Key, float]] = [{} for _ in n.children]
+        for k in keys:
+            have = entitled.get(k, 0.0)
+            owned = sum(c.total.get(k, 0) for c in n.children)
+            scale = min(1.0, have / owned) if owned > 0 else 0.0
+            rest = max(0.0, have - owned)
+            for i, c in enumerate(n.children):
+                out[i][k] = c.total.get(k, 0) * scale + rest * c.weight / weights
+        for i, c in enumerate(n.children):
+            self._entitle(c, out[i])
 
     def node(self, cq: str) -> _QNode:
         n = self._nodes.get(cq)
@@ -200,16 +219,37 @@ class QuotaTree:
         """Weighted dominant share: the largest usage / entitlement over resources (1.0 is
         exactly the queue's fair share)."""
         n = self.node(cq)
-        best = 0.0
-        for key, ent in n.entitled.items():
-            if ent <= 0:
+        used: dict[Resource, float] = {}
+        ent: dict[Resource, float] = {}
+        for key, e in n.entitled.items():
+            if e <= 0:
                 continue
-            u = n.usage.get(key, 0) + (extra.get(key, 0) if extra else 0)
-            best = max(best, u / ent)
-        return best
+            r = key[1]
+            ent[r] = ent.get(r, 0.0) + e
+            used[r] = used.get(r, 0.0) + n.usage.get(key, 0) + (extra.get(key, 0) if extra else 0)
+        return max((used[r] / ent[r] for r in ent), default=0.0)
 
     def entitled(self, cq: str) -> dict[Key, float]:
         return dict(self.node(cq).entitled)
+
+    def entitled_gpus(self, cq: str) -> float:
+        """The queue's entitlement in GPUs, summed over its flavors (compute: milli-GPU over
+        1000, or whole cards where the quota counts cards): what the share is measured
+        against, as the dashboard, the CLI and the scenario report state it."""
+        ent = self.node(cq).entitled
+        total = 0.0
+        for f in sorted({f for f, _ in ent}):
+            total += max(ent.get((f, Resource.GPU_MILLI), 0.0) / WHOLE_GPU_MILLI,
+                         ent.get((f, Resource.GPU), 0.0))
+        return total
+
+
+ENTITLEMENT_BASIS = (
+    "entitlement: nominal quota first (guaranteed), then the quota a cohort holds of its own "
+    "split among its children by fair-sharing weight; share: usage over entitlement, GPUs "
+    "summed over flavors, the largest over resources, plus the share held over the last hour "
+    "when ordering queues")
+"""How the entitlement and the share are computed, in one sentence for people."""
 
 
 def _describe_short(cq: str, key: Key, usage: int, nominal: int, amount: int, free: int) -> str:
@@ -257,8 +297,19 @@ def request_demand(job: Job, flavor: str) -> Vec:
     return d
 
 
+def slice_charge_milli(gpu_milli: int, memory_mib: int, card_mib: int) -> int:
+    """What a slice of one card costs in GPUs (milli-GPU): the larger of its compute share
+    and its memory share of the card, so a slice that holds most of a card's memory with
+    little compute is charged for the card it blocks (dominant share within the card)."""
+    if card_mib <= 0:
+        return gpu_milli
+    by_memory = -(-memory_mib * WHOLE_GPU_MILLI // card_mib)  # rounded up
+    return min(WHOLE_GPU_MILLI, max(gpu_milli, by_memory))
+
+
 def placement_demand(placements: Iterable[Placement], flavor: str, table: NodeTable) -> Vec:
-    """The exact quota cost of placements: cards, compute and memory as placed."""
+    """The exact quota cost of placements: cards, compute and memory as placed. A slice's
+    compute (``gpu_milli``) is charged by :func:`slice_charge_milli`."""
     d: Vec = {}
 
     def put(res: Resource, v: int) -> None:
@@ -277,7 +328,11 @@ def placement_demand(placements: Iterable[Placement], flavor: str, table: NodeTa
                 continue
             if s.gpu_milli >= WHOLE_GPU_MILLI:
                 put(Resource.GPU, 1)
-            put(Resource.GPU_MILLI, s.gpu_milli)
+                put(Resource.GPU_MILLI, s.gpu_milli)
+            else:
+                card = table.nodes[table.row(p.node)].gpus[s.index]
+                put(Resource.GPU_MILLI, slice_charge_milli(s.gpu_milli, s.memory_mib,
+                                                           card.memory_mib))
             put(Resource.GPU_MEMORY_MIB, s.memory_mib)
     return d
 

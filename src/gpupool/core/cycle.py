@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import heapq
-from collections.abc import Callable, Hashable, Iterable, Iterator
+from collections.abc import Hashable, Iterable, Mapping, Set
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -20,15 +19,22 @@ from gpupool.core.admission import (
 )
 from gpupool.core.cluster import ClusterState
 from gpupool.core.decisions import Bind, CycleResult, Evict, Park, Reserve
-from gpupool.core.fairshare import UsageLedger
+from gpupool.core.estimate import Arrivals
+from gpupool.core.fairshare import ShareHistory, UsageLedger
 from gpupool.core.model import GpuKind, Job, JobId, Placement
 from gpupool.core.placement.framework import Code, Profile, Status
 from gpupool.core.placement.place import place_job
 from gpupool.core.preemption import Running
 from gpupool.core.provisioning import AdmissionChecks, CheckRecord, CheckState, ConditionType
-from gpupool.core.queueing import Pending, Queues
+from gpupool.core.queueing import AdmissionOrder, Pending, Queues
 from gpupool.core.quota import QueueingStrategy, QueueSettings
+from gpupool.core.runtimes import Runtimes
 from gpupool.core.snapshot import Reservation, Snapshot
+
+SHARE_HALF_LIFE_S = 3600.0
+"""How long a queue's past share counts in the fair order (it halves every hour): long
+enough to even out gangs that run for an hour or two, short enough that a queue idle this
+morning banks nothing for the afternoon."""
 
 
 def run_cycle(state: ClusterState, pending: Iterable[Job], profile: Profile) -> CycleResult:
@@ -65,7 +71,7 @@ class Context:
     ledger: UsageLedger
     settings: QueueSettings
     profile: Profile
-    runtime: Callable[[Job], float]
+    runtimes: Runtimes
     running: dict[JobId, Running] = field(default_factory=dict)
     preempted_by: dict[JobId, dict[JobId, float]] = field(default_factory=dict)
     nominated: list[JobId] = field(default_factory=list)
@@ -73,6 +79,10 @@ class Context:
     reserve_min_gpus: int = 8
     checks: AdmissionChecks | None = None
     """Provisioning admission checks of the queues that name one (None: no queue does)."""
+    arrivals: Arrivals = field(default_factory=Arrivals)
+    """Recent submissions per queue: the wait estimates expect more like them."""
+    history: ShareHistory = field(default_factory=lambda: ShareHistory(SHARE_HALF_LIFE_S))
+    """Each queue's share averaged over time: half of its key in the fair order."""
 
 
 def schedule(ctx: Context, now_s: float) -> CycleResult:
@@ -92,6 +102,10 @@ def schedule(ctx: Context, now_s: float) -> CycleResult:
     """
     snap = ctx.state.snapshot()                                             # 1.
     snap.now_s = now_s
+    for q in ctx.queues.queues():
+        ctx.history.advance(q, now_s)
+    if ctx.reservation is not None and not _next_in_fair_order(ctx, ctx.reservation.queue):
+        ctx.reservation = None  # its queue is no longer first in the fair order: room freed
     snap.reservation = ctx.reservation
     result = CycleResult(cycle=ctx.state.next_cycle())
     if ctx.checks is not None:
@@ -100,29 +114,44 @@ def schedule(ctx: Context, now_s: float) -> CycleResult:
     # Per queue, the highest priority whose preemption attempt found no victim set this
     # cycle: a job of that queue with no higher priority would find none either.
     no_victims: dict[str, int] = {}
-    order: dict[str, Iterator[Pending]] = {}
     nominated = [ctx.queues.get(j) for j in ctx.nominated]
     ctx.nominated = []
     for p in nominated:
         if p is not None:
             _try(ctx, snap, p, now_s, result, failed, no_victims, preempt=False)
-    heap = [(ctx.tree.share(q), q) for q in ctx.queues.queues() if ctx.queues.has_active(q)]
-    heapq.heapify(heap)
-    while heap:                                                             # 2.
-        _, q = heapq.heappop(heap)
-        it = order.get(q)
-        if it is None:
-            it = order[q] = iter(ctx.queues.ordered(q, now_s))
-        p = next(it, None)
-        if p is None or p.job.id not in ctx.queues:
-            if p is not None:
-                heapq.heappush(heap, (ctx.tree.share(q), q))
-            continue
-        admitted = _try(ctx, snap, p, now_s, result, failed, no_victims, preempt=True)
-        if not admitted and ctx.tree.queues[q].queueing_strategy is QueueingStrategy.STRICT_FIFO:
-            continue  # the head blocks its queue
-        heapq.heappush(heap, (ctx.tree.share(q), q))
+    order = admission_order(ctx, now_s)                                     # 2.
+    while (p := order.next()) is not None:
+        order.offered(_try(ctx, snap, p, now_s, result, failed, no_victims, preempt=True))
+    for q in ctx.queues.queues():
+        ctx.history.hold(q, ctx.tree.share(q), now_s)
     return result
+
+
+def fair_key(ctx: Context, q: str) -> float:
+    """A queue's place in the fair order: its weighted share now plus the share it held
+    lately (``ShareHistory``); lowest first."""
+    return ctx.tree.share(q) + ctx.history.average(q)
+
+
+def admission_order(ctx: Context, now_s: float, active_only: bool = True,
+                    only: Set[JobId] | None = None,
+                    ahead: Mapping[str, float] | None = None) -> AdmissionOrder:
+    """The cycle's order of pending jobs (see ``AdmissionOrder``); the wait estimator walks
+    the same order on its forecast (``only``: the jobs it still has to place; ``ahead``: share
+    to add to a queue's key for jobs counted as admitted without being placed)."""
+    strict = frozenset(q for q, cq in ctx.tree.queues.items()
+                       if cq.queueing_strategy is QueueingStrategy.STRICT_FIFO)
+    extra = ahead if ahead is not None else {}
+    return AdmissionOrder(ctx.queues, ctx.queues.queues(),
+                          lambda q: fair_key(ctx, q) + extra.get(q, 0.0), now_s,
+                          strict=strict, active_only=active_only, only=only)
+
+
+def request_share(ctx: Context, q: str, job: Job) -> float:
+    """The weighted share a job's request adds to its queue (before placement)."""
+    queue = ctx.tree.queues[q]
+    flavor = queue.flavors[0].flavor if queue.flavors else ""
+    return _dominant(ctx.tree, q, request_demand(job, flavor))
 
 
 def _try(ctx: Context, snap: Snapshot, p: Pending, now_s: float, result: CycleResult,
@@ -164,7 +193,8 @@ def _try(ctx: Context, snap: Snapshot, p: Pending, now_s: float, result: CycleRe
             ctx.queues.note(job.id, Status(Code.WAIT, (
                 f"preempting {len(victims)} job(s) to start",)))
             return False
-    if ctx.reservation is None and _gpus(job) >= ctx.reserve_min_gpus:
+    if ctx.reservation is None and _gpus(job) >= ctx.reserve_min_gpus \
+            and _next_in_fair_order(ctx, q):
         ctx.reservation = _reserve(ctx, snap, p, now_s)                     # 5.
         if ctx.reservation is not None:
             snap.reservation = ctx.reservation
@@ -174,6 +204,18 @@ def _try(ctx: Context, snap: Snapshot, p: Pending, now_s: float, result: CycleRe
     ctx.queues.park(job.id, status)
     result.parks.append(Park(job.id, status))
     return False
+
+
+def _next_in_fair_order(ctx: Context, q: str) -> bool:
+    """Whether queue ``q`` comes first in the fair order (lowest ``fair_key``) of the queues
+    with pending jobs in its cohort tree. Only such a queue's gang may hold nodes for later:
+    a reservation makes room that nobody else may take, so granting it to a queue above its
+    share would let a large job buy capacity beyond the share by waiting (priority orders
+    work inside the queue, it never buys room against other queues)."""
+    mine = fair_key(ctx, q)
+    root = ctx.tree.cohort_root(q)
+    return all(mine <= fair_key(ctx, o) for o in ctx.queues.queues()
+               if o != q and ctx.queues.has_pending(o) and ctx.tree.cohort_root(o) == root)
 
 
 def _gpus(job: Job) -> int:
@@ -189,14 +231,21 @@ def _admit(ctx: Context, snap: Snapshot, p: Pending, fit: Fit, now_s: float,
         ctx.state.assume(pl)
     ctx.tree.add(q, fit.demand)
     ctx.queues.remove(job.id)
-    charge = _dominant(ctx.tree, q, fit.demand) * ctx.runtime(job)
+    charge = _dominant(ctx.tree, q, fit.demand) * ctx.runtimes(job)
     ctx.ledger.charge(q, job.user, charge, now_s)
     ctx.running[job.id] = Running(job, q, fit.flavor, fit.placements, fit.demand, now_s,
                                   p.preemptions, charge)
+    ctx.runtimes.started(job, now_s)
     if ctx.reservation is not None and ctx.reservation.job == job.id:
         ctx.reservation = None
         snap.reservation = None
     result.binds.append(Bind(job.id, fit.placements, q, fit.flavor))
+
+
+def dominant(ctx: Context, q: str, demand: Vec) -> float:
+    """The weighted share ``demand`` stands for in queue ``q`` (what a user is charged per
+    second of it)."""
+    return _dominant(ctx.tree, q, demand)
 
 
 def _dominant(tree: QuotaTree, q: str, demand: Vec) -> float:
@@ -223,6 +272,7 @@ def release(ctx: Context, job: JobId, now_s: float, snap: Snapshot | None = None
     parked jobs that the freed capacity could help (not for an eviction inside a cycle: the
     room is held for the preemptor, and waking would offer the victim its place back)."""
     r = ctx.running.pop(job)
+    ctx.runtimes.stopped(r.job, r.start_s)
     for pl in r.placements:
         ctx.state.forget(pl.task)
         if snap is not None:
@@ -241,7 +291,7 @@ def _reserve(ctx: Context, snap: Snapshot, p: Pending, now_s: float) -> Reservat
     """When and where the gang could start if running jobs end as expected: release them in
     order of expected end (binary search on how many) until quota and cards both fit."""
     job, q = p.job, p.queue
-    ends = sorted(ctx.running.values(), key=lambda r: (r.start_s + ctx.runtime(r.job),
+    ends = sorted(ctx.running.values(), key=lambda r: (r.start_s + ctx.runtimes.at_most(r.job),
                                                        r.job.id))
 
     def fits(k: int) -> tuple[Placement, ...]:
@@ -270,7 +320,8 @@ def _reserve(ctx: Context, snap: Snapshot, p: Pending, now_s: float) -> Reservat
         else:
             lo = mid + 1
     placements = fits(lo)
-    start = now_s if lo == 0 else max(now_s, ends[lo - 1].start_s + ctx.runtime(ends[lo - 1].job))
+    start = now_s if lo == 0 else max(
+        now_s, ends[lo - 1].start_s + ctx.runtimes.at_most(ends[lo - 1].job))
     rows = np.unique(np.array([snap.table.row(pl.node) for pl in placements], np.int64))
     return Reservation(job.id, rows, start, q, holds_quota)
 
@@ -443,10 +494,11 @@ def _start_booked(ctx: Context, snap: Snapshot, rec: CheckRecord, now_s: float,
     if rec.demand:
         ctx.tree.add(rec.queue, rec.demand, -1)
     ctx.tree.add(rec.queue, demand)
-    charge = _dominant(ctx.tree, rec.queue, demand) * ctx.runtime(job)
+    charge = _dominant(ctx.tree, rec.queue, demand) * ctx.runtimes(job)
     ctx.ledger.charge(rec.queue, job.user, charge, now_s)
     ctx.running[job.id] = Running(job, rec.queue, rec.flavor, tuple(placements), demand, now_s,
                                   rec.preemptions, charge)
+    ctx.runtimes.started(job, now_s)
     ac.book.consume(req.key, now_s)
     ac.booked[job.id] = req.key
     ac.submitted[job.id] = rec.job

@@ -1,92 +1,283 @@
-"""Wait estimates: where each pending job stands and when it is expected to start.
+"""Wait estimates: where each pending job stands and when it is expected to start, and why.
 
-A shadow run on a snapshot trial: running jobs end at their expected times (the runtime
-hint: declared run limit by default), and pending jobs are admitted in the order the cycle
-would take them (queues by weighted share, jobs by priority, user usage, age), against quota
-and cards. The first ``limit`` pending jobs get a time; the rest only a position. The shadow
-run gives up trying further jobs at a time step after a few consecutive misses, so it stays
-cheap; the estimate is therefore a forecast, not a promise (its error is measured by the
-scenario simulator).
+A forecast run on a snapshot trial, from what the scheduler knows:
+
+- each running job ends when what is left of its expected runtime has passed
+  (``core.runtimes``: a declared duration, a learned runtime per queue and user, a run limit,
+  or the default; for a learned runtime, the mean residual life given how long the job has
+  run), never past its run limit; a job past its expected end is not expected "next cycle"
+  forever: it is given a tenth of its expected runtime more each time it is asked;
+- pending jobs are offered in the **admission order of the cycle itself**
+  (``cycle.admission_order``: queues by fairness key, jobs by priority, user usage and age),
+  walked again at each expected end, against quota and cards, the jobs that start taking
+  their place and ending in turn at their own expected end; a later job that fits earlier
+  starts earlier (**backfill**), and a StrictFIFO head blocks its queue as in the cycle;
+- a gang holding a **reservation** keeps its nodes: others start there only within their
+  run limit, as in the cycle;
+- a job whose queue is below its nominal quota and that fits only by taking borrowed
+  capacity back starts at the next cycle by **preemption** (reclaim), as the cycle would.
+
+The first ``limit`` jobs of the order get a time, each with the basis it rests on; the rest
+a position only. It is a forecast, not a promise: the scenario simulator measures its error.
 """
 
 from __future__ import annotations
 
 import heapq
+from collections import deque
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from gpupool.core.admission import Vec, request_demand, try_admit
-from gpupool.core.model import JobId, Placement
+from gpupool.core import preemption
+from gpupool.core.admission import Fit, Vec, try_admit
+from gpupool.core.model import Job, JobId, Placement
+from gpupool.core.placement.framework import Code, Status
 
 if TYPE_CHECKING:
+    from collections.abc import Hashable
+
     from gpupool.core.cycle import Context
+    from gpupool.core.queueing import Pending
+    from gpupool.core.snapshot import Snapshot
 
-MISSES_PER_STEP = 5
+MAX_STEPS = 400
+"""Expected ends walked at most per forecast: enough for a day of a busy cluster."""
+
+MISSES_PER_STEP = 24
+"""At one time step, the walk stops after this many jobs in a row did not fit: room freed by
+one end rarely helps jobs further down once that many could not use it; it keeps a forecast
+over a thousand pending jobs cheap."""
+
+HORIZON_PAST_ENDS_S = 3600.0
+"""Expected arrivals are added up to an hour past the last expected end of a running job."""
+
+SAME_TIME_S = 30.0
+"""Expected ends this close together are taken as one step (the cycle runs on an interval
+anyway)."""
 
 
-def estimate_starts(ctx: Context, now_s: float,
-                    limit: int = 200) -> dict[JobId, tuple[int, float | None]]:
-    tree, snap = ctx.tree, ctx.state.snapshot()
-    by_queue = {q: ctx.queues.ordered(q, now_s, active_only=False) for q in ctx.queues.queues()}
-    # Global order: repeatedly the queue with the lowest share takes its next job; shares
-    # are advanced with each job's request as the cycle would.
-    order = []
-    share = {q: tree.share(q) for q in by_queue}
-    idx = dict.fromkeys(by_queue, 0)
-    heap = [(share[q], q) for q, js in by_queue.items() if js]
-    heapq.heapify(heap)
-    while heap:
-        s, q = heapq.heappop(heap)
-        p = by_queue[q][idx[q]]
-        idx[q] += 1
-        order.append(p)
-        if idx[q] < len(by_queue[q]):
-            ent = tree.entitled(q)
-            flavor = tree.queues[q].flavors[0].flavor if tree.queues[q].flavors else ""
-            d = request_demand(p.job, flavor)
-            s += max((v / ent[k] for k, v in d.items() if ent.get(k, 0) > 0), default=0.0)
-            heapq.heappush(heap, (s, q))
-    out: dict[JobId, tuple[int, float | None]] = {
-        p.job.id: (i, None) for i, p in enumerate(order)}
-    todo = order[:limit]
-    ends: list[tuple[float, int, str, tuple[Placement, ...], Vec]] = []
-    seq = 0
-    for r in ctx.running.values():
-        seq += 1
-        heapq.heappush(ends, (max(now_s, r.start_s + ctx.runtime(r.job)), seq, r.queue,
-                              r.placements, r.demand))
+ARRIVAL_WINDOW_S = 1800.0
+"""Arrivals of the last half hour set each queue's expected arrival rate."""
+
+MIN_ARRIVALS = 4
+"""A queue is expected to go on submitting once it submitted at this many distinct times
+within the window, spread over at least a third of it."""
+
+MAX_EXPECTED_ARRIVALS = 100
+"""Expected arrivals a forecast adds per queue at most."""
+
+
+class Arrivals:
+    """Recent submissions per ClusterQueue: the forecast expects each queue to go on
+    submitting at its rate of the last ``ARRIVAL_WINDOW_S``, jobs like its recent ones. A
+    queue over its share with a long backlog otherwise looks as if the capacity others free
+    will all come to it, while the others' next jobs, ahead of it in the fair order, take it.
+    """
+
+    def __init__(self, window_s: float = ARRIVAL_WINDOW_S) -> None:
+        self.window_s = window_s
+        self._recent: dict[str, deque[Job]] = {}
+
+    def record(self, queue: str, job: Job, now_s: float) -> None:
+        d = self._recent.setdefault(queue, deque())
+        d.append(job)
+        self._trim(d, now_s)
+
+    def _trim(self, d: deque[Job], now_s: float) -> None:
+        while d and d[0].submit_time_s < now_s - self.window_s:
+            d.popleft()
+
+    def expected(self, now_s: float, horizon_s: float) -> list[Job]:
+        """Jobs expected to arrive from ``now_s`` to ``horizon_s``, per queue evenly spaced at
+        its recent rate, each a copy of one of its recent jobs in turn (ids end in ``~k``)."""
+        out: list[Job] = []
+        for queue in sorted(self._recent):
+            d = self._recent[queue]
+            self._trim(d, now_s)
+            recent = list(d)
+            if len({j.submit_time_s for j in recent}) < MIN_ARRIVALS:
+                continue  # a burst or a few jobs: nothing says more are coming
+            first, last = recent[0].submit_time_s, recent[-1].submit_time_s
+            if last - first < self.window_s / 3:
+                continue
+            # The rate between the first and the last arrival; a queue quiet for longer than
+            # two of its gaps has stopped submitting.
+            gap = (last - first) / sum(1 for j in recent if j.submit_time_s > first)
+            if now_s - last > 2 * gap:
+                continue
+            k = 0
+            t = now_s + gap
+            while t < horizon_s and k < MAX_EXPECTED_ARRIVALS:
+                src = recent[k % len(recent)]
+                out.append(replace(src, id=JobId(f"{src.id}~{k}"), submit_time_s=t))
+                k += 1
+                t += gap
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Estimate:
+    position: int  # in the admission order, 0 first
+    start_s: float | None  # None: beyond the jobs timed, or no start foreseen
+    basis: str  # what the time rests on, one sentence
+
+
+@dataclass(slots=True)
+class _End:
+    at_s: float
+    job: JobId
+    queue: str
+    placements: tuple[Placement, ...]
+    demand: Vec
+    basis: str
+
+
+def _ending(ctx: Context, now_s: float) -> list[tuple[float, int, _End]]:
+    out = []
+    for i, r in enumerate(ctx.running.values()):
+        left = ctx.runtimes.remaining(r.job, now_s - r.start_s, now_s)
+        at = now_s + left.runtime_s
+        out.append((at, i, _End(at, r.job.id, r.queue, r.placements, r.demand, left.basis)))
+    heapq.heapify(out)
+    return out
+
+
+def estimate(ctx: Context, now_s: float, limit: int = 200) -> dict[JobId, Estimate]:
+    """Position, expected start and its basis for every pending job (see the module)."""
+    from gpupool.core.cycle import admission_order, request_share  # the cycle's own order
+
+    snap = ctx.state.snapshot()
+    snap.now_s = now_s
+    snap.reservation = ctx.reservation
+    # Positions: the order as it stands now, each job counted as admitted in turn (its
+    # request added to its queue's share), as a cycle with room for all would take them.
+    ahead: dict[str, float] = {}
+    order = admission_order(ctx, now_s, active_only=False, ahead=ahead)
+    positions: list[JobId] = []
+    while (p := order.next()) is not None:
+        positions.append(p.job.id)
+        ahead[p.queue] = ahead.get(p.queue, 0.0) + request_share(ctx, p.queue, p.job)
+        order.offered(True)
+    timed = set(positions[:limit])
+    out: dict[JobId, Estimate] = {
+        j: Estimate(i, None, "no start foreseen within the forecast" if j in timed
+                    else "beyond the jobs the forecast times")
+        for i, j in enumerate(positions)}
+    ends = _ending(ctx, now_s)
+    seq = len(ends)
+    horizon = max((e.at_s for _, _, e in ends), default=now_s) + HORIZON_PAST_ENDS_S
+    coming = ctx.arrivals.expected(now_s, horizon)
+    with ctx.queues.provisional(coming):
+        return _forecast(ctx, snap, now_s, out, timed, ends, seq, coming)
+
+
+def _forecast(ctx: Context, snap: Snapshot, now_s: float, out: dict[JobId, Estimate],
+              timed: set[JobId], ends: list[tuple[float, int, _End]], seq: int,
+              coming: list[Job]) -> dict[JobId, Estimate]:
+    """The walk over expected ends (see the module), with ``coming`` jobs pending from their
+    expected arrival on."""
+    from gpupool.core.cycle import admission_order
+    from gpupool.core.cycle import dominant as request_charge
+
+    tree = ctx.tree
+    charged: list[tuple[str, str, float]] = []
+    left = set(timed)
+    arrived: set[JobId] = set()
+    nxt = 0
+    gone: set[JobId] = set()  # running jobs the forecast evicts
     changes: list[tuple[str, Vec]] = []
-    t = now_s
+    t, why = now_s, "fits now"
+    steps = 0
+    no_victims: dict[str, int] = {}
     try:
         with snap.trial():
-            while todo:
+            while left and steps < MAX_STEPS:
+                steps += 1
+                snap.now_s = t
+                while nxt < len(coming) and coming[nxt].submit_time_s <= t:
+                    arrived.add(coming[nxt].id)
+                    nxt += 1
+                failed: dict[Hashable, Status] = {}
+                walk = admission_order(ctx, t, active_only=False, only=left | arrived)
                 misses = 0
-                left = []
-                for p in todo:
-                    if misses >= MISSES_PER_STEP:
-                        left.append(p)
-                        continue
-                    fit, _ = try_admit(p.job, p.queue, tree, snap, ctx.profile)
+                while misses < MISSES_PER_STEP and (p := walk.next()) is not None:
+                    fit, status = try_admit(p.job, p.queue, tree, snap, ctx.profile, failed)
+                    basis = why
+                    if fit is None and t == now_s and p.job.id in left \
+                            and status.code is not Code.UNRESOLVABLE \
+                            and p.job.priority > no_victims.get(p.queue, -(1 << 62)):
+                        fit, basis = _by_preemption(ctx, snap, p, now_s, gone, changes)
+                        if fit is None:
+                            no_victims[p.queue] = p.job.priority
                     if fit is None:
                         misses += 1
-                        left.append(p)
+                        walk.offered(False)
                         continue
+                    misses = 0
                     for pl in fit.placements:
                         snap.assume(pl)
                     tree.add(p.queue, fit.demand)
                     changes.append((p.queue, fit.demand))
-                    out[p.job.id] = (out[p.job.id][0], t)
+                    # Charged to its user as the cycle does, so the users of a queue take
+                    # turns in the forecast as they do in the cycles ahead.
+                    exp = ctx.runtimes.expected(p.job, now_s)
+                    charge = request_charge(ctx, p.queue, fit.demand) * exp.runtime_s
+                    ctx.ledger.charge(p.queue, p.job.user, charge, now_s)
+                    charged.append((p.queue, p.job.user, charge))
+                    left.discard(p.job.id)
+                    arrived.discard(p.job.id)
+                    if ctx.reservation is not None and ctx.reservation.job == p.job.id:
+                        snap.reservation = None
+                    if p.job.id in out:
+                        out[p.job.id] = replace(out[p.job.id], start_s=t, basis=basis)
                     seq += 1
-                    heapq.heappush(ends, (t + ctx.runtime(p.job), seq, p.queue, fit.placements,
-                                          fit.demand))
-                todo = left
-                if not todo or not ends:
+                    heapq.heappush(ends, (t + exp.runtime_s, seq, _End(
+                        t + exp.runtime_s, p.job.id, p.queue, fit.placements, fit.demand,
+                        f"{exp.basis}, started in this forecast")))
+                    walk.offered(True)
+                # On to the next expected end: release every job ending by then.
+                freed: list[_End] = []
+                while ends and (not freed or ends[0][0] <= freed[0].at_s + SAME_TIME_S):
+                    _, _, e = heapq.heappop(ends)
+                    if e.job in gone:
+                        continue
+                    for pl in e.placements:
+                        snap.release(pl)
+                    tree.add(e.queue, e.demand, -1)
+                    changes.append((e.queue, {k: -v for k, v in e.demand.items()}))
+                    freed.append(e)
+                if not freed:
                     break
-                t, _, q, placements, demand = heapq.heappop(ends)
-                for pl in placements:
-                    snap.release(pl)
-                tree.add(q, demand, -1)
-                changes.append((q, {k: -v for k, v in demand.items()}))
+                t = freed[-1].at_s
+                why = (f"room freed when {freed[0].job} ends ({freed[0].basis})"
+                       + (f", with {len(freed) - 1} more" if len(freed) > 1 else ""))
     finally:
         for q, d in reversed(changes):
             tree.add(q, d, -1)
+        for q, user, charge in reversed(charged):
+            ctx.ledger.charge(q, user, -charge, now_s)
     return out
+
+
+def _by_preemption(ctx: Context, snap: Snapshot, p: Pending, now_s: float, gone: set[JobId],
+                   changes: list[tuple[str, Vec]]) -> tuple[Fit | None, str]:
+    """What the cycle's post-filter would do now for a job that does not fit: the minimal
+    victim set (lower-priority jobs of its queue, borrowed capacity of others). The victims
+    leave the forecast; the job starts at once (after the victims' grace period, which the
+    core does not know)."""
+    cands = [v for v in preemption.candidates(p.job, p.queue, ctx.tree, ctx.running,
+                                              ctx.settings, now_s, ctx.preempted_by)
+             if v.running.job.id not in gone]
+    planned = preemption.plan(p.job, p.queue, ctx.tree, snap, ctx.profile, cands)
+    if planned is None:
+        return None, ""
+    victims, fit = planned
+    for v in victims:
+        r = v.running
+        gone.add(r.job.id)
+        for pl in r.placements:
+            snap.release(pl)
+        ctx.tree.add(r.queue, r.demand, -1)
+        changes.append((r.queue, {k: -d for k, d in r.demand.items()}))
+    kinds = ", ".join(sorted({v.kind for v in victims}))
+    return fit, f"preempting {len(victims)} job(s) ({kinds})"

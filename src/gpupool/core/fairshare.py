@@ -41,3 +41,50 @@ class UsageLedger:
 
     def users(self, queue: str) -> list[str]:
         return sorted(u for q, u in self._b if q == queue)
+
+
+class ShareHistory:
+    """Each queue's weighted share averaged over time (an exponential moving average in
+    continuous time, halving every ``half_life_s``).
+
+    Fairness is promised over time, and jobs come in lumps: a 32-GPU gang admitted when its
+    queue had the lowest share takes the queue far above its share for as long as it runs,
+    and a queue whose large job waits for room sits below it meanwhile. Ordering queues by the
+    share they hold *now* cannot make up for either; ordering by the share now plus the share
+    held lately does: a queue that has been above its share yields until the others have
+    caught up, and one that has been below goes first.
+
+    The scheduler folds in the share each queue held since the previous cycle at the start of
+    every cycle (``advance``) and records the share it holds after the cycle (``hold``); a
+    share that changed between cycles (a job ended) is therefore counted from the next cycle,
+    an error of at most one scheduling interval.
+    """
+
+    def __init__(self, half_life_s: float) -> None:
+        self._rate = math.log(2.0) / half_life_s
+        self._avg: dict[str, float] = {}
+        self._held: dict[str, float] = {}
+        self._at: dict[str, float] = {}
+
+    def advance(self, queue: str, now_s: float) -> None:
+        held = self._held.get(queue)
+        if held is None:
+            self._at[queue] = now_s
+            return
+        dt = max(0.0, now_s - self._at[queue])
+        keep = math.exp(-self._rate * dt)
+        self._avg[queue] = self._avg.get(queue, 0.0) * keep + held * (1.0 - keep)
+        self._at[queue] = now_s
+
+    def hold(self, queue: str, share: float, now_s: float) -> None:
+        if queue not in self._at:
+            self._at[queue] = now_s
+        self._held[queue] = share
+
+    def average(self, queue: str) -> float:
+        return self._avg.get(queue, 0.0)
+
+    def state(self) -> dict[str, tuple[float, float, float]]:
+        """(average, share held, since) per queue: for snapshots and tests."""
+        return {q: (self._avg.get(q, 0.0), self._held.get(q, 0.0), at)
+                for q, at in self._at.items()}

@@ -8,6 +8,9 @@ order: priority, then the user's decayed usage, then submit time, then id.
 
 from __future__ import annotations
 
+import heapq
+from collections.abc import Callable, Iterable, Iterator, Set
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from gpupool.core.errors import NotFoundError
@@ -57,6 +60,20 @@ class Queues:
         self._by_queue[cq][job.id] = p
         return p
 
+    @contextmanager
+    def provisional(self, jobs: Iterable[Job]) -> Iterator[list[Pending]]:
+        """Jobs that are pending only inside the block (a forecast's expected arrivals); on
+        leaving it they are gone and arrival numbers are as before."""
+        seq = self._seq
+        added = [self.add(j) for j in jobs]
+        try:
+            yield added
+        finally:
+            for p in added:
+                if p.job.id in self._jobs:
+                    self.remove(p.job.id)
+            self._seq = seq
+
     def remove(self, job: JobId) -> Pending:
         p = self._jobs.pop(job, None)
         if p is None:
@@ -101,8 +118,76 @@ class Queues:
                                  p.seq))
         return jobs
 
+    def has_pending(self, queue: str) -> bool:
+        """Whether the queue holds any pending job, active or parked."""
+        return bool(self._by_queue[queue])
+
     def has_active(self, queue: str) -> bool:
         return any(not p.parked for p in self._by_queue[queue].values())
 
     def all(self) -> list[Pending]:
         return list(self._jobs.values())
+
+
+class AdmissionOrder:
+    """The order in which pending jobs are offered for admission: the one home of it, used by
+    the scheduling cycle and by the wait estimator alike.
+
+    Queues go by lowest ``key`` (their fairness key: see ``fairshare.ShareHistory``), re-keyed
+    after each job offered, so one queue's admission lets the next-lowest queue go; inside a
+    queue, jobs go by ``Queues.ordered`` (priority, the user's decayed usage, age). A queue in
+    ``strict`` (StrictFIFO) whose head was not admitted is offered nothing more: its head
+    blocks it. ``active_only``: leave parked jobs out (the cycle) or offer them too (a
+    forecast, which does not know what will wake them). ``only``: offer just these jobs
+    (the forecast's jobs not yet started), in the same order.
+    """
+
+    def __init__(self, queues: Queues, names: Iterable[str], key: Callable[[str], float],
+                 now_s: float, *, strict: frozenset[str] = frozenset(),
+                 active_only: bool = True, only: Set[JobId] | None = None) -> None:
+        self._queues = queues
+        self._key = key
+        self._now_s = now_s
+        self._strict = strict
+        self._active_only = active_only
+        self._only = only
+        self._jobs: dict[str, list[Pending]] = {}
+        self._next: dict[str, int] = {}
+        self._heap = [(key(q), q) for q in names
+                      if (queues.has_active(q) if active_only else queues.has_pending(q))]
+        heapq.heapify(self._heap)
+        self._current: str | None = None
+
+    def next(self) -> Pending | None:
+        """The next job to offer; None when every queue is done. Call ``offered`` after each."""
+        while self._heap:
+            _, q = heapq.heappop(self._heap)
+            jobs = self._jobs.get(q)
+            if jobs is None:
+                jobs = self._queues.ordered(q, self._now_s, active_only=self._active_only)
+                if self._only is not None:
+                    jobs = [p for p in jobs if p.job.id in self._only]
+                self._jobs[q] = jobs
+                self._next[q] = 0
+            i = self._next[q]
+            if i >= len(jobs):
+                continue
+            self._next[q] = i + 1
+            p = jobs[i]
+            if p.job.id not in self._queues:  # admitted or removed earlier in this pass
+                heapq.heappush(self._heap, (self._key(q), q))
+                continue
+            self._current = q
+            return p
+        return None
+
+    def offered(self, admitted: bool) -> None:
+        """The job last returned was admitted or not: its queue is re-keyed (or, for a
+        StrictFIFO queue whose head stays, done)."""
+        q = self._current
+        if q is None:
+            return
+        self._current = None
+        if not admitted and q in self._strict:
+            return
+        heapq.heappush(self._heap, (self._key(q), q))

@@ -7,7 +7,7 @@ for a ``cycle``. It never reads a clock and does no I/O.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import replace
 
 from gpupool.core.admission import QuotaTree, placement_demand, request_demand
@@ -15,7 +15,7 @@ from gpupool.core.cluster import ClusterState
 from gpupool.core.cycle import Context, release, schedule
 from gpupool.core.decisions import CycleResult
 from gpupool.core.errors import ConflictError, NotFoundError
-from gpupool.core.estimate import estimate_starts
+from gpupool.core.estimate import Estimate, estimate
 from gpupool.core.fairshare import UsageLedger
 from gpupool.core.model import Job, JobId, Node, NodeName, Placement
 from gpupool.core.placement.framework import Code, Profile, Status
@@ -30,18 +30,18 @@ from gpupool.core.provisioning import (
 )
 from gpupool.core.queueing import Pending, Queues
 from gpupool.core.quota import QueueConfig
+from gpupool.core.runtimes import Runtimes
 from gpupool.core.validation import Validator
 
 
 class Scheduler:
     def __init__(self, nodes: Iterable[Node], config: QueueConfig,
                  profile: Profile | None = None,
-                 runtime_hint: Callable[[Job], float] | None = None,
                  reserve_min_gpus: int = 8,
                  max_requests_per_project: int = MAX_ACTIVE_PER_PROJECT) -> None:
-        """``runtime_hint`` says how long a job is expected to run (for usage charged at
-        admission, reservations and wait estimates); by default its declared run limit, else
-        the configured default runtime. ``max_requests_per_project``: active
+        """How long a job is expected to run (for usage charged at admission, reservations
+        and wait estimates) is ``core.runtimes``: declared, learned from the jobs that ended,
+        limited, or the configured default. ``max_requests_per_project``: active
         ProvisioningRequests a project (namespace) may hold."""
         config.validate()
         settings = config.settings
@@ -52,13 +52,10 @@ class Scheduler:
         self.queues = Queues(config, self.ledger)
         self.validator = Validator()
 
-        def declared(job: Job) -> float:
-            return job.run_limit_s if job.run_limit_s is not None else settings.default_runtime_s
-
         self.ctx = Context(
             state=self.state, tree=self.tree, queues=self.queues, ledger=self.ledger,
             settings=settings, profile=profile or default_profile(),
-            runtime=runtime_hint or declared, reserve_min_gpus=reserve_min_gpus,
+            runtimes=Runtimes(settings.default_runtime_s), reserve_min_gpus=reserve_min_gpus,
         )
         checks = AdmissionChecks(config, max_requests_per_project)
         self.ctx.checks = checks if checks.by_queue else None
@@ -78,7 +75,8 @@ class Scheduler:
         self.queues.resolve(job.queue)
         if job.id in self.queues or job.id in self.ctx.running or self._checked(job.id):
             raise ConflictError(f"job {job.id} already exists")
-        self.queues.add(job)
+        p = self.queues.add(job)
+        self.ctx.arrivals.record(p.queue, job, now_s)
 
     def _provisioned_queue(self, queue: str) -> str | None:
         """The ClusterQueue behind ``queue`` when it has a provisioning check, else None (also
@@ -101,7 +99,9 @@ class Scheduler:
         if self.ctx.reservation is not None and self.ctx.reservation.job == job:
             self.ctx.reservation = None
         self._unbook(job)
-        return release(self.ctx, job, now_s)
+        r = release(self.ctx, job, now_s)
+        self.ctx.runtimes.observe(r.job, now_s - r.start_s)
+        return r
 
     def _unbook(self, job: JobId) -> Job | None:
         """A job that ran on provisioned nodes is done with them: its request is deleted.
@@ -163,6 +163,7 @@ class Scheduler:
         self.tree.add(q, demand)
         r = Running(job, q, flavor, held, demand, start_s, preemptions)
         self.ctx.running[job.id] = r
+        self.ctx.runtimes.started(job, start_s)
         return r
 
     def add_node(self, node: Node) -> None:
@@ -340,19 +341,41 @@ class Scheduler:
         return r.placements if r else ()
 
     def estimates(self, now_s: float, limit: int = 200) -> dict[JobId, tuple[int, float | None]]:
-        """Queue position and estimated start time of pending jobs (see core.estimate).
+        """Queue position and estimated start time of pending jobs (``estimate_details``
+        without the basis)."""
+        return {j: (e.position, e.start_s) for j, e in self.estimate_details(now_s, limit).items()}
+
+    def estimate_details(self, now_s: float, limit: int = 200) -> dict[JobId, Estimate]:
+        """Queue position, estimated start and what it rests on, per pending job (see
+        core.estimate).
 
         Jobs of queues with a provisioning check start when the cloud delivers, which the core
         cannot know: they get a time only once their request is Provisioned (now: they start
         at the next cycle)."""
-        out = estimate_starts(self.ctx, now_s, limit)
+        out = estimate(self.ctx, now_s, limit)
         ac = self.ctx.checks
         if ac is not None:
             for p in self.queues.all():
                 if ac.check_for(p.queue) is not None and p.job.id in out:
-                    out[p.job.id] = (out[p.job.id][0], None)
+                    out[p.job.id] = Estimate(out[p.job.id].position, None,
+                                             "waits for its ProvisioningRequest")
             for rec in ac.records.values():
                 if rec.job.id not in self.queues:
                     req = ac.book.find(rec.request) if rec.request else None
-                    out[rec.job.id] = (0, now_s if req is not None and req.booked else None)
+                    booked = req is not None and req.booked
+                    out[rec.job.id] = Estimate(
+                        0, now_s if booked else None,
+                        "its capacity is provisioned" if booked
+                        else "waits for its ProvisioningRequest")
         return out
+
+    def expected_end_s(self, job: JobId) -> float | None:
+        """When a running job is expected to end (its start plus its expected runtime, never
+        past its run limit); None if it is not running."""
+        r = self.ctx.running.get(job)
+        if r is None:
+            return None
+        end = r.start_s + self.ctx.runtimes(r.job)
+        if r.job.run_limit_s is not None:
+            end = min(end, r.start_s + r.job.run_limit_s)
+        return end

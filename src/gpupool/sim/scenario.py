@@ -66,6 +66,7 @@ from gpupool.core.model import (
     QueueName,
 )
 from gpupool.core.quota import QueueConfig, Resource
+from gpupool.sim.scenario_targets import Targets, parse_targets
 
 if TYPE_CHECKING:
     from gpupool.cloud.region import Cloud, CloudRun
@@ -107,6 +108,7 @@ class Shape:
     priority: int = 0
     priority_name: str = ""
     user: str | None = None
+    declare_duration: bool = False  # the job tells the scheduler how long it runs
 
     @property
     def gpu_milli_per_task(self) -> int:
@@ -166,6 +168,7 @@ class Scenario:
     description: str = ""
     estimate_every_s: float = DEFAULT_ESTIMATE_EVERY_S  # 0: after every cycle
     cloud: CloudSpec | None = None  # a simulated cloud for queues with provisioning checks
+    targets: Targets = field(default_factory=Targets)  # checked by the report, every seed
 
     @property
     def gpus(self) -> int:
@@ -187,7 +190,7 @@ class Scenario:
 
 
 _SHAPE_FIELDS = ("gpus", "gpuMilli", "gpuMemory", "cpu", "memory", "tasks", "minMember",
-                 "models", "duration", "runLimit", "priority", "user")
+                 "models", "duration", "runLimit", "priority", "user", "declareDuration")
 
 
 def _shape(w: _Where, path: str, body: Mapping[str, Any], base: Shape | None,
@@ -254,6 +257,11 @@ def _shape(w: _Where, path: str, body: Mapping[str, Any], base: Shape | None,
             except ConfigError as exc:
                 raise w.fail(f"{path}.priority", str(exc)) from None
             changes["priority_name"] = str(prio)
+    if "declareDuration" in body:
+        flag = body["declareDuration"]
+        if not isinstance(flag, bool):
+            raise w.fail(f"{path}.declareDuration", f"{flag!r} is not true or false")
+        changes["declare_duration"] = flag
     if "user" in body:
         user = body["user"]
         if not isinstance(user, str) or not user:
@@ -356,7 +364,7 @@ def _stream(w: _Where, path: str, body: Mapping[str, Any], index: int, config: Q
 
 
 _SPEC_FIELDS = ("duration", "schedulingInterval", "gracePeriod", "estimateEvery",
-                "saturatedWindow", "tenants", "description")
+                "saturatedWindow", "tenants", "description", "targets")
 
 
 def parse_scenario(doc: Mapping[str, Any], *, where: str, nodes: Sequence[Node],
@@ -447,8 +455,12 @@ def parse_scenario(doc: Mapping[str, Any], *, where: str, nodes: Sequence[Node],
             streams.append(stream)
         tenants.append(Tenant(tname, queue, cq, tuple(users_body), tuple(streams)))
     description = str(spec.get("description", ""))
+    targets = parse_targets(w, "spec.targets", spec["targets"],
+                            {q.name for q in config.cluster_queues}) \
+        if "targets" in spec else Targets()
     return Scenario(name, path, duration, interval, grace, window, tuple(tenants),
-                    tuple(nodes), config, description.strip(), estimate_every)
+                    tuple(nodes), config, description.strip(), estimate_every,
+                    targets=targets)
 
 
 def load_scenario(path: str | Path) -> Scenario:
@@ -516,6 +528,7 @@ class JobSource:
 
     tenant: str
     stream: str
+    duration_s: float  # how long it really runs (it tells the scheduler only if it declares)
 
 
 def _arrival_times(stream: Stream, rng: np.random.Generator,
@@ -581,6 +594,7 @@ def generate_jobs(scenario: Scenario, seed: int) -> tuple[list[Job], dict[JobId,
                             f"{tenant.name}-{stream.name}-{k:05d}")
                 if jid in sources:
                     raise ConfigError(f"{scenario.path}: job name {jid} is used twice")
+                actual = max(1e-3, float(durations[k]))
                 job = Job(
                     id=jid,
                     pod_sets=(PodSet("main", count=shape.tasks, cpu_milli=shape.cpu_milli,
@@ -588,12 +602,12 @@ def generate_jobs(scenario: Scenario, seed: int) -> tuple[list[Job], dict[JobId,
                     queue=QueueName(tenant.queue),
                     priority=shape.priority,
                     submit_time_s=float(times[k]),
-                    duration_s=max(1e-3, float(durations[k])),
+                    duration_s=actual if shape.declare_duration else None,
                     min_member=shape.min_member,
                     user=user,
                     run_limit_s=shape.run_limit_s,
                 )
-                sources[jid] = JobSource(tenant.name, stream.name)
+                sources[jid] = JobSource(tenant.name, stream.name, actual)
                 jobs.append((float(times[k]), ti, si, k, job))
     jobs.sort(key=lambda x: x[:4])
     return [j[4] for j in jobs], sources
@@ -610,8 +624,10 @@ class JobRun:
     tenant: str
     stream: str
     queue: str  # ClusterQueue
-    gpu_milli: int  # over all tasks
+    gpu_milli: int  # over all tasks, as charged (a slice: compute or memory, the larger)
     submit_s: float
+    duration_s: float = 0.0  # how long it really runs (declared to the scheduler or not)
+    flavor: str = ""  # the flavor of its current (or last) run
     start_s: float | None = None  # first start
     end_s: float | None = None  # when its last run ended, if it did
     runs: int = 0
@@ -641,8 +657,8 @@ class Eviction:
     preemptor: str
     preemptor_queue: str
     gpu_milli: int
-    queue_used_before_milli: int  # the victim queue's GPU use before this eviction
-    queue_nominal_milli: int
+    queue_used_before_milli: int  # the victim queue's GPU use of the victim's flavor before it
+    queue_nominal_milli: int  # the victim queue's nominal GPU quota of that flavor
 
 
 @dataclass(slots=True)
@@ -741,7 +757,7 @@ class _Run:
             src = sources[job.id]
             milli = job.task_count * job.pod_sets[0].gpu.total_milli
             self.jobs[job.id] = JobRun(job, src.tenant, src.stream, tenant_cq[src.tenant],
-                                       milli, job.submit_time_s)
+                                       milli, job.submit_time_s, src.duration_s)
         self.heap: list[tuple[float, int, int, JobId, int]] = []
         self.seq = itertools.count()
         for job in jobs:
@@ -761,6 +777,13 @@ class _Run:
         self.fresh: list[JobId] = []  # submitted since the last estimate
         self.entitled: dict[str, float] = {}
         self.nominal: dict[str, int] = {}
+        self.used_flavor: dict[tuple[str, str], int] = {}  # GPU milli per (queue, flavor)
+        self.nominal_flavor: dict[tuple[str, str], int] = {}
+        for q in self.queues:
+            for (f, res), v in self.sched.tree.nominal(q).items():
+                milli = v * WHOLE_GPU_MILLI if res is Resource.GPU else \
+                    v if res is Resource.GPU_MILLI else 0
+                self.nominal_flavor[(q, f)] = max(self.nominal_flavor.get((q, f), 0), milli)
         for q in self.queues:
             e, n = gpu_entitlement(self.sched.tree, q)
             self.entitled[q] = e
@@ -884,7 +907,7 @@ class _Run:
         self.sched.finished(jid, self.now)
         self._close_run(jid, self.now)
         rec.end_s = self.now
-        duration = rec.job.duration_s or 0.0
+        duration = rec.duration_s
         limit = self.limit.pop(jid, rec.job.run_limit_s)
         if limit is not None and limit < duration:
             rec.stopped_at_limit = True
@@ -902,6 +925,7 @@ class _Run:
         _, start = self.running.pop(jid)
         rec = self.jobs[jid]
         self.used[self.qindex[rec.queue]] -= rec.gpu_milli
+        self.used_flavor[(rec.queue, rec.flavor)] -= rec.gpu_milli
         self.used_by_user[self.uindex[rec.job.user]] -= rec.gpu_milli
         gpus = rec.gpu_milli / WHOLE_GPU_MILLI
         rec.gpu_s += gpus * (at - start)
@@ -917,10 +941,13 @@ class _Run:
         self.cycles += 1
         # A queue's use as the evictions found it: before the cycle, plus what the cycle
         # admitted for it (the core may admit for a queue before it reclaims from it).
-        used_before = list(self.used)
+        used_before = dict(self.used_flavor)
         for bind in result.binds:
-            used_before[self.qindex[self.jobs[JobId(bind.job)].queue]] += \
-                self.jobs[JobId(bind.job)].gpu_milli
+            rec = self.jobs[JobId(bind.job)]
+            rec.gpu_milli = self._charged_milli(JobId(bind.job))
+            rec.flavor = bind.flavor
+            key = (rec.queue, rec.flavor)
+            used_before[key] = used_before.get(key, 0) + rec.gpu_milli
         for ev in result.evicts:
             self._evict(ev, used_before)
         for bind in result.binds:
@@ -951,16 +978,27 @@ class _Run:
                 self.at_nominal[q] = self.now
         return bool(result.evicts)
 
-    def _evict(self, ev: Any, used_before: list[int]) -> None:
+    def _charged_milli(self, jid: JobId) -> int:
+        """The GPUs a running job is charged, in milli-GPU: what the scheduler's quota books
+        hold for it (a slice counts the larger of its compute and its memory share of the
+        card), so delivery is measured as the scheduler accounts it."""
+        r = self.sched.ctx.running.get(jid)
+        if r is None:
+            return self.jobs[jid].gpu_milli
+        return sum(v for (_, res), v in r.demand.items() if res is Resource.GPU_MILLI)
+
+    def _evict(self, ev: Any, used_before: dict[tuple[str, str], int]) -> None:
+        """Record an eviction with its queue's use and nominal quota of the victim's flavor:
+        borrowed capacity is borrowed per flavor, so guaranteed quota is judged per flavor."""
         jid = JobId(ev.job)
         rec = self.jobs[jid]
-        qi = self.qindex[rec.queue]
+        key = (rec.queue, rec.flavor)
         preemptor = self.jobs.get(JobId(ev.preemptor))
         self.evictions.append(Eviction(
             self.now, jid, rec.queue, str(ev.reason), str(ev.preemptor),
-            preemptor.queue if preemptor else "", rec.gpu_milli, used_before[qi],
-            self.nominal[rec.queue]))
-        used_before[qi] -= rec.gpu_milli
+            preemptor.queue if preemptor else "", rec.gpu_milli, used_before.get(key, 0),
+            self.nominal_flavor.get(key, 0)))
+        used_before[key] = used_before.get(key, 0) - rec.gpu_milli
         rec.evictions += 1
         if jid in self.running:
             self._close_run(jid, self.now)  # its completion event is now stale
@@ -975,8 +1013,10 @@ class _Run:
             rec.start_s = self.now
         self.running[jid] = (rec.runs, self.now)
         self.used[self.qindex[rec.queue]] += rec.gpu_milli
+        self.used_flavor[(rec.queue, rec.flavor)] = \
+            self.used_flavor.get((rec.queue, rec.flavor), 0) + rec.gpu_milli
         self.used_by_user[self.uindex[rec.job.user]] += rec.gpu_milli
-        duration = rec.job.duration_s or 0.0
+        duration = rec.duration_s
         limit = self.sched.run_limit_s(jid)  # a provisioning booking may cut the job's own
         self.limit[jid] = limit
         checks = self.sched.checks

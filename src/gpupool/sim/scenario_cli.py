@@ -151,6 +151,19 @@ def _print_summary(s: dict[str, Any], paths: list[Path]) -> None:
         f"{a['partial_gang_placements']} · quota violations {a['quota_violations']} · most "
         f"preemptions of one job {a['max_preemptions_per_job']}/"
         f"{a['max_preemptions_allowed']} · {s['wall_s']:.1f} s")
+    err = a["wait_estimate_median_abs_error_s"]["mean"]
+    rel = a["wait_estimate_median_rel_error"]["mean"]
+    console.print(
+        "wait estimate: median absolute error "
+        f"{'n/a' if err is None else f'{err / 60:.1f} min'}"
+        f"{'' if rel is None else f' ({100 * rel:.1f} % of the wait)'}")
+    for seed, run in s["runs"].items():
+        missed = [t for t in run.get("targets", ()) if not t["met"]]
+        for t in missed:
+            console.print(f"seed {seed}: target missed: {t['target']} {t['goal']}, measured "
+                          f"{t['measured']}")
+    if any(run.get("targets") for run in s["runs"].values()):
+        console.print(f"targets met on every seed: {'yes' if s['targets_met'] else 'no'}")
     prov = a.get("provisioning")
     if prov is not None:
         p50 = prov["submit_to_start_p50_s"]["mean"]

@@ -53,6 +53,7 @@ from gpupool.config.fields import fmt_s
 from gpupool.core.model import WHOLE_GPU_MILLI
 from gpupool.sim.report import dumps_summary
 from gpupool.sim.scenario import JobRun, RunResult, Scenario
+from gpupool.sim.scenario_targets import check_targets
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -62,8 +63,9 @@ REPORT_FILE = "report.md"
 SHARES_PLOT = "shares.png"
 USERS_PLOT = "users.png"
 WAITS_PLOT = "waits.png"
-ENTITLED_BASIS = ("weighted fair share: sum over flavors of tree.entitled(queue) GPUs, "
-                  "over the sum for all queues")
+ENTITLED_BASIS = ("what the scheduler acts on, QuotaTree.entitled summed over flavors in GPUs: "
+                  "nominal quota first (guaranteed), then a cohort's own quota split by "
+                  "fair-sharing weight")
 
 _COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
            "#7f7f7f", "#bcbd22", "#17becf")
@@ -216,8 +218,13 @@ def summarise_run(r: RunResult) -> dict[str, Any]:
     mutual = sum(1 for a, b in pairs if a < b and (b, a) in pairs)
     guaranteed = sum(1 for e in r.evictions if e.reason != "within-queue" and
                      e.queue_used_before_milli - e.gpu_milli < e.queue_nominal_milli)
-    errors = [abs(j.estimate_s - j.start_s) for j in accepted
+    judged = [j for j in accepted
               if j.estimated and j.estimate_s is not None and j.start_s is not None]
+    errors = [abs(j.estimate_s - j.start_s) for j in judged]  # type: ignore[operator]
+    # Relative to the job's actual wait, submission to start (a wait under 1 s counts 1 s).
+    rel = [abs(j.estimate_s - j.start_s)  # type: ignore[operator]
+           / max(1.0, j.start_s - j.submit_s)  # type: ignore[operator]
+           for j in judged]
     estimated = [j for j in accepted if j.estimated]
     asked = [j for j in accepted if j.estimate_at_s is not None]
     delays = [j.estimate_at_s - j.submit_s for j in estimated if j.estimate_at_s is not None]
@@ -257,6 +264,7 @@ def summarise_run(r: RunResult) -> dict[str, Any]:
             "started": len(errors),
             "median_abs_error_s": _r(float(np.median(errors)), 1) if errors else None,
             "p90_abs_error_s": _r(float(np.percentile(errors, 90)), 1) if errors else None,
+            "median_rel_error": _r(float(np.median(rel))) if rel else None,
         },
         "queues": out_queues,
         "users": users,
@@ -353,6 +361,9 @@ def provisioning_summary(r: RunResult) -> dict[str, Any]:
 def summarise(scenario: Scenario, runs: Sequence[RunResult], wall_s: float = 0.0,
               duration_override: bool = False) -> dict[str, Any]:
     per_seed = [summarise_run(r) for r in runs]
+    for p in per_seed:
+        p["targets"] = check_targets(scenario.targets, p)
+        p["targets_met"] = all(row["met"] for row in p["targets"])
     first = runs[0] if runs else None
     queues_info: dict[str, Any] = {}
     by_cq = {q.name: q for q in scenario.config.cluster_queues}
@@ -392,6 +403,7 @@ def summarise(scenario: Scenario, runs: Sequence[RunResult], wall_s: float = 0.0
         "entitled_basis": ENTITLED_BASIS,
         "queue_config": queues_info,
         "aggregate": aggregate(per_seed),
+        "targets_met": all(p["targets_met"] for p in per_seed),
         "runs": {str(p["seed"]): p for p in per_seed},
         "wall_s": _r(wall_s, 3),
     }
@@ -431,6 +443,7 @@ def aggregate(per_seed: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     for p in per_seed:
         reasons.update(p["preemptions"]["by_reason"])
     est = [p["wait_estimate"]["median_abs_error_s"] for p in per_seed]
+    est_rel = [p["wait_estimate"]["median_rel_error"] for p in per_seed]
     prov = [p["provisioning"] for p in per_seed if "provisioning" in p]
     extra: dict[str, Any] = {}
     if prov:
@@ -471,6 +484,10 @@ def aggregate(per_seed: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "wait_p50_s": _stat([p["wait_s"]["p50"] for p in per_seed], 1),
         "wait_p99_s": _stat([p["wait_s"]["p99"] for p in per_seed], 1),
         "wait_estimate_median_abs_error_s": _stat(est, 1),
+        "wait_estimate_median_rel_error": _stat(est_rel),
+        "evictions_per_started_job": _stat([
+            p["preemptions"]["count"] / p["jobs"]["started"] if p["jobs"]["started"] else 0.0
+            for p in per_seed]),
         "max_abs_share_error_pts": _r(max(
             (out_q[q]["share_error_pts"]["max_abs"] or 0.0) for q in queues), 2)
         if queues else None,
@@ -546,6 +563,9 @@ def render_report(summary: Mapping[str, Any], plots: Sequence[str] = ()) -> str:
         f"| wait estimate, median absolute error | "
         f"{_mmm(a['wait_estimate_median_abs_error_s'], _dur)} | small |",
         "",
+    ]
+    lines += render_targets(s)
+    lines += [
         "## Queues",
         "",
         "Share: of the GPU-time allocated in the saturated window. Entitled: "
@@ -623,6 +643,26 @@ def render_report(summary: Mapping[str, Any], plots: Sequence[str] = ()) -> str:
     if "provisioning" in a:
         lines += render_provisioning(s)
     return "\n".join(lines)
+
+
+def render_targets(s: Mapping[str, Any]) -> list[str]:
+    """The scenario's own targets (``spec.targets``), checked on every seed."""
+    runs = s["runs"]
+    if not runs or not next(iter(runs.values())).get("targets"):
+        return []
+    seeds = list(runs)
+    lines = ["## Targets of this scenario", "",
+             f"All met on every seed: **{'yes' if s['targets_met'] else 'no'}**.", "",
+             "| target | goal | " + " | ".join(f"seed {k}" for k in seeds) + " |",
+             "|---|---|" + "---|" * len(seeds)]
+    first = runs[seeds[0]]["targets"]
+    for i, row in enumerate(first):
+        cells = []
+        for k in seeds:
+            r = runs[k]["targets"][i]
+            cells.append(f"{r['measured']} {'✓' if r['met'] else '✗'}")
+        lines.append(f"| {row['target']} | {row['goal']} | " + " | ".join(cells) + " |")
+    return [*lines, ""]
 
 
 def render_provisioning(s: Mapping[str, Any]) -> list[str]:

@@ -518,8 +518,10 @@
       return `<div class="queue" data-queue="${esc(name)}">` +
         `<div class="qline"><span class="qname"><i style="background:${queueColor(name)}">` +
         `</i>${esc(name)}</span><span class="qmeta" title="${esc(meta)}">${esc(meta)}</span>` +
-        `<span class="qshare" title="weighted dominant share; 1.0 is exactly its fair share">` +
-        `share <b>${num(st.share ?? 0, 2)}</b></span></div>` +
+        `<span class="qshare" title="${esc(`weighted share: usage over an entitlement of ` +
+          `${num(st.entitledGpus ?? 0, 1)} GPUs; 1.0 is exactly its entitlement. ` +
+          (st.shareBasis ?? ""))}">` +
+        `share <b>${num(st.share ?? 0, 2)}</b> of ${num(st.entitledGpus ?? 0, 1)}</span></div>` +
         `<div class="qjobs"><span class="r">${st.runningJobs ?? 0}</span> running · ` +
         `<span class="p">${st.pendingJobs ?? 0}</span> pending</div>` +
         (bars || `<div class="qflavor"><span class="fname">–</span><span class="hint">` +

@@ -1,0 +1,180 @@
+"""How long a job is expected to run, and what that expectation rests on.
+
+In order of trust:
+
+1. a **declared duration** (``Job.duration_s``: the virtual cluster runs a job exactly that
+   long; elsewhere it is the user's word), cut to the run limit when that comes first;
+2. a **learned runtime**: an exponential moving average of the runtimes of the jobs that
+   ended, per (queue, user), else per queue; a declared **run limit** caps it (the job is
+   stopped there);
+3. the **run limit** alone, when nothing was learned yet (an upper bound);
+4. the configured **default runtime**.
+
+Only jobs that ended by themselves teach the average (an evicted or cancelled run says
+nothing of how long the job needs). Early on, only the short jobs have ended, so the average
+alone is biased short: the learned runtime is therefore never below the mean age of the
+same queue and user's runs still going (runs that have not ended count as at least their
+age). The scheduler uses the expectation for the usage it
+charges at admission, for reservations, and for wait estimates.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpupool.core.model import Job
+
+EMA_WEIGHT = 0.2
+"""Weight of each new runtime in the average: about the last ten jobs count."""
+
+PRIOR_JOBS = 3
+"""The runtime assumed before any job ended (the run limit, else the default runtime) counts
+as this many jobs in the learned runtime: ``(n * average + 3 * assumed) / (n + 3)`` after
+``n`` ends."""
+
+
+@dataclass(frozen=True, slots=True)
+class Expected:
+    runtime_s: float
+    basis: str  # "declared duration", "learned runtime of team-a/ann (12 jobs)", ...
+
+
+@dataclass(slots=True)
+class _Ema:
+    value: float  # of runtimes
+    n: int
+    square: float = 0.0  # of squared runtimes: their spread
+
+    def cv2(self) -> float:
+        """Squared coefficient of variation, 0 (always the same) to 1 (memoryless) or more."""
+        if self.value <= 0 or self.n < 2:
+            return 0.0
+        return max(0.0, self.square - self.value ** 2) / self.value ** 2
+
+
+@dataclass(slots=True)
+class _Going:
+    """Runs in progress of one key, with nothing declared: how many, and their starts."""
+
+    count: int = 0
+    starts: float = 0.0
+
+    def ages(self, now_s: float) -> float:
+        return max(0.0, self.count * now_s - self.starts)
+
+
+class Runtimes:
+    """Expected runtimes: declared, learned per queue and user, limited, or the default."""
+
+    def __init__(self, default_runtime_s: float, weight: float = EMA_WEIGHT,
+                 prior_jobs: float = PRIOR_JOBS) -> None:
+        self.default_runtime_s = default_runtime_s
+        self.weight = weight
+        self.prior_jobs = prior_jobs
+        self._by_user: dict[tuple[str, str], _Ema] = {}
+        self._by_queue: dict[str, _Ema] = {}
+        self._going_user: dict[tuple[str, str], _Going] = {}
+        self._going_queue: dict[str, _Going] = {}
+
+    def started(self, job: Job, now_s: float, sign: int = 1) -> None:
+        """A run began (``sign`` -1: a run that began at ``now_s`` stopped). Only runs of
+        jobs that declare no duration are followed."""
+        if job.duration_s is not None:
+            return
+        for g in (self._going_user.setdefault((str(job.queue), job.user), _Going()),
+                  self._going_queue.setdefault(str(job.queue), _Going())):
+            g.count += sign
+            g.starts += sign * now_s
+
+    def stopped(self, job: Job, started_s: float) -> None:
+        self.started(job, started_s, -1)
+
+    def observe(self, job: Job, runtime_s: float) -> None:
+        """A job ended by itself after ``runtime_s``: learn from it. Jobs with a declared
+        duration teach nothing (their runtime was known)."""
+        if job.duration_s is not None or runtime_s < 0:
+            return
+        user_key = (str(job.queue), job.user)
+        self._by_user[user_key] = self._step(self._by_user.get(user_key), runtime_s)
+        self._by_queue[str(job.queue)] = self._step(self._by_queue.get(str(job.queue)),
+                                                    runtime_s)
+
+    def _step(self, ema: _Ema | None, runtime_s: float) -> _Ema:
+        if ema is None:
+            return _Ema(runtime_s, 1, runtime_s ** 2)
+        ema.value += self.weight * (runtime_s - ema.value)
+        ema.square += self.weight * (runtime_s ** 2 - ema.square)
+        ema.n += 1
+        return ema
+
+    def _ema(self, job: Job) -> _Ema | None:
+        return self._by_user.get((str(job.queue), job.user)) or \
+            self._by_queue.get(str(job.queue))
+
+    def remaining(self, job: Job, age_s: float, now_s: float | None = None) -> Expected:
+        """How much longer a job that has run ``age_s`` is expected to run.
+
+        Declared: what is left of it. Learned: the mean residual life of the runtimes seen,
+        between two bounds set by their spread: runtimes that are always alike leave
+        ``mean - age``; memoryless ones (as spread as an exponential) leave ``mean`` whatever
+        the age; in between, a mix weighted by the squared coefficient of variation. A job
+        past its expected end is given a tenth of it more. Never past the run limit."""
+        exp = self.expected(job, now_s)
+        left = exp.runtime_s - age_s
+        basis = exp.basis
+        ema = self._ema(job) if exp.basis.startswith("learned") else None
+        if ema is not None:
+            mix = min(1.0, ema.cv2())
+            left = (1.0 - mix) * max(0.0, left) + mix * exp.runtime_s
+        if left <= 0:
+            left = 0.1 * exp.runtime_s
+            basis = f"past its {exp.basis}"
+        if job.run_limit_s is not None and job.run_limit_s - age_s < left:
+            left, basis = max(0.0, job.run_limit_s - age_s), "run limit"
+        return Expected(left, basis)
+
+    def learned(self, job: Job, now_s: float | None = None) -> tuple[float, str] | None:
+        """The learned runtime for the job's queue and user (else its queue), counting the
+        runs still going as at least their age when ``now_s`` is given."""
+        user_key = (str(job.queue), job.user)
+        for ema, going, who in (
+                (self._by_user.get(user_key), self._going_user.get(user_key),
+                 f"{job.queue}/{job.user}"),
+                (self._by_queue.get(str(job.queue)), self._going_queue.get(str(job.queue)),
+                 str(job.queue))):
+            if ema is None:
+                continue
+            # The first few ends are the short runs (the long ones are still going): until
+            # there are many, the average leans on the runtime assumed before any ended.
+            prior = job.run_limit_s if job.run_limit_s is not None else self.default_runtime_s
+            value = (ema.n * ema.value + self.prior_jobs * prior) / (ema.n + self.prior_jobs)
+            if now_s is not None and going is not None and going.count > 0:
+                value = max(value, going.ages(now_s) / going.count)
+            return value, f"learned runtime of {who} ({ema.n} jobs)"
+        return None
+
+    def expected(self, job: Job, now_s: float | None = None) -> Expected:
+        limit = job.run_limit_s
+        if job.duration_s is not None:
+            if limit is not None and limit < job.duration_s:
+                return Expected(limit, "run limit (before its declared duration)")
+            return Expected(job.duration_s, "declared duration")
+        got = self.learned(job, now_s)
+        if got is not None:
+            value, basis = got
+            if limit is not None and limit < value:
+                return Expected(limit, f"run limit (below the {basis})")
+            return Expected(value, basis)
+        if limit is not None:
+            return Expected(limit, "run limit")
+        return Expected(self.default_runtime_s, "default runtime")
+
+    def at_most(self, job: Job) -> float:
+        """How long the job can be counted on to run at most: its declared duration or run
+        limit (the smaller), else the expected runtime. Reservations use it: room promised to
+        a gang from a time on must be free then, so the time rests on what is declared."""
+        known = [x for x in (job.duration_s, job.run_limit_s) if x is not None]
+        return min(known) if known else self(job)
+
+    def __call__(self, job: Job) -> float:
+        return self.expected(job).runtime_s
