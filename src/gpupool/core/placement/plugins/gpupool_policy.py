@@ -127,11 +127,14 @@ class GpupoolScore(RowScored):
     def stranded(self, cpu: I64, mem: I64, idle: I64, full: I64) -> F64:
         """Idle GPU milli the node's free CPU or memory cannot feed, at the workload's CPU and
         memory per GPU milli (all idle) and per whole card (fully free cards); the largest."""
+        out = idle - cpu * self._cpu_inv if self._cpu_inv else np.zeros(idle.shape)
         whole = full * float(WHOLE_GPU_MILLI)
-        out = np.maximum(idle - cpu * self._cpu_inv, whole - cpu * self._cpu_card_inv)
+        if self._cpu_card_inv:
+            out = np.maximum(out, whole - cpu * self._cpu_card_inv)
         if self._mem_inv:
-            out = np.maximum(out, np.maximum(idle - mem * self._mem_inv,
-                                             whole - mem * self._mem_card_inv))
+            out = np.maximum(out, idle - mem * self._mem_inv)
+        if self._mem_card_inv:
+            out = np.maximum(out, whole - mem * self._mem_card_inv)
         return np.maximum(out, 0.0)
 
     def measure(self, cpu: I64, mem: I64, idle: I64, nfit: I64, usable: I64,
