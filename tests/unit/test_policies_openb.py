@@ -236,3 +236,17 @@ def test_gpupool_without_whole_gpu_pods_does_not_count_free_cards_as_stranded() 
     task = task_of(share(100))
     assert decide(openb_profile("fgd", typical_pods=SLICES_ONLY), state, task)[0] == "used"
     assert decide(openb_profile("gpupool", typical_pods=SLICES_ONLY), state, task)[0] == "used"
+
+
+def test_gpupool_pod_without_gpus_fills_its_best_class_in_tie_order() -> None:
+    # Neither node has idle GPUs, so a CPU-only pod moves no fragment on either: the tie order
+    # decides ("tight" first), not the CPU left over ("roomy" keeps 100 cores for the large
+    # CPU-only pods to come).
+    state = ClusterState([node("roomy", gpu=2, cpu=128_000), node("tight", gpu=2, cpu=32_000)])
+    for host in ("roomy", "tight"):
+        place(state, f"w-{host}", host, cpu=8000, shares=((0, 1000), (1, 1000)))
+    state.set_tie_order([NodeName("tight"), NodeName("roomy")])
+    task = task_of(cpu=16_000)
+    prof = openb_profile("gpupool", typical_pods=WORKLOAD)
+    assert scores(prof, state, task) == [50.0, 50.0]
+    assert decide(prof, state, task)[0] == "tight"
