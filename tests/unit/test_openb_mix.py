@@ -137,3 +137,20 @@ def test_mixes_of_default_match_the_shipped_traces() -> None:
         assert derived.gpu_request_milli == pytest.approx(shipped.gpu_request_milli, rel=0.01)
     # METHOD.md 2.3: cpu250 has 2,356 CPU-only pods and every GPU pod of default
     assert composition(derive(default, MixSpec("cpu", 250))).cpu_only == pytest.approx(2356, abs=2)
+
+
+@pytest.mark.parametrize(("policy", "baseline", "wins", "meets"), [
+    (4.0, 4.5, True, True),     # -11 % where the baseline leaves >= 3 %
+    (4.4, 4.5, True, False),    # -2.2 %: below, but not by 5 %
+    (2.9, 2.95, True, True),    # the baseline leaves < 3 %: being below is enough
+    (3.0, 2.95, False, False),
+    (4.5, 4.5, False, False),   # a tie is not a win
+])
+def test_target_is_below_the_baseline_by_5_pct_where_it_leaves_3_pct(
+    policy: float, baseline: float, wins: bool, meets: bool,
+) -> None:
+    from gpupool.sim.openb_mix_report import compare
+
+    c = compare(policy, baseline)
+    assert (c["wins"], c["meets_target"]) == (wins, meets)
+    assert c["relative_pct"] == pytest.approx(100 * (policy - baseline) / baseline, abs=0.01)
