@@ -92,3 +92,13 @@ def test_bad_flags_are_one_line_naming_flag_value_and_rule(
 ) -> None:
     assert main(mix(trace, tmp_path / "o", "--seeds", "42", *extra)) == 2
     assert message in one_line_error(capsys)
+
+
+def test_help_names_every_axis(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["sim", "openb-mix", "--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    for flag in ("--gpushare", "--cpu", "--multigpu", "--gpuspec", "--resume", "--mix-seed"):
+        assert flag in out
+    assert "% of the GPU request from sharing pods" in out

@@ -72,11 +72,12 @@ def add_parser(sim_sub: Any) -> None:
     p.add_argument("--nodes", required=True, metavar="NODES.csv", help="openb node list")
     p.add_argument("--pods", required=True, metavar="PODS.csv",
                    help="openb pod list the mixes are derived from (usually default)")
-    for axis, what in (("gpushare", "% of the GPU request from sharing pods"),
-                       ("cpu", "tenths of a % of pods without GPUs"),
-                       ("multigpu", "% of the GPU request from multi-GPU pods"),
-                       ("gpuspec", "% of GPU pods pinned to a model")):
-        p.add_argument(f"--{axis}", default=None, metavar="VALUES", help=what)
+    for axis, what in (("gpushare", "%% of the GPU request from sharing pods"),
+                       ("cpu", "tenths of a %% of pods without GPUs"),
+                       ("multigpu", "%% of the GPU request from multi-GPU pods"),
+                       ("gpuspec", "%% of GPU pods pinned to a model")):
+        p.add_argument(f"--{axis}", default=None, metavar="VALUES",
+                       help=f"{what} (a list 0,20,40 or a range 0-100:20)")
     p.add_argument("--policy", default="gpupool", metavar="P1,P2,...",
                    help="policies to compare with fgd (default gpupool)")
     p.add_argument("--seeds", default=DEFAULT_SEEDS, metavar="SEEDS",
