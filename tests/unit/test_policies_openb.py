@@ -219,3 +219,34 @@ def test_gpupool_scores_are_cached_per_row_generation() -> None:
     fresh = plugin.evaluate(cs, task, rows)[0]  # type: ignore[attr-defined]
     assert np.array_equal(again, fresh)
     assert again[1] == first[1]
+
+
+SLICES_ONLY = TypicalPods((PodShape(2000, 500, 1), PodShape(1000, 200, 1)), (1, 1), 2,
+                          memory_mib=(8000, 4000))
+
+
+def test_gpupool_without_whole_gpu_pods_does_not_count_free_cards_as_stranded() -> None:
+    # Every typical pod is a slice. A 100-milli slice leaves "used" (600 free) still able to
+    # take both typical slices, so no node's fragment moves and the tie order decides: "used".
+    # Counting fully free cards as stranded (a per-card CPU of 0 for a workload without
+    # whole-GPU pods) made breaking "fresh"'s card look like a gain.
+    state = ClusterState([node("used", gpu=1, cpu=64_000), node("fresh", gpu=1, cpu=64_000)])
+    place(state, "u", "used", shares=((0, 400),))
+    state.set_tie_order([NodeName("used"), NodeName("fresh")])
+    task = task_of(share(100))
+    assert decide(openb_profile("fgd", typical_pods=SLICES_ONLY), state, task)[0] == "used"
+    assert decide(openb_profile("gpupool", typical_pods=SLICES_ONLY), state, task)[0] == "used"
+
+
+def test_gpupool_pod_without_gpus_fills_its_best_class_in_tie_order() -> None:
+    # Neither node has idle GPUs, so a CPU-only pod moves no fragment on either: the tie order
+    # decides ("tight" first), not the CPU left over ("roomy" keeps 100 cores for the large
+    # CPU-only pods to come).
+    state = ClusterState([node("roomy", gpu=2, cpu=128_000), node("tight", gpu=2, cpu=32_000)])
+    for host in ("roomy", "tight"):
+        place(state, f"w-{host}", host, cpu=8000, shares=((0, 1000), (1, 1000)))
+    state.set_tie_order([NodeName("tight"), NodeName("roomy")])
+    task = task_of(cpu=16_000)
+    prof = openb_profile("gpupool", typical_pods=WORKLOAD)
+    assert scores(prof, state, task) == [50.0, 50.0]
+    assert decide(prof, state, task)[0] == "tight"

@@ -34,10 +34,14 @@ What it changes (each is a term of the measure, so it acts through the same clas
        every idle GPU as fragment, which moves every candidate of a pod by the same amount
        (the pod's own GPU demand): it cannot prefer one node to another, and only shifts
        where the truncation cuts the classes, differently for every pod size.
-    5. Pods without GPUs, which leave the fragment unchanged on most nodes, break the ties of
-       their best class by CPU surplus (free CPU after the pod minus what the node's idle GPUs
-       will need at the workload's CPU per GPU milli) instead of first-fit, which would send
-       them to the same low-ranked nodes that GPU pods fill, where their CPU strands GPUs.
+    5. Pods without GPUs are placed by the measure alone, as FGD places them: the stranded
+       term keeps them off nodes whose idle GPUs need the CPU, and their best class fills
+       first-fit in the tie order, onto the nodes GPU pods fill, so both run out together.
+       (Breaking that class by the most CPU left over, a worst fit on CPU, spread the large
+       CPU-only pods over every node and lost to FGD with 23.5 % of pods CPU-only.)
+
+A workload without whole-GPU pods, or whose pods ask no CPU or memory, strands nothing by the
+per-card or the missing term: a rate of zero means no need, not that every free card is lost.
 
 Cost is FGD's: every term depends only on the node's row and the pod's shape (and memory),
 so scores are cached per (shape, row generation) and a decision recomputes only the rows
@@ -72,9 +76,6 @@ from gpupool.core.placement.plugins.frag import (
     card_eligibility,
     row_terms,
 )
-
-SURPLUS_SCALE_MILLI = 64_000
-"""CPU surplus that maps to three quarters of the tie-break range (half a large node)."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -127,11 +128,14 @@ class GpupoolScore(RowScored):
     def stranded(self, cpu: I64, mem: I64, idle: I64, full: I64) -> F64:
         """Idle GPU milli the node's free CPU or memory cannot feed, at the workload's CPU and
         memory per GPU milli (all idle) and per whole card (fully free cards); the largest."""
+        out = idle - cpu * self._cpu_inv if self._cpu_inv else np.zeros(idle.shape)
         whole = full * float(WHOLE_GPU_MILLI)
-        out = np.maximum(idle - cpu * self._cpu_inv, whole - cpu * self._cpu_card_inv)
+        if self._cpu_card_inv:
+            out = np.maximum(out, whole - cpu * self._cpu_card_inv)
         if self._mem_inv:
-            out = np.maximum(out, np.maximum(idle - mem * self._mem_inv,
-                                             whole - mem * self._mem_card_inv))
+            out = np.maximum(out, idle - mem * self._mem_inv)
+        if self._mem_card_inv:
+            out = np.maximum(out, whole - mem * self._mem_card_inv)
         return np.maximum(out, 0.0)
 
     def measure(self, cpu: I64, mem: I64, idle: I64, nfit: I64, usable: I64,
@@ -211,9 +215,6 @@ class GpupoolScore(RowScored):
         full2 = full - np.count_nonzero(take, axis=1)
         after = self.measure(cpu2, mem - task.memory_mib, idle2, nfit2, usable2, full2)
         score = sigmoid_score(before - after, tp.kept).astype(np.float64)
-        if req.kind is GpuKind.NONE:
-            surplus = cpu2 - self.cpu_per_milli * base.idle
-            score += 0.5 + np.arctan(surplus / SURPLUS_SCALE_MILLI) / np.pi * 0.999
         return score, np.full(rows.size, -1, np.int64)
 
     # -- plugin points ---------------------------------------------------------------------
