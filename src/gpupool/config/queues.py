@@ -13,28 +13,31 @@ translation below checks each field's value (quantities, limits, names) and refe
 between objects (unknown flavor, unknown cluster queue, duplicate names, cohort cycles);
 last, ``QueueConfig.validate()`` applies the core's rules to the whole.
 
-Where Kueue's defaults and gpupool's differ, an omitted field takes gpupool's: a ClusterQueue
-without ``preemption`` preempts lower priorities within itself and reclaims anything it lent
-(Kueue's default is ``Never`` for both).
+Defaults follow the object's API group. An object of ``kueue.x-k8s.io`` means what it means
+to Kueue: a ClusterQueue without ``preemption`` preempts nothing (``withinClusterQueue`` and
+``reclaimWithinCohort`` are ``Never``), and it takes part in fair-share preemption across
+queues only when ``reclaimWithinCohort`` is not ``Never`` (Kueue preempts in other queues of
+the cohort only then). An object of ``gpupool.io`` (or one without ``apiVersion``) takes
+gpupool's defaults: it preempts lower priorities within itself, reclaims anything it lent
+(``Any``) and takes part in fair-share preemption.
+
+Every field of Kueue's schemas is accepted; those gpupool does not act on (or acts on only in
+part) are reported, never refused: :func:`read_queue_documents` returns them with the
+configuration as ``Ignored(object, path, reason)``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
-
-from pydantic import Field
+from typing import Any
 
 from gpupool.config.documents import (
     NAME_RULE,
     Document,
-    Duration,
     Metadata,
-    Quantity,
-    Strict,
     check_api_version,
-    field_text,
+    field_error,
     is_name,
     parse,
     show,
@@ -47,6 +50,20 @@ from gpupool.config.quantity import (
     memory_mib,
     number,
     whole_number,
+)
+from gpupool.config.queue_shapes import (
+    AdmissionCheckDoc,
+    ClusterQueueDoc,
+    CohortDoc,
+    FairSharingSpec,
+    LocalQueueDoc,
+    PriorityClassDoc,
+    ProvisioningRequestConfigDoc,
+    QueueSettingsDoc,
+    ResourceFlavorDoc,
+    ResourceGroupSpec,
+    ResourceQuotaSpec,
+    WorkloadPriorityClassDoc,
 )
 from gpupool.core.errors import ConfigError
 from gpupool.core.provisioning import (
@@ -73,8 +90,9 @@ from gpupool.core.quota import (
 )
 
 __all__ = [
-    "GPUPOOL_API_VERSION", "KUEUE_API_VERSIONS", "QUEUE_KINDS", "RESOURCE_NAMES",
-    "ResourceName", "queue_config_from_documents", "resource_name",
+    "GPUPOOL_API_VERSION", "KUEUE_API_VERSIONS", "QUEUE_KINDS", "RESOURCE_NAMES", "Ignored",
+    "QueueObject", "QueueRead", "ResourceName", "assemble", "is_kueue",
+    "queue_config_from_documents", "read_queue_documents", "resource_name", "translate",
 ]
 
 GPUPOOL_API_VERSION = "gpupool.io/v1alpha1"
@@ -128,224 +146,146 @@ def resource_name(name: str, path: str = "name") -> ResourceName:
     try:
         return RESOURCE_NAMES[name]
     except KeyError:
-        raise ConfigError(field_text(path, name, "is not a known resource; known: "
-                                     + ", ".join(RESOURCE_NAMES))) from None
+        raise field_error(path, name, "is not a known resource; known: "
+                          + ", ".join(RESOURCE_NAMES)) from None
 
 
 def _resource(name: object, path: str) -> ResourceName:
     if not isinstance(name, str):
-        raise ConfigError(field_text(path, name, "should be a resource name"))
+        raise field_error(path, name, "should be a resource name")
     return resource_name(name, path)
-
-
-# -- the shape of the documents ---------------------------------------------------------------
-
-
-class ResourceQuotaSpec(Strict):
-    name: str
-    nominal_quota: Quantity
-    borrowing_limit: Quantity | None = None
-    lending_limit: Quantity | None = None
-
-
-class FlavorQuotasSpec(Strict):
-    name: str
-    resources: list[ResourceQuotaSpec] = Field(min_length=1)
-
-
-class ResourceGroupSpec(Strict):
-    covered_resources: list[str] | None = None
-    flavors: list[FlavorQuotasSpec] = Field(min_length=1)
-
-
-class FairSharingSpec(Strict):
-    weight: Quantity | None = None
-
-
-class BorrowWithinCohortSpec(Strict):
-    policy: Literal["Never"] = "Never"
-    max_priority_threshold: int | None = None
-
-
-class PreemptionSpec(Strict):
-    within_cluster_queue: Literal["Never", "LowerPriority"] = "LowerPriority"
-    reclaim_within_cohort: Literal["Never", "LowerPriority", "Any"] = "Any"
-    borrow_within_cohort: BorrowWithinCohortSpec | None = None
-    fair_share: bool = True
-    """gpupool's extension: whether fair-share preemption across queues may take from it."""
-
-
-class ClusterQueueSpec(Strict):
-    resource_groups: list[ResourceGroupSpec] = Field(default_factory=list)
-    cohort: str | None = None
-    cohort_name: str | None = None  # the spelling of v1beta2 and v1
-    queueing_strategy: Literal["BestEffortFIFO", "StrictFIFO"] = "BestEffortFIFO"
-    preemption: PreemptionSpec = PreemptionSpec()
-    fair_sharing: FairSharingSpec | None = None
-    non_preemptive: bool = False  # gpupool's extension
-    namespace_selector: dict[str, Any] | None = None  # accepted; every namespace may submit
-    flavor_fungibility: dict[str, Any] | None = None  # accepted; no effect
-    admission_checks: list[str] | None = None  # AdmissionCheck names (provisioning)
-
-
-class CohortSpec(Strict):
-    parent: str | None = None
-    parent_name: str | None = None  # the spelling of v1beta2 and v1
-    resource_groups: list[ResourceGroupSpec] = Field(default_factory=list)
-    fair_sharing: FairSharingSpec | None = None
-
-
-class ResourceFlavorSpec(Strict):
-    node_labels: dict[str, str] = Field(default_factory=dict)
-
-
-class LocalQueueSpec(Strict):
-    cluster_queue: str
-
-
-class QueueSettingsSpec(Strict):
-    usage_half_life: Duration | None = None
-    default_runtime: Duration | None = None
-    min_runtime: Duration | None = None
-    max_preemptions_per_job: int | None = None
-    preemption_cooldown: Duration | None = None
-
-
-class AdmissionCheckParametersSpec(Strict):
-    api_group: str = "kueue.x-k8s.io"
-    kind: str = "ProvisioningRequestConfig"
-    name: str
-
-
-class AdmissionCheckSpec(Strict):
-    controller_name: str
-    parameters: AdmissionCheckParametersSpec | None = None
-    retry_delay_minutes: int | None = None  # accepted (deprecated in Kueue); no effect
-
-
-class RetryStrategySpec(Strict):
-    backoff_limit_count: int | None = None
-    backoff_base_seconds: int | None = None
-    backoff_max_seconds: int | None = None
-
-
-class ProvisioningRequestConfigSpec(Strict):
-    provisioning_class_name: str
-    parameters: dict[str, str] = Field(default_factory=dict)
-    managed_resources: list[str] | None = None  # accepted; every resource is managed
-    retry_strategy: RetryStrategySpec | None = None
-
-
-class _Object(Strict):
-    api_version: str | None = None
-    kind: str
-    metadata: Metadata
-    status: Any = None  # accepted and ignored, so that kubectl output loads
-
-
-class ResourceFlavorDoc(_Object):
-    spec: ResourceFlavorSpec = ResourceFlavorSpec()
-
-
-class ClusterQueueDoc(_Object):
-    spec: ClusterQueueSpec = ClusterQueueSpec()
-
-
-class CohortDoc(_Object):
-    spec: CohortSpec = CohortSpec()
-
-
-class LocalQueueDoc(_Object):
-    spec: LocalQueueSpec
-
-
-class AdmissionCheckDoc(_Object):
-    spec: AdmissionCheckSpec
-
-
-class ProvisioningRequestConfigDoc(_Object):
-    spec: ProvisioningRequestConfigSpec
-
-
-class WorkloadPriorityClassDoc(_Object):
-    value: int
-    description: str = ""
-
-
-class PriorityClassDoc(_Object):
-    value: int
-    description: str = ""
-    global_default: bool = False  # accepted; no effect
-    preemption_policy: Literal["PreemptLowerPriority", "Never"] | None = None  # accepted
-
-
-class QueueSettingsDoc(Strict):
-    api_version: str | None = None
-    kind: Literal["QueueSettings"]
-    metadata: Metadata | None = None
-    spec: QueueSettingsSpec = QueueSettingsSpec()
 
 
 # -- translation ------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class Ignored:
+    """A field read but not acted on (or acted on only in part), and why."""
+
+    object: str  # "ClusterQueue team-a", "LocalQueue ns/name"
+    path: str  # "spec.flavorFungibility"
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.object}: {self.path}: {self.reason}"
+
+
 @dataclass
-class _Found:
-    """An object and where it came from: its document and the references it makes."""
+class QueueObject:
+    """One translated queue object: its document, the core object and the references it
+    makes (checked against the other objects by :func:`assemble`), and the fields it holds
+    that gpupool does not act on."""
 
     doc: Document
     obj: Any
     flavor_refs: list[tuple[str, str]] = field(default_factory=list)  # (path, flavor)
     ref_path: str = ""  # spec.cohort / spec.parent / spec.clusterQueue, as written
     ref: str | None = None
+    ignored: list[tuple[str, str]] = field(default_factory=list)  # (path, reason)
+    controller: str = ""  # an AdmissionCheck's controllerName
+
+    @property
+    def kind(self) -> str:
+        return self.doc.kind or ""
+
+    @property
+    def label(self) -> str:
+        """``Kind name`` (``LocalQueue ns/name``)."""
+        return f"{self.kind} {self.doc.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class QueueRead:
+    """A validated configuration and the fields in it that gpupool does not act on."""
+
+    config: QueueConfig
+    ignored: tuple[Ignored, ...] = ()
+
+
+def is_kueue(doc: Document) -> bool:
+    """Whether a document is an object of Kueue's API group (its defaults apply)."""
+    version = doc.body.get("apiVersion")
+    return isinstance(version, str) and version.startswith("kueue.x-k8s.io/")
 
 
 def queue_config_from_documents(docs: Sequence[Document]) -> QueueConfig:
     """Translate and validate the queue documents among ``docs`` (other kinds are an error)."""
-    found: dict[str, list[_Found]] = {kind: [] for kind in QUEUE_KINDS}
+    return read_queue_documents(docs).config
+
+
+def read_queue_documents(docs: Sequence[Document]) -> QueueRead:
+    """Translate and validate the queue documents among ``docs``; the configuration and the
+    fields gpupool does not act on. ConfigError for the first problem."""
+    objects: list[QueueObject] = []
     settings: tuple[Document, QueueSettings] | None = None
     for doc in docs:
-        kind = doc.kind
-        if kind is not None and kind in QUEUE_KINDS:
-            check_api_version(doc, QUEUE_KINDS[kind])
-        if kind == "ResourceFlavor":
-            found[kind].append(_flavor(doc))
-        elif kind == "ClusterQueue":
-            found[kind].append(_cluster_queue(doc))
-        elif kind == "Cohort":
-            found[kind].append(_cohort(doc))
-        elif kind == "LocalQueue":
-            found[kind].append(_local_queue(doc))
-        elif kind in ("WorkloadPriorityClass", "PriorityClass"):
-            found["PriorityClass"].append(_priority_class(doc))
-        elif kind == "AdmissionCheck":
-            found[kind].append(_admission_check(doc))
-        elif kind == "ProvisioningRequestConfig":
-            found[kind].append(_provisioning_config(doc))
-        elif kind == "QueueSettings":
+        if doc.kind == "QueueSettings":
             if settings is not None:
                 raise doc.problem(f"a second QueueSettings document (the first is document "
                                   f"{settings[0].index}); put every setting in one")
+            check_api_version(doc, QUEUE_KINDS["QueueSettings"])
             settings = (doc, _settings(doc))
         else:
-            raise doc.problem(f"kind={show(kind)} is not a queue object; known: "
-                              + ", ".join(QUEUE_KINDS))
+            objects.append(translate(doc))
+    try:
+        return assemble(objects, settings[1] if settings else QueueSettings())
+    except ConfigError as exc:
+        if exc.where is not None:
+            raise
+        source = docs[0].source if docs else "<documents>"
+        raise ConfigError(f"{source}: {exc}", field=exc.field, value=exc.value,
+                          rule=exc.rule, where=source) from exc
+
+
+def translate(doc: Document) -> QueueObject:
+    """One queue object, its fields checked and translated on its own (references to other
+    objects are checked by :func:`assemble`). ConfigError naming the field and rule."""
+    kind = doc.kind
+    if kind is not None and kind in QUEUE_KINDS:
+        check_api_version(doc, QUEUE_KINDS[kind])
+    if kind == "ResourceFlavor":
+        return _flavor(doc)
+    if kind == "ClusterQueue":
+        return _cluster_queue(doc)
+    if kind == "Cohort":
+        return _cohort(doc)
+    if kind == "LocalQueue":
+        return _local_queue(doc)
+    if kind in ("WorkloadPriorityClass", "PriorityClass"):
+        return _priority_class(doc)
+    if kind == "AdmissionCheck":
+        return _admission_check(doc)
+    if kind == "ProvisioningRequestConfig":
+        return _provisioning_config(doc)
+    raise doc.error("kind", kind, "is not a queue object; known: " + ", ".join(QUEUE_KINDS))
+
+
+def assemble(objects: Sequence[QueueObject],
+             settings: QueueSettings | None = None) -> QueueRead:
+    """The configuration of translated objects: references between them checked (unknown
+    flavor or cluster queue, duplicate names, cohort cycles), then the core's rules.
+    ConfigError for the first problem; its ``where`` names the object's document."""
+    found: dict[str, list[QueueObject]] = {kind: [] for kind in QUEUE_KINDS}
+    for item in objects:
+        kind = "PriorityClass" if item.kind == "WorkloadPriorityClass" else item.kind
+        found[kind].append(item)
     _check_references(found)
-    checks = _resolve_checks(found)
+    checks, dropped = _resolve_checks(found)
     config = QueueConfig(
         flavors=tuple(f.obj for f in found["ResourceFlavor"]),
         cluster_queues=tuple(f.obj for f in found["ClusterQueue"]),
         cohorts=tuple(f.obj for f in found["Cohort"]),
         local_queues=tuple(f.obj for f in found["LocalQueue"]),
         priority_classes=tuple(f.obj for f in found["PriorityClass"]),
-        settings=settings[1] if settings else QueueSettings(),
+        settings=settings or QueueSettings(),
         admission_checks=checks,
     )
-    try:
-        return config.validate()
-    except ConfigError as exc:
-        source = docs[0].source if docs else "<documents>"
-        raise ConfigError(f"{source}: {exc}") from exc
+    config.validate()
+    ignored = [Ignored(item.label, path, reason)
+               for item in objects for path, reason in item.ignored]
+    ignored.extend(dropped)
+    return QueueRead(config, tuple(ignored))
 
 
 def _name(doc: Document, meta: Metadata) -> str:
@@ -354,9 +294,20 @@ def _name(doc: Document, meta: Metadata) -> str:
     return meta.name
 
 
-def _flavor(doc: Document) -> _Found:
+def _flavor(doc: Document) -> QueueObject:
     d = parse(ResourceFlavorDoc, doc)
-    return _Found(doc, ResourceFlavor(_name(doc, d.metadata), dict(d.spec.node_labels)))
+    out = QueueObject(doc, ResourceFlavor(_name(doc, d.metadata), dict(d.spec.node_labels)))
+    spec = d.spec
+    if spec.node_taints:
+        out.ignored.append(("spec.nodeTaints", "not acted on: gpupool reads taints from the "
+                            "nodes themselves and does not add the flavor's to them"))
+    if spec.tolerations:
+        out.ignored.append(("spec.tolerations", "not acted on: gpupool does not add the "
+                            "flavor's tolerations to the pods it admits"))
+    if spec.topology_name:
+        out.ignored.append(("spec.topologyName", "not acted on: gpupool does not do "
+                            "topology-aware scheduling of Kueue's Topology objects"))
+    return out
 
 
 def _weight(doc: Document, fair: FairSharingSpec | None) -> float:
@@ -386,7 +337,7 @@ def _snake(camel: str) -> str:
     return "".join(f"_{c.lower()}" if c.isupper() else c for c in camel)
 
 
-def _cluster_queue(doc: Document) -> _Found:
+def _cluster_queue(doc: Document) -> QueueObject:
     d = parse(ClusterQueueDoc, doc)
     spec = d.spec
     name = _name(doc, d.metadata)
@@ -394,26 +345,82 @@ def _cluster_queue(doc: Document) -> _Found:
     limits_rule = None if cohort else \
         "is set but the queue has no spec.cohort to borrow from or lend to"
     flavors, refs = _quotas(doc, spec.resource_groups, limits_rule, spec.non_preemptive)
-    p = spec.preemption
-    checks = tuple(spec.admission_checks or ())
+    ignored: list[tuple[str, str]] = []
+    checks = list(spec.admission_checks or ())
     for i, check in enumerate(checks):
         if not is_name(check):
             raise doc.error(f"spec.admissionChecks[{i}]", check, NAME_RULE)
+    if spec.admission_checks_strategy is not None:
+        for i, rule in enumerate(spec.admission_checks_strategy.admission_checks):
+            path = f"spec.admissionChecksStrategy.admissionChecks[{i}]"
+            if not is_name(rule.name):
+                raise doc.error(f"{path}.name", rule.name, NAME_RULE)
+            if rule.name in checks:
+                raise doc.error(f"{path}.name", rule.name,
+                                "is also in spec.admissionChecks; name a check once")
+            checks.append(rule.name)
+            if rule.on_flavors:
+                ignored.append((f"{path}.onFlavors", "acted on as if empty: the check "
+                                "applies to every flavor of the queue"))
     queue = ClusterQueue(
         name=name,
         flavors=flavors,
         cohort=cohort,
         weight=_weight(doc, spec.fair_sharing),
-        preemption=PreemptionPolicy(WithinQueue(p.within_cluster_queue),
-                                    Reclaim(p.reclaim_within_cohort), p.fair_share),
+        preemption=_preemption(doc, spec, ignored),
         non_preemptive=spec.non_preemptive,
         queueing_strategy=QueueingStrategy(spec.queueing_strategy),
-        admission_checks=checks,
+        admission_checks=tuple(checks),
     )
-    return _Found(doc, queue, refs, cohort_path, cohort)
+    selector = spec.namespace_selector
+    if selector:
+        ignored.append(("spec.namespaceSelector", "not acted on: every namespace's "
+                        "LocalQueues may point at this queue"))
+    elif selector is None and is_kueue(doc):
+        ignored.append(("spec.namespaceSelector", "unset: Kueue then admits no namespace; "
+                        "gpupool admits every namespace's LocalQueues"))
+    if spec.flavor_fungibility is not None and spec.flavor_fungibility.model_dump(
+            exclude_none=True):
+        ignored.append(("spec.flavorFungibility", "not acted on: gpupool tries the queue's "
+                        "flavors in order and takes the first where the job fits quota and "
+                        "nodes"))
+    if spec.stop_policy not in (None, "None"):
+        ignored.append(("spec.stopPolicy", f"{spec.stop_policy} is not acted on: the queue "
+                        "keeps admitting"))
+    for key in ("admissionScope", "concurrentAdmissionPolicy"):
+        if getattr(spec, _snake(key)) is not None:
+            ignored.append((f"spec.{key}", "not acted on"))
+    return QueueObject(doc, queue, refs, cohort_path, cohort, ignored)
 
 
-def _cohort(doc: Document) -> _Found:
+def _preemption(doc: Document, spec: Any, ignored: list[tuple[str, str]]) -> PreemptionPolicy:
+    """Kueue's defaults for Kueue's objects (Never, Never; fair-share preemption only when
+    it may reclaim), gpupool's for its own (LowerPriority, Any, fair-share)."""
+    p = spec.preemption
+    kueue = is_kueue(doc)
+    within = p.within_cluster_queue if p is not None else None
+    reclaim = p.reclaim_within_cohort if p is not None else None
+    if within is None:
+        within = "Never" if kueue else "LowerPriority"
+    if reclaim is None:
+        reclaim = "Never" if kueue else "Any"
+    if within == "LowerOrNewerEqualPriority":
+        ignored.append(("spec.preemption.withinClusterQueue", "LowerOrNewerEqualPriority is "
+                        "acted on as LowerPriority: newer jobs of equal priority are not "
+                        "preempted"))
+        within = "LowerPriority"
+    fair = p.fair_share if p is not None else None
+    if fair is None:
+        fair = reclaim != "Never" if kueue else True
+    borrow = p.borrow_within_cohort if p is not None else None
+    if borrow is not None and (borrow.policy != "Never"
+                               or borrow.max_priority_threshold is not None):
+        ignored.append(("spec.preemption.borrowWithinCohort", "not acted on: a queue does "
+                        "not preempt to borrow beyond its nominal quota"))
+    return PreemptionPolicy(WithinQueue(within), Reclaim(reclaim), fair)
+
+
+def _cohort(doc: Document) -> QueueObject:
     d = parse(CohortDoc, doc)
     spec = d.spec
     name = _name(doc, d.metadata)
@@ -422,37 +429,52 @@ def _cohort(doc: Document) -> _Found:
         "is set but the cohort has no spec.parent to borrow from or lend to"
     flavors, refs = _quotas(doc, spec.resource_groups, limits_rule, False)
     cohort = Cohort(name, parent, flavors, _weight(doc, spec.fair_sharing))
-    return _Found(doc, cohort, refs, parent_path, parent)
+    return QueueObject(doc, cohort, refs, parent_path, parent)
 
 
-def _local_queue(doc: Document) -> _Found:
+def _local_queue(doc: Document) -> QueueObject:
     d = parse(LocalQueueDoc, doc)
     name = _name(doc, d.metadata)
     namespace = d.metadata.namespace or "default"
     if not is_name(namespace):
         raise doc.error("metadata.namespace", namespace, NAME_RULE)
     target = d.spec.cluster_queue
-    return _Found(doc, LocalQueue(name, target, namespace), [], "spec.clusterQueue", target)
+    out = QueueObject(doc, LocalQueue(name, target, namespace), [], "spec.clusterQueue",
+                      target)
+    if d.spec.stop_policy not in (None, "None"):
+        out.ignored.append(("spec.stopPolicy", f"{d.spec.stop_policy} is not acted on: the "
+                            "queue keeps admitting"))
+    if d.spec.fair_sharing is not None and d.spec.fair_sharing.weight is not None:
+        out.ignored.append(("spec.fairSharing", "not acted on: inside a ClusterQueue gpupool "
+                            "shares by user, not by LocalQueue"))
+    return out
 
 
-def _admission_check(doc: Document) -> _Found:
+def _admission_check(doc: Document) -> QueueObject:
     d = parse(AdmissionCheckDoc, doc)
     name = _name(doc, d.metadata)
     spec = d.spec
-    if spec.controller_name != PROVISIONING_CONTROLLER:
-        raise doc.error("spec.controllerName", spec.controller_name,
-                        f"is not supported; gpupool decides {PROVISIONING_CONTROLLER}")
     ref: str | None = None
+    out = QueueObject(doc, AdmissionCheck(name), [], "spec.parameters.name", None,
+                      controller=spec.controller_name)
+    if spec.retry_delay_minutes is not None:
+        out.ignored.append(("spec.retryDelayMinutes", "not acted on: retries follow the "
+                            "ProvisioningRequestConfig's retryStrategy"))
+    if spec.controller_name != PROVISIONING_CONTROLLER:
+        out.ignored.append(("spec.controllerName", f"{spec.controller_name} is not run by "
+                            f"gpupool (it runs {PROVISIONING_CONTROLLER}); queues naming "
+                            "this check admit without it"))
+        return out
     if spec.parameters is not None:
         if spec.parameters.kind != "ProvisioningRequestConfig":
             raise doc.error("spec.parameters.kind", spec.parameters.kind,
                             "must be ProvisioningRequestConfig")
         ref = spec.parameters.name
-    found = _Found(doc, AdmissionCheck(name), [], "spec.parameters.name", ref)
-    return found
+    out.ref = ref
+    return out
 
 
-def _provisioning_config(doc: Document) -> _Found:
+def _provisioning_config(doc: Document) -> QueueObject:
     d = parse(ProvisioningRequestConfigDoc, doc)
     name = _name(doc, d.metadata)
     spec = d.spec
@@ -479,17 +501,29 @@ def _provisioning_config(doc: Document) -> _Found:
         config = ProvisioningRequestConfig(name, spec.provisioning_class_name,
                                            dict(spec.parameters), retry)
     except ConfigError as exc:
-        raise doc.problem(str(exc)) from exc
-    return _Found(doc, config)
+        raise doc.problem(str(exc), exc) from exc
+    out = QueueObject(doc, config)
+    for key, reason in (("managedResources", "not acted on: every resource of the pod set "
+                         "is managed"),
+                        ("podSetUpdates", "not acted on by the queue configuration"),
+                        ("podSetMergePolicy", "not acted on: a request holds one pod set")):
+        if getattr(spec, _snake(key)) is not None:
+            out.ignored.append((f"spec.{key}", reason))
+    return out
 
 
-def _resolve_checks(found: Mapping[str, list[_Found]]) -> tuple[AdmissionCheck, ...]:
+def _resolve_checks(found: Mapping[str, list[QueueObject]]
+                    ) -> tuple[tuple[AdmissionCheck, ...], list[Ignored]]:
     """AdmissionChecks with their ProvisioningRequestConfig; every name a ClusterQueue lists
-    in ``admissionChecks`` must be an AdmissionCheck of these documents."""
+    in ``admissionChecks`` must be an AdmissionCheck of these documents. A check of another
+    controller is dropped from the queues that name it (reported)."""
     configs = {f.obj.name: f.obj for f in found["ProvisioningRequestConfig"]}
     checks: dict[str, AdmissionCheck] = {}
+    foreign: set[str] = set()
     for item in found["AdmissionCheck"]:
-        if item.ref is not None:
+        if item.controller and item.controller != PROVISIONING_CONTROLLER:
+            foreign.add(item.obj.name)
+        elif item.ref is not None:
             if item.ref not in configs:
                 raise item.doc.error(item.ref_path, item.ref,
                                      "is not a ProvisioningRequestConfig; known: "
@@ -497,20 +531,29 @@ def _resolve_checks(found: Mapping[str, list[_Found]]) -> tuple[AdmissionCheck, 
             checks[item.obj.name] = AdmissionCheck(item.obj.name, config=configs[item.ref])
         else:
             checks[item.obj.name] = item.obj
+    dropped: list[Ignored] = []
     for item in found["ClusterQueue"]:
-        for i, name in enumerate(item.obj.admission_checks):
-            if name not in checks:
+        names = item.obj.admission_checks
+        for i, name in enumerate(names):
+            if name not in checks and name not in foreign:
                 raise item.doc.error(f"spec.admissionChecks[{i}]", name,
                                      "is not an AdmissionCheck; known: "
-                                     + (", ".join(sorted(checks)) or "none"))
-    return tuple(checks.values())
+                                     + (", ".join(sorted([*checks, *foreign])) or "none"))
+        kept = tuple(n for n in names if n not in foreign)
+        if kept != names:
+            for name in sorted(set(names) & foreign):
+                dropped.append(Ignored(item.label, "spec.admissionChecks",
+                                       f"{name} is a check gpupool does not run; the queue "
+                                       "admits without it"))
+            item.obj = replace(item.obj, admission_checks=kept)
+    return tuple(checks.values()), dropped
 
 
-def _priority_class(doc: Document) -> _Found:
+def _priority_class(doc: Document) -> QueueObject:
     model: type[WorkloadPriorityClassDoc | PriorityClassDoc] = (
         PriorityClassDoc if doc.kind == "PriorityClass" else WorkloadPriorityClassDoc)
     d = parse(model, doc)
-    return _Found(doc, PriorityClass(_name(doc, d.metadata), d.value, d.description))
+    return QueueObject(doc, PriorityClass(_name(doc, d.metadata), d.value, d.description))
 
 
 def _settings(doc: Document) -> QueueSettings:
@@ -539,7 +582,7 @@ def _convert(doc: Document, fn: Callable[[object, str], Any], value: object, pat
     try:
         return fn(value, path)
     except ConfigError as exc:
-        raise doc.problem(str(exc)) from exc
+        raise doc.problem(str(exc), exc) from exc
 
 
 def _quotas(doc: Document, groups: list[ResourceGroupSpec], limits_rule: str | None,
@@ -616,9 +659,9 @@ def _quota(doc: Document, rp: str, rq: ResourceQuotaSpec, unit: ResourceName,
     return Quota(nominal, borrowing, lending)
 
 
-def _check_references(found: Mapping[str, list[_Found]]) -> None:
+def _check_references(found: Mapping[str, list[QueueObject]]) -> None:
     """Duplicate names, unknown flavors and cluster queues, and cycles among cohorts."""
-    first: dict[str, dict[str, _Found]] = {}
+    first: dict[str, dict[str, QueueObject]] = {}
     for kind, items in found.items():
         seen = first.setdefault(kind, {})
         for item in items:
