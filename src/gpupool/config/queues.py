@@ -379,11 +379,15 @@ def _cluster_queue(doc: Document) -> QueueObject:
     elif selector is None and is_kueue(doc):
         ignored.append(("spec.namespaceSelector", "unset: Kueue then admits no namespace; "
                         "gpupool admits every namespace's LocalQueues"))
-    if spec.flavor_fungibility is not None and spec.flavor_fungibility.model_dump(
-            exclude_none=True):
-        ignored.append(("spec.flavorFungibility", "not acted on: gpupool tries the queue's "
-                        "flavors in order and takes the first where the job fits quota and "
-                        "nodes"))
+    fungibility = spec.flavor_fungibility
+    if fungibility is not None and (
+            fungibility.when_can_borrow not in (None, "MayStopSearch")
+            or fungibility.when_can_preempt not in (None, "TryNextFlavor")
+            or fungibility.preference is not None):
+        ignored.append(("spec.flavorFungibility", "only Kueue's default is acted on "
+                        "(whenCanBorrow: MayStopSearch, whenCanPreempt: TryNextFlavor): "
+                        "gpupool takes the first flavor, in order, where the job fits quota "
+                        "and nodes"))
     if spec.stop_policy not in (None, "None"):
         ignored.append(("spec.stopPolicy", f"{spec.stop_policy} is not acted on: the queue "
                         "keeps admitting"))
@@ -444,7 +448,8 @@ def _local_queue(doc: Document) -> QueueObject:
     if d.spec.stop_policy not in (None, "None"):
         out.ignored.append(("spec.stopPolicy", f"{d.spec.stop_policy} is not acted on: the "
                             "queue keeps admitting"))
-    if d.spec.fair_sharing is not None and d.spec.fair_sharing.weight is not None:
+    weight = d.spec.fair_sharing.weight if d.spec.fair_sharing is not None else None
+    if weight is not None and _convert(doc, number, weight, "spec.fairSharing.weight") != 1:
         out.ignored.append(("spec.fairSharing", "not acted on: inside a ClusterQueue gpupool "
                             "shares by user, not by LocalQueue"))
     return out
@@ -457,7 +462,7 @@ def _admission_check(doc: Document) -> QueueObject:
     ref: str | None = None
     out = QueueObject(doc, AdmissionCheck(name), [], "spec.parameters.name", None,
                       controller=spec.controller_name)
-    if spec.retry_delay_minutes is not None:
+    if spec.retry_delay_minutes not in (None, 15):  # 15: v1beta1's default
         out.ignored.append(("spec.retryDelayMinutes", "not acted on: retries follow the "
                             "ProvisioningRequestConfig's retryStrategy"))
     if spec.controller_name != PROVISIONING_CONTROLLER:
