@@ -67,8 +67,25 @@ async def served_version(kube: Kube) -> tuple[str, dict[str, str]] | None:
         return None
     body = await kube.request("GET", f"/apis/{GROUP}/{version}")
     names = {r.get("name") for r in body.get("resources") or ()}
-    kinds = {kind: plural for kind, plural in KINDS.items() if plural in names}
-    return (version, kinds) if "clusterqueues" in names else None
+    kinds: dict[str, str] = {}
+    for kind, plural in KINDS.items():
+        if plural not in names:
+            continue
+        try:  # may this service account read them? (RBAC: deploy/)
+            await kube.request("GET", f"/apis/{GROUP}/{version}/{plural}",
+                               params={"limit": "1"})
+        except ApiError as exc:
+            if exc.status != 403:
+                raise
+            log.warning("Kueue's %s are served but not readable (%s): left out", plural, exc)
+            continue
+        kinds[kind] = plural
+    if "ClusterQueue" not in kinds:
+        if "clusterqueues" in names:
+            log.warning("Kueue's ClusterQueues are not readable: gpupool's own queue objects "
+                        "are used")
+        return None
+    return version, kinds
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,9 +100,12 @@ class KueueSource:
     """Kueue's queue objects, watched; the configuration built from them and applied."""
 
     def __init__(self, kube: Kube, version: str, kinds: Mapping[str, str], *,
-                 component: str = "gpupool", identity: str = "",
+                 group: str = GROUP, component: str = "gpupool", identity: str = "",
                  debounce_s: float = 0.2, interval_s: float = 1.0) -> None:
+        """``group``: the API group read; gpupool's own (``gpupool.io``, whose kinds have the
+        same shapes) may be read the same way."""
         self.kube = kube
+        self.group = group
         self.version = version
         self.kinds = dict(kinds)
         self.component = component
@@ -97,7 +117,7 @@ class KueueSource:
         self.built: Built | None = None
         self.controller: Controller | None = None
         self.applied = 0  # configurations applied to a running scheduler, in place
-        self.informers = {kind: Informer(kube, f"/apis/{GROUP}/{version}/{plural}",
+        self.informers = {kind: Informer(kube, f"/apis/{group}/{version}/{plural}",
                                          self._on_object, name=f"kueue {plural}")
                           for kind, plural in self.kinds.items()}
         self._tasks: list[asyncio.Task[None]] = []
@@ -290,7 +310,7 @@ class KueueSource:
     def _path(self, key: Key) -> str:
         kind, name = key
         plural = self.kinds[kind]
-        base = f"/apis/{GROUP}/{self.version}"
+        base = f"/apis/{self.group}/{self.version}"
         if "/" in name:
             ns, name = name.split("/", 1)
             return f"{base}/namespaces/{ns}/{plural}/{name}"
@@ -331,7 +351,7 @@ class KueueSource:
         kind, name = key
         ns, _, short = name.rpartition("/")
         now = micro_time()[:19] + "Z"
-        involved = {"apiVersion": f"{GROUP}/{self.version}", "kind": kind, "name": short,
+        involved = {"apiVersion": f"{self.group}/{self.version}", "kind": kind, "name": short,
                     "uid": self._uids.get(key, "")}
         if ns:
             involved["namespace"] = ns
