@@ -199,3 +199,35 @@ def test_a_list_of_dicts_with_a_kubectl_list_loads() -> None:
         {"apiVersion": KUEUE, "kind": "ResourceFlavor", "metadata": {"name": "a"}},
         {"apiVersion": KUEUE, "kind": "ClusterQueue", "metadata": {"name": "q"}}]}])
     assert [q.name for q in cfg.cluster_queues] == ["q"]
+
+
+def test_the_cores_rules_give_structured_errors_naming_the_file(tmp_path: Path) -> None:
+    from gpupool.core.quota import (
+        ClusterQueue,
+        FlavorQuotas,
+        QueueConfig,
+        Quota,
+        Resource,
+        ResourceFlavor,
+    )
+
+    queue = ClusterQueue("q", (FlavorQuotas(
+        "a100", {Resource.GPU_MILLI: Quota(1000, lending_limit=2000)}),))
+    with pytest.raises(ConfigError) as info:
+        QueueConfig(cluster_queues=(queue,)).validate()
+    err = info.value
+    assert (err.where, err.field, err.value) == ("ClusterQueue q", "flavors", "a100")
+    with pytest.raises(ConfigError) as info:
+        QueueConfig(flavors=(ResourceFlavor("a100"),), cluster_queues=(queue,)).validate()
+    err = info.value
+    assert (err.where, err.field, err.value) == ("ClusterQueue q", "a100.gpu_milli.lendingLimit",
+                                                 2000)
+    assert str(err) == ("ClusterQueue q: a100.gpu_milli: lendingLimit=2000 is above "
+                        "nominalQuota=1000; a queue cannot lend more than it has")
+    path = tmp_path / "q.yaml"
+    path.write_text(FLAVOR.format(api=KUEUE) + "---\nkind: LocalQueue\nmetadata: {name: l}\n"
+                    "spec: {clusterQueue: nope}\n")
+    with pytest.raises(ConfigError) as info:
+        read_queue_config(path)
+    assert str(info.value).startswith(f"{path}: document 2 (LocalQueue l, line 5): ")
+    assert (info.value.field, info.value.value) == ("spec.clusterQueue", "nope")

@@ -231,11 +231,11 @@ def read_queue_documents(docs: Sequence[Document]) -> QueueRead:
     try:
         return assemble(objects, settings[1] if settings else QueueSettings())
     except ConfigError as exc:
-        if exc.where is not None:
-            raise
         source = docs[0].source if docs else "<documents>"
+        if str(exc).startswith(f"{source}:"):
+            raise
         raise ConfigError(f"{source}: {exc}", field=exc.field, value=exc.value,
-                          rule=exc.rule, where=source) from exc
+                          rule=exc.rule, where=exc.where or source) from exc
 
 
 def translate(doc: Document) -> QueueObject:
