@@ -28,8 +28,8 @@ configuration as ``Ignored(object, path, reason)``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from gpupool.config.documents import (
@@ -37,19 +37,21 @@ from gpupool.config.documents import (
     Document,
     Metadata,
     check_api_version,
-    field_error,
     is_name,
     parse,
     show,
 )
 from gpupool.config.quantity import (
-    cpu_milli,
     duration_s,
-    gpu_memory_mib,
-    gpu_milli,
-    memory_mib,
     number,
-    whole_number,
+)
+from gpupool.config.queue_assembly import Ignored, QueueObject, QueueRead, assemble
+from gpupool.config.queue_quotas import (
+    RESOURCE_NAMES,
+    ResourceName,
+    convert,
+    quotas,
+    resource_name,
 )
 from gpupool.config.queue_shapes import (
     AdmissionCheckDoc,
@@ -61,8 +63,6 @@ from gpupool.config.queue_shapes import (
     ProvisioningRequestConfigDoc,
     QueueSettingsDoc,
     ResourceFlavorDoc,
-    ResourceGroupSpec,
-    ResourceQuotaSpec,
     WorkloadPriorityClassDoc,
 )
 from gpupool.core.errors import ConfigError
@@ -75,16 +75,13 @@ from gpupool.core.provisioning import (
 from gpupool.core.quota import (
     ClusterQueue,
     Cohort,
-    FlavorQuotas,
     LocalQueue,
     PreemptionPolicy,
     PriorityClass,
     QueueConfig,
     QueueingStrategy,
     QueueSettings,
-    Quota,
     Reclaim,
-    Resource,
     ResourceFlavor,
     WithinQueue,
 )
@@ -112,95 +109,7 @@ QUEUE_KINDS: Mapping[str, tuple[str, ...]] = {
 """Each queue kind and the apiVersions it is read under (a missing apiVersion is accepted)."""
 
 
-@dataclass(frozen=True, slots=True)
-class ResourceName:
-    """How a resource name in a quota maps to a core resource, and in what unit."""
-
-    resource: Resource
-    convert: Callable[[object, str], int]
-    unit: str
-
-
-_GPUS = ResourceName(Resource.GPU_MILLI, gpu_milli,
-                     "GPUs of compute, whole or fractional (8 -> 8000, \"0.5\" -> 500)")
-_MILLI = ResourceName(Resource.GPU_MILLI, whole_number, "milli-GPU, 1000 a whole GPU")
-_GPU_MEMORY = ResourceName(Resource.GPU_MEMORY_MIB, gpu_memory_mib,
-                           "GPU memory: MiB when bare, bytes with a suffix (80Gi)")
-RESOURCE_NAMES: Mapping[str, ResourceName] = {
-    "nvidia.com/gpu": _GPUS,
-    "gpu": _GPUS,
-    "gpupool.io/gpu-milli": _MILLI,
-    "gpu_milli": _MILLI,
-    "gpupool.io/cards": ResourceName(Resource.GPU, whole_number, "whole cards"),
-    "nvidia.com/gpumem": _GPU_MEMORY,
-    "gpu_memory": _GPU_MEMORY,
-    "cpu": ResourceName(Resource.CPU_MILLI, cpu_milli, "CPUs (2, \"500m\")"),
-    "memory": ResourceName(Resource.MEMORY_MIB, memory_mib, "bytes (\"64Gi\")"),
-}
-"""Quota resource names. ``nvidia.com/gpu`` counts GPUs of compute: a queue's 8 GPUs are
-8000 milli-GPU, used as whole cards or as slices; ``gpupool.io/cards`` counts whole cards."""
-
-
-def resource_name(name: str, path: str = "name") -> ResourceName:
-    """The core resource and unit of a quota resource name; ConfigError for any other."""
-    try:
-        return RESOURCE_NAMES[name]
-    except KeyError:
-        raise field_error(path, name, "is not a known resource; known: "
-                          + ", ".join(RESOURCE_NAMES)) from None
-
-
-def _resource(name: object, path: str) -> ResourceName:
-    if not isinstance(name, str):
-        raise field_error(path, name, "should be a resource name")
-    return resource_name(name, path)
-
-
 # -- translation ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Ignored:
-    """A field read but not acted on (or acted on only in part), and why."""
-
-    object: str  # "ClusterQueue team-a", "LocalQueue ns/name"
-    path: str  # "spec.flavorFungibility"
-    reason: str
-
-    def __str__(self) -> str:
-        return f"{self.object}: {self.path}: {self.reason}"
-
-
-@dataclass
-class QueueObject:
-    """One translated queue object: its document, the core object and the references it
-    makes (checked against the other objects by :func:`assemble`), and the fields it holds
-    that gpupool does not act on."""
-
-    doc: Document
-    obj: Any
-    flavor_refs: list[tuple[str, str]] = field(default_factory=list)  # (path, flavor)
-    ref_path: str = ""  # spec.cohort / spec.parent / spec.clusterQueue, as written
-    ref: str | None = None
-    ignored: list[tuple[str, str]] = field(default_factory=list)  # (path, reason)
-    controller: str = ""  # an AdmissionCheck's controllerName
-
-    @property
-    def kind(self) -> str:
-        return self.doc.kind or ""
-
-    @property
-    def label(self) -> str:
-        """``Kind name`` (``LocalQueue ns/name``)."""
-        return f"{self.kind} {self.doc.name}"
-
-
-@dataclass(frozen=True, slots=True)
-class QueueRead:
-    """A validated configuration and the fields in it that gpupool does not act on."""
-
-    config: QueueConfig
-    ignored: tuple[Ignored, ...] = ()
 
 
 def is_kueue(doc: Document) -> bool:
@@ -261,33 +170,6 @@ def translate(doc: Document) -> QueueObject:
     raise doc.error("kind", kind, "is not a queue object; known: " + ", ".join(QUEUE_KINDS))
 
 
-def assemble(objects: Sequence[QueueObject],
-             settings: QueueSettings | None = None) -> QueueRead:
-    """The configuration of translated objects: references between them checked (unknown
-    flavor or cluster queue, duplicate names, cohort cycles), then the core's rules.
-    ConfigError for the first problem; its ``where`` names the object's document."""
-    found: dict[str, list[QueueObject]] = {kind: [] for kind in QUEUE_KINDS}
-    for item in objects:
-        kind = "PriorityClass" if item.kind == "WorkloadPriorityClass" else item.kind
-        found[kind].append(item)
-    _check_references(found)
-    checks, dropped = _resolve_checks(found)
-    config = QueueConfig(
-        flavors=tuple(f.obj for f in found["ResourceFlavor"]),
-        cluster_queues=tuple(f.obj for f in found["ClusterQueue"]),
-        cohorts=tuple(f.obj for f in found["Cohort"]),
-        local_queues=tuple(f.obj for f in found["LocalQueue"]),
-        priority_classes=tuple(f.obj for f in found["PriorityClass"]),
-        settings=settings or QueueSettings(),
-        admission_checks=checks,
-    )
-    config.validate()
-    ignored = [Ignored(item.label, path, reason)
-               for item in objects for path, reason in item.ignored]
-    ignored.extend(dropped)
-    return QueueRead(config, tuple(ignored))
-
-
 def _name(doc: Document, meta: Metadata) -> str:
     if not is_name(meta.name):
         raise doc.error("metadata.name", meta.name, NAME_RULE)
@@ -314,7 +196,7 @@ def _weight(doc: Document, fair: FairSharingSpec | None) -> float:
     if fair is None or fair.weight is None:
         return 1.0
     path = "spec.fairSharing.weight"
-    weight: float = _convert(doc, number, fair.weight, path)
+    weight: float = convert(doc, number, fair.weight, path)
     if not weight > 0:
         raise doc.error(path, fair.weight, "must be positive")
     return weight
@@ -344,7 +226,7 @@ def _cluster_queue(doc: Document) -> QueueObject:
     cohort_path, cohort = _one_of(doc, spec, "cohort", "cohortName")
     limits_rule = None if cohort else \
         "is set but the queue has no spec.cohort to borrow from or lend to"
-    flavors, refs = _quotas(doc, spec.resource_groups, limits_rule, spec.non_preemptive)
+    flavors, refs = quotas(doc, spec.resource_groups, limits_rule, spec.non_preemptive)
     ignored: list[tuple[str, str]] = []
     checks = list(spec.admission_checks or ())
     for i, check in enumerate(checks):
@@ -431,7 +313,7 @@ def _cohort(doc: Document) -> QueueObject:
     parent_path, parent = _one_of(doc, spec, "parent", "parentName")
     limits_rule = None if parent else \
         "is set but the cohort has no spec.parent to borrow from or lend to"
-    flavors, refs = _quotas(doc, spec.resource_groups, limits_rule, False)
+    flavors, refs = quotas(doc, spec.resource_groups, limits_rule, False)
     cohort = Cohort(name, parent, flavors, _weight(doc, spec.fair_sharing))
     return QueueObject(doc, cohort, refs, parent_path, parent)
 
@@ -449,7 +331,7 @@ def _local_queue(doc: Document) -> QueueObject:
         out.ignored.append(("spec.stopPolicy", f"{d.spec.stop_policy} is not acted on: the "
                             "queue keeps admitting"))
     weight = d.spec.fair_sharing.weight if d.spec.fair_sharing is not None else None
-    if weight is not None and _convert(doc, number, weight, "spec.fairSharing.weight") != 1:
+    if weight is not None and convert(doc, number, weight, "spec.fairSharing.weight") != 1:
         out.ignored.append(("spec.fairSharing", "not acted on: inside a ClusterQueue gpupool "
                             "shares by user, not by LocalQueue"))
     return out
@@ -517,43 +399,6 @@ def _provisioning_config(doc: Document) -> QueueObject:
     return out
 
 
-def _resolve_checks(found: Mapping[str, list[QueueObject]]
-                    ) -> tuple[tuple[AdmissionCheck, ...], list[Ignored]]:
-    """AdmissionChecks with their ProvisioningRequestConfig; every name a ClusterQueue lists
-    in ``admissionChecks`` must be an AdmissionCheck of these documents. A check of another
-    controller is dropped from the queues that name it (reported)."""
-    configs = {f.obj.name: f.obj for f in found["ProvisioningRequestConfig"]}
-    checks: dict[str, AdmissionCheck] = {}
-    foreign: set[str] = set()
-    for item in found["AdmissionCheck"]:
-        if item.controller and item.controller != PROVISIONING_CONTROLLER:
-            foreign.add(item.obj.name)
-        elif item.ref is not None:
-            if item.ref not in configs:
-                raise item.doc.error(item.ref_path, item.ref,
-                                     "is not a ProvisioningRequestConfig; known: "
-                                     + (", ".join(sorted(configs)) or "none"))
-            checks[item.obj.name] = AdmissionCheck(item.obj.name, config=configs[item.ref])
-        else:
-            checks[item.obj.name] = item.obj
-    dropped: list[Ignored] = []
-    for item in found["ClusterQueue"]:
-        names = item.obj.admission_checks
-        for i, name in enumerate(names):
-            if name not in checks and name not in foreign:
-                raise item.doc.error(f"spec.admissionChecks[{i}]", name,
-                                     "is not an AdmissionCheck; known: "
-                                     + (", ".join(sorted([*checks, *foreign])) or "none"))
-        kept = tuple(n for n in names if n not in foreign)
-        if kept != names:
-            for name in sorted(set(names) & foreign):
-                dropped.append(Ignored(item.label, "spec.admissionChecks",
-                                       f"{name} is a check gpupool does not run; the queue "
-                                       "admits without it"))
-            item.obj = replace(item.obj, admission_checks=kept)
-    return tuple(checks.values()), dropped
-
-
 def _priority_class(doc: Document) -> QueueObject:
     model: type[WorkloadPriorityClassDoc | PriorityClassDoc] = (
         PriorityClassDoc if doc.kind == "PriorityClass" else WorkloadPriorityClassDoc)
@@ -571,7 +416,7 @@ def _settings(doc: Document) -> QueueSettings:
         raw = getattr(spec, _snake(key))
         if raw is None:
             continue
-        seconds = _convert(doc, duration_s, raw, f"spec.{key}")
+        seconds = convert(doc, duration_s, raw, f"spec.{key}")
         if positive and not seconds > 0:
             raise doc.error(f"spec.{key}", raw, "must be positive")
         out = replace(out, **{attr: seconds})
@@ -581,131 +426,3 @@ def _settings(doc: Document) -> QueueSettings:
                             "must be zero or more")
         out = replace(out, max_preemptions_per_job=spec.max_preemptions_per_job)
     return out
-
-
-def _convert(doc: Document, fn: Callable[[object, str], Any], value: object, path: str) -> Any:
-    try:
-        return fn(value, path)
-    except ConfigError as exc:
-        raise doc.problem(str(exc), exc) from exc
-
-
-def _quotas(doc: Document, groups: list[ResourceGroupSpec], limits_rule: str | None,
-            non_preemptive: bool) -> tuple[tuple[FlavorQuotas, ...], list[tuple[str, str]]]:
-    """The flavors' quotas of a ClusterQueue or Cohort, and (path, flavor) references.
-
-    Kueue's rules: a flavor, and a resource, belong to one resource group; every flavor of a
-    group lists the group's ``coveredResources``. ``limits_rule``, when set, is why borrowing
-    and lending limits are not allowed here.
-    """
-    out: list[FlavorQuotas] = []
-    refs: list[tuple[str, str]] = []
-    flavor_at: dict[str, str] = {}
-    resource_group: dict[str, int] = {}
-    for g, group in enumerate(groups):
-        gp = f"spec.resourceGroups[{g}]"
-        covered = group.covered_resources
-        for f, fq in enumerate(group.flavors):
-            fp = f"{gp}.flavors[{f}]"
-            if fq.name in flavor_at:
-                raise doc.error(f"{fp}.name", fq.name,
-                                f"is listed twice (first at {flavor_at[fq.name]}); a flavor "
-                                "belongs to one resource group and appears once in it")
-            flavor_at[fq.name] = fp
-            refs.append((f"{fp}.name", fq.name))
-            quotas: dict[Resource, Quota] = {}
-            given: dict[Resource, int] = {}
-            names: list[str] = []
-            for r, rq in enumerate(fq.resources):
-                rp = f"{fp}.resources[{r}]"
-                unit: ResourceName = _convert(doc, _resource, rq.name, f"{rp}.name")
-                if unit.resource in quotas:
-                    raise doc.error(f"{rp}.name", rq.name,
-                                    f"counts {unit.resource} as resources[{given[unit.resource]}]"
-                                    " does already; give each resource once")
-                given[unit.resource] = r
-                other = resource_group.setdefault(rq.name, g)
-                if other != g:
-                    raise doc.error(f"{rp}.name", rq.name,
-                                    f"is already covered by spec.resourceGroups[{other}]; a "
-                                    "resource belongs to one resource group")
-                names.append(rq.name)
-                quotas[unit.resource] = _quota(doc, rp, rq, unit, limits_rule, non_preemptive)
-            if covered is not None and sorted(names) != sorted(covered):
-                raise doc.error(f"{fp}.resources", names,
-                                f"do not match {gp}.coveredResources={show(covered)}; every "
-                                "flavor of a group lists the resources the group covers")
-            out.append(FlavorQuotas(fq.name, quotas))
-    return tuple(out), refs
-
-
-def _quota(doc: Document, rp: str, rq: ResourceQuotaSpec, unit: ResourceName,
-           limits_rule: str | None, non_preemptive: bool) -> Quota:
-    nominal = _convert(doc, unit.convert, rq.nominal_quota, f"{rp}.nominalQuota")
-    borrowing = lending = None
-    if rq.borrowing_limit is not None:
-        path = f"{rp}.borrowingLimit"
-        borrowing = _convert(doc, unit.convert, rq.borrowing_limit, path)
-        if limits_rule:
-            raise doc.error(path, rq.borrowing_limit, limits_rule)
-        if non_preemptive and borrowing > 0:
-            raise doc.error(path, rq.borrowing_limit,
-                            "is not allowed: spec.nonPreemptive=true, and a non-preemptive "
-                            "queue cannot borrow, since borrowed capacity must be reclaimable")
-    if rq.lending_limit is not None:
-        path = f"{rp}.lendingLimit"
-        lending = _convert(doc, unit.convert, rq.lending_limit, path)
-        if limits_rule:
-            raise doc.error(path, rq.lending_limit, limits_rule)
-        if lending > nominal:
-            raise doc.error(path, rq.lending_limit,
-                            f"is above nominalQuota={show(rq.nominal_quota)}; one cannot lend "
-                            "more than one has")
-    return Quota(nominal, borrowing, lending)
-
-
-def _check_references(found: Mapping[str, list[QueueObject]]) -> None:
-    """Duplicate names, unknown flavors and cluster queues, and cycles among cohorts."""
-    first: dict[str, dict[str, QueueObject]] = {}
-    for kind, items in found.items():
-        seen = first.setdefault(kind, {})
-        for item in items:
-            key = item.obj.name
-            if isinstance(item.obj, LocalQueue):
-                key = f"{item.obj.namespace}/{key}"
-            if key in seen:
-                raise item.doc.error("metadata.name", item.obj.name,
-                                     f"is defined twice (first in document "
-                                     f"{seen[key].doc.index})")
-            seen[key] = item
-    queues, cohorts = first["ClusterQueue"], first["Cohort"]
-    for name, item in cohorts.items():
-        if name in queues:
-            raise item.doc.error("metadata.name", name,
-                                 f"is also a ClusterQueue (document {queues[name].doc.index}); "
-                                 "names must be unique across ClusterQueues and Cohorts")
-    flavors = sorted(first["ResourceFlavor"])
-    for item in [*found["ClusterQueue"], *found["Cohort"]]:
-        for path, flavor in item.flavor_refs:
-            if flavor not in first["ResourceFlavor"]:
-                raise item.doc.error(path, flavor, "is not a ResourceFlavor; known: "
-                                     + (", ".join(flavors) or "none"))
-        if item.ref is not None and item.ref in queues:
-            raise item.doc.error(item.ref_path, item.ref,
-                                 "names a ClusterQueue; it must name a cohort")
-    for item in found["LocalQueue"]:
-        if item.ref not in queues:
-            raise item.doc.error(item.ref_path, item.ref, "is not a ClusterQueue; known: "
-                                 + (", ".join(sorted(queues)) or "none"))
-    for item in found["Cohort"]:
-        chain: list[str] = [item.obj.name]
-        current = item
-        while current.ref is not None:
-            if current.ref in chain:
-                cycle = " -> ".join([*chain[chain.index(current.ref):], current.ref])
-                raise current.doc.error(current.ref_path, current.ref,
-                                        f"closes a cycle in the cohort tree: {cycle}")
-            chain.append(current.ref)
-            if current.ref not in cohorts:
-                break  # a cohort named but not declared: a root with no quota of its own
-            current = cohorts[current.ref]

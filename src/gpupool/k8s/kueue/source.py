@@ -154,7 +154,8 @@ class KueueSource:
         for i in self.informers.values():
             await i.synced.wait()
         self._changed.clear()
-        self._build()
+        if self._build() is None:
+            self.config = QueueConfig()  # nothing valid yet: no queues until there is
         assert self.config is not None
         return self.config
 
