@@ -389,3 +389,86 @@ async def _held(kube: Kube) -> dict[str, Any] | None:
     except ApiError:
         return None
     return spec if spec.get("holderIdentity") else None
+
+
+KUEUE_READER = {
+    "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+    "metadata": {"name": "gpupool-kueue-test-reader"},
+    "rules": [{"apiGroups": ["kueue.x-k8s.io"], "resources": list(PLURALS.values()),
+               "verbs": ["get", "list", "watch"]},
+              {"apiGroups": ["kueue.x-k8s.io"],
+               "resources": [f"{p}/status" for p in PLURALS.values()],
+               "verbs": ["get", "patch"]}]}
+
+
+def limited_kubeconfig(cp: ControlPlane, path: Path) -> str:
+    """The fixture's kubeconfig with the token of ``gpupool-limited`` (no group, no rights
+    but those bound to it)."""
+    text = Path(cp.kubeconfig).read_text()
+    admin = cp.token(0)
+    path.write_text(text.replace(admin, cp.token(1)))
+    return str(path)
+
+
+def test_the_service_accounts_rights_are_enough_and_missing_ones_do_not_stop_it(
+        kueue_crds: ControlPlane, tmp_path: Path) -> None:
+    """As ``gpupool-limited`` with deploy/'s ClusterRole (Jobs: get only) and read access to
+    Kueue's kinds: Kueue's objects are read and pods bind; without the Job list right the
+    queue comes from the pod's own label. Without read access to Kueue's kinds, gpupool falls
+    back to its own queue objects instead of waiting forever on a forbidden watch."""
+    roles = yaml.safe_load_all((Path(__file__).parents[2] / "deploy" / "rbac.yaml")
+                               .read_text())
+    (scheduler_role,) = [r for r in roles if r and r["kind"] == "ClusterRole"]
+    binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+               "subjects": [{"kind": "User", "name": "gpupool-limited",
+                             "apiGroup": "rbac.authorization.k8s.io"}]}
+    rbac = "/apis/rbac.authorization.k8s.io/v1"
+
+    async def body(kube: Kube) -> None:
+        for role in (scheduler_role, KUEUE_READER):
+            with contextlib.suppress(ApiError):
+                await kube.request("DELETE", f"{rbac}/clusterroles/{role['metadata']['name']}")
+            await kube.request("POST", f"{rbac}/clusterroles", role)
+            name = role["metadata"]["name"]
+            with contextlib.suppress(ApiError):
+                await kube.request("DELETE", f"{rbac}/clusterrolebindings/{name}")
+            await kube.request("POST", f"{rbac}/clusterrolebindings", {
+                **binding, "metadata": {"name": name}, "roleRef": {
+                    "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                    "name": name}})
+        for obj in SMALL:
+            await create(kube, obj)
+        await make_node(kube, "gpu-1", gpus=8, labels={"gpupool.io/flavor": "a100"})
+        limited = await Kube.connect(limited_kubeconfig(kueue_crds, tmp_path / "limited"))
+        try:
+            async def forbidden_jobs() -> bool:
+                try:
+                    await limited.request("GET", "/apis/batch/v1/jobs",
+                                          params={"limit": "1"})
+                except ApiError as exc:
+                    return exc.status == 403
+                return False
+
+            await wait_for(forbidden_jobs, 10, "RBAC in force")
+            async with scheduling(limited) as (controller, _):
+                await make_pod(kube, "r0", ns="kq-research", limits=GPU,
+                               labels={QUEUE_NAME: "team"})
+                await wait_for(lambda: bound(kube, "kq-research", "r0"), 30, "r0 bound")
+                assert not controller.job_informer.synced.is_set()
+            reader = KUEUE_READER["metadata"]["name"]
+            await kube.request("DELETE", f"{rbac}/clusterrolebindings/{reader}")
+
+            async def unreadable() -> bool:
+                return await KueueSource.discover(limited) is None
+
+            await wait_for(unreadable, 10, "Kueue's kinds unreadable")
+        finally:
+            await limited.close()
+            for role in (scheduler_role, KUEUE_READER):
+                name = role["metadata"]["name"]
+                with contextlib.suppress(ApiError):
+                    await kube.request("DELETE", f"{rbac}/clusterrolebindings/{name}")
+                with contextlib.suppress(ApiError):
+                    await kube.request("DELETE", f"{rbac}/clusterroles/{name}")
+
+    live(kueue_crds, body)

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
 from gpupool.k8s.controller import Controller
 from gpupool.k8s.informer import Informer, object_key
+from gpupool.k8s.kube import ApiError
 from gpupool.k8s.kueue.workloads import (
     job_labels,
     local_queue,
@@ -27,6 +29,8 @@ from gpupool.k8s.kueue.workloads import (
 from gpupool.k8s.translate import PodRequest
 
 __all__ = ["KueueController"]
+
+log = logging.getLogger("gpupool.k8s.kueue")
 
 
 class KueueController(Controller):
@@ -45,6 +49,15 @@ class KueueController(Controller):
             self.job_labels.pop(key, None)
 
     async def run(self) -> None:
+        try:  # may this service account list Jobs? (RBAC: deploy/)
+            await self.kube.request("GET", "/apis/batch/v1/jobs", params={"limit": "1"})
+        except ApiError as exc:
+            if exc.status != 403:
+                raise
+            log.warning("Jobs are not listable (%s): a pod's queue and priority class are "
+                        "read from the pod alone", exc)
+            await super().run()
+            return
         jobs = asyncio.create_task(self.job_informer.run())
         try:
             await self.job_informer.synced.wait()
