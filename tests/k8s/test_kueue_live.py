@@ -472,3 +472,50 @@ def test_the_service_accounts_rights_are_enough_and_missing_ones_do_not_stop_it(
                     await kube.request("DELETE", f"{rbac}/clusterroles/{name}")
 
     live(kueue_crds, body)
+
+
+def test_a_namespace_selector_decides_which_namespaces_may_use_a_queue(
+        kueue_crds: ControlPlane) -> None:
+    """research admits namespaces labelled team=research: a LocalQueue of kq-batch pointing at
+    it gets nothing until kq-batch is labelled; then its pod is offered again and binds."""
+    async def body(kube: Kube) -> None:
+        research = copy.deepcopy(SMALL[1])
+        research["spec"]["namespaceSelector"] = {"matchLabels": {"team": "research"}}
+        for obj in (SMALL[0], research, SMALL[3],
+                    lq_body("sneaky", "kq-batch", "research")):
+            await create(kube, obj)
+        ns = "/api/v1/namespaces"
+        await kube.request("PATCH", f"{ns}/kq-research", {"metadata": {"labels": {
+            "team": "research"}}}, content_type=MERGE_PATCH)
+        await kube.request("PATCH", f"{ns}/kq-batch", {"metadata": {"labels": {
+            "team": None}}}, content_type=MERGE_PATCH)
+        await make_node(kube, "gpu-1", gpus=8, labels={"gpupool.io/flavor": "a100"})
+        try:
+            async with scheduling(kube) as (controller, _):
+                assert controller.enforce_selectors
+                await make_pod(kube, "r0", ns="kq-research", limits=GPU,
+                               labels={QUEUE_NAME: "team"})
+                await make_pod(kube, "b0", ns="kq-batch", limits=GPU,
+                               labels={QUEUE_NAME: "sneaky"})
+                await wait_for(lambda: bound(kube, "kq-research", "r0"), 30, "r0 bound")
+                msgs = await wait_for(lambda: events(kube, "b0", "kq-batch"), 20, "b0 refused")
+                assert any("ClusterQueue research does not admit namespace 'kq-batch'" in m
+                           for _, m in msgs), msgs
+                assert not await bound(kube, "kq-batch", "b0")
+                # the selector is acted on: not reported as ignored
+                cond = await wait_for(lambda: _with(kube, f"{KUEUE}/clusterqueues/research",
+                                                    IGNORED), 20, "research's conditions")
+                assert cond[IGNORED]["status"] == "False"
+                await kube.request("PATCH", f"{ns}/kq-batch", {"metadata": {"labels": {
+                    "team": "research"}}}, content_type=MERGE_PATCH)
+                await wait_for(lambda: bound(kube, "kq-batch", "b0"), 30, "b0 bound")
+        finally:
+            await kube.request("PATCH", f"{ns}/kq-batch", {"metadata": {"labels": {
+                "team": None}}}, content_type=MERGE_PATCH)
+
+    live(kueue_crds, body)
+
+
+def lq_body(name: str, ns: str, cq: str) -> dict[str, Any]:
+    return {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
+            "metadata": {"name": name, "namespace": ns}, "spec": {"clusterQueue": cq}}

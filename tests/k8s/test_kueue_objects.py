@@ -13,9 +13,11 @@ from gpupool.core.errors import InvalidJobError, NotFoundError
 from gpupool.core.quota import LocalQueue, PriorityClass, QueueConfig, Resource
 from gpupool.k8s.kueue.objects import QueueObjects
 from gpupool.k8s.kueue.workloads import (
+    admits,
     job_labels,
     local_queue,
     owner_job,
+    selector_matches,
     workload_labels,
     workload_priority,
 )
@@ -209,3 +211,38 @@ def test_config_errors_of_objects_are_structured() -> None:
     err = s.build().problems[("ClusterQueue", "a")]
     assert isinstance(err, ConfigError)
     assert (err.field, err.value) == ("spec.queueingStrategy", "Sometimes")
+
+
+@pytest.mark.parametrize(
+    ("selector", "labels", "matches"),
+    [
+        (None, {"team": "a"}, False),  # unset: Kueue admits no namespace
+        ({}, {}, True),
+        ({"matchLabels": {"team": "a"}}, {"team": "a", "x": "y"}, True),
+        ({"matchLabels": {"team": "a"}}, {"team": "b"}, False),
+        ({"matchExpressions": [{"key": "team", "operator": "In", "values": ["a", "b"]}]},
+         {"team": "b"}, True),
+        ({"matchExpressions": [{"key": "team", "operator": "In", "values": ["a"]}]}, {}, False),
+        ({"matchExpressions": [{"key": "team", "operator": "NotIn", "values": ["a"]}]}, {},
+         True),
+        ({"matchExpressions": [{"key": "team", "operator": "NotIn", "values": ["a"]}]},
+         {"team": "a"}, False),
+        ({"matchExpressions": [{"key": "gpu", "operator": "Exists"}]}, {"gpu": ""}, True),
+        ({"matchExpressions": [{"key": "gpu", "operator": "DoesNotExist"}]}, {"gpu": "1"},
+         False),
+        ({"matchLabels": {"team": "a"},
+          "matchExpressions": [{"key": "tier", "operator": "Exists"}]}, {"team": "a"}, False),
+    ],
+)
+def test_namespace_selectors_match_as_kubernetes_label_selectors(
+        selector: dict[str, Any] | None, labels: dict[str, str], matches: bool) -> None:
+    assert selector_matches(selector, labels) is matches
+
+
+def test_a_queue_that_does_not_admit_the_namespace_says_why() -> None:
+    admits("research", {"matchLabels": {"team": "research"}}, "a", {"team": "research"})
+    with pytest.raises(NotFoundError, match=r"ClusterQueue research does not admit namespace "
+                                            r"'b': its namespaceSelector"):
+        admits("research", {"matchLabels": {"team": "research"}}, "b", {})
+    with pytest.raises(NotFoundError, match=r"unset \(no namespace\)"):
+        admits("research", None, "b", {})

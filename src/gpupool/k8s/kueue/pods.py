@@ -2,10 +2,13 @@
 
 :class:`KueueController` is gpupool's :class:`~gpupool.k8s.controller.Controller` with two
 answers changed (see ``workloads.py``): a pod's queue is a LocalQueue of its own namespace,
-named on the pod or on the Job that owns it, and ``kueue.x-k8s.io/priority-class`` sets its
-priority. It watches Jobs for those two labels (only they are kept per Job) and starts
-scheduling once it has seen them all. A pod that names no queue goes where gpupool sends
-such pods (``--default-queue``), as before.
+named on the pod or on the Job that owns it, whose ClusterQueue's ``namespaceSelector``
+admits the namespace, and ``kueue.x-k8s.io/priority-class`` sets its priority. It watches
+Jobs for those two labels (only they are kept per Job) and Namespaces for their labels, and
+starts scheduling once it has seen them all; where it may not list one of them, it goes on
+without (a warning says so): queue labels are then read from the pod alone, or namespace
+selectors are not enforced. A pod that names no queue goes where gpupool sends such pods
+(``--default-queue``), as before.
 """
 
 from __future__ import annotations
@@ -17,10 +20,12 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+from gpupool.core.errors import NotFoundError
 from gpupool.k8s.controller import Controller
 from gpupool.k8s.informer import Informer, object_key
 from gpupool.k8s.kube import ApiError
 from gpupool.k8s.kueue.workloads import (
+    admits,
     job_labels,
     local_queue,
     workload_labels,
@@ -39,6 +44,12 @@ class KueueController(Controller):
         self.job_labels: dict[str, dict[str, str]] = {}
         self.job_informer = Informer(self.kube, "/apis/batch/v1/jobs", self._on_job,
                                      name="jobs")
+        self.namespace_labels: dict[str, dict[str, str]] = {}
+        self.namespace_informer = Informer(self.kube, "/api/v1/namespaces",
+                                           self._on_namespace, name="namespaces")
+        self.selectors: dict[str, Mapping[str, Any] | None] = {}
+        """ClusterQueue -> its namespaceSelector (set by the KueueSource)."""
+        self.enforce_selectors = False  # True once Namespaces are watched
 
     def _on_job(self, event: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
         key = object_key(obj)
@@ -48,24 +59,64 @@ class KueueController(Controller):
         else:
             self.job_labels.pop(key, None)
 
-    async def run(self) -> None:
-        try:  # may this service account list Jobs? (RBAC: deploy/)
-            await self.kube.request("GET", "/apis/batch/v1/jobs", params={"limit": "1"})
+    def _on_namespace(self, event: str, obj: dict[str, Any],
+                      old: dict[str, Any] | None) -> None:
+        name = str((obj.get("metadata") or {}).get("name") or "")
+        labels = dict((obj.get("metadata") or {}).get("labels") or {})
+        if event == "DELETED":
+            self.namespace_labels.pop(name, None)
+            return
+        before = self.namespace_labels.get(name)
+        self.namespace_labels[name] = labels
+        if before is not None and before != labels and self.sched is not None:
+            self.readmit()  # a selector may match it now
+
+    async def _listable(self, path: str, what: str) -> bool:
+        try:  # may this service account list them? (RBAC: deploy/)
+            await self.kube.request("GET", path, params={"limit": "1"})
         except ApiError as exc:
             if exc.status != 403:
                 raise
-            log.warning("Jobs are not listable (%s): a pod's queue and priority class are "
-                        "read from the pod alone", exc)
-            await super().run()
-            return
-        jobs = asyncio.create_task(self.job_informer.run())
+            log.warning("%s are not listable (%s): %s", path, exc, what)
+            return False
+        return True
+
+    async def run(self) -> None:
+        watched = []
+        if await self._listable("/apis/batch/v1/jobs", "a pod's queue and priority class "
+                                "are read from the pod alone"):
+            watched.append(self.job_informer)
+        if await self._listable("/api/v1/namespaces", "ClusterQueues' namespaceSelectors "
+                                "are not enforced"):
+            watched.append(self.namespace_informer)
+        tasks = [asyncio.create_task(i.run()) for i in watched]
         try:
-            await self.job_informer.synced.wait()
+            for i in watched:
+                await i.synced.wait()
+            self.enforce_selectors = self.namespace_informer in watched
             await super().run()
         finally:
-            jobs.cancel()
+            for t in tasks:
+                t.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await jobs
+                await asyncio.gather(*tasks, return_exceptions=True)
+
+    def readmit(self) -> None:
+        """Pods refused because their queue did not exist or did not admit their namespace,
+        whose queue now does: offered again."""
+        for key, reason in list(self.rejected.items()):
+            if "does not exist" not in reason and "does not admit" not in reason:
+                continue
+            pod = self.pod_informer.cache.get(key)
+            if pod is None:
+                continue
+            try:
+                self.resolve_queue(pod)
+            except NotFoundError:
+                continue
+            del self.rejected[key]
+            self._admit(key)
+        self.wake()
 
     def resolve_queue(self, pod: Mapping[str, Any]) -> str:
         """``namespace/name`` of the pod's LocalQueue; NotFoundError when its namespace has no
@@ -75,7 +126,12 @@ class KueueController(Controller):
         if queue is None:
             return super().resolve_queue(pod)
         ns = str((pod.get("metadata") or {}).get("namespace", "default"))
-        return local_queue(self.sched.config, ns, queue)
+        key = local_queue(self.sched.config, ns, queue)
+        if self.enforce_selectors:
+            cq = self.sched.queues.resolve(key)
+            if cq in self.selectors:
+                admits(cq, self.selectors[cq], ns, self.namespace_labels.get(ns, {}))
+        return key
 
     def read_request(self, pod: Mapping[str, Any]) -> PodRequest:
         """The pod's request; its priority is its WorkloadPriorityClass's value when it (or

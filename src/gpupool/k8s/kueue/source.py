@@ -18,7 +18,9 @@ only and only when it changes:
   kept; and an Event (``Warning InvalidConfiguration``, or ``Normal Applied`` when an object
   becomes good again);
 - a status condition ``gpupool.io/FieldsIgnored`` (``True`` with reason ``NotActedOn`` and
-  each ``path: reason``, else ``False``) and a ``Normal FieldsIgnored`` Event.
+  each ``path: reason``, else ``False``) and a ``Normal FieldsIgnored`` Event. A
+  ClusterQueue's ``namespaceSelector`` is acted on here (``pods.py``) while Namespaces are
+  watched, and then not reported.
 
 WorkloadPriorityClass has no status: it gets the Events only. Events of cluster-scoped objects
 go to the ``default`` namespace, as ``kubectl describe`` looks for them there.
@@ -34,11 +36,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gpupool.config.documents import field_text
-from gpupool.core.errors import ConfigError, ConflictError, NotFoundError
+from gpupool.core.errors import ConfigError, ConflictError
 from gpupool.core.quota import QueueConfig
 from gpupool.k8s.informer import Informer
 from gpupool.k8s.kube import MERGE_PATCH, ApiError, Kube
 from gpupool.k8s.kueue.objects import GROUP, KINDS, Built, Key, QueueObjects
+from gpupool.k8s.kueue.pods import KueueController
 from gpupool.k8s.lease import micro_time
 
 if TYPE_CHECKING:
@@ -115,7 +118,7 @@ class KueueSource:
         self.store = QueueObjects()
         self.config: QueueConfig | None = None
         self.built: Built | None = None
-        self.controller: Controller | None = None
+        self.controller: KueueController | None = None
         self.applied = 0  # configurations applied to a running scheduler, in place
         self.informers = {kind: Informer(kube, f"/apis/{group}/{version}/{plural}",
                                          self._on_object, name=f"kueue {plural}")
@@ -161,10 +164,19 @@ class KueueSource:
 
     def attach(self, controller: Controller) -> None:
         """The controller whose scheduler changes are applied to (its config must be the one
-        :meth:`start` returned)."""
+        :meth:`start` returned): a :class:`KueueController`, which reads pods as Kueue
+        does."""
+        if not isinstance(controller, KueueController):
+            raise TypeError(f"Kueue's objects need a KueueController, not {type(controller)}")
         self.controller = controller
         self.component = controller.opt.scheduler_name
         self.identity = controller.opt.identity
+        controller.selectors = self._selectors()
+
+    def _selectors(self) -> dict[str, Any]:
+        """ClusterQueue -> its ``spec.namespaceSelector`` (None when unset), as applied."""
+        return {obj.obj.name: (obj.doc.body.get("spec") or {}).get("namespaceSelector")
+                for key, obj in self.store.applied.items() if key[0] == "ClusterQueue"}
 
     async def run(self) -> None:
         """Apply changes and write what objects are told, until cancelled (then stop
@@ -224,9 +236,9 @@ class KueueSource:
         self.config = built.config
         if ctl is not None:
             ctl.config = built.config
+            ctl.selectors = self._selectors()
             if ctl.sched is not None:
-                self._readmit(ctl)
-                ctl.wake()
+                ctl.readmit()
         log.info("Kueue objects: configuration applied (%d cluster queues, %d local queues)",
                  len(built.config.cluster_queues), len(built.config.local_queues))
         return True
@@ -243,25 +255,10 @@ class KueueSource:
                 ctl.pod_job.pop(key, None)
             ctl._reject(info.pods, f"queue {info.queue} no longer exists")
 
-    @staticmethod
-    def _readmit(ctl: Controller) -> None:
-        """Pods refused because their queue did not exist, whose queue exists now."""
-        for key, reason in list(ctl.rejected.items()):
-            if "exist" not in reason:
-                continue
-            pod = ctl.pod_informer.cache.get(key)
-            if pod is None:
-                continue
-            try:
-                ctl.resolve_queue(pod)
-            except NotFoundError:
-                continue
-            del ctl.rejected[key]
-            ctl._admit(key)
-
     # -- what objects are told ---------------------------------------------------------------
 
     def _plan(self, built: Built) -> None:
+        enforced = self.controller is not None and self.controller.enforce_selectors
         wanted: dict[Key, _Report] = {}
         for key in self.store.objects:
             problem = built.problems.get(key)
@@ -272,7 +269,8 @@ class KueueSource:
                 accepted = ("False", "InvalidField", _field_message(problem) + kept)
             else:
                 accepted = ("True", "Applied", "applied to gpupool's queue configuration")
-            items = built.ignored.get(key, ()) if in_use else ()
+            items = [i for i in built.ignored.get(key, ()) if in_use and not (
+                enforced and i.path == "spec.namespaceSelector")]
             if items:
                 ignored = ("True", "NotActedOn", "; ".join(f"{i.path}: {i.reason}"
                                                           for i in items))
@@ -283,6 +281,8 @@ class KueueSource:
 
     async def report(self) -> int:
         """Write the conditions and Events that changed; how many objects were written."""
+        if self.built is not None:
+            self._plan(self.built)  # whether selectors are enforced may have changed
         n = 0
         for key, want in list(self._wanted.items()):
             done = self._written.get(key)

@@ -5,6 +5,9 @@
   from the Job; the Job controller does not copy it to the pods).
 - The name is a LocalQueue **in the pod's own namespace**, never one of another namespace and
   never a ClusterQueue: a team cannot submit into another team's queue by naming it.
+- The LocalQueue's ClusterQueue must admit the namespace: its ``namespaceSelector`` matches
+  the namespace's labels (``{}`` matches every namespace; an unset selector none, as in
+  Kueue).
 - ``kueue.x-k8s.io/priority-class`` (on the pod, else its Job) names a WorkloadPriorityClass
   whose value is the job's priority, in place of the pod's PriorityClass; a name that is no
   WorkloadPriorityClass is an error, as Kueue refuses to create such a workload.
@@ -21,8 +24,8 @@ from gpupool.core.errors import InvalidJobError, NotFoundError
 from gpupool.core.quota import QueueConfig
 
 __all__ = [
-    "PRIORITY_CLASS_LABEL", "QUEUE_NAME_LABEL", "JobLabels", "job_labels", "local_queue",
-    "owner_job", "workload_labels", "workload_priority",
+    "PRIORITY_CLASS_LABEL", "QUEUE_NAME_LABEL", "JobLabels", "admits", "job_labels",
+    "local_queue", "owner_job", "selector_matches", "workload_labels", "workload_priority",
 ]
 
 QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
@@ -83,3 +86,40 @@ def workload_priority(config: QueueConfig, name: str | None) -> int | None:
     known = ", ".join(sorted(p.name for p in config.priority_classes)) or "none"
     raise InvalidJobError(f"metadata.labels[{PRIORITY_CLASS_LABEL}]", name,
                           f"is not a WorkloadPriorityClass; known: {known}")
+
+
+def selector_matches(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bool:
+    """Whether a Kubernetes label selector matches ``labels``. An empty selector matches
+    everything; None (unset) matches nothing, which is what Kueue's ``namespaceSelector``
+    means when unset."""
+    if selector is None:
+        return False
+    for key, value in (selector.get("matchLabels") or {}).items():
+        if labels.get(key) != value:
+            return False
+    for expr in selector.get("matchExpressions") or ():
+        key, op = expr.get("key"), expr.get("operator")
+        values = set(expr.get("values") or ())
+        present = key in labels
+        if op == "In" and not (present and labels[key] in values):
+            return False
+        if op == "NotIn" and present and labels[key] in values:
+            return False
+        if op == "Exists" and not present:
+            return False
+        if op == "DoesNotExist" and present:
+            return False
+        if op not in ("In", "NotIn", "Exists", "DoesNotExist"):
+            return False  # an operator the API server would have refused
+    return True
+
+
+def admits(cluster_queue: str, selector: Mapping[str, Any] | None, namespace: str,
+           labels: Mapping[str, str]) -> None:
+    """NotFoundError when ``cluster_queue``'s namespaceSelector does not match the
+    namespace (the queue does not exist for that namespace)."""
+    if not selector_matches(selector, labels):
+        shown = "unset (no namespace)" if selector is None else dict(selector)
+        raise NotFoundError(f"ClusterQueue {cluster_queue} does not admit namespace "
+                            f"{namespace!r}: its namespaceSelector {shown} does not match "
+                            f"the namespace's labels {dict(labels)}")
