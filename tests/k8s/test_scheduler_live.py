@@ -251,6 +251,8 @@ PREEMPTION = """
 apiVersion: kueue.x-k8s.io/v1beta1
 kind: ClusterQueue
 metadata: {name: shared}
+spec:
+  preemption: {withinClusterQueue: LowerPriority}  # Kueue's default is Never
 ---
 apiVersion: kueue.x-k8s.io/v1beta1
 kind: LocalQueue

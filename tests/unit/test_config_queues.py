@@ -27,6 +27,7 @@ from gpupool.core.quota import (
 )
 
 KUEUE = "kueue.x-k8s.io/v1beta1"
+GPUPOOL = "gpupool.io/v1alpha1"
 GIB = 1024
 
 
@@ -215,8 +216,8 @@ def test_an_empty_cohort_is_no_cohort(tmp_path: Path) -> None:
     assert q.cohort is None
 
 
-def test_omitted_fields_take_gpupools_defaults(tmp_path: Path) -> None:
-    (q,) = load(tmp_path, docs(flavor("a100"), queue("q"))).cluster_queues
+def test_omitted_fields_of_gpupools_objects_take_gpupools_defaults(tmp_path: Path) -> None:
+    (q,) = load(tmp_path, docs(flavor("a100"), queue("q", api=GPUPOOL))).cluster_queues
     assert q.preemption == PreemptionPolicy(WithinQueue.LOWER_PRIORITY, Reclaim.ANY, True)
     assert (q.weight, q.non_preemptive, q.queueing_strategy) == (
         1.0, False, QueueingStrategy.BEST_EFFORT_FIFO)
@@ -325,9 +326,10 @@ LIMITS = "- {name: nvidia.com/gpu, nominalQuota: 8, lendingLimit: 10}\n"
             id="snake-case-field"),
         pytest.param(
             docs(A100, obj("ResourceFlavor", "b", top="spec: {nodeLabels: {a: b}, "
-                                                        "tolerations: []}\n")),
-            "spec.tolerations: unknown field; known fields here: nodeLabels",
-            id="unsupported-kueue-field"),
+                                                        "toleration: []}\n")),
+            "spec.toleration: unknown field; known fields here: nodeLabels, nodeTaints, "
+            "tolerations, topologyName",
+            id="misspelt-kueue-field"),
         pytest.param(
             docs(A100, queue("q", "- {name: nvidia.com/gpu, nominalQuota: [8]}\n")),
             "resources[0].nominalQuota=[8] should be a quantity",
@@ -449,11 +451,10 @@ LIMITS = "- {name: nvidia.com/gpu, nominalQuota: 8, lendingLimit: 10}\n"
             "spec.fairSharing.weight=0 must be positive",
             id="zero-weight"),
         pytest.param(
-            docs(A100, queue("q", extra="preemption: {withinClusterQueue: "
-                                        "LowerOrNewerEqualPriority}\n")),
-            'spec.preemption.withinClusterQueue="LowerOrNewerEqualPriority" should be '
-            "'Never' or 'LowerPriority'",
-            id="unsupported-preemption"),
+            docs(A100, queue("q", extra="preemption: {withinClusterQueue: Sometimes}\n")),
+            'spec.preemption.withinClusterQueue="Sometimes" should be '
+            "'Never', 'LowerPriority' or 'LowerOrNewerEqualPriority'",
+            id="unknown-preemption"),
         pytest.param(
             docs(A100, obj("QueueSettings", "s", "usageHalfLife: 7 days\n",
                            api="gpupool.io/v1alpha1")),

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gpupool.config import load_queue_config
+from gpupool.config import load_queue_config, read_queue_config
 from gpupool.core import (
     ConfigError,
     GpuRequest,
@@ -381,9 +381,14 @@ def test_admission_checks_load_from_kueue_yaml(tmp_path: Path) -> None:
                                    "ProvisioningRequestConfig, name: other}"))
     with pytest.raises(ConfigError, match="is not a ProvisioningRequestConfig"):
         load_queue_config(path)
+    # a check of another controller is accepted and reported; its queues admit without it
     path.write_text(QUEUES.replace("kueue.x-k8s.io/provisioning-request", "x.io/multikueue"))
-    with pytest.raises(ConfigError, match=r"spec\.controllerName"):
-        load_queue_config(path)
+    read = read_queue_config(path)
+    assert read.config.admission_checks == ()
+    assert read.config.cluster_queues[0].admission_checks == ()
+    assert {(i.object, i.path) for i in read.ignored} >= {
+        ("AdmissionCheck dws", "spec.controllerName"),
+        ("ClusterQueue train", "spec.admissionChecks")}
 
 
 QUEUES = """\

@@ -183,6 +183,9 @@ def queue_docs(nodes: int) -> list[dict[str, Any]]:
         docs.append({"apiVersion": kueue, "kind": "ClusterQueue",
                      "metadata": {"name": f"team-{q}"},
                      "spec": {"cohort": "bench", "namespaceSelector": {},
+                              # gpupool's preemption, which Kueue's objects must ask for
+                              "preemption": {"withinClusterQueue": "LowerPriority",
+                                             "reclaimWithinCohort": "Any"},
                               "resourceGroups": [{"coveredResources": ["nvidia.com/gpu"],
                                                   "flavors": flavors}]}})
     for n in range(NAMESPACES):

@@ -15,6 +15,7 @@ from gpupool.config.loader import (
     load_queue_config,
     parse_documents,
     read_documents,
+    read_queue_config,
 )
 from gpupool.config.quantity import (
     cpu_milli,
@@ -30,15 +31,20 @@ from gpupool.config.queues import (
     KUEUE_API_VERSIONS,
     QUEUE_KINDS,
     RESOURCE_NAMES,
+    Ignored,
+    QueueRead,
     ResourceName,
     queue_config_from_documents,
+    read_queue_documents,
     resource_name,
 )
 
 __all__ = [
     "CLUSTER_API_VERSION", "GPUPOOL_API_VERSION", "KINDS", "KUEUE_API_VERSIONS", "QUEUE_KINDS",
-    "RESOURCE_NAMES", "Document", "ResourceName", "cpu_milli", "duration_s", "gpu_memory_mib",
+    "RESOURCE_NAMES", "Document", "Ignored", "QueueRead", "ResourceName", "cpu_milli",
+    "duration_s", "gpu_memory_mib",
     "gpu_milli", "load_cluster", "load_documents", "load_queue_config", "memory_mib",
     "nodes_from_documents", "parse_documents", "parse_quantity", "queue_config_from_documents",
-    "read_documents", "resource_name", "whole_number",
+    "read_documents", "read_queue_config", "read_queue_documents", "resource_name",
+    "whole_number",
 ]

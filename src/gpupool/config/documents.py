@@ -47,6 +47,11 @@ def field_text(path: str, value: object, rule: str) -> str:
     return f"{path}={show(value)} {rule}"
 
 
+def field_error(path: str, value: object, rule: str) -> ConfigError:
+    """A structured ConfigError whose message is ``path=value rule``."""
+    return ConfigError(field_text(path, value, rule), field=path, value=value, rule=rule)
+
+
 def is_name(name: str) -> bool:
     return len(name) <= 253 and bool(_NAME.match(name))
 
@@ -91,11 +96,16 @@ class Document:
 
     def error(self, path: str, value: object, rule: str) -> ConfigError:
         """A ConfigError for ``path=value rule`` in this document."""
-        return ConfigError(f"{self.where}: {field_text(path, value, rule)}")
+        return ConfigError(f"{self.where}: {field_text(path, value, rule)}", field=path,
+                           value=value, rule=rule, where=self.where)
 
-    def problem(self, text: str) -> ConfigError:
-        """A ConfigError for a problem already worded (``text`` names the field)."""
-        return ConfigError(f"{self.where}: {text}")
+    def problem(self, text: str, cause: ConfigError | None = None) -> ConfigError:
+        """A ConfigError for a problem already worded (``text`` names the field); the
+        structure of ``cause``, when given, is kept."""
+        if cause is not None and cause.field is not None:
+            return ConfigError(f"{self.where}: {text}", field=cause.field, value=cause.value,
+                               rule=cause.rule, where=self.where)
+        return ConfigError(f"{self.where}: {text}", where=self.where)
 
 
 def check_api_version(doc: Document, allowed: tuple[str, ...]) -> None:
@@ -152,6 +162,11 @@ class Metadata(Strict):
     creation_timestamp: Any = None
     managed_fields: Any = None
     finalizers: Any = None
+    owner_references: Any = None
+    generate_name: Any = None
+    self_link: Any = None
+    deletion_timestamp: Any = None
+    deletion_grace_period_seconds: Any = None
 
 
 M = TypeVar("M", bound=BaseModel)
@@ -162,7 +177,21 @@ def parse(model: type[M], doc: Document) -> M:
     try:
         return model.model_validate(dict(doc.body))
     except ValidationError as exc:
-        raise doc.problem(describe(exc, model)) from exc
+        path, value, rule = first_problem(exc, model)
+        raise ConfigError(f"{doc.where}: {describe(exc, model)}", field=path, value=value,
+                          rule=rule, where=doc.where) from exc
+
+
+def first_problem(exc: ValidationError, model: type[BaseModel]) -> tuple[str, object, str]:
+    """The first problem of a ValidationError as (path, value, rule)."""
+    text = describe(exc, model)
+    errors = exc.errors()
+    errors.sort(key=lambda e: e["type"] != "extra_forbidden")
+    first = errors[0]
+    path = path_of(tuple(first["loc"]))
+    rule = text.removeprefix(f"{path}: ").removeprefix(
+        f"{field_text(path, first.get('input'), '')}")
+    return path, first.get("input"), rule.split(" (and ")[0]
 
 
 def describe(exc: ValidationError, model: type[BaseModel]) -> str:

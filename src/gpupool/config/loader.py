@@ -4,6 +4,7 @@ A file holds one or more YAML documents (``---`` between them). Each is dispatch
 ``kind``: ``Cluster`` (or a document with ``nodePools`` and no kind) describes the nodes;
 ResourceFlavor, ClusterQueue, Cohort, LocalQueue, WorkloadPriorityClass, PriorityClass and
 QueueSettings describe the queues. One file may hold both, or they may live in two files.
+A ``kind: List`` document (what ``kubectl get -o yaml`` prints) stands for its ``items``.
 
 Every problem is a ``ConfigError`` whose one-line message names the file and line (for YAML
 syntax), or the file, the document, the field path and the rule (see ``documents.py``).
@@ -22,14 +23,14 @@ from yaml.nodes import MappingNode, ScalarNode
 
 from gpupool.config.cluster import nodes_from_documents
 from gpupool.config.documents import Document, show
-from gpupool.config.queues import QUEUE_KINDS, queue_config_from_documents
+from gpupool.config.queues import QUEUE_KINDS, QueueRead, read_queue_documents
 from gpupool.core.errors import ConfigError
 from gpupool.core.model import Node
 from gpupool.core.quota import QueueConfig
 
 __all__ = [
     "KINDS", "load_cluster", "load_documents", "load_queue_config", "parse_documents",
-    "read_documents",
+    "read_documents", "read_queue_config",
 ]
 
 PathLike = str | os.PathLike[str]
@@ -77,6 +78,14 @@ def parse_documents(text: str, source: str = "<string>") -> list[Document]:
                 raise ConfigError(f"{source}: document {index} (line {line}): expected a "
                                   f"mapping with a kind and its fields, found "
                                   f"{_what(body)}")
+            if body.get("kind") == "List" and isinstance(body.get("items"), list):
+                for item in body["items"]:  # kubectl's List: one document per item
+                    if not isinstance(item, Mapping):
+                        raise ConfigError(f"{source}: document {len(docs) + 1} (line {line}):"
+                                          f" a List item should be a mapping, found "
+                                          f"{_what(item)}")
+                    docs.append(Document(source, len(docs) + 1, item, line))
+                continue
             docs.append(Document(source, index, body, line))
     except yaml.YAMLError as exc:
         raise ConfigError(_yaml_message(source, exc)) from exc
@@ -132,6 +141,10 @@ def _documents(path_or_docs: PathLike | Sequence[Mapping[str, Any] | None],
         if not isinstance(body, Mapping):
             raise ConfigError(f"{name}: document {len(out) + 1}: expected a mapping with a "
                               f"kind and its fields, found {_what(body)}")
+        if body.get("kind") == "List" and isinstance(body.get("items"), list):
+            out.extend(Document(name, len(out) + 1 + i, item)
+                       for i, item in enumerate(body["items"]) if isinstance(item, Mapping))
+            continue
         out.append(Document(name, len(out) + 1, body))
     return out, name
 
@@ -169,8 +182,14 @@ def load_queue_config(path_or_docs: PathLike | Sequence[Mapping[str, Any] | None
     The Cluster document, if the file has one, is skipped here; a document of unknown kind
     is an error, and so is a file with no queue objects at all.
     """
+    return read_queue_config(path_or_docs, source=source).config
+
+
+def read_queue_config(path_or_docs: PathLike | Sequence[Mapping[str, Any] | None], *,
+                      source: str | None = None) -> QueueRead:
+    """As :func:`load_queue_config`, with the fields gpupool does not act on."""
     docs, name = _documents(path_or_docs, source)
     queue_docs = [d for d in docs if not _is_cluster(d)]
     if not queue_docs:
         raise ConfigError(f"{name}: no queue objects (kinds: {', '.join(QUEUE_KINDS)})")
-    return queue_config_from_documents(queue_docs)
+    return read_queue_documents(queue_docs)

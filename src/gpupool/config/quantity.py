@@ -26,8 +26,7 @@ import math
 import re
 from decimal import ROUND_CEILING, Decimal, DecimalException
 
-from gpupool.config.documents import field_text
-from gpupool.core.errors import ConfigError
+from gpupool.config.documents import field_error
 
 MIB = 1 << 20
 
@@ -61,32 +60,32 @@ def parse_quantity(value: object, field: str = "quantity") -> Decimal:
 def _parse(value: object, field: str) -> tuple[Decimal, bool]:
     """(exact value, whether it was written with a suffix or exponent)."""
     if isinstance(value, bool):
-        raise ConfigError(field_text(field, value, "should be a quantity, not a boolean"))
+        raise field_error(field, value, "should be a quantity, not a boolean")
     if isinstance(value, int):
         return Decimal(value), False
     if isinstance(value, float):
         if not math.isfinite(value):
-            raise ConfigError(field_text(field, value, "must be a finite number"))
+            raise field_error(field, value, "must be a finite number")
         return Decimal(repr(value)), False
     if not isinstance(value, str):
-        raise ConfigError(field_text(field, value, "should be a quantity: a number or a "
-                                     "string such as 500m, 2, 1.5, 64Gi or 1G"))
+        raise field_error(field, value, "should be a quantity: a number or a "
+                                     "string such as 500m, 2, 1.5, 64Gi or 1G")
     match = _QUANTITY.match(value.strip())
     if match is None:
-        raise ConfigError(field_text(field, value, QUANTITY_RULE))
+        raise field_error(field, value, QUANTITY_RULE)
     try:
         number = Decimal(match["number"])
         if match["exp"]:
             number = number.scaleb(int(match["exp"][1:]))
     except (DecimalException, ValueError) as exc:
-        raise ConfigError(field_text(field, value, QUANTITY_RULE)) from exc
+        raise field_error(field, value, QUANTITY_RULE) from exc
     suffix = match["suffix"] or ""
     return number * _SUFFIXES[suffix], bool(suffix or match["exp"])
 
 
 def _non_negative(amount: Decimal, value: object, field: str) -> Decimal:
     if amount < 0:
-        raise ConfigError(field_text(field, value, "must be zero or more"))
+        raise field_error(field, value, "must be zero or more")
     return amount
 
 
@@ -140,7 +139,7 @@ def whole_number(value: object, field: str = "count") -> int:
     amount, _ = _parse(value, field)
     amount = _non_negative(amount, value, field)
     if amount != amount.to_integral_value():
-        raise ConfigError(field_text(field, value, "must be a whole number"))
+        raise field_error(field, value, "must be a whole number")
     return int(amount)
 
 
@@ -157,7 +156,7 @@ def duration_s(value: object, field: str = "duration") -> float:
     ``"12h"``, ``"1h30m"``, ``"45s"``, ``"1.5h"``. Exact; never rounds.
     """
     if isinstance(value, bool):
-        raise ConfigError(field_text(field, value, DURATION_RULE))
+        raise field_error(field, value, DURATION_RULE)
     if isinstance(value, int | float):
         seconds = float(value)
     elif isinstance(value, str):
@@ -166,13 +165,13 @@ def duration_s(value: object, field: str = "duration") -> float:
             seconds = float(text)
         except ValueError:
             if not _DURATION.match(text):
-                raise ConfigError(field_text(field, value, DURATION_RULE)) from None
+                raise field_error(field, value, DURATION_RULE) from None
             seconds = float(sum(Decimal(n) * _DURATION_UNITS[u]
                                 for n, u in _DURATION_PART.findall(text)))
     else:
-        raise ConfigError(field_text(field, value, DURATION_RULE))
+        raise field_error(field, value, DURATION_RULE)
     if not math.isfinite(seconds):
-        raise ConfigError(field_text(field, value, "must be a finite number of seconds"))
+        raise field_error(field, value, "must be a finite number of seconds")
     if seconds < 0:
-        raise ConfigError(field_text(field, value, "must be zero or more"))
+        raise field_error(field, value, "must be zero or more")
     return seconds

@@ -13,40 +13,57 @@ translation below checks each field's value (quantities, limits, names) and refe
 between objects (unknown flavor, unknown cluster queue, duplicate names, cohort cycles);
 last, ``QueueConfig.validate()`` applies the core's rules to the whole.
 
-Where Kueue's defaults and gpupool's differ, an omitted field takes gpupool's: a ClusterQueue
-without ``preemption`` preempts lower priorities within itself and reclaims anything it lent
-(Kueue's default is ``Never`` for both).
+Defaults follow the object's API group. An object of ``kueue.x-k8s.io`` means what it means
+to Kueue: a ClusterQueue without ``preemption`` preempts nothing (``withinClusterQueue`` and
+``reclaimWithinCohort`` are ``Never``), and it takes part in fair-share preemption across
+queues only when ``reclaimWithinCohort`` is not ``Never`` (Kueue preempts in other queues of
+the cohort only then). An object of ``gpupool.io`` (or one without ``apiVersion``) takes
+gpupool's defaults: it preempts lower priorities within itself, reclaims anything it lent
+(``Any``) and takes part in fair-share preemption.
+
+Every field of Kueue's schemas is accepted; those gpupool does not act on (or acts on only in
+part) are reported, never refused: :func:`read_queue_documents` returns them with the
+configuration as ``Ignored(object, path, reason)``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any, Literal
-
-from pydantic import Field
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
 
 from gpupool.config.documents import (
     NAME_RULE,
     Document,
-    Duration,
     Metadata,
-    Quantity,
-    Strict,
     check_api_version,
-    field_text,
     is_name,
     parse,
     show,
 )
 from gpupool.config.quantity import (
-    cpu_milli,
     duration_s,
-    gpu_memory_mib,
-    gpu_milli,
-    memory_mib,
     number,
-    whole_number,
+)
+from gpupool.config.queue_assembly import Ignored, QueueObject, QueueRead, assemble
+from gpupool.config.queue_quotas import (
+    RESOURCE_NAMES,
+    ResourceName,
+    convert,
+    quotas,
+    resource_name,
+)
+from gpupool.config.queue_shapes import (
+    AdmissionCheckDoc,
+    ClusterQueueDoc,
+    CohortDoc,
+    FairSharingSpec,
+    LocalQueueDoc,
+    PriorityClassDoc,
+    ProvisioningRequestConfigDoc,
+    QueueSettingsDoc,
+    ResourceFlavorDoc,
+    WorkloadPriorityClassDoc,
 )
 from gpupool.core.errors import ConfigError
 from gpupool.core.provisioning import (
@@ -58,23 +75,21 @@ from gpupool.core.provisioning import (
 from gpupool.core.quota import (
     ClusterQueue,
     Cohort,
-    FlavorQuotas,
     LocalQueue,
     PreemptionPolicy,
     PriorityClass,
     QueueConfig,
     QueueingStrategy,
     QueueSettings,
-    Quota,
     Reclaim,
-    Resource,
     ResourceFlavor,
     WithinQueue,
 )
 
 __all__ = [
-    "GPUPOOL_API_VERSION", "KUEUE_API_VERSIONS", "QUEUE_KINDS", "RESOURCE_NAMES",
-    "ResourceName", "queue_config_from_documents", "resource_name",
+    "GPUPOOL_API_VERSION", "KUEUE_API_VERSIONS", "QUEUE_KINDS", "RESOURCE_NAMES", "Ignored",
+    "QueueObject", "QueueRead", "ResourceName", "assemble", "is_kueue",
+    "queue_config_from_documents", "read_queue_documents", "resource_name", "translate",
 ]
 
 GPUPOOL_API_VERSION = "gpupool.io/v1alpha1"
@@ -94,258 +109,65 @@ QUEUE_KINDS: Mapping[str, tuple[str, ...]] = {
 """Each queue kind and the apiVersions it is read under (a missing apiVersion is accepted)."""
 
 
-@dataclass(frozen=True, slots=True)
-class ResourceName:
-    """How a resource name in a quota maps to a core resource, and in what unit."""
-
-    resource: Resource
-    convert: Callable[[object, str], int]
-    unit: str
-
-
-_GPUS = ResourceName(Resource.GPU_MILLI, gpu_milli,
-                     "GPUs of compute, whole or fractional (8 -> 8000, \"0.5\" -> 500)")
-_MILLI = ResourceName(Resource.GPU_MILLI, whole_number, "milli-GPU, 1000 a whole GPU")
-_GPU_MEMORY = ResourceName(Resource.GPU_MEMORY_MIB, gpu_memory_mib,
-                           "GPU memory: MiB when bare, bytes with a suffix (80Gi)")
-RESOURCE_NAMES: Mapping[str, ResourceName] = {
-    "nvidia.com/gpu": _GPUS,
-    "gpu": _GPUS,
-    "gpupool.io/gpu-milli": _MILLI,
-    "gpu_milli": _MILLI,
-    "gpupool.io/cards": ResourceName(Resource.GPU, whole_number, "whole cards"),
-    "nvidia.com/gpumem": _GPU_MEMORY,
-    "gpu_memory": _GPU_MEMORY,
-    "cpu": ResourceName(Resource.CPU_MILLI, cpu_milli, "CPUs (2, \"500m\")"),
-    "memory": ResourceName(Resource.MEMORY_MIB, memory_mib, "bytes (\"64Gi\")"),
-}
-"""Quota resource names. ``nvidia.com/gpu`` counts GPUs of compute: a queue's 8 GPUs are
-8000 milli-GPU, used as whole cards or as slices; ``gpupool.io/cards`` counts whole cards."""
-
-
-def resource_name(name: str, path: str = "name") -> ResourceName:
-    """The core resource and unit of a quota resource name; ConfigError for any other."""
-    try:
-        return RESOURCE_NAMES[name]
-    except KeyError:
-        raise ConfigError(field_text(path, name, "is not a known resource; known: "
-                                     + ", ".join(RESOURCE_NAMES))) from None
-
-
-def _resource(name: object, path: str) -> ResourceName:
-    if not isinstance(name, str):
-        raise ConfigError(field_text(path, name, "should be a resource name"))
-    return resource_name(name, path)
-
-
-# -- the shape of the documents ---------------------------------------------------------------
-
-
-class ResourceQuotaSpec(Strict):
-    name: str
-    nominal_quota: Quantity
-    borrowing_limit: Quantity | None = None
-    lending_limit: Quantity | None = None
-
-
-class FlavorQuotasSpec(Strict):
-    name: str
-    resources: list[ResourceQuotaSpec] = Field(min_length=1)
-
-
-class ResourceGroupSpec(Strict):
-    covered_resources: list[str] | None = None
-    flavors: list[FlavorQuotasSpec] = Field(min_length=1)
-
-
-class FairSharingSpec(Strict):
-    weight: Quantity | None = None
-
-
-class BorrowWithinCohortSpec(Strict):
-    policy: Literal["Never"] = "Never"
-    max_priority_threshold: int | None = None
-
-
-class PreemptionSpec(Strict):
-    within_cluster_queue: Literal["Never", "LowerPriority"] = "LowerPriority"
-    reclaim_within_cohort: Literal["Never", "LowerPriority", "Any"] = "Any"
-    borrow_within_cohort: BorrowWithinCohortSpec | None = None
-    fair_share: bool = True
-    """gpupool's extension: whether fair-share preemption across queues may take from it."""
-
-
-class ClusterQueueSpec(Strict):
-    resource_groups: list[ResourceGroupSpec] = Field(default_factory=list)
-    cohort: str | None = None
-    cohort_name: str | None = None  # the spelling of v1beta2 and v1
-    queueing_strategy: Literal["BestEffortFIFO", "StrictFIFO"] = "BestEffortFIFO"
-    preemption: PreemptionSpec = PreemptionSpec()
-    fair_sharing: FairSharingSpec | None = None
-    non_preemptive: bool = False  # gpupool's extension
-    namespace_selector: dict[str, Any] | None = None  # accepted; every namespace may submit
-    flavor_fungibility: dict[str, Any] | None = None  # accepted; no effect
-    admission_checks: list[str] | None = None  # AdmissionCheck names (provisioning)
-
-
-class CohortSpec(Strict):
-    parent: str | None = None
-    parent_name: str | None = None  # the spelling of v1beta2 and v1
-    resource_groups: list[ResourceGroupSpec] = Field(default_factory=list)
-    fair_sharing: FairSharingSpec | None = None
-
-
-class ResourceFlavorSpec(Strict):
-    node_labels: dict[str, str] = Field(default_factory=dict)
-
-
-class LocalQueueSpec(Strict):
-    cluster_queue: str
-
-
-class QueueSettingsSpec(Strict):
-    usage_half_life: Duration | None = None
-    default_runtime: Duration | None = None
-    min_runtime: Duration | None = None
-    max_preemptions_per_job: int | None = None
-    preemption_cooldown: Duration | None = None
-
-
-class AdmissionCheckParametersSpec(Strict):
-    api_group: str = "kueue.x-k8s.io"
-    kind: str = "ProvisioningRequestConfig"
-    name: str
-
-
-class AdmissionCheckSpec(Strict):
-    controller_name: str
-    parameters: AdmissionCheckParametersSpec | None = None
-    retry_delay_minutes: int | None = None  # accepted (deprecated in Kueue); no effect
-
-
-class RetryStrategySpec(Strict):
-    backoff_limit_count: int | None = None
-    backoff_base_seconds: int | None = None
-    backoff_max_seconds: int | None = None
-
-
-class ProvisioningRequestConfigSpec(Strict):
-    provisioning_class_name: str
-    parameters: dict[str, str] = Field(default_factory=dict)
-    managed_resources: list[str] | None = None  # accepted; every resource is managed
-    retry_strategy: RetryStrategySpec | None = None
-
-
-class _Object(Strict):
-    api_version: str | None = None
-    kind: str
-    metadata: Metadata
-    status: Any = None  # accepted and ignored, so that kubectl output loads
-
-
-class ResourceFlavorDoc(_Object):
-    spec: ResourceFlavorSpec = ResourceFlavorSpec()
-
-
-class ClusterQueueDoc(_Object):
-    spec: ClusterQueueSpec = ClusterQueueSpec()
-
-
-class CohortDoc(_Object):
-    spec: CohortSpec = CohortSpec()
-
-
-class LocalQueueDoc(_Object):
-    spec: LocalQueueSpec
-
-
-class AdmissionCheckDoc(_Object):
-    spec: AdmissionCheckSpec
-
-
-class ProvisioningRequestConfigDoc(_Object):
-    spec: ProvisioningRequestConfigSpec
-
-
-class WorkloadPriorityClassDoc(_Object):
-    value: int
-    description: str = ""
-
-
-class PriorityClassDoc(_Object):
-    value: int
-    description: str = ""
-    global_default: bool = False  # accepted; no effect
-    preemption_policy: Literal["PreemptLowerPriority", "Never"] | None = None  # accepted
-
-
-class QueueSettingsDoc(Strict):
-    api_version: str | None = None
-    kind: Literal["QueueSettings"]
-    metadata: Metadata | None = None
-    spec: QueueSettingsSpec = QueueSettingsSpec()
-
-
 # -- translation ------------------------------------------------------------------------------
 
 
-@dataclass
-class _Found:
-    """An object and where it came from: its document and the references it makes."""
-
-    doc: Document
-    obj: Any
-    flavor_refs: list[tuple[str, str]] = field(default_factory=list)  # (path, flavor)
-    ref_path: str = ""  # spec.cohort / spec.parent / spec.clusterQueue, as written
-    ref: str | None = None
+def is_kueue(doc: Document) -> bool:
+    """Whether a document is an object of Kueue's API group (its defaults apply)."""
+    version = doc.body.get("apiVersion")
+    return isinstance(version, str) and version.startswith("kueue.x-k8s.io/")
 
 
 def queue_config_from_documents(docs: Sequence[Document]) -> QueueConfig:
     """Translate and validate the queue documents among ``docs`` (other kinds are an error)."""
-    found: dict[str, list[_Found]] = {kind: [] for kind in QUEUE_KINDS}
+    return read_queue_documents(docs).config
+
+
+def read_queue_documents(docs: Sequence[Document]) -> QueueRead:
+    """Translate and validate the queue documents among ``docs``; the configuration and the
+    fields gpupool does not act on. ConfigError for the first problem."""
+    objects: list[QueueObject] = []
     settings: tuple[Document, QueueSettings] | None = None
     for doc in docs:
-        kind = doc.kind
-        if kind is not None and kind in QUEUE_KINDS:
-            check_api_version(doc, QUEUE_KINDS[kind])
-        if kind == "ResourceFlavor":
-            found[kind].append(_flavor(doc))
-        elif kind == "ClusterQueue":
-            found[kind].append(_cluster_queue(doc))
-        elif kind == "Cohort":
-            found[kind].append(_cohort(doc))
-        elif kind == "LocalQueue":
-            found[kind].append(_local_queue(doc))
-        elif kind in ("WorkloadPriorityClass", "PriorityClass"):
-            found["PriorityClass"].append(_priority_class(doc))
-        elif kind == "AdmissionCheck":
-            found[kind].append(_admission_check(doc))
-        elif kind == "ProvisioningRequestConfig":
-            found[kind].append(_provisioning_config(doc))
-        elif kind == "QueueSettings":
+        if doc.kind == "QueueSettings":
             if settings is not None:
                 raise doc.problem(f"a second QueueSettings document (the first is document "
                                   f"{settings[0].index}); put every setting in one")
+            check_api_version(doc, QUEUE_KINDS["QueueSettings"])
             settings = (doc, _settings(doc))
         else:
-            raise doc.problem(f"kind={show(kind)} is not a queue object; known: "
-                              + ", ".join(QUEUE_KINDS))
-    _check_references(found)
-    checks = _resolve_checks(found)
-    config = QueueConfig(
-        flavors=tuple(f.obj for f in found["ResourceFlavor"]),
-        cluster_queues=tuple(f.obj for f in found["ClusterQueue"]),
-        cohorts=tuple(f.obj for f in found["Cohort"]),
-        local_queues=tuple(f.obj for f in found["LocalQueue"]),
-        priority_classes=tuple(f.obj for f in found["PriorityClass"]),
-        settings=settings[1] if settings else QueueSettings(),
-        admission_checks=checks,
-    )
+            objects.append(translate(doc))
     try:
-        return config.validate()
+        return assemble(objects, settings[1] if settings else QueueSettings())
     except ConfigError as exc:
         source = docs[0].source if docs else "<documents>"
-        raise ConfigError(f"{source}: {exc}") from exc
+        if str(exc).startswith(f"{source}:"):
+            raise
+        raise ConfigError(f"{source}: {exc}", field=exc.field, value=exc.value,
+                          rule=exc.rule, where=exc.where or source) from exc
+
+
+def translate(doc: Document) -> QueueObject:
+    """One queue object, its fields checked and translated on its own (references to other
+    objects are checked by :func:`assemble`). ConfigError naming the field and rule."""
+    kind = doc.kind
+    if kind is not None and kind in QUEUE_KINDS:
+        check_api_version(doc, QUEUE_KINDS[kind])
+    if kind == "ResourceFlavor":
+        return _flavor(doc)
+    if kind == "ClusterQueue":
+        return _cluster_queue(doc)
+    if kind == "Cohort":
+        return _cohort(doc)
+    if kind == "LocalQueue":
+        return _local_queue(doc)
+    if kind in ("WorkloadPriorityClass", "PriorityClass"):
+        return _priority_class(doc)
+    if kind == "AdmissionCheck":
+        return _admission_check(doc)
+    if kind == "ProvisioningRequestConfig":
+        return _provisioning_config(doc)
+    raise doc.error("kind", kind, "is not a queue object; known: " + ", ".join(QUEUE_KINDS))
 
 
 def _name(doc: Document, meta: Metadata) -> str:
@@ -354,16 +176,27 @@ def _name(doc: Document, meta: Metadata) -> str:
     return meta.name
 
 
-def _flavor(doc: Document) -> _Found:
+def _flavor(doc: Document) -> QueueObject:
     d = parse(ResourceFlavorDoc, doc)
-    return _Found(doc, ResourceFlavor(_name(doc, d.metadata), dict(d.spec.node_labels)))
+    out = QueueObject(doc, ResourceFlavor(_name(doc, d.metadata), dict(d.spec.node_labels)))
+    spec = d.spec
+    if spec.node_taints:
+        out.ignored.append(("spec.nodeTaints", "not acted on: gpupool reads taints from the "
+                            "nodes themselves and does not add the flavor's to them"))
+    if spec.tolerations:
+        out.ignored.append(("spec.tolerations", "not acted on: gpupool does not add the "
+                            "flavor's tolerations to the pods it admits"))
+    if spec.topology_name:
+        out.ignored.append(("spec.topologyName", "not acted on: gpupool does not do "
+                            "topology-aware scheduling of Kueue's Topology objects"))
+    return out
 
 
 def _weight(doc: Document, fair: FairSharingSpec | None) -> float:
     if fair is None or fair.weight is None:
         return 1.0
     path = "spec.fairSharing.weight"
-    weight: float = _convert(doc, number, fair.weight, path)
+    weight: float = convert(doc, number, fair.weight, path)
     if not weight > 0:
         raise doc.error(path, fair.weight, "must be positive")
     return weight
@@ -386,73 +219,149 @@ def _snake(camel: str) -> str:
     return "".join(f"_{c.lower()}" if c.isupper() else c for c in camel)
 
 
-def _cluster_queue(doc: Document) -> _Found:
+def _cluster_queue(doc: Document) -> QueueObject:
     d = parse(ClusterQueueDoc, doc)
     spec = d.spec
     name = _name(doc, d.metadata)
     cohort_path, cohort = _one_of(doc, spec, "cohort", "cohortName")
     limits_rule = None if cohort else \
         "is set but the queue has no spec.cohort to borrow from or lend to"
-    flavors, refs = _quotas(doc, spec.resource_groups, limits_rule, spec.non_preemptive)
-    p = spec.preemption
-    checks = tuple(spec.admission_checks or ())
+    flavors, refs = quotas(doc, spec.resource_groups, limits_rule, spec.non_preemptive)
+    ignored: list[tuple[str, str]] = []
+    checks = list(spec.admission_checks or ())
     for i, check in enumerate(checks):
         if not is_name(check):
             raise doc.error(f"spec.admissionChecks[{i}]", check, NAME_RULE)
+    if spec.admission_checks_strategy is not None:
+        for i, rule in enumerate(spec.admission_checks_strategy.admission_checks):
+            path = f"spec.admissionChecksStrategy.admissionChecks[{i}]"
+            if not is_name(rule.name):
+                raise doc.error(f"{path}.name", rule.name, NAME_RULE)
+            if rule.name in checks:
+                raise doc.error(f"{path}.name", rule.name,
+                                "is also in spec.admissionChecks; name a check once")
+            checks.append(rule.name)
+            if rule.on_flavors:
+                ignored.append((f"{path}.onFlavors", "acted on as if empty: the check "
+                                "applies to every flavor of the queue"))
     queue = ClusterQueue(
         name=name,
         flavors=flavors,
         cohort=cohort,
         weight=_weight(doc, spec.fair_sharing),
-        preemption=PreemptionPolicy(WithinQueue(p.within_cluster_queue),
-                                    Reclaim(p.reclaim_within_cohort), p.fair_share),
+        preemption=_preemption(doc, spec, ignored),
         non_preemptive=spec.non_preemptive,
         queueing_strategy=QueueingStrategy(spec.queueing_strategy),
-        admission_checks=checks,
+        admission_checks=tuple(checks),
     )
-    return _Found(doc, queue, refs, cohort_path, cohort)
+    selector = spec.namespace_selector
+    if selector:
+        ignored.append(("spec.namespaceSelector", "not acted on: every namespace's "
+                        "LocalQueues may point at this queue"))
+    elif selector is None and is_kueue(doc):
+        ignored.append(("spec.namespaceSelector", "unset: Kueue then admits no namespace; "
+                        "gpupool admits every namespace's LocalQueues"))
+    fungibility = spec.flavor_fungibility
+    if fungibility is not None and (
+            fungibility.when_can_borrow not in (None, "MayStopSearch")
+            or fungibility.when_can_preempt not in (None, "TryNextFlavor")
+            or fungibility.preference is not None):
+        ignored.append(("spec.flavorFungibility", "only Kueue's default is acted on "
+                        "(whenCanBorrow: MayStopSearch, whenCanPreempt: TryNextFlavor): "
+                        "gpupool takes the first flavor, in order, where the job fits quota "
+                        "and nodes"))
+    if spec.stop_policy not in (None, "None"):
+        ignored.append(("spec.stopPolicy", f"{spec.stop_policy} is not acted on: the queue "
+                        "keeps admitting"))
+    for key in ("admissionScope", "concurrentAdmissionPolicy"):
+        if getattr(spec, _snake(key)) is not None:
+            ignored.append((f"spec.{key}", "not acted on"))
+    return QueueObject(doc, queue, refs, cohort_path, cohort, ignored)
 
 
-def _cohort(doc: Document) -> _Found:
+def _preemption(doc: Document, spec: Any, ignored: list[tuple[str, str]]) -> PreemptionPolicy:
+    """Kueue's defaults for Kueue's objects (Never, Never; fair-share preemption only when
+    it may reclaim), gpupool's for its own (LowerPriority, Any, fair-share)."""
+    p = spec.preemption
+    kueue = is_kueue(doc)
+    within = p.within_cluster_queue if p is not None else None
+    reclaim = p.reclaim_within_cohort if p is not None else None
+    if within is None:
+        within = "Never" if kueue else "LowerPriority"
+    if reclaim is None:
+        reclaim = "Never" if kueue else "Any"
+    if within == "LowerOrNewerEqualPriority":
+        ignored.append(("spec.preemption.withinClusterQueue", "LowerOrNewerEqualPriority is "
+                        "acted on as LowerPriority: newer jobs of equal priority are not "
+                        "preempted"))
+        within = "LowerPriority"
+    fair = p.fair_share if p is not None else None
+    if fair is None:
+        fair = reclaim != "Never" if kueue else True
+    borrow = p.borrow_within_cohort if p is not None else None
+    if borrow is not None and (borrow.policy != "Never"
+                               or borrow.max_priority_threshold is not None):
+        ignored.append(("spec.preemption.borrowWithinCohort", "not acted on: a queue does "
+                        "not preempt to borrow beyond its nominal quota"))
+    return PreemptionPolicy(WithinQueue(within), Reclaim(reclaim), fair)
+
+
+def _cohort(doc: Document) -> QueueObject:
     d = parse(CohortDoc, doc)
     spec = d.spec
     name = _name(doc, d.metadata)
     parent_path, parent = _one_of(doc, spec, "parent", "parentName")
     limits_rule = None if parent else \
         "is set but the cohort has no spec.parent to borrow from or lend to"
-    flavors, refs = _quotas(doc, spec.resource_groups, limits_rule, False)
+    flavors, refs = quotas(doc, spec.resource_groups, limits_rule, False)
     cohort = Cohort(name, parent, flavors, _weight(doc, spec.fair_sharing))
-    return _Found(doc, cohort, refs, parent_path, parent)
+    return QueueObject(doc, cohort, refs, parent_path, parent)
 
 
-def _local_queue(doc: Document) -> _Found:
+def _local_queue(doc: Document) -> QueueObject:
     d = parse(LocalQueueDoc, doc)
     name = _name(doc, d.metadata)
     namespace = d.metadata.namespace or "default"
     if not is_name(namespace):
         raise doc.error("metadata.namespace", namespace, NAME_RULE)
     target = d.spec.cluster_queue
-    return _Found(doc, LocalQueue(name, target, namespace), [], "spec.clusterQueue", target)
+    out = QueueObject(doc, LocalQueue(name, target, namespace), [], "spec.clusterQueue",
+                      target)
+    if d.spec.stop_policy not in (None, "None"):
+        out.ignored.append(("spec.stopPolicy", f"{d.spec.stop_policy} is not acted on: the "
+                            "queue keeps admitting"))
+    weight = d.spec.fair_sharing.weight if d.spec.fair_sharing is not None else None
+    if weight is not None and convert(doc, number, weight, "spec.fairSharing.weight") != 1:
+        out.ignored.append(("spec.fairSharing", "not acted on: inside a ClusterQueue gpupool "
+                            "shares by user, not by LocalQueue"))
+    return out
 
 
-def _admission_check(doc: Document) -> _Found:
+def _admission_check(doc: Document) -> QueueObject:
     d = parse(AdmissionCheckDoc, doc)
     name = _name(doc, d.metadata)
     spec = d.spec
-    if spec.controller_name != PROVISIONING_CONTROLLER:
-        raise doc.error("spec.controllerName", spec.controller_name,
-                        f"is not supported; gpupool decides {PROVISIONING_CONTROLLER}")
     ref: str | None = None
+    out = QueueObject(doc, AdmissionCheck(name), [], "spec.parameters.name", None,
+                      controller=spec.controller_name)
+    if spec.retry_delay_minutes not in (None, 15):  # 15: v1beta1's default
+        out.ignored.append(("spec.retryDelayMinutes", "not acted on: retries follow the "
+                            "ProvisioningRequestConfig's retryStrategy"))
+    if spec.controller_name != PROVISIONING_CONTROLLER:
+        out.ignored.append(("spec.controllerName", f"{spec.controller_name} is not run by "
+                            f"gpupool (it runs {PROVISIONING_CONTROLLER}); queues naming "
+                            "this check admit without it"))
+        return out
     if spec.parameters is not None:
         if spec.parameters.kind != "ProvisioningRequestConfig":
             raise doc.error("spec.parameters.kind", spec.parameters.kind,
                             "must be ProvisioningRequestConfig")
         ref = spec.parameters.name
-    found = _Found(doc, AdmissionCheck(name), [], "spec.parameters.name", ref)
-    return found
+    out.ref = ref
+    return out
 
 
-def _provisioning_config(doc: Document) -> _Found:
+def _provisioning_config(doc: Document) -> QueueObject:
     d = parse(ProvisioningRequestConfigDoc, doc)
     name = _name(doc, d.metadata)
     spec = d.spec
@@ -479,38 +388,22 @@ def _provisioning_config(doc: Document) -> _Found:
         config = ProvisioningRequestConfig(name, spec.provisioning_class_name,
                                            dict(spec.parameters), retry)
     except ConfigError as exc:
-        raise doc.problem(str(exc)) from exc
-    return _Found(doc, config)
+        raise doc.problem(str(exc), exc) from exc
+    out = QueueObject(doc, config)
+    for key, reason in (("managedResources", "not acted on: every resource of the pod set "
+                         "is managed"),
+                        ("podSetUpdates", "not acted on by the queue configuration"),
+                        ("podSetMergePolicy", "not acted on: a request holds one pod set")):
+        if getattr(spec, _snake(key)) is not None:
+            out.ignored.append((f"spec.{key}", reason))
+    return out
 
 
-def _resolve_checks(found: Mapping[str, list[_Found]]) -> tuple[AdmissionCheck, ...]:
-    """AdmissionChecks with their ProvisioningRequestConfig; every name a ClusterQueue lists
-    in ``admissionChecks`` must be an AdmissionCheck of these documents."""
-    configs = {f.obj.name: f.obj for f in found["ProvisioningRequestConfig"]}
-    checks: dict[str, AdmissionCheck] = {}
-    for item in found["AdmissionCheck"]:
-        if item.ref is not None:
-            if item.ref not in configs:
-                raise item.doc.error(item.ref_path, item.ref,
-                                     "is not a ProvisioningRequestConfig; known: "
-                                     + (", ".join(sorted(configs)) or "none"))
-            checks[item.obj.name] = AdmissionCheck(item.obj.name, config=configs[item.ref])
-        else:
-            checks[item.obj.name] = item.obj
-    for item in found["ClusterQueue"]:
-        for i, name in enumerate(item.obj.admission_checks):
-            if name not in checks:
-                raise item.doc.error(f"spec.admissionChecks[{i}]", name,
-                                     "is not an AdmissionCheck; known: "
-                                     + (", ".join(sorted(checks)) or "none"))
-    return tuple(checks.values())
-
-
-def _priority_class(doc: Document) -> _Found:
+def _priority_class(doc: Document) -> QueueObject:
     model: type[WorkloadPriorityClassDoc | PriorityClassDoc] = (
         PriorityClassDoc if doc.kind == "PriorityClass" else WorkloadPriorityClassDoc)
     d = parse(model, doc)
-    return _Found(doc, PriorityClass(_name(doc, d.metadata), d.value, d.description))
+    return QueueObject(doc, PriorityClass(_name(doc, d.metadata), d.value, d.description))
 
 
 def _settings(doc: Document) -> QueueSettings:
@@ -523,7 +416,7 @@ def _settings(doc: Document) -> QueueSettings:
         raw = getattr(spec, _snake(key))
         if raw is None:
             continue
-        seconds = _convert(doc, duration_s, raw, f"spec.{key}")
+        seconds = convert(doc, duration_s, raw, f"spec.{key}")
         if positive and not seconds > 0:
             raise doc.error(f"spec.{key}", raw, "must be positive")
         out = replace(out, **{attr: seconds})
@@ -533,131 +426,3 @@ def _settings(doc: Document) -> QueueSettings:
                             "must be zero or more")
         out = replace(out, max_preemptions_per_job=spec.max_preemptions_per_job)
     return out
-
-
-def _convert(doc: Document, fn: Callable[[object, str], Any], value: object, path: str) -> Any:
-    try:
-        return fn(value, path)
-    except ConfigError as exc:
-        raise doc.problem(str(exc)) from exc
-
-
-def _quotas(doc: Document, groups: list[ResourceGroupSpec], limits_rule: str | None,
-            non_preemptive: bool) -> tuple[tuple[FlavorQuotas, ...], list[tuple[str, str]]]:
-    """The flavors' quotas of a ClusterQueue or Cohort, and (path, flavor) references.
-
-    Kueue's rules: a flavor, and a resource, belong to one resource group; every flavor of a
-    group lists the group's ``coveredResources``. ``limits_rule``, when set, is why borrowing
-    and lending limits are not allowed here.
-    """
-    out: list[FlavorQuotas] = []
-    refs: list[tuple[str, str]] = []
-    flavor_at: dict[str, str] = {}
-    resource_group: dict[str, int] = {}
-    for g, group in enumerate(groups):
-        gp = f"spec.resourceGroups[{g}]"
-        covered = group.covered_resources
-        for f, fq in enumerate(group.flavors):
-            fp = f"{gp}.flavors[{f}]"
-            if fq.name in flavor_at:
-                raise doc.error(f"{fp}.name", fq.name,
-                                f"is listed twice (first at {flavor_at[fq.name]}); a flavor "
-                                "belongs to one resource group and appears once in it")
-            flavor_at[fq.name] = fp
-            refs.append((f"{fp}.name", fq.name))
-            quotas: dict[Resource, Quota] = {}
-            given: dict[Resource, int] = {}
-            names: list[str] = []
-            for r, rq in enumerate(fq.resources):
-                rp = f"{fp}.resources[{r}]"
-                unit: ResourceName = _convert(doc, _resource, rq.name, f"{rp}.name")
-                if unit.resource in quotas:
-                    raise doc.error(f"{rp}.name", rq.name,
-                                    f"counts {unit.resource} as resources[{given[unit.resource]}]"
-                                    " does already; give each resource once")
-                given[unit.resource] = r
-                other = resource_group.setdefault(rq.name, g)
-                if other != g:
-                    raise doc.error(f"{rp}.name", rq.name,
-                                    f"is already covered by spec.resourceGroups[{other}]; a "
-                                    "resource belongs to one resource group")
-                names.append(rq.name)
-                quotas[unit.resource] = _quota(doc, rp, rq, unit, limits_rule, non_preemptive)
-            if covered is not None and sorted(names) != sorted(covered):
-                raise doc.error(f"{fp}.resources", names,
-                                f"do not match {gp}.coveredResources={show(covered)}; every "
-                                "flavor of a group lists the resources the group covers")
-            out.append(FlavorQuotas(fq.name, quotas))
-    return tuple(out), refs
-
-
-def _quota(doc: Document, rp: str, rq: ResourceQuotaSpec, unit: ResourceName,
-           limits_rule: str | None, non_preemptive: bool) -> Quota:
-    nominal = _convert(doc, unit.convert, rq.nominal_quota, f"{rp}.nominalQuota")
-    borrowing = lending = None
-    if rq.borrowing_limit is not None:
-        path = f"{rp}.borrowingLimit"
-        borrowing = _convert(doc, unit.convert, rq.borrowing_limit, path)
-        if limits_rule:
-            raise doc.error(path, rq.borrowing_limit, limits_rule)
-        if non_preemptive and borrowing > 0:
-            raise doc.error(path, rq.borrowing_limit,
-                            "is not allowed: spec.nonPreemptive=true, and a non-preemptive "
-                            "queue cannot borrow, since borrowed capacity must be reclaimable")
-    if rq.lending_limit is not None:
-        path = f"{rp}.lendingLimit"
-        lending = _convert(doc, unit.convert, rq.lending_limit, path)
-        if limits_rule:
-            raise doc.error(path, rq.lending_limit, limits_rule)
-        if lending > nominal:
-            raise doc.error(path, rq.lending_limit,
-                            f"is above nominalQuota={show(rq.nominal_quota)}; one cannot lend "
-                            "more than one has")
-    return Quota(nominal, borrowing, lending)
-
-
-def _check_references(found: Mapping[str, list[_Found]]) -> None:
-    """Duplicate names, unknown flavors and cluster queues, and cycles among cohorts."""
-    first: dict[str, dict[str, _Found]] = {}
-    for kind, items in found.items():
-        seen = first.setdefault(kind, {})
-        for item in items:
-            key = item.obj.name
-            if isinstance(item.obj, LocalQueue):
-                key = f"{item.obj.namespace}/{key}"
-            if key in seen:
-                raise item.doc.error("metadata.name", item.obj.name,
-                                     f"is defined twice (first in document "
-                                     f"{seen[key].doc.index})")
-            seen[key] = item
-    queues, cohorts = first["ClusterQueue"], first["Cohort"]
-    for name, item in cohorts.items():
-        if name in queues:
-            raise item.doc.error("metadata.name", name,
-                                 f"is also a ClusterQueue (document {queues[name].doc.index}); "
-                                 "names must be unique across ClusterQueues and Cohorts")
-    flavors = sorted(first["ResourceFlavor"])
-    for item in [*found["ClusterQueue"], *found["Cohort"]]:
-        for path, flavor in item.flavor_refs:
-            if flavor not in first["ResourceFlavor"]:
-                raise item.doc.error(path, flavor, "is not a ResourceFlavor; known: "
-                                     + (", ".join(flavors) or "none"))
-        if item.ref is not None and item.ref in queues:
-            raise item.doc.error(item.ref_path, item.ref,
-                                 "names a ClusterQueue; it must name a cohort")
-    for item in found["LocalQueue"]:
-        if item.ref not in queues:
-            raise item.doc.error(item.ref_path, item.ref, "is not a ClusterQueue; known: "
-                                 + (", ".join(sorted(queues)) or "none"))
-    for item in found["Cohort"]:
-        chain: list[str] = [item.obj.name]
-        current = item
-        while current.ref is not None:
-            if current.ref in chain:
-                cycle = " -> ".join([*chain[chain.index(current.ref):], current.ref])
-                raise current.doc.error(current.ref_path, current.ref,
-                                        f"closes a cycle in the cohort tree: {cycle}")
-            chain.append(current.ref)
-            if current.ref not in cohorts:
-                break  # a cohort named but not declared: a root with no quota of its own
-            current = cohorts[current.ref]

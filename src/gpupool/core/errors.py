@@ -21,7 +21,21 @@ class GpupoolError(Exception):
 
 
 class ConfigError(GpupoolError):
-    """Configuration the operator must fix: a profile, a quota tree, a flag."""
+    """Configuration the operator must fix: a profile, a quota tree, a flag.
+
+    Where the problem is one field, ``field`` is its path (``spec.resourceGroups[0].flavors``),
+    ``value`` what was given, ``rule`` what it must satisfy and ``where`` the object or
+    document it is in, so that callers (a status condition, an Event) need not parse the
+    message; the message stays the one line a person reads.
+    """
+
+    def __init__(self, message: str, *, field: str | None = None, value: object = None,
+                 rule: str | None = None, where: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+        self.value = value
+        self.rule = rule
+        self.where = where
 
 
 class InvalidJobError(GpupoolError):

@@ -519,18 +519,23 @@ class AdmissionChecks:
 
     def __init__(self, config: QueueConfig,
                  max_active_per_project: int = MAX_ACTIVE_PER_PROJECT) -> None:
-        self.checks = {c.name: c for c in config.admission_checks}
-        self.by_queue: dict[str, AdmissionCheck] = {}
-        for q in config.cluster_queues:
-            for name in q.admission_checks:
-                self.by_queue[q.name] = self.checks[name]
-        self._ns = {lq.name: lq.namespace for lq in config.local_queues}
+        self.reconfigure(config)
         self.book = ProvisioningBook(max_active_per_project)
         self.records: dict[JobId, CheckRecord] = {}
         self.made: dict[JobId, int] = {}  # requests made per job, ever: their names' suffix
         self.booked: dict[JobId, str] = {}  # running job -> the request it consumed
         self.submitted: dict[JobId, Job] = {}  # running job -> as submitted (run limit uncut)
         self.outbox: list[str] = []  # requests deleted between cycles, for the next result
+
+    def reconfigure(self, config: QueueConfig) -> None:
+        """The checks of a new configuration; requests, records and bookings are kept (a job
+        already in a check finishes it as it began)."""
+        self.checks = {c.name: c for c in config.admission_checks}
+        self.by_queue: dict[str, AdmissionCheck] = {}
+        for q in config.cluster_queues:
+            for name in q.admission_checks:
+                self.by_queue[q.name] = self.checks[name]
+        self._ns = {lq.name: lq.namespace for lq in config.local_queues}
 
     def check_for(self, queue: str) -> AdmissionCheck | None:
         return self.by_queue.get(queue)

@@ -33,14 +33,39 @@ class Pending:
 class Queues:
     def __init__(self, config: QueueConfig, ledger: UsageLedger) -> None:
         self.ledger = ledger
+        self._jobs: dict[JobId, Pending] = {}
+        self._by_queue: dict[str, dict[JobId, Pending]] = {}
+        self._seq = 0
+        self._names(config)
+
+    def _names(self, config: QueueConfig) -> None:
         self._cq = {q.name for q in config.cluster_queues}
         self._local: dict[str, str] = {}
         for lq in config.local_queues:
             self._local[f"{lq.namespace}/{lq.name}"] = lq.cluster_queue
             self._local.setdefault(lq.name, lq.cluster_queue)
-        self._jobs: dict[JobId, Pending] = {}
-        self._by_queue: dict[str, dict[JobId, Pending]] = {q: {} for q in self._cq}
-        self._seq = 0
+        self._by_queue = {q: self._by_queue.get(q, {}) for q in sorted(self._cq)}
+
+    def reconfigure(self, config: QueueConfig) -> list[Pending]:
+        """New queue names in place: every pending job is filed again under the ClusterQueue
+        its queue now names, keeping its arrival order and preemption count, and made active
+        (the quota changed). Jobs whose queue no longer resolves are removed and returned."""
+        jobs = sorted(self._jobs.values(), key=lambda p: p.seq)
+        self._jobs = {}
+        self._by_queue = {}
+        self._names(config)
+        dropped: list[Pending] = []
+        for p in jobs:
+            try:
+                cq = self.resolve(p.job.queue)
+            except NotFoundError:
+                dropped.append(p)
+                continue
+            p.queue = cq
+            p.parked = False
+            self._jobs[p.job.id] = p
+            self._by_queue[cq][p.job.id] = p
+        return dropped
 
     def resolve(self, queue: str) -> str:
         """The ClusterQueue behind a LocalQueue name (``ns/name`` or ``name``) or a CQ name."""

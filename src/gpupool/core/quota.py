@@ -194,11 +194,15 @@ class QueueConfig:
             seen: set[str] = set()
             for fq in fqs:
                 if fq.flavor not in flavors:
+                    known = f"known: {', '.join(sorted(flavors)) or 'none'}"
                     raise ConfigError(
-                        f"{owner}: flavor {fq.flavor!r} is not a ResourceFlavor; known: "
-                        f"{', '.join(sorted(flavors)) or 'none'}")
+                        f"{owner}: flavor {fq.flavor!r} is not a ResourceFlavor; {known}",
+                        field="flavors", value=fq.flavor,
+                        rule=f"is not a ResourceFlavor; {known}", where=owner)
                 if fq.flavor in seen:
-                    raise ConfigError(f"{owner}: flavor {fq.flavor!r} is listed twice")
+                    raise ConfigError(f"{owner}: flavor {fq.flavor!r} is listed twice",
+                                      field="flavors", value=fq.flavor, rule="is listed twice",
+                                      where=owner)
                 seen.add(fq.flavor)
                 for res, quota in fq.resources.items():
                     # A cohort lends from its whole subtree, so only a queue's lending limit
@@ -207,7 +211,9 @@ class QueueConfig:
                                  own_only=owner.startswith("ClusterQueue"))
         for q in self.cluster_queues:
             if not q.weight > 0:
-                raise ConfigError(f"ClusterQueue {q.name}: weight={q.weight} must be positive")
+                raise ConfigError(f"ClusterQueue {q.name}: weight={q.weight} must be positive",
+                                  field="weight", value=q.weight, rule="must be positive",
+                                  where=f"ClusterQueue {q.name}")
             if q.non_preemptive:
                 for fq in q.flavors:
                     for res, quota in fq.resources.items():
@@ -218,14 +224,18 @@ class QueueConfig:
                                 "borrow, since borrowed capacity must be reclaimable")
         for c in self.cohorts:
             if not c.weight > 0:
-                raise ConfigError(f"Cohort {c.name}: weight={c.weight} must be positive")
+                raise ConfigError(f"Cohort {c.name}: weight={c.weight} must be positive",
+                                  field="weight", value=c.weight, rule="must be positive",
+                                  where=f"Cohort {c.name}")
             seen_path = [c.name]
             parent = c.parent
             while parent is not None:
                 if parent in seen_path:
-                    raise ConfigError(
-                        f"Cohort {c.name}: cycle in the cohort tree: "
-                        f"{' -> '.join([*seen_path, parent])}")
+                    cycle = " -> ".join([*seen_path, parent])
+                    raise ConfigError(f"Cohort {c.name}: cycle in the cohort tree: {cycle}",
+                                      field="parent", value=c.parent,
+                                      rule=f"closes a cycle in the cohort tree: {cycle}",
+                                      where=f"Cohort {c.name}")
                 seen_path.append(parent)
                 parent = cohorts[parent].parent if parent in cohorts else None
         _unique("AdmissionCheck", (c.name for c in self.admission_checks))
@@ -242,9 +252,11 @@ class QueueConfig:
                     "provisioning check per queue (a job is provisioned once)")
         for lq in self.local_queues:
             if lq.cluster_queue not in queues:
+                rule = f"does not exist; known: {', '.join(sorted(queues)) or 'none'}"
                 raise ConfigError(
                     f"LocalQueue {lq.namespace}/{lq.name}: clusterQueue {lq.cluster_queue!r} "
-                    f"does not exist; known: {', '.join(sorted(queues)) or 'none'}")
+                    f"{rule}", field="clusterQueue", value=lq.cluster_queue, rule=rule,
+                    where=f"LocalQueue {lq.namespace}/{lq.name}")
         s = self.settings
         for name in ("usage_half_life_s", "default_runtime_s"):
             if not getattr(s, name) > 0:
@@ -276,13 +288,15 @@ def _unique(kind: str, names: Iterable[str]) -> None:
 
 
 def _check_quota(where: str, q: Quota, own_only: bool = True) -> None:
-    if q.nominal < 0:
-        raise ConfigError(f"{where}: nominalQuota={q.nominal} must be zero or more")
-    if q.borrowing_limit is not None and q.borrowing_limit < 0:
-        raise ConfigError(f"{where}: borrowingLimit={q.borrowing_limit} must be zero or more")
-    if q.lending_limit is not None:
-        if q.lending_limit < 0:
-            raise ConfigError(f"{where}: lendingLimit={q.lending_limit} must be zero or more")
-        if own_only and q.lending_limit > q.nominal:
-            raise ConfigError(f"{where}: lendingLimit={q.lending_limit} is above "
-                              f"nominalQuota={q.nominal}; a queue cannot lend more than it has")
+    owner, _, res = where.partition(": ")
+    for name, value in (("nominalQuota", q.nominal), ("borrowingLimit", q.borrowing_limit),
+                        ("lendingLimit", q.lending_limit)):
+        if value is not None and value < 0:
+            raise ConfigError(f"{where}: {name}={value} must be zero or more",
+                              field=f"{res}.{name}", value=value, rule="must be zero or more",
+                              where=owner)
+    if own_only and q.lending_limit is not None and q.lending_limit > q.nominal:
+        rule = f"is above nominalQuota={q.nominal}; a queue cannot lend more than it has"
+        raise ConfigError(f"{where}: lendingLimit={q.lending_limit} {rule}",
+                          field=f"{res}.lendingLimit", value=q.lending_limit, rule=rule,
+                          where=owner)

@@ -2,7 +2,8 @@
 
 Adapters (the simulator, the virtual cluster, Kubernetes) tell it what happened (``submit``,
 ``finished``, ``cancel``, nodes joining or leaving) with the time as a plain number, and ask
-for a ``cycle``. It never reads a clock and does no I/O.
+for a ``cycle``. It never reads a clock and does no I/O. A new queue configuration is applied
+in place (``update_config``): running jobs, usage and pending jobs are kept.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from gpupool.core.admission import QuotaTree, placement_demand, request_demand
 from gpupool.core.cluster import ClusterState
 from gpupool.core.cycle import Context, release, schedule
 from gpupool.core.decisions import CycleResult
-from gpupool.core.errors import ConflictError, NotFoundError
+from gpupool.core.errors import ConfigError, ConflictError, NotFoundError
 from gpupool.core.estimate import Estimate, estimate
 from gpupool.core.fairshare import UsageLedger
 from gpupool.core.model import Job, JobId, Node, NodeName, Placement
@@ -57,8 +58,59 @@ class Scheduler:
             settings=settings, profile=profile or default_profile(),
             runtimes=Runtimes(settings.default_runtime_s), reserve_min_gpus=reserve_min_gpus,
         )
+        self._max_requests = max_requests_per_project
         checks = AdmissionChecks(config, max_requests_per_project)
         self.ctx.checks = checks if checks.by_queue else None
+
+    # -- configuration ---------------------------------------------------------------------
+
+    def update_config(self, config: QueueConfig) -> list[Pending]:
+        """Apply a new queue configuration in place, as Kueue applies an edited ClusterQueue:
+        running jobs keep their cards and are charged to the new quota tree (a queue may be
+        over its new quota; nothing is evicted for that), the users' decayed usage is kept,
+        and pending jobs keep their order and are offered again (the quota changed). Pending
+        jobs whose queue no longer exists leave the queues and are returned, for the caller
+        to report. ConfigError (nothing changes) when the configuration is invalid or changes
+        the usage half-life; ConflictError (nothing changes) when a ClusterQueue that still
+        holds quota for running jobs, or for jobs waiting on an admission check, is gone."""
+        config.validate()
+        if config.settings.usage_half_life_s != self.ledger.half_life_s:
+            raise ConfigError(
+                f"settings.usage_half_life_s={config.settings.usage_half_life_s} cannot change "
+                f"in place (it is {self.ledger.half_life_s}); restart to change it",
+                field="settings.usage_half_life_s", value=config.settings.usage_half_life_s,
+                rule="cannot change in place")
+        names = {q.name for q in config.cluster_queues}
+        ac = self.ctx.checks
+        holding = [(r.queue, r.job.id) for r in self.ctx.running.values()]
+        if ac is not None:
+            holding += [(rec.queue, job) for job, rec in ac.records.items() if rec.demand]
+        gone = sorted((q, str(j)) for q, j in holding if q not in names)
+        if gone:
+            queue = gone[0][0]
+            jobs = [j for q, j in gone if q == queue]
+            raise ConflictError(f"ClusterQueue {queue} is gone from the configuration but "
+                                f"still holds quota for {len(jobs)} job(s) ({', '.join(jobs[:5])})"
+                                "; it stays until they end")
+        tree = QuotaTree(config)
+        for r in self.ctx.running.values():
+            tree.add(r.queue, r.demand)
+        if ac is not None:
+            for rec in ac.records.values():
+                if rec.demand:
+                    tree.add(rec.queue, rec.demand)
+        dropped = self.queues.reconfigure(config)
+        self.config = config
+        self.tree = self.ctx.tree = tree
+        self.ctx.settings = config.settings
+        self.ctx.runtimes.default_runtime_s = config.settings.default_runtime_s
+        self.ctx.reservation = None  # held against the old quota; the next cycle decides again
+        if ac is not None:
+            ac.reconfigure(config)
+        else:
+            checks = AdmissionChecks(config, self._max_requests)
+            self.ctx.checks = checks if checks.by_queue else None
+        return dropped
 
     # -- facts -----------------------------------------------------------------------------
 
@@ -202,7 +254,7 @@ class Scheduler:
 
     def _book(self) -> AdmissionChecks:
         if self.ctx.checks is None:
-            self.ctx.checks = AdmissionChecks(self.config)
+            self.ctx.checks = AdmissionChecks(self.config, self._max_requests)
         return self.ctx.checks
 
     def provisioning_requests(self) -> list[ProvisioningRequest]:

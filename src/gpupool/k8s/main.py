@@ -7,7 +7,9 @@ ClusterQueue ``default`` without quota. A change to the CRD objects rebuilds the
 from the API server (as a restart would), so quotas take effect at once. Where the cluster
 serves the Elastic GPU kinds (``elasticgpu.io/v1alpha1``), their binder runs beside the
 scheduler (``k8s/elastic.py``). Queues with a provisioning admission check get their
-ProvisioningRequests made and watched (``k8s/provisioning.py``).
+ProvisioningRequests made and watched (``k8s/provisioning.py``). Where the cluster serves
+Kueue's API (``kueue.x-k8s.io``), Kueue's own objects are the queues instead, and a change to
+them is applied in place (``k8s/kueue/``).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from gpupool.k8s.dra_live import announce_dra
 from gpupool.k8s.elastic import ElasticController
 from gpupool.k8s.informer import Informer
 from gpupool.k8s.kube import ApiError, Kube
+from gpupool.k8s.kueue import KueueController, KueueSource
 from gpupool.k8s.provisioning import ProvisioningAdapter
 from gpupool.k8s.translate import ResourceNames
 
@@ -83,18 +86,25 @@ async def _run(args: argparse.Namespace) -> int:
         loop.add_signal_handler(sig, stop.set)
     try:
         while not stop.is_set():
+            kueue = None if args.queues else await KueueSource.discover(kube)
             if args.queues:
                 config = load_queue_config(args.queues)
                 use_crds = False
+            elif kueue is not None:
+                config, use_crds = await kueue.start(), False
             else:
                 config, use_crds = await load_crd_config(kube, args.default_queue)
-            controller = Controller(kube, config, options_from_args(args))
+            controller = (KueueController if kueue is not None else Controller)(
+                kube, config, options_from_args(args))
             servers = await _serve(args, controller)
             reload = asyncio.Event()
             watchers = [asyncio.create_task(_watch_crds(kube, reload))] if use_crds else []
             status = CrdStatus(kube, controller) if use_crds else None
             if status is not None:
                 watchers.append(asyncio.create_task(status.run()))
+            if kueue is not None:  # Kueue's objects: changes applied in place, no reload
+                kueue.attach(controller)
+                watchers.append(asyncio.create_task(kueue.run()))
             if config.admission_checks:  # queued provisioning: ProvisioningRequests
                 watchers.append(asyncio.create_task(
                     ProvisioningAdapter(kube, controller).run()))
