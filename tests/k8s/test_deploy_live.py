@@ -198,7 +198,7 @@ def process(proc: subprocess.Popen[bytes]) -> Iterator[subprocess.Popen[bytes]]:
 def refused(log: Path) -> list[str]:
     """Lines where the API server refused the service account something."""
     return [line for line in log.read_text().splitlines()
-            if "403" in line or "forbidden" in line.lower()]
+            if ": 403 " in line or "forbidden" in line.lower()]
 
 
 async def _pod(kube: Kube, name: str, limits: dict[str, Any], queue: str,
