@@ -12,6 +12,7 @@ from typing import Any
 from gpupool.core.quota import QueueConfig
 from gpupool.k8s.controller import Controller, Options
 from gpupool.k8s.kube import MERGE_PATCH, ApiError, Kube
+from gpupool.k8s.nodelock import LOCK_ANNOTATION, parse_lock
 
 
 def register_json(node: str, gpus: int, model: str, memory_mib: int) -> str:
@@ -156,3 +157,70 @@ async def _ready(controller: Controller, task: asyncio.Task[None]) -> bool:
     if task.done():
         task.result()
     return controller.sched is not None
+
+
+class DevicePluginLocks:
+    """Plays HAMi's device plugin's part in the node lock, and nothing else: once a node's
+    ``hami.io/mutex.lock`` names a pod bound to that node, the plugin's ``Allocate`` has
+    run for it (``hami.io/bind-phase`` becomes ``success``) and the lock is released, with
+    the node's ``resourceVersion`` as HAMi writes it. At each release it records which
+    pods of the node were still ``allocating``: with one allocating pod per node that is
+    only the locked one, so ``Allocate`` could not have picked another pod."""
+
+    def __init__(self, kube: Kube, interval_s: float = 0.02) -> None:
+        self.kube = kube
+        self.interval_s = interval_s
+        self.released: list[tuple[str, str, frozenset[str]]] = []  # node, pod, allocating
+        self.paused: set[str] = set()  # nodes whose plugin is not answering
+
+    def allocating_overlaps(self) -> list[tuple[str, str, frozenset[str]]]:
+        """Releases at which another pod of the node was allocating too."""
+        return [r for r in self.released if r[2] != frozenset({r[1]})]
+
+    async def run(self) -> None:
+        while True:
+            with contextlib.suppress(ApiError):  # a node or pod changed meanwhile
+                await self.step()
+            await asyncio.sleep(self.interval_s)
+
+    async def step(self) -> None:
+        nodes = (await self.kube.request("GET", "/api/v1/nodes")).get("items") or []
+        for node in nodes:
+            meta = node["metadata"]
+            value = (meta.get("annotations") or {}).get(LOCK_ANNOTATION)
+            if not value or meta["name"] in self.paused:
+                continue
+            lock = parse_lock(value)
+            try:
+                pod = await get_pod(self.kube, lock.namespace, lock.name)
+            except ApiError:
+                continue
+            if pod["spec"].get("nodeName") != meta["name"]:
+                continue  # not bound yet: the kubelet has not asked
+            on_node = (await self.kube.request("GET", "/api/v1/pods", params={
+                "fieldSelector": f"spec.nodeName={meta['name']}"})).get("items") or []
+            allocating = frozenset(
+                f"{p['metadata']['namespace']}/{p['metadata']['name']}" for p in on_node
+                if (p["metadata"].get("annotations") or {}).get("hami.io/bind-phase")
+                == "allocating")
+            key = f"{lock.namespace}/{lock.name}"
+            await self.kube.request(
+                "PATCH", f"/api/v1/namespaces/{lock.namespace}/pods/{lock.name}",
+                {"metadata": {"annotations": {"hami.io/bind-phase": "success"}}},
+                content_type=MERGE_PATCH)
+            await self.kube.request("PATCH", f"/api/v1/nodes/{meta['name']}", {"metadata": {
+                "annotations": {LOCK_ANNOTATION: None},
+                "resourceVersion": meta["resourceVersion"]}}, content_type=MERGE_PATCH)
+            self.released.append((meta["name"], key, allocating))
+
+
+@contextlib.asynccontextmanager
+async def device_plugins(kube: Kube) -> AsyncIterator[DevicePluginLocks]:
+    plugin = DevicePluginLocks(kube)
+    task = asyncio.create_task(plugin.run())
+    try:
+        yield plugin
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

@@ -275,7 +275,7 @@ def request_from_object(obj: Mapping[str, Any], pod_set: PodSet | None,
 
 class ProvisioningAdapter:
     """Makes, watches and deletes the cluster's ProvisioningRequests for the scheduler of
-    ``controller`` (attached as ``controller.provisioning``)."""
+    ``controller`` (attached with ``controller.attach(provisioning=...)``)."""
 
     def __init__(self, kube: Kube, controller: Controller) -> None:
         self.kube = kube
@@ -286,7 +286,6 @@ class ProvisioningAdapter:
         # requests read back at a rebuild, by job, for jobs not submitted again yet
         self.waiting: dict[JobId, list[str]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
-        controller.provisioning = self
 
     # -- decisions out ---------------------------------------------------------------------
 
