@@ -173,6 +173,12 @@ class Scheduler:
         self.state.update_node(node)
         self.queues.wake()
 
+    def set_outside(self, name: NodeName, cpu_milli: int, memory_mib: int) -> None:
+        """What pods this scheduler does not place (DaemonSets, other schedulers' pods)
+        hold of a node's CPU and memory; less than before wakes the parked jobs."""
+        self.state.set_outside(name, cpu_milli, memory_mib)
+        self.queues.wake()
+
     def remove_node(self, name: NodeName, now_s: float) -> list[JobId]:
         """A node left: every job with a task there goes back to its queue, whole."""
         hit = sorted({p.job for p in self.state.placements_on(name)

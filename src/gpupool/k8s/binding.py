@@ -83,6 +83,8 @@ class BindItem:
     node: str
     annotations: Mapping[str, str] = field(default_factory=dict)
     lock: bool = True
+    job: str = ""  # the decision's job, for the host to tell a stale answer
+    watched: bool = True  # the informer's copy of the pod fences the bind (below)
 
 
 class BinderHost(Protocol):
@@ -96,7 +98,8 @@ class BinderHost(Protocol):
         ``ELSEWHERE``)."""
 
     def pod_alive(self, key: str, uid: str) -> bool:
-        """Whether the pod (with that UID) is still there and unbound, as last seen."""
+        """Whether the pod, with that UID, is still there and has not ended, as the
+        informer last saw it."""
 
 
 class Binder:
@@ -189,7 +192,7 @@ class Binder:
         while True:
             if not self.host.is_leader():
                 return BindOutcome.NOT_LEADER
-            if not self.host.pod_alive(item.key, item.uid):
+            if item.watched and not self.host.pod_alive(item.key, item.uid):
                 return BindOutcome.GONE
             ev.clear()
             try:
@@ -253,6 +256,10 @@ class Binder:
             if not self.host.is_leader():
                 log.info("not leader any more: %s not bound", item.key)
                 return BindOutcome.NOT_LEADER, "", None
+            if attempt == 1 and item.watched and not self.host.pod_alive(item.key, item.uid):
+                # deleted, or replaced by a pod of the same name, since the decision: the
+                # API server's UID precondition catches this too, where it honours it
+                return BindOutcome.GONE, "", None
             try:
                 async with self._sem:
                     if self.annotate_first:

@@ -26,8 +26,8 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from gpupool.core.decisions import Bind
@@ -246,30 +246,14 @@ class Controller(PodEvents, Rebuild):
 
     # -- nodes -----------------------------------------------------------------------------
 
-    def _core_node(self, obj: Mapping[str, Any]) -> Node:
-        """The node as the core sees it: allocatable less what pods outside the core take.
-        TranslateError when it cannot be read."""
-        node = node_from_k8s(obj)
-        used = self.usage.of(str(node.name))
-        if not used:
-            return node
-        return replace(node, cpu_milli=max(0, node.cpu_milli - used.get("cpu", 0)),
-                       memory_mib=max(0, node.memory_mib - used.get("memory", 0)))
-
-    def _apply_usage(self) -> None:
-        """Nodes whose other pods changed get their new room in the core."""
+    def _apply_usage(self, names: Iterable[str] | None = None) -> None:
+        """Nodes whose other pods changed: the core learns what those pods hold."""
         assert self.sched is not None
-        for name in self.usage.take_changed():
-            obj = self.node_informer.cache.get(name)
-            if obj is None or name not in self.nodes_by_name:
-                continue
-            try:
-                node = self._core_node(obj)
-            except TranslateError:
-                continue
-            if self.nodes_by_name[name] != node:
-                self.sched.update_node(node)
-                self.nodes_by_name[name] = node
+        for name in self.usage.take_changed() if names is None else names:
+            if name in self.nodes_by_name:
+                used = self.usage.of(name)
+                self.sched.set_outside(NodeName(name), used.get("cpu", 0),
+                                       used.get("memory", 0))
 
     def _on_node(self, event: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
         name = str((obj.get("metadata") or {}).get("name"))
@@ -280,7 +264,7 @@ class Controller(PodEvents, Rebuild):
             self._remove_node(name)
             return
         try:
-            node = self._core_node(obj)
+            node = node_from_k8s(obj)
         except TranslateError as exc:
             self._bad_node(obj, str(exc))
             self._remove_node(name)
@@ -294,6 +278,8 @@ class Controller(PodEvents, Rebuild):
         else:
             self.sched.update_node(node)
         self.nodes_by_name[name] = node
+        if known is None:
+            self._apply_usage([name])  # pods seen on it before the node
         self._inventory = None
         self._dirty.set()
 
@@ -412,12 +398,13 @@ class Controller(PodEvents, Rebuild):
         # devices are its claims' cards
         devices = bool(p.shares) or "hami.io/vgpu-devices-to-allocate" in annotations
         return BindItem(key=key, uid=uid, node=str(p.node), annotations=annotations,
-                        lock=self.opt.node_lock and devices)
+                        lock=self.opt.node_lock and devices, job=str(info.id))
 
     def pod_alive(self, key: str, uid: str) -> bool:
-        """The binder asks before waiting on a lock: is the pod still there, unbound?"""
+        """The binder asks before it waits for a lock and before it binds: is the pod the
+        decision was made for still there (same UID), not ended?"""
         pod = self.pod(key)
-        if pod is None or ended(pod) or (pod.get("spec") or {}).get("nodeName"):
+        if pod is None or ended(pod):
             return False
         return not uid or (pod.get("metadata") or {}).get("uid") in (None, uid)
 
@@ -437,6 +424,13 @@ class Controller(PodEvents, Rebuild):
                   pod: Mapping[str, Any] | None) -> None:
         """The binder's answer for one pod."""
         key = item.key
+        if self.pod_job.get(key) != item.job or self.uids.get(key, item.uid) != item.uid:
+            # an answer for a decision that no longer stands (the pod was deleted, maybe
+            # made again under the same name, and is scheduled afresh): nothing to undo
+            log.info("%s: bind for an earlier decision ended %s", key, outcome)
+            if outcome is BindOutcome.BOUND:
+                self.stats.binds += 1
+            return
         if outcome is BindOutcome.BOUND:
             self.stats.binds += 1
             self.stats.bound_at[key] = time.time()

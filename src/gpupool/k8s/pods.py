@@ -23,6 +23,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from gpupool.core.errors import (
@@ -152,7 +153,8 @@ class PodEvents(ControllerParts):
         self.pod_job[key] = job.id
         self.requests[key] = req
         self.uids[key] = str((pod.get("metadata") or {}).get("uid") or "")
-        outcome = await self.binder.bind(self._bind_item(key, p, info, "", now, pod))
+        item = replace(self._bind_item(key, p, info, "", now, pod), watched=False)
+        outcome = await self.binder.bind(item)  # the pod was just read: no cache fence
         if key not in self.stats.bound_at:
             raise AdapterError(f"binding {key} to {p.node} failed: {outcome}")
 

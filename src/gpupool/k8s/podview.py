@@ -8,8 +8,9 @@ to what is needed: name, UID, labels, node, phase, deletion, and their requests 
 kubelet sums them (the larger of the containers' sum and the largest init container, plus
 ``spec.overhead``). :class:`NodeUsage` keeps, per node, the requests of the pods that hold
 capacity there outside the core (bound, not ended, not a pod whose cards the core holds);
-the controller gives the core each node's allocatable minus that. A pod that ends
-(Succeeded, Failed, deleted) frees it.
+the controller tells the core (``Scheduler.set_outside``), which takes it off the node's
+free CPU and memory but not off its capacity (a request larger than what is free now is
+not "larger than any node"). A pod that ends (Succeeded, Failed, deleted) frees it.
 """
 
 from __future__ import annotations

@@ -73,7 +73,7 @@ class Rebuild(ControllerParts):
         self.usage = type(self.usage)()
         for key, pod in self.pod_informer.cache.items():
             self._count("ADDED", key, pod)
-        self._apply_usage()
+        self._apply_usage()  # every node with other pods on it
         if self.elastic is not None:
             self.elastic.ready()  # ElasticGPUs take their cards back before pods are placed
         if self.provisioning is not None:  # running jobs' bookings; the rest wait for _submit
