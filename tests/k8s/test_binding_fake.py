@@ -291,3 +291,31 @@ def test_binder_waits_for_the_lock_then_binds() -> None:
         await binder.close()
 
     asyncio.run(body())
+
+
+def test_lock_is_taken_only_for_pods_with_hamis_device_annotations() -> None:
+    """A node whose cards HAMi did not register has no HAMi device plugin to release a
+    lock: its pods bind without one; a HAMi node's pods take it first."""
+    async def body() -> None:
+        kube = ScriptedKube()
+        ctl = Controller(kube, default_config(), Options(leader_elect=False))  # type: ignore[arg-type]
+        gfd = node_obj("gfd", 1)
+        gfd["metadata"]["annotations"] = {}
+        gfd["metadata"]["labels"] = {"nvidia.com/gpu.product": "A100",
+                                     "nvidia.com/gpu.memory": "40960"}
+        gfd["status"]["allocatable"]["nvidia.com/gpu"] = "1"
+        ctl.node_informer.cache["gfd"] = gfd
+        ctl.node_informer.cache["n1"] = node_obj("n1", 1)
+        ctl.rebuild()
+        for name in ("a", "b"):
+            add(ctl, pod_obj(name))
+        ctl.cycle()
+        await settle(60)
+        bound = {b["target"]["name"]: b for b in kube.posts("/binding")}
+        assert set(bound) == {"gfd", "n1"}
+        node_patches = [p for m, p, _ in kube.calls if m == "PATCH" and "/nodes/" in p]
+        assert node_patches == ["/api/v1/nodes/n1"]  # the lock, on the HAMi node only
+        assert "hami.io/vgpu-devices-to-allocate" in bound["n1"]["metadata"]["annotations"]
+        assert "hami.io/vgpu-devices-to-allocate" not in bound["gfd"]["metadata"]["annotations"]
+
+    asyncio.run(body())

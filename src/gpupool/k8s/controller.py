@@ -48,6 +48,7 @@ from gpupool.k8s.podview import NodeUsage, reduce
 from gpupool.k8s.rebuild import Rebuild
 from gpupool.k8s.status import StatusWriter
 from gpupool.k8s.translate import (
+    DEVICES_TO_ALLOCATE,
     PLACEMENT_ANNOTATION,
     GangRef,
     PodRequest,
@@ -394,9 +395,10 @@ class Controller(PodEvents, Rebuild):
         if self.provisioning is not None:
             annotations.update(self.provisioning.bind_annotations(info.id))
         uid = self.uids.get(key) or str(((pod or {}).get("metadata") or {}).get("uid") or "")
-        # HAMi locks the node for a pod that asks for devices; an Elastic consumer's
-        # devices are its claims' cards
-        devices = bool(p.shares) or "hami.io/vgpu-devices-to-allocate" in annotations
+        # the node lock is for HAMi's device plugin: taken when the pod gets HAMi's device
+        # annotations (its cards, or an Elastic consumer's claims' cards), never on nodes
+        # whose cards HAMi did not register (no plugin there would release it)
+        devices = DEVICES_TO_ALLOCATE in annotations
         return BindItem(key=key, uid=uid, node=str(p.node), annotations=annotations,
                         lock=self.opt.node_lock and devices, job=str(info.id))
 
