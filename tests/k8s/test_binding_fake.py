@@ -319,3 +319,24 @@ def test_lock_is_taken_only_for_pods_with_hamis_device_annotations() -> None:
         assert "hami.io/vgpu-devices-to-allocate" not in bound["gfd"]["metadata"]["annotations"]
 
     asyncio.run(body())
+
+
+def test_binds_of_a_lost_term_are_dropped_not_made_later() -> None:
+    """A bind waiting for a node's lock when this replica stops leading is forgotten: if
+    this replica leads again, it must not bind with the old term's decision."""
+    async def body() -> None:
+        kube = ScriptedKube()
+        ctl = controller(kube)
+        ctl.node_informer.cache["n1"] = locked_node(format_lock(time.time(), "x", "other"))
+        add(ctl, pod_obj("p"))
+        ctl.cycle()
+        await settle()
+        assert ctl.binder.lock_waits == 1 and kube.posts("/binding") == []
+        await ctl._lost_leadership()
+        await settle()
+        ctl.node_informer.cache["n1"] = node_obj("n1", 1)  # the lock is released
+        ctl.binder.node_changed("n1")
+        await asyncio.sleep(0.05)
+        assert kube.posts("/binding") == []
+
+    asyncio.run(body())

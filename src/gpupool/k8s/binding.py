@@ -134,6 +134,15 @@ class Binder:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
+    def drop(self) -> None:
+        """Forget every queued and running bind (leadership was lost: the decisions were
+        the old term's; a new leader decides afresh). Locks taken for binds not made are
+        released in the background."""
+        for t in list(self._tasks):
+            t.cancel()
+        self._queues.clear()
+        self._workers.clear()
+
     def queued(self, node: str) -> int:
         return len(self._queues.get(node, ()))
 
@@ -175,19 +184,22 @@ class Binder:
             outcome, reason, pod = BindOutcome.FAILED, f"binding failed: {exc}", None
         self.host.bind_done(item, outcome, reason, pod)
 
-    async def bind(self, item: BindItem) -> BindOutcome:
-        """Bind now (waiting for the node's lock when needed) and report the outcome; for
-        binds that must answer a caller (the extender's bind)."""
-        outcome, reason, pod = await self._bind(item)
+    async def bind(self, item: BindItem, lock_wait_s: float | None = None) -> BindOutcome:
+        """Bind now (waiting for the node's lock when needed, at most ``lock_wait_s``: a
+        caller such as kube-scheduler's extender call has a deadline; HAMi's scheduler waits
+        28 s) and report the outcome."""
+        outcome, reason, pod = await self._bind(item, lock_wait_s)
         self.host.bind_done(item, outcome, reason, pod)
         return outcome
 
-    async def _lock(self, item: BindItem) -> BindOutcome | None:
-        """Waits for and takes the node's lock; None when taken, else why not."""
+    async def _lock(self, item: BindItem, wait_s: float | None) -> BindOutcome | None:
+        """Waits for and takes the node's lock; None when taken, else why not (REFUSED
+        when another pod still holds it after ``wait_s``)."""
         ns, name = item.key.split("/", 1)
         ev = self._node_changed.setdefault(item.node, asyncio.Event())
         waited = False
         deadline = time.monotonic() + self.retry.deadline_s
+        give_up = None if wait_s is None else time.monotonic() + wait_s
         attempt = 0
         while True:
             if not self.host.is_leader():
@@ -202,6 +214,8 @@ class Binder:
                 if not waited:
                     self.lock_waits += 1
                     waited = True
+                if give_up is not None and time.monotonic() > give_up:
+                    return BindOutcome.REFUSED
                 await wait_event(ev, self.lock_poll_s)
             except ApiError as exc:
                 if not self.retry.transient(exc) and exc.status != 409:
@@ -211,14 +225,16 @@ class Binder:
                     raise
                 await asyncio.sleep(self.retry.delay(attempt))
 
-    async def _bind(self, item: BindItem
+    async def _bind(self, item: BindItem, lock_wait_s: float | None = None
                     ) -> tuple[BindOutcome, str, Mapping[str, Any] | None]:
         ns, name = item.key.split("/", 1)
         if item.lock:
             try:
-                why = await self._lock(item)
+                why = await self._lock(item, lock_wait_s)
             except ApiError as exc:
                 return BindOutcome.FAILED, f"locking node {item.node} failed: {exc}", None
+            if why is BindOutcome.REFUSED:
+                return why, f"node {item.node} is locked for another pod's allocation", None
             if why is not None:
                 return why, "", None
             self._in_flight[item.node] = self._in_flight.get(item.node, 0) + 1
@@ -226,6 +242,10 @@ class Binder:
                                                 self._in_flight[item.node])
         try:
             outcome, reason, pod = await self._write(item, ns, name)
+        except asyncio.CancelledError:
+            if item.lock:  # the bind may not have been made: give the lock back
+                asyncio.get_running_loop().create_task(self._unlock(item, ns, name))
+            raise
         finally:
             if item.lock:
                 self._in_flight[item.node] -= 1

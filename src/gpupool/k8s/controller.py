@@ -88,6 +88,7 @@ class Options:
     lock_expire_s: float = LOCK_EXPIRE_S  # HAMi's HAMI_NODELOCK_EXPIRE
     backoff_initial_s: float = 1.0  # a pod whose bind was refused waits this, doubling
     backoff_max_s: float = 10.0  # each time up to this (kube-scheduler's defaults)
+    extender_lock_wait_s: float = 25.0  # the extender's bind waits this long for a lock
     foreign_schedulers: tuple[str, ...] = ()
     """Schedulers whose pods gpupool's extender binds (usually ``default-scheduler``): their
     bound pods' cards are tracked, their pending pods left alone."""
@@ -231,6 +232,7 @@ class Controller(PodEvents, Rebuild):
 
     async def _lost_leadership(self) -> None:
         self.sched = None
+        self.binder.drop()  # the old term's decisions are not bound by this replica
         self._leader_ready.clear()
 
     async def _cycle_loop(self) -> None:

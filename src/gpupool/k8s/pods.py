@@ -154,7 +154,8 @@ class PodEvents(ControllerParts):
         self.requests[key] = req
         self.uids[key] = str((pod.get("metadata") or {}).get("uid") or "")
         item = replace(self._bind_item(key, p, info, "", now, pod), watched=False)
-        outcome = await self.binder.bind(item)  # the pod was just read: no cache fence
+        # the pod was just read: no cache fence; kube-scheduler's extender call times out
+        outcome = await self.binder.bind(item, lock_wait_s=self.opt.extender_lock_wait_s)
         if key not in self.stats.bound_at:
             raise AdapterError(f"binding {key} to {p.node} failed: {outcome}")
 
