@@ -340,3 +340,24 @@ def test_binds_of_a_lost_term_are_dropped_not_made_later() -> None:
         assert kube.posts("/binding") == []
 
     asyncio.run(body())
+
+
+def test_required_rules_not_honoured_are_told_to_the_pod() -> None:
+    async def body() -> None:
+        kube = ScriptedKube()
+        ctl = controller(kube, node_lock=False)
+        pod = pod_obj("p")
+        pod["spec"]["affinity"] = {"podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {"topologyKey": "kubernetes.io/hostname",
+                 "labelSelector": {"matchLabels": {"app": "x"}}}]}}
+        pod["spec"]["topologySpreadConstraints"] = [
+            {"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "ScheduleAnyway"}]
+        add(ctl, pod)
+        await settle()
+        (event,) = kube.posts("/events")
+        assert event["reason"] == "ConstraintIgnored"
+        assert "podAntiAffinity" in event["message"]
+        assert "topologySpread" not in event["message"]  # a preference: nothing to tell
+
+    asyncio.run(body())

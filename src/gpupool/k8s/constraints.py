@@ -10,7 +10,8 @@
   ``kueue.x-k8s.io/admission``): a gated pod is not scheduled until every gate is removed.
 
 Not honoured (pods are placed as if absent; said in ``docs/kubernetes.md``): preferred node
-affinity, pod affinity and anti-affinity, and topology spread constraints.
+affinity, pod affinity and anti-affinity, and topology spread constraints. The required ones
+among them are named by :func:`ignored_constraints`, so the pod can be told.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any
 from gpupool.core.affinity import NodeAffinityTerm, NodeRequirement
 from gpupool.core.errors import InvalidJobError
 
-__all__ = ["Constraints", "pod_constraints", "scheduling_gates"]
+__all__ = ["Constraints", "ignored_constraints", "pod_constraints", "scheduling_gates"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +37,19 @@ def scheduling_gates(pod: Mapping[str, Any]) -> tuple[str, ...]:
     """The names of the pod's scheduling gates (empty: it may be scheduled)."""
     gates = (pod.get("spec") or {}).get("schedulingGates") or ()
     return tuple(str(g.get("name", "")) for g in gates if isinstance(g, Mapping))
+
+
+def ignored_constraints(pod: Mapping[str, Any]) -> list[str]:
+    """The pod's required placement rules gpupool does not honour, by field."""
+    spec = pod.get("spec") or {}
+    affinity = spec.get("affinity") or {}
+    out = [f"spec.affinity.{kind}.requiredDuringSchedulingIgnoredDuringExecution"
+           for kind in ("podAffinity", "podAntiAffinity")
+           if (affinity.get(kind) or {}).get("requiredDuringSchedulingIgnoredDuringExecution")]
+    if any((c or {}).get("whenUnsatisfiable", "DoNotSchedule") == "DoNotSchedule"
+           for c in spec.get("topologySpreadConstraints") or ()):
+        out.append("spec.topologySpreadConstraints (DoNotSchedule)")
+    return out
 
 
 def _requirement(expr: Any, where: str, *, field: bool) -> NodeRequirement:

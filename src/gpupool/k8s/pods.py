@@ -33,7 +33,12 @@ from gpupool.core.errors import (
     NotFoundError,
 )
 from gpupool.core.model import JobId, Placement
-from gpupool.k8s.constraints import Constraints, pod_constraints, scheduling_gates
+from gpupool.k8s.constraints import (
+    Constraints,
+    ignored_constraints,
+    pod_constraints,
+    scheduling_gates,
+)
 from gpupool.k8s.informer import object_key
 from gpupool.k8s.jobs import JobInfo, job_for_pods
 from gpupool.k8s.kube import ApiError
@@ -252,6 +257,12 @@ class PodEvents(ControllerParts):
             return
         self.requests[key] = req
         self.constraints[key] = cons
+        ignored = ignored_constraints(pod)
+        if ignored and self.is_leader():
+            self._spawn(self.status.event(
+                pod, "Warning", "ConstraintIgnored",
+                "gpupool does not honour " + ", ".join(ignored)
+                + "; the pod is placed as if they were absent"))
         self.uids[key] = str((pod.get("metadata") or {}).get("uid") or "")
         if gang is None:
             self._submit(pod_job_id(pod), queue, {key: req}, gang_size=1)
