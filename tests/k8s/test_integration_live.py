@@ -201,6 +201,7 @@ def test_deploy_manifests_apply_and_crds_drive_queues(control_plane: ControlPlan
         assert can("create", "pods", "--subresource=binding", "-n", NS)
         assert can("patch", "pods", "--subresource=status", "-n", NS)
         assert can("watch", "nodes")
+        assert can("patch", "nodes")  # HAMi's node lock annotation
         assert can("list", "clusterqueues.gpupool.io")
         assert can("patch", "clusterqueues.gpupool.io", "--subresource=status")
         assert can("update", "leases/gpupool-scheduler", "-n", "gpupool-system")
