@@ -11,7 +11,10 @@ from typing import Any
 
 from gpupool.core.quota import QueueConfig
 from gpupool.k8s.controller import Controller, Options
+from gpupool.k8s.informer import Informer
 from gpupool.k8s.kube import MERGE_PATCH, ApiError, Kube
+from gpupool.k8s.nodelock import LOCK_ANNOTATION, parse_lock
+from gpupool.k8s.wakeup import wait_event
 
 
 def register_json(node: str, gpus: int, model: str, memory_mib: int) -> str:
@@ -156,3 +159,89 @@ async def _ready(controller: Controller, task: asyncio.Task[None]) -> bool:
     if task.done():
         task.result()
     return controller.sched is not None
+
+
+class DevicePluginLocks:
+    """Plays HAMi's device plugin's part in the node lock, and nothing else: once a node's
+    ``hami.io/mutex.lock`` names a pod bound to that node, the plugin's ``Allocate`` has
+    run for it (``hami.io/bind-phase`` becomes ``success``) and the lock is released, with
+    the node's ``resourceVersion`` as HAMi writes it. It watches nodes and pods. At each
+    release it records which pods of the node were still ``allocating``: with one
+    allocating pod per node that is only the locked one, so ``Allocate`` could not have
+    picked another pod."""
+
+    def __init__(self, kube: Kube) -> None:
+        self.kube = kube
+        self.released: list[tuple[str, str, frozenset[str]]] = []  # node, pod, allocating
+        self.paused: set[str] = set()  # nodes whose plugin is not answering
+        self.nodes = Informer(kube, "/api/v1/nodes", self._changed, name="plugin nodes")
+        self.pods = Informer(kube, "/api/v1/pods", self._changed, name="plugin pods")
+        self._wake = asyncio.Event()
+        self._busy: set[str] = set()
+
+    def allocating_overlaps(self) -> list[tuple[str, str, frozenset[str]]]:
+        """Releases at which another pod of the node was allocating too."""
+        return [r for r in self.released if r[2] != frozenset({r[1]})]
+
+    def _changed(self, event: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+        self._wake.set()
+
+    async def run(self) -> None:
+        tasks = [asyncio.create_task(i.run()) for i in (self.nodes, self.pods)]
+        try:
+            while True:
+                await wait_event(self._wake, 0.2)  # also when a paused node is resumed
+                self._wake.clear()
+                for name, node in list(self.nodes.cache.items()):
+                    if name not in self._busy and name not in self.paused:
+                        self._check(name, node)
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    def _check(self, name: str, node: dict[str, Any]) -> None:
+        value = (node["metadata"].get("annotations") or {}).get(LOCK_ANNOTATION)
+        if not value:
+            return
+        lock = parse_lock(value)
+        key = f"{lock.namespace}/{lock.name}"
+        pod = self.pods.cache.get(key)
+        if pod is None or pod["spec"].get("nodeName") != name:
+            return  # not bound yet: the kubelet has not asked
+        allocating = frozenset(
+            k for k, p in self.pods.cache.items() if p["spec"].get("nodeName") == name
+            and (p["metadata"].get("annotations") or {}).get("hami.io/bind-phase")
+            == "allocating")
+        self._busy.add(name)
+        task = asyncio.create_task(self._release(name, node, key, allocating))
+        task.add_done_callback(lambda _: self._busy.discard(name))
+
+    async def _release(self, name: str, node: dict[str, Any], key: str,
+                       allocating: frozenset[str]) -> None:
+        ns, pod = key.split("/", 1)
+        try:
+            await self.kube.request(
+                "PATCH", f"/api/v1/namespaces/{ns}/pods/{pod}",
+                {"metadata": {"annotations": {"hami.io/bind-phase": "success"}}},
+                content_type=MERGE_PATCH)
+            await self.kube.request("PATCH", f"/api/v1/nodes/{name}", {"metadata": {
+                "annotations": {LOCK_ANNOTATION: None},
+                "resourceVersion": node["metadata"]["resourceVersion"]}},
+                content_type=MERGE_PATCH)
+        except ApiError:
+            self._wake.set()  # the node or pod changed meanwhile: look again
+            return
+        self.released.append((name, key, allocating))
+
+
+@contextlib.asynccontextmanager
+async def device_plugins(kube: Kube) -> AsyncIterator[DevicePluginLocks]:
+    plugin = DevicePluginLocks(kube)
+    task = asyncio.create_task(plugin.run())
+    try:
+        yield plugin
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

@@ -47,6 +47,7 @@ def install_crds(cp: ControlPlane) -> None:
 async def elastic_running(kube: Kube) -> AsyncIterator[tuple[Controller, ElasticController]]:
     ctl = Controller(kube, default_config(), Options(leader_elect=False))
     el = ElasticController(kube, ctl, interval_s=0.2)
+    ctl.attach(elastic=el)
     tasks = [asyncio.create_task(ctl.run()), asyncio.create_task(el.run())]
     try:
         async def ready() -> bool:

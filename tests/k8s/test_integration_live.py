@@ -26,7 +26,15 @@ from gpupool.k8s.kube import ApiError, Kube
 from gpupool.k8s.main import default_config, load_crd_config
 from gpupool.k8s.tls import make_certificates
 from tests.k8s.conftest import REPO, ControlPlane
-from tests.k8s.kit import get_pod, list_pods, make_node, make_pod, running, wait_for
+from tests.k8s.kit import (
+    device_plugins,
+    get_pod,
+    list_pods,
+    make_node,
+    make_pod,
+    running,
+    wait_for,
+)
 from tests.k8s.test_scheduler_live import NS, live
 
 pytestmark = pytest.mark.k8s
@@ -193,6 +201,7 @@ def test_deploy_manifests_apply_and_crds_drive_queues(control_plane: ControlPlan
         assert can("create", "pods", "--subresource=binding", "-n", NS)
         assert can("patch", "pods", "--subresource=status", "-n", NS)
         assert can("watch", "nodes")
+        assert can("patch", "nodes")  # HAMi's node lock annotation
         assert can("list", "clusterqueues.gpupool.io")
         assert can("patch", "clusterqueues.gpupool.io", "--subresource=status")
         assert can("update", "leases/gpupool-scheduler", "-n", "gpupool-system")
@@ -332,7 +341,15 @@ async def _has(status: Any, **want: int) -> bool:
 
 def test_bench_small(control_plane: ControlPlane) -> None:
     """``gpupool k8s bench`` end to end, small: every pod bound, figures present."""
-    result = asyncio.run(run_bench(control_plane.kubeconfig, nodes=3, gpus=2, pods=10,
-                                   ns="gpupool-bench-test"))
+    async def bench() -> dict[str, Any]:
+        kube = await Kube.connect(control_plane.kubeconfig)
+        try:
+            async with device_plugins(kube):  # the bench's nodes release no node locks
+                return await run_bench(control_plane.kubeconfig, nodes=3, gpus=2, pods=10,
+                                       ns="gpupool-bench-test")
+        finally:
+            await kube.close()
+
+    result = asyncio.run(bench())
     assert result["bound"] == 10 and result["pods"] == 10
     assert result["pods_per_s"] > 0 and result["create_to_bound_ms"]["p99"] is not None

@@ -87,6 +87,7 @@ async def prov_running(kube: Kube, config: QueueConfig
                        ) -> AsyncIterator[tuple[Controller, ProvisioningAdapter]]:
     ctl = Controller(kube, config, Options(leader_elect=False, cycle_interval_s=0.2))
     ad = ProvisioningAdapter(kube, ctl)
+    ctl.attach(provisioning=ad)
     tasks = [asyncio.create_task(ctl.run()), asyncio.create_task(ad.run())]
     try:
         async def ready() -> bool:

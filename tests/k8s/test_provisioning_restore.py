@@ -122,6 +122,7 @@ def start(api: MemKube) -> tuple[Controller, ProvisioningAdapter]:
     config = load_queue_config(list(yaml.safe_load_all(QUEUES)))
     ctl = Controller(api, config, Options(leader_elect=False))  # type: ignore[arg-type]
     ad = ProvisioningAdapter(api, ctl)  # type: ignore[arg-type]
+    ctl.attach(provisioning=ad)
     ctl.node_informer.cache.update(copy.deepcopy(api.nodes))
     ctl.pod_informer.cache.update(copy.deepcopy(api.pods))
     ad.informer.cache.update(copy.deepcopy(api.prs))

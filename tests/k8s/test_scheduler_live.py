@@ -18,6 +18,7 @@ from gpupool.k8s.main import default_config
 from tests.k8s.conftest import ControlPlane
 from tests.k8s.kit import (
     clean,
+    device_plugins,
     ensure_namespace,
     events_for,
     get_pod,
@@ -42,7 +43,8 @@ def live(cp: ControlPlane, body: Callable[[Kube], Awaitable[None]],
             for ns in namespaces:
                 await ensure_namespace(kube, ns)
             await clean(kube, list(namespaces))
-            await body(kube)
+            async with device_plugins(kube):  # they release HAMi's node locks
+                await body(kube)
         finally:
             await clean(kube, list(namespaces))
             await kube.close()
@@ -79,7 +81,7 @@ def test_pods_bound_with_hami_annotations(control_plane: ControlPlane) -> None:
                 node = pod["spec"]["nodeName"]
                 assert ann["hami.io/vgpu-node"] == node
                 assert pod["metadata"]["labels"]["hami.io/vgpu-node"] == node
-                assert ann["hami.io/bind-phase"] == "allocating"
+                assert ann["hami.io/bind-phase"] in ("allocating", "success")  # the plugin ran
                 assert ann["hami.io/vgpu-time"].isdigit() and ann["hami.io/bind-time"].isdigit()
                 assert ann["hami.io/vgpu-devices-to-allocate"] == \
                     ann["hami.io/vgpu-devices-allocated"]

@@ -44,6 +44,10 @@ class ClusterState:
         """New spec for a known node: cordon, uncordon, GPU health, labels, taints."""
         self.table.set_node(node)
 
+    def set_outside(self, name: NodeName, cpu_milli: int, memory_mib: int) -> None:
+        """CPU and memory that pods placed by others hold on the node (absolute)."""
+        self.table.set_outside(name, cpu_milli, memory_mib)
+
     def remove_node(self, name: NodeName) -> list[Placement]:
         """Remove a node; returns the placements that were on it (now forgotten)."""
         self.table.row(name)

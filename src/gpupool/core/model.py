@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import NewType
 
+from gpupool.core.affinity import NodeAffinityTerm
+
 NodeName = NewType("NodeName", str)
 JobId = NewType("JobId", str)
 TaskId = NewType("TaskId", str)
@@ -165,6 +167,8 @@ class PodSet:
     gpu: GpuRequest = GpuRequest()
     node_selector: Mapping[str, str] = field(default_factory=dict)
     tolerations: tuple[Toleration, ...] = ()
+    node_affinity: tuple[NodeAffinityTerm, ...] = ()
+    """Required node affinity: terms ORed (none: any node); see ``core/affinity.py``."""
 
 
 @dataclass(frozen=True, slots=True)

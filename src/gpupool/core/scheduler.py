@@ -233,6 +233,16 @@ class Scheduler:
         r = release(self.ctx, job, now_s)
         self.queues.add(submitted or r.job, preemptions=r.preemptions)
 
+    def set_outside(self, name: NodeName, cpu_milli: int, memory_mib: int) -> None:
+        """What pods this scheduler does not place (DaemonSets, other schedulers' pods)
+        hold of a node's CPU and memory; less than before wakes the parked jobs."""
+        t = self.state.table
+        i = t.row(name)
+        freed = cpu_milli < t.cpu_outside[i] or memory_mib < t.mem_outside[i]
+        self.state.set_outside(name, cpu_milli, memory_mib)
+        if freed:
+            self.queues.wake()
+
     def remove_node(self, name: NodeName, now_s: float) -> list[JobId]:
         """A node left: every job with a task there goes back to its queue, whole."""
         hit = sorted({p.job for p in self.state.placements_on(name)

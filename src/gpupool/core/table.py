@@ -27,7 +27,8 @@ I32 = npt.NDArray[np.int32]
 Bool = npt.NDArray[np.bool_]
 
 _ROW_COLUMNS = (
-    "cpu_cap", "cpu_free", "mem_cap", "mem_free", "schedulable", "alive", "gpu_count",
+    "cpu_cap", "cpu_free", "mem_cap", "mem_free", "cpu_outside", "mem_outside",
+    "schedulable", "alive", "gpu_count",
     "free_whole", "rank", "milli_total", "milli_free", "max_free_milli", "max_free_mib",
 )
 _KIND_COLUMNS = ("tasks_by_kind",)
@@ -68,6 +69,10 @@ class NodeTable:
         self.cpu_free: I64 = np.zeros(capacity, np.int64)
         self.mem_cap: I64 = np.zeros(capacity, np.int64)
         self.mem_free: I64 = np.zeros(capacity, np.int64)
+        # what work placed by someone else holds (another scheduler's pods, DaemonSets):
+        # taken from the free columns, not from the capacity
+        self.cpu_outside: I64 = np.zeros(capacity, np.int64)
+        self.mem_outside: I64 = np.zeros(capacity, np.int64)
         self.schedulable: Bool = np.zeros(capacity, np.bool_)
         self.alive: Bool = np.zeros(capacity, np.bool_)
         self.gpu_count: I64 = np.zeros(capacity, np.int64)
@@ -134,6 +139,8 @@ class NodeTable:
         self._write_inventory(i, node)
         self.cpu_free[i] = node.cpu_milli
         self.mem_free[i] = node.memory_mib
+        self.cpu_outside[i] = 0
+        self.mem_outside[i] = 0
         self.used_milli[i] = 0
         self.used_mib[i] = 0
         self.holders[i] = 0
@@ -157,6 +164,18 @@ class NodeTable:
         self.mem_free[i] += node.memory_mib - self.mem_cap[i]
         self._write_inventory(i, node)
         self._derive(i)
+        return i
+
+    def set_outside(self, name: NodeName, cpu_milli: int, memory_mib: int) -> int:
+        """What work the scheduler did not place holds on a node (absolute amounts): it
+        comes off the node's free CPU and memory, never off its capacity, so a request is
+        still judged against what the node could ever give."""
+        i = self.row(name)
+        self.cpu_free[i] -= cpu_milli - self.cpu_outside[i]
+        self.mem_free[i] -= memory_mib - self.mem_outside[i]
+        self.cpu_outside[i] = cpu_milli
+        self.mem_outside[i] = memory_mib
+        self._stamp(i)
         return i
 
     def remove_node(self, name: NodeName) -> int:

@@ -221,7 +221,7 @@ def _escape(key: str) -> str:
 class ElasticController:
     """The Elastic GPU objects of one cluster and the binder that binds them.
 
-    Attach it to a :class:`~gpupool.k8s.controller.Controller` (``controller.elastic``) so
+    Attach it to a :class:`~gpupool.k8s.controller.Controller` (``controller.attach``) so
     the scheduler rebuilds the binder with itself, reads claim-consuming pods as asking for
     no GPU of their own, and binds them with the ElasticGPUs' devices.
     """
@@ -237,7 +237,6 @@ class ElasticController:
         self.informers = {
             kind: Informer(kube, _path(plural), self._changed, name=plural)
             for kind, plural in PLURALS.items()}
-        controller.elastic = self
 
     # -- caches ----------------------------------------------------------------------------
 

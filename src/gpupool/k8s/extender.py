@@ -261,8 +261,9 @@ def make_app(controller: Controller, max_body: int = MAX_BODY_BYTES) -> web.Appl
         return web.Response(text="ok")
 
     async def readyz(_: web.Request) -> web.Response:
-        synced = controller.pod_informer.synced.is_set()
-        return web.Response(text="ok" if synced else "syncing", status=200 if synced else 503)
+        # only the leader is ready, so a Service for the extender and webhook reaches it
+        ready = controller.ready()
+        return web.Response(text="ok" if ready else "not leading", status=200 if ready else 503)
 
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)

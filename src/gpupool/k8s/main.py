@@ -106,10 +106,13 @@ async def _run(args: argparse.Namespace) -> int:
                 kueue.attach(controller)
                 watchers.append(asyncio.create_task(kueue.run()))
             if config.admission_checks:  # queued provisioning: ProvisioningRequests
-                watchers.append(asyncio.create_task(
-                    ProvisioningAdapter(kube, controller).run()))
+                provisioning = ProvisioningAdapter(kube, controller)
+                controller.attach(provisioning=provisioning)
+                watchers.append(asyncio.create_task(provisioning.run()))
             if await _has_elastic_crds(kube):
-                watchers.append(asyncio.create_task(ElasticController(kube, controller).run()))
+                elastic = ElasticController(kube, controller)
+                controller.attach(elastic=elastic)
+                watchers.append(asyncio.create_task(elastic.run()))
             runner = asyncio.create_task(controller.run())
             stopper = asyncio.create_task(stop.wait())
             reloader = asyncio.create_task(reload.wait())

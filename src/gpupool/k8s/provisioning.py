@@ -89,7 +89,7 @@ def _ns_path(ns: str, plural: str, name: str = "") -> str:
 
 class ProvisioningAdapter(TakeBack):
     """Makes, watches and deletes the cluster's ProvisioningRequests for the scheduler of
-    ``controller`` (attached as ``controller.provisioning``)."""
+    ``controller`` (attached with ``controller.attach(provisioning=...)``)."""
 
     def __init__(self, kube: Kube, controller: Controller) -> None:
         self.kube = kube
@@ -101,7 +101,6 @@ class ProvisioningAdapter(TakeBack):
         self.waiting: dict[JobId, list[str]] = {}
         self.booking = NodeBook()  # the nodes each Provisioned request holds
         self._tasks: set[asyncio.Task[Any]] = set()
-        controller.provisioning = self
 
     # -- decisions out ---------------------------------------------------------------------
 

@@ -18,6 +18,7 @@ from gpupool.core.placement.plugins.gpu_model import GpuModel
 from gpupool.core.placement.plugins.gpuclustering import GpuClusteringScore
 from gpupool.core.placement.plugins.gpupacking import GpuPackingScore
 from gpupool.core.placement.plugins.gpupool_policy import GpupoolScore
+from gpupool.core.placement.plugins.node_affinity import NodeAffinity
 from gpupool.core.placement.plugins.node_selector import NodeSelector
 from gpupool.core.placement.plugins.random_fit import RandomFit
 from gpupool.core.placement.plugins.resources import NodeResources
@@ -25,17 +26,17 @@ from gpupool.core.placement.plugins.schedulable import NodeSchedulable
 from gpupool.core.placement.plugins.taints import TaintToleration
 
 DEFAULT_FILTERS = (
-    "node-schedulable", "node-selector", "taint-toleration", "gpu-model", "node-resources",
-    "gpu-fit",
+    "node-schedulable", "node-selector", "node-affinity", "taint-toleration", "gpu-model",
+    "node-resources", "gpu-fit",
 )
 """Inventory filters first (their rejections are unresolvable), usage filters last."""
 
 
 def builtin_registry() -> Registry:
     return Registry([
-        NodeSchedulable, NodeSelector, TaintToleration, GpuModel, NodeResources, GpuFit,
-        BinPack, Spread, BestFitCards, FgdScore, BestFitScore, DotProdScore, GpuPackingScore,
-        GpuClusteringScore, RandomFit, GpupoolScore,
+        NodeSchedulable, NodeSelector, NodeAffinity, TaintToleration, GpuModel, NodeResources,
+        GpuFit, BinPack, Spread, BestFitCards, FgdScore, BestFitScore, DotProdScore,
+        GpuPackingScore, GpuClusteringScore, RandomFit, GpupoolScore,
     ])
 
 

@@ -1,0 +1,82 @@
+"""What the pieces of the controller (``k8s/pods.py``, ``k8s/rebuild.py``) see of it: the
+shared state and methods that :class:`~gpupool.k8s.controller.Controller` defines, declared
+for the type checker only."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import asyncio
+
+    from gpupool.core.decisions import Bind
+    from gpupool.core.model import JobId, Node, Placement
+    from gpupool.core.quota import QueueConfig
+    from gpupool.core.scheduler import Scheduler
+    from gpupool.k8s.binding import Binder, BindItem
+    from gpupool.k8s.constraints import Constraints
+    from gpupool.k8s.hooks import ElasticHook, ProvisioningHook
+    from gpupool.k8s.informer import Informer
+    from gpupool.k8s.jobs import JobInfo
+    from gpupool.k8s.kube import Kube
+    from gpupool.k8s.podview import NodeUsage
+    from gpupool.k8s.status import StatusWriter
+    from gpupool.k8s.translate import GangRef, PodRequest, RecordedPlacement
+
+
+__all__ = ["ControllerParts"]
+
+
+class ControllerParts:
+    if TYPE_CHECKING:
+        kube: Kube
+        config: QueueConfig
+        opt: Any
+        stats: Any
+        clock: Callable[[], float]
+        sched: Scheduler | None
+        nodes_by_name: dict[str, Node]
+        jobs: dict[JobId, JobInfo]
+        pod_job: dict[str, JobId]
+        requests: dict[str, PodRequest]
+        constraints: dict[str, Constraints]
+        uids: dict[str, str]
+        rejected: dict[str, str]
+        gated: dict[str, tuple[str, ...]]
+        backoff: dict[str, tuple[float, float]]
+        _backoff_timers: set[str]
+        bad_nodes: dict[str, str]
+        gangs: dict[JobId, tuple[GangRef, dict[str, PodRequest]]]
+        job_sizes: dict[str, int]
+        evicting: dict[str, str]
+        deferred: dict[JobId, tuple[Bind, float]]
+        usage: NodeUsage
+        node_informer: Informer
+        pod_informer: Informer
+        status: StatusWriter
+        binder: Binder
+        elastic: ElasticHook | None
+        provisioning: ProvisioningHook | None
+        _dirty: asyncio.Event
+        _inventory: tuple[int, frozenset[str]] | None
+
+        def _spawn(self, coro: Any) -> None: ...
+        def _bind_item(self, key: str, p: Placement, info: JobInfo, flavor: str, now: float,
+                       pod: Mapping[str, Any] | None) -> BindItem: ...
+        def _victim_gone(self, key: str) -> None: ...
+        def _bad_node(self, obj: Mapping[str, Any], reason: str) -> None: ...
+        def _apply_usage(self) -> None: ...
+        def _restore(self, job_id: JobId,
+                     members: list[tuple[str, RecordedPlacement]]) -> None: ...
+        def _count(self, event: str, key: str, obj: Mapping[str, Any]) -> None: ...
+        def _admit(self, key: str) -> None: ...
+        def all_pods(self) -> list[tuple[str, dict[str, Any]]]: ...
+        def pod(self, key: str) -> dict[str, Any] | None: ...
+        def own_pod(self, key: str) -> dict[str, Any] | None: ...
+        def is_leader(self) -> bool: ...
+        def _pod_ended(self, key: str) -> None: ...
+        def _bound_elsewhere(self, key: str, obj: Mapping[str, Any]) -> None: ...
+        def _back_off(self, key: str) -> None: ...
+        def recorded(self, pod: Mapping[str, Any]) -> RecordedPlacement | None: ...
+        def read_request(self, pod: Mapping[str, Any]) -> PodRequest: ...

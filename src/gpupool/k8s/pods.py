@@ -1,0 +1,420 @@
+"""Pods into the core: what each pod event means for the scheduler.
+
+One informer watches every pod; :meth:`PodEvents.on_pod` sorts them:
+
+- **gpupool's pods** (``spec.schedulerName``): a pending pod is submitted as a job, alone
+  or with its gang once the gang is complete (``gpupool.io/gang`` and its size, or a Job's
+  parallelism); a pod with ``spec.schedulingGates`` waits, told why, until ungated; a pod
+  in bind backoff (its last bind was refused) waits out its backoff first; an ended pod
+  lets its cards go once every pod of its job has ended.
+- **pods of the schedulers gpupool's extender binds for** (``foreign_schedulers``): only
+  their cards matter; their bound pods' cards are taken.
+- **every other pod** (DaemonSets, other schedulers, static pods) is kept reduced and
+  counted against its node's CPU and memory (``k8s/podview.py``).
+
+A bound pod whose cards the core does not hold (bound by another leader, by HAMi's own
+scheduler, or a bind whose answer was lost) has its recorded cards taken back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from gpupool.core.errors import (
+    AdapterError,
+    ConflictError,
+    InvalidJobError,
+    NotFoundError,
+)
+from gpupool.core.model import JobId, Placement
+from gpupool.k8s.constraints import (
+    Constraints,
+    ignored_constraints,
+    pod_constraints,
+    scheduling_gates,
+)
+from gpupool.k8s.informer import object_key
+from gpupool.k8s.jobs import JobInfo, job_for_pods
+from gpupool.k8s.kube import ApiError
+from gpupool.k8s.parts import ControllerParts
+from gpupool.k8s.podview import REQUESTS, pod_usage
+from gpupool.k8s.translate import (
+    GangRef,
+    PodRequest,
+    RecordedPlacement,
+    TranslateError,
+    card_floor,
+    is_terminal,
+    placement_from_hami,
+    pod_gang,
+    pod_job_id,
+    pod_queue,
+    pod_request,
+    read_placement,
+)
+
+__all__ = ["ended", "is_reduced"]
+
+log = logging.getLogger("gpupool.k8s")
+
+
+def ended(pod: Mapping[str, Any]) -> bool:
+    return is_terminal(pod) or bool((pod.get("metadata") or {}).get("deletionTimestamp"))
+
+
+def is_reduced(pod: Mapping[str, Any]) -> bool:
+    return REQUESTS in pod
+
+
+class PodEvents(ControllerParts):
+    """The pod half of :class:`~gpupool.k8s.controller.Controller` (mixed into it)."""
+
+    def _on_pod(self, event: str, obj: dict[str, Any],
+                old: dict[str, Any] | None) -> None:
+        if self.sched is None:
+            return
+        key = object_key(obj)
+        scheduler = (obj.get("spec") or {}).get("schedulerName")
+        if key in self.evicting:
+            if event == "DELETED" or ended(obj):
+                self._victim_gone(key)
+        elif scheduler == self.opt.scheduler_name and not is_reduced(obj):
+            self._on_own_pod(event, key, obj)
+        elif scheduler in self.opt.foreign_schedulers and not is_reduced(obj):
+            self._on_foreign_pod(event, key, obj)
+        self._count(event, key, obj)
+
+    def _count(self, event: str, key: str, obj: Mapping[str, Any]) -> None:
+        """A pod holding capacity outside the core is counted on its node."""
+        node = (obj.get("spec") or {}).get("nodeName")
+        if event == "DELETED" or ended(obj) or not node or key in self.pod_job:
+            self.usage.drop(key)
+        else:
+            self.usage.put(key, str(node), pod_usage(obj))
+        if self.usage.changed:
+            self._dirty.set()
+
+    def _on_own_pod(self, event: str, key: str, obj: dict[str, Any]) -> None:
+        if event == "DELETED" or ended(obj):
+            self._pod_ended(key)
+            return
+        if (obj.get("spec") or {}).get("nodeName"):
+            self.gated.pop(key, None)
+            job = self.pod_job.get(key)
+            if job is not None and self.jobs[job].running:
+                return  # bound here
+            if job is not None:
+                self._pod_ended(key)  # bound while pending here: stop scheduling it
+            # its recorded cards are taken (a bind whose answer was lost, another leader)
+            self._bound_elsewhere(key, obj)
+            return
+        if key in self.pod_job or key in self.rejected or self._in_gang(key):
+            return
+        self._admit(key)
+        self._dirty.set()
+
+    def _on_foreign_pod(self, event: str, key: str, obj: dict[str, Any]) -> None:
+        """A pod of another scheduler: only its cards matter (bound through the extender)."""
+        if event == "DELETED" or ended(obj):
+            self._pod_ended(key)
+        elif (obj.get("spec") or {}).get("nodeName") and key not in self.pod_job:
+            self._bound_elsewhere(key, obj)
+
+    def all_pods(self) -> list[tuple[str, dict[str, Any]]]:
+        """Every cached pod (key, object) of gpupool and of the foreign schedulers."""
+        return [(k, p) for k, p in self.pod_informer.cache.items() if not is_reduced(p)]
+
+    def pod(self, key: str) -> dict[str, Any] | None:
+        """A cached pod by key, gpupool's or a foreign scheduler's."""
+        pod = self.pod_informer.cache.get(key)
+        return None if pod is None or is_reduced(pod) else pod
+
+    def own_pod(self, key: str) -> dict[str, Any] | None:
+        pod = self.pod(key)
+        if pod is None or (pod.get("spec") or {}).get("schedulerName") != self.opt.scheduler_name:
+            return None
+        return pod
+
+    async def bind_foreign(self, pod: dict[str, Any], p: Placement) -> None:
+        """Binds a pod another scheduler chose ``p.node`` for (the extender's bind): its
+        cards are taken in the core first (ConflictError when they are not free), then the
+        pod is bound as gpupool binds its own. AdapterError when the bind failed."""
+        if self.sched is None:
+            raise NotFoundError("gpupool is not leading")
+        key = object_key(pod)
+        req = self.read_request(pod)
+        queue = self.resolve_queue(pod)
+        job, task_pod = job_for_pods(JobId(key), queue, [(key, req)], gang=False)
+        now = self.clock()
+        self.sched.restore(job, [p], now)
+        info = JobInfo(job.id, queue, task_pod, running=True)
+        self.jobs[job.id] = info
+        self.pod_job[key] = job.id
+        self.requests[key] = req
+        self.uids[key] = str((pod.get("metadata") or {}).get("uid") or "")
+        item = replace(self._bind_item(key, p, info, "", now, pod), watched=False)
+        # the pod was just read: no cache fence; kube-scheduler's extender call times out
+        outcome = await self.binder.bind(item, lock_wait_s=self.opt.extender_lock_wait_s)
+        if key not in self.stats.bound_at:
+            raise AdapterError(f"binding {key} to {p.node} failed: {outcome}")
+
+    def _in_gang(self, key: str) -> bool:
+        return any(key in members for _, members in self.gangs.values())
+
+    def _bound_elsewhere(self, key: str, obj: Mapping[str, Any]) -> None:
+        """A pod bound outside this replica's view (another leader): take its cards."""
+        try:
+            rec = self.recorded(obj)
+        except TranslateError as exc:
+            log.warning("%s", exc)
+            return
+        if rec is None or rec.job in self.jobs:
+            return
+        members = []
+        for k, pod in self.all_pods():
+            if ended(pod) or not (pod.get("spec") or {}).get("nodeName"):
+                continue
+            try:
+                r = self.recorded(pod)
+            except TranslateError:
+                continue
+            if r is not None and r.job == rec.job:
+                members.append((k, r))
+        if len(members) >= rec.gang_size:
+            self._restore(rec.job, members)
+
+    def recorded(self, pod: Mapping[str, Any]) -> RecordedPlacement | None:
+        """A bound pod's cards: gpupool's record, else HAMi's device annotation (a pod that
+        HAMi's scheduler bound). TranslateError when neither can be read."""
+        rec = read_placement(pod)
+        if rec is not None:
+            return rec
+        node = self.nodes_by_name.get(str((pod.get("spec") or {}).get("nodeName") or ""))
+        if node is None:
+            return None
+        try:
+            req = self.read_request(pod)
+            queue = self.resolve_queue(pod)
+        except (InvalidJobError, NotFoundError) as exc:
+            raise TranslateError(f"bound pod {object_key(pod)}: {exc}") from exc
+        return placement_from_hami(pod, node, queue, req.cpu_milli, req.memory_mib)
+
+    def read_request(self, pod: Mapping[str, Any]) -> PodRequest:
+        if self._inventory is None:
+            nodes = self.nodes_by_name.values()
+            self._inventory = (card_floor(nodes),
+                               frozenset(g.model for n in nodes for g in n.gpus))
+        floor, models = self._inventory
+        req = pod_request(pod, self.opt.names, card_memory_mib=floor, models=models)
+        if self.elastic is not None:
+            req = self.elastic.consumer_request(pod, req)  # its claims hold the cards
+        return req
+
+    def resolve_queue(self, pod: Mapping[str, Any]) -> str:
+        assert self.sched is not None
+        ns = str((pod.get("metadata") or {}).get("namespace", "default"))
+        name = pod_queue(pod, self.opt.default_queue) or self.opt.default_queue
+        for candidate in (f"{ns}/{name}", name):
+            try:
+                self.sched.queues.resolve(candidate)
+                return candidate
+            except NotFoundError:
+                continue
+        self.sched.queues.resolve(name)  # raises, naming the known queues
+        return name
+
+    # -- admission ---------------------------------------------------------------------------
+
+    def _admit(self, key: str) -> None:
+        """A pending pod: submit it (alone, or with its gang once the gang is complete);
+        a gated pod or one in bind backoff waits."""
+        assert self.sched is not None
+        pod = self.own_pod(key)
+        if pod is None:
+            return
+        gates = scheduling_gates(pod)
+        if gates:
+            self.gated[key] = gates
+            self.status.park(key, "waiting for its scheduling gates to be removed: "
+                             + ", ".join(gates), reason="SchedulingGated")
+            return
+        self.gated.pop(key, None)
+        if self._in_backoff(key):
+            return
+        try:
+            req = self.read_request(pod)
+            cons = pod_constraints(pod)
+            queue = self.resolve_queue(pod)
+            gang = pod_gang(pod)
+        except (InvalidJobError, TranslateError, NotFoundError) as exc:
+            self._reject([key], str(exc))
+            return
+        self.requests[key] = req
+        self.constraints[key] = cons
+        ignored = ignored_constraints(pod)
+        if ignored and self.is_leader():
+            self._spawn(self.status.event(
+                pod, "Warning", "ConstraintIgnored",
+                "gpupool does not honour " + ", ".join(ignored)
+                + "; the pod is placed as if they were absent"))
+        self.uids[key] = str((pod.get("metadata") or {}).get("uid") or "")
+        if gang is None:
+            self._submit(pod_job_id(pod), queue, {key: req}, gang_size=1)
+            return
+        _, members = self.gangs.setdefault(gang.job_id, (gang, {}))
+        members[key] = req
+        self._try_gang(gang.job_id, queue)
+
+    def _in_backoff(self, key: str) -> bool:
+        """Whether the pod's last bind was refused within its backoff; it is admitted
+        again when the backoff ends."""
+        entry = self.backoff.get(key)
+        if entry is None:
+            return False
+        until, _delay = entry
+        wait = until - time.monotonic()
+        if wait <= 0:
+            return False
+        if key not in self._backoff_timers:
+            self._backoff_timers.add(key)
+            self._spawn(self._admit_later(key, wait))
+        return True
+
+    async def _admit_later(self, key: str, wait: float) -> None:
+        try:
+            await asyncio.sleep(wait)
+        finally:
+            self._backoff_timers.discard(key)
+        if (self.sched is not None and key not in self.pod_job and not self._in_gang(key)
+                and key not in self.rejected):
+            self._admit(key)
+            self._dirty.set()
+
+    def _back_off(self, key: str) -> None:
+        """The API server refused the pod's bind: it waits before it is tried again,
+        twice as long each time (kube-scheduler's pod backoff, 1 s to 10 s by default)."""
+        _, delay = self.backoff.get(key, (0.0, self.opt.backoff_initial_s / 2))
+        delay = min(delay * 2, self.opt.backoff_max_s)
+        self.backoff[key] = (time.monotonic() + delay, delay)
+
+    def _gang_size(self, gang: GangRef) -> int | None:
+        if gang.size:
+            return gang.size
+        owner = f"{gang.namespace}/{gang.job_owner}"
+        if owner in self.job_sizes:
+            return self.job_sizes[owner]
+        self._spawn(self._fetch_job_size(gang, owner))
+        return None
+
+    async def _fetch_job_size(self, gang: GangRef, owner: str) -> None:
+        try:
+            job = await self.kube.request(
+                "GET", f"/apis/batch/v1/namespaces/{gang.namespace}/jobs/{gang.job_owner}")
+        except ApiError as exc:
+            log.warning("gang %s: Job %s: %s", gang.job_id, owner, exc)
+            return
+        self.job_sizes[owner] = int((job.get("spec") or {}).get("parallelism") or 1)
+        if self.sched is not None and gang.job_id in self.gangs:
+            members = self.gangs[gang.job_id][1]
+            if members:
+                first = self.pod(next(iter(members)))
+                if first is not None:
+                    try:
+                        self._try_gang(gang.job_id, self.resolve_queue(first))
+                    except NotFoundError as exc:
+                        self._reject(list(members), str(exc))
+        self._dirty.set()
+
+    def _try_gang(self, job_id: JobId, queue: str) -> None:
+        gang, members = self.gangs[job_id]
+        size = self._gang_size(gang)
+        if size is None:
+            return
+        if job_id in self.jobs:
+            # the gang was submitted already: a late pod (a replacement) runs on its own
+            for key in list(members):
+                del members[key]
+                pod = self.pod(key)
+                if pod is not None:
+                    self._submit(pod_job_id(pod), queue, {key: self.requests[key]}, 1)
+            return
+        if len(members) < size:
+            for key in members:
+                self.status.park(key, f"gang {gang.name} waiting for its pods: "
+                                      f"{len(members)}/{size} created")
+            return
+        del self.gangs[job_id]
+        self._submit(job_id, queue, members, gang_size=size)
+
+    def _submit(self, job_id: JobId, queue: str, pods: Mapping[str, PodRequest],
+                gang_size: int) -> None:
+        assert self.sched is not None
+        keys = sorted(pods)
+        job, task_pod = job_for_pods(
+            job_id, queue, [(k, pods[k]) for k in keys], gang=gang_size > 1,
+            min_member=gang_size if gang_size > 1 else None, now_s=self.clock(),
+            constraints={k: self.constraints.get(k, Constraints()) for k in keys})
+        try:
+            self.sched.submit(job, self.clock())
+        except (InvalidJobError, NotFoundError, ConflictError) as exc:
+            self._reject(keys, str(exc))
+            return
+        self.jobs[job_id] = JobInfo(job_id, queue, task_pod, gang_size=gang_size)
+        for k in keys:
+            self.pod_job[k] = job_id
+        if self.provisioning is not None:  # its ProvisioningRequest, read back at a rebuild
+            self.provisioning.resubmitted(job_id)
+        self._dirty.set()
+
+    def _reject(self, keys: list[str], reason: str) -> None:
+        for key in keys:
+            self.rejected[key] = reason
+            self.stats.rejected += 1
+            self.status.reject(key, reason)
+
+    def _pod_ended(self, key: str) -> None:
+        assert self.sched is not None
+        self.rejected.pop(key, None)
+        self.status.forget(key)
+        self.requests.pop(key, None)
+        self.constraints.pop(key, None)
+        self.gated.pop(key, None)
+        for job_id, (_gang, members) in list(self.gangs.items()):
+            if members.pop(key, None) is not None and not members:
+                del self.gangs[job_id]
+        found = self.pod_job.pop(key, None)
+        if found is None:
+            return
+        job_id = found
+        info = self.jobs[job_id]
+        now = self.clock()
+        if not info.running:
+            # pending: withdraw the job; its other pods wait again (a gang) or go on alone
+            self.sched.cancel(job_id, now)
+            del self.jobs[job_id]
+            for other in info.pods:
+                if other != key and self.pod_job.pop(other, None) is not None:
+                    self._admit(other)
+            self._dirty.set()
+            return
+        info.ended.add(key)
+        if all(k in info.ended for k in info.pods):
+            del self.jobs[job_id]
+            with contextlib.suppress(NotFoundError):
+                self.sched.finished(job_id, now)
+            self._dirty.set()
+
+    def _still_waiting(self, key: str) -> bool:
+        if key in self.gated:
+            return True
+        job = self.pod_job.get(key)
+        if job is not None:
+            info = self.jobs.get(job)
+            return info is not None and not info.running
+        return self._in_gang(key)
