@@ -384,3 +384,49 @@ def test_step_mean() -> None:
     assert step_mean(t, y, 5, 15) == pytest.approx(2.0)
     assert step_mean(t, y, 20, 40) == 0.0
     assert math.isclose(step_mean(t, y, 0, 40), 1.0)
+
+
+TARGET_ERRORS = [
+    ("  targets: {bogus: 1}\n", "spec.targets.bogus: unknown field"),
+    ("  targets: {jain: 1.5}\n", "spec.targets.jain: 1.5 must be between 0 and 1"),
+    ("  targets: {noGainPts: {queues: [zz], pts: 2}}\n",
+     "spec.targets.noGainPts.queues: 'zz' is not a ClusterQueue of this file; known: a, b"),
+    ("  targets: {guaranteedPreempted: -1}\n",
+     "spec.targets.guaranteedPreempted: -1 must be a count"),
+    ("  targets: {waitEstimate: {}}\n", "spec.targets.waitEstimate: give relativeError"),
+]
+
+
+@pytest.mark.parametrize(("extra", "needle"), TARGET_ERRORS)
+def test_target_errors_name_the_field_value_and_rule(tmp_path: Path, extra: str,
+                                                     needle: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        load(tmp_path, A_STREAM, spec_extra=extra)
+    assert needle in str(err.value), str(err.value)
+
+
+def test_targets_are_read_and_checked_per_seed(tmp_path: Path) -> None:
+    from gpupool.sim.scenario_report import summarise
+
+    s = load(tmp_path, A_STREAM, spec_extra=(
+        "  targets:\n    utilization: 0.99\n    guaranteedPreempted: 0\n"
+        "    waitEstimate: {relativeError: 0.1, absoluteError: 5m}\n"))
+    assert s.targets.utilization == 0.99 and s.targets.wait_absolute_error_s == 300.0
+    summary = summarise(s, [simulate(s, 1)])
+    rows = {t["target"]: t for t in summary["runs"]["1"]["targets"]}
+    assert set(rows) == {"utilization", "evictions of guaranteed quota", "wait estimate"}
+    assert rows["evictions of guaranteed quota"]["met"]
+    util = summary["runs"]["1"]["utilization"]
+    assert rows["utilization"]["met"] == (util >= 0.99)
+    assert summary["targets_met"] == all(t["met"] for t in rows.values())
+
+
+def test_a_declared_duration_reaches_the_scheduler(tmp_path: Path) -> None:
+    s = load(tmp_path, A_STREAM.replace("      duration: {uniform: {min: 5m, max: 15m}}\n",
+                                        "      duration: {uniform: {min: 5m, max: 15m}}\n"
+                                        "      declareDuration: true\n"))
+    jobs, src = generate_jobs(s, 1)
+    assert jobs and all(j.duration_s == src[j.id].duration_s for j in jobs)
+    with pytest.raises(ConfigError, match="declareDuration: 'yes' is not true or false"):
+        load(tmp_path, A_STREAM.replace("      cpu: 4\n", "      cpu: 4\n"
+                                        "      declareDuration: 'yes'\n"))
