@@ -25,7 +25,7 @@ from typing import Any
 from gpupool.k8s.nodeagent.hami import Device
 from gpupool.k8s.nodeagent.kubelet import Rejection
 
-__all__ = ["Card", "ContainerAllocation", "Ledger"]
+__all__ = ["Card", "ContainerAllocation", "Ledger", "physical"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +56,11 @@ class _Pod:
     active: bool = False
 
 
+def physical(device_id: str) -> str:
+    """The card a device ID names: HAMi's MIG entries are ``UUID[template-position]``."""
+    return device_id.split("[", 1)[0]
+
+
 class Ledger:
     def __init__(self) -> None:
         self.cards: dict[str, dict[str, Card]] = {}  # node -> uuid -> card
@@ -81,7 +86,8 @@ class Ledger:
         pod.allocations.append(a)
         if a.served_uid != a.uid:
             self.misdirected.append(a)
-        if pod.expected is not None and any(d.uuid not in pod.expected for d in a.devices):
+        if pod.expected is not None and any(physical(d.uuid) not in pod.expected
+                                            for d in a.devices):
             self.swaps.append(a)
 
     def admit(self, uid: str) -> None:
@@ -112,8 +118,8 @@ class Ledger:
                 continue
             for a in pod.allocations:
                 for d in a.devices:
-                    slices[d.uuid] += 1
-                    memory[d.uuid] += d.used_mib
+                    slices[physical(d.uuid)] += 1
+                    memory[physical(d.uuid)] += d.used_mib
         for uuid, n in slices.items():
             card = cards.get(uuid)
             if card is None:
