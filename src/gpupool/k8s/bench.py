@@ -117,7 +117,7 @@ async def _agents_done(fleet: Fleet, kube: Kube, ns: str, judged_all: int, bound
         if judged >= judged_all:
             break
         await asyncio.sleep(0.2)
-    running_deadline = time.perf_counter() + 10 + fleet.start_delay_s
+    running_deadline = time.perf_counter() + timeout_s
     count = 0
     while time.perf_counter() < running_deadline:
         listed = await kube.request("GET", f"/api/v1/namespaces/{ns}/pods")
@@ -250,11 +250,11 @@ async def run_bench(kubeconfig: str | None, nodes: int, gpus: int, pods: int, ns
         node_side: dict[str, Any] = dict.fromkeys(
             ("swapped_allocations", "misdirected_allocations", "kubelet_rejections",
              "rejections_by_reason", "cards_over_split", "cards_over_memory",
-             "pods_running"))
+             "pods_admitted", "pods_running"))
         if fleet is not None:
             others = nodes if other_cpu_pct else 0
             running = await _agents_done(fleet, kube, ns, len(bound) + 1 + others,
-                                         len(bound), 60.0)
+                                         len(bound), 120.0)
             summary = fleet.summary()
             node_side.update({k: summary[k] for k in node_side if k in summary})
             node_side["pods_running"] = running
