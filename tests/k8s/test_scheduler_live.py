@@ -78,6 +78,7 @@ def test_pods_bound_with_hami_annotations(control_plane: ControlPlane) -> None:
                 ann = pod["metadata"]["annotations"]
                 node = pod["spec"]["nodeName"]
                 assert ann["hami.io/vgpu-node"] == node
+                assert pod["metadata"]["labels"]["hami.io/vgpu-node"] == node
                 assert ann["hami.io/bind-phase"] == "allocating"
                 assert ann["hami.io/vgpu-time"].isdigit() and ann["hami.io/bind-time"].isdigit()
                 assert ann["hami.io/vgpu-devices-to-allocate"] == \
@@ -88,7 +89,7 @@ def test_pods_bound_with_hami_annotations(control_plane: ControlPlane) -> None:
             idx = card["cards"][0][0]
             node = whole["spec"]["nodeName"]
             assert whole["metadata"]["annotations"]["hami.io/vgpu-devices-allocated"] == \
-                f"GPU-{node}-{idx},NVIDIA,40960,0:;"
+                f"GPU-{node}-{idx},NVIDIA,40960,100:;"
             s_ann = sliced["metadata"]["annotations"]
             s_node = sliced["spec"]["nodeName"]
             s_idx = json.loads(s_ann["gpupool.io/placement"])["cards"][0][0]
@@ -107,7 +108,7 @@ def test_annotations_patched_first_mode(control_plane: ControlPlane) -> None:
             await make_pod(kube, "p", ns=NS, limits={"nvidia.com/gpu": 1})
             pod = await wait_for(lambda: bound(kube, NS, "p"), what="bound")
             assert pod["metadata"]["annotations"]["hami.io/vgpu-devices-allocated"] == \
-                "GPU-gpu-1-0,NVIDIA,40960,0:;"
+                "GPU-gpu-1-0,NVIDIA,40960,100:;"
 
     live(control_plane, body)
 
@@ -135,7 +136,7 @@ def test_pending_pod_gets_condition_and_event_with_numbers(control_plane: Contro
 @pytest.mark.parametrize(("limits", "labels", "reason"), [
     ({"nvidia.com/gpu": 4}, {}, "gpu"),
     ({"nvidia.com/gpu": 1, "nvidia.com/gpumem": 99999}, {}, "memory"),
-    ({"nvidia.com/gpucores": 50}, {}, "without nvidia.com/gpu"),
+    ({"nvidia.com/gpu": 1, "nvidia.com/gpucores": 150}, {}, "0..100"),
     ({"nvidia.com/gpu": 1}, {"gpupool.io/queue": "nope"}, "does not exist"),
 ])
 def test_bad_pods_are_rejected_with_reasons(control_plane: ControlPlane, limits: dict[str, Any],

@@ -45,6 +45,8 @@ def k8s_node(name: str = "n1", *, annotations: dict[str, str] | None = None,
              unschedulable: bool = False, taints: list[dict[str, str]] | None = None
              ) -> dict[str, Any]:
     alloc: dict[str, str] = {"cpu": "64", "memory": "512Gi", "pods": "110"}
+    if not gpus and "hami.io/node-nvidia-register" in (annotations or {}):
+        gpus = 20  # HAMi's device plugin advertises count x cards
     if gpus:
         alloc["nvidia.com/gpu"] = str(gpus)
     return {
@@ -140,11 +142,25 @@ def test_bad_allocatable_is_an_error() -> None:
      GpuRequest(gpu_milli=300, memory_mib=10000)),
     ({"nvidia.com/gpu": 1, "nvidia.com/gpumem": 4096}, GpuRequest(memory_mib=4096)),
     ({"nvidia.com/gpu": 1, "nvidia.com/gpumem-percentage": 25, "nvidia.com/gpucores": 50},
-     GpuRequest(gpu_milli=500, memory_mib=10240)),
+     GpuRequest(gpu_milli=500, memory_percent=25)),
     ({"nvidia.com/gpu": 1, "nvidia.com/gpucores": 20}, GpuRequest(gpu_milli=200,
-                                                                  memory_mib=40960)),
+                                                                  memory_percent=100)),
     ({"nvidia.com/gpu": 1, "nvidia.com/gpucores": 100}, GpuRequest(count=1)),
-    ({"nvidia.com/gpu": 2, "nvidia.com/gpumem": 20000}, GpuRequest(count=2, memory_mib=20000)),
+    # HAMi: n cards each holding the slice, not n whole cards
+    ({"nvidia.com/gpu": 2, "nvidia.com/gpumem": 20000}, GpuRequest(memory_mib=20000, cards=2)),
+    # HAMi's defaults: one card when only memory or cores are named
+    ({"nvidia.com/gpumem": 3000}, GpuRequest(memory_mib=3000)),
+    ({"nvidia.com/gpucores": 30}, GpuRequest(gpu_milli=300, memory_percent=100)),
+    # a percentage of 100 and no cores: the webhook gives the card's whole compute
+    ({"nvidia.com/gpu": 1, "nvidia.com/gpumem-percentage": 100}, GpuRequest(count=1)),
+    ({"nvidia.com/gpu": 1, "nvidia.com/gpumem-percentage": 50},
+     GpuRequest(memory_percent=50)),
+    # a percentage of 0 is ignored (HAMi: the whole memory, cores 0)
+    ({"nvidia.com/gpu": 1, "nvidia.com/gpumem-percentage": 0},
+     GpuRequest(memory_percent=100)),
+    # cores 100 with some memory: the card to itself, on a card with that much memory
+    ({"nvidia.com/gpu": 1, "nvidia.com/gpumem": 4000, "nvidia.com/gpucores": 100},
+     GpuRequest(count=1, memory_mib=4000)),
 ])
 def test_pod_request(limits: dict[str, Any], expected: GpuRequest) -> None:
     req = pod_request(k8s_pod(limits), card_memory_mib=40960)
@@ -168,9 +184,8 @@ def test_effective_cpu_counts_init_containers() -> None:
 
 
 @pytest.mark.parametrize(("limits", "field"), [
-    ({"nvidia.com/gpucores": 30}, "without nvidia.com/gpu"),
     ({"nvidia.com/gpu": 1, "nvidia.com/gpucores": 150}, "0..100"),
-    ({"nvidia.com/gpu": 1, "nvidia.com/gpumem-percentage": 0}, "1..100"),
+    ({"nvidia.com/gpu": 1, "nvidia.com/gpumem-percentage": 150}, "0..100"),
     ({"nvidia.com/gpu": "1.5"}, "whole number"),
 ])
 def test_bad_requests_are_rejected_with_the_reason(limits: dict[str, Any], field: str) -> None:
@@ -178,11 +193,31 @@ def test_bad_requests_are_rejected_with_the_reason(limits: dict[str, Any], field
         pod_request(k8s_pod(limits))
 
 
-def test_slices_in_two_containers_are_refused() -> None:
+def test_slices_in_two_containers_hold_a_card_each() -> None:
     extra = [{"name": "side", "resources": {"limits": {"nvidia.com/gpu": 1,
-                                                       "nvidia.com/gpumem": 1000}}}]
-    with pytest.raises(InvalidJobError, match="only one container"):
-        pod_request(k8s_pod({"nvidia.com/gpu": 1}, extra=extra))
+                                                       "nvidia.com/gpumem-percentage": 10,
+                                                       "nvidia.com/gpucores": 30}}}]
+    pod = k8s_pod({"nvidia.com/gpu": 1, "nvidia.com/gpumem": 2000, "nvidia.com/gpucores": 20},
+                  extra=extra)
+    req = pod_request(pod)
+    assert req.gpu == GpuRequest(gpu_milli=300, memory_mib=2000, memory_percent=10, cards=2)
+    node = node_from_k8s(k8s_node(annotations={"hami.io/node-nvidia-register": REGISTER_JSON}))
+    ann = hami_annotations(req, _placement(GpuShare(0, 300, 4096), GpuShare(1, 300, 4096)),
+                           node, 5.0)
+    # each container its own card, each with its own limits
+    assert ann[DEVICES_TO_ALLOCATE] == "GPU-aaaa,NVIDIA,2000,20:;GPU-bbbb,NVIDIA,4096,30:;"
+
+
+def test_init_container_gpus_are_collapsed_not_summed() -> None:
+    init = [{"name": "warm", "resources": {"limits": {"nvidia.com/gpu": 2}}}]
+    req = pod_request(k8s_pod({"nvidia.com/gpu": 1}, init=init))
+    assert req.gpu == GpuRequest(count=2)  # max(2, 1), not 3
+    node = node_from_k8s(k8s_node(annotations={"hami.io/node-nvidia-register": REGISTER_JSON}))
+    ann = hami_annotations(req, _placement(GpuShare(0, 1000, 40960), GpuShare(1, 1000, 40960)),
+                           node, 5.0)
+    # the init container's cards are reused by the app container, as the kubelet does
+    assert ann[DEVICES_TO_ALLOCATE] == ("GPU-aaaa,NVIDIA,40960,100:GPU-bbbb,NVIDIA,40960,100:;"
+                                        "GPU-aaaa,NVIDIA,40960,100:;")
 
 
 def test_whole_cards_add_up_over_containers() -> None:
@@ -253,7 +288,8 @@ def test_hami_annotations_for_whole_cards_over_two_containers() -> None:
     req = pod_request(k8s_pod({"nvidia.com/gpu": 1}, extra=extra))
     ann = hami_annotations(req, _placement(GpuShare(0, 1000, 40960), GpuShare(1, 1000, 40960)),
                            node, 5.0)
-    assert ann[DEVICES_TO_ALLOCATE] == "GPU-aaaa,NVIDIA,40960,0:;GPU-bbbb,NVIDIA,40960,0:;"
+    # a whole card asked as nvidia.com/gpu alone carries gpucores 100, as HAMi's webhook sets
+    assert ann[DEVICES_TO_ALLOCATE] == "GPU-aaaa,NVIDIA,40960,100:;GPU-bbbb,NVIDIA,40960,100:;"
     assert ann[DEVICES_ALLOCATED] == ann[DEVICES_TO_ALLOCATE]
 
 
@@ -289,6 +325,12 @@ def test_placement_from_hami_annotation_alone() -> None:
     assert rec.shares == (GpuShare(0, 1000, 40960), GpuShare(1, 300, 12000))
     assert (rec.job, rec.task, rec.node) == ("team-a/p", "team-a/p/ps0-0", "n1")
     assert placement_from_hami(k8s_pod(), node, "default", 0, 0) is None
+    # an init container's card is counted at its peak beside the app's sum, not added
+    init = k8s_pod(annotations={"hami.io/vgpu-devices-allocated":
+                                "GPU-aaaa,NVIDIA,8000,50:;GPU-aaaa,NVIDIA,3000,20:;"},
+                   init=[{"name": "warm", "resources": {}}])
+    rec = placement_from_hami(init, node, "default", 0, 0)
+    assert rec is not None and rec.shares == (GpuShare(0, 500, 8000),)
     bad = k8s_pod(annotations={"hami.io/vgpu-devices-allocated": "GPU-zzzz,NVIDIA,1,1:;"})
     with pytest.raises(TranslateError, match="not on node n1"):
         placement_from_hami(bad, node, "default", 0, 0)

@@ -19,7 +19,8 @@ def gpu_cards(draw: st.DrawFn, count: int) -> tuple[Gpu, ...]:
         mig = (MigInstance("1g.10gb", draw(st.integers(1, 7)), 140, 10240),) if migged else ()
         cards.append(Gpu(i, model, mem, healthy=draw(st.integers(0, 9)) > 0, mig=mig,
                          nvlink_peers=tuple(j for j in range(count) if j != i)
-                         if draw(st.booleans()) else ()))
+                         if draw(st.booleans()) else (),
+                         max_holders=draw(st.sampled_from((0, 0, 1, 2, 3, 10)))))
     return tuple(cards)
 
 
@@ -47,8 +48,10 @@ def gpu_requests(draw: st.DrawFn) -> GpuRequest:
     if kind == "whole":
         return GpuRequest(count=draw(st.sampled_from((1, 1, 2, 4, 8))), models=models)
     if kind == "slice":
-        return GpuRequest(gpu_milli=draw(st.integers(1, 999)),
-                          memory_mib=draw(st.sampled_from((0, 1024, 8000, 20000))), models=models)
+        return GpuRequest(gpu_milli=draw(st.sampled_from((0, 1, 100, 300, 500, 999))),
+                          memory_mib=draw(st.sampled_from((0, 1024, 8000, 20000))), models=models,
+                          cards=draw(st.sampled_from((1, 1, 2, 3))),
+                          memory_percent=draw(st.sampled_from((0, 0, 10, 25, 50, 100))))
     if kind == "mig":
         return GpuRequest(mig_profile="1g.10gb")
     return GpuRequest()

@@ -47,6 +47,7 @@ def check_capacity(state: ClusterState) -> None:
     milli: dict[tuple[str, int], int] = defaultdict(int)
     mib: dict[tuple[str, int], int] = defaultdict(int)
     mig: dict[tuple[str, int, str], int] = defaultdict(int)
+    holders: dict[tuple[str, int], int] = defaultdict(int)
     cpu: dict[str, int] = defaultdict(int)
     mem: dict[str, int] = defaultdict(int)
     for p in state.placements():
@@ -58,6 +59,7 @@ def check_capacity(state: ClusterState) -> None:
             else:
                 milli[(p.node, s.index)] += s.gpu_milli
                 mib[(p.node, s.index)] += s.memory_mib
+                holders[(p.node, s.index)] += 1
     for node in state.nodes():
         i = t.row(node.name)
         assert cpu[node.name] <= node.cpu_milli and mem[node.name] <= node.memory_mib
@@ -66,6 +68,10 @@ def check_capacity(state: ClusterState) -> None:
             used, used_mib = milli[(node.name, g.index)], mib[(node.name, g.index)]
             assert used <= 1000 and used_mib <= g.memory_mib
             assert t.used_milli[i, g.index] == used and t.used_mib[i, g.index] == used_mib
+            held = holders[(node.name, g.index)]
+            assert t.holders[i, g.index] == held
+            if g.max_holders:
+                assert held <= g.max_holders, f"{node.name} GPU {g.index}: {held} holders"
             if used:
                 assert g.healthy and not g.is_mig
             for inst in g.mig:
@@ -137,3 +143,25 @@ def test_free_columns_are_consistent_after_a_busy_stream() -> None:
             for i in range(300)]
     run_cycle(state, jobs, default_profile())
     check_capacity(state)
+
+
+@given(nodes=clusters(), jobs=job_streams(), profile=st.sampled_from(sorted(PROFILES)))
+@SETTINGS
+def test_slices_take_their_share_of_the_card_they_land_on(nodes: list[Node], jobs: list[Job],
+                                                           profile: str) -> None:
+    """A slice holds ``cards`` distinct cards, each with its compute and with its memory taken
+    of that card (a percentage of the chosen card, not of some other one)."""
+    state, _ = drive(nodes, jobs, [], profile)
+    requests = {j.id: j.pod_sets[0].gpu for j in jobs}
+    for p in state.placements():
+        req = requests[p.job]
+        if req.kind.value != "slice":
+            continue
+        node = next(n for n in state.nodes() if n.name == p.node)
+        assert len(p.shares) == req.cards
+        assert len({s.index for s in p.shares}) == req.cards
+        for s in p.shares:
+            card = node.gpus[s.index]
+            assert s.gpu_milli == req.gpu_milli
+            assert s.memory_mib == req.slice_mib(card.memory_mib)
+            assert not req.models or card.model in req.models

@@ -248,8 +248,8 @@ def request_demand(job: Job, flavor: str) -> Vec:
             put(Resource.GPU_MILLI, n * g.count * WHOLE_GPU_MILLI)
             put(Resource.GPU_MEMORY_MIB, n * g.count * g.memory_mib)
         elif g.kind is GpuKind.SLICE:
-            put(Resource.GPU_MILLI, n * g.gpu_milli)
-            put(Resource.GPU_MEMORY_MIB, n * g.memory_mib)
+            put(Resource.GPU_MILLI, n * g.gpu_milli * g.cards)
+            put(Resource.GPU_MEMORY_MIB, n * g.memory_mib * g.cards)
     if job.min_member is not None and job.min_member < job.task_count:
         # Only the gang minimum must be admitted together: scale down to it.
         frac = job.min_member / job.task_count

@@ -72,6 +72,9 @@ class Gpu:
     healthy: bool = True
     mig: tuple[MigInstance, ...] = ()  # empty: not partitioned
     nvlink_peers: tuple[int, ...] = ()  # indices of cards on the same node linked by NVLink
+    max_holders: int = 0
+    """The most placements that may hold part of this card at once (HAMi's per-card split
+    count, ``deviceSplitCount``); 0: no limit. A whole-card holder counts as one."""
 
     @property
     def is_mig(self) -> bool:
@@ -106,10 +109,14 @@ class GpuRequest:
 
     - whole GPUs: ``count`` >= 1 cards, each entirely free; ``memory_mib``, when set, is the
       least memory each card must have (ask for 80 GiB cards);
-    - a slice of one GPU: ``count`` 0, ``gpu_milli`` 1..999 and/or ``memory_mib`` of one card;
+    - a slice: ``count`` 0, ``gpu_milli`` 0..999 and/or memory, on each of ``cards``
+      distinct cards (usually one). The memory of a card is ``memory_mib``, or
+      ``memory_percent`` of that card's own memory, whichever is larger; a slice asking no
+      compute (``gpu_milli`` 0) still needs a card whose compute is not all taken;
     - a MIG instance: ``mig_profile``, one instance of that profile.
 
-    ``models`` lists the GPU models allowed (empty: any).
+    ``models`` lists the GPU models allowed (empty: any); ``uuids``, when not empty, the only
+    cards allowed, and ``excluded_uuids`` cards never to use.
     """
 
     count: int = 0
@@ -117,6 +124,10 @@ class GpuRequest:
     memory_mib: int = 0
     mig_profile: str | None = None
     models: frozenset[str] = frozenset()
+    cards: int = 1
+    memory_percent: int = 0
+    uuids: frozenset[str] = frozenset()
+    excluded_uuids: frozenset[str] = frozenset()
 
     @property
     def kind(self) -> GpuKind:
@@ -124,9 +135,13 @@ class GpuRequest:
             return GpuKind.MIG
         if self.count > 0:
             return GpuKind.WHOLE
-        if self.gpu_milli > 0 or self.memory_mib > 0:
+        if self.gpu_milli > 0 or self.memory_mib > 0 or self.memory_percent > 0:
             return GpuKind.SLICE
         return GpuKind.NONE
+
+    def slice_mib(self, card_mib: int) -> int:
+        """MiB a slice takes of a card with ``card_mib`` of memory."""
+        return max(self.memory_mib, card_mib * self.memory_percent // 100)
 
     @property
     def total_milli(self) -> int:
@@ -135,7 +150,7 @@ class GpuRequest:
         if kind is GpuKind.WHOLE:
             return self.count * WHOLE_GPU_MILLI
         if kind is GpuKind.SLICE:
-            return self.gpu_milli
+            return self.gpu_milli * self.cards
         return 0
 
 

@@ -6,8 +6,10 @@ row goes through ``apply`` (a placement in or out) or ``set_node`` (inventory), 
 derived columns current and stamp the row with a fresh generation number; caches keyed by
 (row, generation) stay valid until that row changes, as kube-scheduler's NodeInfo generations.
 
-Cells of cards a node does not have, cards that are unhealthy and MIG-partitioned cards hold
--1 in ``free_milli`` and ``free_mib``, so "a card with at least m free" never matches them.
+Cells of cards a node does not have, cards that are unhealthy, MIG-partitioned cards and cards
+holding as many placements as their ``max_holders`` allows hold -1 in ``free_milli`` and
+``free_mib``, so "a card with at least m free" never matches them. ``holders`` counts the
+placements holding part of each card (HAMi's per-card ``Used``), ``holder_cap`` their limit.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gpupool.core.errors import ConflictError, NotFoundError
-from gpupool.core.model import WHOLE_GPU_MILLI, Node, NodeName, Placement
+from gpupool.core.model import WHOLE_GPU_MILLI, GpuRequest, Node, NodeName, Placement
 
 I64 = npt.NDArray[np.int64]
 I32 = npt.NDArray[np.int32]
@@ -31,8 +33,10 @@ _ROW_COLUMNS = (
 _KIND_COLUMNS = ("tasks_by_kind",)
 _CELL_COLUMNS = (
     "gpu_usable", "gpu_mig", "gpu_model", "gpu_mem_cap", "used_milli", "used_mib",
-    "free_milli", "free_mib",
+    "free_milli", "free_mib", "holders", "holder_cap", "gpu_uuid",
 )
+NO_HOLDER_LIMIT = 1 << 40
+"""``holder_cap`` of a card without a split count."""
 
 
 class NodeTable:
@@ -50,6 +54,7 @@ class NodeTable:
         self.models: list[str] = []
         self.model_code: dict[str, int] = {}
         self.mig_profiles: dict[str, int] = {}
+        self.uuid_code: dict[str, int] = {}
         self.version = 0  # bumped whenever inventory (not usage) changes
         self._counter = 0
         self._alloc(capacity)
@@ -83,6 +88,9 @@ class NodeTable:
         self.used_mib: I64 = np.zeros((capacity, w), np.int64)
         self.free_milli: I64 = np.full((capacity, w), -1, np.int64)
         self.free_mib: I64 = np.full((capacity, w), -1, np.int64)
+        self.holders: I64 = np.zeros((capacity, w), np.int64)
+        self.holder_cap: I64 = np.full((capacity, w), NO_HOLDER_LIMIT, np.int64)
+        self.gpu_uuid: I64 = np.full((capacity, w), -1, np.int64)
         self.mig_free: dict[str, I64] = {
             p: np.zeros((capacity, w), np.int64) for p in self.mig_profiles
         }
@@ -128,6 +136,7 @@ class NodeTable:
         self.mem_free[i] = node.memory_mib
         self.used_milli[i] = 0
         self.used_mib[i] = 0
+        self.holders[i] = 0
         self.tasks_by_kind[i] = 0
         for gpu in node.gpus:
             for inst in gpu.mig:
@@ -170,6 +179,8 @@ class NodeTable:
         self.gpu_mig[i] = False
         self.gpu_model[i] = -1
         self.gpu_mem_cap[i] = 0
+        self.holder_cap[i] = NO_HOLDER_LIMIT
+        self.gpu_uuid[i] = -1
         for gpu in node.gpus:
             if not 0 <= gpu.index < len(node.gpus):
                 raise ConflictError(
@@ -186,11 +197,19 @@ class NodeTable:
             self.gpu_mem_cap[i, gpu.index] = gpu.memory_mib
             self.gpu_mig[i, gpu.index] = gpu.is_mig
             self.gpu_usable[i, gpu.index] = gpu.healthy and not gpu.is_mig
+            if gpu.max_holders > 0:
+                self.holder_cap[i, gpu.index] = gpu.max_holders
+            if gpu.uuid:
+                code = self.uuid_code.get(gpu.uuid)
+                if code is None:
+                    code = self.uuid_code[gpu.uuid] = len(self.uuid_code)
+                self.gpu_uuid[i, gpu.index] = code
 
     def _derive(self, i: int) -> None:
         usable = self.gpu_usable[i]
-        self.free_milli[i] = np.where(usable, WHOLE_GPU_MILLI - self.used_milli[i], -1)
-        self.free_mib[i] = np.where(usable, self.gpu_mem_cap[i] - self.used_mib[i], -1)
+        open_ = usable & (self.holders[i] < self.holder_cap[i])
+        self.free_milli[i] = np.where(open_, WHOLE_GPU_MILLI - self.used_milli[i], -1)
+        self.free_mib[i] = np.where(open_, self.gpu_mem_cap[i] - self.used_mib[i], -1)
         self.free_whole[i] = int(
             np.count_nonzero(usable & (self.used_milli[i] == 0) & (self.used_mib[i] == 0)))
         self.milli_total[i] = WHOLE_GPU_MILLI * int(np.count_nonzero(usable))
@@ -224,6 +243,7 @@ class NodeTable:
             else:
                 self.used_milli[i, s.index] += sign * s.gpu_milli
                 self.used_mib[i, s.index] += sign * s.memory_mib
+                self.holders[i, s.index] += sign
         self.tasks_by_kind[i, task_kind(p)] += sign
         self._derive(i)
         return i
@@ -246,6 +266,10 @@ class NodeTable:
             if s.index in seen:
                 raise ConflictError(f"{where}: GPU {s.index} listed twice")
             seen.add(s.index)
+            if self.holders[i, s.index] >= self.holder_cap[i, s.index]:
+                raise ConflictError(
+                    f"{where}: GPU {s.index} already has {self.holders[i, s.index]} holders, "
+                    f"its split count")
             if (s.gpu_milli > self.free_milli[i, s.index]
                     or s.memory_mib > self.free_mib[i, s.index]):
                 raise ConflictError(
@@ -264,6 +288,7 @@ class NodeTable:
         other.models = list(self.models)
         other.model_code = dict(self.model_code)
         other.mig_profiles = dict(self.mig_profiles)
+        other.uuid_code = dict(self.uuid_code)
         other.version = self.version
         other._counter = self._counter
         other.cap_rows = self.cap_rows
@@ -299,6 +324,18 @@ class NodeTable:
             for g in range(int(self.gpu_count[i]))
             if self.gpu_usable[i, g]
         ]
+
+    def slice_room(self, rows: npt.NDArray[np.int64], req: GpuRequest) -> Bool:
+        """[len(rows), width]: cards of ``rows`` with room for one slice of ``req`` (its
+        compute, at least one milli-GPU free, and its memory on that very card)."""
+        fits: Bool = self.free_milli[rows] >= max(req.gpu_milli, 1)
+        if req.memory_percent:
+            need = np.maximum(req.memory_mib,
+                              self.gpu_mem_cap[rows] * req.memory_percent // 100)
+            fits &= self.free_mib[rows] >= need
+        else:
+            fits &= self.free_mib[rows] >= req.memory_mib
+        return fits
 
 
 def task_kind(p: Placement) -> int:

@@ -68,6 +68,9 @@ def _check_pod_set(ps: PodSet, at: str, bad: Callable[[str, object, str], Invali
     else:
         need(g.gpu_milli < WHOLE_GPU_MILLI, "gpu.gpu_milli", g.gpu_milli,
              "a slice is 1..999 milli-GPU of one card; ask for whole GPUs with count")
+    need(1 <= g.cards <= 64, "gpu.cards", g.cards, "a slice goes on 1..64 distinct cards")
+    need(0 <= g.memory_percent <= 100, "gpu.memory_percent", g.memory_percent,
+         "must be 0..100 percent of a card's memory")
 
 
 class Validator:
@@ -152,7 +155,11 @@ def _never_fits(ps: PodSet, t: NodeTable) -> str | None:
         if g.memory_mib > biggest:
             return out("gpu.memory_mib", g.memory_mib,
                        f"more than any single GPU has (largest: {biggest} MiB)")
-        per_node = (cards & (t.gpu_mem_cap[live] >= g.memory_mib)).any(axis=1)
+        counts = (cards & (t.gpu_mem_cap[live] >= g.memory_mib)).sum(axis=1)
+        if g.cards > 1 and int(counts.max()) < g.cards:
+            return out("gpu.cards", g.cards,
+                       f"more GPUs than any node has (most on one node: {int(counts.max())})")
+        per_node = counts >= g.cards
     else:
         cards &= t.gpu_mem_cap[live] >= g.memory_mib
         counts = cards.sum(axis=1)

@@ -70,6 +70,7 @@ from gpupool.k8s.translate import (
     TranslateError,
     card_floor,
     hami_annotations,
+    hami_labels,
     is_terminal,
     node_from_k8s,
     placement_annotation,
@@ -736,6 +737,10 @@ class Controller:
         }
         if not self.opt.annotate_first:
             binding["metadata"]["annotations"] = annotations
+        labels = hami_labels(annotations)  # a Binding carries no labels: patched first
+        patch: dict[str, Any] = {"annotations": annotations} if self.opt.annotate_first else {}
+        if labels:
+            patch["labels"] = labels
         async with self._bind_sem:
             deadline = time.monotonic() + self.opt.bind_retry_s
             attempt = 0
@@ -745,11 +750,10 @@ class Controller:
                     log.info("not leader any more: %s not bound", key)
                     return
                 try:
-                    if self.opt.annotate_first:
+                    if patch:
                         await self.kube.request(
                             "PATCH", f"/api/v1/namespaces/{ns}/pods/{name}",
-                            {"metadata": {"annotations": annotations}},
-                            content_type=MERGE_PATCH)
+                            {"metadata": patch}, content_type=MERGE_PATCH)
                     await self.kube.request(
                         "POST", f"/api/v1/namespaces/{ns}/pods/{name}/binding", binding)
                     self.stats.binds += 1

@@ -20,7 +20,7 @@ def fitting_cards(cs: CycleState, task: Task, row: int) -> list[int]:
     if kind is GpuKind.WHOLE:
         ok = (t.free_milli[row] == WHOLE_GPU_MILLI) & (t.used_mib[row] == 0)
     elif kind is GpuKind.SLICE:
-        ok = (t.free_milli[row] >= req.gpu_milli) & (t.free_mib[row] >= req.memory_mib)
+        ok = t.slice_room(np.asarray([row], np.int64), req)[0]
     elif kind is GpuKind.MIG:
         pool = t.mig_free.get(req.mig_profile or "")
         if pool is None:
@@ -64,9 +64,10 @@ def nvlink_group(candidates: list[int], peers: dict[int, frozenset[int]], k: int
 
 @dataclass(frozen=True, slots=True)
 class BestFitCards:
-    """Slices go to the fitting card with the least compute free (then least memory), so
-    fully free cards stay whole; whole GPUs take NVLink-connected cards when the node declares
-    peers, else the lowest indices; MIG instances go to the card with fewest of them free."""
+    """Slices go to the fitting cards with the least compute free (then least memory), so
+    fully free cards stay whole, each taking its memory of the card it lands on; whole GPUs
+    take NVLink-connected cards when the node declares peers, else the lowest indices; MIG
+    instances go to the card with fewest of them free."""
 
     name: ClassVar[str] = "best-fit-cards"
 
@@ -78,10 +79,11 @@ class BestFitCards:
         cands = fitting_cards(cs, task, row)
         t = cs.table
         if kind is GpuKind.SLICE:
-            if not cands:
+            if len(cands) < req.cards:
                 return None
-            g = min(cands, key=lambda i: (t.free_milli[row, i], t.free_mib[row, i], i))
-            return (GpuShare(g, req.gpu_milli, req.memory_mib),)
+            chosen = sorted(cands, key=lambda i: (t.free_milli[row, i], t.free_mib[row, i], i))
+            return tuple(GpuShare(g, req.gpu_milli, req.slice_mib(int(t.gpu_mem_cap[row, g])))
+                         for g in sorted(chosen[:req.cards]))
         if kind is GpuKind.MIG:
             if not cands:
                 return None

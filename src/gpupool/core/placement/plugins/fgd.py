@@ -28,6 +28,7 @@ import numpy.typing as npt
 
 from gpupool.core.model import WHOLE_GPU_MILLI, GpuKind, GpuShare, Task
 from gpupool.core.placement.framework import CycleState, Rows, Scores
+from gpupool.core.placement.plugins.cards import BestFitCards
 from gpupool.core.placement.plugins.eligible import card_mask
 from gpupool.core.placement.plugins.frag import (
     F64,
@@ -42,7 +43,8 @@ from gpupool.core.placement.plugins.frag import (
 def shape_key(task: Task) -> tuple[Hashable, ...]:
     """What a shape-only score depends on: CPU and the GPU request (memory aside)."""
     req = task.request
-    return (task.cpu_milli, req.kind, req.count, req.gpu_milli, req.memory_mib, req.models)
+    return (task.cpu_milli, req.kind, req.count, req.gpu_milli, req.memory_mib, req.models,
+            req.cards, req.memory_percent, req.uuids, req.excluded_uuids)
 
 
 def whole_take(cs: CycleState, task: Task, rows: Rows) -> I64:
@@ -66,7 +68,7 @@ def slice_cards(cs: CycleState, task: Task, rows: Rows) -> np.ndarray[Any, np.dt
     """[R, W]: cards that can hold the task's slice (compute, memory, model)."""
     t = cs.table
     req = task.request
-    ok = (t.free_milli[rows] >= req.gpu_milli) & (t.free_mib[rows] >= req.memory_mib)
+    ok = t.slice_room(rows, req)
     allowed = card_mask(cs, req)
     if allowed is not None:
         ok &= allowed[rows]
@@ -152,6 +154,8 @@ class RowScored:
         req = task.request
         if req.kind is not GpuKind.SLICE:
             return exclusive_cards(cs, task, row)
+        if req.cards != 1 or req.memory_percent:
+            return BestFitCards().choose_cards(cs, task, row)
         score, card = self._scores(cs, task, np.asarray([row], np.int64))
         if score[0] < 0:
             return None

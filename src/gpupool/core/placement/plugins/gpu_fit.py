@@ -14,9 +14,10 @@ from gpupool.core.placement.plugins.eligible import card_mask
 class GpuFit:
     """Keeps nodes whose free cards can hold the request.
 
-    Whole GPUs: ``count`` usable cards, each entirely free (no slice on them). A slice: one
-    card with both the milli-GPU and the MiB free. MIG: one card with a free instance of the
-    profile. Unhealthy cards count as having nothing free.
+    Whole GPUs: ``count`` usable cards, each entirely free (no slice on them). A slice: on
+    each of ``cards`` distinct cards, both the milli-GPU (at least one) and the MiB free, the
+    memory taken of that card when it is a percentage. MIG: one card with a free instance of
+    the profile. Unhealthy cards, and cards at their split count, have nothing free.
     """
 
     name: ClassVar[str] = "gpu-fit"
@@ -38,11 +39,14 @@ class GpuFit:
         if kind is GpuKind.SLICE:
             # One value a node first (the largest free compute and memory of any card); the
             # exact same-card test runs on the nodes that pass it.
-            out = (t.max_free_milli[rows] >= req.gpu_milli) & (
+            out = (t.max_free_milli[rows] >= max(req.gpu_milli, 1)) & (
                 t.max_free_mib[rows] >= req.memory_mib)
             cand = rows[out]
-            fits: Mask = (t.free_milli[cand] >= req.gpu_milli) & (
-                t.free_mib[cand] >= req.memory_mib)
+            fits: Mask = t.slice_room(cand, req)
+            if allowed is not None:
+                fits &= allowed[cand]
+            out[out] = np.count_nonzero(fits, axis=1) >= req.cards
+            return out
         else:
             pool = t.mig_free.get(req.mig_profile or "")
             if pool is None:
@@ -62,4 +66,7 @@ class GpuFit:
             return f"fewer than {req.count} whole GPUs free"
         if kind is GpuKind.MIG:
             return f"no free MIG {req.mig_profile} instance"
-        return f"no GPU with {req.gpu_milli} milli and {req.memory_mib} MiB free"
+        mem = f"{req.memory_percent}% of its memory" if req.memory_percent else \
+            f"{req.memory_mib} MiB"
+        where = "no GPU" if req.cards == 1 else f"fewer than {req.cards} GPUs"
+        return f"{where} with {req.gpu_milli} milli and {mem} free"

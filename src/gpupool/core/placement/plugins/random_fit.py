@@ -14,7 +14,7 @@ import numpy as np
 
 from gpupool.core.model import GpuKind, GpuShare, Task
 from gpupool.core.placement.framework import CycleState, Rows, Scores
-from gpupool.core.placement.plugins.cards import fitting_cards
+from gpupool.core.placement.plugins.cards import BestFitCards, fitting_cards
 from gpupool.core.placement.plugins.fgd import exclusive_cards
 
 
@@ -35,6 +35,8 @@ class RandomFit:
         req = task.request
         if req.kind is not GpuKind.SLICE:
             return exclusive_cards(cs, task, row)
+        if req.cards != 1 or req.memory_percent:
+            return BestFitCards().choose_cards(cs, task, row)
         cands = fitting_cards(cs, task, row)
         if not cands:
             return None
