@@ -296,3 +296,24 @@ def test_a_replacement_pod_of_the_same_name(control_plane: ControlPlane) -> None
             clean_run(f)
 
     live(control_plane, body)
+
+
+def test_bench_reports_the_node_side(control_plane: ControlPlane) -> None:
+    """``gpupool k8s bench`` with node agents and other pods: every bound pod is judged by
+    a kubelet, and the figures say how; without agents those figures are null."""
+    from gpupool.k8s.bench import run_bench
+
+    result = asyncio.run(run_bench(control_plane.kubeconfig, nodes=3, gpus=4, pods=12,
+                                   ns="gpupool-bench-node", other_cpu_pct=50))
+    assert result["bound"] == 12 and result["node_agents"] is True
+    # 12 measured pods, the warm-up pod and 3 other pods, each admitted or rejected
+    assert result["pods_admitted"] + result["kubelet_rejections"] == 16
+    faults = {k: result[k] for k in ("swapped_allocations", "misdirected_allocations",
+                                     "kubelet_rejections", "cards_over_split",
+                                     "cards_over_memory")}
+    assert faults == dict.fromkeys(faults, 0)
+    assert result["pods_running"] == 12
+    plain = asyncio.run(run_bench(control_plane.kubeconfig, nodes=2, gpus=2, pods=4,
+                                  ns="gpupool-bench-node", node_agents=False))
+    assert plain["bound"] == 4 and plain["pods_running"] is None
+    assert plain["swapped_allocations"] is None

@@ -313,3 +313,17 @@ def test_cards_are_read_from_either_register_form() -> None:
     colon = "GPU-a,10,40960,100,A100,0,true:GPU-b,4,81920,100,H100,0,true:"
     assert cards_of({"metadata": {"annotations": {hami.REGISTER: colon}}}) == [
         Card("GPU-a", 10, 40960), Card("GPU-b", 4, 81920)]
+
+
+@pytest.mark.parametrize(("kwargs", "text"), [
+    ({"other_cpu_pct": 150.0}, "--other-cpu-pct=150.0 must be at least 0 and below 100"),
+    ({"other_cpu_pct": 50.0, "node_agents": False}, "--other-cpu-pct=50.0 needs the node "
+                                                     "agents"),
+])
+def test_bench_refuses_bad_node_side_options(kwargs: dict[str, Any], text: str) -> None:
+    from gpupool.core.errors import ConfigError
+    from gpupool.k8s.bench import run_bench
+
+    with pytest.raises(ConfigError) as err:
+        asyncio.run(run_bench(None, 1, 1, 1, "x", **kwargs))
+    assert text in str(err.value)
