@@ -327,3 +327,21 @@ def test_bench_refuses_bad_node_side_options(kwargs: dict[str, Any], text: str) 
     with pytest.raises(ConfigError) as err:
         asyncio.run(run_bench(None, 1, 1, 1, "x", **kwargs))
     assert text in str(err.value)
+
+
+def test_init_containers_hold_a_card_only_before_the_app_containers() -> None:
+    ledger = Ledger()
+    ledger.set_cards(NODE, [Card("GPU-0", 2, 10000)])
+    ledger.begin("p", "ns/p", NODE, frozenset({"GPU-0"}))
+    for name, mib, init in (("warm", 8000, True), ("c0", 4000, False), ("c1", 4000, False)):
+        ledger.allocated(ContainerAllocation(
+            pod="ns/p", uid="p", container=name, devices=(Device("GPU-0", "NVIDIA", mib, 10),),
+            served="ns/p", served_uid="p", init=init))
+    ledger.admit("p")
+    s = ledger.summary()  # 8000 MiB and 2 slices at most, not 16000 and 3
+    assert (s["cards_over_split"], s["cards_over_memory"]) == (0, 0)
+    ledger.begin("q", "ns/q", NODE, frozenset({"GPU-0"}))
+    ledger.allocated(alloc("q", "GPU-0", 4000))
+    ledger.admit("q")
+    s = ledger.summary()
+    assert (s["cards_over_split"], s["cards_over_memory"]) == (1, 1)

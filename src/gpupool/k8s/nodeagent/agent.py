@@ -71,16 +71,18 @@ def _pod_key(pod: Mapping[str, Any]) -> str:
     return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
 
-def _gpu_containers(pod: Mapping[str, Any]) -> list[tuple[str, int]]:
-    """(container, devices) for each container asking for GPUs, init containers first."""
+def _gpu_containers(pod: Mapping[str, Any]) -> list[tuple[str, int, bool]]:
+    """(container, devices, is init) for each container asking for GPUs, init containers
+    first (the order the kubelet allocates in)."""
     spec = pod.get("spec") or {}
     out = []
-    for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
-        res = c.get("resources") or {}
-        raw = (res.get("limits") or {}).get(GPU_RESOURCE,
-                                            (res.get("requests") or {}).get(GPU_RESOURCE))
-        if raw is not None and int(str(raw)) > 0:
-            out.append((str(c.get("name", "")), int(str(raw))))
+    for init, key in ((True, "initContainers"), (False, "containers")):
+        for c in spec.get(key) or []:
+            res = c.get("resources") or {}
+            raw = (res.get("limits") or {}).get(
+                GPU_RESOURCE, (res.get("requests") or {}).get(GPU_RESOURCE))
+            if raw is not None and int(str(raw)) > 0:
+                out.append((str(c.get("name", "")), int(str(raw)), init))
     return out
 
 
@@ -128,6 +130,7 @@ class NodeAgent:
         if uid in self.seen:
             return
         self.seen.add(uid)
+        self.fleet.note(self.name, f"bound {_pod_key(pod)}")
         phase = (pod.get("status") or {}).get("phase", "Pending")
         if phase == "Running":
             self.active[uid] = pod_requests(pod)  # admitted before this agent started
@@ -209,15 +212,18 @@ class NodeAgent:
         if need > healthy - held:
             return unexpected(f"requested number of devices unavailable for {GPU_RESOURCE}. "
                               f"Requested: {need}, Available: {max(0, healthy - held)}")
-        for container, n in wanted:
+        for container, n, init in wanted:
             try:
                 served, devices = await self.plugin.allocate(n)
             except AllocateError as exc:
                 return unexpected(str(exc))
+            self.fleet.note(self.name, f"Allocate for {key}/{container}: served "
+                            f"{_pod_key(served) if served else '-'} ({self.plugin.via})")
             if served:
                 self.fleet.ledger.allocated(ContainerAllocation(
                     pod=key, uid=uid, container=container, devices=tuple(devices),
-                    served=_pod_key(served), served_uid=str(_meta(served).get("uid", ""))))
+                    served=_pod_key(served), served_uid=str(_meta(served).get("uid", "")),
+                    via=self.plugin.via, init=init))
         return None
 
     async def _status(self, pod: Mapping[str, Any], status: dict[str, Any]) -> None:
@@ -311,6 +317,9 @@ class Fleet:
         self.start_delay_s = start_delay_s
         self.register_interval_s = register_interval_s
         self.ledger = Ledger()
+        self.trace: list[str] = []  # what each node saw, in order: locks, binds, Allocate
+        self._locks: dict[str, str | None] = {}
+        self._t0 = time.monotonic()
         self.agents: dict[str, NodeAgent] = {}
         self.nodes: dict[str, dict[str, Any]] = {}
         self.pods: dict[str, dict[str, Any]] = {}
@@ -348,6 +357,10 @@ class Fleet:
         self.nodes[name] = obj
         if self.only is not None and name not in self.only:
             return
+        lock = (_meta(obj).get("annotations") or {}).get(hami.NODE_LOCK)
+        if self._locks.get(name) != lock:
+            self._locks[name] = lock
+            self.note(name, f"lock {lock}")
         self.ledger.set_cards(name, cards_of(obj))
         if name not in self.agents:
             agent = NodeAgent(self, name)
@@ -370,6 +383,12 @@ class Fleet:
             agent.forget(obj)
         else:
             agent.offer(obj)
+
+    def note(self, node: str, text: str) -> None:
+        self.trace.append(f"{time.monotonic() - self._t0:8.3f} {node}: {text}")
+
+    def node_trace(self, node: str) -> str:
+        return "\n".join(t for t in self.trace if f" {node}: " in t)
 
     def agent(self, node: str) -> NodeAgent:
         return self.agents[node]

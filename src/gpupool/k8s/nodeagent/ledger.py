@@ -45,6 +45,8 @@ class ContainerAllocation:
     devices: tuple[Device, ...]
     served: str  # namespace/name of the pod whose annotation the device plugin read
     served_uid: str
+    via: str = ""  # how the device plugin found that pod: "lock <value>" or "scan"
+    init: bool = False  # an init container: done before the app containers start
 
 
 @dataclass
@@ -59,6 +61,26 @@ class _Pod:
 def physical(device_id: str) -> str:
     """The card a device ID names: HAMi's MIG entries are ``UUID[template-position]``."""
     return device_id.split("[", 1)[0]
+
+
+def _pod_use(allocations: Iterable[ContainerAllocation]) -> dict[str, tuple[int, int]]:
+    """Card -> (slices, MiB) one pod holds at most at once: its init containers run one
+    after another and end before its app containers start, so a card carries the larger
+    of its largest init container's share and the sum of its app containers' shares."""
+    init: dict[str, tuple[int, int]] = {}
+    app: dict[str, tuple[int, int]] = {}
+    for a in allocations:
+        for d in a.devices:
+            uuid = physical(d.uuid)
+            if a.init:
+                n, mib = init.get(uuid, (0, 0))
+                init[uuid] = (max(n, 1), max(mib, d.used_mib))
+            else:
+                n, mib = app.get(uuid, (0, 0))
+                app[uuid] = (n + 1, mib + d.used_mib)
+    return {u: (max(init.get(u, (0, 0))[0], app.get(u, (0, 0))[0]),
+                max(init.get(u, (0, 0))[1], app.get(u, (0, 0))[1]))
+            for u in {*init, *app}}
 
 
 class Ledger:
@@ -116,10 +138,9 @@ class Ledger:
         for pod in self.pods.values():
             if not pod.active or pod.node != node:
                 continue
-            for a in pod.allocations:
-                for d in a.devices:
-                    slices[physical(d.uuid)] += 1
-                    memory[physical(d.uuid)] += d.used_mib
+            for uuid, (n, mib) in _pod_use(pod.allocations).items():
+                slices[uuid] += n
+                memory[uuid] += mib
         for uuid, n in slices.items():
             card = cards.get(uuid)
             if card is None:
@@ -153,7 +174,7 @@ class Ledger:
         lines = [f"{k}: {r.reason}: {r.message}" for k, r in self.rejections[:limit]]
         lines += [f"swap {a.pod}/{a.container}: got {[d.uuid for d in a.devices]} "
                   f"(from {a.served})" for a in self.swaps[:limit]]
-        lines += [f"misdirected {a.pod}/{a.container}: served from {a.served}"
+        lines += [f"misdirected {a.pod}/{a.container}: served from {a.served} ({a.via})"
                   for a in self.misdirected[:limit]]
         lines += [f"card over split count: {u}" for u in sorted(self.over_split)[:limit]]
         lines += [f"card over memory: {u}" for u in sorted(self.over_memory)[:limit]]

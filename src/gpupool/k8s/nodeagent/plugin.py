@@ -65,14 +65,18 @@ class HamiDevicePlugin:
         self.kube = kube
         self.node = node
         self.alive = True
+        self.via = ""  # how the last Allocate found its pod: "lock <value>" or "scan"
+        self.errors: list[str] = []  # API errors the plugin met and retried
 
     async def _pending_pod(self) -> dict[str, Any]:
         try:
             node = await self.kube.request("GET", f"/api/v1/nodes/{self.node}")
             lock = _ann(node).get(hami.NODE_LOCK)
+            self.via = "scan"
             if lock:
                 value = hami.parse_lock(lock)
                 if value.namespace and value.name:
+                    self.via = f"lock {lock}"
                     return await self.kube.request(
                         "GET", f"/api/v1/namespaces/{value.namespace}/pods/{value.name}")
             listed = await self.kube.request("GET", "/api/v1/pods", params={
@@ -135,7 +139,10 @@ class HamiDevicePlugin:
         await self.release_lock(ns, name)
 
     async def release_lock(self, ns: str, name: str) -> None:
-        """HAMi's ``ReleaseNodeLock`` with the owner check."""
+        """HAMi's ``ReleaseNodeLock``: the owner is checked once; each retry (after a
+        ``409``) reads the node again and removes whatever lock it then carries, as HAMi's
+        retry loop does, so anyone else releasing this pod's lock meanwhile can cost the
+        next pod its lock."""
         try:
             node = await self.kube.request("GET", f"/api/v1/nodes/{self.node}")
         except ApiError:
@@ -152,7 +159,8 @@ class HamiDevicePlugin:
                     "metadata": {"annotations": {hami.NODE_LOCK: None},
                                  "resourceVersion": rv}}, content_type=MERGE_PATCH)
                 return
-            except ApiError:
+            except ApiError as exc:
+                self.errors.append(f"releasing the lock for {ns}/{name}: {exc}")
                 await asyncio.sleep(delay)
                 delay *= 2
 
