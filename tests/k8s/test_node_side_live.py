@@ -12,13 +12,14 @@ import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
 from gpupool.k8s.kube import MERGE_PATCH, Kube
 from gpupool.k8s.main import default_config
-from gpupool.k8s.nodeagent import Fleet
+from gpupool.k8s.nodeagent import Fleet, hami
 from tests.k8s.conftest import ControlPlane
 from tests.k8s.kit import (
     clean,
@@ -300,28 +301,33 @@ def test_a_node_whose_device_plugin_died_gets_no_gpu_pods(control_plane: Control
 
 
 def test_a_replacement_pod_of_the_same_name(control_plane: ControlPlane) -> None:
-    """Deleted and made again at once, with another request: the new pod must get a
-    decision of its own (a bind fenced by the pod's UID), on cards that hold it."""
+    """A pod replaced by a same-name pod asking for more, while gpupool's bind of the first
+    waits for the node's lock: the replacement must get a decision of its own (binds fenced
+    by the pod's UID). A stale one-card decision on the two-card pod would fail the
+    kubelet's ``Allocate`` (``device number not matched``)."""
     async def body(kube: Kube) -> None:
         await make_node(kube, "gpu-0", gpus=2)
+        # another scheduler's pod is being allocated on the node: it holds HAMi's lock
+        await make_pod(kube, "holder", ns=NS, scheduler="elsewhere", cpu="100m",
+                       memory="128Mi")
+        lock = hami.format_lock(datetime.now(UTC), NS, "holder")
+        await kube.request("PATCH", "/api/v1/nodes/gpu-0", {"metadata": {"annotations": {
+            hami.NODE_LOCK: lock}}}, content_type=MERGE_PATCH)
         async with fleet(kube) as f, running(kube, default_config()):
-            for round_ in range(5):
-                limits = WHOLE if round_ % 2 == 0 else {"nvidia.com/gpu": 2}
-                await make_pod(kube, "same", ns=NS, limits=limits, cpu="100m",
-                               memory="128Mi")
-                await asyncio.sleep(0.05 * round_)
-                await delete_pod(kube, NS, "same")
-                await make_pod(kube, "same", ns=NS, limits=limits, cpu="100m",
-                               memory="128Mi")
-                await all_running(kube, f, 1, "same")
-                await delete_pod(kube, NS, "same")
-
-                async def gone() -> bool:
-                    return not await list_pods(kube, NS)
-
-                await wait_for(gone, 20, "the pod deleted")
+            await make_pod(kube, "same", ns=NS, limits=WHOLE, cpu="100m", memory="128Mi")
+            await asyncio.sleep(1.5)  # decided; its bind waits for the lock
+            await delete_pod(kube, NS, "same")
+            await make_pod(kube, "same", ns=NS, limits={"nvidia.com/gpu": 2}, cpu="100m",
+                           memory="128Mi")
+            await asyncio.sleep(0.5)
+            await kube.request("PATCH", "/api/v1/nodes/gpu-0", {"metadata": {"annotations": {
+                hami.NODE_LOCK: None}}}, content_type=MERGE_PATCH)
+            await all_running(kube, f, 1, "same")
             await f.settle()
             clean_run(f)
+            pod = await kube.request("GET", f"/api/v1/namespaces/{NS}/pods/same")
+            record = json.loads(pod["metadata"]["annotations"]["gpupool.io/placement"])
+            assert len(record["cards"]) == 2
 
     live(control_plane, body)
 
