@@ -19,11 +19,13 @@ from gpupool.k8s.translate import (
     DEVICES_TO_ALLOCATE,
     VGPU_NODE,
     PodRequest,
+    TranslateError,
     gpu_refusals,
     hami_annotations,
     hami_labels,
     node_from_k8s,
     parse_hami_register,
+    placement_from_hami,
     pod_request,
 )
 
@@ -57,9 +59,11 @@ REGISTER_MIG = json.dumps([
 ])
 
 
-def hami_node(name: str, register: str, *, advertised: int = 20,
+def hami_node(name: str, register: str, *, advertised: int | None = 20,
               annotations: dict[str, str] | None = None) -> dict[str, Any]:
-    alloc = {"cpu": "64", "memory": "512Gi", "pods": "110", "nvidia.com/gpu": str(advertised)}
+    alloc = {"cpu": "64", "memory": "512Gi", "pods": "110"}
+    if advertised is not None:
+        alloc["nvidia.com/gpu"] = str(advertised)
     return {"apiVersion": "v1", "kind": "Node",
             "metadata": {"name": name, "labels": {},
                          "annotations": {"hami.io/node-nvidia-register": register,
@@ -147,8 +151,11 @@ def test_device_cordon_and_health_keep_new_work_off_a_card() -> None:
     (0, "", None, False),  # the device plugin stopped advertising
     (0, "Requesting_2026-11-24 10:00:00", 1_795_000_000.0, False),  # asked, never answered
     (20, "Deleted_2026-11-24 10:00:00", None, False),  # HAMi < 2.5 removed the devices
+    # counted under another resource name than gpupool's: not judged by allocatable
+    (None, "", None, True),
 ])
-def test_node_handshake_and_allocatable(advertised: int, handshake: str, now: float | None,
+def test_node_handshake_and_allocatable(advertised: int | None, handshake: str,
+                                        now: float | None,
                                         usable: bool) -> None:
     obj = hami_node("n", REGISTER_V210, advertised=advertised,
                     annotations={"hami.io/node-handshake": handshake} if handshake else None)
@@ -273,3 +280,29 @@ def test_the_vgpu_node_label_goes_with_the_annotations() -> None:
     ann = hami_annotations(req, p, nodes[p.node], 0.0)
     assert hami_labels(ann) == {VGPU_NODE: p.node}
     assert hami_labels({}) == {}
+
+
+@pytest.mark.parametrize(("register", "message"), [
+    ('[{"id": "GPU-x", "count": -1}]', r"count=-1 must be 0 or more"),
+    ('[{"id": "GPU-x", "migProfiles": {"name": "1g"}}]', r"migProfiles=.*expected a list"),
+    ('[{"id": "GPU-x", "migProfiles": [{"placements": [3]}]}]', r"placements\[0\]=3"),
+    ('[{"id": "GPU-x", "health": "maybe"}]', r"health='maybe' is not a boolean"),
+    ("GPU-x,ten,16384,100,T4,0,true:", r"count='ten' is not an integer"),
+])
+def test_bad_register_names_the_field(register: str, message: str) -> None:
+    with pytest.raises(TranslateError, match=message) as info:
+        node_from_k8s(hami_node("bad", register))
+    assert "node bad" in str(info.value)
+
+
+def test_a_hami_bound_pod_is_read_back_as_hami_counts_it() -> None:
+    node = node_from_k8s(hami_node("h100", REGISTER_V210))
+    bound = pod({}, {}, init=[{}])
+    bound["metadata"]["annotations"] = {"hami.io/vgpu-devices-allocated": (
+        "GPU-h100-0,NVIDIA,30000,60:;"  # init container: its peak
+        "GPU-h100-0,NVIDIA,10000,20:GPU-h100-1,NVIDIA,4000,100:;"  # app: whole h100-1
+        "GPU-h100-0,NVIDIA,10000,20:;")}  # a second app container on h100-0: summed
+    rec = placement_from_hami(bound, node, "default", 0, 0)
+    assert rec is not None
+    assert [(s.index, s.gpu_milli, s.memory_mib) for s in rec.shares] == [
+        (0, 600, 30000), (1, 1000, 81559)]

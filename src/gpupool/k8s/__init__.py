@@ -2,6 +2,7 @@
 
 - ``translate``: Nodes and Pods (HAMi's and GPU feature discovery's conventions) to core
   objects, and placements back to HAMi's pod annotations;
+- ``hami``: HAMi's NVIDIA protocol, pure (register and node health, requests, annotations);
 - ``kube``: a small JSON client (credentials from ``kubernetes_asyncio``'s loaders);
 - ``informer``: list + watch with bookmarks, re-list and diff on ``410 Gone``;
 - ``controller``: the scheduler for pods with ``schedulerName: gpupool``;

@@ -81,9 +81,13 @@ class BestFitCards:
         if kind is GpuKind.SLICE:
             if len(cands) < req.cards:
                 return None
-            chosen = sorted(cands, key=lambda i: (t.free_milli[row, i], t.free_mib[row, i], i))
+            def fill(i: int) -> tuple[int, int, int]:
+                return (t.free_milli[row, i], t.free_mib[row, i], i)
+            if req.cards == 1 and not req.memory_percent:
+                return (GpuShare(min(cands, key=fill), req.gpu_milli, req.memory_mib),)
+            chosen = sorted(cands, key=fill)[:req.cards]
             return tuple(GpuShare(g, req.gpu_milli, req.slice_mib(int(t.gpu_mem_cap[row, g])))
-                         for g in sorted(chosen[:req.cards]))
+                         for g in sorted(chosen))
         if kind is GpuKind.MIG:
             if not cands:
                 return None

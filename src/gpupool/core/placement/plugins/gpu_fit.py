@@ -45,7 +45,7 @@ class GpuFit:
             fits: Mask = t.slice_room(cand, req)
             if allowed is not None:
                 fits &= allowed[cand]
-            out[out] = np.count_nonzero(fits, axis=1) >= req.cards
+            out[out] = fits.any(axis=1) if req.cards == 1 else fits.sum(axis=1) >= req.cards
             return out
         else:
             pool = t.mig_free.get(req.mig_profile or "")
