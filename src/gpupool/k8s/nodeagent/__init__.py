@@ -6,10 +6,12 @@ run beside a real API server, and a ledger of what each container really got.
 - ``kubelet``: the kubelet's admission, pure (resources, node affinity, reasons);
 - ``plugin``: HAMi's device plugin on one node, through the API server;
 - ``ledger``: what happened, and the counts (swaps, rejections, cards over their limits);
-- ``agent``: :class:`NodeAgent` per node and the :class:`Fleet` that runs them.
+- ``agent``: :class:`NodeAgent`, one node's kubelet and device plugin;
+- ``fleet``: the :class:`Fleet` that runs one agent per node on shared watches.
 """
 
-from gpupool.k8s.nodeagent.agent import GPU_RESOURCE, RUN_SECONDS, Fleet, NodeAgent
+from gpupool.k8s.nodeagent.agent import GPU_RESOURCE, RUN_SECONDS, NodeAgent
+from gpupool.k8s.nodeagent.fleet import Fleet
 from gpupool.k8s.nodeagent.ledger import Ledger
 
 __all__ = ["GPU_RESOURCE", "RUN_SECONDS", "Fleet", "Ledger", "NodeAgent"]

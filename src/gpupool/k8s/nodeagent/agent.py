@@ -1,5 +1,5 @@
-"""Emulated nodes beside a real API server: one :class:`NodeAgent` per Node (its kubelet and
-HAMi's device plugin), driven by one :class:`Fleet`.
+"""One emulated node beside a real API server: :class:`NodeAgent`, its kubelet and HAMi's
+device plugin, run by a :class:`~gpupool.k8s.nodeagent.fleet.Fleet`.
 
 A kubelet receives the pods bound to its node and admits them one at a time, in the order
 they arrive (its sync loop). For each new pod the agent does what the kubelet does:
@@ -19,9 +19,6 @@ Pods already running when the agent starts count as admitted (a kubelet restart 
 them). Pods of other schedulers (bound by ``spec.nodeName`` directly) go through the same
 admission; :meth:`Fleet.occupy` makes DaemonSet-like ones that hold CPU and memory.
 
-The agents share one pod watch and one node watch (:class:`~gpupool.k8s.informer.Informer`)
-and dispatch by ``spec.nodeName``, instead of one field-selected watch per node: the events
-each agent sees, and their order, are the same, at a fraction of the cost for 100 nodes.
 """
 
 from __future__ import annotations
@@ -29,14 +26,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpupool.core.errors import GpupoolError
-from gpupool.k8s.informer import Informer
-from gpupool.k8s.kube import MERGE_PATCH, ApiError, Kube
+from gpupool.k8s.kube import MERGE_PATCH, ApiError
 from gpupool.k8s.nodeagent import hami
 from gpupool.k8s.nodeagent.kubelet import (
     Rejection,
@@ -46,15 +41,14 @@ from gpupool.k8s.nodeagent.kubelet import (
     rejected_status,
     unexpected,
 )
-from gpupool.k8s.nodeagent.ledger import ContainerAllocation, Ledger
-from gpupool.k8s.nodeagent.plugin import (
-    AllocateError,
-    HamiDevicePlugin,
-    PlainDevicePlugin,
-    cards_of,
-)
+from gpupool.k8s.nodeagent.ledger import ContainerAllocation
+from gpupool.k8s.nodeagent.plugin import AllocateError, HamiDevicePlugin, PlainDevicePlugin
+from gpupool.k8s.translate import node_from_k8s, read_placement
 
-__all__ = ["GPU_RESOURCE", "RUN_SECONDS", "Fleet", "NodeAgent"]
+if TYPE_CHECKING:
+    from gpupool.k8s.nodeagent.fleet import Fleet
+
+__all__ = ["GPU_RESOURCE", "RUN_SECONDS", "NodeAgent", "obj_meta", "pod_key"]
 
 log = logging.getLogger("gpupool.k8s.nodeagent")
 
@@ -62,12 +56,12 @@ RUN_SECONDS = "nodeagent.gpupool.io/run-seconds"
 GPU_RESOURCE = "nvidia.com/gpu"
 
 
-def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+def obj_meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     return obj.get("metadata") or {}
 
 
-def _pod_key(pod: Mapping[str, Any]) -> str:
-    meta = _meta(pod)
+def pod_key(pod: Mapping[str, Any]) -> str:
+    meta = obj_meta(pod)
     return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
 
@@ -93,8 +87,6 @@ def _now() -> str:
 def _expected_cards(pod: Mapping[str, Any], node: Mapping[str, Any]) -> frozenset[str] | None:
     """The card UUIDs gpupool recorded for the pod (``gpupool.io/placement``, whose card
     numbers are the node's cards in HAMi's index order); None when it recorded none."""
-    from gpupool.k8s.translate import node_from_k8s, read_placement
-
     try:
         recorded = read_placement(pod)
         if recorded is None:
@@ -126,11 +118,11 @@ class NodeAgent:
     # -- the pod stream ------------------------------------------------------------------
 
     def offer(self, pod: dict[str, Any]) -> None:
-        uid = str(_meta(pod).get("uid", ""))
+        uid = str(obj_meta(pod).get("uid", ""))
         if uid in self.seen:
             return
         self.seen.add(uid)
-        self.fleet.note(self.name, f"bound {_pod_key(pod)}")
+        self.fleet.note(self.name, f"bound {pod_key(pod)}")
         phase = (pod.get("status") or {}).get("phase", "Pending")
         if phase == "Running":
             self.active[uid] = pod_requests(pod)  # admitted before this agent started
@@ -140,7 +132,7 @@ class NodeAgent:
         self.queue.put_nowait(pod)
 
     def forget(self, pod: Mapping[str, Any]) -> None:
-        uid = str(_meta(pod).get("uid", ""))
+        uid = str(obj_meta(pod).get("uid", ""))
         if self.active.pop(uid, None) is not None:
             self.fleet.ledger.end(uid)
 
@@ -170,17 +162,17 @@ class NodeAgent:
             try:
                 await self._admit(pod)
             except Exception:  # one bad pod must not stop the node
-                log.exception("node %s: admitting %s failed", self.name, _pod_key(pod))
+                log.exception("node %s: admitting %s failed", self.name, pod_key(pod))
             finally:
                 self.busy = False
 
     # -- admission -----------------------------------------------------------------------
 
     async def _admit(self, pod: dict[str, Any]) -> None:
-        uid = str(_meta(pod).get("uid", ""))
-        key = _pod_key(pod)
+        uid = str(obj_meta(pod).get("uid", ""))
+        key = pod_key(pod)
         current = self.fleet.pods.get(key)
-        if current is None or _meta(current).get("uid") != uid:
+        if current is None or obj_meta(current).get("uid") != uid:
             return  # deleted (or replaced) before the kubelet got to it
         node = self.fleet.nodes.get(self.name)
         if node is None:
@@ -218,16 +210,16 @@ class NodeAgent:
             except AllocateError as exc:
                 return unexpected(str(exc))
             self.fleet.note(self.name, f"Allocate for {key}/{container}: served "
-                            f"{_pod_key(served) if served else '-'} ({self.plugin.via})")
+                            f"{pod_key(served) if served else '-'} ({self.plugin.via})")
             if served:
                 self.fleet.ledger.allocated(ContainerAllocation(
                     pod=key, uid=uid, container=container, devices=tuple(devices),
-                    served=_pod_key(served), served_uid=str(_meta(served).get("uid", "")),
+                    served=pod_key(served), served_uid=str(obj_meta(served).get("uid", "")),
                     via=self.plugin.via, init=init))
         return None
 
     async def _status(self, pod: Mapping[str, Any], status: dict[str, Any]) -> None:
-        meta = _meta(pod)
+        meta = obj_meta(pod)
         with contextlib.suppress(ApiError):
             await self.kube.request(
                 "PATCH", f"/api/v1/namespaces/{meta.get('namespace')}/pods/"
@@ -237,7 +229,7 @@ class NodeAgent:
 
     async def _reject(self, pod: Mapping[str, Any], rejection: Rejection) -> None:
         await self._status(pod, rejected_status(rejection))
-        meta = _meta(pod)
+        meta = obj_meta(pod)
         ns = str(meta.get("namespace", "default"))
         with contextlib.suppress(ApiError):
             await self.kube.request("POST", f"/api/v1/namespaces/{ns}/events", {
@@ -255,7 +247,7 @@ class NodeAgent:
         task.add_done_callback(self.tasks.discard)
 
     async def _run(self, pod: Mapping[str, Any]) -> None:
-        uid = str(_meta(pod).get("uid", ""))
+        uid = str(obj_meta(pod).get("uid", ""))
         await asyncio.sleep(self.fleet.start_delay_s)
         if uid not in self.active:
             return
@@ -269,7 +261,7 @@ class NodeAgent:
                            for t in ("Initialized", "Ready", "ContainersReady",
                                      "PodScheduled")],
             "containerStatuses": containers})
-        raw = (_meta(pod).get("annotations") or {}).get(RUN_SECONDS)
+        raw = (obj_meta(pod).get("annotations") or {}).get(RUN_SECONDS)
         if raw is None:
             return
         await asyncio.sleep(float(raw))
@@ -283,7 +275,7 @@ class NodeAgent:
     async def _registration(self) -> None:
         while True:
             node = self.fleet.nodes.get(self.name) or {}
-            text = (_meta(node).get("annotations") or {}).get(hami.REGISTER, "")
+            text = (obj_meta(node).get("annotations") or {}).get(hami.REGISTER, "")
             with contextlib.suppress(ApiError):
                 await self.plugin.register(text)
             await asyncio.sleep(self.fleet.register_interval_s)
@@ -297,143 +289,3 @@ class NodeAgent:
         await self.kube.request("PATCH", f"/api/v1/nodes/{self.name}/status",
                                 {"status": {"allocatable": {GPU_RESOURCE: "0"}}},
                                 content_type=MERGE_PATCH)
-
-
-class Fleet:
-    """The node agents of a cluster, their shared watches and their :class:`Ledger`.
-
-    ``nodes``: the nodes to emulate (None: every node, including ones added later).
-    ``device_plugin``: ``"hami"`` (HAMi's) or ``"nvidia"`` (NVIDIA's stock plugin).
-    """
-
-    def __init__(self, kube: Kube, *, nodes: Iterable[str] | None = None,
-                 device_plugin: str = "hami", start_delay_s: float = 0.1,
-                 register_interval_s: float = 30.0) -> None:
-        if device_plugin not in ("hami", "nvidia"):
-            raise ValueError(f"device_plugin={device_plugin!r} must be 'hami' or 'nvidia'")
-        self.kube = kube
-        self.only = set(nodes) if nodes is not None else None
-        self.device_plugin = device_plugin
-        self.start_delay_s = start_delay_s
-        self.register_interval_s = register_interval_s
-        self.ledger = Ledger()
-        self.trace: list[str] = []  # what each node saw, in order: locks, binds, Allocate
-        self._locks: dict[str, str | None] = {}
-        self._t0 = time.monotonic()
-        self.agents: dict[str, NodeAgent] = {}
-        self.nodes: dict[str, dict[str, Any]] = {}
-        self.pods: dict[str, dict[str, Any]] = {}
-        self._node_informer = Informer(kube, "/api/v1/nodes", self._on_node, name="agent nodes")
-        self._pod_informer = Informer(kube, "/api/v1/pods", self._on_pod, name="agent pods")
-        self._tasks: list[asyncio.Task[None]] = []
-
-    async def start(self) -> None:
-        self._tasks.append(asyncio.create_task(self._node_informer.run()))
-        await self._node_informer.synced.wait()
-        self._tasks.append(asyncio.create_task(self._pod_informer.run()))
-        await self._pod_informer.synced.wait()
-
-    async def stop(self) -> None:
-        for agent in self.agents.values():
-            await agent.stop()
-        for t in self._tasks:
-            t.cancel()
-        for t in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await t
-
-    async def __aenter__(self) -> Fleet:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.stop()
-
-    def _on_node(self, event: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
-        name = str(_meta(obj).get("name", ""))
-        if event == "DELETED":
-            self.nodes.pop(name, None)
-            return
-        self.nodes[name] = obj
-        if self.only is not None and name not in self.only:
-            return
-        lock = (_meta(obj).get("annotations") or {}).get(hami.NODE_LOCK)
-        if self._locks.get(name) != lock:
-            self._locks[name] = lock
-            self.note(name, f"lock {lock}")
-        self.ledger.set_cards(name, cards_of(obj))
-        if name not in self.agents:
-            agent = NodeAgent(self, name)
-            self.agents[name] = agent
-            agent.start()
-
-    def _on_pod(self, event: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
-        key = _pod_key(obj)
-        node = str((obj.get("spec") or {}).get("nodeName") or "")
-        if event == "DELETED":
-            if self.pods.get(key, {}).get("metadata", {}).get("uid") == _meta(obj).get("uid"):
-                self.pods.pop(key, None)
-        else:
-            self.pods[key] = obj
-        agent = self.agents.get(node)
-        if agent is None:
-            return
-        phase = (obj.get("status") or {}).get("phase")
-        if event == "DELETED" or phase in ("Succeeded", "Failed"):
-            agent.forget(obj)
-        else:
-            agent.offer(obj)
-
-    def note(self, node: str, text: str) -> None:
-        self.trace.append(f"{time.monotonic() - self._t0:8.3f} {node}: {text}")
-
-    def node_trace(self, node: str) -> str:
-        return "\n".join(t for t in self.trace if f" {node}: " in t)
-
-    def agent(self, node: str) -> NodeAgent:
-        return self.agents[node]
-
-    async def settle(self, timeout_s: float = 30.0, quiet_s: float = 0.3) -> None:
-        """Wait until every agent has admitted what it received and ``quiet_s`` passed with
-        nothing new (pods still arriving through the watch)."""
-        deadline = time.monotonic() + timeout_s
-        calm_since: float | None = None
-        while time.monotonic() < deadline:
-            if all(a.idle for a in self.agents.values()):
-                now = time.monotonic()
-                calm_since = calm_since or now
-                if now - calm_since >= quiet_s:
-                    return
-            else:
-                calm_since = None
-            await asyncio.sleep(0.05)
-
-    async def occupy(self, node: str, cpu_pct: float, memory_pct: float = 0.0, *,
-                     namespace: str = "default", name: str | None = None) -> dict[str, Any]:
-        """A pod of another scheduler bound straight to ``node`` (as a DaemonSet's are)
-        holding ``cpu_pct`` % of its allocatable CPU and ``memory_pct`` % of its memory."""
-        from gpupool.config.quantity import cpu_milli, parse_quantity
-
-        obj = self.nodes.get(node) or await self.kube.request("GET", f"/api/v1/nodes/{node}")
-        alloc = (obj.get("status") or {}).get("allocatable") or {}
-        cpu = int(cpu_milli(alloc.get("cpu", 0)) * cpu_pct / 100)
-        mem = int(parse_quantity(alloc.get("memory", 0)) * int(memory_pct * 100) // 10000)
-        requests: dict[str, str] = {"cpu": f"{cpu}m"}
-        if mem:
-            requests["memory"] = str(mem)
-        body = {
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name or f"other-{node}", "namespace": namespace,
-                         "labels": {"nodeagent.gpupool.io/other": "true"}},
-            "spec": {"nodeName": node, "schedulerName": "default-scheduler",
-                     "terminationGracePeriodSeconds": 0,
-                     "tolerations": [{"operator": "Exists"}],
-                     "containers": [{"name": "agent", "image": "example.invalid/daemon:1",
-                                     "resources": {"requests": requests}}]}}
-        return await self.kube.request("POST", f"/api/v1/namespaces/{namespace}/pods", body)
-
-    def summary(self) -> dict[str, Any]:
-        return self.ledger.summary()
-
-    def rejections(self) -> list[tuple[str, Rejection]]:
-        return list(self.ledger.rejections)
