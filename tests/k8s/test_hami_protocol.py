@@ -59,9 +59,11 @@ REGISTER_MIG = json.dumps([
 ])
 
 
-def hami_node(name: str, register: str, *, advertised: int = 20,
+def hami_node(name: str, register: str, *, advertised: int | None = 20,
               annotations: dict[str, str] | None = None) -> dict[str, Any]:
-    alloc = {"cpu": "64", "memory": "512Gi", "pods": "110", "nvidia.com/gpu": str(advertised)}
+    alloc = {"cpu": "64", "memory": "512Gi", "pods": "110"}
+    if advertised is not None:
+        alloc["nvidia.com/gpu"] = str(advertised)
     return {"apiVersion": "v1", "kind": "Node",
             "metadata": {"name": name, "labels": {},
                          "annotations": {"hami.io/node-nvidia-register": register,
@@ -149,8 +151,11 @@ def test_device_cordon_and_health_keep_new_work_off_a_card() -> None:
     (0, "", None, False),  # the device plugin stopped advertising
     (0, "Requesting_2026-11-24 10:00:00", 1_795_000_000.0, False),  # asked, never answered
     (20, "Deleted_2026-11-24 10:00:00", None, False),  # HAMi < 2.5 removed the devices
+    # counted under another resource name than gpupool's: not judged by allocatable
+    (None, "", None, True),
 ])
-def test_node_handshake_and_allocatable(advertised: int, handshake: str, now: float | None,
+def test_node_handshake_and_allocatable(advertised: int | None, handshake: str,
+                                        now: float | None,
                                         usable: bool) -> None:
     obj = hami_node("n", REGISTER_V210, advertised=advertised,
                     annotations={"hami.io/node-handshake": handshake} if handshake else None)

@@ -8,10 +8,22 @@ watches them. A pod counts as bound when the watch shows its ``spec.nodeName``. 
 created as fast as the API server takes them (32 requests in flight), or at ``--rate`` pods
 per second (open loop: pod i is sent at i / rate seconds, however slow earlier ones were).
 
+With node agents (``--node-agents``, the default) every node also has an emulated kubelet
+and HAMi device plugin (:mod:`gpupool.k8s.nodeagent`, running in this process): bound pods are
+admitted as a kubelet admits them, served their cards by HAMi's ``Allocate`` rules and marked
+``Running``; ``--other-cpu-pct`` first binds one pod of another scheduler to each node holding
+that share of its CPU (and a tenth of its memory), as DaemonSets do. ``--external`` runs the
+agents with NVIDIA's stock device plugin, since kube-scheduler writes no HAMi annotations.
+
 Figures (JSON): ``pods_per_s`` is pods bound over the time from the first create to the last
 bind; ``create_to_bound_ms`` is per pod, from just before its create request to the watch event
-that shows it bound. The API server, etcd, the scheduler and this process share the
-machine's CPUs; the figures include that.
+that shows it bound. With node agents, after the last bind the bench waits for the agents to
+admit every bound pod, then reports ``swapped_allocations`` (containers on a card other than
+the one in ``gpupool.io/placement``), ``misdirected_allocations`` (containers served another
+pod's device annotation), ``kubelet_rejections`` (and ``rejections_by_reason``),
+``cards_over_split`` / ``cards_over_memory`` and ``pods_running`` (benchmark pods the API
+server shows ``Running``); without agents these are null. The API server, etcd, the
+scheduler, the agents and this process share the machine's CPUs; the figures include that.
 """
 
 from __future__ import annotations
@@ -29,7 +41,9 @@ from typing import Any
 
 import numpy as np
 
+from gpupool.core.errors import ConfigError
 from gpupool.k8s.kube import MERGE_PATCH, ApiError, Kube
+from gpupool.k8s.nodeagent import Fleet
 
 __all__ = ["bench_command", "run_bench"]
 
@@ -70,10 +84,11 @@ def _pod(name: str, ns: str, scheduler: str, plain: bool = False) -> dict[str, A
 
 
 async def _cleanup(kube: Kube, ns: str) -> None:
-    with contextlib.suppress(ApiError):
-        await kube.request("DELETE", f"/api/v1/namespaces/{ns}/pods",
-                           {"apiVersion": "v1", "kind": "DeleteOptions",
-                            "gracePeriodSeconds": 0})
+    for space in (ns, _others(ns)):
+        with contextlib.suppress(ApiError):
+            await kube.request("DELETE", f"/api/v1/namespaces/{space}/pods",
+                               {"apiVersion": "v1", "kind": "DeleteOptions",
+                                "gracePeriodSeconds": 0})
     with contextlib.suppress(ApiError):
         await kube.request("DELETE", "/api/v1/nodes",
                            params={"labelSelector": "gpupool.io/bench=true"})
@@ -85,19 +100,59 @@ async def _cleanup(kube: Kube, ns: str) -> None:
         await asyncio.sleep(0.1)
 
 
+def _others(ns: str) -> str:
+    """The namespace of the other schedulers' pods (kept apart from the measured ones)."""
+    return f"{ns}-others"
+
+
+async def _agents_done(fleet: Fleet, kube: Kube, ns: str, judged_all: int, bound: int,
+                       timeout_s: float) -> int:
+    """Waits until the agents have admitted or rejected ``judged_all`` pods (every bound one,
+    the other schedulers' included) or ``timeout_s`` passed; the number of the ``bound``
+    benchmark pods the API server shows Running."""
+    deadline = time.perf_counter() + timeout_s
+    while time.perf_counter() < deadline:
+        await fleet.settle(timeout_s=max(0.1, deadline - time.perf_counter()))
+        judged = fleet.ledger.admitted + len(fleet.ledger.rejections)
+        if judged >= judged_all:
+            break
+        await asyncio.sleep(0.2)
+    running_deadline = time.perf_counter() + timeout_s
+    count = 0
+    while time.perf_counter() < running_deadline:
+        listed = await kube.request("GET", f"/api/v1/namespaces/{ns}/pods")
+        count = sum(1 for p in listed.get("items") or ()
+                    if (p.get("status") or {}).get("phase") == "Running"
+                    and p["metadata"]["name"] != "warmup")
+        if count >= bound - len(fleet.ledger.rejections):
+            break
+        await asyncio.sleep(0.2)
+    return count
+
+
 async def run_bench(kubeconfig: str | None, nodes: int, gpus: int, pods: int, ns: str,
                     scheduler: str = "gpupool", timeout_s: float = 300.0,
                     profile: str | None = None, rate: float = 0.0,
-                    external: bool = False) -> dict[str, Any]:
+                    external: bool = False, node_agents: bool = True,
+                    other_cpu_pct: float = 0.0) -> dict[str, Any]:
     """``external``: start no gpupool; another scheduler (kube-scheduler, for a baseline)
     binds pods of ``scheduler``, which then ask for ``nvidia.com/gpu: 1`` alone (the only
-    GPU resource the fake nodes advertise, so kube-scheduler can count it)."""
+    GPU resource the fake nodes advertise, so kube-scheduler can count it).
+    ``node_agents``: emulate each node's kubelet and device plugin; ``other_cpu_pct``: the
+    share of each node's CPU that another scheduler's pod holds (needs ``node_agents``)."""
+    if not 0 <= other_cpu_pct < 100:
+        raise ConfigError(f"--other-cpu-pct={other_cpu_pct} must be at least 0 and below 100")
+    if other_cpu_pct and not node_agents:
+        raise ConfigError(f"--other-cpu-pct={other_cpu_pct} needs the node agents (they "
+                         "admit and run the other pods); drop --no-node-agents")
     kube = await Kube.connect(kubeconfig)
     proc: subprocess.Popen[bytes] | None = None
+    fleet: Fleet | None = None
     try:
-        with contextlib.suppress(ApiError):
-            await kube.request("POST", "/api/v1/namespaces", {
-                "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+        for space in (ns, _others(ns)):
+            with contextlib.suppress(ApiError):
+                await kube.request("POST", "/api/v1/namespaces", {
+                    "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": space}})
         await _cleanup(kube, ns)
         sem = asyncio.Semaphore(32)
 
@@ -105,8 +160,16 @@ async def run_bench(kubeconfig: str | None, nodes: int, gpus: int, pods: int, ns
             async with sem:
                 await coro
 
-        await asyncio.gather(*(limited(_node(kube, f"bench-{i:04d}", gpus))
-                               for i in range(nodes)))
+        names = [f"bench-{i:04d}" for i in range(nodes)]
+        await asyncio.gather(*(limited(_node(kube, name, gpus)) for name in names))
+        if node_agents:
+            fleet = Fleet(kube, nodes=names, device_plugin="nvidia" if external else "hami")
+            await fleet.start()
+            if other_cpu_pct:
+                await asyncio.gather(*(limited(fleet.occupy(
+                    name, other_cpu_pct, memory_pct=10, namespace=_others(ns)))
+                    for name in names))
+                await fleet.settle(timeout_s=60)
         prof = ["-m", "cProfile", "-o", profile] if profile else []
         spawn = not external
         cmd = [sys.executable, *prof, "-m", "gpupool.k8s", "run", "--no-leader-elect",
@@ -118,7 +181,7 @@ async def run_bench(kubeconfig: str | None, nodes: int, gpus: int, pods: int, ns
                                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
         created: dict[str, float] = {}
         bound: dict[str, float] = {}
-        warmed = False
+        ignored: set[str] = set()
         done = asyncio.Event()
         listed = await kube.request("GET", f"/api/v1/namespaces/{ns}/pods")
         rv = str(listed["metadata"]["resourceVersion"])
@@ -134,9 +197,8 @@ async def run_bench(kubeconfig: str | None, nodes: int, gpus: int, pods: int, ns
                         obj = ev.get("object") or {}
                         rv = str(obj.get("metadata", {}).get("resourceVersion", rv))
                         name = obj.get("metadata", {}).get("name")
-                        if name == "warmup" and warmed:
-                            continue  # changed after its bind (the device plugin ran)
-                        if name and obj.get("spec", {}).get("nodeName") and name not in bound:
+                        if name and obj.get("spec", {}).get("nodeName") and \
+                                name not in bound and name not in ignored:
                             bound[name] = time.perf_counter()
                             if len(bound) >= pods and "warmup" not in bound:
                                 done.set()
@@ -158,7 +220,7 @@ async def run_bench(kubeconfig: str | None, nodes: int, gpus: int, pods: int, ns
                 raise RuntimeError("the scheduler bound no pod within 60 s")
             await asyncio.sleep(0.05)
         del bound["warmup"]
-        warmed = True
+        ignored.add("warmup")  # later events of it (its status) are not binds
 
         async def create(i: int) -> None:
             name = f"p{i:05d}"
@@ -185,6 +247,17 @@ async def run_bench(kubeconfig: str | None, nodes: int, gpus: int, pods: int, ns
         slow = [(names[i], round(float(lat[i]), 1)) for i in np.argsort(-lat)[:5]]
         last = max(bound.values()) if bound else t0
         wall = last - t0
+        node_side: dict[str, Any] = dict.fromkeys(
+            ("swapped_allocations", "misdirected_allocations", "kubelet_rejections",
+             "rejections_by_reason", "cards_over_split", "cards_over_memory",
+             "pods_admitted", "pods_running"))
+        if fleet is not None:
+            others = nodes if other_cpu_pct else 0
+            running = await _agents_done(fleet, kube, ns, len(bound) + 1 + others,
+                                         len(bound), 120.0)
+            summary = fleet.summary()
+            node_side.update({k: summary[k] for k in node_side if k in summary})
+            node_side["pods_running"] = running
         return {
             "scheduler": scheduler if external else "gpupool",
             "nodes": nodes, "gpus": nodes * gpus, "pods": pods, "bound": len(bound),
@@ -195,8 +268,12 @@ async def run_bench(kubeconfig: str | None, nodes: int, gpus: int, pods: int, ns
                 "p99": round(float(np.percentile(lat, 99)), 1) if lat.size else None,
                 "max": round(float(lat.max()), 1) if lat.size else None},
             "slowest": slow,
+            "node_agents": node_agents, "other_cpu_pct": other_cpu_pct,
+            **node_side,
         }
     finally:
+        if fleet is not None:
+            await fleet.stop()
         if proc is not None and proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
             try:
@@ -212,6 +289,7 @@ def bench_command(args: argparse.Namespace) -> int:
     result = asyncio.run(run_bench(args.kubeconfig, args.nodes, args.gpus_per_node, args.pods,
                                    args.namespace, args.scheduler_name,
                                    profile=args.profile, rate=args.rate,
-                                   external=args.external))
+                                   external=args.external, node_agents=args.node_agents,
+                                   other_cpu_pct=args.other_cpu_pct))
     print(json.dumps(result, indent=None if args.json else 2))
     return 0

@@ -73,6 +73,13 @@ def add_parsers(sub: Any) -> None:
     bench.add_argument("--external", action="store_true",
                        help="start no gpupool: measure the scheduler named by "
                             "--scheduler-name (e.g. kube-scheduler as default-scheduler)")
+    bench.add_argument("--node-agents", action=argparse.BooleanOptionalAction, default=True,
+                       help="emulate each node's kubelet and HAMi device plugin, and report "
+                            "swapped allocations, kubelet rejections and running pods "
+                            "(default: on)")
+    bench.add_argument("--other-cpu-pct", type=float, default=0.0, metavar="PCT",
+                       help="bind one pod of another scheduler to each node first, holding "
+                            "this percentage of its CPU (default 0; needs the node agents)")
     bench.add_argument("--profile", metavar="FILE",
                        help="run the scheduler process under cProfile, writing FILE")
     bench.set_defaults(func=_bench)

@@ -17,8 +17,10 @@ a card to more container devices than that at once (``Count <= Used`` rejects it
 
 When a node's cards take nothing new (HAMi's ``CheckHealth`` and ``Fit``):
 
-- allocatable ``nvidia.com/gpu`` is 0 or absent while the register annotation is there (the
-  device plugin stopped advertising; HAMi removes the node's devices);
+- allocatable ``nvidia.com/gpu`` is 0 while the register annotation is there (the device
+  plugin stopped advertising; the kubelet keeps the resource at 0; HAMi removes the node's
+  devices). A node without that resource at all is not judged by it: its cards are counted
+  under another resource name than the one gpupool was given;
 - ``hami.io/node-handshake`` is ``Requesting_<time>`` older than 60 s (the scheduler asked and
   nobody answered) with allocatable 0, or ``Deleted_<time>`` (HAMi before 2.5 marked a node
   whose plugin had gone away this way). ``Reported_<time>`` and a fresh ``Requesting_`` are
@@ -224,14 +226,19 @@ def node_refusal(annotations: Mapping[str, str], allocatable: Mapping[str, Any],
     """Why none of a HAMi node's cards may take new work, or None when they may.
     ``now_s`` (Unix seconds) enables the handshake timeout; without it only the states that
     need no clock are read."""
-    raw = allocatable.get(count_resource, 0)
+    handshake = annotations.get(HANDSHAKE) or ""
+    if handshake.startswith("Deleted"):
+        return f"{HANDSHAKE}={handshake!r}: HAMi removed this node's devices"
+    if count_resource not in allocatable:
+        # The kubelet keeps a device plugin's resource (at 0) when the plugin goes away; a
+        # node without the key at all counts its cards under another resource name than the
+        # one gpupool was given, and is not judged by it.
+        return None
+    raw = allocatable[count_resource]
     try:
         advertised = int(str(raw))
     except ValueError:
         advertised = 0
-    handshake = annotations.get(HANDSHAKE) or ""
-    if handshake.startswith("Deleted"):
-        return f"{HANDSHAKE}={handshake!r}: HAMi removed this node's devices"
     if advertised <= 0:
         if handshake.startswith("Requesting") and now_s is not None:
             asked = _handshake_time(handshake)

@@ -1,0 +1,349 @@
+"""gpupool against a real API server *and* emulated nodes (kubelet admission, HAMi's device
+plugin): every container must run on the card gpupool recorded, the kubelet must admit
+every pod gpupool binds, and no card may hold more slices or memory than it has.
+
+Each test ends with :func:`clean_run`: 0 swapped or misdirected allocations, 0 kubelet
+rejections, no card over its split count or memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from gpupool.k8s.kube import MERGE_PATCH, Kube
+from gpupool.k8s.main import default_config
+from gpupool.k8s.nodeagent import Fleet, hami
+from tests.k8s.conftest import ControlPlane
+from tests.k8s.kit import (
+    clean,
+    delete_pod,
+    ensure_namespace,
+    list_pods,
+    make_node,
+    make_pod,
+    running,
+    wait_for,
+)
+
+pytestmark = pytest.mark.k8s
+
+WHOLE = {"nvidia.com/gpu": 1}
+NS = "team-a"
+
+
+def live(cp: ControlPlane, body: Callable[[Kube], Awaitable[None]]) -> None:
+    """Runs ``body`` against the API server with a clean namespace and no nodes. Nothing
+    else plays the node side here: the tests' own :class:`Fleet` is the only kubelet and
+    device plugin (so, for instance, only it releases HAMi's node locks)."""
+    async def main() -> None:
+        kube = await Kube.connect(cp.kubeconfig)
+        try:
+            await ensure_namespace(kube, NS)
+            await clean(kube, [NS])
+            await body(kube)
+        finally:
+            await clean(kube, [NS])
+            await kube.close()
+
+    asyncio.run(main())
+
+
+@contextlib.asynccontextmanager
+async def fleet(kube: Kube, **kwargs: Any) -> AsyncIterator[Fleet]:
+    f = Fleet(kube, start_delay_s=kwargs.pop("start_delay_s", 0.05),
+              register_interval_s=kwargs.pop("register_interval_s", 0), **kwargs)
+    async with f:
+        yield f
+
+
+def clean_run(f: Fleet) -> None:
+    s = f.summary()
+    faults = {k: s[k] for k in ("swapped_allocations", "misdirected_allocations",
+                                "kubelet_rejections", "cards_over_split", "cards_over_memory")}
+    assert faults == dict.fromkeys(faults, 0), f.ledger.describe()
+
+
+async def phases(kube: Kube, prefix: str = "") -> dict[str, str]:
+    return {p["metadata"]["name"]: p.get("status", {}).get("phase", "")
+            for p in await list_pods(kube, NS) if p["metadata"]["name"].startswith(prefix)}
+
+
+async def all_running(kube: Kube, f: Fleet, n: int, prefix: str = "",
+                      timeout_s: float = 60) -> None:
+    """Waits for ``n`` pods named ``prefix*`` to run; fails at once, with what the nodes
+    saw, when one of them failed."""
+    async def check() -> bool:
+        got = await phases(kube, prefix)
+        failed = sorted(k for k, v in got.items() if v == "Failed")
+        assert not failed, (f"pods failed: {failed[:5]}: {f.ledger.describe()}\n"
+                            + "\n".join(f.trace[-60:]) + "\n" + "\n".join(
+                                e for a in f.agents.values() for e in a.plugin.errors))
+        return len(got) == n and all(v == "Running" for v in got.values())
+
+    await wait_for(check, timeout_s, f"{n} pods {prefix}* Running")
+
+
+def gang_pod(kube: Kube, name: str, gang: str, size: int, **kw: Any) -> Any:
+    return make_pod(kube, name, ns=NS, limits=kw.pop("limits", WHOLE), cpu="100m",
+                    memory="128Mi", annotations={"gpupool.io/gang": gang,
+                                                 "gpupool.io/gang-size": str(size)}, **kw)
+
+
+def test_gangs_of_eight_run_on_their_recorded_cards(control_plane: ControlPlane) -> None:
+    async def body(kube: Kube) -> None:
+        for i in range(4):
+            await make_node(kube, f"gpu-{i}", gpus=8)
+        async with fleet(kube) as f, running(kube, default_config()):
+            await asyncio.gather(*(gang_pod(kube, f"g{g}-{i}", f"g{g}", 8)
+                                   for g in range(4) for i in range(8)))
+            await all_running(kube, f, 32)
+            await f.settle()
+            clean_run(f)
+            # every card of every node holds exactly one pod
+            assert f.ledger.summary()["pods_admitted"] == 32
+            cards = [c for uid in f.ledger.pods for _, cs in f.ledger.real_cards(uid)
+                     for c in cs]
+            assert len(cards) == len(set(cards)) == 32
+
+    live(control_plane, body)
+
+
+def test_a_thousand_pods_in_gangs_of_eight(control_plane: ControlPlane) -> None:
+    """125 gangs of eight 1-GPU pods onto 125 nodes of 8 cards: the full cluster, at once."""
+    nodes, gangs = 125, 125
+
+    async def body(kube: Kube) -> None:
+        sem = asyncio.Semaphore(32)
+
+        async def limited(coro: Any) -> None:
+            async with sem:
+                await coro
+
+        await asyncio.gather(*(limited(make_node(kube, f"n{i:03d}", gpus=8))
+                               for i in range(nodes)))
+        async with fleet(kube, start_delay_s=0.2) as f, running(kube, default_config()):
+            await asyncio.gather(*(limited(gang_pod(kube, f"g{g:03d}-{i}", f"g{g:03d}", 8))
+                                   for g in range(gangs) for i in range(8)))
+            await all_running(kube, f, gangs * 8, timeout_s=240)
+            await f.settle()
+            clean_run(f)
+            assert f.ledger.summary()["pods_admitted"] == gangs * 8
+
+    live(control_plane, body)
+
+
+def test_slices_from_several_containers_and_init_containers(
+        control_plane: ControlPlane) -> None:
+    async def body(kube: Kube) -> None:
+        await make_node(kube, "gpu-0", gpus=2, memory_mib=40960)
+        async with fleet(kube) as f, running(kube, default_config()):
+            for i in range(4):
+                pod = {"apiVersion": "v1", "kind": "Pod",
+                       "metadata": {"name": f"multi-{i}", "namespace": NS},
+                       "spec": {"schedulerName": "gpupool", "terminationGracePeriodSeconds": 0,
+                                "initContainers": [{
+                                    "name": "warm", "image": "example.invalid/x",
+                                    "resources": {"limits": {
+                                        "nvidia.com/gpu": 1, "nvidia.com/gpumem": 8000,
+                                        "nvidia.com/gpucores": 20}}}],
+                                "containers": [
+                                    {"name": f"c{j}", "image": "example.invalid/x",
+                                     "resources": {"limits": {
+                                         "nvidia.com/gpu": 1, "nvidia.com/gpumem": 4000,
+                                         "nvidia.com/gpucores": 10}}}
+                                    for j in range(2)]}}
+                await kube.request("POST", f"/api/v1/namespaces/{NS}/pods", pod)
+            await all_running(kube, f, 4, "multi-")
+            await f.settle()
+            clean_run(f)
+            # three Allocate calls per pod (init, c0, c1), each from the pod's own annotation
+            assert sum(len(p.allocations) for p in f.ledger.pods.values()) == 12
+
+    live(control_plane, body)
+
+
+def test_mig_mode_nodes_are_used_in_hamis_format_or_refused(
+        control_plane: ControlPlane) -> None:
+    async def body(kube: Kube) -> None:
+        reg = [{"id": f"GPU-mig-{i}", "index": i, "count": 7, "devmem": 81920,
+                "devcore": 100, "type": "NVIDIA-A100-SXM4-80GB", "mode": "mig",
+                "health": True,
+                "migProfiles": [{"name": "1g.10gb", "memory": 9856, "count": 7},
+                                {"name": "3g.40gb", "memory": 40192, "count": 2}]}
+               for i in range(2)]
+        await make_node(kube, "mig-0", gpus=2, form="none")
+        await kube.request("PATCH", "/api/v1/nodes/mig-0", {"metadata": {"annotations": {
+            "hami.io/node-nvidia-register": json.dumps(reg)}}}, content_type=MERGE_PATCH)
+        async with fleet(kube) as f, running(kube, default_config()):
+            for i in range(3):
+                await make_pod(kube, f"mig-{i}", ns=NS, cpu="100m", memory="128Mi",
+                               limits={"nvidia.com/gpu": 1, "nvidia.com/gpumem": 9000})
+
+            async def decided() -> bool:
+                for p in await list_pods(kube, NS):
+                    bound = p["spec"].get("nodeName")
+                    said = any(c.get("type") == "PodScheduled" and c.get("status") == "False"
+                               for c in p.get("status", {}).get("conditions") or ())
+                    if not ((bound and p.get("status", {}).get("phase") == "Running")
+                            or said):
+                        return False
+                return True
+
+            await wait_for(decided, 30, "each MIG pod running or told why not")
+            await f.settle()
+            clean_run(f)
+
+    live(control_plane, body)
+
+
+def test_nodes_at_ninety_percent_cpu_from_other_pods(control_plane: ControlPlane) -> None:
+    async def body(kube: Kube) -> None:
+        for i in range(2):
+            await make_node(kube, f"busy-{i}", gpus=8, cpu="10", memory="64Gi")
+        async with fleet(kube) as f:
+            for i in range(2):
+                await f.occupy(f"busy-{i}", cpu_pct=90, memory_pct=10, namespace=NS)
+            await all_running(kube, f, 2, "other-")
+            async with running(kube, default_config()):
+                for i in range(6):  # 1 CPU each: one fits per node
+                    await make_pod(kube, f"cpu-{i}", ns=NS, limits=WHOLE, cpu="1",
+                                   memory="1Gi")
+
+                async def two_running() -> bool:
+                    got = await phases(kube, "cpu-")
+                    return sum(v == "Running" for v in got.values()) == 2
+
+                await wait_for(two_running, 30, "two pods running, one per node")
+                await asyncio.sleep(2.0)  # time for a wrong bind to reach a kubelet
+                await f.settle()
+                got = await phases(kube, "cpu-")
+                assert sorted(got.values()).count("Pending") == 4, got
+                clean_run(f)
+
+    live(control_plane, body)
+
+
+def test_required_node_affinity_and_node_selector(control_plane: ControlPlane) -> None:
+    async def body(kube: Kube) -> None:
+        await make_node(kube, "zone-a", gpus=8, labels={"zone": "a", "pool": "train"})
+        await make_node(kube, "zone-b", gpus=8, labels={"zone": "b", "pool": "train"})
+        affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "zone", "operator": "In", "values": ["b"]}]}]}}}
+        async with fleet(kube) as f, running(kube, default_config()):
+            for i in range(6):
+                body = {"apiVersion": "v1", "kind": "Pod",
+                        "metadata": {"name": f"aff-{i}", "namespace": NS},
+                        "spec": {"schedulerName": "gpupool", "terminationGracePeriodSeconds": 0,
+                                 "nodeSelector": {"pool": "train"}, "affinity": affinity,
+                                 "containers": [{"name": "main", "image": "example.invalid/x",
+                                                 "resources": {"limits": WHOLE}}]}}
+                await kube.request("POST", f"/api/v1/namespaces/{NS}/pods", body)
+            await all_running(kube, f, 6, "aff-")
+            await f.settle()
+            clean_run(f)
+            nodes = {p["spec"]["nodeName"] for p in await list_pods(kube, NS)}
+            assert nodes == {"zone-b"}
+
+    live(control_plane, body)
+
+
+def test_gated_pods_wait_until_ungated(control_plane: ControlPlane) -> None:
+    async def body(kube: Kube) -> None:
+        await make_node(kube, "gpu-0", gpus=8)
+        gated = {"apiVersion": "v1", "kind": "Pod",
+                 "metadata": {"name": "gated", "namespace": NS},
+                 "spec": {"schedulerName": "gpupool", "terminationGracePeriodSeconds": 0,
+                          "schedulingGates": [{"name": "kueue.x-k8s.io/admission"}],
+                          "containers": [{"name": "main", "image": "example.invalid/x",
+                                          "resources": {"limits": WHOLE}}]}}
+        made = await kube.request("POST", f"/api/v1/namespaces/{NS}/pods", gated)
+        if not made["spec"].get("schedulingGates"):
+            pytest.skip("this API server predates spec.schedulingGates (Kubernetes 1.26) and "
+                        "drops the field, so a gated pod cannot be made")
+        async with fleet(kube) as f, running(kube, default_config()):
+            await asyncio.sleep(3.0)
+            pod = await kube.request("GET", f"/api/v1/namespaces/{NS}/pods/gated")
+            assert not pod["spec"].get("nodeName")
+            await kube.request("PATCH", f"/api/v1/namespaces/{NS}/pods/gated",
+                               {"spec": {"schedulingGates": None}}, content_type=MERGE_PATCH)
+            await all_running(kube, f, 1, "gated")
+            await f.settle()
+            clean_run(f)
+
+    live(control_plane, body)
+
+
+def test_a_node_whose_device_plugin_died_gets_no_gpu_pods(control_plane: ControlPlane) -> None:
+    async def body(kube: Kube) -> None:
+        await make_node(kube, "dead", gpus=8)
+        await make_node(kube, "alive", gpus=8)
+        async with fleet(kube) as f:
+            await f.agent("dead").kill_device_plugin()
+            async with running(kube, default_config()):
+                for i in range(6):
+                    await make_pod(kube, f"h-{i}", ns=NS, limits=WHOLE, cpu="100m",
+                                   memory="128Mi")
+                await all_running(kube, f, 6, "h-")
+                await f.settle()
+                clean_run(f)
+                nodes = {p["spec"]["nodeName"] for p in await list_pods(kube, NS)}
+                assert nodes == {"alive"}
+
+    live(control_plane, body)
+
+
+def test_a_replacement_pod_of_the_same_name(control_plane: ControlPlane) -> None:
+    """A pod replaced by a same-name pod asking for more, while gpupool's bind of the first
+    waits for the node's lock: the replacement must get a decision of its own (binds fenced
+    by the pod's UID). A stale one-card decision on the two-card pod would fail the
+    kubelet's ``Allocate`` (``device number not matched``)."""
+    async def body(kube: Kube) -> None:
+        await make_node(kube, "gpu-0", gpus=2)
+        # another scheduler's pod is being allocated on the node: it holds HAMi's lock
+        await make_pod(kube, "holder", ns=NS, scheduler="elsewhere", cpu="100m",
+                       memory="128Mi")
+        lock = hami.format_lock(datetime.now(UTC), NS, "holder")
+        await kube.request("PATCH", "/api/v1/nodes/gpu-0", {"metadata": {"annotations": {
+            hami.NODE_LOCK: lock}}}, content_type=MERGE_PATCH)
+        async with fleet(kube) as f, running(kube, default_config()):
+            await make_pod(kube, "same", ns=NS, limits=WHOLE, cpu="100m", memory="128Mi")
+            await asyncio.sleep(1.5)  # decided; its bind waits for the lock
+            await delete_pod(kube, NS, "same")
+            await make_pod(kube, "same", ns=NS, limits={"nvidia.com/gpu": 2}, cpu="100m",
+                           memory="128Mi")
+            await asyncio.sleep(0.5)
+            await kube.request("PATCH", "/api/v1/nodes/gpu-0", {"metadata": {"annotations": {
+                hami.NODE_LOCK: None}}}, content_type=MERGE_PATCH)
+            await all_running(kube, f, 1, "same")
+            await f.settle()
+            clean_run(f)
+            pod = await kube.request("GET", f"/api/v1/namespaces/{NS}/pods/same")
+            record = json.loads(pod["metadata"]["annotations"]["gpupool.io/placement"])
+            assert len(record["cards"]) == 2
+
+    live(control_plane, body)
+
+
+def test_bench_reports_the_node_side(control_plane: ControlPlane) -> None:
+    """``gpupool k8s bench`` with node agents and other pods: every bound pod is judged by
+    a kubelet, and the figures say how."""
+    from gpupool.k8s.bench import run_bench
+
+    result = asyncio.run(run_bench(control_plane.kubeconfig, nodes=3, gpus=4, pods=12,
+                                   ns="gpupool-bench-node", other_cpu_pct=50))
+    assert result["bound"] == 12 and result["node_agents"] is True
+    # 12 measured pods, the warm-up pod and 3 other pods, each admitted or rejected
+    assert result["pods_admitted"] + result["kubelet_rejections"] == 16
+    faults = {k: result[k] for k in ("swapped_allocations", "misdirected_allocations",
+                                     "kubelet_rejections", "cards_over_split",
+                                     "cards_over_memory")}
+    assert faults == dict.fromkeys(faults, 0)
+    assert result["pods_running"] == 12
