@@ -34,7 +34,7 @@ import yaml
 
 from gpupool.k8s.kube import MERGE_PATCH, Kube
 from tests.k8s.conftest import ControlPlane
-from tests.k8s.kit import get_pod, make_node, pod_body, set_phase, wait_for
+from tests.k8s.kit import device_plugins, get_pod, make_node, pod_body, set_phase, wait_for
 
 pytestmark = pytest.mark.k8s
 
@@ -352,9 +352,12 @@ def test_deploy_applies_and_runs_as_its_service_account(control_plane: ControlPl
 
 
 async def _session(cp: ControlPlane, body: Any) -> None:
+    """``body`` with a client, and HAMi's device plugin's part in the node lock played
+    (no kubelet runs here: without it a node's lock, once taken, is held until it expires)."""
     kube = await Kube.connect(cp.kubeconfig)
     try:
-        await body(kube)
+        async with device_plugins(kube):
+            await body(kube)
     finally:
         await kube.close()
 
