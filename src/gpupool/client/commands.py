@@ -94,12 +94,29 @@ def _common(outputs: Sequence[str] | None) -> argparse.ArgumentParser:
     return p
 
 
-def add_parsers(sub: Any) -> None:
-    """Add ``submit``, ``get``, ``describe`` and ``cancel`` to the ``gpupool`` parser."""
+def add_parsers(sub: Any, only: str | None = None) -> None:
+    """Add the client commands to the ``gpupool`` parser: ``only`` that one when given (the
+    command being run: building the others' parsers would cost more than the call)."""
     from gpupool.client import admin, config_cli  # cordon, drain, apply; config, completion
 
-    admin.add_parsers(sub)
-    config_cli.add_parsers(sub)
+    def want(*names: str) -> bool:
+        return only is None or only in names
+
+    if want(*admin.COMMANDS):
+        admin.add_parsers(sub)
+    if want(*config_cli.OWN):
+        config_cli.add_parsers(sub)
+    if want("submit"):
+        _submit_parser(sub)
+    if want("get"):
+        _get_parser(sub)
+    if want("describe"):
+        _describe_parser(sub)
+    if want("cancel", "delete"):
+        _cancel_parsers(sub)
+
+
+def _submit_parser(sub: Any) -> None:
     p = sub.add_parser("submit", parents=[_common(("json", "yaml", "name"))],
                        help="submit jobs to a gpupool server",
                        description="Submit Job documents (YAML or JSON; several per file, "
@@ -108,6 +125,8 @@ def add_parsers(sub: Any) -> None:
                    help="a file of Job documents, - for stdin (repeatable)")
     p.set_defaults(func=lambda a: _run(a, _submit))
 
+
+def _get_parser(sub: Any) -> None:
     p = sub.add_parser("get", parents=[_common(("json", "yaml", "wide", "name", "jsonpath",
                                                 "custom-columns"))],
                        help="list jobs, nodes, queues, flavors, cohorts or events",
@@ -142,6 +161,8 @@ def add_parsers(sub: Any) -> None:
                    help="how often --watch asks (default 2)")
     p.set_defaults(func=lambda a: _run(a, _get))
 
+
+def _describe_parser(sub: Any) -> None:
     p = sub.add_parser("describe", parents=[_common(None)],
                        help="show everything about a job or a node",
                        description="A job: its spec, status, pending reason, placements card "
@@ -155,6 +176,8 @@ def add_parsers(sub: Any) -> None:
                                                 "a ClusterQueue")
     p.set_defaults(func=lambda a: _run(a, _describe))
 
+
+def _cancel_parsers(sub: Any) -> None:
     p = sub.add_parser("cancel", parents=[_common(("json", "name"))],
                        help="cancel jobs (their records stay; `delete` removes them)",
                        description="Cancel pending or running jobs; their cards are free at "
