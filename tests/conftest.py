@@ -37,17 +37,18 @@ def needs_real_component(item: pytest.Item) -> bool:
     return any(f in getattr(item, "fixturenames", ()) for f in REAL_FIXTURES)
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item,
-                              call: pytest.CallInfo[None]) -> Generator[None, None, None]:
-    outcome = yield
-    report: pytest.TestReport = outcome.get_result()
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+        item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
     if not report.skipped or not in_ci() or not needs_real_component(item):
-        return
+        return report
     if hasattr(report, "wasxfail"):  # an expected failure is not a skipped component
-        return
+        return report
     longrepr = report.longrepr
     reason = longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else longrepr
     report.outcome = "failed"
     report.longrepr = (f"{item.nodeid} needs a real component and was skipped under CI "
                        f"(CI={os.environ.get('CI')!r}): {reason}")
+    return report

@@ -57,10 +57,15 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"gpupool {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    group = COMMANDS.get(_command(argv) or "") if argv is not None else None
+    command = _command(argv) if argv is not None else None
+    group = COMMANDS.get(command or "")
     for name, (module, function) in GROUPS.items():
         if group is None or name == group:
-            getattr(importlib.import_module(module), function)(sub)
+            add = getattr(importlib.import_module(module), function)
+            if name == "client" and group == "client":
+                add(sub, only=command)  # that command's parser only
+            else:
+                add(sub)
     return parser
 
 

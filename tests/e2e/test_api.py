@@ -207,7 +207,9 @@ def test_a_job_over_its_queues_quota_waits_and_says_so_with_numbers(svc: Svc) ->
     assert c["phase"] == d["phase"] == "Pending"
     reason = c["pendingReason"]
     assert "serving" in reason and "quota" in reason
-    assert "65536/65536" in reason and "4/4 GPUs used" in reason, reason
+    # in the user's units: GiB of card memory, not MiB under the core's own name
+    assert "t4 GPU memory (64Gi/64Gi used, 16Gi asked" in reason, reason
+    assert "4/4 GPUs used" in reason and "_mib" not in reason, reason
     assert (c["queuePosition"], d["queuePosition"]) == (0, 1)
     assert c["estimatedStart"] == d["estimatedStart"] == 600.0  # a ends at 10m: room for 4
     assert c["estimatedStartIn"] == 540.0

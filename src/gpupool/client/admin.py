@@ -19,6 +19,7 @@ from gpupool.client import commands
 from gpupool.client.http import Client
 from gpupool.core.errors import ConfigError
 
+COMMANDS = ("cordon", "uncordon", "drain", "apply")
 APPLY_KINDS = {"ResourceFlavor": "flavors", "ClusterQueue": "clusterqueues",
                "Cohort": "cohorts", "LocalQueue": "localqueues"}
 

@@ -11,6 +11,7 @@ from gpupool.core.errors import ConfigError
 
 COMMANDS = ("submit", "get", "describe", "cancel", "delete", "apply", "cordon", "uncordon",
             "drain", "config", "completion", "serve", "sim", "bench", "k8s", "demo")
+OWN = ("config", "completion")
 KINDS = ("jobs", "nodes", "queues", "clusterqueues", "localqueues", "flavors", "cohorts",
          "events")
 

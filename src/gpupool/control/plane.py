@@ -41,6 +41,7 @@ from gpupool.control.codec import (
     request_to_json,
 )
 from gpupool.control.limits import check_metadata
+from gpupool.control.reasons import usable_only
 from gpupool.core.admission import QuotaTree, request_demand
 from gpupool.core.decisions import CycleResult
 from gpupool.core.errors import ConfigError, ConflictError, InvalidJobError, NotFoundError
@@ -232,6 +233,7 @@ class ControlPlane:
         self._tick_changes: _Changes | None = None  # the cycle's, while the cloud acts
         self._saved: dict[tuple[str, str], dict[str, Any]] = {}  # provisioning rows on disk
         self._cloud_saved: dict[str, Any] | None = None  # the cloud's snapshot on disk
+        self._usable_cache: dict[str, tuple[int, set[str]]] = {}  # job -> usable flavors
         with self.lock:
             self._open(nodes, queue_docs)
 
@@ -355,6 +357,7 @@ class ControlPlane:
         for w in self.watchers:
             w.scheduler_built(sched)
         self.scheduler = sched
+        self._usable_cache.clear()  # a new table, maybe new flavors
         self._commit(conflicts)
         if self.cloud is not None:  # deletions the old scheduler had not passed on yet
             self.cloud.reconcile({r.key for r in sched.provisioning_requests()}, now)
@@ -755,9 +758,26 @@ class ControlPlane:
         for p in result.parks:
             parked = self.jobs.get(p.job)
             if parked is not None:
-                parked.message = _for_owner(p.status.message, parked.request.namespace,
-                                            self.jobs)
+                message = usable_only(p.status.message, self._usable(parked),
+                                      (f.name for f in self.config.flavors))
+                parked.message = _for_owner(message, parked.request.namespace, self.jobs)
                 out.parked += 1
+
+    def _usable(self, rec: JobRecord) -> set[str]:
+        """The flavors of the job's ClusterQueue whose nodes could hold it (cached while the
+        nodes stay as they are)."""
+        table = self.scheduler.state.table
+        hit = self._usable_cache.get(rec.key)
+        if hit is not None and hit[0] == table.version:
+            return hit[1]
+        flavors = {f.name: f for f in self.config.flavors}
+        queue = self._idle_tree.queues.get(rec.cluster_queue)
+        names = [fq.flavor for fq in (queue.flavors or ()) ] if queue is not None else []
+        usable = {n for n in names if flavor_problem(rec.job, flavors.get(n), table) is None}
+        if len(self._usable_cache) > 100_000:
+            self._usable_cache.clear()
+        self._usable_cache[rec.key] = (table.version, usable)
+        return usable
 
     # -- queue objects -----------------------------------------------------------------------
 

@@ -252,15 +252,23 @@ ENTITLEMENT_BASIS = (
 """How the entitlement and the share are computed, in one sentence for people."""
 
 
+# How a resource is said to users: its name, the divisor from its unit, the unit written.
+_SAID: dict[str, tuple[str, int, str]] = {
+    Resource.GPU_MILLI: ("GPUs", 1000, " GPUs"), Resource.GPU: ("GPUs", 1, " GPUs"),
+    Resource.CPU_MILLI: ("CPU", 1000, " CPUs"), Resource.MEMORY_MIB: ("memory", 1024, "Gi"),
+    Resource.GPU_MEMORY_MIB: ("GPU memory", 1024, "Gi")}
+_EACH = ("Gi",)  # units written after every figure, not once after "used"
+
+
 def _describe_short(cq: str, key: Key, usage: int, nominal: int, amount: int, free: int) -> str:
+    """One quota clause in the units a user writes (GPUs, CPUs, Gi), never the core's own
+    names (``cpu_milli``, ``gpu_memory_mib``)."""
     flavor, res = key
-    unit = {Resource.GPU_MILLI: 1000}.get(res)
-    if unit:
-        return (f"queue {cq} at quota for {flavor} GPUs ({usage / unit:g}/{nominal / unit:g} "
-                f"GPUs used, {amount / unit:g} asked, {max(free, 0) / unit:g} available "
-                "with borrowing)")
-    return (f"queue {cq} at quota for {flavor} {res} ({usage}/{nominal} used, {amount} asked, "
-            f"{max(free, 0)} available with borrowing)")
+    name, unit, suffix = _SAID.get(res, (str(res), 1, ""))
+    each = suffix if suffix in _EACH else ""
+    return (f"queue {cq} at quota for {flavor} {name} ({usage / unit:g}{each}/"
+            f"{nominal / unit:g}{suffix} used, {amount / unit:g}{each} asked, "
+            f"{max(free, 0) / unit:g}{each} available with borrowing)")
 
 
 # -- what a job costs -----------------------------------------------------------------------
