@@ -255,32 +255,6 @@ def test_required_node_affinity_and_node_selector(control_plane: ControlPlane) -
     live(control_plane, body)
 
 
-def test_gated_pods_wait_until_ungated(control_plane: ControlPlane) -> None:
-    async def body(kube: Kube) -> None:
-        await make_node(kube, "gpu-0", gpus=8)
-        gated = {"apiVersion": "v1", "kind": "Pod",
-                 "metadata": {"name": "gated", "namespace": NS},
-                 "spec": {"schedulerName": "gpupool", "terminationGracePeriodSeconds": 0,
-                          "schedulingGates": [{"name": "kueue.x-k8s.io/admission"}],
-                          "containers": [{"name": "main", "image": "example.invalid/x",
-                                          "resources": {"limits": WHOLE}}]}}
-        made = await kube.request("POST", f"/api/v1/namespaces/{NS}/pods", gated)
-        if not made["spec"].get("schedulingGates"):
-            pytest.skip("this API server predates spec.schedulingGates (Kubernetes 1.26) and "
-                        "drops the field, so a gated pod cannot be made")
-        async with fleet(kube) as f, running(kube, default_config()):
-            await asyncio.sleep(3.0)
-            pod = await kube.request("GET", f"/api/v1/namespaces/{NS}/pods/gated")
-            assert not pod["spec"].get("nodeName")
-            await kube.request("PATCH", f"/api/v1/namespaces/{NS}/pods/gated",
-                               {"spec": {"schedulingGates": None}}, content_type=MERGE_PATCH)
-            await all_running(kube, f, 1, "gated")
-            await f.settle()
-            clean_run(f)
-
-    live(control_plane, body)
-
-
 def test_a_node_whose_device_plugin_died_gets_no_gpu_pods(control_plane: ControlPlane) -> None:
     async def body(kube: Kube) -> None:
         await make_node(kube, "dead", gpus=8)
