@@ -95,7 +95,7 @@ def test_rbac_grants_what_the_scheduler_writes() -> None:
 def test_every_granted_resource_is_one_the_code_calls() -> None:
     """Nothing more: each resource a rule names appears in a request path of the code (the
     live test runs the code as the service account, so each path used is also granted)."""
-    code = "\n".join(p.read_text() for p in (SRC / "k8s").glob("*.py"))
+    code = "\n".join(p.read_text() for p in (SRC / "k8s").rglob("*.py"))
     for rule in _rules():
         for res in rule["resources"]:
             plural, _, sub = res.partition("/")
@@ -107,7 +107,11 @@ def test_every_granted_resource_is_one_the_code_calls() -> None:
         assert "*" not in rule["verbs"] and "*" not in rule["resources"]
     reads = {r for rule in _rules() for r in rule["resources"]
              if set(rule["verbs"]) <= {"get", "list", "watch"}}
-    assert {"nodes", "clusterqueues", "elasticgpuclasses"} <= reads
+    assert {"clusterqueues", "elasticgpuclasses"} <= reads
+    # nodes: read, and patched only for HAMi's node lock annotation (k8s/nodelock.py)
+    (nodes,) = [rule for rule in _rules() if "nodes" in rule["resources"]]
+    assert set(nodes["verbs"]) == {"get", "list", "watch", "patch"}
+    assert "hami.io/mutex.lock" in (SRC / "k8s" / "nodelock.py").read_text()
 
 
 def test_webhook_rules_cover_every_kind_admitted() -> None:

@@ -26,6 +26,7 @@ from gpupool.k8s.kueue.source import ACCEPTED, IGNORED
 from tests.k8s.conftest import ControlPlane
 from tests.k8s.kit import (
     clean,
+    device_plugins,
     ensure_namespace,
     events_for,
     get_pod,
@@ -135,7 +136,8 @@ def live(cp: ControlPlane, body: Any) -> None:
             for ns in NAMESPACES:
                 await ensure_namespace(kube, ns)
             await clean(kube, [*NAMESPACES, "default"])
-            await body(kube)
+            async with device_plugins(kube):  # HAMi's plugin releases each node lock
+                await body(kube)
         finally:
             await clean(kube, [*NAMESPACES, "default"])
             await kube.close()
@@ -412,13 +414,25 @@ def limited_kubeconfig(cp: ControlPlane, path: Path) -> str:
 
 def test_the_service_accounts_rights_are_enough_and_missing_ones_do_not_stop_it(
         kueue_crds: ControlPlane, tmp_path: Path) -> None:
-    """As ``gpupool-limited`` with deploy/'s ClusterRole (Jobs: get only) and read access to
-    Kueue's kinds: Kueue's objects are read and pods bind; without the Job list right the
-    queue comes from the pod's own label. Without read access to Kueue's kinds, gpupool falls
-    back to its own queue objects instead of waiting forever on a forbidden watch."""
+    """As ``gpupool-limited`` with deploy/'s ClusterRole less some rights (Jobs: get only)
+    and read access to Kueue's kinds: Kueue's objects are read and pods bind; without the
+    Job list right the queue comes from the pod's own label. Without read access to Kueue's
+    kinds, gpupool falls back to its own queue objects instead of waiting forever on a
+    forbidden watch."""
     roles = yaml.safe_load_all((Path(__file__).parents[2] / "deploy" / "rbac.yaml")
                                .read_text())
-    (scheduler_role,) = [r for r in roles if r and r["kind"] == "ClusterRole"]
+    (full_role,) = [r for r in roles if r and r["kind"] == "ClusterRole"]
+    # deploy/'s ClusterRole grants all of it; this test takes some rights away to show that
+    # gpupool goes on without them: Jobs only `get`, and Kueue's kinds only through the
+    # separate KUEUE_READER role (taken away half-way)
+    rules = []
+    for rule in full_role["rules"]:
+        if "kueue.x-k8s.io" in rule["apiGroups"]:
+            continue
+        if "batch" in rule["apiGroups"]:
+            rule = {**rule, "verbs": ["get"]}
+        rules.append(rule)
+    scheduler_role = {**full_role, "rules": rules}
     binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
                "subjects": [{"kind": "User", "name": "gpupool-limited",
                              "apiGroup": "rbac.authorization.k8s.io"}]}
