@@ -250,3 +250,24 @@ def test_gpupool_pod_without_gpus_fills_its_best_class_in_tie_order() -> None:
     prof = openb_profile("gpupool", typical_pods=WORKLOAD)
     assert scores(prof, state, task) == [50.0, 50.0]
     assert decide(prof, state, task)[0] == "tight"
+
+
+WITH_CPU_PODS = TypicalPods((PodShape(4000, 1000, 1), PodShape(8000)), (1, 1), 2)
+
+
+@pytest.mark.parametrize(("cores", "short"), [(30_000, False), (23_000, True)])
+def test_gpupool_reserves_cpu_for_pods_without_gpus_only_where_cpu_is_the_constraint(
+    cores: int, short: bool,
+) -> None:
+    # Half the workload is CPU-only pods of 8 cores: at full GPU use the workload asks 12
+    # cores a GPU, 48 for the cluster's 4 GPUs. With 2 x 30 cores that fits (GPUs are the
+    # constraint) and idle GPUs keep only the GPU pods' 4 cores each; with 2 x 23 it does not,
+    # so they keep 12: the CPU-only pod then leaves "idle" (2 idle GPUs, 15 cores after it)
+    # for "busy" (no idle GPU). FGD takes the tie order either way.
+    state = ClusterState([node("idle", gpu=2, cpu=cores), node("busy", gpu=2, cpu=cores)])
+    place(state, "b", "busy", cpu=cores - 10_000, shares=((0, 1000), (1, 1000)))
+    state.set_tie_order([NodeName("idle"), NodeName("busy")])
+    task = task_of(cpu=8000)
+    assert decide(openb_profile("fgd", typical_pods=WITH_CPU_PODS), state, task)[0] == "idle"
+    assert decide(openb_profile("gpupool", typical_pods=WITH_CPU_PODS), state,
+                  task)[0] == ("busy" if short else "idle")

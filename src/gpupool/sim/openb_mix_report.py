@@ -129,28 +129,38 @@ def _cell(stat: Mapping[str, Any]) -> str:
     return f"{stat['mean']:.2f} ({stat['sd']:.2f})"
 
 
+AS_MIXED = {"gpushare": "gpushare_pct", "cpu": "cpu_pct", "multigpu": "multigpu_pct",
+            "gpuspec": "gpuspec_pct"}
+
+
+def _as_mixed(composition: Mapping[str, Any], axis: str) -> str:
+    value = composition.get(AS_MIXED.get(axis, ""))
+    return "n/a" if value is None else f"{value:.1f} %"
+
+
 def render_family_report(summary: Mapping[str, Any], plots: Sequence[str] = ()) -> str:
     policies: list[str] = summary["policies"]
     baseline: str = summary["baseline"]
     others = [p for p in policies if p != baseline]
     seeds = summary["seeds"]
+    seed_text = f"{seeds[0]}-{seeds[-1]}" if seeds == list(range(seeds[0], seeds[-1] + 1)) \
+        else ", ".join(map(str, seeds))
     lines = [
         f"# openb mixes derived from `{summary.get('base', '?')}`",
         "",
-        f"Unallocated GPU % at 100 % arrived load, mean (sd) over seeds {seeds[0]}-{seeds[-1]}"
-        if seeds == list(range(seeds[0], seeds[-1] + 1)) else
-        f"Unallocated GPU % at 100 % arrived load, mean (sd) over seeds {seeds}",
+        f"Unallocated GPU % at 100 % arrived load, mean (sd) over seeds {seed_text} "
         f"({len(seeds)} seeds), tune {summary.get('tune')}, mix seed {summary.get('mix_seed')}. "
         f"Target: below {baseline} on every mix, by at least {TARGET_RELATIVE_PCT:g} % "
-        f"relative where {baseline} leaves at least {TARGET_FLOOR_PCT:g} % unallocated.",
+        f"relative where {baseline} leaves at least {TARGET_FLOOR_PCT:g} % unallocated. "
+        "\"as mixed\" is the mix's own value on its axis.",
         "",
     ]
     for axis in dict.fromkeys(m["axis"] for m in summary["mixes"]):
         rows = [m for m in summary["mixes"] if m["axis"] == axis]
         lines += [f"## {axis}: {rows[0].get('unit', '')}", ""]
-        head = "| mix | pods | CPU-only | sharing | whole-GPU | " + " | ".join(policies) + \
-            " | " + " | ".join(f"{p} vs {baseline}" for p in others) + " |"
-        lines += [head, "|" + "---|" * (5 + len(policies) + len(others))]
+        head = "| mix | as mixed | pods | CPU-only | sharing | whole-GPU | " + \
+            " | ".join(policies) + " | " + " | ".join(f"{p} vs {baseline}" for p in others) + " |"
+        lines += [head, "|" + "---|" * (6 + len(policies) + len(others))]
         for m in rows:
             c = m["composition"]
             cells = [_cell(m["policies"][p]["unallocated_gpu_pct"]["100"]) for p in policies]
@@ -160,7 +170,8 @@ def render_family_report(summary: Mapping[str, Any], plots: Sequence[str] = ()) 
                 rel = cmp["relative_pct"]
                 mark = "" if cmp["meets_target"] else " ✗"
                 vs.append("n/a" if rel is None else f"{rel:+.1f} %{mark}")
-            lines.append(f"| {m['name']} | {c['pods']} | {c['cpu_only']} | {c['sharing']} | "
+            lines.append(f"| {m['name']} | {_as_mixed(c, axis)} | {c['pods']} | "
+                         f"{c['cpu_only']} | {c['sharing']} | "
                          f"{c['one_gpu'] + c['multi_gpu']} | " + " | ".join(cells) + " | "
                          + " | ".join(vs) + " |")
         lines.append("")
@@ -176,7 +187,7 @@ def render_family_report(summary: Mapping[str, Any], plots: Sequence[str] = ()) 
              for p in policies if m["policies"][p]["wall_s_max"] is not None]
     if walls:
         name, p, w = max(walls, key=lambda x: x[2])
-        lines += ["", f"Slowest experiment: {w:.1f} s ({p}, {name})."]
+        lines += ["", f"Slowest experiment: {w:.1f} s of wall clock ({p}, {name})."]
     return "\n".join(lines) + "\n"
 
 
@@ -197,6 +208,10 @@ def plot_family(summary: Mapping[str, Any], path: Path) -> None:
             e = np.asarray([0.0 if s["sd"] is None else s["sd"] for s in st])
             ax.errorbar(x, y, yerr=e, marker="o", ms=4, capsize=3, label=p,
                         color=policy_color(p, policies))
+        base = summary.get("base_composition", {}).get(AS_MIXED[axis])
+        if base is not None:
+            ax.axvline(base * (10 if axis == "cpu" else 1), color="grey", ls="--", lw=0.8,
+                       label=f"{summary.get('base', 'base')} as given")
         ax.set_xlabel(f"{axis} ({rows[0].get('unit', '')})", fontsize=8)
         ax.set_ylabel("unallocated GPUs at 100 % arrived load (%)")
         ax.set_ylim(bottom=0)

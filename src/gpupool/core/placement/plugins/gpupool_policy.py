@@ -24,7 +24,10 @@ What it changes (each is a term of the measure, so it acts through the same clas
        node's free CPU (or memory) cannot feed counts as fragment, at the workload's CPU and
        memory per GPU milli, and per whole card for the fully free cards; the largest of these
        shortfalls counts, for every typical pod that uses GPUs. This is what sends a pod that
-       eats CPU where CPU is plentiful rather than where GPUs are.
+       eats CPU where CPU is plentiful rather than where GPUs are. Where CPU rather than GPUs
+       is the constraint (the whole workload, its pods without GPUs included, would need more
+       CPU at full GPU use than the cluster has), the pods without GPUs take cores the idle
+       GPUs need, and the CPU per GPU milli is the whole workload's (:meth:`cpu_inv`).
     3. Scarce models. A typical pod bound to some models can only use those cards. Placing
        any pod's GPU demand on a node of such a model is charged the bound pods' popularity,
        each scaled by how small a share of the cluster's cards it may use, so pods that may
@@ -86,6 +89,7 @@ class GpupoolScore(RowScored):
     name: ClassVar[str] = "gpupool"
     gpu_weight: int = field(init=False, repr=False)
     cpu_per_milli: float = field(init=False, repr=False)
+    cpu_only_per_milli: float = field(init=False, repr=False)
     mem_per_milli: float = field(init=False, repr=False)
     cpu_per_card: float = field(init=False, repr=False)
     mem_per_card: float = field(init=False, repr=False)
@@ -109,6 +113,10 @@ class GpupoolScore(RowScored):
         setter = object.__setattr__
         setter(self, "gpu_weight", int(w.sum()))
         setter(self, "cpu_per_milli", per(tp.cpu, every, milli))
+        cpu_only = sum(count * shape.cpu_milli
+                       for shape, count in zip(tp.shapes, tp.counts, strict=True)
+                       if not (shape.gpu_milli > 0 and shape.gpu_count > 0))
+        setter(self, "cpu_only_per_milli", cpu_only / milli if milli else 0.0)
         setter(self, "mem_per_milli", per(tp.mem, every, milli))
         setter(self, "cpu_per_card", per(tp.cpu, whole, cards) / WHOLE_GPU_MILLI)
         setter(self, "mem_per_card", per(tp.mem, whole, cards) / WHOLE_GPU_MILLI)
@@ -125,10 +133,31 @@ class GpupoolScore(RowScored):
 
     # -- the measure -----------------------------------------------------------------------
 
-    def stranded(self, cpu: I64, mem: I64, idle: I64, full: I64) -> F64:
+    def cpu_inv(self, cs: CycleState) -> float:
+        """1 / the CPU a node must keep per idle GPU milli (0: none).
+
+        The GPU pods' own CPU per GPU milli, while GPUs are the constraint. Where the whole
+        workload's CPU at full GPU use (its pods without GPUs included) exceeds the cluster's
+        CPU, CPU is the constraint: the pods without GPUs, arriving among the GPU pods, then
+        take cores the idle GPUs need, and the rate is the whole workload's. Per inventory.
+        """
+        if not self.cpu_only_per_milli:
+            return self._cpu_inv
+        t = cs.table
+        key = ("inventory", "gpupool-cpu-rate", self.typical_pods, t.version)
+        found = cs.cache.get(key)
+        if found is None:
+            live = t.live()
+            rate = self.cpu_per_milli + self.cpu_only_per_milli
+            short = rate * float(t.milli_total[live].sum()) > float(t.cpu_cap[live].sum())
+            found = cs.cache[key] = 1.0 / rate if short else self._cpu_inv
+        result: float = found
+        return result
+
+    def stranded(self, cpu: I64, mem: I64, idle: I64, full: I64, cpu_inv: float) -> F64:
         """Idle GPU milli the node's free CPU or memory cannot feed, at the workload's CPU and
         memory per GPU milli (all idle) and per whole card (fully free cards); the largest."""
-        out = idle - cpu * self._cpu_inv if self._cpu_inv else np.zeros(idle.shape)
+        out = idle - cpu * cpu_inv if cpu_inv else np.zeros(idle.shape)
         whole = full * float(WHOLE_GPU_MILLI)
         if self._cpu_card_inv:
             out = np.maximum(out, whole - cpu * self._cpu_card_inv)
@@ -139,13 +168,13 @@ class GpupoolScore(RowScored):
         return np.maximum(out, 0.0)
 
     def measure(self, cpu: I64, mem: I64, idle: I64, nfit: I64, usable: I64,
-                full: I64) -> F64:
+                full: I64, cpu_inv: float) -> F64:
         """kept * fragment of node states given by their terms (any leading shape)."""
         tp = self.typical_pods
         q3 = (nfit >= tp.k) & (cpu[..., None] >= tp.cpu) & (mem[..., None] >= tp.mem)
         lost: I64 = np.where(q3, usable, 0) @ tp.weight
         frag = (self.gpu_weight * idle - lost).astype(np.float64)
-        return frag + self.gpu_weight * self.stranded(cpu, mem, idle, full)
+        return frag + self.gpu_weight * self.stranded(cpu, mem, idle, full, cpu_inv)
 
     def scarcity(self, cs: CycleState, rows: Rows) -> F64:
         """kept * fragment charged per GPU milli placed on each row: the typical pods that are
@@ -170,10 +199,11 @@ class GpupoolScore(RowScored):
         result: F64 = per_row[rows]
         return result
 
-    def before(self, cs: CycleState, rows: Rows, base: RowTerms, mem: I64, full: I64) -> F64:
+    def before(self, cs: CycleState, rows: Rows, base: RowTerms, mem: I64, full: I64,
+               cpu_inv: float) -> F64:
         """The measure of the rows as they are, cached per row generation."""
         t = cs.table
-        key = ("gpupool-before", self.typical_pods)
+        key = ("gpupool-before", self.typical_pods, cpu_inv)
         entry = cs.cache.get(key)
         if entry is None or entry[0].size < t.cap_rows:
             entry = cs.cache[key] = (np.full(t.cap_rows, -1, np.int64),
@@ -183,7 +213,8 @@ class GpupoolScore(RowScored):
         if stale.any():
             sr = rows[stale]
             value[sr] = self.measure(t.cpu_free[sr], mem[stale], base.idle[stale],
-                                     base.nfit[stale], base.usable[stale], full[stale])
+                                     base.nfit[stale], base.usable[stale], full[stale],
+                                     cpu_inv)
             gen_at[sr] = t.gen[sr]
         result: F64 = value[rows]
         return result
@@ -196,7 +227,8 @@ class GpupoolScore(RowScored):
         base = row_terms(tp, t, rows, cs.cache)
         full = t.free_whole[rows]
         mem = t.mem_free[rows]
-        before = self.before(cs, rows, base, mem, full)
+        cpu_inv = self.cpu_inv(cs)
+        before = self.before(cs, rows, base, mem, full, cpu_inv)
         if req.total_milli:
             before = before - req.total_milli * self.scarcity(cs, rows)
         if req.kind is GpuKind.SLICE:
@@ -204,7 +236,7 @@ class GpupoolScore(RowScored):
                 tp, t, rows, base, task.cpu_milli, req.gpu_milli, cs.cache)
             full2 = full[:, None] - (t.free_milli[rows] >= WHOLE_GPU_MILLI)
             after = self.measure(cpu2, (mem - task.memory_mib)[:, None], idle2, nfit2,
-                                 usable2, full2)
+                                 usable2, full2, cpu_inv)
             s = np.where(slice_cards(cs, task, rows),
                          sigmoid_score(before[:, None] - after, tp.kept), -1)
             card = np.argmax(s, axis=1)
@@ -213,14 +245,16 @@ class GpupoolScore(RowScored):
         cpu2, idle2, nfit2, usable2 = after_take_terms(
             tp, t, rows, base, task.cpu_milli, take, cs.cache)
         full2 = full - np.count_nonzero(take, axis=1)
-        after = self.measure(cpu2, mem - task.memory_mib, idle2, nfit2, usable2, full2)
+        after = self.measure(cpu2, mem - task.memory_mib, idle2, nfit2, usable2, full2,
+                             cpu_inv)
         score = sigmoid_score(before - after, tp.kept).astype(np.float64)
         return score, np.full(rows.size, -1, np.int64)
 
     # -- plugin points ---------------------------------------------------------------------
 
     def _scores(self, cs: CycleState, task: Task, rows: Rows) -> tuple[F64, I64]:
-        key = ("gpupool", self.typical_pods, shape_key(task), task.memory_mib)
+        key = ("gpupool", self.typical_pods, shape_key(task), task.memory_mib,
+               self.cpu_inv(cs))
         return cached_by_row(cs, key, rows,
                              lambda stale: self.evaluate(cs, task, stale))
 
