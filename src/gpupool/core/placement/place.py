@@ -14,7 +14,7 @@ from gpupool.core.snapshot import Snapshot
 def feasible(task: Task, snap: Snapshot, profile: Profile) -> tuple[Rows, Status]:
     """Rows that pass every filter; when none does, a Status saying why with counts."""
     t = snap.table
-    cs = CycleState(t, snap.cache)
+    cs = CycleState(t, snap.cache, pods=snap.pods)
     rows = t.live()
     total = int(rows.size)
     rejected: list[tuple[str, int, bool]] = []
@@ -54,7 +54,7 @@ def place_task(task: Task, snap: Snapshot, profile: Profile) -> tuple[Placement 
     if not rows.size:
         return None, status
     t = snap.table
-    cs = CycleState(t, snap.cache)
+    cs = CycleState(t, snap.cache, pods=snap.pods)
     if profile.scores and rows.size > 1:
         total = np.zeros(rows.size, np.float64)
         for plugin, weight in profile.scores:
@@ -68,7 +68,7 @@ def place_task(task: Task, snap: Snapshot, profile: Profile) -> tuple[Placement 
             "although its filters passed",))
     return Placement(
         task=task.id, job=task.job, node=t.nodes[row].name, cpu_milli=task.cpu_milli,
-        memory_mib=task.memory_mib, shares=shares,
+        memory_mib=task.memory_mib, shares=shares, pod=task.pod_set.pod,
     ), Status.ok()
 
 

@@ -20,14 +20,17 @@ from gpupool.core.placement.plugins.gpupacking import GpuPackingScore
 from gpupool.core.placement.plugins.gpupool_policy import GpupoolScore
 from gpupool.core.placement.plugins.node_affinity import NodeAffinity
 from gpupool.core.placement.plugins.node_selector import NodeSelector
+from gpupool.core.placement.plugins.pod_affinity import PodAffinity
+from gpupool.core.placement.plugins.pod_anti_affinity import PodAntiAffinity
 from gpupool.core.placement.plugins.random_fit import RandomFit
 from gpupool.core.placement.plugins.resources import NodeResources
 from gpupool.core.placement.plugins.schedulable import NodeSchedulable
 from gpupool.core.placement.plugins.taints import TaintToleration
+from gpupool.core.placement.plugins.topology_spread import PodTopologySpread
 
 DEFAULT_FILTERS = (
     "node-schedulable", "node-selector", "node-affinity", "taint-toleration", "gpu-model",
-    "node-resources", "gpu-fit",
+    "pod-affinity", "pod-anti-affinity", "pod-topology-spread", "node-resources", "gpu-fit",
 )
 """Inventory filters first (their rejections are unresolvable), usage filters last."""
 
@@ -36,7 +39,8 @@ def builtin_registry() -> Registry:
     return Registry([
         NodeSchedulable, NodeSelector, NodeAffinity, TaintToleration, GpuModel, NodeResources,
         GpuFit, BinPack, Spread, BestFitCards, FgdScore, BestFitScore, DotProdScore,
-        GpuPackingScore, GpuClusteringScore, RandomFit, GpupoolScore,
+        GpuPackingScore, GpuClusteringScore, RandomFit, GpupoolScore, PodAffinity,
+        PodAntiAffinity, PodTopologySpread,
     ])
 
 
