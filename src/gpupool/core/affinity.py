@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from gpupool.core.errors import InvalidJobError
 
 __all__ = [
-    "OPERATORS", "LabelSelector", "NodeAffinityTerm", "NodeRequirement", "PodAffinityTerm",
-    "PodMeta", "SpreadConstraint",
+    "OPERATORS", "SELECTOR_OPERATORS", "LabelSelector", "NodeAffinityTerm", "NodeRequirement",
+    "PodAffinityTerm", "PodMeta", "SpreadConstraint",
 ]
 
 OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
@@ -184,3 +184,4 @@ class PodMeta:
     namespace: str = ""
     labels: Mapping[str, str] = field(default_factory=dict)
     anti_affinity: tuple[PodAffinityTerm, ...] = ()
+    terminating: bool = False  # being deleted: topology spread no longer counts it

@@ -18,12 +18,12 @@ NO_DOMAIN = np.iinfo(np.int64).max // 2
 
 def spread_counts(cs: CycleState, c: SpreadConstraint, namespace: str) -> I64:
     """Per table row, the pods of ``namespace`` there that the constraint's selector matches
-    (no selector: none)."""
+    (no selector: none), leaving out pods being deleted as kube-scheduler does."""
     selector = c.selector
 
     def match(meta: PodMeta) -> bool:
         return (selector is not None and meta.namespace == namespace
-                and selector.matches(meta.labels))
+                and not meta.terminating and selector.matches(meta.labels))
     return cs.pods.counts(cs.table, ("spread", selector, namespace), match)
 
 
