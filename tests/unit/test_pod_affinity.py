@@ -18,7 +18,7 @@ from gpupool.core.affinity import (
     PodMeta,
     SpreadConstraint,
 )
-from gpupool.core.model import Job, NodeName, Task
+from gpupool.core.model import Job, JobId, NodeName, Task
 from gpupool.core.placement.place import feasible
 from gpupool.core.podindex import PodIndex
 from tests.builders import job, node
@@ -190,7 +190,7 @@ def test_held_placements_count_in_later_cycles_until_forgotten() -> None:
     placements, _ = place_job(j, state.snapshot(), default_profile())
     for p in placements:
         state.assume(p)
-    later = replace(j, id="y", pod_sets=(replace(j.pod_sets[0], count=1),))
+    later = replace(j, id=JobId("y"), pod_sets=(replace(j.pod_sets[0], count=1),))
     assert fits(state, first(later)) == set()
     state.forget(placements[0].task)
     assert fits(state, first(later)) == {placements[0].node}
@@ -276,7 +276,14 @@ def test_index_counts_kept_up_to_date_equal_a_recount() -> None:
             idx.drop(key)
         else:
             app = "web" if rng.random() < 0.5 else "db"
-            idx.put(key, NodeName(names[int(rng.integers(4))]), PodMeta("ns", {"app": app}))
-        kept = idx.counts(t, "web", web).copy()
-        fresh = idx.copy().counts(t, "web", web)
-        assert np.array_equal(kept, fresh), i
+            terms = (term(app="web"),) if rng.random() < 0.3 else ()
+            idx.put(key, NodeName(names[int(rng.integers(4))]),
+                    PodMeta("ns", {"app": app}, terms))
+        if i == 100:  # a question asked half-way is kept from then on too
+            idx.counts(t, "anti", lambda m: bool(m.anti_affinity), anti_only=True)
+        for q, m, a in (("web", web, False), ("anti", lambda m: bool(m.anti_affinity), True)):
+            if q == "anti" and i < 100:
+                continue
+            kept = idx.counts(t, q, m, anti_only=a).copy()
+            fresh = idx.copy().counts(t, q, m, anti_only=a)
+            assert np.array_equal(kept, fresh), (i, q)

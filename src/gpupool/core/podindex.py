@@ -33,8 +33,8 @@ class PodIndex:
     def __init__(self) -> None:
         self._pods: dict[str, tuple[NodeName, PodMeta]] = {}
         self.version = 0
-        # question -> (table version, match, per-row counts)
-        self._counts: dict[Hashable, tuple[int, Matcher, Counts]] = {}
+        # question -> (table version, match, per-row counts, only pods with anti-affinity)
+        self._counts: dict[Hashable, tuple[int, Matcher, Counts, bool]] = {}
         self._table: NodeTable | None = None
         self._anti_keys: tuple[int, frozenset[str]] = (-1, frozenset())
 
@@ -67,8 +67,10 @@ class PodIndex:
         row = t.index.get(node)
         if row is None:  # a node the table does not hold: counted nowhere
             return
-        for version, match, counts in self._counts.values():
-            if version == t.version and counts.size > row and match(meta):
+        anti = bool(meta.anti_affinity)
+        for version, match, counts, anti_only in self._counts.values():
+            if (anti or not anti_only) and version == t.version and counts.size > row \
+                    and match(meta):
                 counts[row] += sign
 
     def copy(self) -> PodIndex:
@@ -92,9 +94,11 @@ class PodIndex:
             self._anti_keys = (self.version, keys)
         return self._anti_keys[1]
 
-    def counts(self, table: NodeTable, question: Hashable, match: Matcher) -> Counts:
+    def counts(self, table: NodeTable, question: Hashable, match: Matcher,
+               anti_only: bool = False) -> Counts:
         """Per table row, how many pods ``match`` accepts (``question`` names ``match``:
-        equal questions must match the same pods). Do not change the array."""
+        equal questions must match the same pods; ``anti_only``: ``match`` accepts only pods
+        with anti-affinity terms, so others need not be asked). Do not change the array."""
         if table is not self._table:
             self._table, self._counts = table, {}
         held = self._counts.get(question)
@@ -103,8 +107,8 @@ class PodIndex:
         counts = np.zeros(table.cap_rows, np.int64)
         for node, meta in self._pods.values():
             row = table.index.get(node)
-            if row is not None and match(meta):
+            if row is not None and (meta.anti_affinity or not anti_only) and match(meta):
                 counts[row] += 1
-        self._counts[question] = (table.version, match, counts)
+        self._counts[question] = (table.version, match, counts, anti_only)
         return counts
 

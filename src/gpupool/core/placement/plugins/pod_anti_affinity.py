@@ -38,7 +38,8 @@ class PodAntiAffinity:
             def match(meta: PodMeta, key: str = key) -> bool:
                 return any(t.topology_key == key and t.matches(pod.namespace, pod.labels)
                            for t in meta.anti_affinity)
-            counts = cs.pods.counts(cs.table, ("repels", key, pod.namespace, labels), match)
+            counts = cs.pods.counts(cs.table, ("repels", key, pod.namespace, labels), match,
+                                    anti_only=True)
             if not counts.any():
                 continue
             dom = domains(cs, key)
