@@ -116,3 +116,18 @@ def test_pods_with_other_labels_get_their_own_pod_set() -> None:
                                                   "ns/a2": pod_constraints(a)})
     assert sorted((ps.count, ps.pod.labels["app"]) for ps in job.pod_sets) == [(1, "b"),
                                                                                (2, "a")]
+
+
+def test_preferred_terms_read_with_their_weights() -> None:
+    spec = {"affinity": {"podAffinity": {
+        "preferredDuringSchedulingIgnoredDuringExecution": [
+            {"weight": 30, "podAffinityTerm": {"topologyKey": "zone",
+                                               "labelSelector": {"matchLabels": {"a": "b"}}}}]}}}
+    con = pod_constraints(pod(spec))
+    ((weight, term),) = con.preferred_affinity
+    assert weight == 30 and term.topology_key == "zone" and term.namespaces == {"team"}
+    spec["affinity"]["podAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0][
+        "weight"] = 101
+    with pytest.raises(InvalidJobError) as exc:
+        pod_constraints(pod(spec))
+    assert exc.value.field.endswith("[0].weight")

@@ -287,3 +287,40 @@ def test_index_counts_kept_up_to_date_equal_a_recount() -> None:
             kept = idx.counts(t, q, m, anti_only=a).copy()
             fresh = idx.copy().counts(t, q, m, anti_only=a)
             assert np.array_equal(kept, fresh), (i, q)
+
+
+# -- preferred pod (anti-)affinity, a score ------------------------------------------------
+
+def test_preferred_affinity_draws_and_anti_affinity_repels() -> None:
+    state = cluster()
+    put(state, "default/cache", "c", app="cache")
+    put(state, "default/noisy", "a", app="noisy")
+    host = "kubernetes.io/hostname"
+    drawn = gang(preferred_affinity=((50, term(host, app="cache")),))
+    placements, _ = place_job(drawn, state.snapshot(), default_profile())
+    assert placements[0].node == "c"
+    # anti-affinity to the noisy pod's zone outweighs nothing else: z2 wins over z1
+    kept = gang(preferred_anti_affinity=((10, term(app="noisy")),))
+    placements, _ = place_job(kept, state.snapshot(), default_profile())
+    assert ZONES[placements[0].node] == "z2"
+    # a preference never filters: the preferred pod is nowhere, the task still places
+    nowhere = gang(preferred_affinity=((100, term(app="none")),))
+    placements, status = place_job(nowhere, state.snapshot(), default_profile())
+    assert status.is_ok and placements
+
+
+def test_preference_scores_scale_between_the_lowest_and_highest_node() -> None:
+    from gpupool.core.placement.framework import CycleState
+    from gpupool.core.placement.plugins.pod_affinity_score import PodAffinityPreference
+    state = cluster()
+    put(state, "default/w1", "a", app="web")
+    put(state, "default/w2", "b", app="web")
+    put(state, "default/w3", "c", app="web")
+    snap = state.snapshot()
+    cs = CycleState(snap.table, snap.cache, pods=snap.pods)
+    t = first(gang(preferred_affinity=((10, term(app="web")),)))
+    rows = snap.table.live()
+    scores = dict(zip([snap.table.nodes[r].name for r in rows.tolist()],
+                      PodAffinityPreference().score(cs, t, rows).tolist(), strict=True))
+    assert scores == {"a": 100.0, "b": 100.0, "c": 0.0, "d": 0.0}  # z1 holds 2, z2 1
+    assert not PodAffinityPreference().score(cs, first(gang()), rows).any()

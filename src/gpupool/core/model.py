@@ -177,6 +177,10 @@ class PodSet:
     """Required pod anti-affinity: no term may find a matching pod in the node's domain."""
     spread: tuple[SpreadConstraint, ...] = ()
     """Topology spread constraints that must hold (``DoNotSchedule``)."""
+    preferred_affinity: tuple[tuple[int, PodAffinityTerm], ...] = ()
+    """Preferred pod affinity: (weight 1..100, term), a score, never a filter."""
+    preferred_anti_affinity: tuple[tuple[int, PodAffinityTerm], ...] = ()
+    """Preferred pod anti-affinity: (weight 1..100, term), a score, never a filter."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,9 +14,10 @@
   ``pod-anti-affinity`` and ``pod-topology-spread`` plugins; the pod's namespace and labels
   go with it, so that other pods' rules count it once placed.
 
-Not honoured (said in ``docs/kubernetes.md``): the preferred forms (placement may ignore
-them), and the parts of the required ones that :func:`ignored_constraints` names, so the pod
-can be told.
+Preferred pod (anti-)affinity is read for the ``pod-affinity-preference`` score. Not
+honoured (said in ``docs/kubernetes.md``): preferred node affinity and ``ScheduleAnyway``
+spread (placement may ignore them), and the parts of the required ones that
+:func:`ignored_constraints` names, so the pod can be told.
 """
 
 from __future__ import annotations
@@ -33,7 +34,12 @@ from gpupool.core.affinity import (
     SpreadConstraint,
 )
 from gpupool.core.errors import InvalidJobError
-from gpupool.k8s.podaffinity import affinity_terms, spread_constraints, unhonoured
+from gpupool.k8s.podaffinity import (
+    affinity_terms,
+    preferred_terms,
+    spread_constraints,
+    unhonoured,
+)
 
 __all__ = ["Constraints", "ignored_constraints", "pod_constraints", "scheduling_gates"]
 
@@ -46,6 +52,8 @@ class Constraints:
     pod_affinity: tuple[PodAffinityTerm, ...] = ()
     pod_anti_affinity: tuple[PodAffinityTerm, ...] = ()
     spread: tuple[SpreadConstraint, ...] = ()
+    preferred_affinity: tuple[tuple[int, PodAffinityTerm], ...] = ()
+    preferred_anti_affinity: tuple[tuple[int, PodAffinityTerm], ...] = ()
     namespace: str = ""
     labels: tuple[tuple[str, str], ...] = ()
 
@@ -86,6 +94,8 @@ def pod_constraints(pod: Mapping[str, Any]) -> Constraints:
         pod_affinity=affinity_terms(pod, "podAffinity"),
         pod_anti_affinity=affinity_terms(pod, "podAntiAffinity"),
         spread=spread_constraints(pod),
+        preferred_affinity=preferred_terms(pod, "podAffinity"),
+        preferred_anti_affinity=preferred_terms(pod, "podAntiAffinity"),
         namespace=str(meta.get("namespace") or "default"),
         labels=tuple(sorted((str(k), str(v)) for k, v in (meta.get("labels") or {}).items())),
     )

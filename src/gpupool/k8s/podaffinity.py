@@ -11,9 +11,10 @@
 
 What is read but not honoured is named by :func:`unhonoured`, so the pod can be told: a
 non-empty ``namespaceSelector`` (it needs namespace labels), ``matchLabelKeys`` and
-``mismatchLabelKeys``, inclusion policies other than the defaults. The preferred forms
-(``preferredDuringScheduling...``, ``ScheduleAnyway``) are not scores here; placement may
-ignore them, as Kubernetes allows.
+``mismatchLabelKeys``, inclusion policies other than the defaults. Preferred pod
+(anti-)affinity terms (``preferredDuringSchedulingIgnoredDuringExecution``: ``weight`` and
+``podAffinityTerm``) are read for the ``pod-affinity-preference`` score; ``ScheduleAnyway``
+spread is not a score here (placement may ignore it, as Kubernetes allows).
 """
 
 from __future__ import annotations
@@ -31,9 +32,11 @@ from gpupool.core.affinity import (
 )
 from gpupool.core.errors import InvalidJobError
 
-__all__ = ["affinity_terms", "pod_meta", "spread_constraints", "unhonoured"]
+__all__ = ["affinity_terms", "pod_meta", "preferred_terms", "spread_constraints",
+           "unhonoured"]
 
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
 DEFAULT_POLICIES = {"nodeAffinityPolicy": "Honor", "nodeTaintsPolicy": "Ignore"}
 
 
@@ -76,26 +79,47 @@ def affinity_terms(pod: Mapping[str, Any], kind: str) -> tuple[PodAffinityTerm, 
     spec = pod.get("spec") or {}
     raw = ((spec.get("affinity") or {}).get(kind) or {}).get(REQUIRED) or ()
     own = _namespace(pod)
+    return tuple(_term(term, f"spec.affinity.{kind}.{REQUIRED}[{i}]", own)
+                 for i, term in enumerate(raw))
+
+
+def preferred_terms(pod: Mapping[str, Any], kind: str) -> tuple[tuple[int, PodAffinityTerm],
+                                                                 ...]:
+    """The preferred terms of ``spec.affinity.<kind>``, each with its weight (1..100)."""
+    spec = pod.get("spec") or {}
+    raw = ((spec.get("affinity") or {}).get(kind) or {}).get(PREFERRED) or ()
+    own = _namespace(pod)
     out = []
-    for i, term in enumerate(raw):
-        where = f"spec.affinity.{kind}.{REQUIRED}[{i}]"
-        if not isinstance(term, Mapping):
-            raise InvalidJobError(where, term, "must be a pod affinity term")
-        key = term.get("topologyKey")
-        if not isinstance(key, str) or not key:
-            raise InvalidJobError(f"{where}.topologyKey", key, "must be a non-empty label key")
-        listed = term.get("namespaces") or ()
-        if isinstance(listed, str) or not all(isinstance(n, str) for n in listed):
-            raise InvalidJobError(f"{where}.namespaces", listed, "must be a list of strings")
-        ns_selector = term.get("namespaceSelector")
-        namespaces: frozenset[str] | None
-        if ns_selector is not None and not ns_selector:
-            namespaces = None  # {}: every namespace (with those listed: still every one)
-        else:
-            namespaces = frozenset(listed) or frozenset({own})
-        out.append(PodAffinityTerm(key, label_selector(term.get("labelSelector"),
-                                                       f"{where}.labelSelector"), namespaces))
+    for i, item in enumerate(raw):
+        where = f"spec.affinity.{kind}.{PREFERRED}[{i}]"
+        if not isinstance(item, Mapping):
+            raise InvalidJobError(where, item, "must have weight and podAffinityTerm")
+        weight = item.get("weight")
+        if not isinstance(weight, int) or isinstance(weight, bool) or not 1 <= weight <= 100:
+            raise InvalidJobError(f"{where}.weight", weight, "must be an integer in 1..100")
+        out.append((weight, _term(item.get("podAffinityTerm"), f"{where}.podAffinityTerm",
+                                  own)))
     return tuple(out)
+
+
+def _term(term: Any, where: str, own: str) -> PodAffinityTerm:
+    """One pod affinity term at ``where``; namespaces defaulted as Kubernetes does."""
+    if not isinstance(term, Mapping):
+        raise InvalidJobError(where, term, "must be a pod affinity term")
+    key = term.get("topologyKey")
+    if not isinstance(key, str) or not key:
+        raise InvalidJobError(f"{where}.topologyKey", key, "must be a non-empty label key")
+    listed = term.get("namespaces") or ()
+    if isinstance(listed, str) or not all(isinstance(n, str) for n in listed):
+        raise InvalidJobError(f"{where}.namespaces", listed, "must be a list of strings")
+    ns_selector = term.get("namespaceSelector")
+    namespaces: frozenset[str] | None
+    if ns_selector is not None and not ns_selector:
+        namespaces = None  # {}: every namespace (with those listed: still every one)
+    else:
+        namespaces = frozenset(listed) or frozenset({own})
+    return PodAffinityTerm(key, label_selector(term.get("labelSelector"),
+                                               f"{where}.labelSelector"), namespaces)
 
 
 def spread_constraints(pod: Mapping[str, Any]) -> tuple[SpreadConstraint, ...]:

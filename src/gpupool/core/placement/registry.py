@@ -21,6 +21,7 @@ from gpupool.core.placement.plugins.gpupool_policy import GpupoolScore
 from gpupool.core.placement.plugins.node_affinity import NodeAffinity
 from gpupool.core.placement.plugins.node_selector import NodeSelector
 from gpupool.core.placement.plugins.pod_affinity import PodAffinity
+from gpupool.core.placement.plugins.pod_affinity_score import PodAffinityPreference
 from gpupool.core.placement.plugins.pod_anti_affinity import PodAntiAffinity
 from gpupool.core.placement.plugins.random_fit import RandomFit
 from gpupool.core.placement.plugins.resources import NodeResources
@@ -35,12 +36,17 @@ DEFAULT_FILTERS = (
 """Inventory filters first (their rejections are unresolvable), usage filters last."""
 
 
+DEFAULT_SCORES = {"binpack": 1.0, "pod-affinity-preference": 2.0}
+"""Preferred pod (anti-)affinity weighs twice the packing, as in kube-scheduler's default
+profile; it scores 0 everywhere for a pod without preferred terms."""
+
+
 def builtin_registry() -> Registry:
     return Registry([
         NodeSchedulable, NodeSelector, NodeAffinity, TaintToleration, GpuModel, NodeResources,
         GpuFit, BinPack, Spread, BestFitCards, FgdScore, BestFitScore, DotProdScore,
         GpuPackingScore, GpuClusteringScore, RandomFit, GpupoolScore, PodAffinity,
-        PodAntiAffinity, PodTopologySpread,
+        PodAntiAffinity, PodTopologySpread, PodAffinityPreference,
     ])
 
 
@@ -53,7 +59,7 @@ def default_profile(
     return Profile.build(
         registry or builtin_registry(),
         filters=DEFAULT_FILTERS,
-        scores=scores if scores is not None else {"binpack": 1.0},
+        scores=scores if scores is not None else DEFAULT_SCORES,
         cards=cards,
         args=args,
     )
