@@ -287,6 +287,8 @@ def test_index_counts_kept_up_to_date_equal_a_recount() -> None:
             kept = idx.counts(t, q, m, anti_only=a).copy()
             fresh = idx.copy().counts(t, q, m, anti_only=a)
             assert np.array_equal(kept, fresh), (i, q)
+        assert idx.anti_affinity_keys() == {t.topology_key for _, _, m in idx
+                                             for t in m.anti_affinity}
 
 
 # -- preferred pod (anti-)affinity, a score ------------------------------------------------

@@ -36,7 +36,7 @@ class PodIndex:
         # question -> (table version, match, per-row counts, only pods with anti-affinity)
         self._counts: dict[Hashable, tuple[int, Matcher, Counts, bool]] = {}
         self._table: NodeTable | None = None
-        self._anti_keys: tuple[int, frozenset[str]] = (-1, frozenset())
+        self._anti_keys: dict[str, int] = {}  # topology key -> anti-affinity terms with it
 
     def put(self, key: str, node: NodeName, meta: PodMeta) -> None:
         old = self._pods.get(key)
@@ -61,6 +61,12 @@ class PodIndex:
 
     def _bump(self, node: NodeName, meta: PodMeta, sign: int) -> None:
         self.version += 1
+        for term in meta.anti_affinity:
+            left = self._anti_keys.get(term.topology_key, 0) + sign
+            if left:
+                self._anti_keys[term.topology_key] = left
+            else:
+                self._anti_keys.pop(term.topology_key, None)
         t = self._table
         if t is None or not self._counts:
             return
@@ -76,6 +82,7 @@ class PodIndex:
     def copy(self) -> PodIndex:
         out = PodIndex()
         out._pods = dict(self._pods)
+        out._anti_keys = dict(self._anti_keys)
         out.version = self.version
         return out
 
@@ -88,11 +95,7 @@ class PodIndex:
 
     def anti_affinity_keys(self) -> frozenset[str]:
         """The topology keys of the required anti-affinity terms of the pods here."""
-        if self._anti_keys[0] != self.version:
-            keys = frozenset(t.topology_key for _, meta in self._pods.values()
-                             for t in meta.anti_affinity)
-            self._anti_keys = (self.version, keys)
-        return self._anti_keys[1]
+        return frozenset(self._anti_keys)
 
     def counts(self, table: NodeTable, question: Hashable, match: Matcher,
                anti_only: bool = False) -> Counts:
