@@ -326,3 +326,14 @@ def test_preference_scores_scale_between_the_lowest_and_highest_node() -> None:
                       PodAffinityPreference().score(cs, t, rows).tolist(), strict=True))
     assert scores == {"a": 100.0, "b": 100.0, "c": 0.0, "d": 0.0}  # z1 holds 2, z2 1
     assert not PodAffinityPreference().score(cs, first(gang()), rows).any()
+
+
+def test_tasks_outside_any_namespace_and_unlabelled_are_not_indexed() -> None:
+    state = cluster()
+    placements, _ = place_job(job("sim", tasks=3), state.snapshot(), default_profile())
+    for p in placements:
+        state.assume(p)
+    assert len(state.pods) == 0
+    labelled, _ = place_job(gang(labels={"app": "web"}), state.snapshot(), default_profile())
+    state.assume(labelled[0])
+    assert len(state.pods) == 1

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from gpupool.core.affinity import PodMeta
 from gpupool.core.model import Job, Placement, Task
 from gpupool.core.placement.framework import Code, CycleState, Profile, Rows, Status
 from gpupool.core.snapshot import Snapshot
@@ -68,8 +69,16 @@ def place_task(task: Task, snap: Snapshot, profile: Profile) -> tuple[Placement 
             "although its filters passed",))
     return Placement(
         task=task.id, job=task.job, node=t.nodes[row].name, cpu_milli=task.cpu_milli,
-        memory_mib=task.memory_mib, shares=shares, pod=task.pod_set.pod,
+        memory_mib=task.memory_mib, shares=shares, pod=_counted(task),
     ), Status.ok()
+
+
+def _counted(task: Task) -> PodMeta | None:
+    """The task's pod as other pods' rules count it; None for a task outside any namespace
+    and without labels (a simulated job, not a Kubernetes pod): no rule can name it, and the
+    pod index stays empty where no pod rules are used."""
+    pod = task.pod_set.pod
+    return pod if pod.namespace or pod.labels or pod.anti_affinity else None
 
 
 def place_job(job: Job, snap: Snapshot, profile: Profile) -> tuple[list[Placement], Status]:
