@@ -337,3 +337,23 @@ def test_tasks_outside_any_namespace_and_unlabelled_are_not_indexed() -> None:
     labelled, _ = place_job(gang(labels={"app": "web"}), state.snapshot(), default_profile())
     state.assume(labelled[0])
     assert len(state.pods) == 1
+
+
+def test_anti_affinity_is_resolved_by_preempting_the_lower_priority_pod_in_the_way() -> None:
+    from gpupool.core.scheduler import Scheduler
+    from tests.builders import queue_config, whole
+
+    def labelled(name: str, priority: int, **fields: Any) -> Job:
+        base = job(name, gpu=whole(1), queue="a", priority=priority)
+        ps = replace(base.pod_sets[0], pod=PodMeta("default", {"app": name}), **fields)
+        return replace(base, pod_sets=(ps,))
+    s = Scheduler([node("n0", gpu=8, labels={"kubernetes.io/hostname": "n0"})],
+                  queue_config({"a": 8}))
+    s.submit(labelled("low", 0), 0)
+    s.cycle(0)
+    s.submit(labelled("high", 10, pod_anti_affinity=(
+        term("kubernetes.io/hostname", app="low"),)), 5)
+    r = s.cycle(5)
+    assert [e.job for e in r.evicts] == ["low"]
+    r = s.cycle(6)
+    assert [b.job for b in r.binds] == ["high"]
