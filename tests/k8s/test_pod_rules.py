@@ -50,7 +50,7 @@ def test_terms_read_with_kubernetes_namespace_defaults() -> None:
     assert con.pod.anti_affinity == con.pod_anti_affinity
 
 
-def test_spread_reads_do_not_schedule_only() -> None:
+def test_spread_reads_both_kinds_apart() -> None:
     con = pod_constraints(pod({"topologySpreadConstraints": [
         {"maxSkew": 2, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule",
          "labelSelector": {"matchLabels": {"app": "s"}}, "minDomains": 3},
@@ -58,6 +58,8 @@ def test_spread_reads_do_not_schedule_only() -> None:
     ]}))
     (c,) = con.spread
     assert (c.max_skew, c.topology_key, c.min_domains) == (2, "zone", 3)
+    (soft,) = con.soft_spread
+    assert (soft.max_skew, soft.topology_key, soft.selector) == (1, "host", None)
 
 
 @pytest.mark.parametrize(("spec", "field"), [

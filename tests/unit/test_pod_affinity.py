@@ -357,3 +357,39 @@ def test_anti_affinity_is_resolved_by_preempting_the_lower_priority_pod_in_the_w
     assert [e.job for e in r.evicts] == ["low"]
     r = s.cycle(6)
     assert [b.job for b in r.binds] == ["high"]
+
+
+# -- ScheduleAnyway spread, a score -----------------------------------------------------------
+
+def test_soft_spread_scores_as_kube_scheduler_normalises() -> None:
+    from gpupool.core.placement.framework import CycleState
+    from gpupool.core.placement.plugins.topology_spread_score import (
+        PodTopologySpreadPreference,
+    )
+    state = cluster({"e": {}})
+    put(state, "default/w1", "a", app="web")
+    put(state, "default/w2", "b", app="web")
+    put(state, "other/w3", "c", ns="other", app="web")  # another namespace: not counted
+    snap = state.snapshot()
+    cs = CycleState(snap.table, snap.cache, pods=snap.pods)
+    t = first(gang(labels={"app": "web"}, soft_spread=(spread(app="web"),)))
+    rows = snap.table.live()
+    got = dict(zip([snap.table.nodes[r].name for r in rows.tolist()],
+                   PodTopologySpreadPreference().score(cs, t, rows).tolist(), strict=True))
+    # z1 holds 2: 2 * ln(2 zones + 2) rounds to 3; z2 0; e lacks the zone label: 0
+    assert got == {"a": 0.0, "b": 0.0, "c": 100.0, "d": 100.0, "e": 0.0}
+    skewed = first(gang(labels={"app": "web"}, soft_spread=(spread(3, app="web"),)))
+    got = PodTopologySpreadPreference().score(cs, skewed, rows).tolist()
+    assert got == [100 * (5 + 2 - 5) // 5] * 2 + [100.0] * 2 + [0.0]  # maxSkew - 1 added
+
+
+def test_soft_spread_steers_but_never_filters() -> None:
+    state = cluster()
+    put(state, "default/w1", "a", app="web")
+    j = gang(labels={"app": "web"}, soft_spread=(spread(app="web"),))
+    placements, _ = place_job(j, state.snapshot(), default_profile())
+    assert ZONES[placements[0].node] == "z2"  # binpack alone would take a
+    only_z1 = ClusterState([node("a", labels={"zone": "z1"})])
+    put(only_z1, "default/w1", "a", app="web")
+    placements, status = place_job(j, only_z1.snapshot(), default_profile())
+    assert status.is_ok and placements[0].node == "a"

@@ -177,6 +177,8 @@ class PodSet:
     """Required pod anti-affinity: no term may find a matching pod in the node's domain."""
     spread: tuple[SpreadConstraint, ...] = ()
     """Topology spread constraints that must hold (``DoNotSchedule``)."""
+    soft_spread: tuple[SpreadConstraint, ...] = ()
+    """Topology spread constraints to keep when it can be done (``ScheduleAnyway``): a score."""
     preferred_affinity: tuple[tuple[int, PodAffinityTerm], ...] = ()
     """Preferred pod affinity: (weight 1..100, term), a score, never a filter."""
     preferred_anti_affinity: tuple[tuple[int, PodAffinityTerm], ...] = ()

@@ -14,10 +14,11 @@
   ``pod-anti-affinity`` and ``pod-topology-spread`` plugins; the pod's namespace and labels
   go with it, so that other pods' rules count it once placed.
 
-Preferred pod (anti-)affinity is read for the ``pod-affinity-preference`` score. Not
-honoured (said in ``docs/kubernetes.md``): preferred node affinity and ``ScheduleAnyway``
-spread (placement may ignore them), and the parts of the required ones that
-:func:`ignored_constraints` names, so the pod can be told.
+Preferred pod (anti-)affinity and ``ScheduleAnyway`` spread are read for the
+``pod-affinity-preference`` and ``pod-topology-spread-preference`` scores. Not honoured
+(said in ``docs/kubernetes.md``): preferred node affinity (placement may ignore it), and
+the parts of the required rules that :func:`ignored_constraints` names, so the pod can be
+told.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ class Constraints:
     pod_affinity: tuple[PodAffinityTerm, ...] = ()
     pod_anti_affinity: tuple[PodAffinityTerm, ...] = ()
     spread: tuple[SpreadConstraint, ...] = ()
+    soft_spread: tuple[SpreadConstraint, ...] = ()
     preferred_affinity: tuple[tuple[int, PodAffinityTerm], ...] = ()
     preferred_anti_affinity: tuple[tuple[int, PodAffinityTerm], ...] = ()
     namespace: str = ""
@@ -94,6 +96,7 @@ def pod_constraints(pod: Mapping[str, Any]) -> Constraints:
         pod_affinity=affinity_terms(pod, "podAffinity"),
         pod_anti_affinity=affinity_terms(pod, "podAntiAffinity"),
         spread=spread_constraints(pod),
+        soft_spread=spread_constraints(pod, "ScheduleAnyway"),
         preferred_affinity=preferred_terms(pod, "podAffinity"),
         preferred_anti_affinity=preferred_terms(pod, "podAntiAffinity"),
         namespace=str(meta.get("namespace") or "default"),

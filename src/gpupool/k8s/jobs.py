@@ -52,7 +52,8 @@ def job_for_pods(job_id: JobId, queue: str, pods: list[tuple[str, PodRequest]], 
                     memory_mib=req.memory_mib, gpu=req.gpu, node_selector=req.node_selector,
                     tolerations=req.tolerations, node_affinity=con.node_affinity, pod=con.pod,
                     pod_affinity=con.pod_affinity, pod_anti_affinity=con.pod_anti_affinity,
-                    spread=con.spread, preferred_affinity=con.preferred_affinity,
+                    spread=con.spread, soft_spread=con.soft_spread,
+                    preferred_affinity=con.preferred_affinity,
                     preferred_anti_affinity=con.preferred_anti_affinity)
         pod_sets.append(ps)
         for j, (key, _) in enumerate(members):

@@ -13,8 +13,8 @@ What is read but not honoured is named by :func:`unhonoured`, so the pod can be 
 non-empty ``namespaceSelector`` (it needs namespace labels), ``matchLabelKeys`` and
 ``mismatchLabelKeys``, inclusion policies other than the defaults. Preferred pod
 (anti-)affinity terms (``preferredDuringSchedulingIgnoredDuringExecution``: ``weight`` and
-``podAffinityTerm``) are read for the ``pod-affinity-preference`` score; ``ScheduleAnyway``
-spread is not a score here (placement may ignore it, as Kubernetes allows).
+``podAffinityTerm``) are read for the ``pod-affinity-preference`` score, ``ScheduleAnyway``
+spread constraints for the ``pod-topology-spread-preference`` score.
 """
 
 from __future__ import annotations
@@ -122,18 +122,19 @@ def _term(term: Any, where: str, own: str) -> PodAffinityTerm:
                                                f"{where}.labelSelector"), namespaces)
 
 
-def spread_constraints(pod: Mapping[str, Any]) -> tuple[SpreadConstraint, ...]:
-    """The pod's ``DoNotSchedule`` topology spread constraints."""
+def spread_constraints(pod: Mapping[str, Any], when: str = "DoNotSchedule"
+                       ) -> tuple[SpreadConstraint, ...]:
+    """The pod's topology spread constraints of ``whenUnsatisfiable: <when>``."""
     out = []
     for i, c in enumerate((pod.get("spec") or {}).get("topologySpreadConstraints") or ()):
         where = f"spec.topologySpreadConstraints[{i}]"
         if not isinstance(c, Mapping):
             raise InvalidJobError(where, c, "must be a topology spread constraint")
-        when = c.get("whenUnsatisfiable", "DoNotSchedule")
-        if when not in ("DoNotSchedule", "ScheduleAnyway"):
-            raise InvalidJobError(f"{where}.whenUnsatisfiable", when,
+        given = c.get("whenUnsatisfiable", "DoNotSchedule")
+        if given not in ("DoNotSchedule", "ScheduleAnyway"):
+            raise InvalidJobError(f"{where}.whenUnsatisfiable", given,
                                   "must be DoNotSchedule or ScheduleAnyway")
-        if when != "DoNotSchedule":
+        if c.get("whenUnsatisfiable", "DoNotSchedule") != when:
             continue
         skew = c.get("maxSkew")
         if not isinstance(skew, int) or isinstance(skew, bool) or skew < 1:

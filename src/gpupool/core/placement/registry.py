@@ -28,6 +28,7 @@ from gpupool.core.placement.plugins.resources import NodeResources
 from gpupool.core.placement.plugins.schedulable import NodeSchedulable
 from gpupool.core.placement.plugins.taints import TaintToleration
 from gpupool.core.placement.plugins.topology_spread import PodTopologySpread
+from gpupool.core.placement.plugins.topology_spread_score import PodTopologySpreadPreference
 
 DEFAULT_FILTERS = (
     "node-schedulable", "node-selector", "node-affinity", "taint-toleration", "gpu-model",
@@ -36,9 +37,10 @@ DEFAULT_FILTERS = (
 """Inventory filters first (their rejections are unresolvable), usage filters last."""
 
 
-DEFAULT_SCORES = {"binpack": 1.0, "pod-affinity-preference": 2.0}
-"""Preferred pod (anti-)affinity weighs twice the packing, as in kube-scheduler's default
-profile; it scores 0 everywhere for a pod without preferred terms."""
+DEFAULT_SCORES = {"binpack": 1.0, "pod-affinity-preference": 2.0,
+                  "pod-topology-spread-preference": 2.0}
+"""Preferred pod (anti-)affinity and ``ScheduleAnyway`` spread weigh twice the packing, as
+in kube-scheduler's default profile; both score 0 everywhere for a pod without them."""
 
 
 def builtin_registry() -> Registry:
@@ -46,7 +48,7 @@ def builtin_registry() -> Registry:
         NodeSchedulable, NodeSelector, NodeAffinity, TaintToleration, GpuModel, NodeResources,
         GpuFit, BinPack, Spread, BestFitCards, FgdScore, BestFitScore, DotProdScore,
         GpuPackingScore, GpuClusteringScore, RandomFit, GpupoolScore, PodAffinity,
-        PodAntiAffinity, PodTopologySpread, PodAffinityPreference,
+        PodAntiAffinity, PodTopologySpread, PodAffinityPreference, PodTopologySpreadPreference,
     ])
 
 

@@ -27,19 +27,22 @@ def spread_counts(cs: CycleState, c: SpreadConstraint, namespace: str) -> I64:
     return cs.pods.counts(cs.table, ("spread", selector, namespace), match)
 
 
-def eligible_rows(cs: CycleState, task: Task) -> Rows:
+def eligible_rows(cs: CycleState, task: Task,
+                  constraints: tuple[SpreadConstraint, ...] | None = None) -> Rows:
     """The nodes whose pods are counted: every node with all the constraints' topology
-    labels that the task's node selector and required node affinity allow (Kubernetes'
-    default ``nodeAffinityPolicy: Honor``, ``nodeTaintsPolicy: Ignore``)."""
+    labels (the task's ``DoNotSchedule`` ones unless given) that the task's node selector and
+    required node affinity allow (Kubernetes' default ``nodeAffinityPolicy: Honor``,
+    ``nodeTaintsPolicy: Ignore``)."""
     ps = task.pod_set
+    spread = ps.spread if constraints is None else constraints
     t = cs.table
     key = ("inventory", "spread-eligible", tuple(sorted(ps.node_selector.items())),
-           ps.node_affinity, tuple(c.topology_key for c in ps.spread), t.version)
+           ps.node_affinity, tuple(c.topology_key for c in spread), t.version)
     rows: Rows | None = cs.cache.get(key)
     if rows is None:
         live = t.live()
         keep = np.ones(live.size, np.bool_)
-        for c in ps.spread:
+        for c in spread:
             keep &= domains(cs, c.topology_key)[live] >= 0
         for i, r in enumerate(live.tolist()):
             if not keep[i]:
