@@ -32,6 +32,7 @@ def placement_key(p: Placement) -> str:
 class PodIndex:
     def __init__(self) -> None:
         self._pods: dict[str, tuple[NodeName, PodMeta]] = {}
+        self._repelling: dict[str, tuple[NodeName, PodMeta]] = {}  # those with anti-affinity
         self.version = 0
         # question -> (table version, match, per-row counts, only pods with anti-affinity)
         self._counts: dict[Hashable, tuple[int, Matcher, Counts, bool]] = {}
@@ -44,11 +45,14 @@ class PodIndex:
             return
         self.drop(key)
         self._pods[key] = (node, meta)
+        if meta.anti_affinity:
+            self._repelling[key] = (node, meta)
         self._bump(node, meta, +1)
 
     def drop(self, key: str) -> None:
         old = self._pods.pop(key, None)
         if old is not None:
+            self._repelling.pop(key, None)
             self._bump(old[0], old[1], -1)
 
     def add(self, p: Placement) -> None:
@@ -82,6 +86,7 @@ class PodIndex:
     def copy(self) -> PodIndex:
         out = PodIndex()
         out._pods = dict(self._pods)
+        out._repelling = dict(self._repelling)
         out._anti_keys = dict(self._anti_keys)
         out.version = self.version
         return out
@@ -108,9 +113,9 @@ class PodIndex:
         if held is not None and held[0] == table.version and held[2].size == table.cap_rows:
             return held[2]
         counts = np.zeros(table.cap_rows, np.int64)
-        for node, meta in self._pods.values():
+        for node, meta in (self._repelling if anti_only else self._pods).values():
             row = table.index.get(node)
-            if row is not None and (meta.anti_affinity or not anti_only) and match(meta):
+            if row is not None and match(meta):
                 counts[row] += 1
         self._counts[question] = (table.version, match, counts, anti_only)
         return counts
