@@ -350,6 +350,7 @@ def test_required_rules_not_honoured_are_told_to_the_pod() -> None:
         pod["spec"]["affinity"] = {"podAntiAffinity": {
             "requiredDuringSchedulingIgnoredDuringExecution": [
                 {"topologyKey": "kubernetes.io/hostname",
+                 "namespaceSelector": {"matchLabels": {"team": "a"}},
                  "labelSelector": {"matchLabels": {"app": "x"}}}]}}
         pod["spec"]["topologySpreadConstraints"] = [
             {"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "ScheduleAnyway"}]
@@ -357,7 +358,7 @@ def test_required_rules_not_honoured_are_told_to_the_pod() -> None:
         await settle()
         (event,) = kube.posts("/events")
         assert event["reason"] == "ConstraintIgnored"
-        assert "podAntiAffinity" in event["message"]
+        assert "podAntiAffinity" in event["message"] and "namespaceSelector" in event["message"]
         assert "topologySpread" not in event["message"]  # a preference: nothing to tell
 
     asyncio.run(body())

@@ -11,11 +11,14 @@ name (``metadata.name``, the one field Kubernetes allows there).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gpupool.core.errors import InvalidJobError
 
-__all__ = ["OPERATORS", "NodeAffinityTerm", "NodeRequirement"]
+__all__ = [
+    "OPERATORS", "SELECTOR_OPERATORS", "LabelSelector", "NodeAffinityTerm", "NodeRequirement",
+    "PodAffinityTerm", "PodMeta", "SpreadConstraint",
+]
 
 OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
 
@@ -82,3 +85,103 @@ def _integer(text: str) -> int | None:
         return int(text)
     except ValueError:
         return None
+
+
+# -- pods: label selectors, pod (anti-)affinity terms, topology spread ----------------------
+
+SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
+
+
+@dataclass(frozen=True, slots=True)
+class LabelSelector:
+    """A Kubernetes label selector: ``matchLabels`` and ``matchExpressions`` ANDed.
+
+    An empty selector matches every pod; :data:`None` in a term's place (no selector given)
+    matches none, as in Kubernetes.
+    """
+
+    match_labels: tuple[tuple[str, str], ...] = ()
+    expressions: tuple[NodeRequirement, ...] = ()
+
+    def __post_init__(self) -> None:
+        for e in self.expressions:
+            if e.operator not in SELECTOR_OPERATORS or e.field:
+                raise InvalidJobError(f"labelSelector.matchExpressions {e.key}.operator",
+                                      e.operator, "must be one of "
+                                      + ", ".join(SELECTOR_OPERATORS))
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        return (all(labels.get(k) == v for k, v in self.match_labels)
+                and all(e.matches("", labels) for e in self.expressions))
+
+    def __str__(self) -> str:
+        parts = [f"{k}={v}" for k, v in self.match_labels]
+        parts += [f"{e.key} {e.operator} {','.join(e.values)}".rstrip() for e in self.expressions]
+        return ",".join(parts) or "(everything)"
+
+
+@dataclass(frozen=True, slots=True)
+class PodAffinityTerm:
+    """One required pod (anti-)affinity term: pods matching ``selector`` in ``namespaces``
+    (None: every namespace), counted per domain of ``topology_key`` (a node label)."""
+
+    topology_key: str
+    selector: LabelSelector | None
+    namespaces: frozenset[str] | None
+
+    def __post_init__(self) -> None:
+        if not self.topology_key:
+            raise InvalidJobError("podAffinityTerm.topologyKey", self.topology_key,
+                                  "must not be empty")
+
+    def matches(self, namespace: str, labels: Mapping[str, str]) -> bool:
+        return (self.selector is not None
+                and (self.namespaces is None or namespace in self.namespaces)
+                and self.selector.matches(labels))
+
+    def __str__(self) -> str:
+        where = "any namespace" if self.namespaces is None else ",".join(sorted(self.namespaces))
+        return f"pods {self.selector or '(none)'} in {where} per {self.topology_key}"
+
+
+WHEN_UNSATISFIABLE = ("DoNotSchedule", "ScheduleAnyway")
+
+
+@dataclass(frozen=True, slots=True)
+class SpreadConstraint:
+    """A topology spread constraint that must hold (``whenUnsatisfiable: DoNotSchedule``):
+    pods of the pod's own namespace matching ``selector``, counted per domain of
+    ``topology_key`` over the nodes the pod could run on, may differ from the emptiest
+    domain by at most ``max_skew`` once the pod is placed. With ``min_domains`` set and fewer
+    domains than that, the emptiest domain counts as 0."""
+
+    max_skew: int
+    topology_key: str
+    selector: LabelSelector | None
+    min_domains: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_skew < 1:
+            raise InvalidJobError("topologySpreadConstraints.maxSkew", self.max_skew,
+                                  "must be at least 1")
+        if not self.topology_key:
+            raise InvalidJobError("topologySpreadConstraints.topologyKey", self.topology_key,
+                                  "must not be empty")
+        if self.min_domains is not None and self.min_domains < 1:
+            raise InvalidJobError("topologySpreadConstraints.minDomains", self.min_domains,
+                                  "must be at least 1")
+
+    def __str__(self) -> str:
+        return (f"maxSkew {self.max_skew} of pods {self.selector or '(none)'} per "
+                f"{self.topology_key}")
+
+
+@dataclass(frozen=True, slots=True)
+class PodMeta:
+    """What other pods' rules read of a pod: its namespace, labels, and its own required
+    anti-affinity terms (which keep other pods away from it)."""
+
+    namespace: str = ""
+    labels: Mapping[str, str] = field(default_factory=dict)
+    anti_affinity: tuple[PodAffinityTerm, ...] = ()
+    terminating: bool = False  # being deleted: topology spread no longer counts it

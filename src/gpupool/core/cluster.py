@@ -10,8 +10,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
+from gpupool.core.affinity import PodMeta
 from gpupool.core.errors import ConflictError, NotFoundError
 from gpupool.core.model import JobId, Node, NodeName, Placement, TaskId
+from gpupool.core.podindex import PodIndex
 from gpupool.core.snapshot import Snapshot
 from gpupool.core.table import NodeTable
 
@@ -31,6 +33,9 @@ class ClusterState:
         self._by_node: dict[NodeName, set[TaskId]] = {}
         self._snapshot: Snapshot | None = None
         self._cycle = 0
+        self.pods = PodIndex()
+        """Pods on each node for pod affinity and topology spread: the placements held here
+        (with their pod) and the pods the adapter counts (:meth:`set_pod`)."""
         for node in nodes:
             self.add_node(node)
 
@@ -47,6 +52,13 @@ class ClusterState:
     def set_outside(self, name: NodeName, cpu_milli: int, memory_mib: int) -> None:
         """CPU and memory that pods placed by others hold on the node (absolute)."""
         self.table.set_outside(name, cpu_milli, memory_mib)
+
+    def set_pod(self, key: str, node: NodeName | None, meta: PodMeta | None = None) -> None:
+        """A pod placed by others on ``node`` (None, or no ``meta``: it left)."""
+        if node is None or meta is None:
+            self.pods.drop(key)
+        else:
+            self.pods.put(key, node, meta)
 
     def remove_node(self, name: NodeName) -> list[Placement]:
         """Remove a node; returns the placements that were on it (now forgotten)."""
@@ -80,6 +92,7 @@ class ClusterState:
         self.table.apply(p, +1)
         self._held[p.task] = _Held(p, confirmed=False)
         self._by_node[p.node].add(p.task)
+        self.pods.add(p)
 
     def confirm(self, task: TaskId) -> None:
         self._get(task).confirmed = True
@@ -91,6 +104,7 @@ class ClusterState:
             raise NotFoundError(f"task {task} holds nothing")
         self.table.apply(held.placement, -1)
         self._by_node[held.placement.node].discard(task)
+        self.pods.remove(held.placement)
         return held.placement
 
 
@@ -125,6 +139,7 @@ class ClusterState:
             self._snapshot = Snapshot(self.table)
         else:
             self._snapshot.sync(self.table)
+        self._snapshot.sync_pods(self.pods)
         return self._snapshot
 
     def next_cycle(self) -> int:

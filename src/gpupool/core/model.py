@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import NewType
 
-from gpupool.core.affinity import NodeAffinityTerm
+from gpupool.core.affinity import NodeAffinityTerm, PodAffinityTerm, PodMeta, SpreadConstraint
 
 NodeName = NewType("NodeName", str)
 JobId = NewType("JobId", str)
@@ -169,6 +169,20 @@ class PodSet:
     tolerations: tuple[Toleration, ...] = ()
     node_affinity: tuple[NodeAffinityTerm, ...] = ()
     """Required node affinity: terms ORed (none: any node); see ``core/affinity.py``."""
+    pod: PodMeta = field(default_factory=PodMeta)
+    """The replicas' namespace, labels and anti-affinity terms, as other pods' rules see them."""
+    pod_affinity: tuple[PodAffinityTerm, ...] = ()
+    """Required pod affinity: every term must find a matching pod in the node's domain."""
+    pod_anti_affinity: tuple[PodAffinityTerm, ...] = ()
+    """Required pod anti-affinity: no term may find a matching pod in the node's domain."""
+    spread: tuple[SpreadConstraint, ...] = ()
+    """Topology spread constraints that must hold (``DoNotSchedule``)."""
+    soft_spread: tuple[SpreadConstraint, ...] = ()
+    """Topology spread constraints to keep when it can be done (``ScheduleAnyway``): a score."""
+    preferred_affinity: tuple[tuple[int, PodAffinityTerm], ...] = ()
+    """Preferred pod affinity: (weight 1..100, term), a score, never a filter."""
+    preferred_anti_affinity: tuple[tuple[int, PodAffinityTerm], ...] = ()
+    """Preferred pod anti-affinity: (weight 1..100, term), a score, never a filter."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,6 +270,8 @@ class Placement:
     cpu_milli: int
     memory_mib: int
     shares: tuple[GpuShare, ...] = ()
+    pod: PodMeta | None = field(default=None, compare=False)
+    """The placed pod as others' pod affinity and topology spread count it."""
 
     @property
     def gpu_milli(self) -> int:

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 
 from gpupool.core.admission import QuotaTree, placement_demand, request_demand
+from gpupool.core.affinity import PodMeta
 from gpupool.core.cluster import ClusterState
 from gpupool.core.cycle import Context, release, schedule
 from gpupool.core.decisions import CycleResult
@@ -241,6 +242,15 @@ class Scheduler:
         freed = cpu_milli < t.cpu_outside[i] or memory_mib < t.mem_outside[i]
         self.state.set_outside(name, cpu_milli, memory_mib)
         if freed:
+            self.queues.wake()
+
+    def set_pod(self, key: str, node: NodeName | None, meta: PodMeta | None = None) -> None:
+        """A pod this scheduler does not place, on ``node`` with ``meta`` (its namespace,
+        labels, anti-affinity), as pod affinity and topology spread count it; ``node`` None:
+        it left. A change wakes the parked jobs (an affinity or a spread may now hold)."""
+        before = self.state.pods.version
+        self.state.set_pod(key, node, meta)
+        if self.state.pods.version != before:
             self.queues.wake()
 
     def remove_node(self, name: NodeName, now_s: float) -> list[JobId]:

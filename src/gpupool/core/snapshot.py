@@ -17,6 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gpupool.core.model import JobId, Placement
+from gpupool.core.podindex import PodIndex
 from gpupool.core.table import NodeTable
 
 
@@ -30,6 +31,9 @@ class Snapshot:
         """Per-snapshot memo for plugins: values that depend on rows hold row generations."""
         self.now_s = 0.0
         self.reservation: Reservation | None = None
+        self.pods = PodIndex()
+        """The pods on each node that pod affinity and topology spread count."""
+        self._pods_seen = (-1, -1)  # (source version, own version) when last copied
 
     def sync(self, src: NodeTable) -> None:
         """Bring every row up to ``src``; a no-op for rows that did not change."""
@@ -52,12 +56,21 @@ class Snapshot:
             self.table.copy_rows(src, moved)
             self._src_gen[moved] = src.gen[moved]
 
+    def sync_pods(self, src: PodIndex) -> None:
+        """Take ``src``'s pods, unless neither it nor this snapshot's copy changed since."""
+        if self._trial_log:
+            raise RuntimeError("cannot sync a snapshot inside a trial")
+        if self._pods_seen != (src.version, self.pods.version):
+            self.pods = src.copy()
+            self._pods_seen = (src.version, self.pods.version)
+
     # -- changes inside a cycle ------------------------------------------------------------
 
     def assume(self, p: Placement) -> None:
         """Take ``p``'s resources in this snapshot (room now taken for the rest of the cycle)."""
         i = self.table.apply(p, +1)
         self._src_gen[i] = -1
+        self.pods.add(p)
         if self._trial_log:
             self._trial_log[-1].append(p)
 
@@ -65,6 +78,7 @@ class Snapshot:
         """Give back ``p``'s resources in this snapshot (a victim leaving, in a what-if)."""
         i = self.table.apply(p, -1)
         self._src_gen[i] = -1
+        self.pods.remove(p)
         if self._trial_log:
             self._trial_log[-1].append(_Released(p))
 
@@ -78,8 +92,10 @@ class Snapshot:
             for p in reversed(self._trial_log.pop()):
                 if isinstance(p, _Released):
                     self.table.apply(p.placement, +1)
+                    self.pods.add(p.placement)
                 else:
                     self.table.apply(p, -1)
+                    self.pods.remove(p)
 
 
 @dataclass(frozen=True, slots=True)

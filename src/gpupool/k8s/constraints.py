@@ -9,9 +9,16 @@
 - ``spec.schedulingGates`` (Kubernetes 1.26+; Kueue's pod integration adds
   ``kueue.x-k8s.io/admission``): a gated pod is not scheduled until every gate is removed.
 
-Not honoured (pods are placed as if absent; said in ``docs/kubernetes.md``): preferred node
-affinity, pod affinity and anti-affinity, and topology spread constraints. The required ones
-among them are named by :func:`ignored_constraints`, so the pod can be told.
+- required pod affinity and anti-affinity, and ``DoNotSchedule`` topology spread
+  constraints (``k8s/podaffinity.py``), honoured by the ``pod-affinity``,
+  ``pod-anti-affinity`` and ``pod-topology-spread`` plugins; the pod's namespace and labels
+  go with it, so that other pods' rules count it once placed.
+
+Preferred pod (anti-)affinity and ``ScheduleAnyway`` spread are read for the
+``pod-affinity-preference`` and ``pod-topology-spread-preference`` scores. Not honoured
+(said in ``docs/kubernetes.md``): preferred node affinity (placement may ignore it), and
+the parts of the required rules that :func:`ignored_constraints` names, so the pod can be
+told.
 """
 
 from __future__ import annotations
@@ -20,8 +27,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gpupool.core.affinity import NodeAffinityTerm, NodeRequirement
+from gpupool.core.affinity import (
+    NodeAffinityTerm,
+    NodeRequirement,
+    PodAffinityTerm,
+    PodMeta,
+    SpreadConstraint,
+)
 from gpupool.core.errors import InvalidJobError
+from gpupool.k8s.podaffinity import (
+    affinity_terms,
+    preferred_terms,
+    spread_constraints,
+    unhonoured,
+)
 
 __all__ = ["Constraints", "ignored_constraints", "pod_constraints", "scheduling_gates"]
 
@@ -31,6 +50,19 @@ class Constraints:
     """What restricts a pod's nodes beyond its request."""
 
     node_affinity: tuple[NodeAffinityTerm, ...] = ()
+    pod_affinity: tuple[PodAffinityTerm, ...] = ()
+    pod_anti_affinity: tuple[PodAffinityTerm, ...] = ()
+    spread: tuple[SpreadConstraint, ...] = ()
+    soft_spread: tuple[SpreadConstraint, ...] = ()
+    preferred_affinity: tuple[tuple[int, PodAffinityTerm], ...] = ()
+    preferred_anti_affinity: tuple[tuple[int, PodAffinityTerm], ...] = ()
+    namespace: str = ""
+    labels: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def pod(self) -> PodMeta:
+        """The pod as other pods' rules count it."""
+        return PodMeta(self.namespace, dict(self.labels), self.pod_anti_affinity)
 
 
 def scheduling_gates(pod: Mapping[str, Any]) -> tuple[str, ...]:
@@ -40,16 +72,8 @@ def scheduling_gates(pod: Mapping[str, Any]) -> tuple[str, ...]:
 
 
 def ignored_constraints(pod: Mapping[str, Any]) -> list[str]:
-    """The pod's required placement rules gpupool does not honour, by field."""
-    spec = pod.get("spec") or {}
-    affinity = spec.get("affinity") or {}
-    out = [f"spec.affinity.{kind}.requiredDuringSchedulingIgnoredDuringExecution"
-           for kind in ("podAffinity", "podAntiAffinity")
-           if (affinity.get(kind) or {}).get("requiredDuringSchedulingIgnoredDuringExecution")]
-    if any((c or {}).get("whenUnsatisfiable", "DoNotSchedule") == "DoNotSchedule"
-           for c in spec.get("topologySpreadConstraints") or ()):
-        out.append("spec.topologySpreadConstraints (DoNotSchedule)")
-    return out
+    """The parts of the pod's required placement rules gpupool does not honour, by field."""
+    return unhonoured(pod)
 
 
 def _requirement(expr: Any, where: str, *, field: bool) -> NodeRequirement:
@@ -63,12 +87,29 @@ def _requirement(expr: Any, where: str, *, field: bool) -> NodeRequirement:
 
 
 def pod_constraints(pod: Mapping[str, Any]) -> Constraints:
-    """The pod's required node affinity; InvalidJobError naming the field when it cannot
-    be read (an unknown operator, Gt without an integer, ...)."""
+    """The pod's required node affinity, pod (anti-)affinity and topology spread;
+    InvalidJobError naming the field when one cannot be read (an unknown operator, Gt
+    without an integer, maxSkew 0, ...)."""
+    meta = pod.get("metadata") or {}
+    rules = Constraints(
+        node_affinity=_node_affinity(pod),
+        pod_affinity=affinity_terms(pod, "podAffinity"),
+        pod_anti_affinity=affinity_terms(pod, "podAntiAffinity"),
+        spread=spread_constraints(pod),
+        soft_spread=spread_constraints(pod, "ScheduleAnyway"),
+        preferred_affinity=preferred_terms(pod, "podAffinity"),
+        preferred_anti_affinity=preferred_terms(pod, "podAntiAffinity"),
+        namespace=str(meta.get("namespace") or "default"),
+        labels=tuple(sorted((str(k), str(v)) for k, v in (meta.get("labels") or {}).items())),
+    )
+    return rules
+
+
+def _node_affinity(pod: Mapping[str, Any]) -> tuple[NodeAffinityTerm, ...]:
     affinity = ((pod.get("spec") or {}).get("affinity") or {}).get("nodeAffinity") or {}
     required = affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
     if not required:
-        return Constraints()
+        return ()
     base = "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
     terms = []
     for i, term in enumerate(required.get("nodeSelectorTerms") or ()):
@@ -81,4 +122,4 @@ def pod_constraints(pod: Mapping[str, Any]) -> Constraints:
         terms.append(NodeAffinityTerm(tuple(reqs)))
     if not terms:
         raise InvalidJobError(f"{base}.nodeSelectorTerms", [], "must have at least one term")
-    return Constraints(tuple(terms))
+    return tuple(terms)

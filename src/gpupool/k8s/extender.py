@@ -128,8 +128,10 @@ class Endpoints:
             weights = 0.0
             cs = CycleState(snap.table, snap.cache)
             for plugin, weight in profile.scores:
-                total += weight * plugin.score(cs, task, rows)
-                weights += weight
+                score = plugin.score(cs, task, rows)
+                if score.any():  # one that scores 0 everywhere does not shrink the scale
+                    total += weight * score
+                    weights += weight
             top = 100.0 * (weights or 1.0)
             for r, s in zip(rows, total, strict=True):
                 scores[str(snap.table.nodes[int(r)].name)] = round(

@@ -1,6 +1,7 @@
 """Pods into core jobs: one pod alone, or a gang's pods as one job.
 
-Pods with the same request and the same constraints share a pod set; each task maps to the
+Pods with the same request and the same constraints (node and pod rules, namespace and
+labels) share a pod set; each task maps to the
 pod it stands for, in the order given. :class:`JobInfo` keeps, per core job, its pods and
 where each stands.
 """
@@ -49,7 +50,11 @@ def job_for_pods(job_id: JobId, queue: str, pods: list[tuple[str, PodRequest]], 
         req = members[0][1]
         ps = PodSet(name=f"ps{i}", count=len(members), cpu_milli=req.cpu_milli,
                     memory_mib=req.memory_mib, gpu=req.gpu, node_selector=req.node_selector,
-                    tolerations=req.tolerations, node_affinity=con.node_affinity)
+                    tolerations=req.tolerations, node_affinity=con.node_affinity, pod=con.pod,
+                    pod_affinity=con.pod_affinity, pod_anti_affinity=con.pod_anti_affinity,
+                    spread=con.spread, soft_spread=con.soft_spread,
+                    preferred_affinity=con.preferred_affinity,
+                    preferred_anti_affinity=con.preferred_anti_affinity)
         pod_sets.append(ps)
         for j, (key, _) in enumerate(members):
             task_pod[TaskId(f"{job_id}/ps{i}-{j}")] = key

@@ -32,7 +32,7 @@ from gpupool.core.errors import (
     InvalidJobError,
     NotFoundError,
 )
-from gpupool.core.model import JobId, Placement
+from gpupool.core.model import JobId, NodeName, Placement
 from gpupool.k8s.constraints import (
     Constraints,
     ignored_constraints,
@@ -43,6 +43,7 @@ from gpupool.k8s.informer import object_key
 from gpupool.k8s.jobs import JobInfo, job_for_pods
 from gpupool.k8s.kube import ApiError
 from gpupool.k8s.parts import ControllerParts
+from gpupool.k8s.podaffinity import pod_meta
 from gpupool.k8s.podview import REQUESTS, pod_usage
 from gpupool.k8s.translate import (
     GangRef,
@@ -91,13 +92,19 @@ class PodEvents(ControllerParts):
         self._count(event, key, obj)
 
     def _count(self, event: str, key: str, obj: Mapping[str, Any]) -> None:
-        """A pod holding capacity outside the core is counted on its node."""
+        """A pod holding capacity outside the core is counted on its node: its requests
+        against the node's CPU and memory, its namespace, labels and anti-affinity for pod
+        affinity and topology spread."""
         node = (obj.get("spec") or {}).get("nodeName")
+        assert self.sched is not None
+        pods_version = self.sched.state.pods.version
         if event == "DELETED" or ended(obj) or not node or key in self.pod_job:
             self.usage.drop(key)
+            self.sched.set_pod(key, None)  # the core counts a pod it holds by its placement
         else:
             self.usage.put(key, str(node), pod_usage(obj))
-        if self.usage.changed:
+            self.sched.set_pod(key, NodeName(str(node)), pod_meta(obj))
+        if self.usage.changed or self.sched.state.pods.version != pods_version:
             self._dirty.set()
 
     def _on_own_pod(self, event: str, key: str, obj: dict[str, Any]) -> None:

@@ -4,10 +4,12 @@ gpupool watches every pod, not only its own: a node's CPU, memory and extended r
 are shared with DaemonSets, static pods and other schedulers' pods, and the kubelet
 refuses a pod (``OutOfcpu``, ``OutOfmemory``) when the sum of the requests of the pods it
 runs exceeds allocatable. Pods gpupool does not schedule are kept **reduced** (:func:`reduce`)
-to what is needed: name, UID, labels, node, phase, deletion, and their requests summed as the
-kubelet sums them (the larger of the containers' sum and the largest init container, plus
-``spec.overhead``). :class:`NodeUsage` keeps, per node, the requests of the pods that hold
-capacity there outside the core (bound, not ended, not a pod whose cards the core holds);
+to what is needed: name, namespace, UID, labels, node, phase, deletion, required pod
+anti-affinity (pod affinity and topology spread count these pods), and their requests
+summed as the kubelet sums them (the larger of the containers' sum and the largest init
+container, plus ``spec.overhead``). :class:`NodeUsage` keeps, per node, the requests of
+the pods that hold capacity there outside the core (bound, not ended, not a pod whose
+cards the core holds);
 the controller tells the core (``Scheduler.set_outside``), which takes it off the node's
 free CPU and memory but not off its capacity (a request larger than what is free now is
 not "larger than any node"). A pod that ends (Succeeded, Failed, deleted) frees it.
@@ -26,6 +28,8 @@ from gpupool.core.errors import ConfigError
 __all__ = ["NodeUsage", "PodUsage", "pod_usage", "reduce"]
 
 log = logging.getLogger("gpupool.k8s")
+
+ANTI = "requiredDuringSchedulingIgnoredDuringExecution"
 
 REQUESTS = "gpupool.io/requests"
 """Where a reduced pod keeps its summed requests (a key of the reduced dict, not of a
@@ -92,10 +96,14 @@ def reduce(pod: dict[str, Any]) -> dict[str, Any]:
     spec = pod.get("spec") or {}
     small_meta = {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion",
                                        "labels", "deletionTimestamp") if k in meta}
+    small_spec = {k: spec[k] for k in ("nodeName", "schedulerName") if k in spec}
+    anti = ((spec.get("affinity") or {}).get("podAntiAffinity") or {}).get(ANTI)
+    if anti:  # it keeps other pods away from its domain
+        small_spec["affinity"] = {"podAntiAffinity": {ANTI: anti}}
     return {
         "kind": "Pod",
         "metadata": small_meta,
-        "spec": {k: spec[k] for k in ("nodeName", "schedulerName") if k in spec},
+        "spec": small_spec,
         "status": {"phase": (pod.get("status") or {}).get("phase", "")},
         REQUESTS: pod_usage(pod),
     }

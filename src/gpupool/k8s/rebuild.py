@@ -14,13 +14,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from gpupool.core.errors import GpupoolError, InvalidJobError, NotFoundError
 from gpupool.core.model import JobId, Node
 from gpupool.core.scheduler import Scheduler
+from gpupool.k8s.constraints import pod_constraints
 from gpupool.k8s.jobs import JobInfo, job_for_pods
 from gpupool.k8s.parts import ControllerParts
+from gpupool.k8s.podaffinity import pod_meta
 from gpupool.k8s.pods import ended
 from gpupool.k8s.translate import RecordedPlacement, TranslateError, node_from_k8s
 
@@ -96,15 +99,19 @@ class Rebuild(ControllerParts):
         assert self.sched is not None
         first = members[0][1]
         pods = {}
+        cons = {}
         for key, _rec in members:
             try:
                 pods[key] = self.read_request(self.pod(key) or {})
+                cons[key] = pod_constraints(self.pod(key) or {})
             except (InvalidJobError, TranslateError, NotFoundError) as exc:
                 log.warning("bound pod %s cannot be read: %s", key, exc)
                 return
         job = job_for_pods(job_id, first.queue, [(k, pods[k]) for k, _ in members],
-                           gang=len(members) > 1)[0]
-        placements = [rec.placement() for _, rec in members]
+                           gang=len(members) > 1, constraints=cons)[0]
+        # with the pod, so that other pods' affinity and spread count it
+        placements = [replace(rec.placement(), pod=pod_meta(self.pod(key) or {}))
+                      for key, rec in members]
         try:
             self.sched.restore(job, placements, first.start_s, first.flavor)
         except (GpupoolError, KeyError, ValueError) as exc:
@@ -118,4 +125,5 @@ class Rebuild(ControllerParts):
             self.pod_job[key] = job_id
             self.requests[key] = pods[key]
             self.usage.drop(key)  # its CPU and memory are the core's now
+            self.sched.set_pod(key, None)  # and its labels, with the placement
         self.stats.restored_jobs += 1

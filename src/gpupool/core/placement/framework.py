@@ -20,6 +20,7 @@ import numpy.typing as npt
 
 from gpupool.core.errors import ConfigError
 from gpupool.core.model import GpuShare, Task
+from gpupool.core.podindex import PodIndex
 from gpupool.core.table import NodeTable
 
 Rows = npt.NDArray[np.int64]
@@ -71,6 +72,8 @@ class CycleState:
     table: NodeTable
     cache: dict[Hashable, Any]
     data: dict[str, Any] = field(default_factory=dict)
+    pods: PodIndex = field(default_factory=PodIndex)
+    """The pods on each node, for pod affinity and topology spread."""
 
 
 @runtime_checkable

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from gpupool.core.affinity import PodMeta
 from gpupool.core.model import Job, Placement, Task
 from gpupool.core.placement.framework import Code, CycleState, Profile, Rows, Status
 from gpupool.core.snapshot import Snapshot
@@ -14,7 +15,7 @@ from gpupool.core.snapshot import Snapshot
 def feasible(task: Task, snap: Snapshot, profile: Profile) -> tuple[Rows, Status]:
     """Rows that pass every filter; when none does, a Status saying why with counts."""
     t = snap.table
-    cs = CycleState(t, snap.cache)
+    cs = CycleState(t, snap.cache, pods=snap.pods)
     rows = t.live()
     total = int(rows.size)
     rejected: list[tuple[str, int, bool]] = []
@@ -54,7 +55,7 @@ def place_task(task: Task, snap: Snapshot, profile: Profile) -> tuple[Placement 
     if not rows.size:
         return None, status
     t = snap.table
-    cs = CycleState(t, snap.cache)
+    cs = CycleState(t, snap.cache, pods=snap.pods)
     if profile.scores and rows.size > 1:
         total = np.zeros(rows.size, np.float64)
         for plugin, weight in profile.scores:
@@ -68,8 +69,16 @@ def place_task(task: Task, snap: Snapshot, profile: Profile) -> tuple[Placement 
             "although its filters passed",))
     return Placement(
         task=task.id, job=task.job, node=t.nodes[row].name, cpu_milli=task.cpu_milli,
-        memory_mib=task.memory_mib, shares=shares,
+        memory_mib=task.memory_mib, shares=shares, pod=_counted(task),
     ), Status.ok()
+
+
+def _counted(task: Task) -> PodMeta | None:
+    """The task's pod as other pods' rules count it; None for a task outside any namespace
+    and without labels (a simulated job, not a Kubernetes pod): no rule can name it, and the
+    pod index stays empty where no pod rules are used."""
+    pod = task.pod_set.pod
+    return pod if pod.namespace or pod.labels or pod.anti_affinity else None
 
 
 def place_job(job: Job, snap: Snapshot, profile: Profile) -> tuple[list[Placement], Status]:

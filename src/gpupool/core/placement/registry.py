@@ -20,23 +20,35 @@ from gpupool.core.placement.plugins.gpupacking import GpuPackingScore
 from gpupool.core.placement.plugins.gpupool_policy import GpupoolScore
 from gpupool.core.placement.plugins.node_affinity import NodeAffinity
 from gpupool.core.placement.plugins.node_selector import NodeSelector
+from gpupool.core.placement.plugins.pod_affinity import PodAffinity
+from gpupool.core.placement.plugins.pod_affinity_score import PodAffinityPreference
+from gpupool.core.placement.plugins.pod_anti_affinity import PodAntiAffinity
 from gpupool.core.placement.plugins.random_fit import RandomFit
 from gpupool.core.placement.plugins.resources import NodeResources
 from gpupool.core.placement.plugins.schedulable import NodeSchedulable
 from gpupool.core.placement.plugins.taints import TaintToleration
+from gpupool.core.placement.plugins.topology_spread import PodTopologySpread
+from gpupool.core.placement.plugins.topology_spread_score import PodTopologySpreadPreference
 
 DEFAULT_FILTERS = (
     "node-schedulable", "node-selector", "node-affinity", "taint-toleration", "gpu-model",
-    "node-resources", "gpu-fit",
+    "pod-affinity", "pod-anti-affinity", "pod-topology-spread", "node-resources", "gpu-fit",
 )
 """Inventory filters first (their rejections are unresolvable), usage filters last."""
+
+
+DEFAULT_SCORES = {"binpack": 1.0, "pod-affinity-preference": 2.0,
+                  "pod-topology-spread-preference": 2.0}
+"""Preferred pod (anti-)affinity and ``ScheduleAnyway`` spread weigh twice the packing, as
+in kube-scheduler's default profile; both score 0 everywhere for a pod without them."""
 
 
 def builtin_registry() -> Registry:
     return Registry([
         NodeSchedulable, NodeSelector, NodeAffinity, TaintToleration, GpuModel, NodeResources,
         GpuFit, BinPack, Spread, BestFitCards, FgdScore, BestFitScore, DotProdScore,
-        GpuPackingScore, GpuClusteringScore, RandomFit, GpupoolScore,
+        GpuPackingScore, GpuClusteringScore, RandomFit, GpupoolScore, PodAffinity,
+        PodAntiAffinity, PodTopologySpread, PodAffinityPreference, PodTopologySpreadPreference,
     ])
 
 
@@ -49,7 +61,7 @@ def default_profile(
     return Profile.build(
         registry or builtin_registry(),
         filters=DEFAULT_FILTERS,
-        scores=scores if scores is not None else {"binpack": 1.0},
+        scores=scores if scores is not None else DEFAULT_SCORES,
         cards=cards,
         args=args,
     )
