@@ -133,3 +133,43 @@ def test_a_locked_bind_does_not_wait_behind_other_writes_permits() -> None:
         await binder.close()
 
     asyncio.run(body())
+
+
+def test_the_next_pods_label_is_written_while_the_one_before_holds_the_lock() -> None:
+    """Four pods queued for one node: while the first holds the lock the second waits for
+    it and the third's label goes out too, the fourth's not yet (not the whole queue's at
+    once); under each lock only the lock and the Binding are written."""
+    state: dict[str, str] = {"lock": ""}
+
+    def answer(method: str, path: str, body: Any) -> dict[str, Any]:
+        if method == "PATCH" and path == "/api/v1/nodes/n1":
+            state["lock"] = body["metadata"]["annotations"][LOCK_ANNOTATION] or ""
+        return locked_node(state["lock"])
+
+    async def body() -> None:
+        kube = ScriptedKube(answer)
+        locks = NodeLocks(kube, lambda name: locked_node(state["lock"]), exists,  # type: ignore[arg-type]
+                          clock=time.time)
+        host = Host()
+        binder = Binder(kube, locks, host, lock_poll_s=30)  # type: ignore[arg-type]
+        for name in ("a", "b", "c", "d"):
+            binder.submit(item(name))
+        await asyncio.sleep(0.05)
+        assert host.outcomes == {"team-a/a": BindOutcome.BOUND}  # b waits for a's release
+        labelled = [p.rsplit("/", 1)[1] for m, p, _ in kube.calls
+                    if m == "PATCH" and "/pods/" in p]
+        assert sorted(labelled) == ["a", "b", "c"]
+        for turn in ("b", "c", "d"):
+            state["lock"] = ""  # the device plugin released it
+            binder.node_changed("n1")
+            await asyncio.sleep(0.05)
+            assert host.outcomes[f"team-a/{turn}"] is BindOutcome.BOUND
+        writes = [(m, p.rsplit("/", 2)[-2:]) for m, p, _ in kube.calls]
+        # each pod: its label ahead, then (lock, Binding) under its lock
+        b_lock = writes.index(("PATCH", ["nodes", "n1"]), 2)
+        assert writes[b_lock + 1] == ("POST", ["b", "binding"])
+        assert sorted(w[1][1] for w in writes if w[0] == "PATCH" and w[1][0] == "pods") == [
+            "a", "b", "c", "d"]  # one label each
+        await binder.close()
+
+    asyncio.run(body())

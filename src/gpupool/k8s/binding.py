@@ -21,10 +21,11 @@ delays the node's next pod:
 
 - the next pod's lock is written the moment the node watch shows the release (its
   ``resourceVersion`` is the one the informer holds; ``lock_poll_s`` is only a fallback);
-- the ``hami.io/vgpu-node`` label (a Binding carries no labels) is patched when the pod is
-  queued, ahead of the lock, not under it: under the lock there are two writes, the lock
-  and the Binding (with ``annotate_first`` the annotations and the label are one patch,
-  written under the lock as HAMi's scheduler writes them);
+- the ``hami.io/vgpu-node`` label (a Binding carries no labels) is patched ahead of the
+  lock, not under it (the next pod's while the one before holds the lock, the first one's
+  beside its lock write): under the lock there are two writes, the lock and the Binding
+  (with ``annotate_first`` the annotations and the label are one patch, written under the
+  lock as HAMi's scheduler writes them);
 - binds under a lock do not wait for the permits (``concurrency``) that bound the other
   writes: there is at most one per node, and one node's bind must never wait behind
   another's writes.
@@ -179,7 +180,6 @@ class Binder:
         if not item.lock:
             self._spawn(self._finish(item))
             return
-        self._label_ahead(item)
         self._queues.setdefault(item.node, deque()).append(item)
         if item.node not in self._workers:
             self._workers.add(item.node)
@@ -189,7 +189,10 @@ class Binder:
         queue = self._queues[node]
         try:
             while queue:
-                await self._finish(queue.popleft())
+                item = queue.popleft()
+                if queue:  # the next pod's label, while this one holds the lock
+                    self._label_ahead(queue[0])
+                await self._finish(item)
         finally:
             self._workers.discard(node)
             if not queue:
@@ -251,7 +254,7 @@ class Binder:
         ns, name = item.key.split("/", 1)
         labelled = None
         if item.lock:
-            self._label_ahead(item)  # (started already when it was queued)
+            self._label_ahead(item)  # (started already while the one before held the lock)
             labelled = self._take_label(item)
             try:
                 why = await self._lock(item, lock_wait_s)
@@ -302,8 +305,9 @@ class Binder:
         return {"metadata": patch}
 
     def _label_ahead(self, item: BindItem) -> None:
-        """Starts the label patch of a pod that waits for a node's lock, so that it is not
-        one more write under the lock. Not with ``annotate_first`` (then the label goes
+        """Starts the label patch of a pod next in line for a node's lock, so that it is
+        not one more write under the lock (only the next one: a whole queue's labels at once
+        would slow the locks' own writes). Not with ``annotate_first`` (then the label goes
         with HAMi's annotations, under the lock)."""
         started = self._labelled.get(item.key)
         if self.annotate_first or (started is not None and started[0] is item):
