@@ -178,6 +178,7 @@ class DevicePluginLocks:
         self.pods = Informer(kube, "/api/v1/pods", self._changed, name="plugin pods")
         self._wake = asyncio.Event()
         self._busy: set[str] = set()
+        self._done: dict[str, str] = {}  # node -> the version whose lock was released
 
     def allocating_overlaps(self) -> list[tuple[str, str, frozenset[str]]]:
         """Releases at which another pod of the node was allocating too."""
@@ -202,8 +203,8 @@ class DevicePluginLocks:
 
     def _check(self, name: str, node: dict[str, Any]) -> None:
         value = (node["metadata"].get("annotations") or {}).get(LOCK_ANNOTATION)
-        if not value:
-            return
+        if not value or self._done.get(name) == node["metadata"]["resourceVersion"]:
+            return  # free, or released already (the watch has not shown it yet)
         lock = parse_lock(value)
         key = f"{lock.namespace}/{lock.name}"
         pod = self.pods.cache.get(key)
@@ -232,6 +233,7 @@ class DevicePluginLocks:
         except ApiError:
             self._wake.set()  # the node or pod changed meanwhile: look again
             return
+        self._done[name] = node["metadata"]["resourceVersion"]
         self.released.append((name, key, allocating))
 
 

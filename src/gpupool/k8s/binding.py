@@ -16,6 +16,20 @@ pods on one node go one after another: the next waits until the device plugin re
 lock, or it went stale), while every node's queue runs at once. Pods without devices take no
 lock and bind at once.
 
+While a node's lock is held nothing else may slow its queue, since every write under it
+delays the node's next pod:
+
+- the next pod's lock is written the moment the node watch shows the release (its
+  ``resourceVersion`` is the one the informer holds; ``lock_poll_s`` is only a fallback);
+- the ``hami.io/vgpu-node`` label (a Binding carries no labels) is patched ahead of the
+  lock, not under it (the next pod's while the one before holds the lock, the first one's
+  beside its lock write): under the lock there are two writes, the lock and the Binding
+  (with ``annotate_first`` the annotations and the label are one patch, written under the
+  lock as HAMi's scheduler writes them);
+- binds under a lock do not wait for the permits (``concurrency``) that bound the other
+  writes: there is at most one per node, and one node's bind must never wait behind
+  another's writes.
+
 **The retry policy** (one, for binds and evictions): ``0`` (no answer), ``429`` and ``5xx``
 are transient and retried with capped exponential backoff until ``deadline_s``; ``404``
 means the pod is gone; ``409`` on a bind is read back: bound to the node chosen counts as
@@ -31,6 +45,7 @@ discovery says ``pods/eviction`` is served only in that version (before Kubernet
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import deque
@@ -47,6 +62,8 @@ from gpupool.k8s.wakeup import wait_event
 __all__ = ["BindItem", "BindOutcome", "Binder", "BinderHost", "RetryPolicy"]
 
 log = logging.getLogger("gpupool.k8s.binding")
+
+_UNLIMITED = contextlib.nullcontext()
 
 
 class BindOutcome(StrEnum):
@@ -118,6 +135,7 @@ class Binder:
         self._workers: set[str] = set()
         self._node_changed: dict[str, asyncio.Event] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._labelled: dict[str, tuple[BindItem, asyncio.Task[None]]] = {}
         self._eviction_version: str | None = None
         self.lock_waits = 0  # times a bind waited for a node's lock
         self.max_in_flight: dict[str, int] = {}  # node -> most locked binds at once (tests)
@@ -125,10 +143,11 @@ class Binder:
 
     # -- life ------------------------------------------------------------------------------
 
-    def _spawn(self, coro: Any) -> None:
+    def _spawn(self, coro: Any) -> asyncio.Task[Any]:
         task = asyncio.create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
 
     async def close(self) -> None:
         for t in list(self._tasks):
@@ -143,6 +162,7 @@ class Binder:
             t.cancel()
         self._queues.clear()
         self._workers.clear()
+        self._labelled.clear()
 
     def queued(self, node: str) -> int:
         return len(self._queues.get(node, ()))
@@ -169,7 +189,10 @@ class Binder:
         queue = self._queues[node]
         try:
             while queue:
-                await self._finish(queue.popleft())
+                item = queue.popleft()
+                if queue:  # the next pod's label, while this one holds the lock
+                    self._label_ahead(queue[0])
+                await self._finish(item)
         finally:
             self._workers.discard(node)
             if not queue:
@@ -229,7 +252,10 @@ class Binder:
     async def _bind(self, item: BindItem, lock_wait_s: float | None = None
                     ) -> tuple[BindOutcome, str, Mapping[str, Any] | None]:
         ns, name = item.key.split("/", 1)
+        labelled = None
         if item.lock:
+            self._label_ahead(item)  # (started already while the one before held the lock)
+            labelled = self._take_label(item)
             try:
                 why = await self._lock(item, lock_wait_s)
             except ApiError as exc:
@@ -242,7 +268,7 @@ class Binder:
             self.max_in_flight[item.node] = max(self.max_in_flight.get(item.node, 0),
                                                 self._in_flight[item.node])
         try:
-            outcome, reason, pod = await self._write(item, ns, name)
+            outcome, reason, pod = await self._write(item, ns, name, labelled)
         except asyncio.CancelledError:
             if item.lock:  # the bind may not have been made: give the lock back
                 asyncio.get_running_loop().create_task(self._unlock(item, ns, name))
@@ -261,8 +287,58 @@ class Binder:
             log.warning("releasing the lock of node %s for %s: %s (it expires)", item.node,
                         item.key, exc)
 
-    async def _write(self, item: BindItem, ns: str, name: str
+    def _pod_patch(self, item: BindItem, *, labels_only: bool = False
+                   ) -> dict[str, Any] | None:
+        """The pod patch a bind writes before its Binding (a Binding carries no labels):
+        HAMi's label, and with ``annotate_first`` the annotations; None when none."""
+        labels = hami_labels(item.annotations)
+        annotate = self.annotate_first and not labels_only
+        if not (annotate or labels):
+            return None
+        patch: dict[str, Any] = {}
+        if annotate:
+            patch["annotations"] = dict(item.annotations)
+        if labels:
+            patch["labels"] = labels
+        if item.uid:
+            patch["uid"] = item.uid  # the API server refuses it for a same-name new pod
+        return {"metadata": patch}
+
+    def _label_ahead(self, item: BindItem) -> None:
+        """Starts the label patch of a pod next in line for a node's lock, so that it is
+        not one more write under the lock (only the next one: a whole queue's labels at once
+        would slow the locks' own writes). Not with ``annotate_first`` (then the label goes
+        with HAMi's annotations, under the lock)."""
+        started = self._labelled.get(item.key)
+        if self.annotate_first or (started is not None and started[0] is item):
+            return
+        patch = self._pod_patch(item, labels_only=True)
+        if patch is None:
+            return
+        ns, name = item.key.split("/", 1)
+
+        async def label() -> None:
+            async with self._sem:
+                await self.kube.request("PATCH", f"/api/v1/namespaces/{ns}/pods/{name}",
+                                        patch, content_type=MERGE_PATCH)
+
+        task = self._spawn(label())
+        # its error is read by the bind that awaits it; one never awaited is let go
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())
+        self._labelled[item.key] = (item, task)
+
+    def _take_label(self, item: BindItem) -> asyncio.Task[None] | None:
+        """The label patch started for this very item, if any."""
+        started = self._labelled.pop(item.key, None)
+        if started is None or started[0] is not item:
+            return None
+        return started[1]
+
+    async def _write(self, item: BindItem, ns: str, name: str,
+                     labelled: asyncio.Task[None] | None = None
                      ) -> tuple[BindOutcome, str, Mapping[str, Any] | None]:
+        """The pod patch (unless ``labelled``, started ahead: awaited instead) and the
+        Binding, retried by the policy."""
         metadata: dict[str, Any] = {"name": name, "namespace": ns}
         if item.uid:
             metadata["uid"] = item.uid
@@ -282,19 +358,17 @@ class Binder:
                 # API server's UID precondition catches this too, where it honours it
                 return BindOutcome.GONE, "", None
             try:
-                async with self._sem:
-                    labels = hami_labels(item.annotations)  # a Binding carries no labels
-                    if self.annotate_first or labels:
-                        patch: dict[str, Any] = {}
-                        if self.annotate_first:
-                            patch["annotations"] = dict(item.annotations)
-                        if labels:
-                            patch["labels"] = labels
-                        if item.uid:
-                            patch["uid"] = item.uid
-                        await self.kube.request(
-                            "PATCH", f"/api/v1/namespaces/{ns}/pods/{name}",
-                            {"metadata": patch}, content_type=MERGE_PATCH)
+                # one bind per node holds a lock: those need no permit (see the top)
+                async with (_UNLIMITED if item.lock else self._sem):
+                    if labelled is not None:
+                        ahead, labelled = labelled, None
+                        await ahead
+                    else:
+                        patch = self._pod_patch(item)
+                        if patch is not None:
+                            await self.kube.request(
+                                "PATCH", f"/api/v1/namespaces/{ns}/pods/{name}", patch,
+                                content_type=MERGE_PATCH)
                     await self.kube.request(
                         "POST", f"/api/v1/namespaces/{ns}/pods/{name}/binding", binding)
                 return BindOutcome.BOUND, "", None
