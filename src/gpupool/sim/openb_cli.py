@@ -15,13 +15,13 @@ import multiprocessing
 import os
 import pickle
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
-from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpupool.core.errors import ConfigError, GpupoolError
+from gpupool.sim.progress import experiment_bar
 
 if TYPE_CHECKING:
     from gpupool.core.model import Node
@@ -203,7 +203,7 @@ def run(args: argparse.Namespace) -> int:
 
     jobs = [(policy, seed) for policy in policies for seed in seeds]
     show = not args.quiet and sys.stderr.isatty()
-    with _progress(show, len(jobs)) as tick:
+    with experiment_bar(show, len(jobs), "openb experiments", _label) as tick:
         results = run_experiments(jobs, nodes, pods, tune=tune, trace=trace, workers=workers,
                                   on_result=tick)
 
@@ -302,36 +302,5 @@ def _portable(exc: GpupoolError) -> GpupoolError:
     return exc
 
 
-@contextmanager
-def _progress(enabled: bool, total: int) -> Iterator[Callable[[ExperimentResult], None]]:
-    """A rich progress bar on stderr, one tick per finished experiment; a no-op when off."""
-    if not enabled:
-        yield lambda _result: None
-        return
-    from rich.console import Console
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
-
-    columns = (
-        TextColumn("[progress.description]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("elapsed"),
-        TimeElapsedColumn(),
-        TextColumn("ETA"),
-        TimeRemainingColumn(),
-        TextColumn("{task.fields[last]}"),
-    )
-    with Progress(*columns, console=Console(file=sys.stderr)) as bar:
-        task = bar.add_task("openb experiments", total=total, last="")
-
-        def tick(result: ExperimentResult) -> None:
-            bar.update(task, advance=1, last=f"last: {result.policy} seed {result.seed}")
-
-        yield tick
+def _label(result: ExperimentResult) -> str:
+    return f"{result.policy} seed {result.seed}"

@@ -16,9 +16,8 @@ import hashlib
 import json
 import multiprocessing
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
-from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +33,7 @@ from gpupool.sim.openb_cli import (
     parse_workers,
     trace_name,
 )
+from gpupool.sim.progress import experiment_bar
 
 if TYPE_CHECKING:
     from gpupool.core.model import Node
@@ -154,7 +154,7 @@ def run(args: argparse.Namespace) -> int:
             not in known]
     show = not args.quiet and sys.stderr.isatty()
     with records_path.open("a", encoding="utf-8") as sink, \
-            _progress(show, len(todo)) as tick:
+            experiment_bar(show, len(todo), "openb mixes", _label) as tick:
         def keep(rec: Record) -> None:
             known[record_key(rec.mix, rec.policy, rec.seed, rec.tune, rec.mix_seed,
                              rec.inputs)] = rec
@@ -273,29 +273,5 @@ def _run_in_worker(spec: MixSpec, policy: str, seed: int) -> Record:
     return one(nodes, mixes[spec.name], spec, policy, seed, tune, mix_seed, inputs)
 
 
-@contextmanager
-def _progress(enabled: bool, total: int) -> Iterator[Callable[[Record], None]]:
-    """A rich progress bar on stderr, one tick per finished experiment; a no-op when off."""
-    if not enabled:
-        yield lambda _record: None
-        return
-    from rich.console import Console
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
-
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TextColumn("elapsed"), TimeElapsedColumn(), TextColumn("ETA"),
-                  TimeRemainingColumn(), TextColumn("{task.fields[last]}"),
-                  console=Console(file=sys.stderr)) as bar:
-        task = bar.add_task("openb mixes", total=total, last="")
-
-        def tick(rec: Record) -> None:
-            bar.update(task, advance=1, last=f"last: {rec.mix} {rec.policy} seed {rec.seed}")
-
-        yield tick
+def _label(rec: Record) -> str:
+    return f"{rec.mix} {rec.policy} seed {rec.seed}"
