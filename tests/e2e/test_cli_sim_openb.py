@@ -16,6 +16,7 @@ import pytest
 from gpupool.cli import main
 from gpupool.core.errors import ConfigError, GpupoolError, InvalidJobError, TraceError
 from gpupool.sim import openb_cli, report
+from gpupool.sim.progress import experiment_bar
 
 experiment = pytest.importorskip("gpupool.sim.openb")
 
@@ -235,12 +236,12 @@ def test_out_must_be_a_folder(
 def test_progress_bar_ticks_once_per_experiment(monkeypatch: pytest.MonkeyPatch) -> None:
     err = io.StringIO()
     monkeypatch.setattr(sys, "stderr", err)
-    with openb_cli._progress(True, 2) as tick:
+    with experiment_bar(True, 2, "openb experiments", openb_cli._label) as tick:
         tick(SimpleNamespace(policy="fgd", seed=42))  # type: ignore[arg-type]
         tick(SimpleNamespace(policy="fgd", seed=43))  # type: ignore[arg-type]
     text = err.getvalue()
     assert "2/2" in text and "last: fgd seed 43" in text
-    with openb_cli._progress(False, 2) as tick:
+    with experiment_bar(False, 2, "openb experiments", openb_cli._label) as tick:
         tick(SimpleNamespace(policy="fgd", seed=42))  # type: ignore[arg-type]
     assert err.getvalue() == text
 
