@@ -16,7 +16,14 @@ import pytest
 
 from gpupool.k8s.kube import ApiError, Kube
 from tests.k8s.conftest import ControlPlane
-from tests.k8s.kit import ensure_namespace, list_pods, make_node, make_pod, wait_for
+from tests.k8s.kit import (
+    delete_pod,
+    ensure_namespace,
+    list_pods,
+    make_node,
+    make_pod,
+    wait_for,
+)
 from tests.k8s.test_scheduler_live import NS, live
 
 pytestmark = pytest.mark.k8s
@@ -71,6 +78,10 @@ def test_two_replicas_one_killed(control_plane: ControlPlane, tmp_path: Path) ->
         await ensure_namespace(kube, LEASE_NS)
         with contextlib.suppress(ApiError):
             await kube.request("DELETE", LEASE)
+        # pods other tests left in other namespaces would be scheduled too, onto these cards
+        for pod in (await kube.request("GET", "/api/v1/pods")).get("items") or []:
+            meta = pod["metadata"]
+            await delete_pod(kube, meta["namespace"], meta["name"])
         await make_node(kube, "gpu-1", gpus=4)
         await make_node(kube, "gpu-2", gpus=4)
         for name in ("r1", "r2"):
@@ -88,7 +99,15 @@ def test_two_replicas_one_killed(control_plane: ControlPlane, tmp_path: Path) ->
         second = [f"q{i}" for i in range(4)]
         for n in second:
             await make_pod(kube, n, ns=NS, limits={"nvidia.com/gpu": 1})
-        await wait_for(lambda: _count(kube, 8), 45, "second pods bound")
+        try:
+            await wait_for(lambda: _count(kube, 8), 45, "second pods bound")
+        except AssertionError:
+            nodes = (await kube.request("GET", "/api/v1/nodes")).get("items") or []
+            locks = {n["metadata"]["name"]: (n["metadata"].get("annotations") or {}).get(
+                "hami.io/mutex.lock") for n in nodes}
+            pods = {p["metadata"]["name"]: (p["spec"].get("nodeName"), (p["metadata"].get(
+                "annotations") or {}).get("hami.io/bind-phase")) for p in await list_pods(kube, NS)}
+            raise AssertionError(f"locks {locks}; pods {pods}") from None
         by = await bound_by(kube)
         assert {by[n] for n in first} == {leader}
         assert {by[n] for n in second} == {other}
