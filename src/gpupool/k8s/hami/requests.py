@@ -35,7 +35,7 @@ is no constraint.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -193,22 +193,21 @@ def _toleration(t: Mapping[str, Any]) -> Toleration:
 
 
 def _cpu(c: Mapping[str, Any]) -> int:
-    limits, requests = _resources(c)
-    raw = requests.get("cpu", limits.get("cpu", 0))
-    try:
-        return cpu_milli(raw, "cpu")
-    except ConfigError as exc:
-        raise InvalidJobError(f"container {c.get('name')}.resources.requests.cpu", raw,
-                              str(exc)) from exc
+    return _request(c, "cpu", cpu_milli)
 
 
 def _mem(c: Mapping[str, Any]) -> int:
+    return _request(c, "memory", memory_mib)
+
+
+def _request(c: Mapping[str, Any], resource: str, parse: Callable[[Any, str], int]) -> int:
+    """A container's request of ``resource`` (its limit when it states no request), parsed."""
     limits, requests = _resources(c)
-    raw = requests.get("memory", limits.get("memory", 0))
+    raw = requests.get(resource, limits.get(resource, 0))
     try:
-        return memory_mib(raw, "memory")
+        return parse(raw, resource)
     except ConfigError as exc:
-        raise InvalidJobError(f"container {c.get('name')}.resources.requests.memory", raw,
+        raise InvalidJobError(f"container {c.get('name')}.resources.requests.{resource}", raw,
                               str(exc)) from exc
 
 
