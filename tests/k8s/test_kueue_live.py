@@ -219,6 +219,11 @@ async def _with(kube: Kube, path: str, kind: str) -> dict[str, dict[str, Any]] |
     return cond if kind in cond else None
 
 
+async def _status(kube: Kube, path: str, kind: str, status: str) -> bool:
+    cond = await conditions(kube, path)
+    return kind in cond and cond[kind]["status"] == status
+
+
 SMALL = [
     {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
      "metadata": {"name": "a100"}, "spec": {"nodeLabels": {"gpupool.io/flavor": "a100"}}},
@@ -516,10 +521,10 @@ def test_a_namespace_selector_decides_which_namespaces_may_use_a_queue(
                 assert any("ClusterQueue research does not admit namespace 'kq-batch'" in m
                            for _, m in msgs), msgs
                 assert not await bound(kube, "kq-batch", "b0")
-                # the selector is acted on: not reported as ignored
-                cond = await wait_for(lambda: _with(kube, f"{KUEUE}/clusterqueues/research",
-                                                    IGNORED), 20, "research's conditions")
-                assert cond[IGNORED]["status"] == "False"
+                # the selector is acted on: not reported as ignored, once Namespaces are
+                # watched (a report written before that says it was not acted on yet)
+                await wait_for(lambda: _status(kube, f"{KUEUE}/clusterqueues/research",
+                                               IGNORED, "False"), 20, "research's conditions")
                 await kube.request("PATCH", f"{ns}/kq-batch", {"metadata": {"labels": {
                     "team": "research"}}}, content_type=MERGE_PATCH)
                 await wait_for(lambda: bound(kube, "kq-batch", "b0"), 30, "b0 bound")

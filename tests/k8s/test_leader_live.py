@@ -82,8 +82,10 @@ def test_two_replicas_one_killed(control_plane: ControlPlane, tmp_path: Path) ->
         for pod in (await kube.request("GET", "/api/v1/pods")).get("items") or []:
             meta = pod["metadata"]
             await delete_pod(kube, meta["namespace"], meta["name"])
-        await make_node(kube, "gpu-1", gpus=4)
-        await make_node(kube, "gpu-2", gpus=4)
+        # node names no other test uses: what other tests leave behind that names a node
+        # (Elastic GPU objects, recorded placements) must not hold these cards
+        await make_node(kube, "leader-test-1", gpus=4)
+        await make_node(kube, "leader-test-2", gpus=4)
         for name in ("r1", "r2"):
             procs[name] = replica(control_plane, name, queues, tmp_path / f"{name}.log")
         leader = await wait_for(lambda: holder(kube), 30, "a leader")
@@ -106,8 +108,21 @@ def test_two_replicas_one_killed(control_plane: ControlPlane, tmp_path: Path) ->
             locks = {n["metadata"]["name"]: (n["metadata"].get("annotations") or {}).get(
                 "hami.io/mutex.lock") for n in nodes}
             pods = {p["metadata"]["name"]: (p["spec"].get("nodeName"), (p["metadata"].get(
-                "annotations") or {}).get("hami.io/bind-phase")) for p in await list_pods(kube, NS)}
-            raise AssertionError(f"locks {locks}; pods {pods}") from None
+                "annotations") or {}).get("hami.io/bind-phase"), [
+                c.get("message") for c in (p.get("status") or {}).get("conditions") or []])
+                for p in await list_pods(kube, NS)}
+            elsewhere = [(p["metadata"]["namespace"], p["metadata"]["name"],
+                          p["spec"].get("nodeName")) for p in (await kube.request(
+                              "GET", "/api/v1/pods")).get("items") or []
+                         if p["metadata"]["namespace"] != NS]
+            try:
+                egpus = [(g["metadata"]["name"], g.get("spec"), g.get("status")) for g in (
+                    await kube.request("GET", "/apis/elasticgpu.io/v1alpha1/elasticgpus")
+                ).get("items") or []]
+            except ApiError as exc:
+                egpus = [str(exc)]
+            raise AssertionError(f"locks {locks}; pods {pods}; other pods {elsewhere}; "
+                                 f"elastic GPUs {egpus}") from None
         by = await bound_by(kube)
         assert {by[n] for n in first} == {leader}
         assert {by[n] for n in second} == {other}
