@@ -389,19 +389,18 @@ class ControlPlane:
     def _provisioning_rows(self) -> dict[tuple[str, str], dict[str, Any]]:
         """The admission checks' state as state-file rows: every ProvisioningRequest, and per
         job its check record or the booking it runs on."""
-        ac = self.scheduler.checks
+        state = self.scheduler.provisioning_state()
         rows: dict[tuple[str, str], dict[str, Any]] = {}
-        if ac is None:
-            return rows
-        for req in ac.book:
+        for req in state.requests:
             rows[(REQUEST_KIND, req.key)] = request_to_json(req)
-        for jid, rec in ac.records.items():
+        for rec in state.records:
+            jid = rec.job.id
             rows[(CHECK_KIND, str(jid))] = {
                 "state": rec.state.value, "request": rec.request, "flavor": rec.flavor,
-                "attempts": rec.attempts, "made": ac.made.get(jid, 0),
+                "attempts": rec.attempts, "made": state.made.get(jid, 0),
                 "retryAt": rec.retry_at_s, "message": rec.message}
-        for jid, key in ac.booked.items():
-            rows[(CHECK_KIND, str(jid))] = {"booking": key, "made": ac.made.get(jid, 0)}
+        for jid, key in state.bookings.items():
+            rows[(CHECK_KIND, str(jid))] = {"booking": key, "made": state.made.get(jid, 0)}
         return rows
 
     def _save_provisioning(self, changes: _Changes) -> None:
@@ -495,8 +494,7 @@ class ControlPlane:
 
     def provisioning_request(self, key: str) -> ProvisioningRequest:
         with self.lock:
-            ac = self.scheduler.checks
-            req = ac.book.find(key) if ac is not None else None
+            req = self.scheduler.provisioning_request(key)
             if req is None:
                 raise NotFoundError(f"ProvisioningRequest {key} not found")
             return req
