@@ -20,6 +20,7 @@ from gpupool.core.decisions import CycleResult
 from gpupool.core.errors import ConfigError, ConflictError, NotFoundError
 from gpupool.core.estimate import Estimate, estimate
 from gpupool.core.fairshare import UsageLedger
+from gpupool.core.feasibility import never_admitted
 from gpupool.core.model import Job, JobId, Node, NodeName, Placement
 from gpupool.core.placement.framework import Code, Profile, Status
 from gpupool.core.placement.registry import default_profile
@@ -52,6 +53,7 @@ class Scheduler:
         self.config = config
         self.state = ClusterState(nodes)
         self.tree = QuotaTree(config)
+        self._idle = QuotaTree(config)  # nothing charged: the most a queue could ever have
         self.ledger = UsageLedger(settings.usage_half_life_s)
         self.queues = Queues(config, self.ledger)
         self.validator = Validator()
@@ -104,6 +106,7 @@ class Scheduler:
         dropped = self.queues.reconfigure(config)
         self.config = config
         self.tree = self.ctx.tree = tree
+        self._idle = QuotaTree(config)
         self.ctx.settings = config.settings
         self.ctx.runtimes.default_runtime_s = config.settings.default_runtime_s
         self.ctx.reservation = None  # held against the old quota; the next cycle decides again
@@ -120,17 +123,36 @@ class Scheduler:
         """Accept a job: InvalidJobError if it can never run here, NotFoundError for an
         unknown queue; nothing changes in either case. A job of a queue with a provisioning
         admission check is checked against the rules of a ProvisioningRequest instead of the
-        cluster's inventory (its nodes do not exist yet)."""
-        cq = self._provisioned_queue(job.queue)
-        if cq is not None and self.ctx.checks is not None:
-            self.ctx.checks.validate(job, cq)
-        else:
-            self.validator.check(job, self.state.table)
-        self.queues.resolve(job.queue)
+        cluster's inventory (its nodes do not exist yet). A job no flavor of its ClusterQueue
+        could ever admit (its quota too small even with every other queue idle, or the
+        flavor's nodes unable to hold it) is refused too (``feasibility.never_admitted``):
+        every mode refuses it rather than queue it forever."""
+        self.check(job)
         if job.id in self.queues or job.id in self.ctx.running or self._checked(job.id):
             raise ConflictError(f"job {job.id} already exists")
         p = self.queues.add(job)
         self.ctx.arrivals.record(p.queue, job, now_s)
+
+    def check(self, job: Job) -> str:
+        """The checks of ``submit`` without queueing the job: its ClusterQueue if it could
+        ever run here; InvalidJobError (or NotFoundError for an unknown queue) otherwise."""
+        provisioned = self._provisioned_queue(job.queue)
+        if provisioned is not None and self.ctx.checks is not None:
+            self.ctx.checks.validate(job, provisioned)
+        else:
+            self.validator.check(job, self.state.table)
+        cq = self.queues.resolve(job.queue)
+        refused = never_admitted(job, cq, self._idle, self.state.table,
+                                 nodes=provisioned is None)
+        if refused is not None:
+            raise refused
+        return cq
+
+    def queue_again(self, job: Job, preemptions: int = 0) -> Pending:
+        """A job accepted before a restart that the checks of ``submit`` would refuse now
+        (the nodes it needs are away): it waits in its queue, parked with its reason, until
+        they are back."""
+        return self.queues.add(job, preemptions=preemptions)
 
     def _provisioned_queue(self, queue: str) -> str | None:
         """The ClusterQueue behind ``queue`` when it has a provisioning check, else None (also
