@@ -21,8 +21,9 @@ from gpupool.core.errors import ConfigError, ConflictError, NotFoundError
 from gpupool.core.estimate import Estimate, estimate
 from gpupool.core.fairshare import UsageLedger
 from gpupool.core.feasibility import never_admitted
-from gpupool.core.model import Job, JobId, Node, NodeName, Placement
-from gpupool.core.placement.framework import Code, Profile, Status
+from gpupool.core.model import Job, JobId, Node, NodeName, Placement, Task
+from gpupool.core.placement.framework import Code, CycleState, Profile, Status
+from gpupool.core.placement.place import feasible, normalized_scores
 from gpupool.core.placement.registry import default_profile
 from gpupool.core.preemption import Running
 from gpupool.core.provisioning import (
@@ -468,3 +469,43 @@ class Scheduler:
         if r.job.run_limit_s is not None:
             end = min(end, r.start_s + r.job.run_limit_s)
         return end
+
+    # -- questions from outside schedulers (the extender) ----------------------------------
+
+    def validate(self, job: Job) -> None:
+        """InvalidJobError when no node of the cluster could ever hold ``job`` (the inventory
+        check of ``submit``, without its queue)."""
+        self.validator.check(job, self.state.table)
+
+    def feasible_nodes(self, task: Task) -> tuple[list[NodeName], Status]:
+        """The nodes that pass every filter of the profile for ``task`` now; when none does,
+        the Status says why, with counts."""
+        snap = self.state.snapshot()
+        rows, status = feasible(task, snap, self.ctx.profile)
+        return [snap.table.nodes[int(r)].name for r in rows], status
+
+    def node_scores(self, task: Task) -> dict[NodeName, float]:
+        """What each feasible node scores for ``task`` in the profile, 0..100 (the weighted
+        sum of ``place_task``, scaled back by the weights of the plugins that had a say)."""
+        snap = self.state.snapshot()
+        rows, _ = feasible(task, snap, self.ctx.profile)
+        if not rows.size:
+            return {}
+        scores = normalized_scores(task, snap, self.ctx.profile, rows)
+        return {snap.table.nodes[int(r)].name: float(s)
+                for r, s in zip(rows, scores, strict=True)}
+
+    def place_on(self, task: Task, node: NodeName) -> Placement:
+        """The placement of ``task`` on ``node`` (its cards chosen by the profile), without
+        assuming it; ConflictError when the node does not fit it now."""
+        snap = self.state.snapshot()
+        rows, status = feasible(task, snap, self.ctx.profile)
+        row = snap.table.index.get(node)
+        if row is None or row not in {int(r) for r in rows}:
+            raise ConflictError(f"pod no longer fits on {node}: {status.message}")
+        cs = CycleState(snap.table, snap.cache, pods=snap.pods)
+        shares = self.ctx.profile.cards.choose_cards(cs, task, row)
+        if shares is None:
+            raise ConflictError(f"no cards for the pod on {node}")
+        return Placement(task=task.id, job=task.job, node=node, cpu_milli=task.cpu_milli,
+                         memory_mib=task.memory_mib, shares=shares)
