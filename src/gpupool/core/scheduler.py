@@ -17,6 +17,7 @@ from gpupool.core.cluster import ClusterState
 from gpupool.core.context import Context, release
 from gpupool.core.cycle import schedule
 from gpupool.core.decisions import CycleResult
+from gpupool.core.elastic import Binder, ElasticGPUClass
 from gpupool.core.errors import ConfigError, ConflictError, NotFoundError
 from gpupool.core.estimate import Estimate, estimate
 from gpupool.core.fairshare import UsageLedger
@@ -469,6 +470,13 @@ class Scheduler:
         if r.job.run_limit_s is not None:
             end = min(end, r.start_s + r.job.run_limit_s)
         return end
+
+    # -- elastic GPU objects ------------------------------------------------------------------
+
+    def new_binder(self, classes: Iterable[ElasticGPUClass] = ()) -> Binder:
+        """A binder of ElasticGPU objects on this scheduler's cards, with its profile: jobs and
+        ElasticGPUs see each other's cards taken."""
+        return Binder(self.state, self.ctx.profile, classes)
 
     # -- questions from outside schedulers (the extender) ----------------------------------
 
