@@ -361,7 +361,7 @@ def test_several_pod_sets_in_one_request(control_plane: ControlPlane) -> None:
                                 "CapacityReservationTimeExpired")
             await asyncio.sleep(0.5)
             assert ctl.sched is not None and ctl.sched.checks is not None
-            (rec,) = ctl.sched.checks.records.values()
+            (rec,) = ctl.sched.checks.records()
             assert rec.state.value == "Pending" and rec.request.endswith("prov-gang-mixed-1")
             nodes = await provision_nodes(kube, "mixed", 2)
             placed = await wait_for(lambda: _bound_to(kube, pods), 20, "gang bound")
@@ -470,7 +470,7 @@ def test_requests_taken_back_after_a_restart(control_plane: ControlPlane) -> Non
 
         async with prov_running(kube, config) as (ctl, _ad):
             assert ctl.sched is not None and ctl.sched.checks is not None
-            records = ctl.sched.checks.records
+            records = {r.job.id: r for r in ctl.sched.checks.records()}
             assert records[JobId(f"{NS}/gang:alpha")].request == f"{NS}/prov-gang-alpha-1"
             placed = await wait_for(lambda: _bound_to(kube, gamma), 20,
                                     "gamma bound on the nodes provisioned while down")
@@ -520,7 +520,7 @@ def test_booking_of_a_running_job_taken_back_after_a_restart(
         async with prov_running(kube, config) as (ctl, _ad):
             assert ctl.sched is not None and ctl.sched.checks is not None
             job = JobId(f"{NS}/gang:beta")
-            assert ctl.sched.checks.booked == {job: f"{NS}/prov-gang-beta-1"}
+            assert ctl.sched.checks.export().bookings == {job: f"{NS}/prov-gang-beta-1"}
             limit = ctl.sched.run_limit_s(job)
             assert limit is not None and limit <= 3600
             await asyncio.sleep(1.0)

@@ -242,14 +242,16 @@ def test_a_rebuilt_controller_takes_its_requests_back() -> None:
         assert s is not None and s.checks is not None
         ac = s.checks
         a, b, c = (JobId(f"{NS}/gang:{g}") for g in "abc")
-        assert ac.booked == {a: f"{NS}/prov-gang-a-1"}
-        assert ac.book.get(f"{NS}/prov-gang-a-1").consumed_s is not None
+        assert ac.export().bookings == {a: f"{NS}/prov-gang-a-1"}
+        booked = ac.request(f"{NS}/prov-gang-a-1")
+        assert booked is not None and booked.consumed_s is not None
         assert s.run_limit_s(a) is not None and s.run_limit_s(a) <= 3600  # type: ignore[operator]
-        assert ac.records[b].state is CheckState.PENDING
-        assert ac.records[b].request == f"{NS}/prov-gang-b-2"
-        assert ac.records[b].attempts == 2 and ac.made[b] == 2
-        assert ac.records[c].state is CheckState.READY
-        assert f"{NS}/by-hand" not in ac.book
+        rb, rc = ac.record(b), ac.record(c)
+        assert rb is not None and rb.state is CheckState.PENDING
+        assert rb.request == f"{NS}/prov-gang-b-2"
+        assert rb.attempts == 2 and ac.made(b) == 2
+        assert rc is not None and rc.state is CheckState.READY
+        assert ac.request(f"{NS}/by-hand") is None
         assert ad2.made == {f"{NS}/prov-gang-{x}" for x in ("a-1", "b-2", "c-1")}
         # the quota: a runs, b and c hold theirs
         assert s.tree.usage("train")[("h100", Resource.GPU_MILLI)] == 48_000
@@ -297,16 +299,17 @@ def test_a_gangs_request_waits_for_its_pods_and_names_move_past_the_pods_marks()
         s = ctl2.sched
         assert s is not None and s.checks is not None
         d, e = JobId(f"{NS}/gang:d"), JobId(f"{NS}/gang:e")
-        assert f"{NS}/prov-gang-d-1" not in s.checks.book and d in ad2.waiting
-        assert s.checks.made[e] == 1 and e not in s.checks.records
+        assert s.checks.request(f"{NS}/prov-gang-d-1") is None and d in ad2.waiting
+        assert s.checks.made(e) == 1 and s.checks.record(e) is None
         ctl2.cycle()
         await settle()
         assert f"{NS}/prov-gang-e-2" in api.prs  # not -1 again
         assert f"{NS}/prov-gang-d-1" in api.prs  # kept while the gang is incomplete
         add_gang(api, "d")
         sync(api, ctl2, ad2)
-        assert s.checks.records[d].request == f"{NS}/prov-gang-d-1"
-        assert s.checks.records[d].state is CheckState.READY
+        rd = s.checks.record(d)
+        assert rd is not None and rd.request == f"{NS}/prov-gang-d-1"
+        assert rd.state is CheckState.READY
         assert not ad2.waiting
 
     asyncio.run(body())

@@ -200,7 +200,8 @@ def test_quota_reserved_request_made_then_admitted_pinned_to_its_nodes() -> None
     (bind,) = s.cycle(300.0).binds
     assert sorted(p.node for p in bind.placements) == sorted(names)
     assert s.run_limit_s(JobId("g")) == pytest.approx(7200.0)
-    assert s.checks is not None and s.checks.book.get(r.key).consumed_s == 300.0
+    live = s.provisioning_request(r.key)
+    assert live is not None and live.consumed_s == 300.0
     s.finished(JobId("g"), 1000.0)
     assert s.cycle(1010.0).deprovision == [r.key]
     assert s.tree.usage("train").get(("h100", Resource.GPU_MILLI), 0) == 0
@@ -234,7 +235,7 @@ def test_failure_releases_quota_backs_off_retries_and_finally_rejects() -> None:
             assert "rejected after 3 ProvisioningRequests" in park.status.message
             break
         assert "stock-out in every zone" in park.status.message
-        rec = s.checks.records[JobId("g")] if s.checks else None
+        rec = s.checks.record(JobId("g")) if s.checks else None
         assert rec is not None
         delays.append(rec.retry_at_s - (t + 10))
         assert s.cycle(rec.retry_at_s - 1).provision == []  # still backing off
@@ -265,7 +266,7 @@ def test_a_booking_left_behind_is_taken_by_the_next_job_expiring_first_first() -
     s.provisioning_provisioned(reqs["early"].key, cloud_nodes(s, reqs["early"]), 50.0)
     s.cancel(JobId("early"), 60.0)  # provisioned already: the booking is kept
     s.cancel(JobId("late"), 60.0)
-    assert s.checks is not None and len(list(s.checks.book)) == 2
+    assert len(s.provisioning_requests()) == 2
     s.submit(gang("next", tasks=1), 70.0)
     out = s.cycle(70.0)
     assert out.provision == []  # no new request: a booking was free
@@ -427,21 +428,21 @@ def _rebuilt(s: Scheduler, nodes: list[Node], jobs: list[Job], at: float,
              cfg: QueueConfig) -> Scheduler:
     """A new Scheduler given what an adapter keeps across a restart: nodes, requests, each
     pending job's check record, each running job's placements and booking."""
-    ac = s.checks
-    assert ac is not None
+    kept = s.provisioning_state()
+    records = {rec.job.id: rec for rec in kept.records}
     t = Scheduler(nodes, cfg)
-    t.restore_provisioning(ac.book)
+    t.restore_provisioning(kept.requests)
     for r in s.running():
-        t.restore(ac.submitted.get(r.job.id, r.job), r.placements, r.start_s, r.flavor)
-        if r.job.id in ac.booked:
-            t.restore_booking(r.job.id, ac.booked[r.job.id])
+        t.restore(kept.submitted.get(r.job.id, r.job), r.placements, r.start_s, r.flavor)
+        if r.job.id in kept.bookings:
+            t.restore_booking(r.job.id, kept.bookings[r.job.id])
     for j in jobs:
         if j.id not in {r.job.id for r in s.running()}:
             t.submit(j, at)
-            rec = ac.records.get(j.id)
+            rec = records.get(j.id)
             if rec is not None:
                 t.restore_check(j.id, rec.state, request=rec.request, flavor=rec.flavor,
-                                attempts=rec.attempts, made=ac.made.get(j.id, 0),
+                                attempts=rec.attempts, made=kept.made.get(j.id, 0),
                                 retry_at_s=rec.retry_at_s, message=rec.message)
     return t
 

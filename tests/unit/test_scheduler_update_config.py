@@ -66,9 +66,8 @@ def test_pending_jobs_keep_their_order_and_move_with_their_local_queue() -> None
 
 
 def test_pending_jobs_of_a_removed_queue_are_returned() -> None:
-    s = Scheduler([node("n0", gpu=8)], queue_config({"a": 0, "b": 1}, cohort=None))
-    s.submit(job("x", gpu=whole(1), queue="a"), 0)
-    s.cycle(0)
+    s = Scheduler([node("n0", gpu=8)], queue_config({"a": 1, "b": 1}, cohort=None))
+    s.submit(job("x", gpu=whole(1), queue="a"), 0)  # pending: no cycle has run
     dropped = s.update_config(queue_config({"b": 1}, cohort=None))
     assert [str(p.job.id) for p in dropped] == ["x"]
     assert s.pending() == []

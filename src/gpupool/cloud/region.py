@@ -222,7 +222,7 @@ class Cloud:
         t = self._heap[0][0] if self._heap else math.inf
         checks = self.sched.checks
         if checks is not None:
-            d = checks.book.next_deadline()
+            d = checks.next_deadline()
             if d is not None and d > self._deadline_seen:
                 t = min(t, d)
         return t
@@ -232,7 +232,7 @@ class Cloud:
         are pending again)."""
         checks = self.sched.checks
         if checks is not None:
-            d = checks.book.next_deadline()
+            d = checks.next_deadline()
             if d is not None and d <= now:
                 self._deadline_seen = max(self._deadline_seen, d)
         requeued: list[JobId] = []
@@ -257,11 +257,10 @@ class Cloud:
             self._new(req, now, manual=False)
         for key in result.deprovision:
             self._release(key, now)
-        checks = self.sched.checks
         for rec in self.run.requests.values():
             if rec.outcome != "booked":
                 continue
-            live = checks.book.find(rec.key) if checks is not None else None
+            live = self.sched.provisioning_request(rec.key)
             if live is not None and live.consumed_s is not None:
                 rec.consumed_s = live.consumed_s
                 rec.outcome = "consumed"
@@ -500,8 +499,7 @@ class Cloud:
             self._gpus_held -= rec.gpus
             self._end(rec, "cancelled", now, "deleted while its nodes were being made")
             return
-        checks = self.sched.checks
-        live = checks.book.find(key) if checks is not None else None
+        live = self.sched.provisioning_request(key)
         if live is not None and live.consumed_s is not None:
             rec.consumed_s = live.consumed_s
             rec.outcome = "consumed"

@@ -24,7 +24,7 @@ import ast
 import contextlib
 import re
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -39,6 +39,7 @@ from gpupool.core.elastic import (
     GpuPhase,
     Release,
     Source,
+    recover,
 )
 from gpupool.core.errors import ConfigError, ConflictError, InvalidJobError, NotFoundError
 from gpupool.core.model import JobId, TaskId
@@ -172,11 +173,8 @@ class ElasticService:
         """A Binder on ``sched``'s state holding the objects of ``saved``, every ElasticGPU on
         its card again. One on a node that is not there fails (its claim is Lost); one whose
         card a job holds (never, unless the file was edited) fails too, with the reason."""
-        state = sched.state
-        binder = Binder(state, sched.ctx.profile)
-        for (kind, _), body in sorted(saved.items()):
-            if kind == CLASS:
-                binder.add_class(ElasticGPUClass.from_dict(body))
+        binder = sched.new_binder(ElasticGPUClass.from_dict(body)
+                                  for (kind, _), body in sorted(saved.items()) if kind == CLASS)
         claims = {c.key: c for c in (ElasticGPUClaim.from_dict(b) for (k, _), b in
                                      saved.items() if k == CLAIM)}
         # from_dict reads spec fields only: the status comes from the saved form
@@ -184,35 +182,8 @@ class ElasticService:
             if k == CLAIM:
                 claims[key] = _claim_with_status(claims[key], body)
         gpus = [ElasticGPU.from_dict(b) for (k, _), b in sorted(saved.items()) if k == GPU]
-        live = {n.name for n in state.nodes()}
-        away = [g for g in gpus if g.source is not Source.REMOTE
-                and g.phase is not GpuPhase.FAILED and g.node not in live]
-        gpus, claims = _failed(gpus, claims, away, lambda g: f"node {g.node} is not in the "
-                                                                "cluster")
-        try:
-            binder.restore(gpus, claims.values())
-        except ConflictError:
-            taken = self._taken(state, gpus)
-            gpus, claims = _failed(gpus, claims, taken,
-                                   lambda g: f"card {g.card} of node {g.node} was taken")
-            binder.restore(gpus, claims.values())
+        recover(binder, gpus, claims.values())
         return binder
-
-    @staticmethod
-    def _taken(state: Any, gpus: Sequence[ElasticGPU]) -> list[ElasticGPU]:
-        """The ElasticGPUs that cannot take their card back (tried one by one, then let go)."""
-        bad = []
-        for g in gpus:
-            if g.source is Source.REMOTE or g.phase is GpuPhase.FAILED:
-                continue
-            probe = Binder(state)
-            try:
-                probe.restore([replace(g, claim_ref=None, phase=GpuPhase.AVAILABLE)], [])
-            except (ConflictError, NotFoundError):
-                bad.append(g)
-                continue
-            state.forget(TaskId(f"{TASK_PREFIX}{g.name}"))
-        return bad
 
     def _persist(self, events: Iterable[NewEvent] = ()) -> None:
         """Write what changed since the last write, with ``events``, in one transaction; if
@@ -454,20 +425,3 @@ def _claim_with_status(c: ElasticGPUClaim, body: Mapping[str, Any]) -> ElasticGP
         message=str(body.get("message") or ""))
 
 
-def _failed(gpus: list[ElasticGPU], claims: dict[str, ElasticGPUClaim],
-            hit: Sequence[ElasticGPU], why: Any) -> tuple[list[ElasticGPU],
-                                                          dict[str, ElasticGPUClaim]]:
-    """``hit`` marked Failed, the claims bound to them Lost (as ``Binder.node_removed`` does,
-    before the binder holds them)."""
-    names = {g.name: g for g in hit}
-    out = []
-    for g in gpus:
-        if g.name in names:
-            g = replace(g, phase=GpuPhase.FAILED, message=why(g))
-            ref = g.claim_ref
-            if ref is not None and ref.key in claims and \
-                    claims[ref.key].phase is ClaimPhase.BOUND:
-                claims[ref.key] = replace(claims[ref.key], phase=ClaimPhase.LOST,
-                                          message=g.message)
-        out.append(g)
-    return out, claims

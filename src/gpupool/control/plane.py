@@ -42,7 +42,7 @@ from gpupool.control.codec import (
 )
 from gpupool.control.limits import check_metadata
 from gpupool.control.reasons import usable_only
-from gpupool.core.admission import QuotaTree, request_demand
+from gpupool.core.admission import QuotaTree
 from gpupool.core.decisions import CycleResult
 from gpupool.core.errors import ConfigError, ConflictError, InvalidJobError, NotFoundError
 from gpupool.core.feasibility import flavor_problem
@@ -189,6 +189,8 @@ _DOCUMENT_FIELDS = {"cpu_milli": "cpu", "memory_mib": "memory", "gpu.gpu_milli":
 def _in_document_terms(exc: InvalidJobError, request: JobRequest) -> InvalidJobError:
     """The core names its own fields (``pod_sets[0].memory_mib=3145728``); the submitter
     wrote a document: name its field (``spec.podSets[0].memory``) and the value as written."""
+    if exc.field == "pod_sets":
+        return InvalidJobError("spec.podSets", exc.value, exc.rule, job=exc.job)
     match = re.fullmatch(r"pod_sets\[(\d+)\]\.(.+)", exc.field)
     if match is None:
         return exc
@@ -343,7 +345,7 @@ class ControlPlane:
             except InvalidJobError:
                 # Accepted before; the nodes it needs are away (failed) for now. It waits,
                 # parked with its reason, until they are back.
-                sched.queues.add(rec.job, preemptions=rec.preemptions)
+                sched.queue_again(rec.job, rec.preemptions)
             rec.cluster_queue = sched.queues.resolve(rec.job.queue)
             check = checks.get(rec.key)
             if check and not check.get("booking"):
@@ -389,19 +391,18 @@ class ControlPlane:
     def _provisioning_rows(self) -> dict[tuple[str, str], dict[str, Any]]:
         """The admission checks' state as state-file rows: every ProvisioningRequest, and per
         job its check record or the booking it runs on."""
-        ac = self.scheduler.checks
+        state = self.scheduler.provisioning_state()
         rows: dict[tuple[str, str], dict[str, Any]] = {}
-        if ac is None:
-            return rows
-        for req in ac.book:
+        for req in state.requests:
             rows[(REQUEST_KIND, req.key)] = request_to_json(req)
-        for jid, rec in ac.records.items():
+        for rec in state.records:
+            jid = rec.job.id
             rows[(CHECK_KIND, str(jid))] = {
                 "state": rec.state.value, "request": rec.request, "flavor": rec.flavor,
-                "attempts": rec.attempts, "made": ac.made.get(jid, 0),
+                "attempts": rec.attempts, "made": state.made.get(jid, 0),
                 "retryAt": rec.retry_at_s, "message": rec.message}
-        for jid, key in ac.booked.items():
-            rows[(CHECK_KIND, str(jid))] = {"booking": key, "made": ac.made.get(jid, 0)}
+        for jid, key in state.bookings.items():
+            rows[(CHECK_KIND, str(jid))] = {"booking": key, "made": state.made.get(jid, 0)}
         return rows
 
     def _save_provisioning(self, changes: _Changes) -> None:
@@ -495,8 +496,7 @@ class ControlPlane:
 
     def provisioning_request(self, key: str) -> ProvisioningRequest:
         with self.lock:
-            ac = self.scheduler.checks
-            req = ac.book.find(key) if ac is not None else None
+            req = self.scheduler.provisioning_request(key)
             if req is None:
                 raise NotFoundError(f"ProvisioningRequest {key} not found")
             return req
@@ -565,13 +565,7 @@ class ControlPlane:
                                     f"({self.jobs[request.key].phase})")
             sched = self.scheduler
             cq = sched.queues.resolve(request.job.queue)
-            # a queue with a provisioning check runs jobs on nodes the cloud will make: the
-            # core checks those against the request's rules, not against today's nodes
-            provisioned = sched.checks is not None and sched.checks.check_for(cq) is not None
             try:
-                if not provisioned:  # on some node of the cluster, then of the queue's flavors
-                    sched.validator.check(request.job, sched.state.table)
-                self._check_ever_runs(request.job, cq, nodes=not provisioned)
                 sched.submit(request.job, now)  # checks it could ever run here, then queues
             except InvalidJobError as exc:
                 raise _in_document_terms(exc, request) from None
@@ -589,27 +583,6 @@ class ControlPlane:
             self.jobs[request.key] = rec
             self.metrics.submitted(cq)
             return rec
-
-    def _check_ever_runs(self, job: Job, cq: str, *, nodes: bool) -> None:
-        """Refuse a job that no flavor of its ClusterQueue could ever run: one whose quota,
-        with every other queue idle and all it may borrow, is too small, or (with ``nodes``)
-        whose nodes, empty, could not hold it (``core.feasibility``: a MIG profile in a queue
-        with no MIG flavor, a model none of its flavors has)."""
-        tree = self._idle_tree
-        flavors = {f.name: f for f in self.config.flavors}
-        table = self.scheduler.state.table
-        reasons = []
-        for fq in tree.queues[cq].flavors or ():
-            short = tree.shortfall(cq, request_demand(job, fq.flavor))
-            why = flavor_problem(job, flavors.get(fq.flavor), table) if nodes else None
-            if not short and why is None:
-                return
-            reasons.append(f"flavor {fq.flavor}: " + "; ".join(
-                [*short, *([why] if why else [])]))
-        if reasons:
-            raise InvalidJobError("spec.podSets", "(the whole job)",
-                                  f"can never be admitted by ClusterQueue {cq}, even with "
-                                  f"every other queue idle: {' | '.join(reasons)}")
 
     def job(self, key: str) -> JobRecord:
         with self.lock:

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gpupool.core.admission import flavor_job
+from gpupool.core.admission import QuotaTree, flavor_job, request_demand
+from gpupool.core.errors import InvalidJobError
 from gpupool.core.model import Job
 from gpupool.core.quota import ResourceFlavor
 from gpupool.core.table import NodeTable
@@ -61,3 +62,23 @@ def never_runs(job: Job, flavors: Sequence[ResourceFlavor | None],
             return None
         reasons.append((flavor.name if flavor else "", why))
     return reasons or None
+
+
+def never_admitted(job: Job, cq: str, idle: QuotaTree, table: NodeTable, *,
+                   nodes: bool = True) -> InvalidJobError | None:
+    """Why no flavor of ClusterQueue ``cq`` could ever admit ``job`` (None when one could):
+    its quota, with every other queue idle and all it may borrow (``idle``: a QuotaTree with
+    nothing charged), is too small, or (with ``nodes``) the flavor's nodes, empty, could not
+    hold it (``flavor_problem``). Every mode refuses such a job at submission."""
+    reasons = []
+    for fq in idle.queues[cq].flavors or ():
+        short = idle.shortfall(cq, request_demand(job, fq.flavor))
+        why = flavor_problem(job, idle.flavors.get(fq.flavor), table) if nodes else None
+        if not short and why is None:
+            return None
+        reasons.append(f"flavor {fq.flavor}: " + "; ".join([*short, *([why] if why else [])]))
+    if not reasons:
+        return None
+    return InvalidJobError("pod_sets", "(the whole job)",
+                           f"can never be admitted by ClusterQueue {cq}, even with every other "
+                           f"queue idle: {' | '.join(reasons)}", job=job.id)

@@ -14,13 +14,17 @@ from dataclasses import replace
 from gpupool.core.admission import QuotaTree, placement_demand, request_demand
 from gpupool.core.affinity import PodMeta
 from gpupool.core.cluster import ClusterState
-from gpupool.core.cycle import Context, release, schedule
+from gpupool.core.context import Context, release
+from gpupool.core.cycle import schedule
 from gpupool.core.decisions import CycleResult
+from gpupool.core.elastic import Binder, ElasticGPUClass
 from gpupool.core.errors import ConfigError, ConflictError, NotFoundError
 from gpupool.core.estimate import Estimate, estimate
 from gpupool.core.fairshare import UsageLedger
-from gpupool.core.model import Job, JobId, Node, NodeName, Placement
-from gpupool.core.placement.framework import Code, Profile, Status
+from gpupool.core.feasibility import never_admitted
+from gpupool.core.model import Job, JobId, Node, NodeName, Placement, Task
+from gpupool.core.placement.framework import Code, CycleState, Profile, Status
+from gpupool.core.placement.place import feasible, normalized_scores
 from gpupool.core.placement.registry import default_profile
 from gpupool.core.preemption import Running
 from gpupool.core.provisioning import (
@@ -29,6 +33,7 @@ from gpupool.core.provisioning import (
     CheckRecord,
     CheckState,
     ProvisioningRequest,
+    ProvisioningState,
 )
 from gpupool.core.queueing import Pending, Queues
 from gpupool.core.quota import QueueConfig
@@ -50,6 +55,7 @@ class Scheduler:
         self.config = config
         self.state = ClusterState(nodes)
         self.tree = QuotaTree(config)
+        self._idle = QuotaTree(config)  # nothing charged: the most a queue could ever have
         self.ledger = UsageLedger(settings.usage_half_life_s)
         self.queues = Queues(config, self.ledger)
         self.validator = Validator()
@@ -61,7 +67,7 @@ class Scheduler:
         )
         self._max_requests = max_requests_per_project
         checks = AdmissionChecks(config, max_requests_per_project)
-        self.ctx.checks = checks if checks.by_queue else None
+        self.ctx.checks = checks if checks.configured else None
 
     # -- configuration ---------------------------------------------------------------------
 
@@ -85,7 +91,7 @@ class Scheduler:
         ac = self.ctx.checks
         holding = [(r.queue, r.job.id) for r in self.ctx.running.values()]
         if ac is not None:
-            holding += [(rec.queue, job) for job, rec in ac.records.items() if rec.demand]
+            holding += [(rec.queue, rec.job.id) for rec in ac.records() if rec.demand]
         gone = sorted((q, str(j)) for q, j in holding if q not in names)
         if gone:
             queue = gone[0][0]
@@ -97,12 +103,12 @@ class Scheduler:
         for r in self.ctx.running.values():
             tree.add(r.queue, r.demand)
         if ac is not None:
-            for rec in ac.records.values():
-                if rec.demand:
-                    tree.add(rec.queue, rec.demand)
+            for queue, demand in ac.held():
+                tree.add(queue, demand)
         dropped = self.queues.reconfigure(config)
         self.config = config
         self.tree = self.ctx.tree = tree
+        self._idle = QuotaTree(config)
         self.ctx.settings = config.settings
         self.ctx.runtimes.default_runtime_s = config.settings.default_runtime_s
         self.ctx.reservation = None  # held against the old quota; the next cycle decides again
@@ -110,7 +116,7 @@ class Scheduler:
             ac.reconfigure(config)
         else:
             checks = AdmissionChecks(config, self._max_requests)
-            self.ctx.checks = checks if checks.by_queue else None
+            self.ctx.checks = checks if checks.configured else None
         return dropped
 
     # -- facts -----------------------------------------------------------------------------
@@ -119,17 +125,36 @@ class Scheduler:
         """Accept a job: InvalidJobError if it can never run here, NotFoundError for an
         unknown queue; nothing changes in either case. A job of a queue with a provisioning
         admission check is checked against the rules of a ProvisioningRequest instead of the
-        cluster's inventory (its nodes do not exist yet)."""
-        cq = self._provisioned_queue(job.queue)
-        if cq is not None and self.ctx.checks is not None:
-            self.ctx.checks.validate(job, cq)
-        else:
-            self.validator.check(job, self.state.table)
-        self.queues.resolve(job.queue)
+        cluster's inventory (its nodes do not exist yet). A job no flavor of its ClusterQueue
+        could ever admit (its quota too small even with every other queue idle, or the
+        flavor's nodes unable to hold it) is refused too (``feasibility.never_admitted``):
+        every mode refuses it rather than queue it forever."""
+        self.check(job)
         if job.id in self.queues or job.id in self.ctx.running or self._checked(job.id):
             raise ConflictError(f"job {job.id} already exists")
         p = self.queues.add(job)
         self.ctx.arrivals.record(p.queue, job, now_s)
+
+    def check(self, job: Job) -> str:
+        """The checks of ``submit`` without queueing the job: its ClusterQueue if it could
+        ever run here; InvalidJobError (or NotFoundError for an unknown queue) otherwise."""
+        provisioned = self._provisioned_queue(job.queue)
+        if provisioned is not None and self.ctx.checks is not None:
+            self.ctx.checks.validate(job, provisioned)
+        else:
+            self.validator.check(job, self.state.table)
+        cq = self.queues.resolve(job.queue)
+        refused = never_admitted(job, cq, self._idle, self.state.table,
+                                 nodes=provisioned is None)
+        if refused is not None:
+            raise refused
+        return cq
+
+    def queue_again(self, job: Job, preemptions: int = 0) -> Pending:
+        """A job accepted before a restart that the checks of ``submit`` would refuse now
+        (the nodes it needs are away): it waits in its queue, parked with its reason, until
+        they are back."""
+        return self.queues.add(job, preemptions=preemptions)
 
     def _provisioned_queue(self, queue: str) -> str | None:
         """The ClusterQueue behind ``queue`` when it has a provisioning check, else None (also
@@ -143,7 +168,7 @@ class Scheduler:
         return cq if self.ctx.checks.check_for(cq) is not None else None
 
     def _checked(self, job: JobId) -> bool:
-        return self.ctx.checks is not None and job in self.ctx.checks.records
+        return self.ctx.checks is not None and self.ctx.checks.record(job) is not None
 
     def finished(self, job: JobId, now_s: float) -> Running:
         """A running job ended: its cards and quota are free again."""
@@ -160,13 +185,7 @@ class Scheduler:
         """A job that ran on provisioned nodes is done with them: its request is deleted.
         Returns the job as submitted (its run limit not cut to the request's)."""
         ac = self.ctx.checks
-        if ac is None or job not in ac.booked:
-            return None
-        key = ac.booked.pop(job)
-        if key in ac.book:
-            ac.book.delete(key)
-        ac.outbox.append(key)
-        return ac.submitted.pop(job, None)
+        return ac.unbook(job) if ac is not None else None
 
     def cancel(self, job: JobId, now_s: float) -> None:
         """Remove a job, pending or running. A job waiting on a provisioning check gives back
@@ -174,14 +193,11 @@ class Scheduler:
         already: then the booking is kept until it expires, for the next job of the queue
         that fits its nodes."""
         ac = self.ctx.checks
-        if ac is not None and job in ac.records:
-            rec = ac.records.pop(job)
+        rec = ac.cancel(job) if ac is not None else None
+        if rec is not None:
             if rec.demand:
                 self.tree.add(rec.queue, rec.demand, -1)
                 self.queues.wake()
-            if rec.request and rec.request in ac.book and not ac.book.get(rec.request).booked:
-                ac.book.delete(rec.request)
-                ac.outbox.append(rec.request)
             if job not in self.queues:
                 return
         if job in self.queues:
@@ -278,54 +294,58 @@ class Scheduler:
         return self.ctx.checks
 
     def provisioning_requests(self) -> list[ProvisioningRequest]:
-        return list(self.ctx.checks.book) if self.ctx.checks is not None else []
+        return self.ctx.checks.requests() if self.ctx.checks is not None else []
+
+    def provisioning_request(self, key: str) -> ProvisioningRequest | None:
+        return self.ctx.checks.request(key) if self.ctx.checks is not None else None
+
+    def provisioning_state(self) -> ProvisioningState:
+        """What the admission checks hold, as an adapter keeps it across a restart."""
+        ac = self.ctx.checks
+        return ac.export() if ac is not None else ProvisioningState()
 
     def create_provisioning_request(self, req: ProvisioningRequest,
                                     now_s: float) -> ProvisioningRequest:
         """A request made by hand, for no job: its booking is left alone by admission checks
         and expires unless its owner's pods consume it (``consume_provisioning_request``)."""
-        return self._book().book.create(req, now_s)
+        return self._book().create(req, now_s)
 
     def provisioning_accepted(self, key: str, now_s: float) -> ProvisioningRequest:
-        return self._book().book.accept(key, now_s)
+        return self._book().accept(key, now_s)
 
     def provisioning_provisioned(self, key: str, nodes: Iterable[str],
                                  now_s: float) -> ProvisioningRequest:
         """Every node of the request has joined (add them with ``add_node`` first or after:
         the job starts once they are there). The job waiting for it starts at the next
         cycle."""
-        req = self._book().book.provisioned(key, nodes, now_s)
+        req = self._book().provisioned(key, nodes, now_s)
         self.queues.wake()
         return req
 
     def provisioning_failed(self, key: str, message: str, now_s: float,
                             reason: str = "ProvisioningFailed") -> ProvisioningRequest:
-        return self._book().book.fail(key, message, now_s, reason)
+        return self._book().request_failed(key, message, now_s, reason)
 
     def provisioning_revoked(self, key: str, message: str, now_s: float) -> ProvisioningRequest:
         """The cloud took the nodes back (remove them with ``remove_node``: their jobs are
         requeued whole)."""
-        return self._book().book.revoke(key, message, now_s)
+        return self._book().revoke(key, message, now_s)
 
     def consume_provisioning_request(self, key: str, now_s: float) -> ProvisioningRequest:
         """Pods of a request made by hand started on its nodes: the booking will not expire."""
-        return self._book().book.consume(key, now_s)
+        return self._book().consume(key, now_s)
 
     def delete_provisioning_request(self, key: str, now_s: float) -> ProvisioningRequest:
         """Delete (cancel) a request. A job waiting for it backs off and retries at the next
         cycle, as for a failure."""
-        req = self._book().book.delete(key)
-        self._book().outbox.append(key)
-        return req
+        return self._book().delete(key)
 
     # -- provisioning: taken back after a restart ----------------------------------------------
 
     def restore_provisioning(self, requests: Iterable[ProvisioningRequest]) -> None:
         """ProvisioningRequests as they stood before a restart, with their conditions, nodes
         and consumption; nothing is asked of the cloud."""
-        book = self._book().book
-        for req in requests:
-            book.restore(req)
+        self._book().restore(requests)
 
     def restore_check(self, job: JobId, state: CheckState, *, request: str = "",
                       flavor: str = "", attempts: int = 0, made: int = 0,
@@ -344,20 +364,21 @@ class Scheduler:
         check = ac.check_for(p.queue)
         if check is None:
             raise NotFoundError(f"ClusterQueue {p.queue} has no admission check")
-        if request and request not in ac.book:
-            raise NotFoundError(f"ProvisioningRequest {request!r} does not exist")
-        rec = CheckRecord(p.job, p.queue, check, ac.namespace(p.job), state, request, flavor,
-                          attempts=attempts, retry_at_s=retry_at_s, message=message,
-                          preemptions=p.preemptions)
         holds = bool(request) and state in (CheckState.PENDING, CheckState.READY)
+        rec = ac.restore_record(CheckRecord(
+            p.job, p.queue, check, ac.namespace(p.job), state, request, flavor,
+            request_demand(p.job, flavor) if holds else {}, attempts=attempts,
+            retry_at_s=retry_at_s, message=message, preemptions=p.preemptions), made)
         if holds:
-            rec.demand = request_demand(p.job, flavor)
             self.tree.add(p.queue, rec.demand)
         if holds or state in (CheckState.RETRY, CheckState.REJECTED):
             self.queues.remove(job)
-        ac.records[job] = rec
-        ac.made[job] = max(made, ac.made.get(job, 0))
         return rec
+
+    def restore_requests_made(self, job: JobId, made: int) -> None:
+        """How many ProvisioningRequests a job had before a restart (read back from their
+        names): its next one is numbered past them."""
+        self._book().restore_made(job, made)
 
     def restore_booking(self, job: JobId, request: str) -> Running:
         """A running job taken back (``restore``) that runs on the nodes of ``request``: the
@@ -367,9 +388,7 @@ class Scheduler:
         r = self.ctx.running.get(job)
         if r is None:
             raise NotFoundError(f"job {job} is not running")
-        req = ac.book.get(request)
-        ac.booked[job] = request
-        ac.submitted[job] = r.job
+        req = ac.restore_booking(job, request, r.job)
         ends = req.run_ends_s
         if ends is not None:
             left = max(0.0, ends - r.start_s)
@@ -394,7 +413,7 @@ class Scheduler:
         out = self.queues.all()
         ac = self.ctx.checks
         if ac is not None:
-            for rec in ac.records.values():
+            for rec in ac.records():
                 if rec.job.id in self.queues:
                     continue
                 code = Code.UNRESOLVABLE if rec.state is CheckState.REJECTED else Code.WAIT
@@ -431,9 +450,9 @@ class Scheduler:
                 if ac.check_for(p.queue) is not None and p.job.id in out:
                     out[p.job.id] = Estimate(out[p.job.id].position, None,
                                              "waits for its ProvisioningRequest")
-            for rec in ac.records.values():
+            for rec in ac.records():
                 if rec.job.id not in self.queues:
-                    req = ac.book.find(rec.request) if rec.request else None
+                    req = ac.request(rec.request) if rec.request else None
                     booked = req is not None and req.booked
                     out[rec.job.id] = Estimate(
                         0, now_s if booked else None,
@@ -451,3 +470,50 @@ class Scheduler:
         if r.job.run_limit_s is not None:
             end = min(end, r.start_s + r.job.run_limit_s)
         return end
+
+    # -- elastic GPU objects ------------------------------------------------------------------
+
+    def new_binder(self, classes: Iterable[ElasticGPUClass] = ()) -> Binder:
+        """A binder of ElasticGPU objects on this scheduler's cards, with its profile: jobs and
+        ElasticGPUs see each other's cards taken."""
+        return Binder(self.state, self.ctx.profile, classes)
+
+    # -- questions from outside schedulers (the extender) ----------------------------------
+
+    def validate(self, job: Job) -> None:
+        """InvalidJobError when no node of the cluster could ever hold ``job`` (the inventory
+        check of ``submit``, without its queue)."""
+        self.validator.check(job, self.state.table)
+
+    def feasible_nodes(self, task: Task) -> tuple[list[NodeName], Status]:
+        """The nodes that pass every filter of the profile for ``task`` now; when none does,
+        the Status says why, with counts."""
+        snap = self.state.snapshot()
+        rows, status = feasible(task, snap, self.ctx.profile)
+        return [snap.table.nodes[int(r)].name for r in rows], status
+
+    def node_scores(self, task: Task) -> dict[NodeName, float]:
+        """What each feasible node scores for ``task`` in the profile, 0..100 (the weighted
+        sum of ``place_task``, scaled back by the weights of the plugins that had a say)."""
+        snap = self.state.snapshot()
+        rows, _ = feasible(task, snap, self.ctx.profile)
+        if not rows.size:
+            return {}
+        scores = normalized_scores(task, snap, self.ctx.profile, rows)
+        return {snap.table.nodes[int(r)].name: float(s)
+                for r, s in zip(rows, scores, strict=True)}
+
+    def place_on(self, task: Task, node: NodeName) -> Placement:
+        """The placement of ``task`` on ``node`` (its cards chosen by the profile), without
+        assuming it; ConflictError when the node does not fit it now."""
+        snap = self.state.snapshot()
+        rows, status = feasible(task, snap, self.ctx.profile)
+        row = snap.table.index.get(node)
+        if row is None or row not in {int(r) for r in rows}:
+            raise ConflictError(f"pod no longer fits on {node}: {status.message}")
+        cs = CycleState(snap.table, snap.cache, pods=snap.pods)
+        shares = self.ctx.profile.cards.choose_cards(cs, task, row)
+        if shares is None:
+            raise ConflictError(f"no cards for the pod on {node}")
+        return Placement(task=task.id, job=task.job, node=node, cpu_milli=task.cpu_milli,
+                         memory_mib=task.memory_mib, shares=shares)

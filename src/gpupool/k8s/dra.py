@@ -49,7 +49,8 @@ from gpupool.core.elastic import (
     Source,
 )
 from gpupool.core.errors import ConfigError, InvalidJobError
-from gpupool.core.model import WHOLE_GPU_MILLI, Gpu, MigInstance, Node, NodeName
+from gpupool.core.mig import profile_milli
+from gpupool.core.model import Gpu, MigInstance, Node, NodeName
 
 __all__ = [
     "API", "DRIVER", "claim_from_resource_claim", "class_from_device_class", "device_class",
@@ -158,7 +159,7 @@ def gpus_from_resource_slice(obj: Mapping[str, Any]) -> tuple[NodeName, tuple[Gp
                                             "uuid": str(at.get("parentUUID", "")),
                                             "profiles": {}})
             prof = str(at.get("profile", ""))
-            milli = int(cap.get("cores", "0") or 0) * 10 or _mig_milli(prof)
+            milli = int(cap.get("cores", "0") or 0) * 10 or profile_milli(prof)
             count, _, _ = entry["profiles"].get(prof, (0, milli, memory))
             entry["profiles"][prof] = (count + 1, milli, memory)
             continue
@@ -171,12 +172,6 @@ def gpus_from_resource_slice(obj: Mapping[str, Any]) -> tuple[NodeName, tuple[Gp
         total = sum(i.memory_mib * i.count for i in insts)
         whole[index] = Gpu(index, entry["model"], total, uuid=entry["uuid"], mig=insts)
     return NodeName(str(node)), tuple(whole[i] for i in sorted(whole))
-
-
-def _mig_milli(profile: str) -> int:
-    """A MIG profile's compute share when the slice gives none: ``<g>g`` of 7 slices."""
-    m = re.match(r"([0-9]+)g\.", profile)
-    return round(WHOLE_GPU_MILLI * int(m.group(1)) / 7) if m else 0
 
 
 # -- ElasticGPUClass <-> DeviceClass ---------------------------------------------------------

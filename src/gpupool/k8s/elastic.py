@@ -49,6 +49,7 @@ from gpupool.core.elastic import (
     GpuPhase,
     ServingModel,
     Source,
+    recover,
 )
 from gpupool.core.errors import (
     ConfigError,
@@ -255,7 +256,7 @@ class ElasticController:
     def rebuilt(self, sched: Scheduler) -> None:
         """The scheduler was rebuilt: a new binder on its state, from the objects alone.
         Called by the controller before pods are scheduled."""
-        binder = Binder(sched.state, sched.ctx.profile)
+        binder = sched.new_binder()
         self.errors.clear()
         for key, obj in sorted(self._objects("ElasticGPUClass").items()):
             try:
@@ -263,16 +264,11 @@ class ElasticController:
             except GpupoolError as exc:
                 self.errors[f"class/{key}"] = str(exc)
         gpus: list[ElasticGPU] = []
-        here = {n.name for n in sched.state.nodes()}
         for key, obj in sorted(self._objects("ElasticGPU").items()):
             try:
-                g = gpu_from_cr(obj)
+                gpus.append(gpu_from_cr(obj))
             except GpupoolError as exc:
                 self.errors[f"gpu/{key}"] = str(exc)
-                continue
-            if g.source is not Source.REMOTE and g.node not in here:
-                g = replace(g, phase=GpuPhase.FAILED, message=f"node {g.node} is not here")
-            gpus.append(g)
         names = {g.name for g in gpus}
         claims: list[ElasticGPUClaim] = []
         for key, obj in sorted(self._objects("ElasticGPUClaim").items()):
@@ -283,12 +279,12 @@ class ElasticController:
                 continue
             if c.phase is not ClaimPhase.PENDING and all(n in names for n in c.elastic_gpus):
                 claims.append(c)
-        try:
-            binder.restore(gpus, claims)
+        try:  # the one recovery policy: what cannot hold its card fails alone
+            recover(binder, gpus, claims)
         except (ConflictError, NotFoundError, ConfigError) as exc:
             log.error("ElasticGPUs cannot be taken back as recorded: %s", exc)
             self.errors["restore"] = str(exc)
-            binder = Binder(sched.state, sched.ctx.profile, binder.classes())
+            binder = sched.new_binder(binder.classes())
         self.binder = binder
         self._dirty.set()
 

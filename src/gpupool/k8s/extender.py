@@ -30,16 +30,15 @@ import json
 import logging
 import ssl
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from aiohttp import web
 
 from gpupool.core.errors import ConflictError, InvalidJobError, NotFoundError
-from gpupool.core.model import JobId, NodeName, Placement, TaskId
-from gpupool.core.placement.framework import CycleState
-from gpupool.core.placement.place import feasible
+from gpupool.core.model import JobId, NodeName, Placement, Task, TaskId
+from gpupool.core.scheduler import Scheduler
 from gpupool.k8s.controller import Controller, job_for_pods
 from gpupool.k8s.elastic import pod_claims
 from gpupool.k8s.translate import (
@@ -84,25 +83,23 @@ class Endpoints:
             return [n["metadata"]["name"] for n in items], items
         return list(_get(args, "NodeNames") or ()), None
 
-    def _task_rows(self, pod: dict[str, Any]) -> tuple[Any, Any, Any]:
+    def _task(self, pod: dict[str, Any]) -> tuple[Scheduler, Task]:
         sched = self.c.sched
         if sched is None:
             raise NotFoundError("gpupool is not leading: no card view to answer from")
         req = self.c.read_request(pod)
         job, _ = job_for_pods(pod_job_id(pod), self.c.opt.default_queue, [("pod", req)], gang=False)
-        task = next(job.tasks())
-        snap = sched.state.snapshot()
-        rows, status = feasible(task, snap, sched.ctx.profile)
-        return task, snap, (rows, status)
+        return sched, next(job.tasks())
 
     def filter(self, args: dict[str, Any]) -> dict[str, Any]:
         pod = _get(args, "Pod") or {}
         names, items = self._candidates(args)
         try:
-            _, snap, (rows, status) = self._task_rows(pod)
+            sched, task = self._task(pod)
+            fit, status = sched.feasible_nodes(task)
         except (InvalidJobError, TranslateError, NotFoundError) as exc:
             return {"Nodes": None, "NodeNames": None, "FailedNodes": {}, "Error": str(exc)}
-        ok = {str(snap.table.nodes[int(r)].name) for r in rows}
+        ok = {str(n) for n in fit}
         why = status.message or "the pod's GPU request does not fit on this node"
         failed = {n: (why if n in self.c.nodes_by_name else "not a node gpupool knows")
                   for n in names if n not in ok}
@@ -117,25 +114,11 @@ class Endpoints:
         pod = _get(args, "Pod") or {}
         names, _ = self._candidates(args)
         try:
-            task, snap, (rows, _) = self._task_rows(pod)
+            sched, task = self._task(pod)
+            scores = {str(n): round(MAX_PRIORITY * s / 100.0)
+                      for n, s in sched.node_scores(task).items()}
         except (InvalidJobError, TranslateError, NotFoundError):
             return [{"Host": n, "Score": 0} for n in names]
-        assert self.c.sched is not None
-        profile = self.c.sched.ctx.profile
-        scores: dict[str, int] = {}
-        if rows.size:
-            total = np.zeros(rows.size, np.float64)
-            weights = 0.0
-            cs = CycleState(snap.table, snap.cache)
-            for plugin, weight in profile.scores:
-                score = plugin.score(cs, task, rows)
-                if score.any():  # one that scores 0 everywhere does not shrink the scale
-                    total += weight * score
-                    weights += weight
-            top = 100.0 * (weights or 1.0)
-            for r, s in zip(rows, total, strict=True):
-                scores[str(snap.table.nodes[int(r)].name)] = round(
-                    MAX_PRIORITY * float(s) / top)
         return [{"Host": n, "Score": scores.get(n, 0)} for n in names]
 
     async def bind(self, args: dict[str, Any]) -> dict[str, Any]:
@@ -152,18 +135,9 @@ class Endpoints:
         return {"Error": ""}
 
     def _choose(self, pod: dict[str, Any], node: NodeName) -> Placement:
-        task, snap, (rows, status) = self._task_rows(pod)
-        row = snap.table.row(node)
-        if row not in {int(r) for r in rows}:
-            raise ConflictError(f"pod no longer fits on {node}: {status.message}")
-        assert self.c.sched is not None
-        cs = CycleState(snap.table, snap.cache)
-        shares = self.c.sched.ctx.profile.cards.choose_cards(cs, task, row)
-        if shares is None:
-            raise ConflictError(f"no cards for the pod on {node}")
-        return Placement(task=TaskId(f"{pod_job_id(pod)}/ps0-0"), job=JobId(pod_job_id(pod)),
-                         node=node, cpu_milli=task.cpu_milli, memory_mib=task.memory_mib,
-                         shares=shares)
+        sched, task = self._task(pod)
+        return replace(sched.place_on(task, node), task=TaskId(f"{pod_job_id(pod)}/ps0-0"),
+                       job=JobId(pod_job_id(pod)))
 
     # -- webhook ---------------------------------------------------------------------------
 
@@ -233,7 +207,7 @@ class Endpoints:
         meta.setdefault("name", meta.get("generateName", "pod"))
         self.c.resolve_queue(pod)
         job, _ = job_for_pods(pod_job_id(pod), self.c.opt.default_queue, [("pod", req)], gang=False)
-        sched.validator.check(job, sched.state.table)
+        sched.validate(job)
 
 
 def _json_handler(fn: Any) -> Any:

@@ -122,7 +122,7 @@ class ProvisioningAdapter(TakeBack):
     def _record(self, req: ProvisioningRequest) -> Any:
         sched = self.controller.sched
         checks = sched.checks if sched is not None else None
-        return checks.records.get(JobId(req.job)) if checks is not None and req.job else None
+        return checks.record(JobId(req.job)) if checks is not None and req.job else None
 
     def _parameters(self, req: ProvisioningRequest) -> dict[str, str]:
         rec = self._record(req)
@@ -201,10 +201,10 @@ class ProvisioningAdapter(TakeBack):
         """For a job admitted on a booking: the request its pods consume."""
         sched = self.controller.sched
         checks = sched.checks if sched is not None else None
-        key = checks.booked.get(job) if checks is not None else None
+        key = checks.booking_of(job) if checks is not None else None
         if checks is None or key is None:
             return {}
-        req = checks.book.find(key)
+        req = checks.request(key)
         name = key.split("/", 1)[1]
         out = {CONSUME_ANNOTATION: name}
         if req is not None:
@@ -247,7 +247,7 @@ class ProvisioningAdapter(TakeBack):
     def _book_request(self, key: str) -> ProvisioningRequest | None:
         sched = self.controller.sched
         checks = sched.checks if sched is not None else None
-        return checks.book.find(key) if checks is not None else None
+        return checks.request(key) if checks is not None else None
 
     def mark(self, node: Node) -> Node:
         """The controller's view of a node it read: with the label and taint of the request
@@ -402,7 +402,7 @@ class ProvisioningAdapter(TakeBack):
         elif marks_of(obj) is not None:
             self._held_back(key, obj)
         checks = sched.checks if sched is not None else None
-        if checks is None or key not in checks.book:
+        if checks is None or checks.request(key) is None:
             return
         if event == "DELETED":
             if key in self.made:  # deleted by someone else: cancelled

@@ -180,7 +180,7 @@ class TakeBack:
         made = max([made, *(attempt_of(r.name, str(job)) for r in reqs)])
         if not reqs:
             if made:
-                checks.made[job] = max(made, checks.made.get(job, 0))
+                sched.restore_requests_made(job, made)
             return
         *old, req = reqs
         for o in old:

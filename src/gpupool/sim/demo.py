@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from gpupool.core.mig import share_milli
 from gpupool.core.model import (
     WHOLE_GPU_MILLI,
     Gpu,
@@ -192,8 +193,7 @@ class CardView:
 
     @property
     def used_milli(self) -> int:
-        if self.mig_slots:
-            return round(WHOLE_GPU_MILLI * len(self.holders) / self.mig_slots)
+        """Held compute; a MIG instance counts for its declared share (``core.mig``)."""
         return sum(h.milli for h in self.holders)
 
 
@@ -265,7 +265,8 @@ def _moment(engine: Engine) -> Moment:
             cpu += p.cpu_milli
             jobs[p.job] = jobs.get(p.job, 0) + p.cpu_milli
             for s in p.shares:
-                by_card[s.index].append(Holder(p.job, s.gpu_milli, s.memory_mib, s.mig_profile))
+                by_card[s.index].append(Holder(p.job, share_milli(s, node.gpus[s.index]),
+                                               s.memory_mib, s.mig_profile))
         cards = tuple(
             CardView(g.index, g.model, g.memory_mib, sum(i.count for i in g.mig),
                      tuple(by_card[g.index]))

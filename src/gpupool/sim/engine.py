@@ -40,10 +40,10 @@ from gpupool.core.cluster import ClusterState
 from gpupool.core.cycle import run_cycle
 from gpupool.core.decisions import CycleResult
 from gpupool.core.errors import ConfigError, InvalidJobError
+from gpupool.core.mig import request_milli, share_milli
 from gpupool.core.model import (
     WHOLE_GPU_MILLI,
     GpuKind,
-    GpuShare,
     Job,
     JobId,
     Node,
@@ -515,22 +515,13 @@ def _fifo(job: Job) -> tuple[float, str]:
     return job.submit_time_s, job.id
 
 
-def _share_milli(share: GpuShare, node: Node) -> int:
-    if share.mig_profile is None:
-        return share.gpu_milli
-    for inst in node.gpus[share.index].mig:
-        if inst.profile == share.mig_profile:
-            return inst.gpu_milli
-    return 0
-
-
 def _placement_gpu_milli(p: Placement, table: NodeTable) -> int:
     if not p.shares:
         return 0
     if all(s.mig_profile is None for s in p.shares):
         return p.gpu_milli
     node = _node_by_name(table, p.node)
-    return sum(_share_milli(s, node) for s in p.shares)
+    return sum(share_milli(s, node.gpus[s.index]) for s in p.shares)
 
 
 def _node_by_name(table: NodeTable, name: NodeName) -> Node:
@@ -542,16 +533,8 @@ def _node_by_name(table: NodeTable, name: NodeName) -> Node:
 
 def _job_gpu_milli(job: Job, table: NodeTable) -> int:
     """GPU compute a job asks for, in milli-GPU; a MIG instance counts as its declared share."""
-    total = 0
-    for ps in job.pod_sets:
-        req = ps.gpu
-        if req.kind is GpuKind.MIG:
-            milli = next((inst.gpu_milli for n in table.nodes for g in n.gpus for inst in g.mig
-                          if inst.profile == req.mig_profile), 0)
-        else:
-            milli = req.total_milli
-        total += milli * ps.count
-    return total
+    cards = [g for n in table.nodes for g in n.gpus]
+    return sum(request_milli(ps.gpu, cards) * ps.count for ps in job.pod_sets)
 
 
 def _describe_binds(placements: tuple[Placement, ...]) -> str:

@@ -1020,7 +1020,7 @@ class _Run:
         limit = self.sched.run_limit_s(jid)  # a provisioning booking may cut the job's own
         self.limit[jid] = limit
         checks = self.sched.checks
-        if checks is not None and jid in checks.booked:
+        if checks is not None and checks.booking_of(jid) is not None:
             rec.provisioned = True
         if limit is not None:
             duration = min(duration, limit)

@@ -18,6 +18,7 @@ from gpupool.core.elastic.objects import (
     ServingModel,
     Source,
 )
+from gpupool.core.elastic.recovery import Recovered, recover
 from gpupool.core.elastic.tflops import (
     PEAK_TFLOPS,
     PRECISION,
@@ -30,6 +31,7 @@ from gpupool.core.elastic.tflops import (
 __all__ = [
     "CLASS_PARAMETERS", "PEAK_TFLOPS", "PRECISION", "TASK_PREFIX", "Binder", "BindingMode",
     "Capacity", "ClaimPhase", "ClaimRef", "ClaimRequests", "ElasticGPU", "ElasticGPUClaim",
-    "ElasticGPUClass", "GpuPhase", "Provisioner", "ReclaimPolicy", "Release", "RequestKind",
-    "ServingModel", "Source", "TflopsShare", "canonical_model", "convert", "peak_tflops",
+    "ElasticGPUClass", "GpuPhase", "Provisioner", "ReclaimPolicy", "Recovered", "Release",
+    "RequestKind", "ServingModel", "Source", "TflopsShare", "canonical_model", "convert",
+    "peak_tflops", "recover",
 ]

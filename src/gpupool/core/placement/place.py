@@ -57,9 +57,7 @@ def place_task(task: Task, snap: Snapshot, profile: Profile) -> tuple[Placement 
     t = snap.table
     cs = CycleState(t, snap.cache, pods=snap.pods)
     if profile.scores and rows.size > 1:
-        total = np.zeros(rows.size, np.float64)
-        for plugin, weight in profile.scores:
-            total += weight * plugin.score(cs, task, rows)
+        total, _ = weighted_scores(cs, task, rows, profile)
         rows = rows[total == total.max()]
     row = int(rows[np.argmin(t.rank[rows])]) if rows.size > 1 else int(rows[0])
     shares = profile.cards.choose_cards(cs, task, row)
@@ -71,6 +69,30 @@ def place_task(task: Task, snap: Snapshot, profile: Profile) -> tuple[Placement 
         task=task.id, job=task.job, node=t.nodes[row].name, cpu_milli=task.cpu_milli,
         memory_mib=task.memory_mib, shares=shares, pod=_counted(task),
     ), Status.ok()
+
+
+def weighted_scores(cs: CycleState, task: Task, rows: Rows,
+                    profile: Profile) -> tuple[np.ndarray, float]:
+    """The profile's weighted score sum per row (each plugin scores 0..100, times its
+    weight), and the sum of the weights of the plugins that scored some row above 0: the
+    scale of the sum, where a plugin with nothing to say everywhere does not shrink it."""
+    total = np.zeros(rows.size, np.float64)
+    weights = 0.0
+    for plugin, weight in profile.scores:
+        score = plugin.score(cs, task, rows)
+        total += weight * score
+        if np.any(score):
+            weights += weight
+    return total, weights
+
+
+def normalized_scores(task: Task, snap: Snapshot, profile: Profile,
+                      rows: Rows) -> np.ndarray:
+    """``weighted_scores`` scaled back to 0..100 per row: what a node scores for ``task`` in
+    the profile, as an outside scheduler (kube-scheduler's extender prioritize) is told."""
+    cs = CycleState(snap.table, snap.cache, pods=snap.pods)
+    total, weights = weighted_scores(cs, task, rows, profile)
+    return total / (weights or 1.0)
 
 
 def _counted(task: Task) -> PodMeta | None:
