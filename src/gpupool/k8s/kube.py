@@ -8,6 +8,11 @@ scheduler needs, and they fail to parse some answers (the Binding subresource's 
 
 Every failure becomes :class:`ApiError` (an ``AdapterError``) with the HTTP status, the
 API server's reason and message, and the request it answered.
+
+A watch is a stream of JSON lines, one event each. aiohttp's line reader refuses a line
+longer than its buffer limit (128 KiB by default), and one Node with a large annotation, or a
+ConfigMap near its 1 MiB limit, is longer; :meth:`Kube.watch` splits the stream itself, so a
+line may be as long as ``max_line_bytes`` (256 MiB by default).
 """
 
 from __future__ import annotations
@@ -62,8 +67,10 @@ async def load_configuration(kubeconfig: str | None = None) -> Configuration:
 class Kube:
     """One API server connection. ``await Kube.connect(path)``; ``await kube.close()``."""
 
-    def __init__(self, cfg: Configuration, *, connections: int = 128) -> None:
+    def __init__(self, cfg: Configuration, *, connections: int = 128,
+                 max_line_bytes: int = 256 << 20) -> None:
         self.cfg = cfg
+        self.max_line_bytes = max_line_bytes
         self.host = str(cfg.host or "").rstrip("/")
         ctx: ssl.SSLContext | bool
         if self.host.startswith("https"):
@@ -110,10 +117,10 @@ class Kube:
             async with self._session.request(
                     method, self.host + path, data=data, params=params, headers=headers,
                     timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
-                text = await resp.text()
+                raw = await resp.read()
                 if resp.status >= 400:
-                    raise _error(resp.status, text, what)
-                return json.loads(text) if text else {}
+                    raise _error(resp.status, raw.decode("utf-8", "replace"), what)
+                return json.loads(raw) if raw else {}
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             raise ApiError(0, type(exc).__name__, str(exc) or "no answer", what) from exc
 
@@ -129,11 +136,32 @@ class Kube:
                                                   sock_read=None)) as resp:
                 if resp.status >= 400:
                     raise _error(resp.status, await resp.text(), what)
-                async for line in resp.content:
-                    if line.strip():
-                        yield json.loads(line)
+                async for line in _lines(resp.content, self.max_line_bytes, what):
+                    yield json.loads(line)
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             raise ApiError(0, type(exc).__name__, str(exc) or "stream broken", what) from exc
+
+
+async def _lines(stream: aiohttp.StreamReader, max_bytes: int,
+                 what: str) -> AsyncIterator[bytes]:
+    """The non-empty lines of a stream, however long (up to ``max_bytes``)."""
+    buf = bytearray()
+    async for chunk in stream.iter_any():
+        scan = len(buf)
+        buf += chunk
+        start = 0
+        while (end := buf.find(b"\n", scan)) >= 0:
+            line = bytes(buf[start:end])
+            if line.strip():
+                yield line
+            start = scan = end + 1
+        if start:
+            del buf[:start]
+        if len(buf) > max_bytes:
+            raise ApiError(0, "LineTooLong", f"a watch event longer than {max_bytes} bytes",
+                           what)
+    if buf.strip():
+        yield bytes(buf)
 
 
 def _error(status: int, text: str, what: str) -> ApiError:
