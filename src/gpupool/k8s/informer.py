@@ -37,7 +37,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from gpupool.k8s.kube import ApiError, Kube
-from gpupool.k8s.slim import strip
+from gpupool.k8s.slim import drop_managed_fields, strip
 
 __all__ = ["Handler", "Informer", "object_key"]
 
@@ -111,7 +111,8 @@ class Informer:
                     if token:
                         params["continue"] = token
                     body = await self.kube.request("GET", self.path, params=params,
-                                                   timeout_s=120)
+                                                   timeout_s=120,
+                                                   raw_filter=drop_managed_fields)
                     self.pages += 1
                     kind = str(body.get("kind", "")).removesuffix("List")
                     for item in body.get("items") or ():
@@ -192,7 +193,7 @@ class Informer:
             version, self._resume_from = self._resume_from, None
         params = {**self.params, "resourceVersion": version, "allowWatchBookmarks": "true",
                   "timeoutSeconds": str(self.watch_timeout_s)}
-        async for ev in self.kube.watch(self.path, params):
+        async for ev in self.kube.watch(self.path, params, drop_managed_fields):
             kind = ev.get("type")
             obj = ev.get("object") or {}
             if kind == "ERROR":

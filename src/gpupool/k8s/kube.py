@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import ssl
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import aiohttp
@@ -105,8 +105,10 @@ class Kube:
 
     async def request(self, method: str, path: str, body: object = None, *,
                       params: Mapping[str, str] | None = None, content_type: str = JSON,
-                      timeout_s: float = 30.0) -> dict[str, Any]:
-        """One request; the answer as a dict (``{}`` when empty). ApiError on failure."""
+                      timeout_s: float = 30.0,
+                      raw_filter: Callable[[bytes], bytes] | None = None) -> dict[str, Any]:
+        """One request; the answer as a dict (``{}`` when empty). ApiError on failure.
+        ``raw_filter`` maps the answer's bytes before they are parsed."""
         headers = {**await self._headers(), "Accept": JSON}
         data = None
         if body is not None:
@@ -120,12 +122,17 @@ class Kube:
                 raw = await resp.read()
                 if resp.status >= 400:
                     raise _error(resp.status, raw.decode("utf-8", "replace"), what)
+                if raw_filter is not None:
+                    raw = raw_filter(raw)
                 return json.loads(raw) if raw else {}
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             raise ApiError(0, type(exc).__name__, str(exc) or "no answer", what) from exc
 
-    async def watch(self, path: str, params: Mapping[str, str]) -> AsyncIterator[dict[str, Any]]:
-        """The events of a watch (``{"type", "object"}``) until the server ends it."""
+    async def watch(self, path: str, params: Mapping[str, str],
+                    raw_filter: Callable[[bytes], bytes] | None = None
+                    ) -> AsyncIterator[dict[str, Any]]:
+        """The events of a watch (``{"type", "object"}``) until the server ends it;
+        ``raw_filter`` maps each event's bytes before they are parsed."""
         headers = {**await self._headers(), "Accept": JSON}
         what = f"WATCH {path}"
         query = {**params, "watch": "true"}
@@ -137,7 +144,7 @@ class Kube:
                 if resp.status >= 400:
                     raise _error(resp.status, await resp.text(), what)
                 async for line in _lines(resp.content, self.max_line_bytes, what):
-                    yield json.loads(line)
+                    yield json.loads(line if raw_filter is None else raw_filter(line))
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             raise ApiError(0, type(exc).__name__, str(exc) or "stream broken", what) from exc
 

@@ -82,6 +82,7 @@ class StatusWriter:
         self._tokens = 1.0
         self._refilled = time.monotonic()
         self._workers: list[asyncio.Task[None]] = []
+        self._writing = 0
 
     # -- what the controller calls (never blocks, never makes a task) ------------------------
 
@@ -119,7 +120,8 @@ class StatusWriter:
         self._put(("event", *write.key), write)
 
     def queued(self) -> int:
-        return len(self._queue)
+        """Writes waiting or being written."""
+        return len(self._queue) + self._writing
 
     async def close(self) -> None:
         for t in self._workers:
@@ -169,11 +171,15 @@ class StatusWriter:
                 self._wake.clear()
                 await self._wake.wait()
             _, item = self._queue.popitem(last=False)
-            if isinstance(item, _Condition):
-                await self._condition(item)
-            else:
-                await self._token()
-                await self._event(item)
+            self._writing += 1
+            try:
+                if isinstance(item, _Condition):
+                    await self._condition(item)
+                else:
+                    await self._token()
+                    await self._event(item)
+            finally:
+                self._writing -= 1
 
     async def _condition(self, item: _Condition) -> None:
         pod = self.pod(item.key)
