@@ -103,7 +103,12 @@ def test_slim_pods_keep_what_gpupool_reads() -> None:
     assert set(own["spec"]["containers"][0]) == {"name", "resources"}
     pending = realistic_pod(4, node="", scheduler="gpupool")
     kept = slim.own_pod(json.loads(json.dumps(pending)))
-    assert kept["spec"] == pending["spec"]  # a pending pod's spec is whole (its template)
+    # a pending pod keeps what its PodTemplate needs
+    assert {k: v for k, v in kept["spec"].items() if k != "containers"} == \
+        {k: v for k, v in pending["spec"].items() if k != "containers"}
+    main = kept["spec"]["containers"][0]
+    assert set(main) == {"name", "image", "resources", "ports"}
+    assert slim.deep_size(kept) * 2 < slim.deep_size(pending)
     other = reduce(realistic_pod(5, node="n1", scheduler="default-scheduler"))
     assert slim.deep_size(other) * 10 < slim.deep_size(full)
     assert slim.deep_size(own) * 4 < slim.deep_size(full)
@@ -129,3 +134,52 @@ def test_managed_fields_cut_before_parsing() -> None:
     items = json.loads(slim.drop_managed_fields(text))["items"]
     assert items[0] == cm
     assert "managedFields" not in items[1]["metadata"]
+
+
+def test_lazy_projection_gives_what_the_full_parse_gives() -> None:
+    """A page parsed lazily to each pod's shape, then transformed, equals the page parsed
+    whole, then transformed: the shapes keep every field the transforms read."""
+    from gpupool.k8s import projection
+
+    if not projection.available():
+        pytest.skip("simdjson is not installed")
+    pods = [realistic_pod(i, node="n1" if i % 3 else "", scheduler=s)
+            for i, s in enumerate(["gpupool", "default-scheduler", "gpupool"] * 3)]
+    pods[1]["spec"]["affinity"] = {"podAntiAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": [{"topologyKey": "zone"}]}}
+    pods[1]["spec"]["initContainers"] = [{"name": "i", "resources": {
+        "requests": {"cpu": "8"}}}]
+    watched = frozenset({"gpupool"})
+
+    def transform(pod: dict[str, Any]) -> dict[str, Any]:
+        own = (pod.get("spec") or {}).get("schedulerName") in watched
+        return slim.own_pod(pod) if own else reduce(pod)
+
+    raw = json.dumps({"kind": "PodList", "metadata": {"resourceVersion": "7",
+                                                      "continue": "c"},
+                      "items": pods}).encode()
+    parsed = list(projection.items(raw, projection.pod_shape(watched)))
+    assert parsed[0] == ("PodList", "7", "c")
+    lazy = [transform(p) for p in parsed[1:]]  # type: ignore[arg-type]
+    whole = [transform(json.loads(json.dumps(p))) for p in pods]
+    assert lazy == whole
+    nodes = [realistic_node(i) for i in range(3)]
+    raw = json.dumps({"kind": "NodeList", "items": nodes}).encode()
+    got = list(projection.items(raw, lambda _: projection.NODE))[1:]
+    assert [slim.node(n) for n in got] == [slim.node(json.loads(json.dumps(n)))  # type: ignore[arg-type]
+                                           for n in nodes]
+
+
+def test_lazy_watch_events_keep_errors_whole() -> None:
+    from gpupool.k8s import projection
+
+    if not projection.available():
+        pytest.skip("simdjson is not installed")
+    shape = projection.pod_shape(frozenset({"gpupool"}))
+    pod = realistic_pod(1, node="", scheduler="gpupool")
+    ev = projection.event(json.dumps({"type": "MODIFIED", "object": pod}).encode(), shape)
+    assert ev["type"] == "MODIFIED" and slim.own_pod(ev["object"]) == \
+        slim.own_pod(json.loads(json.dumps(pod)))
+    gone = {"type": "ERROR", "object": {"kind": "Status", "code": 410, "reason": "Expired",
+                                         "message": "too old resource version: 1"}}
+    assert projection.event(json.dumps(gone).encode(), shape) == gone

@@ -36,7 +36,7 @@ from gpupool.core.errors import GpupoolError, NotFoundError
 from gpupool.core.model import JobId, Node, NodeName
 from gpupool.core.quota import QueueConfig
 from gpupool.core.scheduler import Scheduler
-from gpupool.k8s import slim
+from gpupool.k8s import projection, slim
 from gpupool.k8s.bindhost import BindHost
 from gpupool.k8s.binding import Binder, RetryPolicy
 from gpupool.k8s.constraints import Constraints
@@ -137,12 +137,13 @@ class Controller(PodEvents, Rebuild, BindHost):
         self.usage = NodeUsage()  # what pods outside the core take of each node
         self.stats = Stats()
         self.node_informer = Informer(kube, "/api/v1/nodes", self._on_node, name="nodes",
-                                      transform=slim.node)
-        watched = {options.scheduler_name, *options.foreign_schedulers}
+                                      transform=slim.node, shape=lambda _: projection.NODE)
+        watched = frozenset({options.scheduler_name, *options.foreign_schedulers})
         self.pod_informer = Informer(
             kube, "/api/v1/pods", self._on_pod, name="pods",
             transform=lambda pod: slim.own_pod(pod) if (pod.get("spec") or {}).get(
-                "schedulerName") in watched else reduce(pod))
+                "schedulerName") in watched else reduce(pod),
+            shape=projection.pod_shape(watched))
         self.elector: LeaseThread | None = None
         if options.leader_elect:  # renewed on its own thread: no cycle can starve it
             self.elector = LeaseThread(

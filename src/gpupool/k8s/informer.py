@@ -24,6 +24,10 @@ objects keeps only what its handler needs (``k8s/slim.py``); by default it drops
 ``managedFields`` and the last-applied annotation. Objects are transformed page by page and
 event by event, so the full JSON of at most one page is alive at once.
 
+With ``shape`` (``k8s/projection.py``) and simdjson installed, list pages and watch events
+are parsed lazily and only the fields the shape names become Python objects before
+``transform`` runs.
+
 Handlers run on the event loop; the informer yields to other tasks every
 ``yield_every`` objects of a list, so a list of 100,000 pods does not hold the loop for the
 whole of it.
@@ -36,6 +40,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+from gpupool.k8s import projection
 from gpupool.k8s.kube import ApiError, Kube
 from gpupool.k8s.slim import drop_managed_fields, strip
 
@@ -57,7 +62,8 @@ class Informer:
                  params: Mapping[str, str] | None = None, name: str = "",
                  watch_timeout_s: int = 240,
                  transform: Callable[[dict[str, Any]], dict[str, Any]] | None = strip,
-                 page_size: int = 500, yield_every: int = 500) -> None:
+                 page_size: int = 500, yield_every: int = 500,
+                 shape: Callable[[Any], projection.Shape | None] | None = None) -> None:
         self.kube = kube
         self.path = path
         self.handler = handler
@@ -66,6 +72,7 @@ class Informer:
         self.watch_timeout_s = watch_timeout_s
         self.transform = transform
         self.page_size = page_size
+        self.shape = shape  # lists parsed lazily, only this much of each object built
         self.yield_every = yield_every
         self.cache: dict[str, dict[str, Any]] = {}
         self.resource_version = ""
@@ -110,28 +117,44 @@ class Informer:
                         params["limit"] = str(self.page_size)
                     if token:
                         params["continue"] = token
-                    body = await self.kube.request("GET", self.path, params=params,
-                                                   timeout_s=120,
-                                                   raw_filter=drop_managed_fields)
+                    _, version, token = await self._page(params, fresh)
                     self.pages += 1
-                    kind = str(body.get("kind", "")).removesuffix("List")
-                    for item in body.get("items") or ():
-                        item.setdefault("kind", kind)
-                        if self.transform is not None:
-                            item = self.transform(item)
-                        fresh[object_key(item)] = item
-                    del body["items"]
-                    meta = body.get("metadata") or {}
-                    token = str(meta.get("continue") or "")
                     await asyncio.sleep(0)
                     if not token:
-                        return fresh, str(meta.get("resourceVersion", ""))
+                        return fresh, version
             except ApiError as exc:
                 if exc.status != 410 or not token:
                     raise
                 self.expired_lists += 1
                 log.info("%s: the list's continue token expired after %d objects; listing "
                          "again from the start", self.name, len(fresh))
+
+    async def _page(self, params: dict[str, str], into: dict[str, dict[str, Any]]
+                    ) -> tuple[str, str, str]:
+        """One page into ``into``: (kind, the list's version, the continue token)."""
+        if self.shape is not None and projection.available():
+            raw = await self.kube.request_raw("GET", self.path, params=params, timeout_s=120)
+            parsed = projection.items(raw, self.shape)
+            head = next(parsed)
+            assert isinstance(head, tuple)
+            kind = head[0].removesuffix("List")
+            for item in parsed:
+                assert isinstance(item, dict)
+                self._keep(item, kind, into)
+            return kind, head[1], head[2]
+        body = await self.kube.request("GET", self.path, params=params, timeout_s=120,
+                                       raw_filter=drop_managed_fields)
+        kind = str(body.get("kind", "")).removesuffix("List")
+        for item in body.pop("items", None) or ():
+            self._keep(item, kind, into)
+        meta = body.get("metadata") or {}
+        return kind, str(meta.get("resourceVersion", "")), str(meta.get("continue") or "")
+
+    def _keep(self, item: dict[str, Any], kind: str, into: dict[str, dict[str, Any]]) -> None:
+        item.setdefault("kind", kind)
+        if self.transform is not None:
+            item = self.transform(item)
+        into[object_key(item)] = item
 
     async def relist(self) -> None:
         """List everything and report the difference with the cache."""
@@ -193,7 +216,14 @@ class Informer:
             version, self._resume_from = self._resume_from, None
         params = {**self.params, "resourceVersion": version, "allowWatchBookmarks": "true",
                   "timeoutSeconds": str(self.watch_timeout_s)}
-        async for ev in self.kube.watch(self.path, params, drop_managed_fields):
+        parse = None
+        if self.shape is not None and projection.available():
+            shape = self.shape
+
+            def parse(line: bytes) -> dict[str, Any]:
+                return projection.event(line, shape)
+
+        async for ev in self.kube.watch(self.path, params, drop_managed_fields, parse):
             kind = ev.get("type")
             obj = ev.get("object") or {}
             if kind == "ERROR":

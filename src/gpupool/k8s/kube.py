@@ -109,6 +109,16 @@ class Kube:
                       raw_filter: Callable[[bytes], bytes] | None = None) -> dict[str, Any]:
         """One request; the answer as a dict (``{}`` when empty). ApiError on failure.
         ``raw_filter`` maps the answer's bytes before they are parsed."""
+        raw = await self.request_raw(method, path, body, params=params,
+                                     content_type=content_type, timeout_s=timeout_s)
+        if raw_filter is not None:
+            raw = raw_filter(raw)
+        return json.loads(raw) if raw else {}
+
+    async def request_raw(self, method: str, path: str, body: object = None, *,
+                          params: Mapping[str, str] | None = None,
+                          content_type: str = JSON, timeout_s: float = 30.0) -> bytes:
+        """One request; the answer's bytes, unparsed. ApiError on failure."""
         headers = {**await self._headers(), "Accept": JSON}
         data = None
         if body is not None:
@@ -122,17 +132,17 @@ class Kube:
                 raw = await resp.read()
                 if resp.status >= 400:
                     raise _error(resp.status, raw.decode("utf-8", "replace"), what)
-                if raw_filter is not None:
-                    raw = raw_filter(raw)
-                return json.loads(raw) if raw else {}
+                return raw
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             raise ApiError(0, type(exc).__name__, str(exc) or "no answer", what) from exc
 
     async def watch(self, path: str, params: Mapping[str, str],
-                    raw_filter: Callable[[bytes], bytes] | None = None
+                    raw_filter: Callable[[bytes], bytes] | None = None,
+                    parse: Callable[[bytes], dict[str, Any]] | None = None
                     ) -> AsyncIterator[dict[str, Any]]:
         """The events of a watch (``{"type", "object"}``) until the server ends it;
-        ``raw_filter`` maps each event's bytes before they are parsed."""
+        ``raw_filter`` maps each event's bytes before they are parsed, ``parse`` parses them
+        (``json.loads`` by default)."""
         headers = {**await self._headers(), "Accept": JSON}
         what = f"WATCH {path}"
         query = {**params, "watch": "true"}
@@ -144,7 +154,9 @@ class Kube:
                 if resp.status >= 400:
                     raise _error(resp.status, await resp.text(), what)
                 async for line in _lines(resp.content, self.max_line_bytes, what):
-                    yield json.loads(line if raw_filter is None else raw_filter(line))
+                    if raw_filter is not None:
+                        line = raw_filter(line)
+                    yield json.loads(line) if parse is None else parse(line)
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             raise ApiError(0, type(exc).__name__, str(exc) or "stream broken", what) from exc
 

@@ -28,7 +28,6 @@ names it, ``Allocate`` "runs": the pod's ``hami.io/bind-phase`` becomes ``succes
 from __future__ import annotations
 
 import asyncio
-import copy
 import json
 import time
 import uuid
@@ -374,8 +373,10 @@ class ReplayServer:
         resp = web.StreamResponse()
         resp.content_type = "application/json"
         await resp.prepare(req)
-        oldest = self.history[0][0] if self.history else self.rv + 1
-        if since < self.rv and since + 1 < oldest:
+        # the history holds every change after ``floor``; older versions are compacted
+        full = self.history.maxlen is not None and len(self.history) == self.history.maxlen
+        floor = self.history[0][0] - 1 if full else 0
+        if since < floor:
             gone = {"type": "ERROR", "object": {"kind": "Status", "code": 410,
                                                 "reason": "Expired", "status": "Failure",
                                                 "message": f"too old resource version: {since}"}}
@@ -423,7 +424,7 @@ class ReplayServer:
             self.stats.conflicts += 1
             return _status(409, "Conflict", f'Operation cannot be fulfilled on nodes "{name}"'
                            ": the object has been modified")
-        node = copy.deepcopy(node)
+        node = _copy(node)
         _merge(node["metadata"].setdefault("annotations", {}), meta.get("annotations") or {})
         _merge(node["metadata"].setdefault("labels", {}), meta.get("labels") or {})
         self.nodes[name] = node
@@ -450,7 +451,7 @@ class ReplayServer:
         meta = (await req.json()).get("metadata") or {}
         if meta.get("uid") and meta["uid"] != pod["metadata"]["uid"]:
             return _status(409, "Conflict", "Precondition failed: UID")
-        pod = copy.deepcopy(pod)
+        pod = _copy(pod)
         _merge(pod["metadata"].setdefault("annotations", {}), meta.get("annotations") or {})
         _merge(pod["metadata"].setdefault("labels", {}), meta.get("labels") or {})
         self.pods[key] = pod
@@ -462,7 +463,7 @@ class ReplayServer:
         if pod is None:
             return _status(404, "NotFound", f'pods "{key}" not found')
         conds = ((await req.json()).get("status") or {}).get("conditions") or []
-        pod = copy.deepcopy(pod)
+        pod = _copy(pod)
         status = pod.setdefault("status", {})
         kept = [c for c in status.get("conditions") or ()
                 if c.get("type") not in {d.get("type") for d in conds}]
@@ -481,7 +482,7 @@ class ReplayServer:
         if pod["spec"].get("nodeName"):
             return _status(409, "Conflict", f"pod {key} is already assigned to node "
                            f'"{pod["spec"]["nodeName"]}"')
-        pod = copy.deepcopy(pod)
+        pod = _copy(pod)
         _merge(pod["metadata"].setdefault("annotations", {}),
                (binding.get("metadata") or {}).get("annotations") or {})
         pod["spec"]["nodeName"] = node
@@ -493,7 +494,7 @@ class ReplayServer:
 
     def _allocate(self, key: str, node_name: str) -> None:
         """HAMi's device plugin: Allocate for the locked pod, then the lock released."""
-        pod = copy.deepcopy(self.pods[key])
+        pod = _copy(self.pods[key])
         pod["metadata"].setdefault("annotations", {})["hami.io/bind-phase"] = "success"
         pod["status"] = {**pod.get("status", {}), "phase": "Running"}
         self.pods[key] = pod
@@ -504,7 +505,7 @@ class ReplayServer:
         node = self.node_object(i)
         lock = (node["metadata"].get("annotations") or {}).get(LOCK, "")
         if lock.endswith("," + key.replace("/", ",")):
-            node = copy.deepcopy(node)
+            node = _copy(node)
             del node["metadata"]["annotations"][LOCK]
             self.nodes[node_name] = node
             self._changed("nodes", "MODIFIED", node)
@@ -556,6 +557,20 @@ class _Template:
 
     def fill(self, values: dict[str, str]) -> str:
         return "".join(values.get(p, p) if k % 2 else p for k, p in enumerate(self.parts))
+
+
+def _copy(obj: dict[str, Any]) -> dict[str, Any]:
+    """A copy deep enough for the changes the server makes (metadata's maps, spec, status):
+    what was sent or queued before stays as it was."""
+    meta = dict(obj.get("metadata") or {})
+    for k in ("annotations", "labels"):
+        if k in meta:
+            meta[k] = dict(meta[k])
+    out = {**obj, "metadata": meta}
+    for k in ("spec", "status"):
+        if k in obj:
+            out[k] = dict(obj[k])
+    return out
 
 
 def _dumps(obj: Any) -> str:

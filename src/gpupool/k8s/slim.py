@@ -12,9 +12,11 @@ those fields, so each informer keeps a cut-down copy (``transform`` of
   inventory, and HAMi's node lock), ``spec.taints``/``unschedulable``/``providerID``, and of
   the status only ``allocatable``, ``capacity`` and each condition's type, status and reason
   (no images, addresses, nodeInfo, volumes) (:func:`node`);
-- gpupool's own pods (:func:`own_pod`): a pending pod keeps its whole spec (its PodTemplate
-  for queued provisioning is made from it); a bound one keeps, of each container, only its
-  name and resources, and no volumes; of the status only the phase;
+- gpupool's own pods (:func:`own_pod`): a pending pod keeps its spec (its PodTemplate for
+  queued provisioning is made from it) but of each container only name, image, resources,
+  ports, securityContext and restartPolicy (no env, mounts, probes or commands: the
+  autoscaler's simulation does not read them); a bound one keeps, of each container, only
+  its name and resources, and no volumes; of the status only the phase;
 - other schedulers' pods are reduced further in ``k8s/podview.py``;
 - Jobs and Namespaces: name, namespace, UID, version, labels, owners (:func:`metadata_only`).
 
@@ -44,6 +46,10 @@ _META = ("name", "namespace", "uid", "resourceVersion", "labels", "ownerReferenc
          "deletionTimestamp", "creationTimestamp", "generation")
 _NODE_SPEC = ("taints", "unschedulable", "providerID")
 _CONTAINER = ("name", "resources")
+_TEMPLATE_CONTAINER = ("name", "image", "resources", "ports", "securityContext",
+                       "restartPolicy")
+"""Of a pending pod's containers, what a ProvisioningRequest's PodTemplate needs for the
+autoscaler's scheduling simulation (no env, mounts, probes, commands)."""
 
 
 def _meta(meta: Mapping[str, Any], keep: tuple[str, ...] | None = None) -> dict[str, Any]:
@@ -125,14 +131,16 @@ def node(obj: dict[str, Any]) -> dict[str, Any]:
 
 
 def own_pod(obj: dict[str, Any]) -> dict[str, Any]:
-    """One of gpupool's pods: whole spec while pending, only what counting needs once bound."""
+    """One of gpupool's pods: what placing it and its PodTemplate need while pending, only
+    what counting it needs once bound."""
     spec = obj.get("spec") or {}
     status = obj.get("status") or {}
-    if spec.get("nodeName"):
-        spec = {k: v for k, v in spec.items() if k != "volumes"}
-        for kind in ("containers", "initContainers"):
-            if kind in spec:
-                spec[kind] = [{k: c[k] for k in _CONTAINER if k in c} for c in spec[kind]]
+    bound = bool(spec.get("nodeName"))
+    keep = _CONTAINER if bound else _TEMPLATE_CONTAINER
+    spec = {k: v for k, v in spec.items() if not (bound and k == "volumes")}
+    for kind in ("containers", "initContainers"):
+        if kind in spec:
+            spec[kind] = [{k: c[k] for k in keep if k in c} for c in spec[kind]]
     out = {"metadata": _meta(obj.get("metadata") or {}), "spec": spec,
            "status": {k: status[k] for k in ("phase",) if k in status}}
     for k in ("kind", "apiVersion"):
