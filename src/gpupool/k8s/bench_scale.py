@@ -22,6 +22,8 @@ Figures (JSON):
   changed hands, or the scheduler logged that it stopped leading; ``lease_max_gap_s`` the
   longest time between two renewals;
 - ``status_writes``, ``events_written``: pending-reason and Event writes the server saw;
+- ``scheduler_cpu_s``, ``replay_server_cpu_s``, ``wall_s``, ``load_average``: where the
+  machine's time went (other work on the machine shows in the load average);
 - ``json_bytes_per_pod`` / ``_per_node`` and ``cached_bytes_per_*``: an object's JSON and
   what one costs in the informers' caches before (full object as parsed) and after
   (``k8s/slim.py``), measured on sample objects in this process.
@@ -77,6 +79,15 @@ def _rss_mib(pid: int, field: str = "VmHWM") -> float:
     except OSError:
         pass
     return 0.0
+
+
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds a process has used so far."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
 
 
 def object_costs(server: ReplayServer) -> dict[str, int]:
@@ -184,6 +195,10 @@ async def run_scale_bench(nodes: int, pods: int, pending: int, *, timeout_s: flo
             stats = await _stats(session, port)
             ended = time.time()
         peak = _rss_mib(sched.pid)
+        cpu = {"scheduler_cpu_s": round(_cpu_s(sched.pid), 1),
+               "replay_server_cpu_s": round(_cpu_s(server.pid), 1),
+               "wall_s": round(time.time() - started, 1),
+               "load_average": [round(x, 1) for x in os.getloadavg()]}
         text = log_path.read_text(errors="replace")  # before its shutdown gives the lease up
         sched.send_signal(signal.SIGTERM)
         with contextlib.suppress(subprocess.TimeoutExpired):
@@ -204,6 +219,8 @@ async def run_scale_bench(nodes: int, pods: int, pending: int, *, timeout_s: flo
             "list_mib": round(stats["list_bytes"] / 2**20, 1),
             "pods_per_s": round(stats["binds"] / bind_wall, 1) if bind_wall > 0 else 0.0,
             "bind_wall_s": round(bind_wall, 2),
+            "binds_per_scheduler_cpu_s": round(stats["binds"] / max(
+                1e-9, cpu["scheduler_cpu_s"]), 1),
             "binds_only_per_s": round(stats["binds"] / max(
                 1e-9, stats["last_bind_s"] - stats["first_bind_s"]), 1),
             "lease_lost": lease["lease_changed_hands"] or lease["lease_lost_gap"]
@@ -213,6 +230,7 @@ async def run_scale_bench(nodes: int, pods: int, pending: int, *, timeout_s: flo
             "status_writes": stats["status_writes"],
             "events_written": stats["events_written"],
             "lock_conflicts": stats["conflicts"],
+            **cpu,
             **object_costs(ReplayServer(nodes, pods, pending)),
         }
     finally:
