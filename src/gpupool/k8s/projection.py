@@ -6,6 +6,9 @@ transform to throw most of them away. simdjson (``pysimdjson``) parses a page in
 compact form at GB/s; :func:`project` then builds Python objects only for the parts a
 :data:`Shape` names, and the transform (``k8s/slim.py``, ``k8s/podview.py``) runs on that.
 
+Dict keys and short strings are interned as they are built, so the many pods that share
+keys, label values and quantities share one string object each.
+
 A :data:`Shape` is a dict of keys to keep: ``True`` takes the value whole; a dict projects
 an object; a one-element list projects each element of an array with its shape. ``"*": True``
 takes every key the shape does not name, whole. Keys absent from the object are left out.
@@ -14,6 +17,7 @@ Without simdjson installed the informers parse pages with ``json`` as before.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -36,7 +40,9 @@ __all__ = [
 
 Shape = dict[str, Any]
 
-_META: Shape = {"*": True, "managedFields": False}
+_META: Shape = {"*": True, "managedFields": False,
+               "ownerReferences": [{"apiVersion": True, "kind": True, "name": True,
+                                    "controller": True}]}
 NODE: Shape = {"kind": True, "apiVersion": True, "metadata": _META,
                "spec": {"taints": True, "unschedulable": True, "providerID": True},
                "status": {"allocatable": True, "capacity": True,
@@ -77,11 +83,29 @@ def pod_shape(watched: frozenset[str]) -> Callable[[Any], Shape]:
     return shape
 
 
+def _shared(value: Any) -> Any:
+    """Dict keys and short strings made shared (``sys.intern``): 100,000 pods repeat the same
+    few hundred keys and label values, each otherwise a string object of its own."""
+    if isinstance(value, dict):
+        return {_intern(k): _shared(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_shared(v) for v in value]
+    if isinstance(value, str) and len(value) <= _SHORT:
+        return _intern(value)
+    return value
+
+
+_SHORT = 48
+_intern = sys.intern
+
+
 def _whole(value: Any) -> Any:
     if hasattr(value, "as_dict"):
-        return value.as_dict()
+        return _shared(value.as_dict())
     if hasattr(value, "as_list"):
-        return value.as_list()
+        return _shared(value.as_list())
+    if isinstance(value, str) and len(value) <= _SHORT:
+        return _intern(value)
     return value
 
 
@@ -103,7 +127,7 @@ def project(value: Any, shape: Any) -> Any:
         sub = shape.get(key, True if rest else None)
         if sub is None or sub is False or key not in value:
             continue
-        out[key] = project(value[key], sub)
+        out[_intern(key)] = project(value[key], sub)
     return out
 
 

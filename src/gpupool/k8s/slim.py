@@ -44,6 +44,7 @@ LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 
 _META = ("name", "namespace", "uid", "resourceVersion", "labels", "ownerReferences",
          "deletionTimestamp", "creationTimestamp", "generation")
+_OWNER = ("apiVersion", "kind", "name", "controller")
 _NODE_SPEC = ("taints", "unschedulable", "providerID")
 _CONTAINER = ("name", "resources")
 _TEMPLATE_CONTAINER = ("name", "image", "resources", "ports", "securityContext",
@@ -60,6 +61,9 @@ def _meta(meta: Mapping[str, Any], keep: tuple[str, ...] | None = None) -> dict[
     notes = meta.get("annotations")
     if keep is None and notes and LAST_APPLIED in notes:
         out["annotations"] = {k: v for k, v in notes.items() if k != LAST_APPLIED}
+    owners = out.get("ownerReferences")
+    if owners:  # who controls it is read, not the owner's UID
+        out["ownerReferences"] = [{k: o[k] for k in _OWNER if k in o} for o in owners]
     return out
 
 
