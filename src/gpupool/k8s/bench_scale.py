@@ -195,7 +195,7 @@ async def run_scale_bench(nodes: int, pods: int, pending: int, *, timeout_s: flo
             stats = await _stats(session, port)
             ended = time.time()
         peak = _rss_mib(sched.pid)
-        cpu = {"scheduler_cpu_s": round(_cpu_s(sched.pid), 1),
+        cpu: dict[str, Any] = {"scheduler_cpu_s": round(_cpu_s(sched.pid), 1),
                "replay_server_cpu_s": round(_cpu_s(server.pid), 1),
                "wall_s": round(time.time() - started, 1),
                "load_average": [round(x, 1) for x in os.getloadavg()]}
