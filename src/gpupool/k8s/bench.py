@@ -286,6 +286,10 @@ async def run_bench(kubeconfig: str | None, nodes: int, gpus: int, pods: int, ns
 
 
 def bench_command(args: argparse.Namespace) -> int:
+    if getattr(args, "scale", False):
+        from gpupool.k8s.bench_scale import scale_command
+
+        return scale_command(args)
     result = asyncio.run(run_bench(args.kubeconfig, args.nodes, args.gpus_per_node, args.pods,
                                    args.namespace, args.scheduler_name,
                                    profile=args.profile, rate=args.rate,

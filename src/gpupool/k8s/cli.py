@@ -82,6 +82,15 @@ def add_parsers(sub: Any) -> None:
                             "this percentage of its CPU (default 0; needs the node agents)")
     bench.add_argument("--profile", metavar="FILE",
                        help="run the scheduler process under cProfile, writing FILE")
+    bench.add_argument("--scale", action="store_true",
+                       help="the scheduler at --nodes/--pods of realistic objects, on a "
+                            "replayed list/watch stream; prints peak_rss_mib, "
+                            "initial_sync_s, lease_lost, pods_per_s (k8s/bench_scale.py)")
+    bench.add_argument("--pending", type=int, default=None, metavar="N",
+                       help="with --scale: how many of the pods wait to be bound "
+                            "(default: a tenth)")
+    bench.add_argument("--timeout", type=float, default=600.0, metavar="S",
+                       help="with --scale: give up binding after this long (default 600)")
     bench.set_defaults(func=_bench)
 
 

@@ -36,6 +36,7 @@ from gpupool.core.errors import GpupoolError, NotFoundError
 from gpupool.core.model import JobId, Node, NodeName
 from gpupool.core.quota import QueueConfig
 from gpupool.core.scheduler import Scheduler
+from gpupool.k8s import projection, slim
 from gpupool.k8s.bindhost import BindHost
 from gpupool.k8s.binding import Binder, RetryPolicy
 from gpupool.k8s.constraints import Constraints
@@ -43,7 +44,7 @@ from gpupool.k8s.hooks import ElasticHook, ProvisioningHook
 from gpupool.k8s.informer import Informer
 from gpupool.k8s.jobs import JobInfo, job_for_pods
 from gpupool.k8s.kube import Kube
-from gpupool.k8s.lease import LeaderElector
+from gpupool.k8s.lease_thread import LeaseThread
 from gpupool.k8s.nodelock import LOCK_EXPIRE_S, NodeLocks
 from gpupool.k8s.pods import PodEvents
 from gpupool.k8s.podview import NodeUsage, reduce
@@ -52,6 +53,7 @@ from gpupool.k8s.status import StatusWriter
 from gpupool.k8s.translate import (
     GangRef,
     PodRequest,
+    RecordedPlacement,
     ResourceNames,
     TranslateError,
 )
@@ -71,8 +73,8 @@ class Options:
     annotate_first: bool = False
     bind_concurrency: int = 64
     bind_retry_s: float = 90.0  # how long transient API errors are retried per bind
-    reason_interval_s: float = 5.0  # a pod's pending reason is written at most this often
-    status_concurrency: int = 8
+    status_writes_per_s: float = 50.0  # pending conditions and Events, all pods together
+    status_concurrency: int = 4
     cycle_interval_s: float = 2.0
     debounce_s: float = 0.005
     lease_namespace: str = "gpupool-system"
@@ -125,20 +127,26 @@ class Controller(PodEvents, Rebuild, BindHost):
         self._backoff_timers: set[str] = set()
         self.bad_nodes: dict[str, str] = {}
         self.gangs: dict[JobId, tuple[GangRef, dict[str, PodRequest]]] = {}
+        self.gang_of: dict[str, JobId] = {}  # pod key -> the gang it waits in
+        # bound pods of jobs the core does not hold yet (bound by another leader), by job
+        self.unclaimed: dict[JobId, dict[str, RecordedPlacement]] = {}
+        self.unclaimed_job: dict[str, JobId] = {}
         self.job_sizes: dict[str, int] = {}  # ns/job -> parallelism
         self.evicting: dict[str, str] = {}  # pod key -> node, for evicted pods not yet gone
         self.deferred: dict[JobId, tuple[Bind, float]] = {}  # binds waiting for victims
         self.usage = NodeUsage()  # what pods outside the core take of each node
         self.stats = Stats()
-        self.node_informer = Informer(kube, "/api/v1/nodes", self._on_node, name="nodes")
-        watched = {options.scheduler_name, *options.foreign_schedulers}
+        self.node_informer = Informer(kube, "/api/v1/nodes", self._on_node, name="nodes",
+                                      transform=slim.node, shape=lambda _: projection.NODE)
+        watched = frozenset({options.scheduler_name, *options.foreign_schedulers})
         self.pod_informer = Informer(
             kube, "/api/v1/pods", self._on_pod, name="pods",
-            transform=lambda pod: pod if (pod.get("spec") or {}).get("schedulerName")
-            in watched else reduce(pod))
-        self.elector: LeaderElector | None = None
-        if options.leader_elect:
-            self.elector = LeaderElector(
+            transform=lambda pod: slim.own_pod(pod) if (pod.get("spec") or {}).get(
+                "schedulerName") in watched else reduce(pod),
+            shape=projection.pod_shape(watched))
+        self.elector: LeaseThread | None = None
+        if options.leader_elect:  # renewed on its own thread: no cycle can starve it
+            self.elector = LeaseThread(
                 kube, options.lease_namespace, options.lease_name, options.identity,
                 lease_s=options.lease_s, renew_s=options.renew_s,
                 on_started=self._became_leader, on_stopped=self._lost_leadership)
@@ -151,7 +159,7 @@ class Controller(PodEvents, Rebuild, BindHost):
         self.status = StatusWriter(
             kube, component=options.scheduler_name, identity=options.identity, pod=self.pod,
             is_leader=self.is_leader, still_waiting=self._still_waiting,
-            interval_s=options.reason_interval_s, concurrency=options.status_concurrency)
+            writes_per_s=options.status_writes_per_s, concurrency=options.status_concurrency)
         self.locks = NodeLocks(kube, self.node_informer.cache.get, self._pod_exists,
                                expire_s=options.lock_expire_s, clock=clock)
         self.binder = Binder(kube, self.locks, self, concurrency=options.bind_concurrency,

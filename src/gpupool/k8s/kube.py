@@ -8,6 +8,11 @@ scheduler needs, and they fail to parse some answers (the Binding subresource's 
 
 Every failure becomes :class:`ApiError` (an ``AdapterError``) with the HTTP status, the
 API server's reason and message, and the request it answered.
+
+A watch is a stream of JSON lines, one event each. aiohttp's line reader refuses a line
+longer than its buffer limit (128 KiB by default), and one Node with a large annotation, or a
+ConfigMap near its 1 MiB limit, is longer; :meth:`Kube.watch` splits the stream itself, so a
+line may be as long as ``max_line_bytes`` (256 MiB by default).
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from __future__ import annotations
 import json
 import ssl
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import aiohttp
@@ -62,8 +67,10 @@ async def load_configuration(kubeconfig: str | None = None) -> Configuration:
 class Kube:
     """One API server connection. ``await Kube.connect(path)``; ``await kube.close()``."""
 
-    def __init__(self, cfg: Configuration, *, connections: int = 128) -> None:
+    def __init__(self, cfg: Configuration, *, connections: int = 128,
+                 max_line_bytes: int = 256 << 20) -> None:
         self.cfg = cfg
+        self.max_line_bytes = max_line_bytes
         self.host = str(cfg.host or "").rstrip("/")
         ctx: ssl.SSLContext | bool
         if self.host.startswith("https"):
@@ -98,8 +105,20 @@ class Kube:
 
     async def request(self, method: str, path: str, body: object = None, *,
                       params: Mapping[str, str] | None = None, content_type: str = JSON,
-                      timeout_s: float = 30.0) -> dict[str, Any]:
-        """One request; the answer as a dict (``{}`` when empty). ApiError on failure."""
+                      timeout_s: float = 30.0,
+                      raw_filter: Callable[[bytes], bytes] | None = None) -> dict[str, Any]:
+        """One request; the answer as a dict (``{}`` when empty). ApiError on failure.
+        ``raw_filter`` maps the answer's bytes before they are parsed."""
+        raw = await self.request_raw(method, path, body, params=params,
+                                     content_type=content_type, timeout_s=timeout_s)
+        if raw_filter is not None:
+            raw = raw_filter(raw)
+        return json.loads(raw) if raw else {}
+
+    async def request_raw(self, method: str, path: str, body: object = None, *,
+                          params: Mapping[str, str] | None = None,
+                          content_type: str = JSON, timeout_s: float = 30.0) -> bytes:
+        """One request; the answer's bytes, unparsed. ApiError on failure."""
         headers = {**await self._headers(), "Accept": JSON}
         data = None
         if body is not None:
@@ -110,15 +129,20 @@ class Kube:
             async with self._session.request(
                     method, self.host + path, data=data, params=params, headers=headers,
                     timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
-                text = await resp.text()
+                raw = await resp.read()
                 if resp.status >= 400:
-                    raise _error(resp.status, text, what)
-                return json.loads(text) if text else {}
+                    raise _error(resp.status, raw.decode("utf-8", "replace"), what)
+                return raw
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             raise ApiError(0, type(exc).__name__, str(exc) or "no answer", what) from exc
 
-    async def watch(self, path: str, params: Mapping[str, str]) -> AsyncIterator[dict[str, Any]]:
-        """The events of a watch (``{"type", "object"}``) until the server ends it."""
+    async def watch(self, path: str, params: Mapping[str, str],
+                    raw_filter: Callable[[bytes], bytes] | None = None,
+                    parse: Callable[[bytes], dict[str, Any]] | None = None
+                    ) -> AsyncIterator[dict[str, Any]]:
+        """The events of a watch (``{"type", "object"}``) until the server ends it;
+        ``raw_filter`` maps each event's bytes before they are parsed, ``parse`` parses them
+        (``json.loads`` by default)."""
         headers = {**await self._headers(), "Accept": JSON}
         what = f"WATCH {path}"
         query = {**params, "watch": "true"}
@@ -129,11 +153,34 @@ class Kube:
                                                   sock_read=None)) as resp:
                 if resp.status >= 400:
                     raise _error(resp.status, await resp.text(), what)
-                async for line in resp.content:
-                    if line.strip():
-                        yield json.loads(line)
+                async for line in _lines(resp.content, self.max_line_bytes, what):
+                    if raw_filter is not None:
+                        line = raw_filter(line)
+                    yield json.loads(line) if parse is None else parse(line)
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             raise ApiError(0, type(exc).__name__, str(exc) or "stream broken", what) from exc
+
+
+async def _lines(stream: aiohttp.StreamReader, max_bytes: int,
+                 what: str) -> AsyncIterator[bytes]:
+    """The non-empty lines of a stream, however long (up to ``max_bytes``)."""
+    buf = bytearray()
+    async for chunk in stream.iter_any():
+        scan = len(buf)
+        buf += chunk
+        start = 0
+        while (end := buf.find(b"\n", scan)) >= 0:
+            line = bytes(buf[start:end])
+            if line.strip():
+                yield line
+            start = scan = end + 1
+        if start:
+            del buf[:start]
+        if len(buf) > max_bytes:
+            raise ApiError(0, "LineTooLong", f"a watch event longer than {max_bytes} bytes",
+                           what)
+    if buf.strip():
+        yield bytes(buf)
 
 
 def _error(status: int, text: str, what: str) -> ApiError:

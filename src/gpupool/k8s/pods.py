@@ -172,7 +172,7 @@ class PodEvents(ControllerParts):
             raise AdapterError(f"binding {key} to {p.node} failed: {outcome}")
 
     def _in_gang(self, key: str) -> bool:
-        return any(key in members for _, members in self.gangs.values())
+        return key in self.gang_of
 
     def _bound_elsewhere(self, key: str, obj: Mapping[str, Any]) -> None:
         """A pod bound outside this replica's view (another leader): take its cards."""
@@ -183,18 +183,15 @@ class PodEvents(ControllerParts):
             return
         if rec is None or rec.job in self.jobs:
             return
-        members = []
-        for k, pod in self.all_pods():
-            if ended(pod) or not (pod.get("spec") or {}).get("nodeName"):
-                continue
-            try:
-                r = self.recorded(pod)
-            except TranslateError:
-                continue
-            if r is not None and r.job == rec.job:
-                members.append((k, r))
+        # the job's bound pods seen so far, kept until the whole job is (no scan of all pods)
+        members = self.unclaimed.setdefault(rec.job, {})
+        members[key] = rec
+        self.unclaimed_job[key] = rec.job
         if len(members) >= rec.gang_size:
-            self._restore(rec.job, members)
+            del self.unclaimed[rec.job]
+            for k in members:
+                self.unclaimed_job.pop(k, None)
+            self._restore(rec.job, sorted(members.items()))
 
     def recorded(self, pod: Mapping[str, Any]) -> RecordedPlacement | None:
         """A bound pod's cards: gpupool's record, else HAMi's device annotation (a pod that
@@ -276,6 +273,7 @@ class PodEvents(ControllerParts):
             return
         _, members = self.gangs.setdefault(gang.job_id, (gang, {}))
         members[key] = req
+        self.gang_of[key] = gang.job_id
         self._try_gang(gang.job_id, queue)
 
     def _in_backoff(self, key: str) -> bool:
@@ -347,6 +345,7 @@ class PodEvents(ControllerParts):
             # the gang was submitted already: a late pod (a replacement) runs on its own
             for key in list(members):
                 del members[key]
+                self.gang_of.pop(key, None)
                 pod = self.pod(key)
                 if pod is not None:
                     self._submit(pod_job_id(pod), queue, {key: self.requests[key]}, 1)
@@ -357,6 +356,8 @@ class PodEvents(ControllerParts):
                                       f"{len(members)}/{size} created")
             return
         del self.gangs[job_id]
+        for key in members:
+            self.gang_of.pop(key, None)
         self._submit(job_id, queue, members, gang_size=size)
 
     def _submit(self, job_id: JobId, queue: str, pods: Mapping[str, PodRequest],
@@ -392,9 +393,18 @@ class PodEvents(ControllerParts):
         self.requests.pop(key, None)
         self.constraints.pop(key, None)
         self.gated.pop(key, None)
-        for job_id, (_gang, members) in list(self.gangs.items()):
-            if members.pop(key, None) is not None and not members:
-                del self.gangs[job_id]
+        gang_id = self.gang_of.pop(key, None)
+        if gang_id is not None and gang_id in self.gangs:
+            members = self.gangs[gang_id][1]
+            members.pop(key, None)
+            if not members:
+                del self.gangs[gang_id]
+        unclaimed = self.unclaimed_job.pop(key, None)
+        if unclaimed is not None:
+            bound = self.unclaimed.get(unclaimed, {})
+            bound.pop(key, None)
+            if not bound:
+                self.unclaimed.pop(unclaimed, None)
         found = self.pod_job.pop(key, None)
         if found is None:
             return

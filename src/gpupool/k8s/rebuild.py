@@ -62,7 +62,8 @@ class Rebuild(ControllerParts):
         self._inventory = None
         self.sched = Scheduler(nodes, self.config)
         for d in (self.jobs, self.pod_job, self.requests, self.constraints, self.gangs,
-                  self.rejected, self.deferred, self.gated):
+                  self.rejected, self.deferred, self.gated, self.gang_of, self.unclaimed,
+                  self.unclaimed_job):
             d.clear()
         bound: dict[JobId, list[tuple[str, RecordedPlacement]]] = {}
         pending: list[str] = []

@@ -1,12 +1,23 @@
-"""What a waiting pod is told: its ``PodScheduled`` condition and an Event.
+"""What a waiting pod is told: its ``PodScheduled`` condition and an Event, written at a
+bounded rate.
 
 - A parked pod gets ``PodScheduled=False`` (reason ``Unschedulable``) and an Event
-  ``FailedScheduling`` whose message is the core's reason, in numbers; written again only
-  when the message changes, and at most once per ``interval_s`` per pod (a wake-up re-parks
-  every waiting pod with new numbers; the latest reason is written when the interval ends).
-- A pod that can never run gets the same condition and an Event ``Rejected``.
-- A pod held back by ``spec.schedulingGates`` gets reason ``SchedulingGated``, as
-  kube-scheduler writes it, and no Event.
+  ``FailedScheduling`` whose message is the core's reason, in numbers; a pod that can never
+  run gets the same condition and an Event ``Rejected``; a pod held back by
+  ``spec.schedulingGates`` gets reason ``SchedulingGated``, as kube-scheduler writes it, and
+  no Event.
+- A reason is written only when it changed. Writes wait in one **bounded queue** keyed by
+  what they write (a pod's condition, one Event): a newer reason for a pod whose write is
+  still queued replaces it in place (the last value wins, the queue does not grow), and a
+  repeated Event is counted into the one queued. A few workers (``concurrency``) drain the
+  queue, together at most ``writes_per_s`` requests a second (a token bucket), oldest first;
+  there is no task per pod. With 10,000 pods whose reasons change every cycle the API server
+  sees ``writes_per_s``, and each pod's latest reason arrives within
+  ``pending pods / writes_per_s`` seconds.
+- When the queue is full (``max_queued``), a new key is not queued and its reason is not
+  remembered as written, so the next cycle offers it again (``dropped`` counts these).
+- Events are aggregated as Kubernetes' components aggregate them (``k8s/events.py``): a
+  repeat PATCHes the existing Event's ``count`` and ``lastTimestamp``.
 """
 
 from __future__ import annotations
@@ -14,121 +25,218 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
+from gpupool.k8s.events import EventCorrelator, EventWrite
 from gpupool.k8s.kube import STRATEGIC_PATCH, ApiError, Kube
 from gpupool.k8s.lease import micro_time
 
-__all__ = ["StatusWriter"]
+__all__ = ["StatusWriter", "WriteStats"]
 
 log = logging.getLogger("gpupool.k8s")
+
+
+@dataclass(slots=True)
+class _Condition:
+    key: str  # pod key
+    reason: str
+    message: str
+    event: str  # the Event's reason to record with it ("" for none)
+    final: bool = False  # a rejection: written although the pod no longer waits
+
+
+@dataclass
+class WriteStats:
+    conditions: int = 0  # PodScheduled condition PATCHes sent
+    events_created: int = 0
+    events_repeated: int = 0  # PATCHes of count and lastTimestamp
+    coalesced: int = 0  # queued writes replaced by a newer one before they were sent
+    dropped: int = 0  # writes refused because the queue was full
 
 
 class StatusWriter:
     def __init__(self, kube: Kube, *, component: str, identity: str,
                  pod: Callable[[str], Mapping[str, Any] | None],
                  is_leader: Callable[[], bool], still_waiting: Callable[[str], bool],
-                 interval_s: float = 5.0, concurrency: int = 8) -> None:
+                 writes_per_s: float = 50.0, concurrency: int = 4,
+                 max_queued: int = 20_000,
+                 clock: Callable[[], float] = time.time) -> None:
         self.kube = kube
         self.component = component
         self.identity = identity
         self.pod = pod
         self.is_leader = is_leader
         self.still_waiting = still_waiting
-        self.interval_s = interval_s
-        self.last: dict[str, str] = {}  # pod key -> last reason written
-        self._at: dict[str, float] = {}
-        self._due: dict[str, str] = {}
-        self._sem = asyncio.Semaphore(concurrency)
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self.writes_per_s = writes_per_s
+        self.concurrency = concurrency
+        self.max_queued = max_queued
+        self.clock = clock
+        self.last: dict[str, str] = {}  # pod key -> last reason queued or written
+        self.stats = WriteStats()
+        self.events = EventCorrelator(component)
+        self._queue: OrderedDict[tuple[str, ...], _Condition | EventWrite] = OrderedDict()
+        self._wake = asyncio.Event()
+        self._tokens = 1.0
+        self._refilled = time.monotonic()
+        self._workers: list[asyncio.Task[None]] = []
+        self._writing = 0
 
-    def _spawn(self, coro: Any) -> None:
-        task = asyncio.create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def close(self) -> None:
-        for t in list(self._tasks):
-            t.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+    # -- what the controller calls (never blocks, never makes a task) ------------------------
 
     def forget(self, key: str) -> None:
-        for d in (self.last, self._at, self._due):
-            d.pop(key, None)
+        self.last.pop(key, None)
+        self._queue.pop(("condition", key), None)
 
     def bound(self, key: str) -> None:
-        """The pod is being bound: its next reason, if any, is written afresh."""
-        self.last.pop(key, None)
+        """The pod is being bound: its queued reason is dropped, its next one written."""
+        self.forget(key)
 
     def park(self, key: str, message: str, reason: str = "Unschedulable") -> None:
-        """Says why a pod waits, when the reason changed (throttled per pod)."""
+        """Says why a pod waits, when the reason changed."""
         if self.last.get(key) == message:
-            self._due.pop(key, None)
             return
-        now = time.monotonic()
-        wait = self._at.get(key, -1e9) + self.interval_s - now
-        if wait > 0:
-            if key not in self._due:
-                self._spawn(self._later(key, wait, reason))
-            self._due[key] = message
-            return
-        self._due.pop(key, None)
-        self.last[key] = message
-        self._at[key] = now
-        pod = self.pod(key)
-        if pod is not None and self.is_leader():
-            event = "FailedScheduling" if reason == "Unschedulable" else ""
-            self._spawn(self.pending(pod, reason, event, message))
-
-    async def _later(self, key: str, wait: float, reason: str) -> None:
-        await asyncio.sleep(wait)
-        message = self._due.pop(key, None)
-        if message is not None and self.still_waiting(key):
-            self.park(key, message, reason)
+        event = "FailedScheduling" if reason == "Unschedulable" else ""
+        if self._put(("condition", key), _Condition(key, reason, message, event)):
+            self.last[key] = message
 
     def reject(self, key: str, reason: str) -> None:
-        pod = self.pod(key)
-        if pod is not None and self.is_leader():
-            self._spawn(self.pending(pod, "Unschedulable", "Rejected", f"rejected: {reason}"))
-
-    async def pending(self, pod: Mapping[str, Any], reason: str, event_reason: str,
-                      message: str) -> None:
-        meta = pod.get("metadata") or {}
-        ns, name = meta.get("namespace"), meta.get("name")
-        async with self._sem:
-            try:
-                await self.kube.request(
-                    "PATCH", f"/api/v1/namespaces/{ns}/pods/{name}/status",
-                    {"status": {"conditions": [{
-                        "type": "PodScheduled", "status": "False", "reason": reason,
-                        "message": message, "lastProbeTime": None,
-                        "lastTransitionTime": micro_time()[:19] + "Z"}]}},
-                    content_type=STRATEGIC_PATCH)
-            except ApiError as exc:
-                if exc.status != 404:
-                    log.warning("pod %s/%s status: %s", ns, name, exc)
-            if event_reason:
-                await self.event(pod, "Warning", event_reason, message)
+        message = f"rejected: {reason}"
+        if self.last.get(key) == message:
+            return
+        if self._put(("condition", key), _Condition(key, "Unschedulable", message,
+                                                    "Rejected", final=True)):
+            self.last[key] = message
 
     async def event(self, obj: Mapping[str, Any], type_: str, reason: str,
                     message: str) -> None:
-        meta = obj.get("metadata") or {}
-        ns = meta.get("namespace") or "default"
-        now = micro_time()[:19] + "Z"
+        """Records an Event for ``obj`` (queued; aggregated with earlier ones)."""
+        self.record(obj, type_, reason, message)
+
+    def record(self, obj: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
+        write = self.events.correlate(obj, type_, reason, message[:1024], self.clock())
+        self._put(("event", *write.key), write)
+
+    def queued(self) -> int:
+        """Writes waiting or being written."""
+        return len(self._queue) + self._writing
+
+    async def close(self) -> None:
+        for t in self._workers:
+            t.cancel()
+        await asyncio.gather(*self._workers, return_exceptions=True)
+        self._workers.clear()
+
+    # -- the queue ---------------------------------------------------------------------------
+
+    def _put(self, qkey: tuple[str, ...], item: _Condition | EventWrite) -> bool:
+        if qkey in self._queue:
+            self._queue[qkey] = item  # in place: keeps its turn, the last value wins
+            self.stats.coalesced += 1
+            return True
+        if len(self._queue) >= self.max_queued:
+            self.stats.dropped += 1
+            return False
+        self._queue[qkey] = item
+        self._start()
+        self._wake.set()
+        return True
+
+    def _start(self) -> None:
+        if self._workers:
+            return
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return  # no loop yet: the first call from one starts them
+        self._workers = [asyncio.create_task(self._work()) for _ in range(self.concurrency)]
+
+    async def _token(self) -> None:
+        """Waits for the rate limit (a token bucket of one second's writes)."""
+        while True:
+            now = time.monotonic()
+            self._tokens = min(max(1.0, self.writes_per_s),
+                               self._tokens + (now - self._refilled) * self.writes_per_s)
+            self._refilled = now
+            if self._tokens >= 1.0:
+                self._tokens -= 1.0
+                return
+            await asyncio.sleep((1.0 - self._tokens) / self.writes_per_s)
+
+    async def _work(self) -> None:
+        while True:
+            while not self._queue:
+                self._wake.clear()
+                await self._wake.wait()
+            _, item = self._queue.popitem(last=False)
+            self._writing += 1
+            try:
+                if isinstance(item, _Condition):
+                    await self._condition(item)
+                else:
+                    await self._token()
+                    await self._event(item)
+            finally:
+                self._writing -= 1
+
+    async def _condition(self, item: _Condition) -> None:
+        pod = self.pod(item.key)
+        if pod is None or not self.is_leader() or not (item.final
+                                                       or self.still_waiting(item.key)):
+            if self.last.get(item.key) == item.message:
+                self.last.pop(item.key, None)  # not written: offered again if still true
+            return
+        await self._token()
+        meta = pod.get("metadata") or {}
+        ns, name = meta.get("namespace"), meta.get("name")
+        try:
+            await self.kube.request(
+                "PATCH", f"/api/v1/namespaces/{ns}/pods/{name}/status",
+                {"status": {"conditions": [{
+                    "type": "PodScheduled", "status": "False", "reason": item.reason,
+                    "message": item.message, "lastProbeTime": None,
+                    "lastTransitionTime": micro_time()[:19] + "Z"}]}},
+                content_type=STRATEGIC_PATCH)
+            self.stats.conditions += 1
+        except ApiError as exc:
+            if exc.status != 404:
+                log.warning("pod %s/%s status: %s", ns, name, exc)
+        if item.event:
+            self.record(pod, "Warning", item.event, item.message)
+
+    async def _event(self, w: EventWrite) -> None:
+        now = micro_time(self.clock())[:19] + "Z"
+        path = f"/api/v1/namespaces/{w.namespace}/events"
+        if w.name:
+            try:
+                await self.kube.request("PATCH", f"{path}/{w.name}",
+                                        {"count": w.count, "lastTimestamp": now,
+                                         "message": w.message},
+                                        content_type=STRATEGIC_PATCH)
+                self.stats.events_repeated += 1
+                return
+            except ApiError as exc:
+                if exc.status != 404:
+                    log.warning("event %s: %s", w.name, exc)
+                    return
+                self.events.lost(w.key)  # expired (the API server keeps Events 1 h)
+        name = f"{w.involved.get('name')}.{time.time_ns():x}"
+        first = micro_time(w.first_s)[:19] + "Z"
         body = {
             "apiVersion": "v1", "kind": "Event",
-            "metadata": {"generateName": f"{meta.get('name')}.", "namespace": ns},
-            "involvedObject": {"apiVersion": obj.get("apiVersion", "v1"),
-                               "kind": obj.get("kind", "Pod"), "name": meta.get("name"),
-                               "namespace": meta.get("namespace"), "uid": meta.get("uid")},
-            "reason": reason, "message": message[:1024], "type": type_,
+            "metadata": {"name": name, "namespace": w.namespace},
+            "involvedObject": dict(w.involved),
+            "reason": w.reason, "message": w.message, "type": w.type,
             "source": {"component": self.component},
             "reportingComponent": self.component,
             "reportingInstance": self.identity,
-            "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+            "firstTimestamp": first, "lastTimestamp": now, "count": w.count,
         }
         try:
-            await self.kube.request("POST", f"/api/v1/namespaces/{ns}/events", body)
+            await self.kube.request("POST", path, body)
+            self.events.created(w.key, name)
+            self.stats.events_created += 1
         except ApiError as exc:
-            log.warning("event for %s: %s", meta.get("name"), exc)
+            log.warning("event for %s: %s", w.involved.get("name"), exc)

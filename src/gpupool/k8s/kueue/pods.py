@@ -21,6 +21,7 @@ from dataclasses import replace
 from typing import Any
 
 from gpupool.core.errors import NotFoundError
+from gpupool.k8s import slim
 from gpupool.k8s.controller import Controller
 from gpupool.k8s.informer import Informer, object_key
 from gpupool.k8s.kube import ApiError
@@ -43,10 +44,11 @@ class KueueController(Controller):
         super().__init__(*args, **kwargs)
         self.job_labels: dict[str, dict[str, str]] = {}
         self.job_informer = Informer(self.kube, "/apis/batch/v1/jobs", self._on_job,
-                                     name="jobs")
+                                     name="jobs", transform=slim.metadata_only)
         self.namespace_labels: dict[str, dict[str, str]] = {}
         self.namespace_informer = Informer(self.kube, "/api/v1/namespaces",
-                                           self._on_namespace, name="namespaces")
+                                           self._on_namespace, name="namespaces",
+                                           transform=slim.metadata_only)
         self.selectors: dict[str, Mapping[str, Any] | None] = {}
         """ClusterQueue -> its namespaceSelector (set by the KueueSource)."""
         self.enforce_selectors = False  # True once Namespaces are watched

@@ -1,0 +1,602 @@
+"""Realistic Nodes and Pods, and an HTTP server that speaks the API server's list/watch
+protocol over them: the cluster of ``gpupool k8s bench --scale`` where the 2-core machine
+cannot hold 100,000 pods in etcd.
+
+The objects are shaped as a kubelet, kube-controller-manager and ``kubectl apply`` leave them
+(``managedFields`` of four managers, a ``last-applied-configuration`` annotation, two
+containers with env, mounts, probes and ports, projected volumes, container statuses): a
+Pod is about 32 KB of JSON, a Node about 20 KB (images, addresses, nodeInfo, HAMi's
+register annotation). They are built from one template per kind with the name, UID, node
+and version put in, so the server holds no dict per object.
+
+:class:`ReplayServer` answers what ``gpupool k8s run`` asks, as kube-apiserver v1.20 does:
+
+- ``GET`` lists of nodes and pods in pages (``limit``/``continue``), with the list's
+  ``resourceVersion``; ``watch=true`` streams JSON lines from a version (a version older
+  than the kept history is an ``ERROR`` event with code 410, as after compaction);
+- single GETs; merge PATCHes of node and pod metadata with the ``resourceVersion`` (and pod
+  UID) preconditions (``409 Conflict`` otherwise); strategic PATCHes of pod status;
+  ``POST .../binding`` (``409`` when already bound); Events (POST, PATCH);
+- Leases (GET, POST, PUT with ``resourceVersion``), recording each renewal's time;
+- everything else ``404`` (no Kueue, no CRDs, no DRA: gpupool's defaults).
+
+It plays HAMi's device plugin too: when a pod is bound to a node whose ``hami.io/mutex.lock``
+names it, ``Allocate`` "runs": the pod's ``hami.io/bind-phase`` becomes ``success``, it is
+``Running``, and the lock is released, each as a MODIFIED watch event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+__all__ = ["ReplayServer", "ReplayStats", "realistic_node", "realistic_pod"]
+
+GPU_MODEL = "NVIDIA-A100-SXM4-80GB"
+CARD_MIB = 81920
+LOCK = "hami.io/mutex.lock"
+
+
+def _managed(manager: str, operation: str, fields: dict[str, Any]) -> dict[str, Any]:
+    return {"manager": manager, "operation": operation, "apiVersion": "v1",
+            "time": "2026-11-20T10:00:00Z", "fieldsType": "FieldsV1", "fieldsV1": fields}
+
+
+def _pod_fields(n_env: int) -> dict[str, Any]:
+    env: dict[str, Any] = {
+        f'k:{{"name":"ENV_VAR_NUMBER_{i:03d}"}}': {".": {}, "f:name": {}, "f:value": {}}
+        for i in range(n_env)}
+    return {"f:metadata": {"f:labels": {f"f:label-{i}": {} for i in range(10)},
+                           "f:ownerReferences": {".": {}}},
+            "f:spec": {"f:containers": {'k:{"name":"main"}': {
+                ".": {}, "f:env": env, "f:image": {}, "f:imagePullPolicy": {},
+                "f:resources": {"f:limits": {}, "f:requests": {}},
+                "f:volumeMounts": {f'k:{{"mountPath":"/mnt/v{i}"}}': {} for i in range(8)}}}}}
+
+
+def realistic_pod(i: int, *, node: str, scheduler: str, namespace: str = "",
+                  gpu: bool = True, placement: str = "") -> dict[str, Any]:
+    """Pod ``i``, about 32 KB of JSON; bound to ``node`` (Running) or pending (``""``)."""
+    ns = namespace or f"team-{i % 50:02d}"
+    name = f"pod-{i:06d}"
+    labels = {f"label-{k}": f"value-{k}" for k in range(10)}
+    labels["app"] = f"app-{name}"
+    annotations = {"example.com/owner": f"user-{ns}",
+                   "kubectl.kubernetes.io/last-applied-configuration": json.dumps(
+                       {"spec": {"containers": [{"name": "main", "env": [
+                           {"name": f"ENV_VAR_NUMBER_{k:03d}", "value": "v" * 40}
+                           for k in range(80)]}]}})}
+    if placement:
+        annotations["gpupool.io/placement"] = placement
+    limits: dict[str, Any] = {"cpu": "2", "memory": "8Gi"}
+    if gpu:
+        limits["nvidia.com/gpu"] = "1"
+    env = [{"name": f"ENV_VAR_NUMBER_{k:03d}", "value": f"value-{k}-" + "x" * 60}
+           for k in range(80)]
+    main: dict[str, Any] = {"name": "main", "image": "registry.example.com/team/trainer:2026.11.1",
+            "imagePullPolicy": "IfNotPresent", "command": ["python", "-m", "trainer"],
+            "args": ["--config", "/etc/trainer/config.yaml", "--epochs", "100"], "env": env,
+            "ports": [{"containerPort": 8080 + k, "protocol": "TCP", "name": f"p{k}"}
+                      for k in range(3)],
+            "resources": {"requests": {"cpu": "1", "memory": "4Gi"}, "limits": limits},
+            "volumeMounts": [{"name": f"v{k}", "mountPath": f"/mnt/v{k}"} for k in range(8)],
+            "livenessProbe": {"httpGet": {"path": "/healthz", "port": 8080},
+                              "periodSeconds": 10, "timeoutSeconds": 1},
+            "readinessProbe": {"httpGet": {"path": "/ready", "port": 8080}},
+            "terminationMessagePath": "/dev/termination-log",
+            "terminationMessagePolicy": "File"}
+    side = {"name": "sidecar", "image": "registry.example.com/infra/logger:1.4",
+            "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}},
+            "env": env[:20], "volumeMounts": main["volumeMounts"][:3]}
+    status: dict[str, Any] = {"phase": "Pending", "qosClass": "Burstable"}
+    if node:
+        status = {"phase": "Running", "hostIP": "10.0.0.1", "podIP": "10.1.0.1",
+                  "startTime": "2026-11-20T10:00:00Z", "qosClass": "Burstable",
+                  "conditions": [{"type": t, "status": "True",
+                                  "lastTransitionTime": "2026-11-20T10:00:00Z"}
+                                 for t in ("Initialized", "Ready", "ContainersReady",
+                                           "PodScheduled")],
+                  "containerStatuses": [{"name": c, "ready": True, "restartCount": 0,
+                                         "image": "registry.example.com/x:1",
+                                         "imageID": "docker-pullable://x@sha256:" + "a" * 64,
+                                         "containerID": "containerd://" + "b" * 64,
+                                         "state": {"running": {
+                                             "startedAt": "2026-11-20T10:00:01Z"}}}
+                                        for c in ("main", "sidecar")]}
+    spec: dict[str, Any] = {
+        "schedulerName": scheduler, "containers": [main, side], "restartPolicy": "Never",
+        "terminationGracePeriodSeconds": 30, "dnsPolicy": "ClusterFirst",
+        "serviceAccountName": "default", "priority": 0,
+        "tolerations": [{"key": "node.kubernetes.io/not-ready", "operator": "Exists",
+                         "effect": "NoExecute", "tolerationSeconds": 300}],
+        "volumes": [{"name": f"v{k}", "projected": {"sources": [{"serviceAccountToken": {
+            "expirationSeconds": 3607, "path": "token"}}]}} for k in range(8)]}
+    if node:
+        spec["nodeName"] = node
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {
+            "name": name, "namespace": ns, "uid": str(uuid.UUID(int=i + 1)),
+            "resourceVersion": "1", "creationTimestamp": "2026-11-20T10:00:00Z",
+            "labels": labels, "annotations": annotations,
+            "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job",
+                                 "name": f"job-{name}", "uid": str(uuid.UUID(int=i + 1)),
+                                 "controller": True, "blockOwnerDeletion": True}],
+            "managedFields": [_managed("kubectl-client-side-apply", "Update",
+                                       _pod_fields(40)),
+                              _managed("kube-controller-manager", "Update", _pod_fields(20)),
+                              _managed("kubelet", "Update", {"f:status": {
+                                  f"f:c{k}": {} for k in range(60)}})]},
+        "spec": spec, "status": status}
+
+
+def realistic_node(i: int, *, gpus: int = 8) -> dict[str, Any]:
+    """Node ``i`` with ``gpus`` A100s in HAMi's register annotation, about 20 KB of JSON."""
+    name = f"node-{i:05d}"
+    reg = json.dumps([{"id": f"GPU-{uuid.UUID(int=i * 64 + g)}", "index": g, "count": 10,
+                       "devmem": CARD_MIB, "devcore": 100, "type": GPU_MODEL,
+                       "mode": "hami-core", "health": True} for g in range(gpus)])
+    labels = {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
+              "kubernetes.io/arch": "amd64", "topology.kubernetes.io/zone": f"zone-{i % 3}",
+              "nvidia.com/gpu.product": GPU_MODEL, "nvidia.com/gpu.count": str(gpus),
+              "nvidia.com/gpu.memory": str(CARD_MIB), "node.kubernetes.io/instance-type":
+              "p4de.24xlarge", **{f"feature.node.kubernetes.io/cpu-{k}": "true"
+                                  for k in range(30)}}
+    alloc = {"cpu": "96", "memory": "1100Gi", "pods": "250", "ephemeral-storage": "900Gi",
+             "nvidia.com/gpu": str(gpus * 10)}
+    return {
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {
+            "name": name, "uid": str(uuid.UUID(int=2 * 10**9 + i)), "resourceVersion": "1",
+            "creationTimestamp": "2026-11-01T00:00:00Z", "labels": labels,
+            "annotations": {"hami.io/node-nvidia-register": reg,
+                            "hami.io/node-handshake": "Requesting_2026-11-20 10:00:00",
+                            "node.alpha.kubernetes.io/ttl": "0",
+                            "volumes.kubernetes.io/controller-managed-attach-detach": "true"},
+            "managedFields": [_managed("kubelet", "Update", {"f:status": {
+                f"f:image{k}": {} for k in range(80)}}),
+                _managed("nfd-master", "Update", {"f:metadata": {"f:labels": {
+                    f"f:feature.node.kubernetes.io/cpu-{k}": {} for k in range(30)}}})]},
+        "spec": {"providerID": f"aws:///us-east-1a/i-{i:017x}", "podCIDR": "10.2.0.0/24"},
+        "status": {
+            "capacity": alloc, "allocatable": alloc,
+            "conditions": [{"type": t, "status": "False" if t != "Ready" else "True",
+                            "reason": f"Kubelet{t}", "message": f"kubelet says {t} " * 3,
+                            "lastHeartbeatTime": "2026-11-20T10:00:00Z",
+                            "lastTransitionTime": "2026-11-01T00:00:00Z"}
+                           for t in ("MemoryPressure", "DiskPressure", "PIDPressure",
+                                     "Ready")],
+            "addresses": [{"type": "InternalIP", "address": f"10.0.{i // 250}.{i % 250}"},
+                          {"type": "Hostname", "address": name}],
+            "nodeInfo": {"kubeletVersion": "v1.30.4", "osImage": "Ubuntu 22.04.4 LTS",
+                         "containerRuntimeVersion": "containerd://1.7.20",
+                         "kernelVersion": "5.15.0-1063-aws", "machineID": "c" * 32},
+            "images": [{"names": [f"registry.example.com/team/image-{k}@sha256:" + "d" * 64,
+                                  f"registry.example.com/team/image-{k}:v{k}"],
+                        "sizeBytes": 10**9 + k} for k in range(60)]}}
+
+
+@dataclass
+class ReplayStats:
+    list_requests: int = 0
+    list_bytes: int = 0
+    first_request_s: float = 0.0
+    synced_s: dict[str, float] = field(default_factory=dict)  # kind -> first watch time
+    binds: list[float] = field(default_factory=list)
+    status_writes: int = 0
+    events_written: int = 0
+    renewals: list[tuple[float, str]] = field(default_factory=list)  # (time, holder)
+    conflicts: int = 0
+
+
+class ReplayServer:
+    """``nodes`` nodes; ``pods`` pods in all: ``pending`` of gpupool's waiting, a quarter of
+    the rest gpupool's already bound (one whole card each, recorded in
+    ``gpupool.io/placement``), the others DaemonSet-like pods of other schedulers."""
+
+    def __init__(self, nodes: int, pods: int, pending: int, *, gpus: int = 8,
+                 history: int = 20_000, page_limit: int = 500) -> None:
+        self.n_nodes = nodes
+        self.gpus = gpus
+        self.n_pods = pods
+        self.pending = pending
+        self.rv = 1
+        self.stats = ReplayStats()
+        self.page_limit = page_limit
+        # only changed objects are held, as JSON-ready dicts; the rest come from templates
+        self.nodes: dict[str, dict[str, Any]] = {}
+        self.pods: dict[str, dict[str, Any]] = {}
+        self.history: deque[tuple[int, str, bytes]] = deque(maxlen=history)
+        self.watchers: dict[str, set[asyncio.Queue[bytes | None]]] = {"nodes": set(),
+                                                                      "pods": set()}
+        self.lease: dict[str, Any] | None = None
+        self.events: dict[str, dict[str, Any]] = {}
+        self._templates: dict[str, _Template] = {}
+        self._node_text: dict[int, bytes] = {}
+        own_bound = (pods - pending) // 4
+        self.own_bound = min(own_bound, nodes * max(0, gpus - 2))
+        self.others = pods - pending - self.own_bound
+
+    # -- the objects ------------------------------------------------------------------------
+
+    def _pod_key(self, i: int) -> tuple[str, str]:
+        return f"team-{i % 50:02d}", f"pod-{i:06d}"
+
+    def _pod_shape(self, i: int) -> tuple[str, str, str]:
+        """(kind, node, placement annotation) of pod ``i``."""
+        if i < self.pending:
+            return "pending", "", ""
+        j = i - self.pending
+        if j < self.own_bound:
+            per = max(1, self.gpus - 2)
+            node = f"node-{j // per:05d}"
+            ns, name = self._pod_key(i)
+            place = json.dumps({"job": f"{ns}/{name}", "task": f"{ns}/{name}/ps0-0",
+                                "queue": "default", "flavor": "", "node": node,
+                                "cpu": 2000, "mem": 8192, "start": 0.0, "gang": 1,
+                                "cards": [[j % per, 1000, CARD_MIB, None]]},
+                               separators=(",", ":"))
+            return "own", node, place
+        return "other", f"node-{j % self.n_nodes:05d}", ""
+
+    def _make_pod_as(self, kind: str, i: int, node: str, place: str) -> dict[str, Any]:
+        if kind == "pending":
+            return realistic_pod(i, node="", scheduler="gpupool")
+        if kind == "own":
+            return realistic_pod(i, node=node, scheduler="gpupool", placement=place)
+        return realistic_pod(i, node=node, scheduler="default-scheduler", gpu=False)
+
+    def _make_pod(self, i: int) -> dict[str, Any]:
+        return self._make_pod_as(*self._pod_shape(i)[:1], i, *self._pod_shape(i)[1:])
+
+    def pod_object(self, i: int) -> dict[str, Any]:
+        ns, name = self._pod_key(i)
+        return self.pods.get(f"{ns}/{name}") or self._make_pod(i)
+
+    def pod_json(self, i: int) -> bytes:
+        """Pod ``i`` as JSON: from its kind's template unless it changed."""
+        ns, name = self._pod_key(i)
+        changed = self.pods.get(f"{ns}/{name}")
+        if changed is not None:
+            return _dumps(changed).encode()
+        kind, node, place = self._pod_shape(i)
+        tpl = self._templates.get(kind)
+        if tpl is None:
+            sample = self._make_pod_as(kind, _SENTINEL, node and "@NODE@",
+                                       place and "@PLACE@")
+            tpl = self._templates[kind] = _Template(_dumps(sample))
+        return tpl.fill({"pod-999999": name, "team-49": ns, _SENTINEL_UID: str(uuid.UUID(
+            int=i + 1)), "@NODE@": node, "@PLACE@": json.dumps(place)[1:-1]}).encode()
+
+    def node_json(self, i: int) -> bytes:
+        name = f"node-{i:05d}"
+        if name in self.nodes:
+            return _dumps(self.nodes[name]).encode()
+        text = self._node_text.get(i)
+        if text is None:
+            text = self._node_text[i] = _dumps(realistic_node(i, gpus=self.gpus)).encode()
+        return text
+
+    def node_object(self, i: int) -> dict[str, Any]:
+        return self.nodes.get(f"node-{i:05d}") or realistic_node(i, gpus=self.gpus)
+
+    def _index(self, kind: str, name: str) -> int | None:
+        try:
+            i = int(name.rsplit("-", 1)[1])
+        except (IndexError, ValueError):
+            return None
+        return i if 0 <= i < (self.n_nodes if kind == "nodes" else self.n_pods) else None
+
+    def _changed(self, kind: str, event: str, obj: dict[str, Any]) -> None:
+        self.rv += 1
+        obj["metadata"]["resourceVersion"] = str(self.rv)
+        line = _dumps({"type": event, "object": obj}).encode() + b"\n"
+        self.history.append((self.rv, kind, line))
+        for q in self.watchers[kind]:
+            q.put_nowait(line)
+
+    # -- HTTP -------------------------------------------------------------------------------
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=64 << 20)
+        r = app.router
+        r.add_get("/replay/stats", self.h_stats)
+        r.add_get("/api/v1/nodes", lambda q: self.h_collection(q, "nodes"))
+        r.add_get("/api/v1/pods", lambda q: self.h_collection(q, "pods"))
+        r.add_get("/api/v1/nodes/{name}", self.h_get_node)
+        r.add_patch("/api/v1/nodes/{name}", self.h_patch_node)
+        r.add_get("/api/v1/namespaces/{ns}/pods/{name}", self.h_get_pod)
+        r.add_patch("/api/v1/namespaces/{ns}/pods/{name}", self.h_patch_pod)
+        r.add_patch("/api/v1/namespaces/{ns}/pods/{name}/status", self.h_pod_status)
+        r.add_post("/api/v1/namespaces/{ns}/pods/{name}/binding", self.h_bind)
+        r.add_post("/api/v1/namespaces/{ns}/events", self.h_event)
+        r.add_patch("/api/v1/namespaces/{ns}/events/{name}", self.h_event)
+        base = "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases"
+        r.add_get(base + "/{name}", self.h_lease_get)
+        r.add_put(base + "/{name}", self.h_lease_put)
+        r.add_post(base, self.h_lease_put)
+        r.add_route("*", "/{tail:.*}", self.h_missing)
+        return app
+
+    async def h_missing(self, req: web.Request) -> web.Response:
+        return _status(404, "NotFound", f"the server could not find {req.path}")
+
+    async def h_stats(self, req: web.Request) -> web.Response:
+        s = self.stats
+        return web.json_response({
+            "list_requests": s.list_requests, "list_bytes": s.list_bytes,
+            "first_request_s": s.first_request_s, "synced_s": s.synced_s,
+            "binds": len(s.binds), "first_bind_s": min(s.binds, default=0.0),
+            "last_bind_s": max(s.binds, default=0.0), "status_writes": s.status_writes,
+            "events_written": s.events_written, "renewals": s.renewals,
+            "conflicts": s.conflicts, "pending": self.pending, "own_bound": self.own_bound,
+            "others": self.others})
+
+    async def h_collection(self, req: web.Request, kind: str) -> web.StreamResponse:
+        if not self.stats.first_request_s:
+            self.stats.first_request_s = time.time()
+        if req.query.get("watch") in ("true", "1"):
+            return await self._watch(req, kind)
+        limit = int(req.query.get("limit") or 0) or (self.n_nodes if kind == "nodes"
+                                                      else self.n_pods)
+        start, rv = 0, self.rv
+        token = req.query.get("continue")
+        if token:
+            start_s, rv_s = token.split(":")
+            start, rv = int(start_s), int(rv_s)
+        total = self.n_nodes if kind == "nodes" else self.n_pods
+        end = min(total, start + limit)
+        make = self.node_json if kind == "nodes" else self.pod_json
+        items = b",".join(make(i) for i in range(start, end))
+        meta: dict[str, Any] = {"resourceVersion": str(rv)}
+        if end < total:
+            meta["continue"] = f"{end}:{rv}"
+            meta["remainingItemCount"] = total - end
+        head = _dumps({"kind": "NodeList" if kind == "nodes" else "PodList",
+                       "apiVersion": "v1", "metadata": meta})[:-1]
+        body = head.encode() + b',"items":[' + items + b"]}"
+        self.stats.list_requests += 1
+        self.stats.list_bytes += len(body)
+        return web.Response(body=body, content_type="application/json")
+
+    async def _watch(self, req: web.Request, kind: str) -> web.StreamResponse:
+        self.stats.synced_s.setdefault(kind, time.time())
+        since = int(req.query.get("resourceVersion") or self.rv)
+        resp = web.StreamResponse()
+        resp.content_type = "application/json"
+        await resp.prepare(req)
+        # the history holds every change after ``floor``; older versions are compacted
+        full = self.history.maxlen is not None and len(self.history) == self.history.maxlen
+        floor = self.history[0][0] - 1 if full else 0
+        if since < floor:
+            gone = {"type": "ERROR", "object": {"kind": "Status", "code": 410,
+                                                "reason": "Expired", "status": "Failure",
+                                                "message": f"too old resource version: {since}"}}
+            await resp.write(json.dumps(gone).encode() + b"\n")
+            return resp
+        q: asyncio.Queue[bytes | None] = asyncio.Queue()
+        for rv, k, text in self.history:
+            if rv > since and k == kind:
+                q.put_nowait(text)
+        self.watchers[kind].add(q)
+        timeout = float(req.query.get("timeoutSeconds") or 300)
+        end = time.monotonic() + timeout
+        try:
+            while True:
+                left = end - time.monotonic()
+                if left <= 0:
+                    break
+                try:
+                    line = await asyncio.wait_for(q.get(), left)
+                except TimeoutError:
+                    break
+                if line is None:
+                    break
+                await resp.write(line)
+        finally:
+            self.watchers[kind].discard(q)
+        return resp
+
+    async def h_get_node(self, req: web.Request) -> web.Response:
+        i = self._index("nodes", req.match_info["name"])
+        if i is None:
+            return _status(404, "NotFound", f'nodes "{req.match_info["name"]}" not found')
+        return web.json_response(self.node_object(i))
+
+    async def h_patch_node(self, req: web.Request) -> web.Response:
+        name = req.match_info["name"]
+        i = self._index("nodes", name)
+        if i is None:
+            return _status(404, "NotFound", f'nodes "{name}" not found')
+        patch = await req.json()
+        node = self.node_object(i)
+        meta = patch.get("metadata") or {}
+        want = meta.get("resourceVersion")
+        if want and want != node["metadata"]["resourceVersion"]:
+            self.stats.conflicts += 1
+            return _status(409, "Conflict", f'Operation cannot be fulfilled on nodes "{name}"'
+                           ": the object has been modified")
+        node = _copy(node)
+        _merge(node["metadata"].setdefault("annotations", {}), meta.get("annotations") or {})
+        _merge(node["metadata"].setdefault("labels", {}), meta.get("labels") or {})
+        self.nodes[name] = node
+        self._changed("nodes", "MODIFIED", node)
+        return web.json_response(node)
+
+    def _pod(self, req: web.Request) -> tuple[str, dict[str, Any] | None]:
+        ns, name = req.match_info["ns"], req.match_info["name"]
+        i = self._index("pods", name)
+        if i is None or self._pod_key(i) != (ns, name):
+            return f"{ns}/{name}", None
+        return f"{ns}/{name}", self.pod_object(i)
+
+    async def h_get_pod(self, req: web.Request) -> web.Response:
+        key, pod = self._pod(req)
+        if pod is None:
+            return _status(404, "NotFound", f'pods "{key}" not found')
+        return web.json_response(pod)
+
+    async def h_patch_pod(self, req: web.Request) -> web.Response:
+        key, pod = self._pod(req)
+        if pod is None:
+            return _status(404, "NotFound", f'pods "{key}" not found')
+        meta = (await req.json()).get("metadata") or {}
+        if meta.get("uid") and meta["uid"] != pod["metadata"]["uid"]:
+            return _status(409, "Conflict", "Precondition failed: UID")
+        pod = _copy(pod)
+        _merge(pod["metadata"].setdefault("annotations", {}), meta.get("annotations") or {})
+        _merge(pod["metadata"].setdefault("labels", {}), meta.get("labels") or {})
+        self.pods[key] = pod
+        self._changed("pods", "MODIFIED", pod)
+        return web.json_response(pod)
+
+    async def h_pod_status(self, req: web.Request) -> web.Response:
+        key, pod = self._pod(req)
+        if pod is None:
+            return _status(404, "NotFound", f'pods "{key}" not found')
+        conds = ((await req.json()).get("status") or {}).get("conditions") or []
+        pod = _copy(pod)
+        status = pod.setdefault("status", {})
+        kept = [c for c in status.get("conditions") or ()
+                if c.get("type") not in {d.get("type") for d in conds}]
+        status["conditions"] = kept + conds
+        self.pods[key] = pod
+        self.stats.status_writes += 1
+        self._changed("pods", "MODIFIED", pod)
+        return web.json_response(pod)
+
+    async def h_bind(self, req: web.Request) -> web.Response:
+        key, pod = self._pod(req)
+        if pod is None:
+            return _status(404, "NotFound", f'pods "{key}" not found')
+        binding = await req.json()
+        node = (binding.get("target") or {}).get("name")
+        if pod["spec"].get("nodeName"):
+            return _status(409, "Conflict", f"pod {key} is already assigned to node "
+                           f'"{pod["spec"]["nodeName"]}"')
+        pod = _copy(pod)
+        _merge(pod["metadata"].setdefault("annotations", {}),
+               (binding.get("metadata") or {}).get("annotations") or {})
+        pod["spec"]["nodeName"] = node
+        self.pods[key] = pod
+        self.stats.binds.append(time.time())
+        self._changed("pods", "MODIFIED", pod)
+        asyncio.get_running_loop().call_soon(self._allocate, key, str(node))
+        return _status(201, "", "", success=True)
+
+    def _allocate(self, key: str, node_name: str) -> None:
+        """HAMi's device plugin: Allocate for the locked pod, then the lock released."""
+        pod = _copy(self.pods[key])
+        pod["metadata"].setdefault("annotations", {})["hami.io/bind-phase"] = "success"
+        pod["status"] = {**pod.get("status", {}), "phase": "Running"}
+        self.pods[key] = pod
+        self._changed("pods", "MODIFIED", pod)
+        i = self._index("nodes", node_name)
+        if i is None:
+            return
+        node = self.node_object(i)
+        lock = (node["metadata"].get("annotations") or {}).get(LOCK, "")
+        if lock.endswith("," + key.replace("/", ",")):
+            node = _copy(node)
+            del node["metadata"]["annotations"][LOCK]
+            self.nodes[node_name] = node
+            self._changed("nodes", "MODIFIED", node)
+
+    async def h_event(self, req: web.Request) -> web.Response:
+        body = await req.json()
+        self.stats.events_written += 1
+        name = req.match_info.get("name") or str((body.get("metadata") or {}).get("name"))
+        if req.method == "PATCH" and name not in self.events:
+            return _status(404, "NotFound", f'events "{name}" not found')
+        self.events[name] = {**self.events.get(name, {}), **body}
+        return web.json_response(self.events[name], status=201)
+
+    async def h_lease_get(self, req: web.Request) -> web.Response:
+        if self.lease is None:
+            return _status(404, "NotFound", "leases not found")
+        return web.json_response(self.lease)
+
+    async def h_lease_put(self, req: web.Request) -> web.Response:
+        body = await req.json()
+        if req.method == "POST" and self.lease is not None:
+            return _status(409, "AlreadyExists", "lease exists")
+        if req.method == "PUT":
+            if self.lease is None:
+                return _status(404, "NotFound", "leases not found")
+            if (body.get("metadata") or {}).get("resourceVersion") != \
+                    self.lease["metadata"]["resourceVersion"]:
+                return _status(409, "Conflict", "the object has been modified")
+        self.rv += 1
+        body.setdefault("metadata", {})["resourceVersion"] = str(self.rv)
+        self.lease = body
+        holder = str((body.get("spec") or {}).get("holderIdentity") or "")
+        self.stats.renewals.append((time.time(), holder))
+        return web.json_response(body, status=201 if req.method == "POST" else 200)
+
+
+_SENTINEL = 999999
+_SENTINEL_UID = str(uuid.UUID(int=_SENTINEL + 1))
+
+
+class _Template:
+    """A JSON text cut at its placeholders once, filled by one join per object."""
+
+    def __init__(self, text: str) -> None:
+        import re
+
+        self.parts = re.split(r"(pod-999999|team-49|@NODE@|@PLACE@|" + _SENTINEL_UID + ")",
+                              text)
+
+    def fill(self, values: dict[str, str]) -> str:
+        return "".join(values.get(p, p) if k % 2 else p for k, p in enumerate(self.parts))
+
+
+def _copy(obj: dict[str, Any]) -> dict[str, Any]:
+    """A copy deep enough for the changes the server makes (metadata's maps, spec, status):
+    what was sent or queued before stays as it was."""
+    meta = dict(obj.get("metadata") or {})
+    for k in ("annotations", "labels"):
+        if k in meta:
+            meta[k] = dict(meta[k])
+    out = {**obj, "metadata": meta}
+    for k in ("spec", "status"):
+        if k in obj:
+            out[k] = dict(obj[k])
+    return out
+
+
+def _dumps(obj: Any) -> str:
+    """Compact JSON, as the API server writes it."""
+    return json.dumps(obj, separators=(",", ":"))
+
+
+def _merge(into: dict[str, Any], patch: dict[str, Any]) -> None:
+    for k, v in patch.items():
+        if v is None:
+            into.pop(k, None)
+        else:
+            into[k] = v
+
+
+def _status(code: int, reason: str, message: str, success: bool = False) -> web.Response:
+    return web.json_response({"kind": "Status", "apiVersion": "v1", "metadata": {},
+                              "status": "Success" if success else "Failure",
+                              "message": message, "reason": reason, "code": code},
+                             status=code)
+
+
+def object_sizes(server: ReplayServer, sample: int = 50) -> Iterator[tuple[str, int]]:
+    """(kind, JSON bytes) of a sample of the server's objects."""
+    step = max(1, server.n_pods // sample)
+    for i in range(0, server.n_pods, step):
+        yield "pod", len(json.dumps(server.pod_object(i)))
+    for i in range(0, server.n_nodes, max(1, server.n_nodes // sample)):
+        yield "node", len(json.dumps(server.node_object(i)))
