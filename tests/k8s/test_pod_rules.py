@@ -133,3 +133,50 @@ def test_preferred_terms_read_with_their_weights() -> None:
     with pytest.raises(InvalidJobError) as exc:
         pod_constraints(pod(spec))
     assert exc.value.field.endswith("[0].weight")
+
+
+def test_preferred_node_affinity_read_with_weights() -> None:
+    pref = "preferredDuringSchedulingIgnoredDuringExecution"
+    spec: dict[str, Any] = {"affinity": {"nodeAffinity": {pref: [
+        {"weight": 40, "preference": {"matchExpressions": [
+            {"key": "zone", "operator": "In", "values": ["z1"]}]}},
+        {"weight": 5, "preference": {}},  # empty: matches no node, left out
+        {"weight": 7, "preference": {"matchFields": [
+            {"key": "metadata.name", "operator": "NotIn", "values": ["n1"]}]}}]}}}
+    con = pod_constraints(pod(spec))
+    assert [(w, [(r.key, r.operator, r.values, r.field) for r in t.requirements])
+            for w, t in con.preferred_node_affinity] == [
+        (40, [("zone", "In", ("z1",), False)]),
+        (7, [("metadata.name", "NotIn", ("n1",), True)])]
+    req = PodRequest(cpu_milli=1000, memory_mib=1024, gpu=GpuRequest(count=1), containers=(),
+                     slots=1)
+    job, _ = job_for_pods(JobId("j"), "q", [("team/p", req)], gang=False,
+                          constraints={"team/p": con})
+    assert job.pod_sets[0].preferred_node_affinity == con.preferred_node_affinity
+
+
+@pytest.mark.parametrize(("entry", "field", "rule"), [
+    ({"weight": 0, "preference": {}}, "[0].weight", "from 1 to 100"),
+    ({"weight": 101, "preference": {}}, "[0].weight", "from 1 to 100"),
+    ({"weight": "9", "preference": {}}, "[0].weight", "from 1 to 100"),
+    ({"weight": 9, "preference": "zone"}, "[0].preference", "must be an object"),
+    ({"weight": 9, "preference": {"matchExpressions": [
+        {"key": "zone", "operator": "Near", "values": ["z"]}]}},
+     "[0].preference.matchExpressions[0].operator", "must be one of"),
+])
+def test_bad_preferred_node_affinity_names_the_field(entry: dict[str, Any], field: str,
+                                                     rule: str) -> None:
+    spec = {"affinity": {"nodeAffinity": {
+        "preferredDuringSchedulingIgnoredDuringExecution": [entry]}}}
+    with pytest.raises(InvalidJobError) as exc:
+        pod_constraints(pod(spec))
+    assert exc.value.field.endswith(field) and rule in exc.value.rule
+
+
+def test_a_bad_required_requirement_is_named_by_its_path() -> None:
+    spec = {"affinity": {"nodeAffinity": {REQ: {"nodeSelectorTerms": [{"matchFields": [
+        {"key": "metadata.labels", "operator": "In", "values": ["x"]}]}]}}}}
+    with pytest.raises(InvalidJobError) as exc:
+        pod_constraints(pod(spec))
+    assert exc.value.field == (f"spec.affinity.nodeAffinity.{REQ}.nodeSelectorTerms[0]"
+                               ".matchFields[0].key")

@@ -8,7 +8,8 @@ import pytest
 
 from gpupool.core import ClusterState, Code, InvalidJobError, default_profile, place_task
 from gpupool.core.affinity import NodeAffinityTerm, NodeRequirement
-from tests.builders import job, node
+from gpupool.core.model import Task
+from tests.builders import job, node, whole
 
 
 def R(key: str, op: str, *values: str, field: bool = False) -> NodeRequirement:
@@ -70,3 +71,48 @@ def test_bad_requirements_name_the_field(req: tuple[str, str, tuple[str, ...]],
 def test_match_fields_only_on_the_node_name() -> None:
     with pytest.raises(InvalidJobError, match=r"metadata\.name"):
         NodeRequirement("metadata.labels", "In", ("x",), field=True)
+
+
+def _with_preferred(weighted: tuple[tuple[int, NodeAffinityTerm], ...],
+                    required: tuple[NodeAffinityTerm, ...] = ()) -> Task:
+    base = job("x")
+    ps = replace(base.pod_sets[0], preferred_node_affinity=weighted, node_affinity=required)
+    return next(replace(base, pod_sets=(ps,)).tasks())
+
+
+def test_preferred_node_affinity_picks_the_heaviest_matching_node() -> None:
+    """kube-scheduler's NodeAffinity score: the sum of the matching terms' weights. Node a
+    matches a term of 40, b one of 30 and one of 20 (50 in all), c none."""
+    weighted = ((40, NodeAffinityTerm((R("zone", "In", "z1"),))),
+                (30, NodeAffinityTerm((R("gen", "Gt", "4"),))),
+                (20, NodeAffinityTerm((R("zone", "In", "z2"),))))
+    task = _with_preferred(weighted)
+    p, _ = place_task(task, ClusterState(NODES).snapshot(), default_profile())
+    assert p is not None and p.node == "b"
+    # without b, a (40) beats c (nothing matched)
+    p, _ = place_task(task, ClusterState([NODES[0], NODES[2]]).snapshot(), default_profile())
+    assert p is not None and p.node == "a"
+
+
+def test_preferred_node_affinity_never_filters() -> None:
+    """A node matching no preferred term is still used when it is the only one that fits."""
+    task = _with_preferred(((100, NodeAffinityTerm((R("zone", "In", "z9"),))),))
+    p, _ = place_task(task, ClusterState([NODES[2]]).snapshot(), default_profile())
+    assert p is not None and p.node == "c"
+
+
+def test_preferred_node_affinity_outweighs_packing() -> None:
+    """Weighted twice the packing (kube-scheduler's default): a preferred empty node wins
+    over a fuller one that is not preferred."""
+    full = node("full", labels={"zone": "z1"})
+    empty = node("empty", labels={"zone": "z2"})
+    state = ClusterState([full, empty])
+    filler = job("filler", gpu=whole(7))
+    p, _ = place_task(next(filler.tasks()), state.snapshot(), default_profile())
+    assert p is not None
+    state.assume(p)
+    task = _with_preferred(((1, NodeAffinityTerm((R("zone", "In", "z2"),))),))
+    got, _ = place_task(task, state.snapshot(), default_profile())
+    assert got is not None and got.node == "empty"
+    plain, _ = place_task(next(job("plain").tasks()), state.snapshot(), default_profile())
+    assert plain is not None and plain.node == p.node  # packing, without the preference

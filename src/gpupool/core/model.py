@@ -169,6 +169,8 @@ class PodSet:
     tolerations: tuple[Toleration, ...] = ()
     node_affinity: tuple[NodeAffinityTerm, ...] = ()
     """Required node affinity: terms ORed (none: any node); see ``core/affinity.py``."""
+    preferred_node_affinity: tuple[tuple[int, NodeAffinityTerm], ...] = ()
+    """Preferred node affinity: (weight 1..100, term), a score, never a filter."""
     pod: PodMeta = field(default_factory=PodMeta)
     """The replicas' namespace, labels and anti-affinity terms, as other pods' rules see them."""
     pod_affinity: tuple[PodAffinityTerm, ...] = ()

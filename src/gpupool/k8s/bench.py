@@ -14,6 +14,10 @@ admitted as a kubelet admits them, served their cards by HAMi's ``Allocate`` rul
 ``Running``; ``--other-cpu-pct`` first binds one pod of another scheduler to each node holding
 that share of its CPU (and a tenth of its memory), as DaemonSets do. ``--external`` runs the
 agents with NVIDIA's stock device plugin, since kube-scheduler writes no HAMi annotations.
+``--compare-kube-scheduler BINARY`` does both in one invocation: gpupool's run, then the bench
+starts that kube-scheduler (:mod:`gpupool.k8s.kubescheduler`, client QPS
+``--kube-scheduler-qps``, 50 by default as kube-scheduler's own) and measures it on the same
+API server straight after, so the two are taken in the same minute of the machine's load.
 
 Figures (JSON): ``pods_per_s`` is pods bound over the time from the first create to the last
 bind; ``create_to_bound_ms`` is per pod, from just before its create request to the watch event
@@ -43,9 +47,10 @@ import numpy as np
 
 from gpupool.core.errors import ConfigError
 from gpupool.k8s.kube import MERGE_PATCH, ApiError, Kube
+from gpupool.k8s.kubescheduler import KubeScheduler, default_kubeconfig
 from gpupool.k8s.nodeagent import Fleet
 
-__all__ = ["bench_command", "run_bench"]
+__all__ = ["bench_command", "run_bench", "run_with_kube_scheduler"]
 
 MODEL = "NVIDIA-A100-SXM4-40GB"
 CARD_MIB = 40960
@@ -285,15 +290,55 @@ async def run_bench(kubeconfig: str | None, nodes: int, gpus: int, pods: int, ns
         await kube.close()
 
 
+async def run_with_kube_scheduler(binary: str, kubeconfig: str | None, nodes: int, gpus: int,
+                                  pods: int, ns: str, *, qps: int = 50,
+                                  **kwargs: Any) -> dict[str, Any]:
+    """gpupool's run, then kube-scheduler's on the same API server at once after it (its own
+    namespace, the same nodes made afresh, NVIDIA's stock device plugin on the agents):
+    gpupool's figures with ``kube_scheduler`` (the other run's) and ``ratio`` (gpupool's
+    pods/s and p99 over kube-scheduler's) added."""
+    config = kubeconfig or default_kubeconfig()
+    ks = KubeScheduler(binary, config, qps=qps)  # checks the paths before the first run
+    ours = await run_bench(kubeconfig, nodes, gpus, pods, ns, **kwargs)
+    kwargs.pop("profile", None)
+    await ks.start()
+    try:
+        theirs = await run_bench(kubeconfig, nodes, gpus, pods, f"{ns}-ks",
+                                 scheduler="default-scheduler", external=True, **kwargs)
+    finally:
+        ks.stop()
+    theirs["client_qps"] = qps
+    ours["kube_scheduler"] = theirs
+    ours["ratio"] = {
+        "pods_per_s": _ratio(ours["pods_per_s"], theirs["pods_per_s"]),
+        "create_to_bound_p99": _ratio(ours["create_to_bound_ms"]["p99"],
+                                      theirs["create_to_bound_ms"]["p99"])}
+    return ours
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return round(a / b, 2) if a is not None and b else None
+
+
 def bench_command(args: argparse.Namespace) -> int:
     if getattr(args, "scale", False):
         from gpupool.k8s.bench_scale import scale_command
 
         return scale_command(args)
-    result = asyncio.run(run_bench(args.kubeconfig, args.nodes, args.gpus_per_node, args.pods,
-                                   args.namespace, args.scheduler_name,
-                                   profile=args.profile, rate=args.rate,
-                                   external=args.external, node_agents=args.node_agents,
-                                   other_cpu_pct=args.other_cpu_pct))
+    common: dict[str, Any] = {"rate": args.rate, "node_agents": args.node_agents,
+                              "other_cpu_pct": args.other_cpu_pct}
+    if args.compare_kube_scheduler:
+        if args.external:
+            raise ConfigError("--compare-kube-scheduler measures gpupool and then "
+                              "kube-scheduler; drop --external")
+        result = asyncio.run(run_with_kube_scheduler(
+            args.compare_kube_scheduler, args.kubeconfig, args.nodes, args.gpus_per_node,
+            args.pods, args.namespace, qps=args.kube_scheduler_qps, profile=args.profile,
+            **common))
+    else:
+        result = asyncio.run(run_bench(args.kubeconfig, args.nodes, args.gpus_per_node,
+                                       args.pods, args.namespace, args.scheduler_name,
+                                       profile=args.profile, external=args.external,
+                                       **common))
     print(json.dumps(result, indent=None if args.json else 2))
     return 0

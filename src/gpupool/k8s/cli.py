@@ -80,6 +80,13 @@ def add_parsers(sub: Any) -> None:
     bench.add_argument("--other-cpu-pct", type=float, default=0.0, metavar="PCT",
                        help="bind one pod of another scheduler to each node first, holding "
                             "this percentage of its CPU (default 0; needs the node agents)")
+    bench.add_argument("--compare-kube-scheduler", metavar="BINARY", default="",
+                       help="after gpupool's run, start this kube-scheduler binary and "
+                            "measure it on the same pods (as --external does) in the same "
+                            "invocation; its figures go under \"kube_scheduler\"")
+    bench.add_argument("--kube-scheduler-qps", type=int, default=50, metavar="QPS",
+                       help="kube-scheduler's client QPS for --compare-kube-scheduler "
+                            "(default 50, its own default; burst twice that)")
     bench.add_argument("--profile", metavar="FILE",
                        help="run the scheduler process under cProfile, writing FILE")
     bench.add_argument("--scale", action="store_true",

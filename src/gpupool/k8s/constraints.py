@@ -14,9 +14,10 @@
   ``pod-anti-affinity`` and ``pod-topology-spread`` plugins; the pod's namespace and labels
   go with it, so that other pods' rules count it once placed.
 
-Preferred pod (anti-)affinity and ``ScheduleAnyway`` spread are read for the
-``pod-affinity-preference`` and ``pod-topology-spread-preference`` scores. Not honoured
-(said in ``docs/kubernetes.md``): preferred node affinity (placement may ignore it), and
+Preferred node affinity (``preferredDuringSchedulingIgnoredDuringExecution``: ``weight``
+1..100 and a ``preference`` term), preferred pod (anti-)affinity and ``ScheduleAnyway``
+spread are read for the ``node-affinity-preference``, ``pod-affinity-preference`` and
+``pod-topology-spread-preference`` scores. Not honoured (said in ``docs/kubernetes.md``):
 the parts of the required rules that :func:`ignored_constraints` names, so the pod can be
 told.
 """
@@ -50,6 +51,7 @@ class Constraints:
     """What restricts a pod's nodes beyond its request."""
 
     node_affinity: tuple[NodeAffinityTerm, ...] = ()
+    preferred_node_affinity: tuple[tuple[int, NodeAffinityTerm], ...] = ()
     pod_affinity: tuple[PodAffinityTerm, ...] = ()
     pod_anti_affinity: tuple[PodAffinityTerm, ...] = ()
     spread: tuple[SpreadConstraint, ...] = ()
@@ -82,8 +84,14 @@ def _requirement(expr: Any, where: str, *, field: bool) -> NodeRequirement:
     values = expr.get("values") or ()
     if isinstance(values, str) or not all(isinstance(v, str) for v in values):
         raise InvalidJobError(f"{where}.values", values, "must be a list of strings")
-    return NodeRequirement(key=str(expr.get("key", "")), operator=str(expr.get("operator", "")),
-                           values=tuple(values), field=field)
+    try:
+        return NodeRequirement(key=str(expr.get("key", "")),
+                               operator=str(expr.get("operator", "")),
+                               values=tuple(values), field=field)
+    except InvalidJobError as exc:  # named by where it is in the pod, not by its key
+        part = exc.field.rsplit(".", 1)[-1] if exc.field.startswith("nodeAffinity requirement") \
+            else "key"  # matchFields on another key than metadata.name
+        raise InvalidJobError(f"{where}.{part}", exc.value, exc.rule) from exc
 
 
 def pod_constraints(pod: Mapping[str, Any]) -> Constraints:
@@ -93,6 +101,7 @@ def pod_constraints(pod: Mapping[str, Any]) -> Constraints:
     meta = pod.get("metadata") or {}
     rules = Constraints(
         node_affinity=_node_affinity(pod),
+        preferred_node_affinity=_preferred_node_affinity(pod),
         pod_affinity=affinity_terms(pod, "podAffinity"),
         pod_anti_affinity=affinity_terms(pod, "podAntiAffinity"),
         spread=spread_constraints(pod),
@@ -105,6 +114,40 @@ def pod_constraints(pod: Mapping[str, Any]) -> Constraints:
     return rules
 
 
+def _term(term: Any, where: str) -> NodeAffinityTerm:
+    """One ``NodeSelectorTerm``: its ``matchExpressions`` and ``matchFields``, ANDed."""
+    if term is not None and not isinstance(term, Mapping):
+        raise InvalidJobError(where, term, "must be an object with matchExpressions or "
+                              "matchFields")
+    term = term or {}
+    reqs = [_requirement(e, f"{where}.matchExpressions[{j}]", field=False)
+            for j, e in enumerate(term.get("matchExpressions") or ())]
+    reqs += [_requirement(e, f"{where}.matchFields[{j}]", field=True)
+             for j, e in enumerate(term.get("matchFields") or ())]
+    return NodeAffinityTerm(tuple(reqs))
+
+
+def _preferred_node_affinity(pod: Mapping[str, Any]
+                             ) -> tuple[tuple[int, NodeAffinityTerm], ...]:
+    """(weight, term) for each preferred node affinity term; an empty ``preference``
+    matches no node and is left out (Kubernetes: a no-op)."""
+    affinity = ((pod.get("spec") or {}).get("affinity") or {}).get("nodeAffinity") or {}
+    base = "spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution"
+    out = []
+    for i, entry in enumerate(affinity.get("preferredDuringSchedulingIgnoredDuringExecution")
+                              or ()):
+        where = f"{base}[{i}]"
+        if not isinstance(entry, Mapping):
+            raise InvalidJobError(where, entry, "must be an object with weight and preference")
+        weight = entry.get("weight")
+        if isinstance(weight, bool) or not isinstance(weight, int) or not 1 <= weight <= 100:
+            raise InvalidJobError(f"{where}.weight", weight, "must be an integer from 1 to 100")
+        term = _term(entry.get("preference"), f"{where}.preference")
+        if term.requirements:
+            out.append((weight, term))
+    return tuple(out)
+
+
 def _node_affinity(pod: Mapping[str, Any]) -> tuple[NodeAffinityTerm, ...]:
     affinity = ((pod.get("spec") or {}).get("affinity") or {}).get("nodeAffinity") or {}
     required = affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
@@ -113,13 +156,7 @@ def _node_affinity(pod: Mapping[str, Any]) -> tuple[NodeAffinityTerm, ...]:
     base = "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
     terms = []
     for i, term in enumerate(required.get("nodeSelectorTerms") or ()):
-        where = f"{base}.nodeSelectorTerms[{i}]"
-        term = term or {}
-        reqs = [_requirement(e, f"{where}.matchExpressions[{j}]", field=False)
-                for j, e in enumerate(term.get("matchExpressions") or ())]
-        reqs += [_requirement(e, f"{where}.matchFields[{j}]", field=True)
-                 for j, e in enumerate(term.get("matchFields") or ())]
-        terms.append(NodeAffinityTerm(tuple(reqs)))
+        terms.append(_term(term, f"{base}.nodeSelectorTerms[{i}]"))
     if not terms:
         raise InvalidJobError(f"{base}.nodeSelectorTerms", [], "must have at least one term")
     return tuple(terms)

@@ -18,7 +18,7 @@ from gpupool.core.placement.plugins.gpu_model import GpuModel
 from gpupool.core.placement.plugins.gpuclustering import GpuClusteringScore
 from gpupool.core.placement.plugins.gpupacking import GpuPackingScore
 from gpupool.core.placement.plugins.gpupool_policy import GpupoolScore
-from gpupool.core.placement.plugins.node_affinity import NodeAffinity
+from gpupool.core.placement.plugins.node_affinity import NodeAffinity, NodeAffinityPreference
 from gpupool.core.placement.plugins.node_selector import NodeSelector
 from gpupool.core.placement.plugins.pod_affinity import PodAffinity
 from gpupool.core.placement.plugins.pod_affinity_score import PodAffinityPreference
@@ -37,10 +37,11 @@ DEFAULT_FILTERS = (
 """Inventory filters first (their rejections are unresolvable), usage filters last."""
 
 
-DEFAULT_SCORES = {"binpack": 1.0, "pod-affinity-preference": 2.0,
-                  "pod-topology-spread-preference": 2.0}
-"""Preferred pod (anti-)affinity and ``ScheduleAnyway`` spread weigh twice the packing, as
-in kube-scheduler's default profile; both score 0 everywhere for a pod without them."""
+DEFAULT_SCORES = {"binpack": 1.0, "node-affinity-preference": 2.0,
+                  "pod-affinity-preference": 2.0, "pod-topology-spread-preference": 2.0}
+"""Preferred node affinity, preferred pod (anti-)affinity and ``ScheduleAnyway`` spread weigh
+twice the packing, as in kube-scheduler's default profile; each scores 0 everywhere for a pod
+without them."""
 
 
 def builtin_registry() -> Registry:
@@ -49,6 +50,7 @@ def builtin_registry() -> Registry:
         GpuFit, BinPack, Spread, BestFitCards, FgdScore, BestFitScore, DotProdScore,
         GpuPackingScore, GpuClusteringScore, RandomFit, GpupoolScore, PodAffinity,
         PodAntiAffinity, PodTopologySpread, PodAffinityPreference, PodTopologySpreadPreference,
+        NodeAffinityPreference,
     ])
 
 
