@@ -30,6 +30,7 @@ from gpupool.core.queueing import AdmissionOrder, Pending, Queues
 from gpupool.core.quota import QueueingStrategy, QueueSettings
 from gpupool.core.runtimes import Runtimes
 from gpupool.core.snapshot import Reservation, Snapshot
+from gpupool.core.usage import LoadModel
 
 SHARE_HALF_LIFE_S = 3600.0
 """How long a queue's past share counts in the fair order (it halves every hour): long
@@ -83,6 +84,8 @@ class Context:
     """Recent submissions per queue: the wait estimates expect more like them."""
     history: ShareHistory = field(default_factory=lambda: ShareHistory(SHARE_HALF_LIFE_S))
     """Each queue's share averaged over time: half of its key in the fair order."""
+    usage: LoadModel | None = None
+    """Measured use of the cards (``core.usage``); None places by requests alone."""
 
 
 def schedule(ctx: Context, now_s: float) -> CycleResult:
@@ -107,6 +110,7 @@ def schedule(ctx: Context, now_s: float) -> CycleResult:
     if ctx.reservation is not None and not _next_in_fair_order(ctx, ctx.reservation.queue):
         ctx.reservation = None  # its queue is no longer first in the fair order: room freed
     snap.reservation = ctx.reservation
+    snap.load = ctx.usage.view(snap.table, now_s) if ctx.usage is not None else None
     result = CycleResult(cycle=ctx.state.next_cycle())
     if ctx.checks is not None:
         _checks_first(ctx, snap, now_s, result)                             # 0.
@@ -124,6 +128,10 @@ def schedule(ctx: Context, now_s: float) -> CycleResult:
         order.offered(_try(ctx, snap, p, now_s, result, failed, no_victims, preempt=True))
     for q in ctx.queues.queues():
         ctx.history.hold(q, ctx.tree.share(q), now_s)
+    if ctx.usage is not None:  # what was placed counts by its request until it shows
+        for b in result.binds:
+            for pl in b.placements:
+                ctx.usage.placed(pl, now_s)
     return result
 
 
