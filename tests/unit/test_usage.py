@@ -189,3 +189,20 @@ def test_measured_profile_without_a_load_places_as_the_default_profile() -> None
 def test_bad_plugin_arguments_name_the_argument(args: dict[str, object]) -> None:
     with pytest.raises(ConfigError, match=next(iter(args))):
         measured_profile(**args)  # type: ignore[arg-type]
+
+
+def test_whole_gpus_avoid_a_card_whose_memory_is_held_outside_the_requests() -> None:
+    s = state("n1", gpu=2)
+    m = LoadModel()
+    m.add(samples(N1, 0, [30.0], used=20_000, free=20_960)
+          + samples(N1, 1, [0.0], used=400, free=40_560))
+    snap = s.snapshot()
+    snap.load = m.view(snap.table, 1.0)
+    task = next(job("train", gpu=whole(1)).tasks())
+    by_requests, _ = place_task(task, snap, default_profile())
+    assert by_requests is not None and by_requests.shares[0].index == 0
+    p, _ = place_task(task, snap, measured_profile())
+    assert p is not None and p.shares[0].index == 1
+    two = next(job("train2", gpu=whole(2)).tasks())
+    p, status = place_task(two, snap, measured_profile())
+    assert p is None and "free as measured" in status.message

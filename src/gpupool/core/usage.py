@@ -246,13 +246,9 @@ class LoadModel:
             card.times.popleft()
             card.utils.popleft()
             card.used.popleft()
-        utils = np.asarray(card.utils, np.float64)
-        utils = utils[~np.isnan(utils)]
-        self.agg_util[k] = float(np.quantile(utils, self.settings.quantile)) if utils.size \
-            else math.nan
-        used = np.asarray(card.used, np.float64)
-        used = used[~np.isnan(used)]
-        self.peak_used[k] = float(used.max()) if used.size else math.nan
+        self.agg_util[k] = _quantile([u for u in card.utils if u == u], self.settings.quantile)
+        used = [u for u in card.used if u == u]  # NaN != NaN: samples without memory
+        self.peak_used[k] = max(used) if used else math.nan
         key = self._keys[k]
         recent = self._recent.get(key)
         if recent:
@@ -394,6 +390,18 @@ class LoadModel:
                 estimate_milli=est_milli if fresh else 0,
             ))
         return out
+
+
+def _quantile(values: list[float], q: float) -> float:
+    """numpy's default (linear) quantile, in plain Python: a window holds a few dozen samples,
+    where sorting a list beats building an array."""
+    if not values:
+        return math.nan
+    values.sort()
+    pos = q * (len(values) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(values) - 1)
+    return values[lo] + (values[hi] - values[lo]) * (pos - lo)
 
 
 def hot_milli(pct: float) -> float:

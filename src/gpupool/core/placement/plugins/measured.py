@@ -12,7 +12,7 @@ alone until a signal source is configured:
 * ``target-load-packing`` (score): whole-GPU work packs onto nodes up to ``target_pct`` of
   their measured compute, and no further (Trimaran's TargetLoadPacking curve, for GPUs);
 * ``measured-cards`` (card choice): a slice takes the fullest-by-request card among those that
-  stay cool, else the coolest; everything else as ``best-fit-cards``.
+  stay cool, else the coolest; whole GPUs take cards idle as measured; MIG as ``best-fit-cards``.
 
 Cards a node falls back to requests for (stale or no samples) carry their requested compute
 as their load and their request-based free memory, so these plugins then agree with requests.
@@ -29,11 +29,16 @@ import numpy.typing as npt
 from gpupool.core.errors import ConfigError
 from gpupool.core.model import WHOLE_GPU_MILLI, GpuKind, GpuRequest, GpuShare, Task
 from gpupool.core.placement.framework import CycleState, Mask, Rows, Scores
-from gpupool.core.placement.plugins.cards import BestFitCards
+from gpupool.core.placement.plugins.cards import BestFitCards, nvlink_group
 from gpupool.core.placement.plugins.eligible import card_mask
 from gpupool.core.usage import CardLoad
 
 Cells = npt.NDArray[np.bool_]
+
+IDLE_FREE_PCT = 95.0
+"""A card free by requests takes whole-GPU work only if at least this share of its memory is
+free as measured: an idle card shows a little used (driver and ECC reservations, about 1 %);
+more means work no request accounts for."""
 
 
 def _pct(name: str, plugin: str, value: object) -> float:
@@ -41,6 +46,17 @@ def _pct(name: str, plugin: str, value: object) -> float:
         raise ConfigError(f"plugin {plugin!r}: {name}={value!r} must be a percentage above 0 "
                           "and at most 100")
     return float(value)
+
+
+def _whole_cells(cs: CycleState, load: CardLoad, req: GpuRequest, rows: Rows) -> Cells:
+    """[len(rows), width]: cards free by request whose measured memory is free too."""
+    t = cs.table
+    fits: Cells = (t.free_milli[rows] == WHOLE_GPU_MILLI) & (t.used_mib[rows] == 0)
+    fits &= load.free(t, rows) >= t.gpu_mem_cap[rows] * IDLE_FREE_PCT / 100.0
+    allowed = card_mask(cs, req)
+    if allowed is not None:
+        fits &= allowed[rows]
+    return fits
 
 
 def _slice_cells(cs: CycleState, load: CardLoad, req: GpuRequest, rows: Rows) -> Cells:
@@ -58,7 +74,8 @@ def _slice_cells(cs: CycleState, load: CardLoad, req: GpuRequest, rows: Rows) ->
 
 @dataclass(frozen=True, slots=True)
 class MeasuredMemory:
-    """Keeps nodes where a card has the slice's memory free as measured, not only as requested."""
+    """Keeps nodes where a card has the slice's memory free as measured, not only as requested;
+    for whole GPUs, cards free by request that are idle in memory as measured too."""
 
     name: ClassVar[str] = "measured-memory"
     resolvable: ClassVar[bool] = True
@@ -66,7 +83,11 @@ class MeasuredMemory:
     def filter(self, cs: CycleState, task: Task, rows: Rows) -> Mask:
         req = task.request
         load = cs.load
-        if load is None or req.kind is not GpuKind.SLICE or not rows.size:
+        if load is None or not rows.size:
+            return np.ones(rows.size, np.bool_)
+        if req.kind is GpuKind.WHOLE:
+            return np.asarray(_whole_cells(cs, load, req, rows).sum(axis=1) >= req.count)
+        if req.kind is not GpuKind.SLICE:
             return np.ones(rows.size, np.bool_)
         fits = _slice_cells(cs, load, req, rows)
         return np.asarray(fits.any(axis=1) if req.cards == 1 else
@@ -74,6 +95,9 @@ class MeasuredMemory:
 
     def reason(self, task: Task) -> str:
         req = task.request
+        if req.kind is GpuKind.WHOLE:
+            return (f"fewer than {req.count} whole GPUs with {IDLE_FREE_PCT:g}% of their "
+                    "memory free as measured")
         mem = f"{req.memory_percent}% of its memory" if req.memory_percent else \
             f"{req.memory_mib} MiB"
         return f"no GPU with {mem} free as measured"
@@ -144,7 +168,8 @@ class TargetLoadPacking:
 class MeasuredCards:
     """A slice takes, among the cards that fit by request and by measured memory, the one with
     least compute free by request of those that stay at or below ``hot_pct`` with it (packing
-    where packing makes nothing hot), else the coolest; other requests as ``best-fit-cards``."""
+    where packing makes nothing hot; a card whole-GPU work could take is broken last), else
+    the coolest; other requests as ``best-fit-cards``."""
 
     name: ClassVar[str] = "measured-cards"
     hot_pct: float = 80.0
@@ -155,10 +180,18 @@ class MeasuredCards:
     def choose_cards(self, cs: CycleState, task: Task, row: int) -> tuple[GpuShare, ...] | None:
         req = task.request
         load = cs.load
-        if load is None or req.kind is not GpuKind.SLICE:
+        if load is None or req.kind not in (GpuKind.SLICE, GpuKind.WHOLE):
             return BestFitCards().choose_cards(cs, task, row)
         t = cs.table
         one = np.asarray([row], np.int64)
+        if req.kind is GpuKind.WHOLE:
+            idle = [int(g) for g in np.flatnonzero(_whole_cells(cs, load, req, one)[0])]
+            if len(idle) < req.count:
+                return None
+            peers = {g.index: frozenset(g.nvlink_peers) for g in t.nodes[row].gpus
+                     if g.nvlink_peers}
+            return tuple(GpuShare(g, WHOLE_GPU_MILLI, int(t.gpu_mem_cap[row, g]))
+                         for g in nvlink_group(idle, peers, req.count))
         fits = _slice_cells(cs, load, req, one)[0]
         cands = [int(g) for g in np.flatnonzero(fits)]
         if len(cands) < req.cards:
@@ -167,7 +200,12 @@ class MeasuredCards:
         hot = self.hot_pct * WHOLE_GPU_MILLI / 100.0
         cool = [g for g in cands if pred[g] <= hot]
         if len(cool) >= req.cards:
-            chosen = sorted(cool, key=lambda g: (t.free_milli[row, g], t.free_mib[row, g], g))
+            # A clean card (free by request and idle as measured) is broken last: whole-GPU
+            # work can use it, while a card holding memory outside the requests cannot.
+            clean = set(np.flatnonzero(_whole_cells(cs, load, GpuRequest(count=1), one)[0])
+                        .tolist())
+            chosen = sorted(cool, key=lambda g: (g in clean, t.free_milli[row, g],
+                                                 t.free_mib[row, g], g))
         else:
             chosen = sorted(cands, key=lambda g: (pred[g], g))
         picked = sorted(chosen[: req.cards])
