@@ -183,10 +183,11 @@ def run_one(jobs: list[StudyJob], nodes: int, seed: int, profile: Profile,
             if len(waiting) >= 64:  # the rest of a long queue waits for the next step
                 waiting.append(sj)
                 continue
-            p, _ = place_task(next(sj.job.tasks()), snap, profile)
-            if p is None:
+            placed, _ = place_task(next(sj.job.tasks()), snap, profile)
+            if placed is None:
                 waiting.append(sj)
                 continue
+            p = placed
             snap.assume(p)
             state.assume(p)
             if model is not None:
