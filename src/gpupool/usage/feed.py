@@ -50,18 +50,24 @@ class MeasuredUse:
         try:
             samples = self.reader.read(resolve)
         except AdapterError as exc:
-            self.reads_failed += 1
-            if str(exc) != self.last_error:
-                log.warning("measured use: %s; placing by requests until a read succeeds", exc)
-            self.last_error = str(exc)
-            self.model.failed(str(exc))
+            self.failed(exc)
             return -1
-        self.reads_ok += 1
-        self.last_error = ""
         return self.take(samples, now_s, to_model_time)
+
+    def failed(self, exc: AdapterError) -> None:
+        """A read failed: every card places by requests, saying why, until one succeeds."""
+        self.reads_failed += 1
+        if str(exc) != self.last_error:
+            log.warning("measured use: %s; placing by requests until a read succeeds", exc)
+        self.last_error = str(exc)
+        self.model.failed(str(exc))
 
     def take(self, samples: Iterable[CardSample], now_s: float,
              to_model_time: Callable[[float], float] | None = None) -> int:
+        """A successful read's samples (read elsewhere, e.g. in a worker thread)."""
+        self.reads_ok += 1
+        self.last_error = ""
+        self._next_s = max(self._next_s, now_s + self.interval_s)
         if to_model_time is not None:
             samples = [CardSample(s.node, s.gpu, to_model_time(s.time_s), s.util_pct,
                                   s.used_mib, s.free_mib) for s in samples]
