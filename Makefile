@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 RUNTIME := $(VENV)/.installed-runtime
 STAMP   := $(VENV)/.installed-test
 
-.PHONY: run test lint typecheck contracts unit bench browser clean k8s-fixture
+.PHONY: run test lint typecheck contracts unit bench browser prometheus clean k8s-fixture
 
 $(RUNTIME): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -38,9 +38,22 @@ browser:
 		else echo "browser: no chromium and no root or sudo for apt-get; the dashboard tests" \
 			"cannot run"; fi; }
 
+# Debian's prometheus, for the measured-use tests (a real Prometheus scraping the virtual
+# cluster's DCGM-format exporter). Installed as chromium is; without it those tests skip,
+# saying why, except under CI, where the skip fails the run.
+prometheus:
+	@command -v prometheus >/dev/null 2>&1 || { \
+		if { [ "$$(id -u)" = 0 ] || [ -n "$(SUDO)" ]; } && command -v apt-get >/dev/null 2>&1; then \
+			DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get update -qq && \
+			DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq \
+				--no-install-recommends prometheus >/dev/null \
+				|| echo "prometheus: prometheus could not be installed"; \
+		else echo "prometheus: no prometheus and no root or sudo for apt-get; the" \
+			"measured-use tests cannot run"; fi; }
+
 # With CI set (as .ci/run does), a test that needs a real component (browser, API server,
 # Prometheus) and skips makes the run fail: green means tested.
-test: $(STAMP) browser k8s-fixture lint typecheck contracts unit
+test: $(STAMP) browser prometheus k8s-fixture lint typecheck contracts unit
 
 # kube-apiserver, kube-scheduler, kube-controller-manager for tests/k8s, built once and
 # cached (scripts/k8s-fixture.sh); when they cannot be built, those tests skip and say why

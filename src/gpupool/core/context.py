@@ -19,6 +19,7 @@ from gpupool.core.queueing import Queues
 from gpupool.core.quota import QueueSettings
 from gpupool.core.runtimes import Runtimes
 from gpupool.core.snapshot import Reservation, Snapshot
+from gpupool.core.usage import LoadModel
 
 if TYPE_CHECKING:
     from gpupool.core.provisioning import AdmissionChecks
@@ -51,6 +52,8 @@ class Context:
     """Recent submissions per queue: the wait estimates expect more like them."""
     history: ShareHistory = field(default_factory=lambda: ShareHistory(SHARE_HALF_LIFE_S))
     """Each queue's share averaged over time: half of its key in the fair order."""
+    usage: LoadModel | None = None
+    """Measured use of the cards (``core.usage``); None places by requests alone."""
 
 
 def dominant(ctx: Context, q: str, demand: Vec) -> float:

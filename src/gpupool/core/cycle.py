@@ -25,6 +25,7 @@ from gpupool.core.provisioning import admit
 from gpupool.core.queueing import AdmissionOrder, Pending
 from gpupool.core.quota import QueueingStrategy
 from gpupool.core.snapshot import Reservation, Snapshot
+from gpupool.core.usage import LoadModel
 
 __all__ = ["SHARE_HALF_LIFE_S", "Context", "admission_order", "dominant", "fair_key",
            "release", "request_share", "run_cycle", "schedule"]
@@ -76,6 +77,7 @@ def schedule(ctx: Context, now_s: float) -> CycleResult:
     if ctx.reservation is not None and not _next_in_fair_order(ctx, ctx.reservation.queue):
         ctx.reservation = None  # its queue is no longer first in the fair order: room freed
     snap.reservation = ctx.reservation
+    snap.load = ctx.usage.view(snap.table, now_s) if ctx.usage is not None else None
     result = CycleResult(cycle=ctx.state.next_cycle())
     if ctx.checks is not None:
         admit.settle(ctx, ctx.checks, snap, now_s, result)                  # 0.
@@ -93,6 +95,10 @@ def schedule(ctx: Context, now_s: float) -> CycleResult:
         order.offered(_try(ctx, snap, p, now_s, result, failed, no_victims, preempt=True))
     for q in ctx.queues.queues():
         ctx.history.hold(q, ctx.tree.share(q), now_s)
+    if ctx.usage is not None:  # what was placed counts by its request until it shows
+        for b in result.binds:
+            for pl in b.placements:
+                ctx.usage.placed(pl, now_s)
     return result
 
 

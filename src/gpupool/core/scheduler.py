@@ -38,6 +38,7 @@ from gpupool.core.provisioning import (
 from gpupool.core.queueing import Pending, Queues
 from gpupool.core.quota import QueueConfig
 from gpupool.core.runtimes import Runtimes
+from gpupool.core.usage import LoadModel
 from gpupool.core.validation import Validator
 
 
@@ -396,6 +397,15 @@ class Scheduler:
                 r = replace(r, job=replace(r.job, run_limit_s=left))
                 self.ctx.running[job] = r
         return r
+
+    def use_measurements(self, model: LoadModel | None) -> None:
+        """Place by measured use from ``model`` (``core.usage``) from the next cycle on, with a
+        profile that names the measured plugins; None: by requests alone."""
+        self.ctx.usage = model
+
+    @property
+    def usage(self) -> LoadModel | None:
+        return self.ctx.usage
 
     # -- decisions -------------------------------------------------------------------------
 

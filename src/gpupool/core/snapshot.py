@@ -19,6 +19,7 @@ import numpy.typing as npt
 from gpupool.core.model import JobId, Placement
 from gpupool.core.podindex import PodIndex
 from gpupool.core.table import NodeTable
+from gpupool.core.usage import CardLoad
 
 
 class Snapshot:
@@ -34,6 +35,9 @@ class Snapshot:
         self.pods = PodIndex()
         """The pods on each node that pod affinity and topology spread count."""
         self._pods_seen = (-1, -1)  # (source version, own version) when last copied
+        self.load: CardLoad | None = None
+        """Each card's measured load for this cycle, set by the cycle from the scheduler's
+        load model (``core.usage``); None places by requests alone."""
 
     def sync(self, src: NodeTable) -> None:
         """Bring every row up to ``src``; a no-op for rows that did not change."""
@@ -49,6 +53,7 @@ class Snapshot:
             self._src_gen = src.gen.copy()
             self._src_version = src.version
             self.cache = {k: v for k, v in self.cache.items() if not _inventory_bound(k)}
+            self.load = None  # aligned with the old table's cells
             return
         n = src.n
         moved = np.flatnonzero(self._src_gen[:n] != src.gen[:n])

@@ -39,6 +39,7 @@ def add_parsers(sub: Any) -> None:
     run.add_argument("--tls-dir", default="",
                      help="serve HTTPS with tls.crt/tls.key from here (the webhook needs it)")
     run.add_argument("--metrics-port", type=int, default=0, help="Prometheus metrics port")
+    add_measured_arguments(run)
     run.set_defaults(func=_run)
 
     certs = k8s_sub.add_parser(
@@ -169,3 +170,25 @@ def _bench(args: argparse.Namespace) -> int:
 
     code: int = bench_command(args)
     return code
+
+
+def add_measured_arguments(p: argparse.ArgumentParser) -> None:
+    """Placement by measured GPU use (docs/policies.md, "Measured use")."""
+    g = p.add_argument_group("measured GPU use")
+    g.add_argument("--prometheus", default="", metavar="URL",
+                   help="read DCGM exporter (and HAMi monitor) metrics from this Prometheus "
+                        "and place by measured use; unset: by requests")
+    g.add_argument("--prometheus-query", default="", metavar="PROMQL",
+                   help="the whole range query (default: the DCGM and HAMi metrics over "
+                        "--measured-interval x 4)")
+    g.add_argument("--prometheus-hostname-label", action="append", default=[],
+                   metavar="LABEL", help="label naming a series' node (default: Hostname, "
+                                         "then hostname)")
+    g.add_argument("--measured-interval", type=float, default=15.0, metavar="S",
+                   help="seconds between reads (default 15)")
+    g.add_argument("--measured-window", type=float, default=300.0, metavar="S",
+                   help="window of the p90 aggregate (default 300)")
+    g.add_argument("--measured-stale-after", type=float, default=120.0, metavar="S",
+                   help="a card whose newest sample is older places by requests (default 120)")
+    g.add_argument("--measured-hot-pct", type=float, default=80.0, metavar="PCT",
+                   help="slices keep cards at or below this share of compute (default 80)")

@@ -36,6 +36,7 @@ from gpupool.core.errors import GpupoolError, NotFoundError
 from gpupool.core.model import JobId, Node, NodeName
 from gpupool.core.quota import QueueConfig
 from gpupool.core.scheduler import Scheduler
+from gpupool.core.usage import LoadSettings
 from gpupool.k8s import projection, slim
 from gpupool.k8s.bindhost import BindHost
 from gpupool.k8s.binding import Binder, RetryPolicy
@@ -58,6 +59,8 @@ from gpupool.k8s.translate import (
     TranslateError,
 )
 from gpupool.k8s.wakeup import wait_event
+from gpupool.usage.feed import MeasuredUse
+from gpupool.usage.prometheus import PrometheusReader, PrometheusSettings
 
 __all__ = ["Controller", "JobInfo", "Options", "Stats", "job_for_pods"]
 
@@ -91,6 +94,11 @@ class Options:
     foreign_schedulers: tuple[str, ...] = ()
     """Schedulers whose pods gpupool's extender binds (usually ``default-scheduler``): their
     bound pods' cards are tracked, their pending pods left alone."""
+    prometheus: PrometheusSettings | None = None
+    """Where measured GPU use is read (``--prometheus``); None: placement by requests."""
+    measured: LoadSettings = field(default_factory=LoadSettings)
+    measured_interval_s: float = 15.0
+    hot_pct: float = 80.0
 
 
 @dataclass
@@ -136,6 +144,8 @@ class Controller(PodEvents, Rebuild, BindHost):
         self.deferred: dict[JobId, tuple[Bind, float]] = {}  # binds waiting for victims
         self.usage = NodeUsage()  # what pods outside the core take of each node
         self.stats = Stats()
+        self.measured: MeasuredUse | None = None if options.prometheus is None else MeasuredUse(
+            PrometheusReader(options.prometheus), options.measured, options.measured_interval_s)
         self.node_informer = Informer(kube, "/api/v1/nodes", self._on_node, name="nodes",
                                       transform=slim.node, shape=lambda _: projection.NODE)
         watched = frozenset({options.scheduler_name, *options.foreign_schedulers})
@@ -209,6 +219,10 @@ class Controller(PodEvents, Rebuild, BindHost):
             else:
                 await self._became_leader()
             loops.append(asyncio.create_task(self._cycle_loop()))
+            if self.measured is not None:
+                from gpupool.k8s.measured import measured_loop
+
+                loops.append(asyncio.create_task(measured_loop(self, self.measured)))
             await asyncio.gather(*loops)
         finally:
             for t in loops:

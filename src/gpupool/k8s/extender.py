@@ -287,7 +287,12 @@ def metrics_text(controller: Controller) -> str:
         "# TYPE gpupool_k8s_leader gauge", f"gpupool_k8s_leader {int(controller.is_leader())}",
         f"# generated {time.time():.0f}",
     ]
-    return "\n".join(lines) + "\n"
+    text = "\n".join(lines) + "\n"
+    if controller.measured is not None:
+        from gpupool.k8s.measured import metrics_text as measured_text
+
+        text += measured_text(controller, controller.measured)
+    return text
 
 
 def _metrics_handler(controller: Controller) -> Any:

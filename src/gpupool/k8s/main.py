@@ -22,6 +22,7 @@ import signal
 from typing import Any
 
 from gpupool.config import load_queue_config
+from gpupool.core.errors import ConfigError
 from gpupool.core.quota import ClusterQueue, LocalQueue, QueueConfig
 from gpupool.k8s.controller import Controller, Options
 from gpupool.k8s.crd import CRD_KINDS, CrdStatus, queue_documents
@@ -58,6 +59,8 @@ def options_from_args(args: argparse.Namespace) -> Options:
                           memory_percentage=args.gpumem_percentage_resource,
                           cores=args.gpucores_resource)
     extra: dict[str, Any] = {}
+    if getattr(args, "prometheus", ""):
+        extra.update(measured_options(args))
     if getattr(args, "identity", ""):
         extra["identity"] = args.identity
     return Options(scheduler_name=args.scheduler_name, default_queue=args.default_queue,
@@ -182,3 +185,25 @@ async def _serve(args: argparse.Namespace, controller: Controller) -> list[Any]:
         runners.append(await serve_metrics(controller, metrics_port))
     return runners
 
+
+
+def measured_options(args: argparse.Namespace) -> dict[str, Any]:
+    """``Options`` fields of the measured-use flags; ConfigError names a bad one."""
+    from gpupool.core.usage import LoadSettings
+    from gpupool.usage.prometheus import PrometheusSettings
+
+    interval = float(args.measured_interval)
+    if not interval > 0:
+        raise ConfigError(f"--measured-interval {interval:g}: must be above 0 seconds")
+    hot = float(args.measured_hot_pct)
+    if not 0 < hot <= 100:
+        raise ConfigError(f"--measured-hot-pct {hot:g}: must be above 0 and at most 100")
+    labels = tuple(args.prometheus_hostname_label) or ("Hostname", "hostname")
+    return {
+        "prometheus": PrometheusSettings(url=args.prometheus, lookback_s=4 * interval,
+                                         query=args.prometheus_query,
+                                         hostname_labels=labels).validate(),
+        "measured": LoadSettings(window_s=args.measured_window,
+                                 stale_after_s=args.measured_stale_after).validate(),
+        "measured_interval_s": interval, "hot_pct": hot,
+    }

@@ -19,6 +19,7 @@ from typing import Any
 
 from gpupool.core.errors import GpupoolError, InvalidJobError, NotFoundError
 from gpupool.core.model import JobId, Node
+from gpupool.core.placement.registry import measured_profile
 from gpupool.core.scheduler import Scheduler
 from gpupool.k8s.constraints import pod_constraints
 from gpupool.k8s.jobs import JobInfo, job_for_pods
@@ -60,7 +61,11 @@ class Rebuild(ControllerParts):
         nodes = self._translate_nodes()
         self.nodes_by_name = {n.name: n for n in nodes}
         self._inventory = None
-        self.sched = Scheduler(nodes, self.config)
+        measured = getattr(self, "measured", None)
+        self.sched = Scheduler(nodes, self.config, None if measured is None else
+                               measured_profile(hot_pct=self.opt.hot_pct))
+        if measured is not None:  # the model outlives schedulers: its samples stay valid
+            self.sched.use_measurements(measured.model)
         for d in (self.jobs, self.pod_job, self.requests, self.constraints, self.gangs,
                   self.rejected, self.deferred, self.gated, self.gang_of, self.unclaimed,
                   self.unclaimed_job):

@@ -22,6 +22,7 @@ from gpupool.core.errors import ConfigError
 from gpupool.core.model import GpuShare, Task
 from gpupool.core.podindex import PodIndex
 from gpupool.core.table import NodeTable
+from gpupool.core.usage import CardLoad
 
 Rows = npt.NDArray[np.int64]
 Mask = npt.NDArray[np.bool_]
@@ -74,6 +75,8 @@ class CycleState:
     data: dict[str, Any] = field(default_factory=dict)
     pods: PodIndex = field(default_factory=PodIndex)
     """The pods on each node, for pod affinity and topology spread."""
+    load: CardLoad | None = None
+    """Each card's measured load this cycle (``core.usage``); None: placement by requests."""
 
 
 @runtime_checkable

@@ -15,7 +15,7 @@ from gpupool.core.snapshot import Snapshot
 def feasible(task: Task, snap: Snapshot, profile: Profile) -> tuple[Rows, Status]:
     """Rows that pass every filter; when none does, a Status saying why with counts."""
     t = snap.table
-    cs = CycleState(t, snap.cache, pods=snap.pods)
+    cs = CycleState(t, snap.cache, pods=snap.pods, load=snap.load)
     rows = t.live()
     total = int(rows.size)
     rejected: list[tuple[str, int, bool]] = []
@@ -55,7 +55,7 @@ def place_task(task: Task, snap: Snapshot, profile: Profile) -> tuple[Placement 
     if not rows.size:
         return None, status
     t = snap.table
-    cs = CycleState(t, snap.cache, pods=snap.pods)
+    cs = CycleState(t, snap.cache, pods=snap.pods, load=snap.load)
     if profile.scores and rows.size > 1:
         total, _ = weighted_scores(cs, task, rows, profile)
         rows = rows[total == total.max()]

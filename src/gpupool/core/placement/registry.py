@@ -18,6 +18,12 @@ from gpupool.core.placement.plugins.gpu_model import GpuModel
 from gpupool.core.placement.plugins.gpuclustering import GpuClusteringScore
 from gpupool.core.placement.plugins.gpupacking import GpuPackingScore
 from gpupool.core.placement.plugins.gpupool_policy import GpupoolScore
+from gpupool.core.placement.plugins.measured import (
+    HotCardSpread,
+    MeasuredCards,
+    MeasuredMemory,
+    TargetLoadPacking,
+)
 from gpupool.core.placement.plugins.node_affinity import NodeAffinity, NodeAffinityPreference
 from gpupool.core.placement.plugins.node_selector import NodeSelector
 from gpupool.core.placement.plugins.pod_affinity import PodAffinity
@@ -51,6 +57,7 @@ def builtin_registry() -> Registry:
         GpuPackingScore, GpuClusteringScore, RandomFit, GpupoolScore, PodAffinity,
         PodAntiAffinity, PodTopologySpread, PodAffinityPreference, PodTopologySpreadPreference,
         NodeAffinityPreference,
+        MeasuredMemory, HotCardSpread, TargetLoadPacking, MeasuredCards,
     ])
 
 
@@ -66,6 +73,33 @@ def default_profile(
         scores=scores if scores is not None else DEFAULT_SCORES,
         cards=cards,
         args=args,
+    )
+
+
+MEASURED_SCORES = {"hot-card-spread": 2.0, "target-load-packing": 1.0}
+"""Added to the default scores when placement reads measured use: keeping slices off hot
+cards weighs twice the packing by requests."""
+
+
+def measured_profile(
+    registry: Registry | None = None,
+    *,
+    hot_pct: float = 80.0,
+    target_pct: float = 80.0,
+    scores: Mapping[str, float] | None = None,
+) -> Profile:
+    """The default profile with the measured-use plugins (``plugins/measured.py``): the
+    ``measured-memory`` filter last, ``hot-card-spread`` and ``target-load-packing`` scores
+    and ``measured-cards`` card choice. With no measured load in a cycle it places exactly as
+    the default profile does."""
+    chosen = scores if scores is not None else {**DEFAULT_SCORES, **MEASURED_SCORES}
+    args = {"hot-card-spread": {"hot_pct": hot_pct}, "measured-cards": {"hot_pct": hot_pct},
+            "target-load-packing": {"target_pct": target_pct}}
+    return Profile.build(
+        registry or builtin_registry(),
+        filters=(*DEFAULT_FILTERS, "measured-memory"), scores=chosen, cards="measured-cards",
+        args={k: v for k, v in args.items() if k in chosen or k == "measured-cards"},
+        name="measured",
     )
 
 

@@ -1,0 +1,213 @@
+"""Placement by measured use: the plugins that read the cycle's :class:`CardLoad`.
+
+Three policies (design note: docs/policies.md, "Measured use"), each neutral when the cycle
+has no measured load (``cs.load`` None), so a profile that names them places by requests
+alone until a signal source is configured:
+
+* ``measured-memory`` (filter): a slice never goes to a card whose *measured* free
+  framebuffer is below what it asks, even where the requests on the card say it fits (work
+  outside the requests, a leaked CUDA context, a pod using more than it declared);
+* ``hot-card-spread`` (score): a slice prefers a node where it can land on a card that stays
+  at or below ``hot_pct`` of its compute once the slice's request is added to the card's load;
+* ``target-load-packing`` (score): whole-GPU work packs onto nodes up to ``target_pct`` of
+  their measured compute, and no further (Trimaran's TargetLoadPacking curve, for GPUs);
+* ``measured-cards`` (card choice): a slice takes the fullest-by-request card among those that
+  stay cool, else the coolest; whole GPUs take cards idle as measured; MIG as ``best-fit-cards``.
+
+Cards a node falls back to requests for (stale or no samples) carry their requested compute
+as their load and their request-based free memory, so these plugins then agree with requests.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+import numpy.typing as npt
+
+from gpupool.core.errors import ConfigError
+from gpupool.core.model import WHOLE_GPU_MILLI, GpuKind, GpuRequest, GpuShare, Task
+from gpupool.core.placement.framework import CycleState, Mask, Rows, Scores
+from gpupool.core.placement.plugins.cards import BestFitCards, nvlink_group
+from gpupool.core.placement.plugins.eligible import card_mask
+from gpupool.core.usage import CardLoad
+
+Cells = npt.NDArray[np.bool_]
+
+IDLE_FREE_PCT = 95.0
+"""A card free by requests takes whole-GPU work only if at least this share of its memory is
+free as measured: an idle card shows a little used (driver and ECC reservations, about 1 %);
+more means work no request accounts for."""
+
+
+def _pct(name: str, plugin: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 100:
+        raise ConfigError(f"plugin {plugin!r}: {name}={value!r} must be a percentage above 0 "
+                          "and at most 100")
+    return float(value)
+
+
+def _whole_cells(cs: CycleState, load: CardLoad, req: GpuRequest, rows: Rows) -> Cells:
+    """[len(rows), width]: cards free by request whose measured memory is free too."""
+    t = cs.table
+    fits: Cells = (t.free_milli[rows] == WHOLE_GPU_MILLI) & (t.used_mib[rows] == 0)
+    fits &= load.free(t, rows) >= t.gpu_mem_cap[rows] * IDLE_FREE_PCT / 100.0
+    allowed = card_mask(cs, req)
+    if allowed is not None:
+        fits &= allowed[rows]
+    return fits
+
+
+def _slice_cells(cs: CycleState, load: CardLoad, req: GpuRequest, rows: Rows) -> Cells:
+    """[len(rows), width]: cards that can hold the slice by request *and* by measured memory."""
+    t = cs.table
+    fits: Cells = t.slice_room(rows, req)
+    need = np.maximum(req.memory_mib, t.gpu_mem_cap[rows] * req.memory_percent // 100) \
+        if req.memory_percent else req.memory_mib
+    fits &= load.free(t, rows) >= need
+    allowed = card_mask(cs, req)
+    if allowed is not None:
+        fits &= allowed[rows]
+    return fits
+
+
+@dataclass(frozen=True, slots=True)
+class MeasuredMemory:
+    """Keeps nodes where a card has the slice's memory free as measured, not only as requested;
+    for whole GPUs, cards free by request that are idle in memory as measured too."""
+
+    name: ClassVar[str] = "measured-memory"
+    resolvable: ClassVar[bool] = True
+
+    def filter(self, cs: CycleState, task: Task, rows: Rows) -> Mask:
+        req = task.request
+        load = cs.load
+        if load is None or not rows.size:
+            return np.ones(rows.size, np.bool_)
+        if req.kind is GpuKind.WHOLE:
+            return np.asarray(_whole_cells(cs, load, req, rows).sum(axis=1) >= req.count)
+        if req.kind is not GpuKind.SLICE:
+            return np.ones(rows.size, np.bool_)
+        fits = _slice_cells(cs, load, req, rows)
+        return np.asarray(fits.any(axis=1) if req.cards == 1 else
+                          fits.sum(axis=1) >= req.cards)
+
+    def reason(self, task: Task) -> str:
+        req = task.request
+        if req.kind is GpuKind.WHOLE:
+            return (f"fewer than {req.count} whole GPUs with {IDLE_FREE_PCT:g}% of their "
+                    "memory free as measured")
+        mem = f"{req.memory_percent}% of its memory" if req.memory_percent else \
+            f"{req.memory_mib} MiB"
+        return f"no GPU with {mem} free as measured"
+
+
+@dataclass(frozen=True, slots=True)
+class HotCardSpread:
+    """Slices prefer nodes with a card that stays at or below ``hot_pct`` once they land."""
+
+    name: ClassVar[str] = "hot-card-spread"
+    hot_pct: float = 80.0
+
+    def __post_init__(self) -> None:
+        _pct("hot_pct", self.name, self.hot_pct)
+
+    def score(self, cs: CycleState, task: Task, rows: Rows) -> Scores:
+        req = task.request
+        load = cs.load
+        if load is None or req.kind is not GpuKind.SLICE:
+            return np.zeros(rows.size, np.float64)
+        t = cs.table
+        fits = _slice_cells(cs, load, req, rows)
+        pred = np.where(fits, load.load(t, rows) + req.gpu_milli, np.inf)
+        k = max(1, req.cards)
+        coolest = pred.min(axis=1) if k == 1 else np.sort(pred, axis=1)[:, k - 1]
+        hot = self.hot_pct * WHOLE_GPU_MILLI / 100.0
+        over = np.clip((coolest - hot) / WHOLE_GPU_MILLI, 0.0, 1.0)
+        return np.asarray(np.where(np.isfinite(coolest), np.floor(100.0 * (1.0 - over)), 0.0),
+                          np.float64)
+
+
+@dataclass(frozen=True, slots=True)
+class TargetLoadPacking:
+    """Whole-GPU work packs onto nodes up to ``target_pct`` of their measured compute.
+
+    The score of a node whose measured compute, with the task's cards added at full use, is
+    U % of what its usable cards can do: ``(100 - T) * U / T + T`` up to the target T, then
+    ``T * (100 - U) / (100 - T)`` down to 0 at 100 % (Trimaran's TargetLoadPacking curve).
+    """
+
+    name: ClassVar[str] = "target-load-packing"
+    target_pct: float = 80.0
+
+    def __post_init__(self) -> None:
+        _pct("target_pct", self.name, self.target_pct)
+        if self.target_pct >= 100:
+            raise ConfigError(f"plugin {self.name!r}: target_pct={self.target_pct!r} must be "
+                              "below 100")
+
+    def score(self, cs: CycleState, task: Task, rows: Rows) -> Scores:
+        req = task.request
+        load = cs.load
+        if load is None or req.kind is not GpuKind.WHOLE:
+            return np.zeros(rows.size, np.float64)
+        t = cs.table
+        usable = t.gpu_usable[rows]
+        busy = np.where(usable, np.minimum(load.load(t, rows), WHOLE_GPU_MILLI), 0.0).sum(axis=1)
+        total = np.maximum(t.milli_total[rows], 1)
+        u = 100.0 * (busy + req.count * WHOLE_GPU_MILLI) / total
+        target = self.target_pct
+        rising = (100.0 - target) * u / target + target
+        falling = target * (100.0 - u) / (100.0 - target)
+        return np.asarray(np.floor(np.clip(np.where(u <= target, rising, falling), 0, 100)),
+                          np.float64)
+
+
+@dataclass(frozen=True, slots=True)
+class MeasuredCards:
+    """A slice takes, among the cards that fit by request and by measured memory, the one with
+    least compute free by request of those that stay at or below ``hot_pct`` with it (packing
+    where packing makes nothing hot; a card whole-GPU work could take is broken last), else
+    the coolest; other requests as ``best-fit-cards``."""
+
+    name: ClassVar[str] = "measured-cards"
+    hot_pct: float = 80.0
+
+    def __post_init__(self) -> None:
+        _pct("hot_pct", self.name, self.hot_pct)
+
+    def choose_cards(self, cs: CycleState, task: Task, row: int) -> tuple[GpuShare, ...] | None:
+        req = task.request
+        load = cs.load
+        if load is None or req.kind not in (GpuKind.SLICE, GpuKind.WHOLE):
+            return BestFitCards().choose_cards(cs, task, row)
+        t = cs.table
+        one = np.asarray([row], np.int64)
+        if req.kind is GpuKind.WHOLE:
+            idle = [int(g) for g in np.flatnonzero(_whole_cells(cs, load, req, one)[0])]
+            if len(idle) < req.count:
+                return None
+            peers = {g.index: frozenset(g.nvlink_peers) for g in t.nodes[row].gpus
+                     if g.nvlink_peers}
+            return tuple(GpuShare(g, WHOLE_GPU_MILLI, int(t.gpu_mem_cap[row, g]))
+                         for g in nvlink_group(idle, peers, req.count))
+        fits = _slice_cells(cs, load, req, one)[0]
+        cands = [int(g) for g in np.flatnonzero(fits)]
+        if len(cands) < req.cards:
+            return None
+        pred = load.load(t, one)[0] + req.gpu_milli
+        hot = self.hot_pct * WHOLE_GPU_MILLI / 100.0
+        cool = [g for g in cands if pred[g] <= hot]
+        if len(cool) >= req.cards:
+            # A clean card (free by request and idle as measured) is broken last: whole-GPU
+            # work can use it, while a card holding memory outside the requests cannot.
+            clean = set(np.flatnonzero(_whole_cells(cs, load, GpuRequest(count=1), one)[0])
+                        .tolist())
+            chosen = sorted(cool, key=lambda g: (g in clean, t.free_milli[row, g],
+                                                 t.free_mib[row, g], g))
+        else:
+            chosen = sorted(cands, key=lambda g: (pred[g], g))
+        picked = sorted(chosen[: req.cards])
+        return tuple(GpuShare(g, req.gpu_milli, req.slice_mib(int(t.gpu_mem_cap[row, g])))
+                     for g in picked)

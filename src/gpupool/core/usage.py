@@ -1,0 +1,409 @@
+"""Measured GPU use: per-card samples folded into a load model that placement reads.
+
+Requests are a poor proxy for what a card does: shared notebooks and inference replicas often
+use a small part of the compute they ask for, while a few cards run hot. An adapter reads
+per-card samples (DCGM exporter metrics through Prometheus on Kubernetes; the virtual cluster's
+exporter in ``serve``; the simulated jobs' use in ``sim``) and hands them to a
+:class:`LoadModel`. Each cycle the model gives a :class:`CardLoad` view aligned with the node
+table, and the measured placement plugins read it.
+
+The load of one card (design note: docs/policies.md, "Measured use"):
+
+* the **windowed aggregate**: the ``quantile`` (p90 by default) of the compute samples of the
+  last ``window_s`` seconds, and the largest framebuffer use of that window (memory is not
+  compressible, so its peak counts);
+* plus an **estimate for pods placed since the last sample**: a pod placed at ``t`` shows in
+  samples taken from ``t + settle_s`` on; until then its request stands in for it. The estimate
+  is added to the newest sample, and counts only where that sum exceeds the aggregate (the
+  aggregate may already hold a peak higher than both);
+* a card whose newest sample is older than ``stale_after_s`` (or that was never measured, or
+  whose source is down) **falls back to requests**: its load is what placements request of it,
+  and its node says so in a reason.
+
+Within a cycle, placements assumed after the view was made (earlier jobs of the cycle, the
+tasks of a gang in a trial) change the table's requested columns; the view adds that change
+to the measured load, so every decision sees the ones before it.
+
+Pure: times are passed in (seconds on the adapter's clock), nothing here reads a clock.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from gpupool.core.errors import ConfigError
+from gpupool.core.model import WHOLE_GPU_MILLI, NodeName, Placement
+from gpupool.core.table import NodeTable
+
+F64 = npt.NDArray[np.float64]
+I64 = npt.NDArray[np.int64]
+Bool = npt.NDArray[np.bool_]
+
+
+@dataclass(frozen=True, slots=True)
+class CardSample:
+    """One reading of one card at ``time_s``.
+
+    ``util_pct``: the share of time the card's compute was busy, 0..100 (DCGM's
+    ``DCGM_FI_DEV_GPU_UTIL``, or ``DCGM_FI_PROF_GR_ENGINE_ACTIVE`` × 100 on MIG cards, where
+    ``GPU_UTIL`` reads 0). ``used_mib``/``free_mib``: framebuffer used and free (DCGM's
+    ``FB_USED``/``FB_FREE``, MiB); None when not read.
+    """
+
+    node: NodeName
+    gpu: int
+    time_s: float
+    util_pct: float | None = None
+    used_mib: int | None = None
+    free_mib: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LoadSettings:
+    """How samples become a load; every field is checked by :meth:`validate`."""
+
+    window_s: float = 300.0
+    """Samples this old or newer make the windowed aggregate (5 minutes)."""
+    quantile: float = 0.9
+    """The compute aggregate: this quantile of the window's samples (p90)."""
+    stale_after_s: float = 120.0
+    """A card whose newest sample is older than this falls back to requests."""
+    settle_s: float = 30.0
+    """A pod placed at t shows in samples from t + settle_s on; until then its request is
+    its estimate."""
+
+    def validate(self) -> LoadSettings:
+        for name in ("window_s", "stale_after_s"):
+            value = getattr(self, name)
+            if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
+                raise ConfigError(f"measured use: {name}={value!r} must be a number above 0")
+        if not (isinstance(self.settle_s, int | float) and math.isfinite(self.settle_s)
+                and self.settle_s >= 0):
+            raise ConfigError(f"measured use: settle_s={self.settle_s!r} must be a number of "
+                              "seconds, 0 or more")
+        if not (isinstance(self.quantile, int | float) and 0 < self.quantile <= 1):
+            raise ConfigError(f"measured use: quantile={self.quantile!r} must be above 0 and "
+                              "at most 1")
+        return self
+
+
+@dataclass(slots=True)
+class _Card:
+    """The samples of one card within the window (aggregates live in the model's columns)."""
+
+    slot: int
+    times: deque[float] = field(default_factory=deque)
+    utils: deque[float] = field(default_factory=deque)
+    used: deque[float] = field(default_factory=deque)  # NaN where a sample had no memory
+
+
+@dataclass(frozen=True, slots=True)
+class CardReading:
+    """One card as ``describe node`` shows it: measured beside requested."""
+
+    gpu: int
+    measured: bool
+    load_milli: int
+    """The load placement uses: measured (with estimates) or, on fallback, requested."""
+    util_pct: float | None
+    """The windowed aggregate of compute, percent; None without fresh samples."""
+    used_mib: int | None
+    free_mib: int | None
+    age_s: float | None
+    """Seconds since the newest sample; None when never measured."""
+    estimate_milli: int
+    """Compute of pods placed since the last sample, counted on top of the newest sample."""
+
+
+@dataclass(frozen=True, slots=True)
+class CardLoad:
+    """One cycle's view of every card's load, aligned with the node table's cells.
+
+    ``milli``/``free_mib`` hold the load and free memory at the time of the view; the
+    methods below add what the table's requested columns changed since (placements assumed
+    later in the cycle, or in a trial).
+    """
+
+    milli: F64
+    """[rows, width] compute load, milli of a card (measured, or requested on fallback)."""
+    free_mib: I64
+    """[rows, width] framebuffer free as measured, less estimates; -1 on fallback cards."""
+    measured: Bool
+    """[rows, width] True where the card has fresh samples."""
+    base_milli: I64
+    base_mib: I64
+    now_s: float
+    reasons: Mapping[NodeName, str]
+    """Nodes placed (wholly or partly) by requests, and why."""
+    source: str = ""
+    """Why the signal source as a whole is not used ("" when it is)."""
+
+    @property
+    def measured_cards(self) -> int:
+        return int(np.count_nonzero(self.measured))
+
+    def load(self, table: NodeTable, rows: npt.NDArray[np.int64]) -> F64:
+        """[len(rows), width] compute load now, in milli of a card."""
+        delta = table.used_milli[rows] - self.base_milli[rows]
+        return np.asarray(self.milli[rows] + delta, np.float64)
+
+    def free(self, table: NodeTable, rows: npt.NDArray[np.int64]) -> I64:
+        """[len(rows), width] memory free now: measured where fresh, else by requests."""
+        req_free = table.free_mib[rows]
+        delta = table.used_mib[rows] - self.base_mib[rows]
+        measured = np.minimum(self.free_mib[rows] - delta, req_free)
+        return np.asarray(np.where(self.measured[rows] & (self.free_mib[rows] >= 0),
+                                   measured, req_free), np.int64)
+
+
+_COLUMNS = ("last_s", "last_util", "last_used", "last_free", "agg_util", "peak_used")
+
+
+class LoadModel:
+    """Per-card samples within the window, pods placed since, and the source's health.
+
+    Each card's aggregates are kept in numpy columns (one slot a card) and recomputed only
+    when its samples change, so the view a cycle asks for is a few vector operations even at
+    thousands of cards.
+    """
+
+    last_s: F64
+    last_util: F64
+    last_used: F64
+    last_free: F64
+    agg_util: F64
+    peak_used: F64
+
+    def __init__(self, settings: LoadSettings | None = None) -> None:
+        self.settings = (settings or LoadSettings()).validate()
+        self._cards: dict[tuple[NodeName, int], _Card] = {}
+        self._keys: list[tuple[NodeName, int]] = []
+        self._recent: dict[tuple[NodeName, int], list[tuple[float, int, int]]] = {}
+        self._cap = 0
+        self._grow(64)
+        self._where: tuple[int, int, I64, I64] | None = None  # (table id, version, rows, cols)
+        self.source_down = ""
+        """Why the last read of the source failed ("" when it succeeded)."""
+        self.samples_total = 0
+        self.last_read_s: float | None = None
+
+    def _grow(self, cap: int) -> None:
+        for name in _COLUMNS:
+            old: F64 | None = getattr(self, name, None)
+            new = np.full(cap, -math.inf if name == "last_s" else math.nan, np.float64)
+            if old is not None:
+                new[: old.size] = old
+            setattr(self, name, new)
+        self._cap = cap
+
+    # -- facts -----------------------------------------------------------------------------
+
+    def add(self, samples: Iterable[CardSample], now_s: float | None = None) -> int:
+        """Take samples (any order; one no newer than the card's newest is ignored); returns
+        how many were new. Samples older than the window are dropped. ``now_s``: the time of
+        a successful read of the source, which clears a failure."""
+        touched: dict[int, _Card] = {}
+        new = 0
+        for s in sorted(samples, key=lambda s: s.time_s):
+            key = (s.node, s.gpu)
+            card = self._cards.get(key)
+            if card is None:
+                if len(self._keys) == self._cap:
+                    self._grow(self._cap * 2)
+                card = self._cards[key] = _Card(len(self._keys))
+                self._keys.append(key)
+                self._where = None
+            k = card.slot
+            if s.time_s <= self.last_s[k]:
+                continue
+            card.times.append(s.time_s)
+            card.utils.append(math.nan if s.util_pct is None else float(s.util_pct))
+            card.used.append(math.nan if s.used_mib is None else float(s.used_mib))
+            self.last_s[k] = s.time_s
+            self.last_util[k] = card.utils[-1]
+            self.last_used[k] = card.used[-1]
+            self.last_free[k] = math.nan if s.free_mib is None else float(s.free_mib)
+            touched[card.slot] = card
+            new += 1
+        for card in touched.values():
+            self._fold(card)
+        self.samples_total += new
+        if now_s is not None:
+            self.source_down = ""
+            self.last_read_s = now_s
+        return new
+
+    def _fold(self, card: _Card) -> None:
+        k = card.slot
+        horizon = self.last_s[k] - self.settings.window_s
+        while card.times and card.times[0] < horizon:
+            card.times.popleft()
+            card.utils.popleft()
+            card.used.popleft()
+        self.agg_util[k] = _quantile([u for u in card.utils if u == u], self.settings.quantile)
+        used = [u for u in card.used if u == u]  # NaN != NaN: samples without memory
+        self.peak_used[k] = max(used) if used else math.nan
+        key = self._keys[k]
+        recent = self._recent.get(key)
+        if recent:
+            settled = self.last_s[k] - self.settings.settle_s
+            kept = [r for r in recent if r[0] > settled]
+            if kept:
+                self._recent[key] = kept
+            else:
+                del self._recent[key]
+
+    def placed(self, p: Placement, now_s: float) -> None:
+        """A placement bound at ``now_s``: its request is its estimate until it shows."""
+        for s in p.shares:
+            if s.mig_profile is None and (s.gpu_milli or s.memory_mib):
+                self._recent.setdefault((p.node, s.index), []).append(
+                    (now_s, s.gpu_milli, s.memory_mib))
+
+    def failed(self, reason: str) -> None:
+        """The source could not be read: every card falls back to requests, with ``reason``."""
+        self.source_down = reason or "the source of measured use could not be read"
+
+    # -- views -----------------------------------------------------------------------------
+
+    def _cells(self, table: NodeTable) -> tuple[I64, I64]:
+        """Row and column of each slot in ``table`` (-1 where the node or card is gone)."""
+        w = self._where
+        if w is not None and w[0] == id(table) and w[1] == table.version \
+                and w[2].size == len(self._keys):
+            return w[2], w[3]
+        rows = np.full(len(self._keys), -1, np.int64)
+        cols = np.full(len(self._keys), -1, np.int64)
+        for k, (node, gpu) in enumerate(self._keys):
+            row = table.index.get(node)
+            if row is not None and 0 <= gpu < table.gpu_count[row]:
+                rows[k], cols[k] = row, gpu
+        self._where = (id(table), table.version, rows, cols)
+        return rows, cols
+
+    def view(self, table: NodeTable, now_s: float) -> CardLoad:
+        """Every card's load at ``now_s``, aligned with ``table``."""
+        n, w = table.cap_rows, table.width
+        base_milli = table.used_milli.copy()
+        base_mib = table.used_mib.copy()
+        milli = base_milli.astype(np.float64)
+        free = np.full((n, w), -1, np.int64)
+        measured = np.zeros((n, w), np.bool_)
+        stale = np.zeros(0, np.int64)
+        m = len(self._keys)
+        if not self.source_down and m:
+            rows, cols = self._cells(table)
+            present = rows >= 0
+            last_s = self.last_s[:m]
+            agg = self.agg_util[:m]
+            fresh = present & (now_s - last_s <= self.settings.stale_after_s) & ~np.isnan(agg)
+            stale = np.flatnonzero(present & ~fresh)
+            est_milli = np.zeros(m, np.float64)
+            est_mib = np.zeros(m, np.float64)
+            for key in self._recent:
+                card = self._cards.get(key)
+                if card is not None:
+                    est_milli[card.slot], est_mib[card.slot] = self._estimate(key)
+            k = np.flatnonzero(fresh)
+            r, c = rows[k], cols[k]
+            measured[r, c] = True
+            last_util = np.nan_to_num(self.last_util[k], nan=0.0)
+            milli[r, c] = np.maximum(agg[k] * 10.0, last_util * 10.0 + est_milli[k])
+            used_now = self.last_used[k]
+            has_mem = ~np.isnan(used_now)
+            cap = np.where(np.isnan(self.last_free[k]), table.gpu_mem_cap[r, c],
+                           used_now + self.last_free[k])
+            peak = np.where(np.isnan(self.peak_used[k]), used_now, self.peak_used[k])
+            used = np.maximum(peak, used_now + est_mib[k])
+            km = has_mem
+            free[r[km], c[km]] = np.maximum(0, cap[km] - used[km]).astype(np.int64)
+        reasons = self._reasons(table, measured, stale, now_s)
+        return CardLoad(milli, free, measured, base_milli, base_mib, now_s, reasons,
+                        self.source_down)
+
+    def _estimate(self, key: tuple[NodeName, int]) -> tuple[int, int]:
+        recent = self._recent.get(key)
+        if not recent:
+            return 0, 0
+        card = self._cards.get(key)
+        settled = (self.last_s[card.slot] if card else -math.inf) - self.settings.settle_s
+        kept = [r for r in recent if r[0] > settled]
+        return sum(r[1] for r in kept), sum(r[2] for r in kept)
+
+    def _reasons(self, table: NodeTable, measured: Bool, stale: I64,
+                 now_s: float) -> dict[NodeName, str]:
+        out: dict[NodeName, str] = {}
+        rows = table.live()
+        with_gpus = rows[table.gpu_count[rows] > 0]
+        if self.source_down:
+            why = f"{self.source_down}: placed by requests"
+            return {table.nodes[i].name: why for i in with_gpus.tolist()}
+        partly = with_gpus[np.count_nonzero(measured[with_gpus], axis=1)
+                           < table.gpu_count[with_gpus]]
+        if not partly.size:
+            return out
+        limit = self.settings.stale_after_s
+        stale_by_node: dict[NodeName, list[tuple[int, float]]] = {}
+        for k in stale.tolist():
+            node, gpu = self._keys[k]
+            stale_by_node.setdefault(node, []).append((gpu, now_s - float(self.last_s[k])))
+        for i in partly.tolist():
+            node = table.nodes[i].name
+            old = sorted(stale_by_node.get(node, []))
+            gone = {g for g, _ in old}
+            unseen = [g for g in range(int(table.gpu_count[i]))
+                      if not measured[i, g] and g not in gone]
+            parts = []
+            if old:
+                age = max(0.0, min(a for _, a in old))
+                parts.append(f"GPU {', '.join(str(g) for g, _ in old)} stale (newest sample "
+                             f"{age:.0f} s old, limit {limit:g} s)")
+            if unseen:
+                parts.append(f"GPU {', '.join(map(str, unseen))} never measured")
+            out[node] = "; ".join(parts) + ": placed by requests"
+        return out
+
+    def readings(self, table: NodeTable, node: NodeName, now_s: float) -> list[CardReading]:
+        """The cards of ``node`` as measured and as placement counts them."""
+        row = table.row(node)
+        view = self.view(table, now_s)
+        out = []
+        for g in range(int(table.gpu_count[row])):
+            card = self._cards.get((node, g))
+            k = card.slot if card is not None else -1
+            est_milli, _ = self._estimate((node, g))
+            fresh = bool(view.measured[row, g])
+            used = self.last_used[k] if k >= 0 else math.nan
+            out.append(CardReading(
+                gpu=g, measured=fresh, load_milli=round(float(view.milli[row, g])),
+                util_pct=round(float(self.agg_util[k]), 1) if fresh else None,
+                used_mib=int(used) if fresh and not math.isnan(used) else None,
+                free_mib=int(view.free_mib[row, g]) if fresh and view.free_mib[row, g] >= 0
+                else None,
+                age_s=round(max(0.0, now_s - float(self.last_s[k])), 1) if k >= 0 else None,
+                estimate_milli=est_milli if fresh else 0,
+            ))
+        return out
+
+
+def _quantile(values: list[float], q: float) -> float:
+    """numpy's default (linear) quantile, in plain Python: a window holds a few dozen samples,
+    where sorting a list beats building an array."""
+    if not values:
+        return math.nan
+    values.sort()
+    pos = q * (len(values) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(values) - 1)
+    return values[lo] + (values[hi] - values[lo]) * (pos - lo)
+
+
+def hot_milli(pct: float) -> float:
+    """A percentage of a card as milli-GPU."""
+    return pct * WHOLE_GPU_MILLI / 100.0

@@ -1,0 +1,55 @@
+"""``gpupool k8s --prometheus URL``: placement by measured GPU use in a real cluster.
+
+The reader runs in a worker thread every ``interval_s`` while this replica leads, so a slow
+Prometheus never holds up the event loop; the samples are handed to the load model on the
+loop, between cycles. The cards are matched by the UUIDs in HAMi's register annotation, else
+by node name (DCGM's ``Hostname``/``hostname``: dcgm-exporter writes the node's name there
+when its DaemonSet sets ``NODE_NAME``) and index.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, generate_latest
+
+from gpupool.core.errors import AdapterError
+from gpupool.core.model import NodeName
+from gpupool.usage.feed import MeasuredUse
+from gpupool.usage.prometheus import Resolve, inventory_resolver
+
+if TYPE_CHECKING:
+    from gpupool.k8s.controller import Controller
+
+log = logging.getLogger("gpupool.k8s.measured")
+
+
+def resolver(c: Controller) -> Resolve:
+    return inventory_resolver((NodeName(n.name), g.index, g.uuid)
+                              for n in c.nodes_by_name.values() for g in n.gpus)
+
+
+async def measured_loop(c: Controller, feed: MeasuredUse) -> None:
+    """Reads measured use every ``feed.interval_s`` while this replica leads."""
+    while True:
+        if c.sched is not None and c.is_leader():
+            try:
+                samples = await asyncio.to_thread(feed.reader.read, resolver(c))
+            except AdapterError as exc:
+                feed.failed(exc)
+            else:
+                feed.take(samples, c.clock())
+        await asyncio.sleep(feed.interval_s)
+
+
+def metrics_text(c: Controller, feed: MeasuredUse) -> str:
+    """The feed's ``gpupool_measured_*`` families, in the exposition format."""
+    registry = CollectorRegistry()
+
+    def view() -> tuple[object, float] | None:
+        return None if c.sched is None else (c.sched.state.table, c.clock())
+
+    feed.register(registry, view)  # type: ignore[arg-type]
+    return generate_latest(registry).decode()

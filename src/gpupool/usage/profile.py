@@ -1,0 +1,124 @@
+"""Actual-use profiles: what a job really does with its cards, distinct from its request.
+
+In ``serve`` and ``sim`` nothing runs on a card, so each job carries a :class:`UseProfile`:
+declared with the job (``actualUse: {compute: 30%, memory: 60%}``) or in a scenario, or drawn
+from a distribution (``compute: [10%, 40%]``: uniform between the two, by a seeded generator).
+From the placements and the profiles, :func:`card_use` says what every card does, and the
+virtual cluster's exporter serves that in DCGM's format.
+
+``compute`` is a percentage of the *requested* compute: a slice of 500 milli at 30 % keeps its
+card 15 % busy. It may exceed 100 for a slice, whose compute share HAMi-core enforces only when
+the pod sets a core limit (``nvidia.com/gpucores``; without one a container may use the whole
+card): a fine-tuning job asking 500 milli that keeps the card 95 % busy has ``compute: 190%``.
+A card's demand is the sum over its holders and may exceed the card (it is then *hot*: its
+holders slow each other down). ``memory`` is a percentage of the requested framebuffer.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from gpupool.core.errors import ConfigError
+from gpupool.core.model import WHOLE_GPU_MILLI, NodeName, Placement
+
+MAX_COMPUTE_PCT = 1000.0
+"""A slice may use at most ten times its requested compute (and never more than a card)."""
+
+
+@dataclass(frozen=True, slots=True)
+class UseProfile:
+    compute_pct: float = 100.0
+    memory_pct: float = 100.0
+
+    def demand(self, gpu_milli: int) -> float:
+        """The compute this job wants of one card it holds ``gpu_milli`` of, milli-GPU."""
+        return min(float(WHOLE_GPU_MILLI), gpu_milli * self.compute_pct / 100.0)
+
+    def memory(self, memory_mib: int) -> float:
+        return memory_mib * self.memory_pct / 100.0
+
+
+FULL = UseProfile()
+"""Uses exactly what it requests (the assumption of request-only placement)."""
+
+
+def _pct(where: str, field: str, value: object, hi: float) -> float:
+    raw = value
+    if isinstance(value, str):
+        text = value.strip()
+        text = text[:-1] if text.endswith("%") else text
+        try:
+            value = float(text)
+        except ValueError:
+            raise ConfigError(f"{where}.{field}: {raw!r} is not a percentage "
+                              "(e.g. 30% or 30)") from None
+    if isinstance(value, bool) or not isinstance(value, int | float) \
+            or not math.isfinite(value) or not 0 <= value <= hi:
+        raise ConfigError(f"{where}.{field}: {raw!r} must be a percentage from 0 to {hi:g}")
+    return float(value)
+
+
+def parse_profile(doc: object, where: str = "actualUse",
+                  rng: random.Random | None = None) -> UseProfile:
+    """``{compute: 30%, memory: 60%}``; a field given as ``[lo, hi]`` is drawn uniformly
+    between them with ``rng`` (required then). Missing fields are 100 %."""
+    if not isinstance(doc, Mapping):
+        raise ConfigError(f"{where}: {doc!r} must be a mapping with compute and/or memory")
+    unknown = set(doc) - {"compute", "memory"}
+    if unknown:
+        raise ConfigError(f"{where}: unknown field(s) {', '.join(sorted(map(str, unknown)))}; "
+                          "known: compute, memory")
+    out = {}
+    for field, hi in (("compute", MAX_COMPUTE_PCT), ("memory", 100.0)):
+        value = doc.get(field, 100.0)
+        if isinstance(value, list | tuple):
+            if len(value) != 2:
+                raise ConfigError(f"{where}.{field}: {value!r} must be one percentage or a "
+                                  "range [low, high]")
+            lo, up = (_pct(where, field, v, hi) for v in value)
+            if lo > up:
+                raise ConfigError(f"{where}.{field}: range {value!r} has low above high")
+            if rng is None:
+                raise ConfigError(f"{where}.{field}: a range needs a seeded generator")
+            out[field] = rng.uniform(lo, up)
+        else:
+            out[field] = _pct(where, field, value, hi)
+    return UseProfile(out["compute"], out["memory"])
+
+
+@dataclass(frozen=True, slots=True)
+class CardUse:
+    """What one card does: its holders' summed demand and memory, and what runs outside."""
+
+    node: NodeName
+    gpu: int
+    demand_milli: float
+    """Summed compute demand; above 1000 the card is hot."""
+    memory_mib: float
+
+    @property
+    def util_pct(self) -> float:
+        """What DCGM reports: the busy share of time, at most 100."""
+        return min(100.0, self.demand_milli / 10.0)
+
+
+def card_use(placements: Iterable[Placement], profiles: Mapping[str, UseProfile],
+             outside: Mapping[tuple[NodeName, int], tuple[float, float]] | None = None,
+             ) -> dict[tuple[NodeName, int], CardUse]:
+    """Every card some placement or outside work uses: ``profiles`` by job id (FULL when
+    absent), ``outside``: (demand milli, memory MiB) of work no request accounts for."""
+    demand: dict[tuple[NodeName, int], list[float]] = {}
+    for (node, gpu), (d, m) in (outside or {}).items():
+        demand[(node, gpu)] = [d, m]
+    for p in placements:
+        prof = profiles.get(p.job, FULL)
+        for s in p.shares:
+            if s.mig_profile is not None:
+                continue
+            cell = demand.setdefault((p.node, s.index), [0.0, 0.0])
+            cell[0] += prof.demand(s.gpu_milli)
+            cell[1] += prof.memory(s.memory_mib)
+    return {k: CardUse(k[0], k[1], v[0], v[1]) for k, v in demand.items()}

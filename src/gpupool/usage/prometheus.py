@@ -1,0 +1,231 @@
+"""Reading measured GPU use from Prometheus's HTTP API.
+
+One instant query per read, ``GET /api/v1/query``, with a range selector over the metrics
+gpupool uses (``{__name__=~"DCGM_FI_DEV_GPU_UTIL|..."}[60s]``): Prometheus answers with a
+matrix holding every raw sample of the window, for every card, so a read costs one request
+whatever the number of nodes and pods, and the load model computes its own aggregate.
+
+Series are matched to cards by the card's UUID where the cluster knows it (HAMi's register
+annotation and the virtual cluster carry UUIDs), else by host name and card index
+(``Hostname``, or ``hostname`` as newer exporters write it, and ``gpu``). On MIG cards
+``DCGM_FI_DEV_GPU_UTIL`` reads 0; the card's compute then comes from
+``DCGM_FI_PROF_GR_ENGINE_ACTIVE`` of its instances (``GPU_I_ID``), each weighted by its share of
+the card's slices (``GPU_I_PROFILE`` ``3g.40gb``: 3 of 7). Cards that only HAMi's monitor
+reports (``hami_container_device_utilization_ratio``, 0..100, and
+``hami_vgpu_memory_used_bytes``, per container and ``device_uuid``) take the sum over their
+containers. Metric and label names are settings; so is the whole query.
+
+Failures (connection, timeout, an HTTP error, ``status: error``, a body that is not the
+documented JSON) raise :class:`~gpupool.core.errors.AdapterError`, with the cause chained.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from gpupool.core.errors import AdapterError, ConfigError
+from gpupool.core.model import NodeName
+from gpupool.core.usage import CardSample
+
+Resolve = Callable[[str, str, str], tuple[NodeName, int] | None]
+"""(host name, card index label, UUID) -> (node, card index), or None for a card not ours."""
+
+_MIG_SLICES = re.compile(r"^(\d+)g\.")
+A100_SLICES = 7
+
+
+@dataclass(frozen=True, slots=True)
+class PrometheusSettings:
+    url: str
+    lookback_s: float = 60.0
+    """How far back one read reaches; reads more often than this see each sample again (the
+    model ignores repeats)."""
+    timeout_s: float = 5.0
+    util_metric: str = "DCGM_FI_DEV_GPU_UTIL"
+    engine_metric: str = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
+    used_metric: str = "DCGM_FI_DEV_FB_USED"
+    free_metric: str = "DCGM_FI_DEV_FB_FREE"
+    hami_util_metric: str = "hami_container_device_utilization_ratio"
+    hami_memory_metric: str = "hami_vgpu_memory_used_bytes"
+    hostname_labels: tuple[str, ...] = ("Hostname", "hostname")
+    gpu_label: str = "gpu"
+    uuid_label: str = "UUID"
+    instance_label: str = "GPU_I_ID"
+    profile_label: str = "GPU_I_PROFILE"
+    hami_uuid_label: str = "device_uuid"
+    query: str = ""
+    """The whole query; empty: built from the metric names and ``lookback_s``."""
+
+    def validate(self) -> PrometheusSettings:
+        if not re.match(r"^https?://[^\s/]+", self.url or ""):
+            raise ConfigError(f"prometheus url={self.url!r} must be an http:// or https:// URL")
+        for name in ("lookback_s", "timeout_s"):
+            value = getattr(self, name)
+            if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
+                raise ConfigError(f"prometheus {name}={value!r} must be a number above 0")
+        for name in ("util_metric", "engine_metric", "used_metric", "free_metric",
+                     "hami_util_metric", "hami_memory_metric", "gpu_label", "uuid_label",
+                     "hami_uuid_label"):
+            value = getattr(self, name)
+            if not re.match(r"^[A-Za-z_:][A-Za-z0-9_:]*$", value):
+                raise ConfigError(f"prometheus {name}={value!r} is not a Prometheus name")
+        if not self.hostname_labels:
+            raise ConfigError("prometheus hostname_labels must name at least one label")
+        return self
+
+    def build_query(self) -> str:
+        if self.query:
+            return self.query
+        names = "|".join((self.util_metric, self.engine_metric, self.used_metric,
+                          self.free_metric, self.hami_util_metric, self.hami_memory_metric))
+        return f'{{__name__=~"{names}"}}[{math.ceil(self.lookback_s)}s]'
+
+
+class PrometheusReader:
+    """Reads card samples from Prometheus; one HTTP request per :meth:`read`."""
+
+    def __init__(self, settings: PrometheusSettings,
+                 client: httpx.Client | None = None) -> None:
+        self.settings = settings.validate()
+        self._client = client or httpx.Client(timeout=settings.timeout_s)
+        self.requests = 0
+
+    def close(self) -> None:
+        self._client.close()
+
+    def fetch(self) -> list[dict[str, Any]]:
+        """The raw matrix of the query: ``[{"metric": {...}, "values": [[t, "v"], ...]}]``."""
+        url = self.settings.url.rstrip("/") + "/api/v1/query"
+        self.requests += 1
+        try:
+            resp = self._client.get(url, params={"query": self.settings.build_query()})
+        except httpx.HTTPError as exc:
+            raise AdapterError(f"Prometheus at {self.settings.url} unreachable: "
+                               f"{type(exc).__name__}: {exc}") from exc
+        try:
+            body = resp.json()
+        except ValueError as exc:
+            raise AdapterError(f"Prometheus at {self.settings.url}: HTTP {resp.status_code}, "
+                               "a body that is not JSON") from exc
+        if resp.status_code != 200 or not isinstance(body, dict) \
+                or body.get("status") != "success":
+            detail = body.get("error", "") if isinstance(body, dict) else ""
+            raise AdapterError(f"Prometheus at {self.settings.url}: HTTP {resp.status_code}"
+                               f"{': ' + str(detail) if detail else ''}")
+        data = body.get("data") or {}
+        kind = data.get("resultType")
+        result = data.get("result")
+        if not isinstance(result, list):
+            raise AdapterError(f"Prometheus at {self.settings.url}: no result list in the "
+                               "answer")
+        if kind == "vector":  # a custom query without a range: one sample per series
+            return [{"metric": r.get("metric", {}), "values": [r.get("value")]}
+                    for r in result if isinstance(r, dict) and r.get("value")]
+        if kind != "matrix":
+            raise AdapterError(f"Prometheus at {self.settings.url}: resultType {kind!r}, "
+                               "expected matrix or vector")
+        return [r for r in result if isinstance(r, dict)]
+
+    def read(self, resolve: Resolve) -> list[CardSample]:
+        return to_samples(self.fetch(), self.settings, resolve)
+
+
+def to_samples(series: Iterable[Mapping[str, Any]], s: PrometheusSettings,
+               resolve: Resolve) -> list[CardSample]:
+    """Card samples from a query's series (times in seconds, as Prometheus stamps them)."""
+    # (node, gpu, time) -> field -> value; MIG instances and HAMi containers are summed
+    util: dict[tuple[NodeName, int, float], float] = {}
+    engine: dict[tuple[NodeName, int, float], float] = defaultdict(float)
+    used: dict[tuple[NodeName, int, float], float] = defaultdict(float)
+    free: dict[tuple[NodeName, int, float], float] = defaultdict(float)
+    hami_util: dict[tuple[NodeName, int, float], float] = defaultdict(float)
+    hami_used: dict[tuple[NodeName, int, float], float] = defaultdict(float)
+    dcgm_cards: set[tuple[NodeName, int]] = set()
+    for item in series:
+        metric = item.get("metric") or {}
+        name = metric.get("__name__", "")
+        if name in (s.hami_util_metric, s.hami_memory_metric):
+            card = resolve("", "", str(metric.get(s.hami_uuid_label, "")))
+        else:
+            host = next((str(metric[k]) for k in s.hostname_labels if metric.get(k)), "")
+            card = resolve(host, str(metric.get(s.gpu_label, "")),
+                           str(metric.get(s.uuid_label, "")))
+        if card is None:
+            continue
+        weight = _instance_weight(str(metric.get(s.profile_label, "")))
+        for point in item.get("values") or ():
+            try:
+                t, v = float(point[0]), float(point[1])
+            except (TypeError, ValueError, IndexError):
+                continue
+            if not math.isfinite(v):
+                continue
+            key = (card[0], card[1], t)
+            if name == s.util_metric:
+                util[key] = max(util.get(key, 0.0), v)
+                dcgm_cards.add(card)
+            elif name == s.engine_metric:
+                engine[key] += v * 100.0 * weight
+                dcgm_cards.add(card)
+            elif name == s.used_metric:
+                used[key] += v
+                dcgm_cards.add(card)
+            elif name == s.free_metric:
+                free[key] += v
+            elif name == s.hami_util_metric:
+                hami_util[key] += v
+            elif name == s.hami_memory_metric:
+                hami_used[key] += v / 1048576.0
+    out: list[CardSample] = []
+    keys = set(util) | set(engine) | set(used)
+    for key in keys:
+        node, gpu, t = key
+        u = max(util.get(key, 0.0), min(100.0, engine.get(key, 0.0)))
+        out.append(CardSample(node, gpu, t, min(100.0, u),
+                              int(used[key]) if key in used else None,
+                              int(free[key]) if key in free else None))
+    for key in set(hami_util) | set(hami_used):
+        if (key[0], key[1]) in dcgm_cards:
+            continue  # DCGM's whole-card reading wins over the containers' sum
+        out.append(CardSample(key[0], key[1], key[2],
+                              min(100.0, hami_util[key]) if key in hami_util else None,
+                              int(hami_used[key]) if key in hami_used else None, None))
+    out.sort(key=lambda c: (c.time_s, c.node, c.gpu))
+    return out
+
+
+def _instance_weight(profile: str) -> float:
+    """A MIG instance's share of its card's compute (``3g.40gb``: 3/7); 1 for a whole card.
+
+    An unknown profile counts as a whole card, so a busy instance is never read as idle."""
+    m = _MIG_SLICES.match(profile)
+    return int(m.group(1)) / A100_SLICES if m else 1.0
+
+
+def inventory_resolver(cards: Iterable[tuple[NodeName, int, str]],
+                       hostnames: Mapping[str, NodeName] | None = None) -> Resolve:
+    """A resolver from (node, card index, UUID) of the inventory: by UUID first, then by host
+    name (a node's name, or ``hostnames[host]``) and index."""
+    by_uuid: dict[str, tuple[NodeName, int]] = {}
+    by_host: dict[tuple[str, int], tuple[NodeName, int]] = {}
+    for node, gpu, uuid in cards:
+        if uuid:
+            by_uuid[uuid] = (node, gpu)
+        by_host[(str(node), gpu)] = (node, gpu)
+    alias = dict(hostnames or {})
+
+    def resolve(host: str, gpu: str, uuid: str) -> tuple[NodeName, int] | None:
+        if uuid and uuid in by_uuid:
+            return by_uuid[uuid]
+        if not host or not gpu.isdigit():
+            return None
+        return by_host.get((str(alias.get(host, host)), int(gpu)))
+
+    return resolve

@@ -1,0 +1,131 @@
+"""The Prometheus reader's translation of DCGM and HAMi series, its errors, and the exporter's
+format (the real server is exercised in tests/e2e/test_measured_prometheus.py)."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from gpupool.core import AdapterError, ConfigError, NodeName
+from gpupool.usage.dcgm import CardMetrics, render
+from gpupool.usage.prometheus import (
+    PrometheusReader,
+    PrometheusSettings,
+    inventory_resolver,
+    to_samples,
+)
+
+N1 = NodeName("n1")
+RESOLVE = inventory_resolver([(N1, 0, "GPU-aaa"), (N1, 1, "GPU-bbb"), (N1, 2, "")],
+                             hostnames={"host-1.example": N1})
+S = PrometheusSettings(url="http://prom:9090")
+
+
+def series(name: str, value: float, t: float = 100.0, **labels: str) -> dict[str, object]:
+    return {"metric": {"__name__": name, **labels}, "values": [[t, str(value)]]}
+
+
+def test_dcgm_fields_become_one_sample_per_card_and_time() -> None:
+    out = to_samples([
+        series("DCGM_FI_DEV_GPU_UTIL", 37, UUID="GPU-aaa", gpu="0", Hostname="x"),
+        series("DCGM_FI_DEV_FB_USED", 1200, UUID="GPU-aaa", gpu="0", Hostname="x"),
+        series("DCGM_FI_DEV_FB_FREE", 39000, UUID="GPU-aaa", gpu="0", Hostname="x"),
+        # no UUID known: host name (newer exporters' lower-case label) and index
+        series("DCGM_FI_DEV_GPU_UTIL", 80, gpu="2", hostname="host-1.example"),
+        series("DCGM_FI_DEV_GPU_UTIL", 99, gpu="0", Hostname="someone-else"),
+    ], S, RESOLVE)
+    by = {(s.node, s.gpu): s for s in out}
+    assert set(by) == {(N1, 0), (N1, 2)}
+    assert (by[(N1, 0)].util_pct, by[(N1, 0)].used_mib, by[(N1, 0)].free_mib) == (37, 1200, 39000)
+    assert by[(N1, 2)].util_pct == 80 and by[(N1, 2)].used_mib is None
+
+
+def test_mig_instances_weigh_by_their_slices_where_gpu_util_reads_zero() -> None:
+    out = to_samples([
+        series("DCGM_FI_DEV_GPU_UTIL", 0, UUID="GPU-aaa", gpu="0"),
+        series("DCGM_FI_PROF_GR_ENGINE_ACTIVE", 0.9, UUID="GPU-aaa", gpu="0", GPU_I_ID="1",
+               GPU_I_PROFILE="3g.40gb"),
+        series("DCGM_FI_PROF_GR_ENGINE_ACTIVE", 0.5, UUID="GPU-aaa", gpu="0", GPU_I_ID="2",
+               GPU_I_PROFILE="1g.10gb"),
+        series("DCGM_FI_DEV_FB_USED", 30000, UUID="GPU-aaa", gpu="0", GPU_I_ID="1"),
+        series("DCGM_FI_DEV_FB_USED", 5000, UUID="GPU-aaa", gpu="0", GPU_I_ID="2"),
+    ], S, RESOLVE)
+    [s] = out
+    assert s.util_pct == pytest.approx(90 * 3 / 7 + 50 * 1 / 7)
+    assert s.used_mib == 35000
+
+
+def test_hami_container_metrics_stand_in_only_where_dcgm_is_absent() -> None:
+    out = to_samples([
+        series("hami_container_device_utilization_ratio", 20, device_uuid="GPU-bbb",
+               pod="a", namespace="x", container="c", vdevice_index="0"),
+        series("hami_container_device_utilization_ratio", 15, device_uuid="GPU-bbb",
+               pod="b", namespace="x", container="c", vdevice_index="0"),
+        series("hami_vgpu_memory_used_bytes", 2 * 1048576 * 1024, device_uuid="GPU-bbb",
+               pod="a", namespace="x", container="c", vdevice_index="0"),
+        series("hami_container_device_utilization_ratio", 50, device_uuid="GPU-aaa", pod="c"),
+        series("DCGM_FI_DEV_GPU_UTIL", 10, UUID="GPU-aaa", gpu="0", t=99.0),
+    ], S, RESOLVE)
+    by = {(s.node, s.gpu): s for s in out}
+    assert by[(N1, 1)].util_pct == 35 and by[(N1, 1)].used_mib == 2048
+    assert [s.util_pct for s in out if s.gpu == 0] == [10]  # DCGM's card reading wins
+
+
+def reader(handler: object) -> PrometheusReader:
+    return PrometheusReader(S, httpx.Client(transport=httpx.MockTransport(handler)))  # type: ignore[arg-type]
+
+
+def test_one_query_per_read_over_all_metrics_with_a_range() -> None:
+    seen: list[str] = []
+
+    def handler(req: httpx.Request) -> httpx.Response:
+        seen.append(req.url.params["query"])
+        assert req.url.path == "/api/v1/query"
+        return httpx.Response(200, json={"status": "success", "data": {
+            "resultType": "matrix", "result": [series("DCGM_FI_DEV_GPU_UTIL", 5,
+                                                      UUID="GPU-aaa", gpu="0")]}})
+
+    r = reader(handler)
+    assert len(r.read(RESOLVE)) == 1
+    assert seen == ['{__name__=~"DCGM_FI_DEV_GPU_UTIL|DCGM_FI_PROF_GR_ENGINE_ACTIVE|'
+                    'DCGM_FI_DEV_FB_USED|DCGM_FI_DEV_FB_FREE|'
+                    'hami_container_device_utilization_ratio|hami_vgpu_memory_used_bytes"}[60s]']
+
+
+@pytest.mark.parametrize("response,message", [
+    (httpx.Response(400, json={"status": "error", "error": "parse error"}), "HTTP 400: parse"),
+    (httpx.Response(200, text="<html>"), "not JSON"),
+    (httpx.Response(200, json={"status": "success", "data": {"resultType": "scalar",
+                                                             "result": []}}), "scalar"),
+])
+def test_bad_answers_are_adapter_errors_saying_what_came(response: httpx.Response,
+                                                         message: str) -> None:
+    with pytest.raises(AdapterError, match=message):
+        reader(lambda req: response).read(RESOLVE)
+
+
+def test_unreachable_is_an_adapter_error_with_the_cause() -> None:
+    def handler(req: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("connection refused")
+
+    with pytest.raises(AdapterError, match="unreachable: ConnectError") as info:
+        reader(handler).read(RESOLVE)
+    assert isinstance(info.value.__cause__, httpx.ConnectError)
+
+
+@pytest.mark.parametrize("field,value", [("url", "prom:9090"), ("lookback_s", 0),
+                                         ("gpu_label", "bad label")])
+def test_bad_settings_name_the_field(field: str, value: object) -> None:
+    with pytest.raises(ConfigError, match=field):
+        PrometheusSettings(**{"url": "http://p:9090", field: value}).validate()  # type: ignore[arg-type]
+
+
+def test_exporter_page_has_dcgm_names_labels_and_units() -> None:
+    text = render("n1", [CardMetrics(0, "GPU-aaa", "A100", 42.4, 1000, 39960)])
+    assert "# TYPE DCGM_FI_DEV_GPU_UTIL gauge" in text
+    labels = 'gpu="0",UUID="GPU-aaa",device="nvidia0",modelName="A100",Hostname="n1"'
+    assert f"DCGM_FI_DEV_GPU_UTIL{{{labels}}} 42\n" in text
+    assert f"DCGM_FI_DEV_FB_USED{{{labels}}} 1000\n" in text
+    assert f"DCGM_FI_DEV_FB_FREE{{{labels}}} 39960\n" in text
+    assert f"DCGM_FI_PROF_GR_ENGINE_ACTIVE{{{labels}}} 0.424000\n" in text
+    assert 'hostname="n1"' in render("n1", [CardMetrics(0, "u", "m", 0, 0, 0)], "hostname")
