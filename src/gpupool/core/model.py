@@ -13,6 +13,7 @@ from enum import StrEnum
 from typing import NewType
 
 from gpupool.core.affinity import NodeAffinityTerm, PodAffinityTerm, PodMeta, SpreadConstraint
+from gpupool.core.devices import NVIDIA, DeviceClass
 
 NodeName = NewType("NodeName", str)
 JobId = NewType("JobId", str)
@@ -77,6 +78,12 @@ class Gpu:
     max_holders: int = 0
     """The most placements that may hold part of this card at once (HAMi's per-card split
     count, ``deviceSplitCount``); 0: no limit. A whole-card holder counts as one."""
+    device: DeviceClass = NVIDIA
+    """Vendor, division rule and relative capacity (``core/devices.py``); NVIDIA's by default."""
+
+    @property
+    def vendor(self) -> str:
+        return self.device.vendor
 
     @property
     def is_mig(self) -> bool:
