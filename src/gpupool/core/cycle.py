@@ -234,12 +234,12 @@ def _admit(ctx: Context, snap: Snapshot, p: Pending, fit: Fit, now_s: float,
     charge = _dominant(ctx.tree, q, fit.demand) * ctx.runtimes(job)
     ctx.ledger.charge(q, job.user, charge, now_s)
     ctx.running[job.id] = Running(job, q, fit.flavor, fit.placements, fit.demand, now_s,
-                                  p.preemptions, charge)
+                                  p.preemptions, charge, fit.alternative)
     ctx.runtimes.started(job, now_s)
     if ctx.reservation is not None and ctx.reservation.job == job.id:
         ctx.reservation = None
         snap.reservation = None
-    result.binds.append(Bind(job.id, fit.placements, q, fit.flavor))
+    result.binds.append(Bind(job.id, fit.placements, q, fit.flavor, fit.alternative))
 
 
 def dominant(ctx: Context, q: str, demand: Vec) -> float:
@@ -427,7 +427,7 @@ def _request_capacity(ctx: Context, snap: Snapshot, p: Pending, now_s: float,
         if not placements:
             continue
         flavor = next((f for f in flavors if not ctx.tree.shortfall(
-            q, placement_demand(placements, f, snap.table))), None)
+            q, placement_demand(placements, f, snap.table, ctx.tree.normalized))), None)
         if flavor is None:
             continue
         rec.request, rec.flavor, rec.state = req.key, flavor, CheckState.READY
@@ -481,7 +481,8 @@ def _start_booked(ctx: Context, snap: Snapshot, rec: CheckRecord, now_s: float,
         rec.message = (f"ProvisioningRequest {req.key} is Provisioned but its nodes cannot "
                        f"hold the job yet: {status.message}")
         return False
-    demand = placement_demand(placements, rec.flavor, snap.table)
+    demand = placement_demand(placements, rec.flavor, snap.table,
+                              ctx.tree.normalized)
     job = rec.job
     ends = req.run_ends_s
     if ends is not None:

@@ -193,6 +193,18 @@ class PodSet:
 
 
 @dataclass(frozen=True, slots=True)
+class Alternative:
+    """Another way to run a job: the GPU request each GPU pod set makes instead (on another
+    vendor's cards, usually), with the container settings that go with it (an image built
+    for that accelerator, its environment). Tried in the queue's flavor order."""
+
+    name: str
+    gpu: GpuRequest
+    image: str = ""
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
 class Job:
     """What a user submits: one or more pod sets.
 
@@ -211,6 +223,9 @@ class Job:
     run_limit_s: float | None = None
     """Declared run limit: the job is stopped when it is reached. Lets it backfill capacity
     held for a waiting gang when it will end before the gang could start."""
+    alternatives: tuple[Alternative, ...] = ()
+    """Other requests the job may run with, each tried after the job's own in every flavor
+    (``core/alternatives.py``)."""
 
     @property
     def task_count(self) -> int:
