@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 
 from gpupool.config.loader import load_cluster
-from gpupool.core import ClusterState, ConflictError, ConfigError, default_profile, place_task
+from gpupool.core import ClusterState, ConfigError, ConflictError, default_profile, place_task
 from gpupool.core.devices import NVIDIA, DeviceClass, Division, Template
 from gpupool.core.model import GpuShare, NodeName, Placement, TaskId
 from gpupool.core.vendors import VENDOR_CLASSES
@@ -104,8 +104,7 @@ def test_granularity_rounds_up_and_keeps_the_card_from_overcommit() -> None:
     state = ClusterState([node("mlu", cards=cards(cam, count=1, mib=1024))])
     assert place(state, "a", share(10, 300))[0] is not None  # takes 512 MiB
     assert place(state, "b", share(10, 300))[0] is not None  # the other 512 MiB
-    p, status = place(state, "c", share(10, 1))
-    assert p is None
+    assert place(state, "c", share(10, 1))[0] is None
 
 
 def test_cluster_file_names_a_vendor_and_overrides_its_rule() -> None:

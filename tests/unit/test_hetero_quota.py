@@ -16,9 +16,9 @@ from gpupool.core.quota import (
     FlavorFungibility,
     FlavorQuotas,
     Fungibility,
-    Quota,
     QueueConfig,
     QueueSettings,
+    Quota,
     Resource,
     ResourceFlavor,
 )
