@@ -193,6 +193,8 @@ def _status(plane: ControlPlane, rec: JobRecord,
         "finishedAt": None if rec.finished_s is None else round(rec.finished_s, 3),
         "preemptions": rec.preemptions, "message": rec.message,
     }
+    if rec.alternative:
+        status["alternative"] = rec.alternative
     if rec.phase == "Pending":
         pos, start = estimates.get(JobId(rec.key), (None, None))
         status["waitSeconds"] = round(now - rec.submitted_s, 3)
