@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from gpupool.bench import heterogeneous
 from gpupool.cli import main
 from gpupool.core.errors import ConfigError
+from gpupool.sim import heterogeneous
 from gpupool.sim.scenario import generate_jobs, load_scenario
 
 ROOT = Path(__file__).resolve().parents[2]
