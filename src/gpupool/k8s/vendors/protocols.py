@@ -59,10 +59,12 @@ class VendorProtocol:
         return tuple(r for r in (self.count, self.memory, self.cores) if r)
 
 
-def ascend(chip: str = "Ascend910B3") -> VendorProtocol:
-    """Ascend's protocol for one chip (HAMi's ``commonWord``, e.g. ``Ascend910B3``)."""
+def ascend(chip: str = "Ascend910B3", ai_cores: int = 20) -> VendorProtocol:
+    """Ascend's protocol for one chip (HAMi's ``commonWord``, e.g. ``Ascend910B3``); cores
+    are the chip's AI cores (``aiCore`` of HAMi's chart: 20 on a 910B3, 24 on a 910B2)."""
     return VendorProtocol(
         "ascend", chip, f"huawei.com/{chip}", f"huawei.com/{chip}-memory",
+        cores_per_card=ai_cores,
         register=f"hami.io/node-register-{chip}",
         to_allocate=f"hami.io/{chip}-devices-to-allocate",
         allocated=f"hami.io/{chip}-devices-allocated", device=VENDOR_CLASSES["ascend"])
@@ -82,9 +84,9 @@ PROTOCOLS: tuple[VendorProtocol, ...] = (
                    register="hami.io/node-dcu-register",
                    to_allocate="hami.io/dcu-devices-to-allocate",
                    allocated="hami.io/dcu-devices-allocated", device=VENDOR_CLASSES["hygon"]),
-    ascend("Ascend910B3"),
-    ascend("Ascend910B2"),
-    ascend("Ascend910B4"),
+    ascend("Ascend910B3", 20),
+    ascend("Ascend910B2", 24),
+    ascend("Ascend910B4", 20),
     VendorProtocol("cambricon", "MLU", "cambricon.com/vmlu", "cambricon.com/mlu.smlu.vmemory",
                    "cambricon.com/mlu.smlu.vcore", memory_unit_mib=256,
                    capacity_cores="cambricon.com/mlu.smlu.vcore",
