@@ -222,6 +222,11 @@ class PodEvents(ControllerParts):
         req = pod_request(pod, self.opt.names, card_memory_mib=floor, models=models)
         if req.gpu.kind.value == "none":  # another vendor's cards, by its resource names
             req = vendor_pod_request(pod, req, self._vendor_models()) or req
+        elif not req.gpu.models:  # NVIDIA's resource names: NVIDIA's cards only
+            vendors = self._vendor_models()
+            if set(vendors) - {"nvidia"}:
+                req = replace(req, gpu=replace(req.gpu,
+                                               models=vendors.get("nvidia", frozenset())))
         if self.elastic is not None:
             req = self.elastic.consumer_request(pod, req)  # its claims hold the cards
         return req
