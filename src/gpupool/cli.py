@@ -65,7 +65,10 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
             if name == "client" and group == "client":
                 add(sub, only=command)  # that command's parser only
             else:
-                add(sub)
+                added = add(sub)
+                if name == "bench":  # a bench whose code is the simulator's
+                    from gpupool.sim.heterogeneous_cli import add_bench_parser
+                    add_bench_parser(added)
     return parser
 
 

@@ -72,9 +72,9 @@ def test_an_export_of_a_live_install_loads_with_its_meaning() -> None:
         ("ProvisioningRequestConfig dws-config", "spec.managedResources"),
         ("ProvisioningRequestConfig dws-config", "spec.podSetUpdates"),
         ("ProvisioningRequestConfig dws-config", "spec.podSetMergePolicy"),
-        ("ClusterQueue batch", "spec.flavorFungibility"),  # whenCanBorrow: Borrow
         ("ClusterQueue batch", "spec.stopPolicy"),  # Hold
     }
+    # batch's whenCanBorrow: Borrow is acted on (v1beta1's spelling of MayStopSearch).
     # Kueue's defaults as such (stopPolicy None, the default fungibility, weight 1,
     # retryDelayMinutes 15) are what gpupool does: not reported
     assert all(i.reason for i in read.ignored)

@@ -30,7 +30,9 @@ def _positive(value: str) -> int:
     return n
 
 
-def add_parsers(sub: Any) -> None:
+def add_parsers(sub: Any) -> Any:
+    """Adds ``bench`` and its commands; returns its subparsers, for benches other groups
+    own (``gpupool.cli`` adds ``bench heterogeneous`` from ``gpupool.sim``)."""
     bench = sub.add_parser("bench", help="measure placement and admission speed")
     bench_sub = bench.add_subparsers(dest="bench_command", required=True, metavar="BENCH_COMMAND")
     p = bench_sub.add_parser(
@@ -96,6 +98,7 @@ def add_parsers(sub: Any) -> None:
                    help="a card is kept below this share of its compute (default 80)")
     m.add_argument("--json", action="store_true", help="print the result as JSON")
     m.set_defaults(func=_measured_use)
+    return bench_sub
 
 
 def _placement(args: argparse.Namespace) -> int:

@@ -19,16 +19,32 @@
         count: 2
         memory: 40Gi
         mig: {profile: 1g.5gb, instances: 7, memory: 5Gi}   # per card; or a list of them
+    - name: npu
+      cpu: 192
+      memory: 1Ti
+      gpus:
+        model: Ascend910B3
+        vendor: ascend             # nvidia (default), hygon, ascend, cambricon, iluvatar,
+        count: 8                   # mthreads, metax, enflame, kunlunxin
+        memory: 64Gi
+        relativeCapacity: 0.5      # one card in normalised units (1.0: the reference card)
+        # division: free | templates | fractions | whole (the vendor's rule by default), and
+        # computeSteps, memoryStep, templates: [{name, compute: milli, memory}], fractions
+
+A vendor's rule is ``gpupool.core.vendors``'; the fields given override it.
 
 Every node also gets the labels ``kubernetes.io/hostname``, ``gpupool.io/node-pool`` and,
 when it has GPUs, those GPU feature discovery sets (``nvidia.com/gpu.product``,
 ``nvidia.com/gpu.count``, ``nvidia.com/gpu.memory`` in MiB), so flavors written for a real
-cluster select the same nodes here; a label given in the pool wins. Cards are numbered from 0
+cluster select the same nodes here (for other vendors ``gpupool.io/accelerator.vendor``,
+``gpupool.io/accelerator.product``, ``gpupool.io/accelerator.count`` and
+``gpupool.io/accelerator.memory``); a label given in the pool wins. Cards are numbered from 0
 and get the UUID ``GPU-<node>-<index>``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Sequence
 from typing import Annotated, Any, Literal
@@ -46,8 +62,10 @@ from gpupool.config.documents import (
     parse,
 )
 from gpupool.config.quantity import cpu_milli, gpu_memory_mib, memory_mib
+from gpupool.core.devices import DeviceClass, Division, Template
 from gpupool.core.errors import ConfigError
 from gpupool.core.model import WHOLE_GPU_MILLI, Gpu, MigInstance, Node, NodeName, Taint, TaintEffect
+from gpupool.core.vendors import VENDOR_CLASSES, vendor_class
 
 __all__ = ["CLUSTER_API_VERSION", "ClusterSpec", "nodes_from_documents"]
 
@@ -76,12 +94,26 @@ class MigSpec(Strict):
     memory: Quantity
 
 
+class TemplateSpec(Strict):
+    name: str = Field(min_length=1)
+    compute: int = Field(ge=1, le=WHOLE_GPU_MILLI - 1)  # milli of the card
+    memory: Quantity
+
+
 class GpuSpec(Strict):
     model: str = Field(min_length=1)
     count: int = Field(ge=1)
     memory: Quantity
     nvlink: Literal["none", "mesh", "pairs"] = "none"
     mig: Annotated[list[MigSpec], BeforeValidator(_as_list)] | None = None
+    vendor: str = "nvidia"
+    division: Literal["free", "templates", "fractions", "whole"] | None = None
+    compute_steps: int | None = Field(default=None, ge=1, le=WHOLE_GPU_MILLI)
+    memory_step: Quantity | None = None
+    templates: list[TemplateSpec] | None = None
+    fractions: list[int] | None = None
+    relative_capacity: float | None = Field(default=None, gt=0)
+    compute_units: int | None = Field(default=None, ge=0)
 
 
 class NodePoolSpec(Strict):
@@ -165,17 +197,64 @@ def _pool_nodes(doc: Document, at: str, pool: NodePoolSpec) -> list[Node]:
         card_mib = _positive(doc, gpu_memory_mib, gpus.memory, f"{at}.gpus.memory")
         peers = _nvlink(doc, at, gpus)
         mig = _mig(doc, f"{at}.gpus", gpus, card_mib)
-        labels |= {"nvidia.com/gpu.product": model, "nvidia.com/gpu.count": str(gpus.count),
-                   "nvidia.com/gpu.memory": str(card_mib)}
+        device = _device(doc, f"{at}.gpus", gpus)
+        if device.vendor == "nvidia":
+            labels |= {"nvidia.com/gpu.product": model, "nvidia.com/gpu.count": str(gpus.count),
+                       "nvidia.com/gpu.memory": str(card_mib)}
+        else:
+            labels |= {"gpupool.io/accelerator.vendor": device.vendor,
+                       "gpupool.io/accelerator.product": model,
+                       "gpupool.io/accelerator.count": str(gpus.count),
+                       "gpupool.io/accelerator.memory": str(card_mib)}
     nodes = []
     for n in range(pool.count):
         name = NodeName(f"{pool.name}-{n}")
         cards = () if gpus is None else tuple(
-            Gpu(g, model, card_mib, uuid=f"GPU-{name}-{g}", mig=mig, nvlink_peers=peers[g])
+            Gpu(g, model, card_mib, uuid=f"GPU-{name}-{g}", mig=mig, nvlink_peers=peers[g],
+                device=device)
             for g in range(gpus.count))
         node_labels = {"kubernetes.io/hostname": name, **labels, **pool.labels}
         nodes.append(Node(name, cpu, memory, cards, node_labels, taints, pool.schedulable))
     return nodes
+
+
+def _device(doc: Document, at: str, gpus: GpuSpec) -> DeviceClass:
+    """The vendor's default class with the fields the pool states put over it."""
+    try:
+        base = vendor_class(gpus.vendor)
+    except ConfigError:
+        known = ", ".join(sorted(VENDOR_CLASSES))
+        raise doc.error(f"{at}.vendor", gpus.vendor,
+                        f"is not a known vendor; known: {known}") from None
+    changes: dict[str, Any] = {}
+    if gpus.division is not None:
+        changes["division"] = Division(gpus.division)
+    if gpus.compute_steps is not None:
+        changes["compute_steps"] = gpus.compute_steps
+    if gpus.memory_step is not None:
+        changes["memory_step_mib"] = _positive(doc, gpu_memory_mib, gpus.memory_step,
+                                               f"{at}.memoryStep")
+    if gpus.templates is not None:
+        changes["templates"] = tuple(
+            Template(t.name, t.compute, _positive(doc, gpu_memory_mib, t.memory,
+                                                  f"{at}.templates[{k}].memory"))
+            for k, t in enumerate(gpus.templates))
+    if gpus.fractions is not None:
+        changes["fractions"] = tuple(sorted(gpus.fractions))
+    if gpus.relative_capacity is not None:
+        changes["relative_capacity"] = gpus.relative_capacity
+    if gpus.compute_units is not None:
+        changes["compute_units"] = gpus.compute_units
+    device = dataclasses.replace(base, **changes) if changes else base
+    problems = device.problems()
+    if problems:
+        field, _, rest = problems[0].partition("=")
+        value, _, rule = rest.partition(" ")
+        raise doc.error(f"{at}.{field}", value, rule)
+    if gpus.mig and device.vendor != "nvidia":
+        raise doc.error(f"{at}.mig", [m.profile for m in gpus.mig],
+                        f"is NVIDIA's partitioning; vendor is {device.vendor}")
+    return device
 
 
 def _nvlink(doc: Document, at: str, gpus: GpuSpec) -> list[tuple[int, ...]]:

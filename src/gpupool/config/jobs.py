@@ -21,6 +21,11 @@
         cpu: 8
         memory: 64Gi
         gpu: {count: 2, models: [A100-80GB]}     # or {milli: 500, memory: 20Gi}, {mig: 1g.5gb}
+      alternatives:                     # optional: other accelerators it may run on, tried
+      - name: ascend                    # after its own request in each of the queue's
+        gpu: {count: 4, models: [Ascend910B3]}   # flavors, in the queue's flavor order
+        image: registry/llama-ft:cann8  # the container settings that go with it
+        env: {ASCEND_RT_VISIBLE_DEVICES: auto}
 
 Pod sets that ask for a GPU tolerate the ``nvidia.com/gpu`` taint without saying so, as
 Kubernetes' ExtendedResourceToleration admission plugin does. Errors name the field, the value
@@ -50,6 +55,7 @@ from gpupool.config.quantity import cpu_milli, duration_s, gpu_memory_mib, memor
 from gpupool.core.errors import ConfigError, InvalidJobError
 from gpupool.core.model import (
     WHOLE_GPU_MILLI,
+    Alternative,
     GpuRequest,
     Job,
     JobId,
@@ -92,6 +98,13 @@ class PodSetSpec(Strict):
     tolerations: list[TolerationSpec] = Field(default_factory=list)
 
 
+class AlternativeSpec(Strict):
+    name: str
+    gpu: GpuSpec
+    image: str = ""
+    env: dict[str, str] = Field(default_factory=dict)
+
+
 class JobSpec(Strict):
     queue: str | None = None
     priority: int | None = Field(default=None, ge=-(10**9), le=10**9)
@@ -101,6 +114,7 @@ class JobSpec(Strict):
     min_member: int | None = Field(default=None, ge=1, le=MAX_REPLICAS)
     user: str = ""
     pod_sets: list[PodSetSpec] = Field(min_length=1, max_length=8)
+    alternatives: list[AlternativeSpec] = Field(default_factory=list, max_length=8)
 
 
 class JobDocument(Strict):
@@ -183,8 +197,10 @@ def parse_job(body: object, config: QueueConfig, *, namespace: str | None = None
         mine = [q.split("/", 1)[1] for q in locals_ if q.startswith(f"{ns}/")]
         raise _err("spec.queue", queue, f"is not a LocalQueue of namespace {ns} (its "
                    f"LocalQueues: {', '.join(mine) or 'none'})")
+    alternatives = _alternatives(spec.alternatives, pod_sets)
     job = Job(JobId(f"{ns}/{meta.name}"), pod_sets, QueueName(qname), priority,
-              submit_time_s, duration, spec.min_member, spec.user or ns, run_limit)
+              submit_time_s, duration, spec.min_member, spec.user or ns, run_limit,
+              alternatives)
     document = doc.model_dump(by_alias=True, exclude_none=True, mode="json")
     document["metadata"] = {k: v for k, v in document["metadata"].items()
                             if k in ("name", "namespace", "labels", "annotations")}
@@ -257,6 +273,25 @@ def _gpu(g: GpuSpec, at: str) -> GpuRequest:
         raise _err(at, {}, "asks for no GPU: give count (whole cards), milli and memory (a "
                    "slice of one card) or mig (a MIG instance)")
     return GpuRequest(gpu_milli=g.milli or 0, memory_mib=mem, models=models)
+
+
+def _alternatives(specs: list[AlternativeSpec], pod_sets: tuple[PodSet, ...]
+                  ) -> tuple[Alternative, ...]:
+    if specs and all(ps.gpu.kind.name == "NONE" for ps in pod_sets):
+        raise _err("spec.alternatives", [a.name for a in specs],
+                   "replace the GPU request of the pod sets, and no pod set asks for a GPU")
+    out: list[Alternative] = []
+    for i, a in enumerate(specs):
+        at = f"spec.alternatives[{i}]"
+        if not is_name(a.name) or len(a.name) > 63:
+            raise _err(f"{at}.name", a.name, NAME_RULE.replace("253", "63"))
+        if any(o.name == a.name for o in out):
+            raise _err(f"{at}.name", a.name, "is used by another alternative")
+        for k in a.env:
+            if not k or "=" in k:
+                raise _err(f"{at}.env", k, "is not an environment variable name")
+        out.append(Alternative(a.name, _gpu(a.gpu, f"{at}.gpu"), a.image, dict(a.env)))
+    return tuple(out)
 
 
 def _toleration(t: TolerationSpec, at: str) -> Toleration:

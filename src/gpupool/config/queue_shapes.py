@@ -34,6 +34,14 @@ class ResourceQuotaSpec(Strict):
     lending_limit: Quantity | None = None
 
 
+class NormalizedQuotaSpec(Strict):
+    """gpupool's extension: quota of compute across all flavors, in reference GPUs."""
+
+    nominal_quota: Quantity
+    borrowing_limit: Quantity | None = None
+    lending_limit: Quantity | None = None
+
+
 class FlavorQuotasSpec(Strict):
     name: str
     resources: list[ResourceQuotaSpec] = Field(min_length=1)
@@ -92,6 +100,7 @@ class ClusterQueueSpec(Strict):
     admission_scope: dict[str, Any] | None = None
     concurrent_admission_policy: dict[str, Any] | None = None
     stop_policy: StopPolicy | None = None
+    normalized_quota: NormalizedQuotaSpec | None = None  # gpupool's extension
 
 
 class CohortSpec(Strict):
@@ -99,6 +108,7 @@ class CohortSpec(Strict):
     parent_name: str | None = None  # Kueue's spelling
     resource_groups: list[ResourceGroupSpec] = Field(default_factory=list)
     fair_sharing: FairSharingSpec | None = None
+    normalized_quota: NormalizedQuotaSpec | None = None  # gpupool's extension
 
 
 class ResourceFlavorSpec(Strict):
@@ -120,6 +130,7 @@ class QueueSettingsSpec(Strict):
     min_runtime: Duration | None = None
     max_preemptions_per_job: int | None = None
     preemption_cooldown: Duration | None = None
+    normalized_shares: bool | None = None
 
 
 class AdmissionCheckParametersSpec(Strict):

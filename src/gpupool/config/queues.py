@@ -43,6 +43,7 @@ from gpupool.config.documents import (
 )
 from gpupool.config.quantity import (
     duration_s,
+    gpu_milli,
     number,
 )
 from gpupool.config.queue_assembly import Ignored, QueueObject, QueueRead, assemble
@@ -59,6 +60,7 @@ from gpupool.config.queue_shapes import (
     CohortDoc,
     FairSharingSpec,
     LocalQueueDoc,
+    NormalizedQuotaSpec,
     PriorityClassDoc,
     ProvisioningRequestConfigDoc,
     QueueSettingsDoc,
@@ -75,12 +77,15 @@ from gpupool.core.provisioning import (
 from gpupool.core.quota import (
     ClusterQueue,
     Cohort,
+    FlavorFungibility,
+    Fungibility,
     LocalQueue,
     PreemptionPolicy,
     PriorityClass,
     QueueConfig,
     QueueingStrategy,
     QueueSettings,
+    Quota,
     Reclaim,
     ResourceFlavor,
     WithinQueue,
@@ -244,6 +249,8 @@ def _cluster_queue(doc: Document) -> QueueObject:
             if rule.on_flavors:
                 ignored.append((f"{path}.onFlavors", "acted on as if empty: the check "
                                 "applies to every flavor of the queue"))
+    fungibility, fungibility_ignored = _fungibility(spec)
+    ignored.extend(fungibility_ignored)
     queue = ClusterQueue(
         name=name,
         flavors=flavors,
@@ -253,6 +260,8 @@ def _cluster_queue(doc: Document) -> QueueObject:
         non_preemptive=spec.non_preemptive,
         queueing_strategy=QueueingStrategy(spec.queueing_strategy),
         admission_checks=tuple(checks),
+        normalized=_normalized(doc, spec.normalized_quota, limits_rule),
+        fungibility=fungibility,
     )
     selector = spec.namespace_selector
     if selector:
@@ -261,15 +270,6 @@ def _cluster_queue(doc: Document) -> QueueObject:
     elif selector is None and is_kueue(doc):
         ignored.append(("spec.namespaceSelector", "unset: Kueue then admits no namespace; "
                         "gpupool admits every namespace's LocalQueues"))
-    fungibility = spec.flavor_fungibility
-    if fungibility is not None and (
-            fungibility.when_can_borrow not in (None, "MayStopSearch")
-            or fungibility.when_can_preempt not in (None, "TryNextFlavor")
-            or fungibility.preference is not None):
-        ignored.append(("spec.flavorFungibility", "only Kueue's default is acted on "
-                        "(whenCanBorrow: MayStopSearch, whenCanPreempt: TryNextFlavor): "
-                        "gpupool takes the first flavor, in order, where the job fits quota "
-                        "and nodes"))
     if spec.stop_policy not in (None, "None"):
         ignored.append(("spec.stopPolicy", f"{spec.stop_policy} is not acted on: the queue "
                         "keeps admitting"))
@@ -277,6 +277,48 @@ def _cluster_queue(doc: Document) -> QueueObject:
         if getattr(spec, _snake(key)) is not None:
             ignored.append((f"spec.{key}", "not acted on"))
     return QueueObject(doc, queue, refs, cohort_path, cohort, ignored)
+
+
+def _fungibility(spec: Any) -> tuple[FlavorFungibility, list[tuple[str, str]]]:
+    """Kueue's ``flavorFungibility``: ``whenCanBorrow`` is acted on (``Borrow`` and
+    ``MayStopSearch`` take a flavor that lends; ``TryNextFlavor`` looks further for one
+    within nominal quota first); a queue always tries the next flavor rather than preempt."""
+    f = spec.flavor_fungibility
+    ignored: list[tuple[str, str]] = []
+    if f is None:
+        return FlavorFungibility(), ignored
+    borrow = Fungibility.TRY_NEXT if f.when_can_borrow == "TryNextFlavor" else Fungibility.STOP
+    if f.when_can_preempt not in (None, "TryNextFlavor"):
+        ignored.append(("spec.flavorFungibility", f"whenCanPreempt: {f.when_can_preempt} is "
+                        "acted on as TryNextFlavor: every flavor is tried without preemption "
+                        "before any is tried with it"))
+    if f.preference is not None:
+        ignored.append(("spec.flavorFungibility", f"preference: {f.preference} is not acted on"))
+    return FlavorFungibility(when_can_borrow=borrow), ignored
+
+
+def _normalized(doc: Document, spec: NormalizedQuotaSpec | None, limits_rule: str | None,
+                own_only: bool = True) -> Quota | None:
+    """``spec.normalizedQuota``: compute across all flavors, in reference GPUs (8 -> 8000
+    normalised milli; a card of relative capacity 0.5 uses 500 of it)."""
+    if spec is None:
+        return None
+    at = "spec.normalizedQuota"
+    nominal = convert(doc, gpu_milli, spec.nominal_quota, f"{at}.nominalQuota")
+    out: dict[str, int | None] = {"borrowingLimit": None, "lendingLimit": None}
+    for key, raw in (("borrowingLimit", spec.borrowing_limit),
+                     ("lendingLimit", spec.lending_limit)):
+        if raw is None:
+            continue
+        if limits_rule:
+            raise doc.error(f"{at}.{key}", raw, limits_rule)
+        out[key] = convert(doc, gpu_milli, raw, f"{at}.{key}")
+    lending = out["lendingLimit"]
+    if own_only and lending is not None and lending > nominal:
+        raise doc.error(f"{at}.lendingLimit", spec.lending_limit,
+                        f"is above nominalQuota={show(spec.nominal_quota)}; one cannot lend "
+                        "more than one has")
+    return Quota(nominal, out["borrowingLimit"], lending)
 
 
 def _preemption(doc: Document, spec: Any, ignored: list[tuple[str, str]]) -> PreemptionPolicy:
@@ -314,7 +356,8 @@ def _cohort(doc: Document) -> QueueObject:
     limits_rule = None if parent else \
         "is set but the cohort has no spec.parent to borrow from or lend to"
     flavors, refs = quotas(doc, spec.resource_groups, limits_rule, False)
-    cohort = Cohort(name, parent, flavors, _weight(doc, spec.fair_sharing))
+    cohort = Cohort(name, parent, flavors, _weight(doc, spec.fair_sharing),
+                    _normalized(doc, spec.normalized_quota, limits_rule, own_only=False))
     return QueueObject(doc, cohort, refs, parent_path, parent)
 
 
@@ -425,4 +468,6 @@ def _settings(doc: Document) -> QueueSettings:
             raise doc.error("spec.maxPreemptionsPerJob", spec.max_preemptions_per_job,
                             "must be zero or more")
         out = replace(out, max_preemptions_per_job=spec.max_preemptions_per_job)
+    if spec.normalized_shares is not None:
+        out = replace(out, normalized_shares=spec.normalized_shares)
     return out

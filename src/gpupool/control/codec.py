@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from gpupool.core.devices import NVIDIA, DeviceClass, Division, Template
 from gpupool.core.model import (
     Gpu,
     GpuRequest,
@@ -40,8 +41,28 @@ def node_to_json(node: Node) -> dict[str, Any]:
             "healthy": g.healthy, "nvlink_peers": list(g.nvlink_peers),
             "mig": [{"profile": m.profile, "count": m.count, "gpu_milli": m.gpu_milli,
                      "memory_mib": m.memory_mib} for m in g.mig],
+            **({} if g.device == NVIDIA else {"device": device_to_json(g.device)}),
         } for g in node.gpus],
     }
+
+
+def device_to_json(d: DeviceClass) -> dict[str, Any]:
+    """A card's device class (written only when it is not NVIDIA's default)."""
+    return {"vendor": d.vendor, "division": str(d.division), "compute_steps": d.compute_steps,
+            "memory_step_mib": d.memory_step_mib,
+            "templates": [[t.name, t.gpu_milli, t.memory_mib] for t in d.templates],
+            "fractions": list(d.fractions), "relative_capacity": d.relative_capacity,
+            "compute_units": d.compute_units}
+
+
+def device_from_json(body: Mapping[str, Any] | None) -> DeviceClass:
+    if body is None:
+        return NVIDIA
+    return DeviceClass(str(body["vendor"]), Division(body["division"]),
+                       int(body["compute_steps"]), int(body["memory_step_mib"]),
+                       tuple(Template(str(n), int(m), int(b)) for n, m, b in body["templates"]),
+                       tuple(int(f) for f in body["fractions"]),
+                       float(body["relative_capacity"]), int(body["compute_units"]))
 
 
 def node_from_json(body: Mapping[str, Any]) -> Node:
@@ -49,7 +70,8 @@ def node_from_json(body: Mapping[str, Any]) -> Node:
                      bool(g["healthy"]),
                      tuple(MigInstance(str(m["profile"]), int(m["count"]), int(m["gpu_milli"]),
                                        int(m["memory_mib"])) for m in g["mig"]),
-                     tuple(int(p) for p in g["nvlink_peers"]))
+                     tuple(int(p) for p in g["nvlink_peers"]),
+                     device=device_from_json(g.get("device")))
                  for g in body["gpus"])
     taints = tuple(Taint(str(t["key"]), str(t["value"]), TaintEffect(t["effect"]))
                    for t in body["taints"])

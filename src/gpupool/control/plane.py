@@ -110,6 +110,7 @@ class JobRecord:
     placements: tuple[Placement, ...] = ()
     preemptions: int = 0
     message: str = ""
+    alternative: str = ""  # the alternative it runs as ("" its own request)
 
     @property
     def key(self) -> str:
@@ -370,6 +371,7 @@ class ControlPlane:
         """A running job whose cards another running job, started earlier, holds: back to
         Pending (it queues below, in submission order) with a Warning event."""
         rec.phase, rec.placements, rec.started_s, rec.flavor = "Pending", (), None, ""
+        rec.alternative = ""
         rec.message = (f"its cards were held by another job when the state file was read "
                        f"({why}); back in its queue")
         changes.job(rec.key, phase="Pending", placements=[], started_s=None, flavor="",
@@ -484,6 +486,7 @@ class ControlPlane:
             rec = self.jobs[jid]
             self.backend.stop(rec.key)
             rec.phase, rec.placements, rec.started_s, rec.flavor = "Pending", (), None, ""
+            rec.alternative = ""
             rec.message = f"{why}; back in its queue"
             changes.job(rec.key, phase="Pending", placements=[], started_s=None, flavor="",
                         message=rec.message)
@@ -701,6 +704,7 @@ class ControlPlane:
             rec = self.jobs[ev.job]
             self.backend.stop(rec.key)
             rec.phase, rec.placements, rec.started_s, rec.flavor = "Pending", (), None, ""
+            rec.alternative = ""
             rec.preemptions += 1
             ns = rec.request.namespace
             rec.message = _for_owner(ev.message, ns, self.jobs)
@@ -717,6 +721,7 @@ class ControlPlane:
                 self.scheduler.state.confirm(pl.task)
             rec.phase, rec.placements, rec.started_s = "Running", b.placements, now
             rec.flavor, rec.cluster_queue, rec.message = b.flavor, b.queue, ""
+            rec.alternative = b.alternative
             self.backend.start(rec.key, b.placements, now, self._end_s(rec))
             nodes = sorted({pl.node for pl in b.placements})
             changes.job(rec.key, phase="Running", started_s=now, flavor=b.flavor, message="",

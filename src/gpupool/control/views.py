@@ -154,6 +154,8 @@ def node_view(plane: ControlPlane, name: str, visible: Visible = everyone) -> di
                 used_milli = sum(h["gpu_milli"] or 0 for h in holders[g.index])
                 used_mib = sum(h["memory_mib"] or 0 for h in holders[g.index])
             cards.append({"index": g.index, "model": g.model, "memory_mib": g.memory_mib,
+                          "vendor": g.vendor, "division": str(g.device.division),
+                          "relative_capacity": g.device.relative_capacity,
                           "uuid": g.uuid, "healthy": g.healthy, "nvlink_peers":
                           list(g.nvlink_peers), "mig": mig, "used_milli": used_milli,
                           "used_mib": used_mib, "holders": holders[g.index]})
@@ -193,6 +195,8 @@ def _status(plane: ControlPlane, rec: JobRecord,
         "finishedAt": None if rec.finished_s is None else round(rec.finished_s, 3),
         "preemptions": rec.preemptions, "message": rec.message,
     }
+    if rec.alternative:
+        status["alternative"] = rec.alternative
     if rec.phase == "Pending":
         pos, start = estimates.get(JobId(rec.key), (None, None))
         status["waitSeconds"] = round(now - rec.submitted_s, 3)

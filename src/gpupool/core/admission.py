@@ -11,14 +11,18 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
+from gpupool.core.alternatives import OWN, variants
 from gpupool.core.errors import NotFoundError
 from gpupool.core.model import WHOLE_GPU_MILLI, GpuKind, Job, Placement
 from gpupool.core.placement.framework import Code, Profile, Status
 from gpupool.core.placement.place import place_job
 from gpupool.core.quota import (
+    ACROSS_FLAVORS,
     ClusterQueue,
     FlavorQuotas,
+    Fungibility,
     QueueConfig,
+    Quota,
     Resource,
     ResourceFlavor,
 )
@@ -51,7 +55,10 @@ class _QNode:
         return max(0, u - self.guaranteed.get(key, 0))
 
 
-def _load(node: _QNode, flavors: Iterable[FlavorQuotas], non_preemptive: bool = False) -> None:
+def _load(node: _QNode, flavors: Iterable[FlavorQuotas], non_preemptive: bool = False,
+          normalized: Quota | None = None) -> None:
+    if normalized is not None:
+        flavors = [*flavors, FlavorQuotas(ACROSS_FLAVORS, {Resource.NORMALIZED_MILLI: normalized})]
     for fq in flavors:
         for res, q in fq.resources.items():
             key = (fq.flavor, res)
@@ -70,13 +77,17 @@ class QuotaTree:
         self.queues: dict[str, ClusterQueue] = {q.name: q for q in config.cluster_queues}
         self.flavors: dict[str, ResourceFlavor] = {f.name: f for f in config.flavors}
         self._nodes: dict[str, _QNode] = {}
+        self.normalized = config.settings.normalized_shares or any(
+            q.normalized is not None for q in config.cluster_queues) or any(
+            c.normalized is not None for c in config.cohorts)
+        """Whether normalised compute is charged (some quota or the shares use it)."""
         cohorts = {c.name: c for c in config.cohorts}
         for c in config.cohorts:
             n = self._nodes[c.name] = _QNode(c.name, False, c.weight)
-            _load(n, c.flavors)
+            _load(n, c.flavors, normalized=c.normalized)
         for q in config.cluster_queues:
             n = self._nodes[q.name] = _QNode(q.name, True, q.weight)
-            _load(n, q.flavors, q.non_preemptive)
+            _load(n, q.flavors, q.non_preemptive, q.normalized)
             if q.cohort is not None and q.cohort not in self._nodes:
                 self._nodes[q.cohort] = _QNode(q.cohort, False, 1.0)  # implicit cohort
         for name, n in list(self._nodes.items()):  # an implicit parent is added on the way
@@ -221,10 +232,17 @@ class QuotaTree:
         n = self.node(cq)
         used: dict[Resource, float] = {}
         ent: dict[Resource, float] = {}
+        normalized = self.config.settings.normalized_shares and n.entitled.get(
+            (ACROSS_FLAVORS, Resource.NORMALIZED_MILLI), 0.0) > 0
         for key, e in n.entitled.items():
             if e <= 0:
                 continue
             r = key[1]
+            if r is Resource.NORMALIZED_MILLI:
+                if not normalized or key[0] != ACROSS_FLAVORS:
+                    continue  # counted once, across flavors, and only for normalised shares
+            elif normalized and r in _DEVICE_UNITS:
+                continue  # measured in normalised compute instead
             ent[r] = ent.get(r, 0.0) + e
             used[r] = used.get(r, 0.0) + n.usage.get(key, 0) + (extra.get(key, 0) if extra else 0)
         return max((used[r] / ent[r] for r in ent), default=0.0)
@@ -244,6 +262,11 @@ class QuotaTree:
         return total
 
 
+_DEVICE_UNITS = (Resource.GPU, Resource.GPU_MILLI)
+"""GPU compute counted in cards of any model; replaced by the across-flavors normalised
+compute when shares are normalised."""
+
+
 ENTITLEMENT_BASIS = (
     "entitlement: nominal quota first (guaranteed), then the quota a cohort holds of its own "
     "split among its children by fair-sharing weight; share: usage over entitlement, GPUs "
@@ -256,7 +279,8 @@ ENTITLEMENT_BASIS = (
 _SAID: dict[str, tuple[str, int, str]] = {
     Resource.GPU_MILLI: ("GPUs", 1000, " GPUs"), Resource.GPU: ("GPUs", 1, " GPUs"),
     Resource.CPU_MILLI: ("CPU", 1000, " CPUs"), Resource.MEMORY_MIB: ("memory", 1024, "Gi"),
-    Resource.GPU_MEMORY_MIB: ("GPU memory", 1024, "Gi")}
+    Resource.GPU_MEMORY_MIB: ("GPU memory", 1024, "Gi"),
+    Resource.NORMALIZED_MILLI: ("normalised GPUs", 1000, " normalised GPUs")}
 _EACH = ("Gi",)  # units written after every figure, not once after "used"
 
 
@@ -264,6 +288,7 @@ def _describe_short(cq: str, key: Key, usage: int, nominal: int, amount: int, fr
     """One quota clause in the units a user writes (GPUs, CPUs, Gi), never the core's own
     names (``cpu_milli``, ``gpu_memory_mib``)."""
     flavor, res = key
+    flavor = "all flavors" if flavor == ACROSS_FLAVORS else flavor
     name, unit, suffix = _SAID.get(res, (str(res), 1, ""))
     each = suffix if suffix in _EACH else ""
     return (f"queue {cq} at quota for {flavor} {name} ({usage / unit:g}{each}/"
@@ -315,9 +340,13 @@ def slice_charge_milli(gpu_milli: int, memory_mib: int, card_mib: int) -> int:
     return min(WHOLE_GPU_MILLI, max(gpu_milli, by_memory))
 
 
-def placement_demand(placements: Iterable[Placement], flavor: str, table: NodeTable) -> Vec:
+def placement_demand(placements: Iterable[Placement], flavor: str, table: NodeTable,
+                     normalized: bool = False) -> Vec:
     """The exact quota cost of placements: cards, compute and memory as placed. A slice's
-    compute (``gpu_milli``) is charged by :func:`slice_charge_milli`."""
+    compute (``gpu_milli``) is charged by :func:`slice_charge_milli`. With ``normalized``
+    (the tree counts normalised compute), compute is charged again in normalised units
+    (``normalized_milli``, by each card's relative capacity), for the flavor and for all
+    flavors together."""
     d: Vec = {}
 
     def put(res: Resource, v: int) -> None:
@@ -327,21 +356,29 @@ def placement_demand(placements: Iterable[Placement], flavor: str, table: NodeTa
     for p in placements:
         put(Resource.CPU_MILLI, p.cpu_milli)
         put(Resource.MEMORY_MIB, p.memory_mib)
+        row = table.row(p.node) if p.shares else -1
         for s in p.shares:
             if s.mig_profile is not None:
-                node = table.nodes[table.row(p.node)]
+                node = table.nodes[row]
                 inst = next(i for i in node.gpus[s.index].mig if i.profile == s.mig_profile)
-                put(Resource.GPU_MILLI, inst.gpu_milli)
+                milli = inst.gpu_milli
                 put(Resource.GPU_MEMORY_MIB, inst.memory_mib)
-                continue
-            if s.gpu_milli >= WHOLE_GPU_MILLI:
+            elif s.gpu_milli >= WHOLE_GPU_MILLI:
                 put(Resource.GPU, 1)
-                put(Resource.GPU_MILLI, s.gpu_milli)
+                milli = s.gpu_milli
+                put(Resource.GPU_MEMORY_MIB, s.memory_mib)
             else:
-                card = table.nodes[table.row(p.node)].gpus[s.index]
-                put(Resource.GPU_MILLI, slice_charge_milli(s.gpu_milli, s.memory_mib,
-                                                           card.memory_mib))
-            put(Resource.GPU_MEMORY_MIB, s.memory_mib)
+                card = table.nodes[row].gpus[s.index]
+                milli = slice_charge_milli(s.gpu_milli, s.memory_mib, card.memory_mib)
+                put(Resource.GPU_MEMORY_MIB, s.memory_mib)
+            put(Resource.GPU_MILLI, milli)
+            if not normalized:
+                continue
+            norm = table.device(row, s.index).normalized_milli(milli)
+            put(Resource.NORMALIZED_MILLI, norm)
+            if norm:
+                d[(ACROSS_FLAVORS, Resource.NORMALIZED_MILLI)] = d.get(
+                    (ACROSS_FLAVORS, Resource.NORMALIZED_MILLI), 0) + norm
     return d
 
 
@@ -354,6 +391,8 @@ class Fit:
     placements: tuple[Placement, ...]
     demand: Vec
     borrowing: bool
+    alternative: str = OWN
+    """The form the job runs in: its own request, or the name of the alternative chosen."""
 
 
 def flavor_job(job: Job, flavor: ResourceFlavor | None) -> Job | None:
@@ -372,45 +411,61 @@ def flavor_job(job: Job, flavor: ResourceFlavor | None) -> Job | None:
 
 def try_admit(job: Job, cq: str, tree: QuotaTree, snap: Snapshot, profile: Profile,
               failed: dict[Hashable, Status] | None = None) -> tuple[Fit | None, Status]:
-    """Tries the queue's flavors in order: quota first (cheap), then placement, then quota
-    again with what the placement really takes. Returns the fit, or why not.
+    """Tries the queue's flavors in order, and in each the job's own request and then its
+    alternatives: quota first (cheap), then placement, then quota again with what the
+    placement really takes. Returns the fit, or why not.
+
+    A fit that borrows is taken at once unless the queue's ``whenCanBorrow`` is
+    ``TryNextFlavor``: then the later flavors are tried for a fit within nominal quota, and
+    the first borrowing fit is taken only when none has one.
 
     ``failed`` memoises placement failures by request shape within one cycle: the snapshot
     only fills up during a cycle, so a shape that did not fit will not fit later in it.
     """
     queue = tree.queues[cq]
     flavors: list[str | None] = [fq.flavor for fq in queue.flavors] or [None]
+    forms = variants(job)
+    try_next = queue.fungibility.when_can_borrow is Fungibility.TRY_NEXT
     reasons: list[str] = []
     code = Code.UNSCHEDULABLE
+    borrowing: Fit | None = None
     for fname in flavors:
         flavor = tree.flavors.get(fname) if fname else None
         key = fname or ""
-        short = tree.shortfall(cq, request_demand(job, key))
-        if short:
-            reasons.extend(short)
-            continue
-        fj = flavor_job(job, flavor)
-        if fj is None:
-            reasons.append(f"node selector conflicts with flavor {fname}")
-            continue
-        shape = (key, tuple((ps.count, ps.cpu_milli, ps.memory_mib, ps.gpu,
-                             tuple(sorted(ps.node_selector.items())), ps.tolerations)
-                            for ps in fj.pod_sets), fj.min_member)
-        status = failed.get(shape) if failed is not None else None
-        placements: list[Placement] = []
-        if status is None:
-            placements, status = place_job(fj, snap, profile)
-        if not placements:
-            if failed is not None:
-                failed[shape] = status
-            reasons.append(status.message if fname is None else f"{fname}: {status.message}")
-            code = status.code if status.code is Code.UNRESOLVABLE and code is not \
-                Code.UNSCHEDULABLE else Code.UNSCHEDULABLE
-            continue
-        demand = placement_demand(placements, key, snap.table)
-        short = tree.shortfall(cq, demand)
-        if short:
-            reasons.extend(short)
-            continue
-        return Fit(key, tuple(placements), demand, tree.borrows(cq, demand)), Status.ok()
+        for form, vj in forms:
+            said = fname if not form else f"{fname or 'any flavor'} as {form}"
+            short = tree.shortfall(cq, request_demand(vj, key))
+            if short:
+                reasons.extend(short)
+                continue
+            fj = flavor_job(vj, flavor)
+            if fj is None:
+                reasons.append(f"node selector conflicts with flavor {fname}")
+                continue
+            shape = (key, tuple((ps.count, ps.cpu_milli, ps.memory_mib, ps.gpu,
+                                 tuple(sorted(ps.node_selector.items())), ps.tolerations)
+                                for ps in fj.pod_sets), fj.min_member)
+            status = failed.get(shape) if failed is not None else None
+            placements: list[Placement] = []
+            if status is None:
+                placements, status = place_job(fj, snap, profile)
+            if not placements:
+                if failed is not None:
+                    failed[shape] = status
+                reasons.append(status.message if said is None else f"{said}: {status.message}")
+                code = status.code if status.code is Code.UNRESOLVABLE and code is not \
+                    Code.UNSCHEDULABLE else Code.UNSCHEDULABLE
+                continue
+            demand = placement_demand(placements, key, snap.table, tree.normalized)
+            short = tree.shortfall(cq, demand)
+            if short:
+                reasons.extend(short)
+                continue
+            fit = Fit(key, tuple(placements), demand, tree.borrows(cq, demand), form)
+            if not (fit.borrowing and try_next):
+                return fit, Status.ok()
+            if borrowing is None:
+                borrowing = fit
+    if borrowing is not None:
+        return borrowing, Status.ok()
     return None, Status(code, ("; ".join(reasons),))

@@ -69,10 +69,10 @@ def weighted_share(tree: QuotaTree, q: str, demand: Vec) -> float:
 
 def start(ctx: Context, snap: Snapshot, job: Job, q: str, flavor: str,
           placements: Sequence[Placement], demand: Vec, now_s: float,
-          preemptions: int) -> Running:
+          preemptions: int, alternative: str = "") -> Running:
     """A job starts: its placements are assumed (in the cycle's snapshot and in the state),
     its demand charged to its queue's quota, its expected use charged to its user, and it is
-    running from ``now_s``."""
+    running from ``now_s`` (in the form ``alternative`` names, "" its own request)."""
     held = tuple(placements)
     for pl in held:
         snap.assume(pl)
@@ -80,7 +80,8 @@ def start(ctx: Context, snap: Snapshot, job: Job, q: str, flavor: str,
     ctx.tree.add(q, demand)
     charge = weighted_share(ctx.tree, q, demand) * ctx.runtimes(job)
     ctx.ledger.charge(q, job.user, charge, now_s)
-    r = ctx.running[job.id] = Running(job, q, flavor, held, demand, now_s, preemptions, charge)
+    r = ctx.running[job.id] = Running(job, q, flavor, held, demand, now_s, preemptions, charge,
+                                       alternative)
     ctx.runtimes.started(job, now_s)
     if ctx.reservation is not None and ctx.reservation.job == job.id:
         ctx.reservation = None

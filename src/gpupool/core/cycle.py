@@ -25,7 +25,6 @@ from gpupool.core.provisioning import admit
 from gpupool.core.queueing import AdmissionOrder, Pending
 from gpupool.core.quota import QueueingStrategy
 from gpupool.core.snapshot import Reservation, Snapshot
-from gpupool.core.usage import LoadModel
 
 __all__ = ["SHARE_HALF_LIFE_S", "Context", "admission_order", "dominant", "fair_key",
            "release", "request_share", "run_cycle", "schedule"]
@@ -202,8 +201,9 @@ def _admit(ctx: Context, snap: Snapshot, p: Pending, fit: Fit, now_s: float,
            result: CycleResult) -> None:
     job, q = p.job, p.queue
     ctx.queues.remove(job.id)
-    start(ctx, snap, job, q, fit.flavor, fit.placements, fit.demand, now_s, p.preemptions)
-    result.binds.append(Bind(job.id, fit.placements, q, fit.flavor))
+    start(ctx, snap, job, q, fit.flavor, fit.placements, fit.demand, now_s, p.preemptions,
+          fit.alternative)
+    result.binds.append(Bind(job.id, fit.placements, q, fit.flavor, fit.alternative))
 
 
 def _evict(ctx: Context, snap: Snapshot, v: preemption.Victim, preemptor: JobId, now_s: float,

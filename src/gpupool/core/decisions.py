@@ -20,6 +20,9 @@ class Bind:
     placements: tuple[Placement, ...]
     queue: str = ""
     flavor: str = ""
+    alternative: str = ""
+    """The form admitted: "" the job's own request, else the name of its alternative whose
+    request and container settings (image, environment) the adapter applies."""
 
 
 @dataclass(frozen=True, slots=True)

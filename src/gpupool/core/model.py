@@ -13,6 +13,7 @@ from enum import StrEnum
 from typing import NewType
 
 from gpupool.core.affinity import NodeAffinityTerm, PodAffinityTerm, PodMeta, SpreadConstraint
+from gpupool.core.devices import NVIDIA, DeviceClass
 
 NodeName = NewType("NodeName", str)
 JobId = NewType("JobId", str)
@@ -77,6 +78,12 @@ class Gpu:
     max_holders: int = 0
     """The most placements that may hold part of this card at once (HAMi's per-card split
     count, ``deviceSplitCount``); 0: no limit. A whole-card holder counts as one."""
+    device: DeviceClass = NVIDIA
+    """Vendor, division rule and relative capacity (``core/devices.py``); NVIDIA's by default."""
+
+    @property
+    def vendor(self) -> str:
+        return self.device.vendor
 
     @property
     def is_mig(self) -> bool:
@@ -188,6 +195,18 @@ class PodSet:
 
 
 @dataclass(frozen=True, slots=True)
+class Alternative:
+    """Another way to run a job: the GPU request each GPU pod set makes instead (on another
+    vendor's cards, usually), with the container settings that go with it (an image built
+    for that accelerator, its environment). Tried in the queue's flavor order."""
+
+    name: str
+    gpu: GpuRequest
+    image: str = ""
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
 class Job:
     """What a user submits: one or more pod sets.
 
@@ -206,6 +225,9 @@ class Job:
     run_limit_s: float | None = None
     """Declared run limit: the job is stopped when it is reached. Lets it backfill capacity
     held for a waiting gang when it will end before the gang could start."""
+    alternatives: tuple[Alternative, ...] = ()
+    """Other requests the job may run with, each tried after the job's own in every flavor
+    (``core/alternatives.py``)."""
 
     @property
     def task_count(self) -> int:

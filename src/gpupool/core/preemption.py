@@ -44,6 +44,7 @@ class Running:
     start_s: float
     preemptions: int = 0
     charge: float = 0.0  # usage charged to its user at admission
+    alternative: str = ""  # the form it runs in: "" its own request, else an alternative
 
 
 @dataclass(frozen=True, slots=True)

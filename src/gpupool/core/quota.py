@@ -13,8 +13,11 @@ Resources are integers in the unit their name says:
 | ``gpu_memory_mib`` | GPU memory: a whole card's memory, a slice's or MIG instance's MiB |
 | ``cpu_milli`` | CPU |
 | ``memory_mib`` | host memory |
+| ``normalized_milli`` | compute in normalised units (1000: one reference card) |
 
-A resource a queue does not list for a flavor is not limited by that queue.
+A resource a queue does not list for a flavor is not limited by that queue. Normalised compute
+is charged both per flavor and under the flavor name ``*`` (:data:`ACROSS_FLAVORS`), where a
+queue's ``normalized`` quota limits what it uses of every accelerator together.
 
 The arithmetic of borrowing is Kueue's hierarchical one (the "available" of a resource node):
 a node's *subtree quota* is its own nominal quota plus what its children lend; its
@@ -42,7 +45,11 @@ class Resource(StrEnum):
     GPU_MEMORY_MIB = "gpu_memory_mib"
     CPU_MILLI = "cpu_milli"
     MEMORY_MIB = "memory_mib"
+    NORMALIZED_MILLI = "normalized_milli"
 
+
+ACROSS_FLAVORS = "*"
+"""The flavor name under which normalised compute is charged for every flavor together."""
 
 RESOURCES: tuple[Resource, ...] = tuple(Resource)
 
@@ -90,6 +97,25 @@ class PreemptionPolicy:
     fair_share: bool = True
 
 
+class Fungibility(StrEnum):
+    """What a queue does when a flavor would take the job only by borrowing (or preempting):
+    Kueue's ``flavorFungibility``. ``MayStopSearch`` takes that flavor (Kueue's ``Borrow``,
+    ``Preempt``); ``TryNextFlavor`` first tries the later flavors for a fit that needs
+    neither, and comes back to it when none has one."""
+
+    STOP = "MayStopSearch"
+    TRY_NEXT = "TryNextFlavor"
+
+
+@dataclass(frozen=True, slots=True)
+class FlavorFungibility:
+    """Kueue's defaults: borrow in the first flavor that lends; try the next flavor rather
+    than preempt."""
+
+    when_can_borrow: Fungibility = Fungibility.STOP
+    when_can_preempt: Fungibility = Fungibility.TRY_NEXT
+
+
 class QueueingStrategy(StrEnum):
     BEST_EFFORT_FIFO = "BestEffortFIFO"  # a job that cannot be admitted does not block others
     STRICT_FIFO = "StrictFIFO"  # the head blocks the queue until it is admitted
@@ -114,6 +140,9 @@ class ClusterQueue:
     non_preemptive: bool = False
     queueing_strategy: QueueingStrategy = QueueingStrategy.BEST_EFFORT_FIFO
     admission_checks: tuple[str, ...] = ()
+    normalized: Quota | None = None
+    """Quota of normalised compute across all its flavors together (``normalized_milli``)."""
+    fungibility: FlavorFungibility = FlavorFungibility()
 
     def quota(self, flavor: str, resource: Resource) -> Quota | None:
         for fq in self.flavors:
@@ -134,6 +163,8 @@ class Cohort:
     parent: str | None = None
     flavors: tuple[FlavorQuotas, ...] = ()
     weight: float = 1.0
+    normalized: Quota | None = None
+    """Quota of normalised compute across all flavors, shared by everything below it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +192,10 @@ class QueueSettings:
     min_runtime_s: float = 300.0  # a job runs at least this long before it can be preempted
     max_preemptions_per_job: int = 3  # after this many, a job is not preempted again
     preemption_cooldown_s: float = 3600.0  # a pair that preempted each other may not repeat
+    normalized_shares: bool = False
+    """Measure GPU shares in normalised compute (``normalized_milli`` across flavors) rather
+    than in cards of any model: a queue on slower cards is not counted as if it ran the
+    reference card. Applies to queues whose tree declares a ``normalized`` quota."""
 
 
 @dataclass(frozen=True)
@@ -209,6 +244,12 @@ class QueueConfig:
                     # is bounded by its own nominal quota.
                     _check_quota(f"{owner}: {fq.flavor}.{res}", quota,
                                  own_only=owner.startswith("ClusterQueue"))
+        for owner, norm in [(f"ClusterQueue {q.name}", q.normalized)
+                            for q in self.cluster_queues] + [
+                                (f"Cohort {c.name}", c.normalized) for c in self.cohorts]:
+            if norm is not None:
+                _check_quota(f"{owner}: normalized", norm,
+                             own_only=owner.startswith("ClusterQueue"))
         for q in self.cluster_queues:
             if not q.weight > 0:
                 raise ConfigError(f"ClusterQueue {q.name}: weight={q.weight} must be positive",

@@ -229,7 +229,7 @@ class Scheduler:
             for pl in done:
                 self.state.forget(pl.task)
             raise
-        demand = placement_demand(held, flavor, self.state.table)
+        demand = placement_demand(held, flavor, self.state.table, self.tree.normalized)
         self.tree.add(q, demand)
         r = Running(job, q, flavor, held, demand, start_s, preemptions)
         self.ctx.running[job.id] = r

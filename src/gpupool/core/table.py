@@ -10,6 +10,12 @@ Cells of cards a node does not have, cards that are unhealthy, MIG-partitioned c
 holding as many placements as their ``max_holders`` allows hold -1 in ``free_milli`` and
 ``free_mib``, so "a card with at least m free" never matches them. ``holders`` counts the
 placements holding part of each card (HAMi's per-card ``Used``), ``holder_cap`` their limit.
+
+``gpu_device`` names each card's division rule (``core/devices.py``) by its index in
+``devices``. While every card is divided as NVIDIA's are (``plain``), slices are tested on
+the request as asked; otherwise each card is tested on the shape its rule gives the slice
+(rounded up to its steps, the smallest template or fraction holding it, none on a whole-only
+card), and ``shaped`` turns the chosen cards' shares into those shapes.
 """
 
 from __future__ import annotations
@@ -19,8 +25,9 @@ from collections.abc import Iterable
 import numpy as np
 import numpy.typing as npt
 
+from gpupool.core.devices import NVIDIA, DeviceClass
 from gpupool.core.errors import ConflictError, NotFoundError
-from gpupool.core.model import WHOLE_GPU_MILLI, GpuRequest, Node, NodeName, Placement
+from gpupool.core.model import WHOLE_GPU_MILLI, GpuRequest, GpuShare, Node, NodeName, Placement
 
 I64 = npt.NDArray[np.int64]
 I32 = npt.NDArray[np.int32]
@@ -34,10 +41,12 @@ _ROW_COLUMNS = (
 _KIND_COLUMNS = ("tasks_by_kind",)
 _CELL_COLUMNS = (
     "gpu_usable", "gpu_mig", "gpu_model", "gpu_mem_cap", "used_milli", "used_mib",
-    "free_milli", "free_mib", "holders", "holder_cap", "gpu_uuid",
+    "free_milli", "free_mib", "holders", "holder_cap", "gpu_uuid", "gpu_device",
 )
 NO_HOLDER_LIMIT = 1 << 40
 """``holder_cap`` of a card without a split count."""
+NO_SHAPE = 1 << 40
+"""What a slice needs of a card whose rule cannot give it: more than any card has."""
 
 
 class NodeTable:
@@ -56,6 +65,9 @@ class NodeTable:
         self.model_code: dict[str, int] = {}
         self.mig_profiles: dict[str, int] = {}
         self.uuid_code: dict[str, int] = {}
+        self.devices: list[DeviceClass] = [NVIDIA]
+        self.device_code: dict[DeviceClass, int] = {NVIDIA: 0}
+        self.plain = True  # every device class seen divides as NVIDIA's
         self.version = 0  # bumped whenever inventory (not usage) changes
         self._counter = 0
         self._alloc(capacity)
@@ -96,6 +108,7 @@ class NodeTable:
         self.holders: I64 = np.zeros((capacity, w), np.int64)
         self.holder_cap: I64 = np.full((capacity, w), NO_HOLDER_LIMIT, np.int64)
         self.gpu_uuid: I64 = np.full((capacity, w), -1, np.int64)
+        self.gpu_device: I64 = np.zeros((capacity, w), np.int64)
         self.mig_free: dict[str, I64] = {
             p: np.zeros((capacity, w), np.int64) for p in self.mig_profiles
         }
@@ -200,6 +213,7 @@ class NodeTable:
         self.gpu_mem_cap[i] = 0
         self.holder_cap[i] = NO_HOLDER_LIMIT
         self.gpu_uuid[i] = -1
+        self.gpu_device[i] = 0
         for gpu in node.gpus:
             if not 0 <= gpu.index < len(node.gpus):
                 raise ConflictError(
@@ -213,6 +227,12 @@ class NodeTable:
                     self.mig_profiles[inst.profile] = len(self.mig_profiles)
                     self.mig_free[inst.profile] = np.zeros((self.cap_rows, self.width), np.int64)
             self.gpu_model[i, gpu.index] = code
+            dev = self.device_code.get(gpu.device)
+            if dev is None:
+                dev = self.device_code[gpu.device] = len(self.devices)
+                self.devices.append(gpu.device)
+                self.plain = self.plain and gpu.device.is_plain
+            self.gpu_device[i, gpu.index] = dev
             self.gpu_mem_cap[i, gpu.index] = gpu.memory_mib
             self.gpu_mig[i, gpu.index] = gpu.is_mig
             self.gpu_usable[i, gpu.index] = gpu.healthy and not gpu.is_mig
@@ -289,6 +309,12 @@ class NodeTable:
                 raise ConflictError(
                     f"{where}: GPU {s.index} already has {self.holders[i, s.index]} holders, "
                     f"its split count")
+            if not self.plain and not self.devices[int(self.gpu_device[i, s.index])].allows(
+                    s.gpu_milli, s.memory_mib, int(self.gpu_mem_cap[i, s.index])):
+                dev = self.devices[int(self.gpu_device[i, s.index])]
+                raise ConflictError(
+                    f"{where}: GPU {s.index} ({dev.vendor}, division {dev.division}) cannot "
+                    f"give a share of {s.gpu_milli} milli and {s.memory_mib} MiB")
             if (s.gpu_milli > self.free_milli[i, s.index]
                     or s.memory_mib > self.free_mib[i, s.index]):
                 raise ConflictError(
@@ -308,6 +334,9 @@ class NodeTable:
         other.model_code = dict(self.model_code)
         other.mig_profiles = dict(self.mig_profiles)
         other.uuid_code = dict(self.uuid_code)
+        other.devices = list(self.devices)
+        other.device_code = dict(self.device_code)
+        other.plain = self.plain
         other.version = self.version
         other._counter = self._counter
         other.cap_rows = self.cap_rows
@@ -346,7 +375,13 @@ class NodeTable:
 
     def slice_room(self, rows: npt.NDArray[np.int64], req: GpuRequest) -> Bool:
         """[len(rows), width]: cards of ``rows`` with room for one slice of ``req`` (its
-        compute, at least one milli-GPU free, and its memory on that very card)."""
+        compute, at least one milli-GPU free, and its memory on that very card), each card
+        judged on the shape its division rule gives the slice."""
+        if not self.plain:
+            milli, mib = self.slice_need(rows, req)
+            shaped: Bool = (self.free_milli[rows] >= np.maximum(milli, 1)) & (
+                self.free_mib[rows] >= mib)
+            return shaped
         fits: Bool = self.free_milli[rows] >= max(req.gpu_milli, 1)
         if req.memory_percent:
             need = np.maximum(req.memory_mib,
@@ -355,6 +390,45 @@ class NodeTable:
         else:
             fits &= self.free_mib[rows] >= req.memory_mib
         return fits
+
+    def slice_need(self, rows: npt.NDArray[np.int64], req: GpuRequest) -> tuple[I64, I64]:
+        """[len(rows), width] each: the milli and MiB one slice of ``req`` takes of each card
+        of ``rows`` under the card's division rule (``NO_SHAPE`` where it cannot be given)."""
+        cap = self.gpu_mem_cap[rows]
+        mib: I64 = np.maximum(req.memory_mib, cap * req.memory_percent // 100) \
+            if req.memory_percent else np.full(cap.shape, req.memory_mib, np.int64)
+        milli: I64 = np.full(cap.shape, req.gpu_milli, np.int64)
+        codes = self.gpu_device[rows]
+        for code in np.unique(codes).tolist():
+            dev = self.devices[code]
+            if dev.is_plain:
+                continue
+            on = codes == code
+            for card_mib, want_mib in {(int(c), int(w)) for c, w in
+                                       zip(cap[on].tolist(), mib[on].tolist(), strict=True)}:
+                cell = on & (cap == card_mib) & (mib == want_mib)
+                shape = dev.slice_shape(req.gpu_milli, want_mib, card_mib)
+                milli[cell], mib[cell] = shape if shape is not None else (NO_SHAPE, NO_SHAPE)
+        return milli, mib
+
+    def shaped(self, row: int, shares: tuple[GpuShare, ...]) -> tuple[GpuShare, ...]:
+        """``shares`` with each slice turned into the shape its card's rule gives it (the
+        same shares while every card divides as NVIDIA's)."""
+        if self.plain:
+            return shares
+        out = []
+        for s in shares:
+            dev = self.devices[int(self.gpu_device[row, s.index])]
+            if s.mig_profile is None and s.gpu_milli < WHOLE_GPU_MILLI and not dev.is_plain:
+                shape = dev.slice_shape(s.gpu_milli, s.memory_mib,
+                                        int(self.gpu_mem_cap[row, s.index]))
+                if shape is not None:
+                    s = GpuShare(s.index, shape[0], shape[1])
+            out.append(s)
+        return tuple(out)
+
+    def device(self, row: int, card: int) -> DeviceClass:
+        return self.devices[int(self.gpu_device[row, card])]
 
 
 def task_kind(p: Placement) -> int:

@@ -3,7 +3,9 @@
 Two layers: rules of the request itself (a slice over one card, negative quantities), then
 rules against this cluster's inventory (a model nobody has, more cards than any node holds,
 CPU, memory and GPUs that no single node offers together even when empty). Usage is never
-consulted: a job that cannot run *now* waits; only one that cannot run *ever* is rejected.
+consulted: a job that cannot run *now* waits; only one that cannot run *ever* is rejected. A
+job with alternatives is rejected only when none of its forms could run (with its own form's
+reason).
 """
 
 from __future__ import annotations
@@ -12,9 +14,10 @@ from collections.abc import Callable, Hashable
 
 import numpy as np
 
+from gpupool.core.alternatives import variants
 from gpupool.core.errors import InvalidJobError
 from gpupool.core.model import WHOLE_GPU_MILLI, GpuKind, Job, PodSet
-from gpupool.core.table import NodeTable
+from gpupool.core.table import NO_SHAPE, NodeTable
 
 MAX_REPLICAS = 100_000
 MAX_CPU_MILLI = 10_000_000  # 10,000 cores
@@ -85,6 +88,16 @@ class Validator:
         if table.version != self._version:
             self._cache.clear()
             self._version = table.version
+        first: InvalidJobError | None = None
+        for _, form in variants(job):  # one form that could run is enough
+            problem = self._problem(form, table)
+            if problem is None:
+                return
+            first = first or problem
+        assert first is not None
+        raise first
+
+    def _problem(self, job: Job, table: NodeTable) -> InvalidJobError | None:
         for i, ps in enumerate(job.pod_sets):
             key = (ps.cpu_milli, ps.memory_mib, ps.gpu, tuple(sorted(ps.node_selector.items())))
             if key not in self._cache:
@@ -92,7 +105,8 @@ class Validator:
             problem = self._cache[key]
             if problem is not None:
                 field, value, rule = problem.split("\x00")
-                raise InvalidJobError(f"pod_sets[{i}].{field}", _num(value), rule, job=job.id)
+                return InvalidJobError(f"pod_sets[{i}].{field}", _num(value), rule, job=job.id)
+        return None
 
 
 def _num(value: str) -> object:
@@ -151,6 +165,13 @@ def _never_fits(ps: PodSet, t: NodeTable) -> str | None:
             cards &= np.isin(t.gpu_model[live], [t.model_code[m] for m in g.models])
         per_node = cards.any(axis=1)
     elif kind is GpuKind.SLICE:
+        if not t.plain:
+            shaped = cards & (t.slice_need(live, g)[0] < NO_SHAPE)
+            if cards.any() and not shaped.any():
+                return out("gpu.gpu_milli", g.gpu_milli,
+                           "no card here can be divided into this slice (whole-only cards, "
+                           "or no template or fraction holds it)")
+            cards = shaped
         biggest = int(t.gpu_mem_cap[live][cards].max()) if cards.any() else 0
         if g.memory_mib > biggest:
             return out("gpu.memory_mib", g.memory_mib,

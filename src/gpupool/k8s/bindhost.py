@@ -32,6 +32,7 @@ from gpupool.k8s.translate import (
     hami_annotations,
     placement_annotation,
 )
+from gpupool.k8s.vendors import vendor_annotations
 
 __all__ = ["BindHost"]
 
@@ -50,7 +51,8 @@ class BindHost(ControllerParts):
             p, info.queue, flavor, now, info.gang_size)}
         annotations["gpupool.io/bound-by"] = self.opt.identity
         if req is not None and node is not None:
-            annotations.update(hami_annotations(req, p, node, now))
+            vendor = vendor_annotations(req, p, node, now)  # another vendor's cards
+            annotations.update(vendor or hami_annotations(req, p, node, now))
         if self.elastic is not None:
             annotations.update(self.elastic.bind_annotations(pod or {}, p.node, now))
         if self.provisioning is not None:
@@ -59,7 +61,8 @@ class BindHost(ControllerParts):
         # the node lock is for HAMi's device plugin: taken when the pod gets HAMi's device
         # annotations (its cards, or an Elastic consumer's claims' cards), never on nodes
         # whose cards HAMi did not register (no plugin there would release it)
-        devices = DEVICES_TO_ALLOCATE in annotations
+        devices = DEVICES_TO_ALLOCATE in annotations or any(
+            k.endswith("-devices-to-allocate") for k in annotations)
         return BindItem(key=key, uid=uid, node=str(p.node), annotations=annotations,
                         lock=self.opt.node_lock and devices, job=str(info.id))
 

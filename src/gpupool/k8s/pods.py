@@ -59,6 +59,7 @@ from gpupool.k8s.translate import (
     pod_request,
     read_placement,
 )
+from gpupool.k8s.vendors import vendor_pod_request
 
 __all__ = ["ended", "is_reduced"]
 
@@ -216,9 +217,23 @@ class PodEvents(ControllerParts):
                                frozenset(g.model for n in nodes for g in n.gpus))
         floor, models = self._inventory
         req = pod_request(pod, self.opt.names, card_memory_mib=floor, models=models)
+        if req.gpu.kind.value == "none":  # another vendor's cards, by its resource names
+            req = vendor_pod_request(pod, req, self._vendor_models()) or req
+        elif not req.gpu.models:  # NVIDIA's resource names: NVIDIA's cards only
+            vendors = self._vendor_models()
+            if set(vendors) - {"nvidia"}:
+                req = replace(req, gpu=replace(req.gpu,
+                                               models=vendors.get("nvidia", frozenset())))
         if self.elastic is not None:
             req = self.elastic.consumer_request(pod, req)  # its claims hold the cards
         return req
+
+    def _vendor_models(self) -> dict[str, frozenset[str]]:
+        out: dict[str, set[str]] = {}
+        for n in self.nodes_by_name.values():
+            for g in n.gpus:
+                out.setdefault(g.vendor, set()).add(g.model)
+        return {v: frozenset(m) for v, m in out.items()}
 
     def resolve_queue(self, pod: Mapping[str, Any]) -> str:
         assert self.sched is not None

@@ -84,6 +84,7 @@ from gpupool.k8s.hami.requests import (
     ResourceNames,
     pod_request,
 )
+from gpupool.k8s.vendors.inventory import vendor_gpus
 
 __all__ = [
     "BIND_PHASE",
@@ -198,7 +199,8 @@ def node_from_k8s(obj: Mapping[str, Any], *, now_s: float | None = None,
                                 node_refusal(annotations, alloc, count_resource, now_s))
         gpus = hami_gpus(devices, refused)
     else:
-        gpus = _gfd_gpus(name, labels, alloc, count_resource)
+        # NVIDIA's cards as GPU feature discovery counts them, else another vendor's
+        gpus = _gfd_gpus(name, labels, alloc, count_resource) or vendor_gpus(obj)
     taints = tuple(_taint(t, f"{at}: spec.taints[{i}]")
                    for i, t in enumerate(spec.get("taints") or ()))
     ready = True

@@ -58,6 +58,7 @@ from gpupool.config.quantity import cpu_milli, gpu_memory_mib, memory_mib
 from gpupool.core.errors import ConfigError, GpupoolError
 from gpupool.core.model import (
     WHOLE_GPU_MILLI,
+    Alternative,
     GpuRequest,
     Job,
     JobId,
@@ -66,6 +67,7 @@ from gpupool.core.model import (
     QueueName,
 )
 from gpupool.core.quota import QueueConfig, Resource
+from gpupool.sim.scenario_alternatives import parse_alternatives
 from gpupool.sim.scenario_targets import Targets, parse_targets
 
 if TYPE_CHECKING:
@@ -109,6 +111,7 @@ class Shape:
     priority_name: str = ""
     user: str | None = None
     declare_duration: bool = False  # the job tells the scheduler how long it runs
+    alternatives: tuple[Alternative, ...] = ()  # other accelerators it may run on
 
     @property
     def gpu_milli_per_task(self) -> int:
@@ -190,7 +193,8 @@ class Scenario:
 
 
 _SHAPE_FIELDS = ("gpus", "gpuMilli", "gpuMemory", "cpu", "memory", "tasks", "minMember",
-                 "models", "duration", "runLimit", "priority", "user", "declareDuration")
+                 "models", "duration", "runLimit", "priority", "user", "declareDuration",
+                 "alternatives")
 
 
 def _shape(w: _Where, path: str, body: Mapping[str, Any], base: Shape | None,
@@ -257,6 +261,9 @@ def _shape(w: _Where, path: str, body: Mapping[str, Any], base: Shape | None,
             except ConfigError as exc:
                 raise w.fail(f"{path}.priority", str(exc)) from None
             changes["priority_name"] = str(prio)
+    if "alternatives" in body:
+        changes["alternatives"] = parse_alternatives(w, f"{path}.alternatives",
+                                                     body["alternatives"])
     if "declareDuration" in body:
         flag = body["declareDuration"]
         if not isinstance(flag, bool):
@@ -606,6 +613,7 @@ def generate_jobs(scenario: Scenario, seed: int) -> tuple[list[Job], dict[JobId,
                     min_member=shape.min_member,
                     user=user,
                     run_limit_s=shape.run_limit_s,
+                    alternatives=shape.alternatives,
                 )
                 sources[jid] = JobSource(tenant.name, stream.name, actual)
                 jobs.append((float(times[k]), ti, si, k, job))

@@ -384,10 +384,12 @@
   function segClass(h) { return elasticOf(h) ? " egpu" : ""; }
 
   function cardHtml(node, card) {
-    const label = `${node.name} GPU ${card.index} (${card.model})`;
+    const vendor = card.vendor && card.vendor !== "nvidia" ? `${card.vendor} ` : "";
+    const label = `${node.name} GPU ${card.index} (${vendor}${card.model})`;
     let bars;
     let used;
     const cls = ["card"];
+    if (card.vendor) cls.push(`vendor-${card.vendor}`);
     if (!card.healthy) cls.push("unhealthy");
     if (card.mig && card.mig.length) {
       cls.push("mig");
@@ -423,7 +425,10 @@
 
   function nodeHtml(node) {
     const models = {};
-    for (const g of node.gpus) models[g.model] = (models[g.model] || 0) + 1;
+    for (const g of node.gpus) {
+      const m = g.vendor && g.vendor !== "nvidia" ? `${g.model} (${g.vendor})` : g.model;
+      models[m] = (models[m] || 0) + 1;
+    }
     const desc = Object.entries(models).map(([m, k]) => `${k}×${m}`).join(" ");
     const cpu = node.cpu_milli;
     const mem = node.memory_mib;
@@ -798,7 +803,9 @@
     const found = findCard(target.node, target.index);
     if (!found) return null;
     const { node, card } = found;
-    const head = `<h4>${esc(node.name)} · GPU ${card.index} · ${esc(card.model)}</h4>`;
+    const kind = card.vendor ? ` · ${esc(card.vendor)}, ${esc(card.division)} division` +
+      (card.relative_capacity !== 1 ? `, capacity ${num(card.relative_capacity, 2)}` : "") : "";
+    const head = `<h4>${esc(node.name)} · GPU ${card.index} · ${esc(card.model)}${kind}</h4>`;
     const close = target.pinned ? `<button class="close" type="button" aria-label="close">` +
       "×</button>" : "";
     if (target.task) {

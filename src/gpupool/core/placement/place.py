@@ -65,6 +65,7 @@ def place_task(task: Task, snap: Snapshot, profile: Profile) -> tuple[Placement 
         return None, Status(Code.ERROR, (
             f"card choice {profile.cards.name!r} found no cards on {t.nodes[row].name} "
             "although its filters passed",))
+    shares = t.shaped(row, shares)  # slices take the shape each card's division rule gives
     return Placement(
         task=task.id, job=task.job, node=t.nodes[row].name, cpu_milli=task.cpu_milli,
         memory_mib=task.memory_mib, shares=shares, pod=_counted(task),

@@ -86,7 +86,7 @@ def request_capacity(ctx: Context, ac: AdmissionChecks, snap: Snapshot, p: Pendi
         if not placements:
             continue
         flavor = next((f for f in flavors if not ctx.tree.shortfall(
-            q, placement_demand(placements, f, snap.table))), None)
+            q, placement_demand(placements, f, snap.table, ctx.tree.normalized))), None)
         if flavor is None:
             continue
         rec = ac.take_booking(job.id, req.key, flavor)
@@ -130,7 +130,8 @@ def _start_booked(ctx: Context, ac: AdmissionChecks, snap: Snapshot, rec: CheckR
         ac.note(rec.job.id, f"ProvisioningRequest {req.key} is Provisioned but its nodes "
                             f"cannot hold the job yet: {status.message}")
         return False
-    demand = placement_demand(placements, rec.flavor, snap.table)
+    demand = placement_demand(placements, rec.flavor, snap.table,
+                              ctx.tree.normalized)
     job = rec.job
     ends = req.run_ends_s
     if ends is not None:

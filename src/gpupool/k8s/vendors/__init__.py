@@ -1,0 +1,13 @@
+"""Accelerators other than NVIDIA's, as HAMi's device packages (``pkg/device/<vendor>/``)
+speak for them: resource names (:mod:`.protocols`), the node inventory each registers
+(:mod:`.inventory`), the requests a container makes (:mod:`.requests`) and the allocation
+annotations its device plugin reads (:mod:`.allocation`). NVIDIA's protocol is
+``gpupool.k8s.hami``."""
+
+from gpupool.k8s.vendors.allocation import vendor_annotations
+from gpupool.k8s.vendors.inventory import vendor_gpus
+from gpupool.k8s.vendors.protocols import PROTOCOLS, VendorProtocol, protocol_for
+from gpupool.k8s.vendors.requests import vendor_pod_request
+
+__all__ = ["PROTOCOLS", "VendorProtocol", "protocol_for", "vendor_annotations", "vendor_gpus",
+           "vendor_pod_request"]

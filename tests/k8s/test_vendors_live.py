@@ -1,0 +1,136 @@
+"""NVIDIA, Hygon and Ascend nodes side by side on a real API server: gpupool reads each
+vendor's register annotation, binds each vendor's pods onto that vendor's cards only, and
+writes each vendor's allocation annotations in HAMi's format, under HAMi's node lock (played
+by ``kit.device_plugins``)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from gpupool.k8s.kube import MERGE_PATCH, Kube
+from gpupool.k8s.main import default_config
+from tests.k8s.conftest import ControlPlane
+from tests.k8s.kit import (
+    clean,
+    device_plugins,
+    ensure_namespace,
+    get_pod,
+    pod_body,
+    running,
+    wait_for,
+)
+
+pytestmark = pytest.mark.k8s
+
+NS = "team-v"
+
+
+def live(cp: ControlPlane, body: Callable[[Kube], Awaitable[None]]) -> None:
+    async def main() -> None:
+        kube = await Kube.connect(cp.kubeconfig)
+        try:
+            await ensure_namespace(kube, NS)
+            await clean(kube, [NS])
+            async with device_plugins(kube):
+                await body(kube)
+        finally:
+            await clean(kube, [NS])
+            await kube.close()
+
+    asyncio.run(main())
+
+
+async def node(kube: Kube, name: str, annotations: dict[str, str],
+               extra: dict[str, str]) -> None:
+    await kube.request("POST", "/api/v1/nodes", {
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "annotations": annotations}})
+    alloc = {"cpu": "64", "memory": "512Gi", "pods": "220", **extra}
+    await kube.request("PATCH", f"/api/v1/nodes/{name}/status", {"status": {
+        "capacity": alloc, "allocatable": alloc,
+        "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                        "message": "no kubelet: a test node"}]}}, content_type=MERGE_PATCH)
+    await kube.request("PATCH", f"/api/v1/nodes/{name}", {"spec": {"taints": None}},
+                       content_type=MERGE_PATCH)
+
+
+async def make(kube: Kube, name: str, limits: dict[str, Any]) -> None:
+    await kube.request("POST", f"/api/v1/namespaces/{NS}/pods",
+                       pod_body(name, ns=NS, limits=limits))
+
+
+async def bound(kube: Kube, name: str) -> dict[str, Any] | None:
+    pod = await get_pod(kube, NS, name)
+    return pod if pod["spec"].get("nodeName") else None
+
+
+def slots(text: str, device_type: str) -> list[list[tuple[str, int, int]]]:
+    """HAMi's per-container device list, strictly (``DecodePodDevices``)."""
+    parts = text.split(";")
+    assert parts[-1] == "", text
+    out = []
+    for slot in parts[:-1]:
+        entries = slot.split(":")
+        assert entries[-1] == "", slot
+        devs = []
+        for e in entries[:-1]:
+            uuid, kind, mem, cores = e.split(",")
+            assert kind == device_type, e
+            devs.append((uuid, int(mem), int(cores)))
+        out.append(devs)
+    return out
+
+
+def test_three_vendors_bind_on_their_own_cards_with_their_own_annotations(
+        control_plane: ControlPlane) -> None:
+    async def body(kube: Kube) -> None:
+        nvidia = json.dumps([{"id": f"GPU-nv-{i}", "index": i, "count": 10, "devmem": 81920,
+                              "devcore": 100, "type": "NVIDIA H100", "health": True}
+                             for i in range(2)])
+        dcu = "".join(f"DCU-v-{i},4,65536,100,DCU-K100,0,true,{i},hami-core:" for i in range(2))
+        npu = json.dumps([{"id": f"NPU-v-{i}", "index": i, "count": 4, "devmem": 65536,
+                           "devcore": 20, "type": "Ascend910B3", "health": True}
+                          for i in range(4)])  # a slice on one, a pair of whole ones
+        await node(kube, "v-nv", {"hami.io/node-nvidia-register": nvidia},
+                   {"nvidia.com/gpu": "20"})
+        await node(kube, "v-dcu", {"hami.io/node-dcu-register": dcu}, {"hygon.com/dcunum": "8"})
+        await node(kube, "v-npu", {"hami.io/node-register-Ascend910B3": npu},
+                   {"huawei.com/Ascend910B3": "16"})
+        async with running(kube, default_config()):
+            await make(kube, "on-nv", {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 4000})
+            await make(kube, "on-dcu", {"hygon.com/dcunum": 1, "hygon.com/dcumem": 8000,
+                                        "hygon.com/dcucores": 30})
+            await make(kube, "on-npu", {"huawei.com/Ascend910B3": 1,
+                                        "huawei.com/Ascend910B3-memory": 12000})
+            await make(kube, "npu-pair", {"huawei.com/Ascend910B3": 2})
+            pods = {n: await wait_for(lambda n=n: bound(kube, n), what=f"{n} bound")
+                    for n in ("on-nv", "on-dcu", "on-npu", "npu-pair")}
+            assert {n: p["spec"]["nodeName"] for n, p in pods.items()} == {
+                "on-nv": "v-nv", "on-dcu": "v-dcu", "on-npu": "v-npu", "npu-pair": "v-npu"}
+            ann = {n: p["metadata"]["annotations"] for n, p in pods.items()}
+            assert slots(ann["on-nv"]["hami.io/vgpu-devices-to-allocate"], "NVIDIA")[0][0][1] \
+                == 4000
+            d = ann["on-dcu"]
+            assert d["hami.io/dcu-devices-to-allocate"] == d["hami.io/dcu-devices-allocated"]
+            ((uuid, mem, cores),) = slots(d["hami.io/dcu-devices-to-allocate"], "DCU")[0]
+            assert uuid.startswith("DCU-v-") and (mem, cores) == (8000, 30)
+            assert "hami.io/vgpu-devices-to-allocate" not in d
+            n = ann["on-npu"]
+            ((uuid, mem, cores),) = slots(n["hami.io/Ascend910B3-devices-to-allocate"],
+                                          "Ascend910B3")[0]
+            assert (mem, cores) == (16384, 5)  # trimmed up to vir05_1c_16g
+            assert json.loads(n["huawei.com/Ascend910B3"])[0]["temp"] == "vir05_1c_16g"
+            pair = slots(ann["npu-pair"]["hami.io/Ascend910B3-devices-to-allocate"],
+                         "Ascend910B3")[0]
+            assert {m for _, m, _ in pair} == {65536} and len({u for u, _, _ in pair}) == 2
+            for p in pods.values():
+                a = p["metadata"]["annotations"]
+                assert a["hami.io/vgpu-node"] == p["spec"]["nodeName"]
+                assert a["hami.io/bind-phase"] in ("allocating", "success")
+
+    live(control_plane, body)
