@@ -50,6 +50,18 @@ TOKENS_ENV = ";".join([f"{ADMIN},admin,admin"] +
                       [f"{tok},{ns},tenant,{ns}" for ns, tok in TENANTS.items()])
 
 
+def camel_keys(value: Any) -> Any:
+    """``value`` with every mapping's keys as the API writes them (``gpu_milli`` ->
+    ``gpuMilli``): the state file's rows compared with the API's answers."""
+    from gpupool.control.wire import camel
+
+    if isinstance(value, dict):
+        return {camel(k): camel_keys(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [camel_keys(v) for v in value]
+    return value
+
+
 def auth(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
@@ -153,11 +165,11 @@ def holders_ok(nodes: list[dict[str, Any]]) -> list[str]:
     seen: dict[str, str] = {}
     for n in nodes:
         for g in n["gpus"]:
-            milli = sum(h["gpu_milli"] or 0 for h in g["holders"])
-            mib = sum(h["memory_mib"] or 0 for h in g["holders"])
-            if milli > 1000 or mib > g["memory_mib"]:
+            milli = sum(h["gpuMilli"] or 0 for h in g["holders"])
+            mib = sum(h["memoryMib"] or 0 for h in g["holders"])
+            if milli > 1000 or mib > g["memoryMib"]:
                 problems.append(f"{n['name']} card {g['index']}: {milli} milli, {mib} MiB "
-                                f"of {g['memory_mib']}")
+                                f"of {g['memoryMib']}")
             for h in g["holders"]:
                 where = seen.setdefault(h["task"], n["name"])
                 if h["task"] and where != n["name"]:

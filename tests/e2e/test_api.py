@@ -179,11 +179,12 @@ def test_a_bound_job_shows_its_placement_and_expected_end(svc: Svc) -> None:
     svc.tick()
     st = svc.status("research/one")
     assert st["phase"] == "Running" and st["flavor"] == "h100"
-    assert st["startedAt"] == 0.0 and st["expectedEnd"] == 1800.0 and st["waitSeconds"] == 0.0
+    assert st["startTimeSeconds"] == 0.0 and st["expectedEndTimeSeconds"] == 1800.0
+    assert st["waitSeconds"] == 0.0
     (p,) = st["placements"]
-    assert p["task"] == "research/one/main-0" and p["cpu_milli"] == 4000
-    assert p["memory_mib"] == 16384
-    assert [(g["gpu_milli"], g["mig_profile"]) for g in p["gpus"]] == [(1000, None)] * 2
+    assert p["task"] == "research/one/main-0" and p["cpuMilli"] == 4000
+    assert p["memoryMib"] == 16384
+    assert [(g["gpuMilli"], g["migProfile"]) for g in p["gpus"]] == [(1000, None)] * 2
     held = cards(svc, p["node"])
     assert sorted(i for i, jobs in held.items() if jobs == ["research/one"]) == sorted(
         g["index"] for g in p["gpus"])
@@ -211,8 +212,9 @@ def test_a_job_over_its_queues_quota_waits_and_says_so_with_numbers(svc: Svc) ->
     assert "t4 GPU memory (64Gi/64Gi used, 16Gi asked" in reason, reason
     assert "4/4 GPUs used" in reason and "_mib" not in reason, reason
     assert (c["queuePosition"], d["queuePosition"]) == (0, 1)
-    assert c["estimatedStart"] == d["estimatedStart"] == 600.0  # a ends at 10m: room for 4
-    assert c["estimatedStartIn"] == 540.0
+    # a ends at 10m: room for 4
+    assert c["estimatedStartTimeSeconds"] == d["estimatedStartTimeSeconds"] == 600.0
+    assert c["estimatedStartInSeconds"] == 540.0
     assert c["waitSeconds"] == 60.0
     cq = svc.get("/api/v1/clusterqueues/serving")["status"]
     assert (cq["pendingJobs"], cq["runningJobs"]) == (2, 2)
@@ -220,7 +222,7 @@ def test_a_job_over_its_queues_quota_waits_and_says_so_with_numbers(svc: Svc) ->
     assert svc.status("serving/a")["phase"] == "Failed"
     assert svc.status("serving/a")["message"] == "stopped at its run limit (600 s)"
     assert svc.status("serving/c")["phase"] == svc.status("serving/d")["phase"] == "Running"
-    assert svc.status("serving/c")["startedAt"] == 600.0
+    assert svc.status("serving/c")["startTimeSeconds"] == 600.0
 
 
 def test_jobs_end_after_their_duration_and_free_their_cards(svc: Svc) -> None:
@@ -231,7 +233,7 @@ def test_jobs_end_after_their_duration_and_free_their_cards(svc: Svc) -> None:
     assert svc.status("research/short")["phase"] == "Running"
     svc.tick(1)
     st = svc.status("research/short")
-    assert st["phase"] == "Succeeded" and st["finishedAt"] == 300.0
+    assert st["phase"] == "Succeeded" and st["finishTimeSeconds"] == 300.0
     assert not any(cards(svc, node).values())
     row = job_row(svc.state, "research/short")
     assert row is not None and (row["phase"], row["finished_s"]) == ("Succeeded", 300.0)
@@ -350,7 +352,7 @@ def test_queue_objects_are_created_updated_and_deleted_by_the_admin(svc: Svc) ->
         "batch"
     svc.send("POST", "/api/v1/localqueues", LQ, code=201)
     cq = svc.get("/api/v1/clusterqueues/batch")
-    assert cq["status"]["nominal"] == {"a100": {"gpu_milli": 4000}}
+    assert cq["status"]["nominal"] == {"a100": {"gpuMilli": 4000}}
     assert [q["metadata"]["name"] for q in svc.get("/api/v1/clusterqueues")["items"]] == [
         "llm", "vision", "serving", "notebooks", "burst", "batch"]
     lq = svc.get("/api/v1/localqueues/research/batch")
@@ -364,7 +366,7 @@ def test_queue_objects_are_created_updated_and_deleted_by_the_admin(svc: Svc) ->
             {"name": "nvidia.com/gpu", "nominalQuota": 6}]}]}]}}
     svc.send("PUT", "/api/v1/clusterqueues/batch", more)
     st = svc.get("/api/v1/clusterqueues/batch")["status"]
-    assert st["nominal"]["a100"]["gpu_milli"] == 6000 and st["runningJobs"] == 1
+    assert st["nominal"]["a100"]["gpuMilli"] == 6000 and st["runningJobs"] == 1
     assert svc.status("research/in-batch")["phase"] == "Running"  # the change kept it
 
     err = svc.send("DELETE", "/api/v1/clusterqueues/batch", code=409)
@@ -439,11 +441,11 @@ def test_nodes_show_every_card_and_who_holds_how_much(svc: Svc) -> None:
     node = svc.get(f"/api/v1/nodes/{p['node']}")
     assert node["state"] == "ready" and node["flavor"] in ("t4", "a6000")
     card = node["gpus"][p["gpus"][0]["index"]]
-    assert card["used_milli"] == 300 and card["used_mib"] == 4096
+    assert card["usedMilli"] == 300 and card["usedMib"] == 4096
     assert card["holders"] == [{"job": "serving/slice", "namespace": "serving",
-                                "task": "serving/slice/main-0", "gpu_milli": 300,
-                                "memory_mib": 4096, "mig_profile": None}]
-    assert node["cpu_milli"]["used"] == 4000
+                                "task": "serving/slice/main-0", "gpuMilli": 300,
+                                "memoryMib": 4096, "migProfile": None}]
+    assert node["cpuMilli"]["used"] == 4000
     svc.get("/api/v1/nodes/nowhere", code=404)
     items = svc.get("/api/v1/nodes")["items"]
     assert len(items) == 12 and holders_ok(items) == []
@@ -520,7 +522,8 @@ def test_node_patch_refuses_unknown_fields_and_non_booleans(svc: Svc) -> None:
     err = svc.send("PATCH", "/api/v1/nodes/t4-0", {"drain": True}, code=422)
     assert err["details"]["field"] == "drain"
     err = svc.send("PATCH", "/api/v1/nodes/t4-0", {"failed": "yes"}, code=422)
-    assert err["details"] == {"field": "failed", "value": "yes", "rule": "a boolean"}
+    assert (err["details"]["field"], err["details"]["value"]) == ("failed", "yes")
+    assert "boolean" in err["details"]["rule"], err
     svc.send("PATCH", "/api/v1/nodes/nowhere", {"failed": True}, code=404)
     assert dump(svc.state) == before
 
@@ -534,22 +537,22 @@ def test_cluster_totals_allocation_and_history(svc: Svc) -> None:
     svc.tick()
     view = svc.get("/api/v1/cluster")
     # the headline counts every card, the 4 MIG-partitioned ones too, as the flavors do
-    assert view["gpus"]["total"] == 60 and view["gpus"]["mig_partitioned"] == 4
+    assert view["gpus"]["total"] == 60 and view["gpus"]["migPartitioned"] == 4
     assert sum(f["gpus"] for f in view["flavors"]) == 60
     assert view["gpus"]["allocated"] == 2.5
-    assert view["gpu_milli"]["used"] == 2500  # (compute of the cards not partitioned)
+    assert view["gpuMilli"]["used"] == 2500  # (compute of the cards not partitioned)
     svc.submit(job_doc("mig", "notebooks", "notebooks", mig="1g.5gb"))
     svc.tick()
     view = svc.get("/api/v1/cluster")
-    used = sum(f["gpu_milli_used"] for f in view["flavors"])
+    used = sum(f["gpuMilliUsed"] for f in view["flavors"])
     assert used > 2500 and view["gpus"]["allocated"] == round(used / 1000, 3)
-    assert view["gpus"]["allocated_pct"] == round(100 * used / 60_000, 2)
+    assert view["gpus"]["allocatedPct"] == round(100 * used / 60_000, 2)
     assert view["jobs"]["Running"] == 3 and view["nodes"]["ready"] == 12
     frag = view["fragmentation"]
-    assert frag["fragmented_gpu_milli"] == 500 and 0 < frag["ratio"] < 1
+    assert frag["fragmentedGpuMilli"] == 500 and 0 < frag["ratio"] < 1
     assert {f["name"] for f in view["flavors"]} >= {"h100", "t4", "a6000"}
     samples = svc.get("/api/v1/cluster/history")["samples"]
-    assert samples and samples[-1]["queues"]["llm"]["gpu_milli"] == 2000
+    assert samples and samples[-1]["queues"]["llm"]["gpuMilli"] == 2000
 
 
 def test_a_page_of_jobs_says_how_many_more_there_are(svc: Svc) -> None:
@@ -657,13 +660,13 @@ def test_a_restart_puts_running_jobs_back_on_their_cards(svc: Svc) -> None:
     for key, st in before.items():
         now = again.status(key)
         assert now["phase"] == "Running" and now["placements"] == st["placements"], pretty(now)
-        assert now["startedAt"] == st["startedAt"]
+        assert now["startTimeSeconds"] == st["startTimeSeconds"]
     assert again.get("/api/v1/nodes")["items"] == nodes_before
     assert again.status("research/waiting")["phase"] == "Pending"
-    assert again.get("/api/v1/cluster")["time_s"] == 600.0  # the clock counted the downtime
+    assert again.get("/api/v1/cluster")["timeSeconds"] == 600.0  # the clock counted the downtime
     again.tick(50)  # an hour after the start, the hour-long jobs end
     assert again.status("research/run")["phase"] == "Succeeded"
-    assert again.status("research/run")["finishedAt"] == 3600.0
+    assert again.status("research/run")["finishTimeSeconds"] == 3600.0
     assert again.status("research/waiting")["phase"] == "Running"
 
 

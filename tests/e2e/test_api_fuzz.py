@@ -178,6 +178,6 @@ def test_near_valid_jobs_are_accepted_or_refused_with_a_reason(doc: dict[str, An
     cluster = s.client.get("/api/v1/cluster", headers=auth(ADMIN)).json()
     # the cluster's gpu_milli counts cards that are not MIG-partitioned (a MIG holder shows
     # its instance's share of its card, which is not in that total)
-    assert cluster["gpu_milli"]["used"] == sum(
-        h["gpu_milli"] or 0 for n in nodes for g in n["gpus"] for h in g["holders"]
-        if h["mig_profile"] is None)
+    assert cluster["gpuMilli"]["used"] == sum(
+        h["gpuMilli"] or 0 for n in nodes for g in n["gpus"] for h in g["holders"]
+        if h["migProfile"] is None)

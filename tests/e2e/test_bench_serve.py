@@ -39,10 +39,10 @@ def test_bench_serve_prints_a_summary(capsys: pytest.CaptureFixture[str]) -> Non
 
 
 def test_admissible_backlog_counts_pending_jobs_of_queues_with_room() -> None:
-    roomy = {"status": {"pendingJobs": 3, "nominal": {"a": {"gpu_milli": 8000}},
-                        "usage": {"a": {"gpu_milli": 1000}}}}
-    full = {"status": {"pendingJobs": 5, "nominal": {"a": {"gpu_milli": 8000}},
-                       "usage": {"a": {"gpu_milli": 7000}}}}
+    roomy = {"status": {"pendingJobs": 3, "nominal": {"a": {"gpuMilli": 8000}},
+                        "usage": {"a": {"gpuMilli": 1000}}}}
+    full = {"status": {"pendingJobs": 5, "nominal": {"a": {"gpuMilli": 8000}},
+                       "usage": {"a": {"gpuMilli": 7000}}}}
     assert admissible_backlog([roomy, full]) == (8, 3)
 
 

@@ -558,11 +558,11 @@ def test_errors_map_status_and_name_to_classes() -> None:
 def test_render_pieces() -> None:
     assert [age(s) for s in (5, 130, 600, 3 * 3600 + 60, 30 * 3600, 3 * 86400 + 7200,
                              20 * 86400)] == ["5s", "2m10s", "10m", "3h1m", "30h", "3d2h", "20d"]
-    assert card_mark({"used_milli": 0}) == "."
-    assert card_mark({"used_milli": 250}) == "3"
-    assert card_mark({"used_milli": 1000}) == "#"
-    assert card_mark({"used_milli": 0, "healthy": False}) == "x"
-    assert card_mark({"used_milli": 0, "mig": [{"count": 7, "free": 0}]}) == "#"
+    assert card_mark({"usedMilli": 0}) == "."
+    assert card_mark({"usedMilli": 250}) == "3"
+    assert card_mark({"usedMilli": 1000}) == "#"
+    assert card_mark({"usedMilli": 0, "healthy": False}) == "x"
+    assert card_mark({"usedMilli": 0, "mig": [{"count": 7, "free": 0}]}) == "#"
     assert job_gpus({"podSets": [{"count": 2, "gpu": {"count": 4}},
                                  {"count": 1, "gpu": {"mig": "1g.5gb"}}]}) == "8+1x1g.5gb"
     assert table(("A", "LONG"), [("xx", None), ("", "y z")]) == "A    LONG\nxx   -\n-    y z"
@@ -589,5 +589,5 @@ def test_a_long_reason_is_printed_whole() -> None:
     reason = ("0/12 nodes fit: " + "8 no GPU with 500 milli and 20000 MiB free, " * 4 +
               "4 cordoned; queue llm at quota (6/6 GPUs)")
     job = {"metadata": {"namespace": "research", "name": "waits"}, "spec": {},
-           "status": {"phase": "Pending", "pendingReason": reason, "submittedAt": 0.0}}
+           "status": {"phase": "Pending", "pendingReason": reason, "submitTimeSeconds": 0.0}}
     assert jobs_table([job], 10.0).splitlines()[1].endswith(reason)

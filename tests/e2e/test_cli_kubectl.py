@@ -89,7 +89,7 @@ def test_apply_creates_then_configures_queue_objects(run: Run, tmp_path: Path) -
     code, out, _ = run("apply", "-f", str(path))
     assert out.splitlines()[1] == "clusterqueue/batch configured"
     got = json.loads(run("get", "clusterqueue", "batch", "-o", "json")[1])
-    assert got["status"]["nominal"]["t4-spare"]["gpu_milli"] == 3000
+    assert got["status"]["nominal"]["t4-spare"]["gpuMilli"] == 3000
     job = tmp_path / "job.yaml"
     job.write_text(yaml.safe_dump({"apiVersion": "gpupool.io/v1alpha1", "kind": "Job",
                                    "metadata": {"name": "x"}, "spec": {}}))

@@ -30,6 +30,7 @@ from tests.e2e.serve_kit import (
     TENANTS,
     TOKENS_ENV,
     Server,
+    camel_keys,
     holders_ok,
     job_doc,
     pretty,
@@ -193,10 +194,10 @@ def check_cards(c: httpx.Client, jobs: dict[str, dict[str, Any]]) -> None:
     running jobs' placements."""
     nodes = c.get("/api/v1/nodes").json()["items"]
     assert holders_ok(nodes) == []
-    held = sorted((n["name"], g["index"], h["task"], h["mig_profile"] or (
-        h["gpu_milli"], h["memory_mib"])) for n in nodes for g in n["gpus"] for h in g["holders"])
-    placed = sorted((p["node"], s["index"], p["task"], s["mig_profile"] or (
-        s["gpu_milli"], s["memory_mib"])) for j in jobs.values()
+    held = sorted((n["name"], g["index"], h["task"], h["migProfile"] or (
+        h["gpuMilli"], h["memoryMib"])) for n in nodes for g in n["gpus"] for h in g["holders"])
+    placed = sorted((p["node"], s["index"], p["task"], s["migProfile"] or (
+        s["gpuMilli"], s["memoryMib"])) for j in jobs.values()
         if j["status"]["phase"] == "Running" for p in j["status"]["placements"]
         for s in p["gpus"])
     assert held == placed
@@ -260,8 +261,8 @@ def test_kill_9_mid_load_loses_nothing_acknowledged_and_running_jobs_carry_on(
         for key, row in running_at_kill.items():
             status = jobs[key]["status"]
             assert status["phase"] == "Running", pretty(jobs[key])
-            assert status["placements"] == row["placements"]
-            assert status["startedAt"] == round(row["started_s"], 3)
+            assert status["placements"] == camel_keys(row["placements"])
+            assert status["startTimeSeconds"] == round(row["started_s"], 3)
         for key in pending_at_kill:
             assert jobs[key]["status"]["phase"] == "Pending"
         check_cards(c, jobs)
@@ -291,7 +292,7 @@ def test_kill_9_mid_load_loses_nothing_acknowledged_and_running_jobs_carry_on(
             else:
                 assert moved or status["phase"] in ("Succeeded", "Failed"), (key, status)
         cluster = c.get("/api/v1/cluster").json()
-        assert cluster["gpu_milli"]["used"] == sum(
+        assert cluster["gpuMilli"]["used"] == sum(
             s["gpu_milli"] for r in running_at_kill.values() for p in r["placements"]
             for s in p["gpus"])
         recovered = [e for e in c.get("/api/v1/events", params={"limit": 50}).json()["items"]
@@ -319,7 +320,7 @@ def test_kill_9_mid_load_loses_nothing_acknowledged_and_running_jobs_carry_on(
                 continue  # preempted since by the scheduler: a decision, not a loss
             assert status["phase"] in ("Running", "Succeeded"), pretty(jobs[key])
             if status["phase"] == "Running":
-                assert status["placements"] == row["placements"]
+                assert status["placements"] == camel_keys(row["placements"])
         check_cards(c, jobs)
         # new work is taken as before
         r = httpx.post(f"{server.url}/api/v1/jobs", json=job_doc("after-restart"),

@@ -264,7 +264,7 @@ def test_dashboard_shows_cards_holders_queues_and_pending_reasons(
 
     # MIG instances are drawn as slots held by their jobs.
     held = [(n["name"], g["index"], h["job"]) for n in nodes for g in n["gpus"]
-            for h in g["holders"] if h["mig_profile"]]
+            for h in g["holders"] if h["migProfile"]]
     if held:
         name, index, job = held[0]
         assert page.locator(f'.card[data-node="{name}"][data-index="{index}"] '

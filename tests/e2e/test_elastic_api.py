@@ -95,7 +95,7 @@ def test_claim_binds_and_its_gpus_are_listed_with_node_and_card(setup: Any) -> N
         (h,) = held[(view["node"], card)]
         assert h["namespace"] == "research" and h["job"] == "elasticgpu/research/train"
         assert h["task"].startswith("elasticgpu/egpu.research.train.")
-        assert h["gpu_milli"] == 1000
+        assert h["gpuMilli"] == 1000
     # Another tenant sees the cards held, not by whom.
     (h,) = holders(c, N)[(view["node"], min(cards))]
     assert h["job"] == "(another tenant)" and h["namespace"] == ""
@@ -126,7 +126,7 @@ def test_slice_and_mig_claims(setup: Any) -> None:
     g = c.get(f"{GPUS}/{name}", headers=R).json()
     assert g["source"] == "mig" and g["migProfile"] == "1g.5gb" and g["node"] == "a100-mig-0"
     held = holders(c)[("a100-mig-0", g["card"])]
-    assert [h["mig_profile"] for h in held] == ["1g.5gb"]
+    assert [h["migProfile"] for h in held] == ["1g.5gb"]
 
     # TFLOPS on a slice class: the model that serves it is named.
     r = c.post(CLAIMS, json=claim("tf", class_name="shared", tflops=20.0), headers=R)
@@ -294,7 +294,7 @@ def test_operator_gpu_by_hand(setup: Any) -> None:
     r = c.post(GPUS, json=body, headers=A)
     assert r.status_code == 201 and r.json()["phase"] == "Available", r.text
     (h,) = holders(c, R)[("t4-1", 3)]
-    assert h["job"] == "elasticgpu/static" and h["gpu_milli"] == 500
+    assert h["job"] == "elasticgpu/static" and h["gpuMilli"] == 500
     # the card is taken: a second one over it is refused
     over = {**body, "name": "static-t4b", "capacity": {"gpuMilli": 600, "memoryMib": 1}}
     assert c.post(GPUS, json=over, headers=A).status_code == 409
@@ -342,7 +342,7 @@ def _cards_once(c: Any) -> None:
     owners: dict[tuple[str, int], set[str]] = {}
     for (node, index), hs in holders(c).items():
         for h in hs:
-            if h["gpu_milli"] == 1000:
+            if h["gpuMilli"] == 1000:
                 owners.setdefault((node, index), set()).add(h["task"])
     assert all(len(v) == 1 for v in owners.values()), owners
 

@@ -132,7 +132,7 @@ def test_a_gang_waits_for_its_nodes_then_starts_whole_and_they_go_when_idle(
     job = serve.job("pretrain")
     assert job["status"]["phase"] == "Running"
     assert sorted({p["node"] for p in job["status"]["placements"]}) == nodes
-    assert serve.requests()[key]["status"]["consumedAt"] is not None
+    assert serve.requests()[key]["status"]["consumeTimeSeconds"] is not None
 
     serve.restart()  # while it runs on its booking
     assert serve.job("pretrain")["status"]["phase"] == "Running"

@@ -177,8 +177,8 @@ def test_cards_held_by_other_tenants_show_how_much_but_not_whom(http: TestClient
     for token, ns in ((RESEARCH, "research"), (SERVING, "serving"), (NOTEBOOKS, "notebooks")):
         seen = holders(http, token)
         assert len(seen) == len(everyone)
-        assert sorted((h["gpu_milli"], h["memory_mib"]) for h in seen) == sorted(
-            (h["gpu_milli"], h["memory_mib"]) for h in everyone)
+        assert sorted((h["gpuMilli"], h["memoryMib"]) for h in seen) == sorted(
+            (h["gpuMilli"], h["memoryMib"]) for h in everyone)
         for h in seen:
             if h["namespace"] == ns:
                 assert h["job"].startswith(f"{ns}/") and h["task"].startswith(f"{ns}/")

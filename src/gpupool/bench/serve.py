@@ -310,8 +310,8 @@ def admissible_backlog(queues: list[Mapping[str, Any]]) -> tuple[int, int]:
         status = item.get("status", {})
         n = int(status.get("pendingJobs", 0))
         pending += n
-        nominal = sum(int(v.get("gpu_milli", 0)) for v in status.get("nominal", {}).values())
-        used = sum(int(v.get("gpu_milli", 0)) for v in status.get("usage", {}).values())
+        nominal = sum(int(v.get("gpuMilli", 0)) for v in status.get("nominal", {}).values())
+        used = sum(int(v.get("gpuMilli", 0)) for v in status.get("usage", {}).values())
         if nominal - used >= ADMISSIBLE_ROOM_MILLI:
             admissible += n
     return pending, admissible

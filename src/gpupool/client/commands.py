@@ -147,7 +147,7 @@ def _get_parser(sub: Any) -> None:
                    help="only objects whose labels match (a=b,c!=d,e,!f,g in (x,y))")
     p.add_argument("--sort-by", metavar="JSONPATH",
                    help="order by this field of the objects as -o json prints them "
-                        "(e.g. .status.submittedAt, {.metadata.name})")
+                        "(e.g. .status.submitTime, {.metadata.name})")
     p.add_argument("--no-headers", action="store_true",
                    help="tables and custom-columns without their header line")
     p.add_argument("--queue", metavar="QUEUE",
@@ -273,7 +273,7 @@ def _run(args: argparse.Namespace, command: Callable[[Client, argparse.Namespace
 
 def _now(client: Client) -> float:
     """The cluster's clock (the times in job status are cluster seconds)."""
-    return float(client.cluster().get("time_s", 0.0))
+    return float(client.cluster().get("timeSeconds", 0.0))
 
 
 def _dump(obj: object, fmt: str, out: Out) -> None:

@@ -11,8 +11,8 @@ from typing import Any
 from gpupool.client.render import table
 
 # resource -> (how a user names it, divisor, unit)
-UNITS = {"gpu_milli": ("GPUs", 1000, ""), "gpu": ("GPUs", 1, ""), "cpu_milli": ("CPU", 1000, ""),
-         "memory_mib": ("memory", 1024, "Gi"), "gpu_memory_mib": ("GPU memory", 1024, "Gi")}
+UNITS = {"gpuMilli": ("GPUs", 1000, ""), "gpu": ("GPUs", 1, ""), "cpuMilli": ("CPU", 1000, ""),
+         "memoryMib": ("memory", 1024, "Gi"), "gpuMemoryMib": ("GPU memory", 1024, "Gi")}
 
 
 def _amount(resource: str, value: int) -> str:
@@ -35,7 +35,7 @@ def describe_queue(queue: Mapping[str, Any], local_queues: Sequence[Mapping[str,
     rows = []
     for flavor in sorted(set(usage) | set(nominal)):
         for res in sorted(set(usage.get(flavor, {})) | set(nominal.get(flavor, {}))):
-            if res == "gpu" and "gpu_milli" in nominal.get(flavor, {}):
+            if res == "gpu" and "gpuMilli" in nominal.get(flavor, {}):
                 continue  # the same GPUs, counted once
             name = UNITS.get(res, (res, 1, ""))[0]
             rows.append([flavor, name,

@@ -269,8 +269,8 @@ class Client:
                 "namespace": namespace, "queue": queue, "phase": phase, "limit": page,
                 "after": after or None})
             out.extend(data["items"])
-            if isinstance(data.get("time_s"), (int, float)):
-                self.time_s = float(data["time_s"])  # the cluster's clock as it answered
+            if isinstance(data.get("timeSeconds"), (int, float)):
+                self.time_s = float(data["timeSeconds"])  # the cluster's clock as it answered
             after = data.get("continue") or 0
             if not after:
                 return out

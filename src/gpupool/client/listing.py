@@ -158,7 +158,7 @@ def _watch_jobs(client: Client, args: argparse.Namespace, out: Out) -> int:
                     or render.key(j) in seen):
                 continue  # an ended job is shown only when it ends while watched
             sig = (st.get("phase"), st.get("queuePosition"), st.get("pendingReason"),
-                   st.get("estimatedStart"), st.get("message"))
+                   st.get("estimatedStartTimeSeconds"), st.get("message"))
             k = render.key(j)
             if seen.get(k) != sig:
                 seen[k] = sig

@@ -148,7 +148,7 @@ def _position(status: Mapping[str, Any]) -> object:
 def _est_start(status: Mapping[str, Any]) -> str:
     if status.get("phase") != "Pending":
         return NONE
-    est = status.get("estimatedStartIn")
+    est = status.get("estimatedStartInSeconds")
     if est is None:
         return "unknown"
     return "now" if est <= 0 else f"in {age(est)}"
@@ -156,7 +156,7 @@ def _est_start(status: Mapping[str, Any]) -> str:
 
 def job_row(job: Mapping[str, Any], now_s: float, wide: bool = False) -> list[object]:
     meta, status = job.get("metadata", {}), job.get("status", {})
-    submitted = status.get("submittedAt")
+    submitted = status.get("submitTimeSeconds")
     row: list[object] = [
         meta.get("namespace"), meta.get("name"), local_queue(job), status.get("phase"),
         job_gpus(job.get("spec", {})), age(None if submitted is None else now_s - submitted),
@@ -221,7 +221,7 @@ def describe_job(job: Mapping[str, Any], events: Sequence[Mapping[str, Any]],
         if extra:
             out.append(f"  {ps.get('name', 'main')}: {'; '.join(extra)}")
     out.append("Status:")
-    submitted = status.get("submittedAt")
+    submitted = status.get("submitTimeSeconds")
     rows: list[tuple[str, object]] = [("Phase", phase)]
     rows.append(("Submitted", _when(submitted, now_s)))
     if phase == "Pending":
@@ -230,12 +230,12 @@ def describe_job(job: Mapping[str, Any], events: Sequence[Mapping[str, Any]],
                  ("Estimated start", _est_start(status)),
                  ("Pending reason", status.get("pendingReason"))]
     else:
-        rows += [("Started", _when(status.get("startedAt"), now_s)),
+        rows += [("Started", _when(status.get("startTimeSeconds"), now_s)),
                  ("Waited", age(status.get("waitSeconds")))]
-        if status.get("expectedEnd") is not None:
-            rows.append(("Expected end", _when(status["expectedEnd"], now_s)))
-        if status.get("finishedAt") is not None:
-            rows.append(("Finished", _when(status["finishedAt"], now_s)))
+        if status.get("expectedEndTimeSeconds") is not None:
+            rows.append(("Expected end", _when(status["expectedEndTimeSeconds"], now_s)))
+        if status.get("finishTimeSeconds") is not None:
+            rows.append(("Finished", _when(status["finishTimeSeconds"], now_s)))
         rows.append(("Flavor", status.get("flavor") or NONE))
         if status.get("message"):
             rows.append(("Message", status["message"]))
@@ -247,15 +247,15 @@ def describe_job(job: Mapping[str, Any], events: Sequence[Mapping[str, Any]],
         cells: list[list[object]] = []
         for p in placements:
             gpus = p.get("gpus") or []
-            first: list[object] = [_task(p["task"]), p["node"], milli(p.get("cpu_milli")),
-                                   mib(p.get("memory_mib"))]
+            first: list[object] = [_task(p["task"]), p["node"], milli(p.get("cpuMilli")),
+                                   mib(p.get("memoryMib"))]
             if not gpus:
                 cells.append([*first, None, None, None, None])
             for i, g in enumerate(gpus):
                 lead = first if i == 0 else [BLANK] * 4
-                mig = g.get("mig_profile")
-                cells.append([*lead, g.get("index"), None if mig else milli(g.get("gpu_milli")),
-                              None if mig else mib(g.get("memory_mib")), mig])
+                mig = g.get("migProfile")
+                cells.append([*lead, g.get("index"), None if mig else milli(g.get("gpuMilli")),
+                              None if mig else mib(g.get("memoryMib")), mig])
         out.append(_indent(table(("TASK", "NODE", "CPU", "MEMORY", "CARD", "GPU",
                                   "GPU-MEMORY", "MIG"), cells)))
     else:
@@ -301,7 +301,7 @@ EVENT_HEADERS = ("AGE", "TYPE", "REASON", "OBJECT", "MESSAGE")
 
 
 def event_row(e: Mapping[str, Any], now_s: float) -> list[object]:
-    return [age(now_s - float(e.get("time_s", now_s))), e.get("type"), e.get("reason"),
+    return [age(now_s - float(e.get("timeSeconds", now_s))), e.get("type"), e.get("reason"),
             e.get("object"), e.get("message")]
 
 
@@ -312,7 +312,7 @@ def events_table(events: Iterable[Mapping[str, Any]], now_s: float) -> str:
 def events_section(events: Sequence[Mapping[str, Any]], now_s: float) -> str:
     if not events:
         return "Events:       <none>"
-    rows = ([age(now_s - float(e.get("time_s", now_s))), e.get("type"), e.get("reason"),
+    rows = ([age(now_s - float(e.get("timeSeconds", now_s))), e.get("type"), e.get("reason"),
              e.get("message")] for e in events)
     return "Events:\n" + _indent(table(("AGE", "TYPE", "REASON", "MESSAGE"), rows))
 
@@ -322,7 +322,7 @@ def events_section(events: Sequence[Mapping[str, Any]], now_s: float) -> str:
 
 def used_milli(card: Mapping[str, Any]) -> int:
     """Thousandths of a card in use; on a MIG card, the share of its instances taken."""
-    used = int(card.get("used_milli") or 0)
+    used = int(card.get("usedMilli") or 0)
     mig = card.get("mig") or []
     total = sum(int(m.get("count", 0)) for m in mig)
     if total:
@@ -333,9 +333,9 @@ def used_milli(card: Mapping[str, Any]) -> int:
 
 def used_mib(card: Mapping[str, Any]) -> int:
     """MiB of a card's memory in use; on a MIG card, that of the instances taken."""
-    taken = sum((int(m.get("count", 0)) - int(m.get("free", 0))) * int(m.get("memory_mib", 0))
+    taken = sum((int(m.get("count", 0)) - int(m.get("free", 0))) * int(m.get("memoryMib", 0))
                 for m in card.get("mig") or [])
-    return max(int(card.get("used_mib") or 0), taken)
+    return max(int(card.get("usedMib") or 0), taken)
 
 
 def card_mark(card: Mapping[str, Any]) -> str:
@@ -377,7 +377,7 @@ def node_row(node: Mapping[str, Any], wide: bool = False) -> list[object]:
                          len(node.get("gpus") or []), _models(node), alloc_pct(node),
                          cards(node)]
     if wide:
-        cpu, mem = node.get("cpu_milli", {}), node.get("memory_mib", {})
+        cpu, mem = node.get("cpuMilli", {}), node.get("memoryMib", {})
         profiles = sorted({m["profile"] for g in node.get("gpus") or []
                            for m in g.get("mig") or []})
         taints = [f"{t['key']}={t.get('value', '')}:{t.get('effect', '')}"
@@ -396,7 +396,7 @@ def nodes_table(nodes: Iterable[Mapping[str, Any]], wide: bool = False) -> str:
 def describe_node(node: Mapping[str, Any]) -> str:
     labels = node.get("labels") or {}
     taints = node.get("taints") or []
-    cpu, mem = node.get("cpu_milli", {}), node.get("memory_mib", {})
+    cpu, mem = node.get("cpuMilli", {}), node.get("memoryMib", {})
     out = [
         _field("Name", node.get("name")),
         _field("State", node.get("state")),
@@ -420,7 +420,7 @@ def describe_node(node: Mapping[str, Any]) -> str:
     for g in gpus:
         mig = ", ".join(f"{m['profile']} {m.get('free', 0)}/{m.get('count', 0)} free"
                         for m in g.get("mig") or [])
-        rows.append([g.get("index"), g.get("model"), mib(g.get("memory_mib")),
+        rows.append([g.get("index"), g.get("model"), mib(g.get("memoryMib")),
                      "ok" if g.get("healthy", True) else "unhealthy",
                      milli(used_milli(g)), mib(used_mib(g)),
                      len(g.get("holders") or []), mig])
@@ -431,8 +431,8 @@ def describe_node(node: Mapping[str, Any]) -> str:
         out.append("Holders:")
         out.append(_indent(table(("CARD", "JOB", "TASK", "GPU", "GPU-MEMORY", "MIG"), (
             [i, h.get("job"), _task(h.get("task") or ""),
-             None if h.get("mig_profile") else milli(h.get("gpu_milli")),
-             None if h.get("mig_profile") else mib(h.get("memory_mib")), h.get("mig_profile")]
+             None if h.get("migProfile") else milli(h.get("gpuMilli")),
+             None if h.get("migProfile") else mib(h.get("memoryMib")), h.get("migProfile")]
             for i, h in holders))))
     else:
         out.append("Holders:      <none>")
@@ -443,7 +443,7 @@ def describe_node(node: Mapping[str, Any]) -> str:
 
 
 def _gpu_total(vec: Mapping[str, Mapping[str, int]] | None) -> float:
-    return sum(int(r.get("gpu_milli", 0)) for r in (vec or {}).values()) / 1000
+    return sum(int(r.get("gpuMilli", 0)) for r in (vec or {}).values()) / 1000
 
 
 def cluster_queue_row(cq: Mapping[str, Any], wide: bool = False) -> list[object]:
@@ -458,8 +458,8 @@ def cluster_queue_row(cq: Mapping[str, Any], wide: bool = False) -> list[object]
         usage, nom = st.get("usage") or {}, st.get("nominal") or {}
         per = []
         for f in sorted(set(usage) | set(nom)):
-            u = int(usage.get(f, {}).get("gpu_milli", 0)) / 1000
-            n = int(nom.get(f, {}).get("gpu_milli", 0)) / 1000
+            u = int(usage.get(f, {}).get("gpuMilli", 0)) / 1000
+            n = int(nom.get(f, {}).get("gpuMilli", 0)) / 1000
             if u or n:
                 per.append(f"{f}:{u:g}/{n:g}")
         row.append(" ".join(per))

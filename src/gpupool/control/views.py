@@ -1,5 +1,7 @@
 """What the API shows: the cluster, nodes down to each card and who holds it, jobs with their
-status, queues with their usage. Plain JSON-ready dicts, built under the plane's lock.
+status, queues with their usage. Plain JSON-ready dicts, built under the plane's lock, in the
+wire's conventions (``control.wire``): camelCase names, RFC 3339 times with their cluster
+seconds beside them.
 
 ``visible(namespace)`` hides other tenants: their jobs do not appear and the cards they hold
 show how much is held, not by whom.
@@ -13,14 +15,16 @@ from typing import Any
 
 import numpy as np
 
-from gpupool.control.codec import node_from_json, placement_to_json
+from gpupool.control.codec import node_from_json
 from gpupool.control.plane import ACTIVE, ControlPlane, JobRecord
+from gpupool.control.wire import camel, rfc3339, times
 from gpupool.core.admission import ENTITLEMENT_BASIS
 from gpupool.core.elastic import TASK_PREFIX
 from gpupool.core.errors import NotFoundError
-from gpupool.core.model import JobId, Node, NodeName
+from gpupool.core.model import JobId, Node, NodeName, Placement
 from gpupool.core.provisioning import REQUEST_LABEL
 from gpupool.core.quota import Resource
+from gpupool.store import Event
 
 Visible = Callable[[str], bool]
 HIDDEN = "(another tenant)"
@@ -59,34 +63,35 @@ def cluster_view(plane: ControlPlane) -> dict[str, Any]:
         phases = Counter(r.phase for r in plane.jobs.values())
         milli_used = totals["gpu_milli_used"]
         flavors: dict[str, dict[str, int]] = defaultdict(lambda: {"nodes": 0, "gpus": 0,
-                                                                  "gpu_milli_used": 0})
+                                                                  "gpuMilliUsed": 0})
         for i in live:
             node = t.nodes[int(i)]
             f = flavors[flavor_of(plane, node) or "(none)"]
             f["nodes"] += 1
             f["gpus"] += int(t.gpu_count[i])
-            f["gpu_milli_used"] += int(t.used_milli[i][t.gpu_usable[i]].sum()) + sum(
+            f["gpuMilliUsed"] += int(t.used_milli[i][t.gpu_usable[i]].sum()) + sum(
                 (m.count - int(t.mig_free[m.profile][i, g.index])) * m.gpu_milli
                 for g in node.gpus for m in g.mig)
         all_gpus = sum(f["gpus"] for f in flavors.values())
-        all_used = sum(f["gpu_milli_used"] for f in flavors.values())
+        all_used = sum(f["gpuMilliUsed"] for f in flavors.values())
         last = plane.last_tick
+        wall_of = plane.clock.wall_of
         return {
-            "time_s": round(plane.clock.now(), 3),
+            **times("time", plane.clock.now(), wall_of),
             "speed": plane.clock.speed,
             "nodes": {"total": len(plane.node_status), **{s: states.get(s, 0) for s in
                                                           ("ready", "cordoned", "failed")}},
             # every card, MIG-partitioned ones too (as the flavors' figures count them); the
-            # cards' compute in gpu_milli below leaves the partitioned ones out
-            "gpus": {"total": all_gpus, "mig_partitioned": int(t.gpu_mig[live].sum()),
+            # cards' compute in gpuMilli below leaves the partitioned ones out
+            "gpus": {"total": all_gpus, "migPartitioned": int(t.gpu_mig[live].sum()),
                      "allocated": round(all_used / 1000, 3),
-                     "allocated_pct": round(100 * all_used / max(1, all_gpus * 1000), 2)},
-            "gpu_milli": {"total": totals["gpu_milli_total"], "used": milli_used},
-            "cpu_milli": {"total": totals["cpu_milli_total"], "used": totals["cpu_milli_used"]},
-            "memory_mib": {"total": totals["memory_mib_total"],
-                           "used": totals["memory_mib_used"]},
+                     "allocatedPct": round(100 * all_used / max(1, all_gpus * 1000), 2)},
+            "gpuMilli": {"total": totals["gpu_milli_total"], "used": milli_used},
+            "cpuMilli": {"total": totals["cpu_milli_total"], "used": totals["cpu_milli_used"]},
+            "memoryMib": {"total": totals["memory_mib_total"],
+                          "used": totals["memory_mib_used"]},
             "fragmentation": {
-                "free_gpu_milli": free_total, "fragmented_gpu_milli": fragmented,
+                "freeGpuMilli": free_total, "fragmentedGpuMilli": fragmented,
                 "ratio": round(fragmented / free_total, 4) if free_total else 0.0,
                 "rule": "free compute on partly used cards, or on nodes with no CPU or "
                         "memory left, over all free compute"},
@@ -94,11 +99,23 @@ def cluster_view(plane: ControlPlane) -> dict[str, Any]:
                      ("Pending", "Running", "Succeeded", "Failed", "Cancelled")},
             "flavors": [{"name": k, **v} for k, v in sorted(flavors.items())],
             "cycles": plane.cycles,
-            "last_cycle": None if last is None else {
-                "time_s": round(last.time_s, 3), "bound": last.bound,
+            "lastCycle": None if last is None else {
+                **times("time", last.time_s, wall_of), "bound": last.bound,
                 "finished": last.finished, "evicted": last.evicted, "parked": last.parked,
-                "decision_ms": round(last.decision_s * 1000, 3)},
+                "decisionMs": round(last.decision_s * 1000, 3)},
         }
+
+
+def history_view(plane: ControlPlane) -> dict[str, Any]:
+    """The queues' usage and shares over time (one sample every few seconds)."""
+    with plane.lock:
+        wall_of = plane.clock.wall_of
+        return {"samples": [{
+            **times("time", s["time_s"], wall_of),
+            "queues": {q: {"gpuMilli": v["gpu_milli"], "share": v["share"]}
+                       for q, v in s["queues"].items()},
+            "allocatedPct": s["allocated_pct"], "pending": s["pending"]}
+            for s in plane.history]}
 
 
 def node_names(plane: ControlPlane) -> list[str]:
@@ -139,8 +156,8 @@ def node_view(plane: ControlPlane, name: str, visible: Visible = everyone) -> di
                                   if s.mig_profile else (s.gpu_milli, s.memory_mib))
                     holders[s.index].append({
                         "job": p.job if shown else HIDDEN, "namespace": ns if shown else "",
-                        "task": p.task if shown else "", "gpu_milli": milli,
-                        "memory_mib": mib, "mig_profile": s.mig_profile})
+                        "task": p.task if shown else "", "gpuMilli": milli,
+                        "memoryMib": mib, "migProfile": s.mig_profile})
         cards = []
         for g in node.gpus:
             used_milli = int(t.used_milli[row, g.index]) if row is not None else 0
@@ -149,24 +166,24 @@ def node_view(plane: ControlPlane, name: str, visible: Visible = everyone) -> di
             for m in g.mig:
                 free = int(t.mig_free[m.profile][row, g.index]) if row is not None else m.count
                 mig.append({"profile": m.profile, "count": m.count, "free": free,
-                            "gpu_milli": m.gpu_milli, "memory_mib": m.memory_mib})
+                            "gpuMilli": m.gpu_milli, "memoryMib": m.memory_mib})
             if g.mig:
-                used_milli = sum(h["gpu_milli"] or 0 for h in holders[g.index])
-                used_mib = sum(h["memory_mib"] or 0 for h in holders[g.index])
-            cards.append({"index": g.index, "model": g.model, "memory_mib": g.memory_mib,
+                used_milli = sum(h["gpuMilli"] or 0 for h in holders[g.index])
+                used_mib = sum(h["memoryMib"] or 0 for h in holders[g.index])
+            cards.append({"index": g.index, "model": g.model, "memoryMib": g.memory_mib,
                           "vendor": g.vendor, "division": str(g.device.division),
-                          "relative_capacity": g.device.relative_capacity,
-                          "uuid": g.uuid, "healthy": g.healthy, "nvlink_peers":
-                          list(g.nvlink_peers), "mig": mig, "used_milli": used_milli,
-                          "used_mib": used_mib, "holders": holders[g.index]})
+                          "relativeCapacity": g.device.relative_capacity,
+                          "uuid": g.uuid, "healthy": g.healthy, "nvlinkPeers":
+                          list(g.nvlink_peers), "mig": mig, "usedMilli": used_milli,
+                          "usedMib": used_mib, "holders": holders[g.index]})
         return {
             "name": name, "state": _node_state(body), "unschedulable": not node.schedulable,
             "failed": bool(body.get("failed")), "flavor": flavor_of(plane, node),
             "labels": {k: _owned(k, v, visible) for k, v in node.labels.items()},
             "taints": [{"key": x.key, "value": _owned(x.key, x.value, visible),
                         "effect": str(x.effect)} for x in node.taints],
-            "cpu_milli": {"total": node.cpu_milli, "used": cpu_used},
-            "memory_mib": {"total": node.memory_mib, "used": mem_used},
+            "cpuMilli": {"total": node.cpu_milli, "used": cpu_used},
+            "memoryMib": {"total": node.memory_mib, "used": mem_used},
             "gpus": cards,
         }
 
@@ -185,34 +202,41 @@ def _owned(key: str, value: str, visible: Visible) -> str:
     return value
 
 
+def placement_view(p: Placement) -> dict[str, Any]:
+    """One task's placement: its node, CPU and memory, and its share of each card."""
+    return {"task": p.task, "node": p.node, "cpuMilli": p.cpu_milli, "memoryMib": p.memory_mib,
+            "gpus": [{"index": s.index, "gpuMilli": s.gpu_milli, "memoryMib": s.memory_mib,
+                      "migProfile": s.mig_profile} for s in p.shares]}
+
+
 def _status(plane: ControlPlane, rec: JobRecord,
             estimates: Mapping[JobId, tuple[int, float | None]]) -> dict[str, Any]:
     now = plane.clock.now()
-    status: dict[str, Any] = {
-        "phase": rec.phase, "clusterQueue": rec.cluster_queue, "flavor": rec.flavor,
-        "submittedAt": round(rec.submitted_s, 3),
-        "startedAt": None if rec.started_s is None else round(rec.started_s, 3),
-        "finishedAt": None if rec.finished_s is None else round(rec.finished_s, 3),
-        "preemptions": rec.preemptions, "message": rec.message,
-    }
-    if rec.alternative:
-        status["alternative"] = rec.alternative
-    if rec.phase == "Pending":
-        pos, start = estimates.get(JobId(rec.key), (None, None))
-        status["waitSeconds"] = round(now - rec.submitted_s, 3)
-        status["pendingReason"] = rec.message or "waiting for the next scheduling cycle"
-        status["queuePosition"] = pos
-        status["estimatedStart"] = None if start is None else round(start, 3)
-        status["estimatedStartIn"] = None if start is None else round(max(0.0, start - now),
-                                                                         3)
+    wall_of = plane.clock.wall_of
+    pending = rec.phase == "Pending"
+    pos, start = estimates.get(JobId(rec.key), (None, None)) if pending else (None, None)
+    if pending:
+        wait: float | None = now - rec.submitted_s
     else:
-        start = rec.started_s
-        status["waitSeconds"] = None if start is None else round(start - rec.submitted_s, 3)
-    if rec.phase == "Running":
-        end = getattr(plane.backend, "end_of", lambda _: None)(rec.key)
-        status["expectedEnd"] = None if end is None else round(end, 3)
-    status["placements"] = [placement_to_json(p) for p in rec.placements]
-    return status
+        wait = None if rec.started_s is None else rec.started_s - rec.submitted_s
+    end = getattr(plane.backend, "end_of", lambda _: None)(rec.key) \
+        if rec.phase == "Running" else None
+    return {
+        "phase": rec.phase, "clusterQueue": rec.cluster_queue, "flavor": rec.flavor,
+        **times("submitTime", rec.submitted_s, wall_of),
+        **times("startTime", rec.started_s, wall_of),
+        **times("finishTime", rec.finished_s, wall_of),
+        "preemptions": rec.preemptions, "message": rec.message,
+        **({"alternative": rec.alternative} if rec.alternative else {}),
+        "waitSeconds": None if wait is None else round(wait, 3),
+        "pendingReason": (rec.message or "waiting for the next scheduling cycle")
+        if pending else None,
+        "queuePosition": pos,
+        **times("estimatedStartTime", start, wall_of),
+        "estimatedStartInSeconds": None if start is None else round(max(0.0, start - now), 3),
+        **times("expectedEndTime", end, wall_of),
+        "placements": [placement_view(p) for p in rec.placements],
+    }
 
 
 def job_view(plane: ControlPlane, rec: JobRecord,
@@ -228,6 +252,14 @@ def job_view(plane: ControlPlane, rec: JobRecord,
                 "spec": doc.get("spec", {}), "status": _status(plane, rec, est)}
 
 
+def event_view(e: Event) -> dict[str, Any]:
+    """One event: when it was written (RFC 3339, the wall clock) and the cluster's seconds
+    then."""
+    return {"seq": e.seq, "time": rfc3339(e.wall), "timeSeconds": round(e.time_s, 3),
+            "type": e.type, "reason": e.reason, "kind": e.kind, "object": e.object,
+            "namespace": e.namespace, "message": e.message}
+
+
 def jobs_view(plane: ControlPlane, records: Iterable[JobRecord]) -> list[dict[str, Any]]:
     with plane.lock:
         recs = list(records)
@@ -236,9 +268,11 @@ def jobs_view(plane: ControlPlane, records: Iterable[JobRecord]) -> list[dict[st
 
 
 def _vec(v: Mapping[tuple[str, Resource], int]) -> dict[str, dict[str, int]]:
+    """Per flavor, per resource (``gpu``, ``gpuMilli``, ``gpuMemoryMib``, ``cpuMilli``,
+    ``memoryMib``): the amount in the resource's unit."""
     out: dict[str, dict[str, int]] = defaultdict(dict)
     for (flavor, res), amount in sorted(v.items()):
-        out[flavor][str(res)] = int(amount)
+        out[flavor][camel(str(res))] = int(amount)
     return dict(out)
 
 

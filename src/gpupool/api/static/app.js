@@ -267,16 +267,16 @@
   function renderHeader() {
     const c = state.cluster;
     $("server").textContent = `${location.host} · ${c.nodes.total} nodes, ${c.gpus.total} GPUs`;
-    $("clock").textContent = clock(c.time_s);
+    $("clock").textContent = clock(c.timeSeconds);
     const sp = c.speed;
     $("speed").textContent = `×${num(sp, 2)}`;
     $("speed-box").title = sp === 1 ? "cluster time runs at wall-clock speed"
       : `1 wall second = ${dur(sp)} of cluster time`;
-    const lc = c.last_cycle;
-    $("cycle").textContent = lc ? `${num(lc.decision_ms, 1)} ms` : "none yet";
-    $("cycle").parentElement.title = lc ? `cycle ${c.cycles} at ${clock(lc.time_s)}: ` +
+    const lc = c.lastCycle;
+    $("cycle").textContent = lc ? `${num(lc.decisionMs, 1)} ms` : "none yet";
+    $("cycle").parentElement.title = lc ? `cycle ${c.cycles} at ${clock(lc.timeSeconds)}: ` +
       `${lc.bound} bound, ${lc.finished} finished, ${lc.evicted} evicted, ${lc.parked} parked, ` +
-      `decided in ${num(lc.decision_ms, 2)} ms` : "no scheduling cycle yet";
+      `decided in ${num(lc.decisionMs, 2)} ms` : "no scheduling cycle yet";
     renderWho();
   }
 
@@ -284,8 +284,8 @@
     const c = state.cluster;
     $("gpu-alloc").textContent = num(c.gpus.allocated, 1);
     $("gpu-total").textContent = c.gpus.total;
-    $("gpu-pct").textContent = `${num(c.gpus.allocated_pct, 1)}%`;
-    $("gpu-meter").style.width = `${Math.min(100, c.gpus.allocated_pct)}%`;
+    $("gpu-pct").textContent = `${num(c.gpus.allocatedPct, 1)}%`;
+    $("gpu-meter").style.width = `${Math.min(100, c.gpus.allocatedPct)}%`;
     $("flavor-use").innerHTML = [...flavorUse().entries()].filter(([, f]) => f.gpus > 0)
       .map(([name, f]) => `<span title="flavor ${esc(name)}: ${f.nodes} nodes, ` +
         `${gpus(f.milli)} of ${f.gpus} GPUs in use">${esc(name)} ` +
@@ -294,7 +294,7 @@
     const fr = c.fragmentation;
     $("frag").textContent = `${num(100 * fr.ratio, 1)}%`;
     $("frag-sub").textContent =
-      `${gpus(fr.fragmented_gpu_milli)} of ${gpus(fr.free_gpu_milli)} free GPUs stranded`;
+      `${gpus(fr.fragmentedGpuMilli)} of ${gpus(fr.freeGpuMilli)} free GPUs stranded`;
     $("tile-frag").title = `fragmentation: ${fr.rule}`;
 
     const j = c.jobs;
@@ -308,15 +308,15 @@
     const parts = [`${n.ready} ready`];
     if (n.cordoned) parts.push(`${n.cordoned} cordoned`);
     if (n.failed) parts.push(`${n.failed} failed`);
-    if (c.gpus.mig_partitioned) parts.push(`${c.gpus.mig_partitioned} MIG cards`);
+    if (c.gpus.migPartitioned) parts.push(`${c.gpus.migPartitioned} MIG cards`);
     $("node-sub").textContent = parts.join(" · ");
 
-    const cpuPct = 100 * c.cpu_milli.used / Math.max(1, c.cpu_milli.total);
-    const memPct = 100 * c.memory_mib.used / Math.max(1, c.memory_mib.total);
+    const cpuPct = 100 * c.cpuMilli.used / Math.max(1, c.cpuMilli.total);
+    const memPct = 100 * c.memoryMib.used / Math.max(1, c.memoryMib.total);
     $("cpu-mem").innerHTML =
-      `<div>CPU <b>${num(c.cpu_milli.used / 1000, 1)}</b> / ${num(c.cpu_milli.total / 1000, 0)}` +
+      `<div>CPU <b>${num(c.cpuMilli.used / 1000, 1)}</b> / ${num(c.cpuMilli.total / 1000, 0)}` +
       ` cores<div class="meter small"><i style="width:${cpuPct}%"></i></div></div>` +
-      `<div>memory <b>${mib(c.memory_mib.used)}</b> / ${mib(c.memory_mib.total)}` +
+      `<div>memory <b>${mib(c.memoryMib.used)}</b> / ${mib(c.memoryMib.total)}` +
       `<div class="meter small"><i style="width:${memPct}%"></i></div></div>`;
   }
 
@@ -324,11 +324,11 @@
 
   // GPU compute held per card, MIG instances counted at their profile's share of the card.
   function cardMilli(card) {
-    if (!card.mig || !card.mig.length) return card.used_milli;
+    if (!card.mig || !card.mig.length) return card.usedMilli;
     let milli = 0;
     for (const h of card.holders) {
-      const m = card.mig.find((x) => x.profile === h.mig_profile);
-      milli += m ? m.gpu_milli : h.gpu_milli || 0;
+      const m = card.mig.find((x) => x.profile === h.migProfile);
+      milli += m ? m.gpuMilli : h.gpuMilli || 0;
     }
     return milli;
   }
@@ -354,13 +354,13 @@
   function migSlots(card) {
     // Every MIG instance the card can hold, in order: held ones first (one per holder).
     const slots = [];
-    const held = card.holders.filter((h) => h.mig_profile);
+    const held = card.holders.filter((h) => h.migProfile);
     const byProfile = {};
-    for (const h of held) (byProfile[h.mig_profile] = byProfile[h.mig_profile] || []).push(h);
+    for (const h of held) (byProfile[h.migProfile] = byProfile[h.migProfile] || []).push(h);
     for (const m of card.mig) {
       const hs = byProfile[m.profile] || [];
       for (let i = 0; i < m.count; i++) {
-        slots.push({ profile: m.profile, milli: m.gpu_milli, mib: m.memory_mib,
+        slots.push({ profile: m.profile, milli: m.gpuMilli, mib: m.memoryMib,
           holder: hs[i] || null });
       }
     }
@@ -402,17 +402,17 @@
       const busy = slots.filter((s) => s.holder).length;
       used = `<span>MIG</span><b>${busy}/${slots.length}</b>`;
     } else {
-      const cap = card.memory_mib || 1;
+      const cap = card.memoryMib || 1;
       const compute = card.holders.map((h) =>
         `<i class="seg${segClass(h)}" ${segAttrs(h, node, card)} ` +
-        `style="width:${h.gpu_milli / 10}%;` +
+        `style="width:${h.gpuMilli / 10}%;` +
         `background:${jobColor(h.job, h.namespace)}"></i>`).join("");
       const memory = card.holders.map((h) =>
         `<i class="seg${segClass(h)}" ${segAttrs(h, node, card)} ` +
-        `style="width:${100 * h.memory_mib / cap}%;` +
+        `style="width:${100 * h.memoryMib / cap}%;` +
         `background:${jobColor(h.job, h.namespace)}"></i>`).join("");
       bars = `<div class="bar">${compute}</div><div class="bar mem">${memory}</div>`;
-      const pct = Math.round(card.used_milli / 10);
+      const pct = Math.round(card.usedMilli / 10);
       used = card.healthy ? `<span>${card.index}</span><b>${pct ? pct + "%" : ""}</b>`
         : `<span>${card.index}</span><b>down</b>`;
     }
@@ -430,8 +430,8 @@
       models[m] = (models[m] || 0) + 1;
     }
     const desc = Object.entries(models).map(([m, k]) => `${k}×${m}`).join(" ");
-    const cpu = node.cpu_milli;
-    const mem = node.memory_mib;
+    const cpu = node.cpuMilli;
+    const mem = node.memoryMib;
     const badge = node.state !== "ready" ? `<span class="badge ${esc(node.state)}">` +
       `${esc(node.state)}</span>` : "";
     const title = `${node.name}: ${node.state}; CPU ${num(cpu.used / 1000, 1)}/` +
@@ -483,8 +483,8 @@
     const flavors = [...new Set([...Object.keys(nominal), ...Object.keys(usage)])];
     const rows = [];
     for (const f of flavors) {
-      const nom = (nominal[f] || {}).gpu_milli || 0;
-      const use = (usage[f] || {}).gpu_milli || 0;
+      const nom = (nominal[f] || {}).gpuMilli || 0;
+      const use = (usage[f] || {}).gpuMilli || 0;
       if (!nom && !use) continue;
       rows.push({ flavor: f, nominal: nom, usage: use });
     }
@@ -548,7 +548,7 @@
     const value = (s, name) => {
       const q = (s.queues || {})[name];
       if (!q) return null;
-      return mode === "share" ? q.share : q.gpu_milli / 1000;
+      return mode === "share" ? q.share : q.gpuMilli / 1000;
     };
     $("chart-title").textContent = mode === "share" ? "Shares over time"
       : "GPUs in use over time";
@@ -560,8 +560,8 @@
         `text-anchor="middle">collecting samples…</text></svg>`;
       return;
     }
-    const t0 = samples[0].time_s;
-    const t1 = samples[samples.length - 1].time_s;
+    const t0 = samples[0].timeSeconds;
+    const t1 = samples[samples.length - 1].timeSeconds;
     let vmax = mode === "share" ? 1.2 : 1;
     for (const s of samples) for (const n of names) vmax = Math.max(vmax, value(s, n) || 0);
     vmax = niceCeil(vmax);
@@ -588,7 +588,7 @@
       for (const s of samples) {
         const v = value(s, n);
         if (v === null || v === undefined) continue;
-        d += `${d ? "L" : "M"}${x(s.time_s).toFixed(1)},${y(v).toFixed(1)}`;
+        d += `${d ? "L" : "M"}${x(s.timeSeconds).toFixed(1)},${y(v).toFixed(1)}`;
         last = v;
       }
       if (!d) continue;
@@ -642,11 +642,11 @@
       const prio = j.spec.priorityClassName ? `<span class="prio">` +
         `${esc(j.spec.priorityClassName)}</span>` : "";
       let eta = `<span class="hint">no estimate</span>`;
-      if (st.estimatedStartIn !== null && st.estimatedStartIn !== undefined) {
-        const wall = speed > 1 ? ` <span class="wall">(≈${dur(st.estimatedStartIn / speed)} ` +
+      if (st.estimatedStartInSeconds !== null && st.estimatedStartInSeconds !== undefined) {
+        const wall = speed > 1 ? ` <span class="wall">(≈${dur(st.estimatedStartInSeconds / speed)} ` +
           "wall)</span>" : "";
-        eta = st.estimatedStartIn <= 0 ? "<b>next cycle</b>"
-          : `<b>in ${dur(st.estimatedStartIn)}</b>${wall}`;
+        eta = st.estimatedStartInSeconds <= 0 ? "<b>next cycle</b>"
+          : `<b>in ${dur(st.estimatedStartInSeconds)}</b>${wall}`;
       }
       const queue = `${j.spec.queue}` + (st.clusterQueue && st.clusterQueue !== j.spec.queue
         ? ` → ${st.clusterQueue}` : "");
@@ -655,8 +655,8 @@
         `<span class="ns">${esc(ns)}/</span>${esc(j.metadata.name)}${prio}</td>` +
         `<td>${esc(queue)}</td><td class="asks" title="${esc(asks(j.spec))}">` +
         `${esc(asks(j.spec))}</td><td>${dur(st.waitSeconds)}</td>` +
-        `<td class="eta" title="${st.estimatedStart !== null && st.estimatedStart !== undefined
-          ? "at cluster time " + esc(clock(st.estimatedStart)) : ""}">${eta}</td></tr>` +
+        `<td class="eta" title="${st.estimatedStartTimeSeconds !== null && st.estimatedStartTimeSeconds !== undefined
+          ? "at cluster time " + esc(clock(st.estimatedStartTimeSeconds)) : ""}">${eta}</td></tr>` +
         `<tr class="why" data-job="${esc(key)}"><td></td><td colspan="5">` +
         `<span class="reason">${esc(st.pendingReason || "")}</span></td></tr>`;
     }).join("");
@@ -669,7 +669,7 @@
     $("events").innerHTML = items.map((e) => {
       const cls = e.type === "Warning" ? `Warning ${e.reason}` : e.reason;
       return `<li data-seq="${e.seq}"><span class="t" title="cluster time">` +
-        `${esc(clock(e.time_s))}</span><span class="r ${esc(cls)}">${esc(e.reason)}</span>` +
+        `${esc(clock(e.timeSeconds))}</span><span class="r ${esc(cls)}">${esc(e.reason)}</span>` +
         `<span class="m" title="${esc(e.object)}: ${esc(e.message)}"><b>${esc(e.object)}</b> ` +
         `${esc(e.message)}</span></li>`;
     }).join("") || `<li class="empty">No events yet.</li>`;
@@ -703,17 +703,17 @@
         `${cloud.gpuQuota} GPUs of quota held · ${zones.join(" · ")}`;
     }
     const reqs = [...(state.prov || [])].sort((a, b) =>
-      a.status.createdAt - b.status.createdAt);
+      a.status.createTimeSeconds - b.status.createTimeSeconds);
     $("prov-empty").hidden = reqs.length > 0;
     $("prov").innerHTML = reqs.map((r) => {
       const s = r.status;
       const key = `${r.metadata.namespace}/${r.metadata.name}`;
       const count = r.spec.podSets.reduce((n, p) => n + p.count, 0);
-      let when = `asked ${clock(s.createdAt)}`;
-      if (s.bookingExpiresAt !== null) when = `booked until ${clock(s.bookingExpiresAt)}`;
-      else if (s.consumedAt !== null) {
-        when = s.runEndsAt !== null ? `reclaimed at ${clock(s.runEndsAt)}`
-          : `in use since ${clock(s.consumedAt)}`;
+      let when = `asked ${clock(s.createTimeSeconds)}`;
+      if (s.bookingExpiryTimeSeconds !== null) when = `booked until ${clock(s.bookingExpiryTimeSeconds)}`;
+      else if (s.consumeTimeSeconds !== null) {
+        when = s.runEndTimeSeconds !== null ? `reclaimed at ${clock(s.runEndTimeSeconds)}`
+          : `in use since ${clock(s.consumeTimeSeconds)}`;
       }
       const last = s.conditions.filter((c) => c.status === "True").pop();
       const tip = last ? `${last.reason}: ${last.message}` : "waiting for the cloud";
@@ -787,10 +787,10 @@
   }
 
   function holderLine(h, card) {
-    const mig = card.mig.find((m) => m.profile === h.mig_profile);
-    const milli = h.mig_profile && mig ? mig.gpu_milli : h.gpu_milli;
-    const memory = h.mig_profile && mig ? mig.memory_mib : h.memory_mib;
-    const what = h.mig_profile ? `MIG ${h.mig_profile} (${milli} milli, ${mib(memory)})`
+    const mig = card.mig.find((m) => m.profile === h.migProfile);
+    const milli = h.migProfile && mig ? mig.gpuMilli : h.gpuMilli;
+    const memory = h.migProfile && mig ? mig.memoryMib : h.memoryMib;
+    const what = h.migProfile ? `MIG ${h.migProfile} (${milli} milli, ${mib(memory)})`
       : `${milli} milli · ${mib(memory)}`;
     const e = elasticOf(h);
     const who = e ? `ElasticGPU ${e.gpu}` + (e.claim ? ` · claim ${e.claim}` : " · unbound")
@@ -812,11 +812,11 @@
       const h = card.holders.find((x) => x.task === target.task && x.job === target.job) ||
         card.holders.find((x) => x.job === target.job);
       if (!h) return null;
-      const mig = card.mig.find((m) => m.profile === h.mig_profile);
-      const milli = h.mig_profile && mig ? mig.gpu_milli : h.gpu_milli;
-      const memory = h.mig_profile && mig ? mig.memory_mib : h.memory_mib;
-      const whole = !h.mig_profile && h.gpu_milli >= 1000;
-      const kind = h.mig_profile ? `MIG instance ${h.mig_profile}`
+      const mig = card.mig.find((m) => m.profile === h.migProfile);
+      const milli = h.migProfile && mig ? mig.gpuMilli : h.gpuMilli;
+      const memory = h.migProfile && mig ? mig.memoryMib : h.memoryMib;
+      const whole = !h.migProfile && h.gpuMilli >= 1000;
+      const kind = h.migProfile ? `MIG instance ${h.migProfile}`
         : whole ? "the whole card" : "a slice of the card";
       let extra = "";
       const e = elasticOf(h);
@@ -827,7 +827,7 @@
           `<dt>namespace</dt><dd>${esc(h.namespace || "–")}</dd>` +
           `<dt>holds</dt><dd>${esc(kind)}</dd>` +
           `<dt>compute</dt><dd>${milli} milli (${num(milli / 10, 1)}%)</dd>` +
-          `<dt>memory</dt><dd>${memory} MiB (${mib(memory)} of ${mib(card.memory_mib)})</dd>` +
+          `<dt>memory</dt><dd>${memory} MiB (${mib(memory)} of ${mib(card.memoryMib)})</dd>` +
           (c ? `<dt>phase</dt><dd>${esc(c.phase)}</dd><dt>class</dt>` +
             `<dd>${esc(c.className)}</dd><dt>asks</dt><dd>${esc(claimAsks(c.requests))}</dd>`
             : "") + "</dl>" +
@@ -840,31 +840,31 @@
           `<dt>queue</dt><dd>${esc(target.detail.spec.queue)} → ${esc(s.clusterQueue)}` +
           ` (${esc(s.flavor)})</dd>` +
           `<dt>asks</dt><dd>${esc(asks(target.detail.spec))}</dd>` +
-          (s.startedAt !== null ? `<dt>started</dt><dd>${esc(clock(s.startedAt))}, after ` +
+          (s.startTimeSeconds !== null ? `<dt>started</dt><dd>${esc(clock(s.startTimeSeconds))}, after ` +
             `${dur(s.waitSeconds)} waiting</dd>` : "") +
-          (s.expectedEnd ? `<dt>ends</dt><dd>${esc(clock(s.expectedEnd))}</dd>` : "");
+          (s.expectedEndTimeSeconds ? `<dt>ends</dt><dd>${esc(clock(s.expectedEndTimeSeconds))}</dd>` : "");
       }
       return close + head + `<dl><dt>job</dt><dd>${esc(h.job)}</dd>` +
         `<dt>namespace</dt><dd>${esc(h.namespace || "–")}</dd>` +
         `<dt>task</dt><dd>${esc(h.task || "–")}</dd>` +
         `<dt>holds</dt><dd>${esc(kind)}</dd>` +
         `<dt>compute</dt><dd>${milli} milli (${num(milli / 10, 1)}%)</dd>` +
-        `<dt>memory</dt><dd>${memory} MiB (${mib(memory)} of ${mib(card.memory_mib)})</dd>` +
+        `<dt>memory</dt><dd>${memory} MiB (${mib(memory)} of ${mib(card.memoryMib)})</dd>` +
         extra + "</dl>" +
         (target.pinned ? "" : `<div class="foot">click to pin and see the job</div>`);
     }
     const free = card.mig.length
       ? card.mig.map((m) => `${m.free}/${m.count} × ${m.profile} free`).join(", ")
-      : `${1000 - card.used_milli} milli and ${mib(card.memory_mib - card.used_mib)}`;
+      : `${1000 - card.usedMilli} milli and ${mib(card.memoryMib - card.usedMib)}`;
     const holders = card.holders.length
       ? `<div class="holders">${card.holders.map((h) => holderLine(h, card)).join("")}</div>`
       : `<div class="foot">no holder: the card is free</div>`;
     return close + head + `<dl><dt>uuid</dt><dd>${esc(card.uuid)}</dd>` +
       `<dt>state</dt><dd>${card.healthy ? "healthy" : "unhealthy"}${node.state !== "ready"
         ? `, node ${esc(node.state)}` : ""}</dd>` +
-      `<dt>used</dt><dd>${card.used_milli} milli · ${card.used_mib} MiB of ` +
-      `${card.memory_mib} MiB</dd><dt>free</dt><dd>${esc(free)}</dd>` +
-      (card.nvlink_peers.length ? `<dt>NVLink</dt><dd>GPU ${card.nvlink_peers.join(", ")}</dd>`
+      `<dt>used</dt><dd>${card.usedMilli} milli · ${card.usedMib} MiB of ` +
+      `${card.memoryMib} MiB</dd><dt>free</dt><dd>${esc(free)}</dd>` +
+      (card.nvlinkPeers.length ? `<dt>NVLink</dt><dd>GPU ${card.nvlinkPeers.join(", ")}</dd>`
         : "") + "</dl>" + holders;
   }
 

@@ -1,4 +1,4 @@
-"""REST endpoints of queued provisioning (docs/provisioning.md, "In serve")::
+"""Queued provisioning (docs/provisioning.md, "In serve")::
 
     GET    /api/v1/provisioningrequests[?namespace=]          the caller's namespaces
     GET    /api/v1/provisioningrequests/{namespace}/{name}    (404 for another namespace's)
@@ -9,36 +9,52 @@
 
 Requests are shown as ``autoscaling.x-k8s.io/v1`` objects with gpupool's extras (the job and
 ClusterQueue they were made for, when the booking expires, when the run limit reclaims it).
+Times are RFC 3339 with their cluster seconds beside them (``control.wire``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Any
 
-from fastapi import FastAPI, Query
+from fastapi import APIRouter, Query
 
-from gpupool.api.app import Who
 from gpupool.api.auth import Principal
+from gpupool.api.deps import Plane, Who, seen
+from gpupool.api.models.base import Deleted
+from gpupool.api.models.provisioning import (
+    Cloud,
+    ProvisioningRequestList,
+    ProvisioningRequestView,
+)
 from gpupool.control.plane import ControlPlane
+from gpupool.control.wire import times
 from gpupool.core.errors import NotFoundError
 from gpupool.core.provisioning import ProvisioningRequest
 
 API_VERSION = "autoscaling.x-k8s.io/v1"
+router = APIRouter(prefix="/api/v1", tags=["provisioning"])
 
 
-def request_view(req: ProvisioningRequest) -> dict[str, Any]:
+def request_view(req: ProvisioningRequest, wall_of: Callable[[float], float]
+                 ) -> dict[str, Any]:
     d = req.to_dict()
     phase = next((c["type"] for c in reversed(d["conditions"]) if c["status"] == "True"),
                  "Pending")
+    conditions = [{**{k: v for k, v in c.items() if k != "lastTransitionTime"},
+                   **times("lastTransitionTime", c["lastTransitionTime"], wall_of)}
+                  for c in d["conditions"]]
     return {
         "apiVersion": API_VERSION, "kind": "ProvisioningRequest",
         "metadata": {"name": req.name, "namespace": req.namespace},
         "spec": {"provisioningClassName": req.provisioning_class_name,
                  "podSets": d["podSets"], "parameters": d["parameters"]},
-        "status": {"phase": phase, "conditions": d["conditions"], "nodes": d["nodes"],
-                   "createdAt": req.created_s, "consumedAt": req.consumed_s,
-                   "bookingExpiresAt": req.booking_expires_s if req.booked else None,
-                   "runEndsAt": req.run_ends_s},
+        "status": {"phase": phase, "conditions": conditions, "nodes": d["nodes"],
+                   **times("createTime", req.created_s, wall_of),
+                   **times("consumeTime", req.consumed_s, wall_of),
+                   **times("bookingExpiryTime",
+                           req.booking_expires_s if req.booked else None, wall_of),
+                   **times("runEndTime", req.run_ends_s, wall_of)},
         "job": req.job, "queue": req.queue,
     }
 
@@ -49,6 +65,7 @@ def cloud_view(plane: ControlPlane, who: Principal) -> dict[str, Any]:
         if cloud is None:
             raise NotFoundError("no simulated cloud: start serve with --cloud FILE")
         now = plane.clock.now()
+        wall_of = plane.clock.wall_of
         snap = cloud.snapshot()
         spec = cloud.spec
         zones = {(p, z): n for p, z, n in snap["zoneNodes"]}
@@ -68,43 +85,41 @@ def cloud_view(plane: ControlPlane, who: Principal) -> dict[str, Any]:
         requests = [{
             "key": r.key, "job": r.job, "pool": r.pool, "zone": r.zone, "nodes": r.nodes,
             "gpus": r.gpus, "outcome": r.outcome, "reason": r.reason,
-            "createdAt": r.created_s, "provisionedAt": r.provisioned_s,
-            "consumedAt": r.consumed_s, "endedAt": r.ended_s,
+            **times("createTime", r.created_s, wall_of),
+            **times("provisionTime", r.provisioned_s, wall_of),
+            **times("consumeTime", r.consumed_s, wall_of),
+            **times("endTime", r.ended_s, wall_of),
             "idleBookingGpuSeconds": round(r.idle_booking_gpu_s, 1)}
             for r in cloud.run.requests.values() if who.sees(r.key.split("/", 1)[0])]
-        return {"name": spec.name, "region": spec.region, "time_s": now,
+        return {"name": spec.name, "region": spec.region, **times("time", now, wall_of),
                 "gpuQuota": spec.gpu_quota, "gpusHeld": snap["gpusHeld"],
                 "gpusAlive": snap["aliveGpus"], "nodesMade": snap["nodesMade"],
                 "queued": list(snap["queue"]), "pools": pools, "requests": requests}
 
 
-def install_provisioning_routes(app: FastAPI, plane: ControlPlane) -> None:
-    tags: list[Any] = ["provisioning"]
-    base = "/api/v1/provisioningrequests"
+@router.get("/provisioningrequests", response_model=ProvisioningRequestList)
+def list_requests(who: Who, plane: Plane,
+                  namespace: Annotated[str | None, Query(max_length=63)] = None
+                  ) -> dict[str, Any]:
+    return {"items": [request_view(r, plane.clock.wall_of)
+                      for r in plane.provisioning_requests()
+                      if who.sees(r.namespace)
+                      and (namespace is None or r.namespace == namespace)]}
 
-    def visible(who: Principal, namespace: str, name: str) -> ProvisioningRequest:
-        key = f"{namespace}/{name}"
-        if not who.sees(namespace):
-            raise NotFoundError(f"ProvisioningRequest {key} not found")
-        return plane.provisioning_request(key)
 
-    @app.get(base, tags=tags)
-    def list_requests(who: Who, namespace: Annotated[str | None, Query(max_length=63)] = None
-                      ) -> dict[str, Any]:
-        return {"items": [request_view(r) for r in plane.provisioning_requests()
-                          if who.sees(r.namespace)
-                          and (namespace is None or r.namespace == namespace)]}
+@router.get("/provisioningrequests/{namespace}/{name}", response_model=ProvisioningRequestView)
+def get_request(namespace: str, name: str, who: Who, plane: Plane) -> dict[str, Any]:
+    req = plane.provisioning_request(seen(who, "ProvisioningRequest", namespace, name))
+    return request_view(req, plane.clock.wall_of)
 
-    @app.get(base + "/{namespace}/{name}", tags=tags)
-    def get_request(namespace: str, name: str, who: Who) -> dict[str, Any]:
-        return request_view(visible(who, namespace, name))
 
-    @app.delete(base + "/{namespace}/{name}", tags=tags)
-    def delete_request(namespace: str, name: str, who: Who) -> dict[str, Any]:
-        visible(who, namespace, name)
-        req = plane.delete_provisioning_request(f"{namespace}/{name}")
-        return {"deleted": req.key}
+@router.delete("/provisioningrequests/{namespace}/{name}", response_model=Deleted)
+def delete_request(namespace: str, name: str, who: Who, plane: Plane) -> dict[str, Any]:
+    key = seen(who, "ProvisioningRequest", namespace, name)
+    plane.provisioning_request(key)
+    return {"deleted": plane.delete_provisioning_request(key).key}
 
-    @app.get("/api/v1/cloud", tags=tags)
-    def get_cloud(who: Who) -> dict[str, Any]:
-        return cloud_view(plane, who)
+
+@router.get("/cloud", response_model=Cloud)
+def get_cloud(who: Who, plane: Plane) -> dict[str, Any]:
+    return cloud_view(plane, who)
