@@ -265,10 +265,11 @@ def _by_preemption(ctx: Context, snap: Snapshot, p: Pending, now_s: float, gone:
     victim set (lower-priority jobs of its queue, borrowed capacity of others). The victims
     leave the forecast; the job starts at once (after the victims' grace period, which the
     core does not know)."""
+    lately = ctx.history.averages()
     cands = [v for v in preemption.candidates(p.job, p.queue, ctx.tree, ctx.running,
-                                              ctx.settings, now_s, ctx.preempted_by)
+                                              ctx.settings, now_s, ctx.preempted_by, lately)
              if v.running.job.id not in gone]
-    planned = preemption.plan(p.job, p.queue, ctx.tree, snap, ctx.profile, cands)
+    planned = preemption.plan(p.job, p.queue, ctx.tree, snap, ctx.profile, cands, lately)
     if planned is None:
         return None, ""
     victims, fit = planned
