@@ -194,9 +194,11 @@ class QuotaTree:
                    for k, v in demand.items() if k in n.nominal and v > 0)
 
     def below_nominal(self, cq: str) -> bool:
-        """Whether the queue holds less than its nominal quota of the accelerators of some
-        flavor (every accelerator resource of that flavor below nominal): its next job may
-        start there without borrowing. A queue without accelerator quota never is."""
+        """Whether the queue holds less than its nominal quota of accelerators in every flavor
+        it has accelerator quota in (every accelerator resource of each flavor below
+        nominal): wherever its next job goes, it may start without borrowing. Below in one
+        flavor only is not enough: a queue whose jobs all go to the other would borrow there
+        ahead of the queues owed capacity. A queue without accelerator quota never is."""
         n = self.node(cq)
         flavors: dict[str, bool] = {}
         for (flavor, res), nominal in n.nominal.items():
@@ -204,7 +206,7 @@ class QuotaTree:
                 continue
             below = n.usage.get((flavor, res), 0) < nominal
             flavors[flavor] = flavors.get(flavor, True) and below
-        return any(flavors.values())
+        return bool(flavors) and all(flavors.values())
 
     def borrowed(self, cq: str) -> dict[Key, int]:
         n = self.node(cq)

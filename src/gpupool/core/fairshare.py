@@ -91,6 +91,13 @@ class ShareHistory:
     def averages(self) -> dict[str, float]:
         return dict(self._avg)
 
+    def copy(self) -> ShareHistory:
+        """An independent copy (a forecast moves it on without touching the real one)."""
+        out = ShareHistory.__new__(ShareHistory)
+        out._rate = self._rate
+        out._avg, out._held, out._at = dict(self._avg), dict(self._held), dict(self._at)
+        return out
+
     def state(self) -> dict[str, tuple[float, float, float]]:
         """(average, share held, since) per queue: for snapshots and tests."""
         return {q: (self._avg.get(q, 0.0), self._held.get(q, 0.0), at)
