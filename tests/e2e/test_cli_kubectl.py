@@ -102,6 +102,9 @@ def test_describe_queue(run: Run) -> None:  # noqa: F811
     assert code == 0, out
     assert out.startswith("Name:             llm\n")
     assert "Quota:" in out and "LocalQueues:\n  research/llm" in out
+    entitled = next(ln for ln in out.splitlines() if ln.startswith("Entitlement:"))
+    assert " GPUs (entitlement: nominal quota first" in entitled, entitled
+    assert float(entitled.split()[1]) > 0, entitled  # the queue's GPUs, as the scheduler acts
     quota = out.split("Quota:\n", 1)[1].split("LocalQueues:", 1)[0]
     assert "FLAVOR" in quota and "h100" in quota and "GPUs" in quota and "gpu_milli" not in quota
     assert "Pending jobs:" in out

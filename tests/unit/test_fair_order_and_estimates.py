@@ -149,3 +149,18 @@ def test_a_gang_reserves_only_when_its_queue_is_first_in_the_fair_order() -> Non
     r = s.cycle(1)
     assert not r.reservations, "a is above its share: its gang may not hold nodes"
     assert s.ctx.reservation is None
+
+
+def test_expected_arrivals_come_in_time_order_across_queues() -> None:
+    """The forecast takes expected arrivals in as its clock passes them: a queue's next jobs
+    must not wait until every arrival of the queues named before it has come."""
+    from gpupool.core.estimate import Arrivals
+
+    arr = Arrivals(window_s=1800.0)
+    for i in range(10):
+        for q, offset in (("a", 0.0), ("b", 30.0)):
+            arr.record(q, job(f"{q}{i}", queue=q, submit=offset + 180.0 * i), offset + 180.0 * i)
+    got = arr.expected(1800.0, 5400.0)
+    times = [j.submit_time_s for j in got]
+    assert times == sorted(times)
+    assert {str(j.queue) for j in got[:2]} == {"a", "b"}

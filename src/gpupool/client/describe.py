@@ -27,6 +27,8 @@ def describe_queue(queue: Mapping[str, Any], local_queues: Sequence[Mapping[str,
              f"Cohort:           {spec.get('cohort') or spec.get('cohortName') or '<none>'}",
              f"Fair share:       weight {(spec.get('fairSharing') or {}).get('weight', 1)}, "
              f"share now {float(st.get('share', 0.0)):.2f}",
+             f"Entitlement:      {float(st.get('entitledGpus', 0.0)):g} GPUs"
+             + (f" ({st['shareBasis']})" if st.get("shareBasis") else ""),
              f"Preemption:       {spec.get('preemption') or '<default>'}",
              f"Jobs:             {st.get('pendingJobs', 0)} pending, "
              f"{st.get('runningJobs', 0)} running",

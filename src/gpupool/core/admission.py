@@ -32,6 +32,8 @@ from gpupool.core.table import NodeTable
 Key = tuple[str, Resource]  # (flavor, resource)
 Vec = dict[Key, int]
 
+ACCELERATOR_RESOURCES = frozenset({Resource.GPU, Resource.GPU_MILLI, Resource.GPU_MEMORY_MIB})
+
 
 @dataclass(slots=True)
 class _QNode:
@@ -201,6 +203,21 @@ class QuotaTree:
         n = self.node(cq)
         return any(n.usage.get(k, 0) + v > n.nominal.get(k, 0)
                    for k, v in demand.items() if k in n.nominal and v > 0)
+
+    def below_nominal(self, cq: str) -> bool:
+        """Whether the queue holds less than its nominal quota of accelerators in every flavor
+        it has accelerator quota in (every accelerator resource of each flavor below
+        nominal): wherever its next job goes, it may start without borrowing. Below in one
+        flavor only is not enough: a queue whose jobs all go to the other would borrow there
+        ahead of the queues owed capacity. A queue without accelerator quota never is."""
+        n = self.node(cq)
+        flavors: dict[str, bool] = {}
+        for (flavor, res), nominal in n.nominal.items():
+            if res not in ACCELERATOR_RESOURCES or nominal <= 0:
+                continue
+            below = n.usage.get((flavor, res), 0) < nominal
+            flavors[flavor] = flavors.get(flavor, True) and below
+        return bool(flavors) and all(flavors.values())
 
     def borrowed(self, cq: str) -> dict[Key, int]:
         n = self.node(cq)

@@ -52,6 +52,9 @@ class Context:
     """Recent submissions per queue: the wait estimates expect more like them."""
     history: ShareHistory = field(default_factory=lambda: ShareHistory(SHARE_HALF_LIFE_S))
     """Each queue's share averaged over time: half of its key in the fair order."""
+    held: dict[str, Vec] = field(default_factory=dict)
+    """Per queue, the quota its preemptors of this cycle will take when they bind in the
+    next: its later jobs of the cycle are judged as if it were taken."""
     usage: LoadModel | None = None
     """Measured use of the cards (``core.usage``); None places by requests alone."""
 

@@ -90,10 +90,12 @@ def schedule(ctx: Context, now_s: float) -> CycleResult:
         if p is not None:
             _try(ctx, snap, p, now_s, result, failed, no_victims, preempt=False)
     order = admission_order(ctx, now_s)                                     # 2.
+    ctx.held = {}
     while (p := order.next()) is not None:
         order.offered(_try(ctx, snap, p, now_s, result, failed, no_victims, preempt=True))
+    ctx.held = {}
     for q in ctx.queues.queues():
-        ctx.history.hold(q, ctx.tree.share(q), now_s)
+        ctx.history.hold(q, ctx.tree.share(q), now_s, waiting=ctx.queues.has_pending(q))
     if ctx.usage is not None:  # what was placed counts by its request until it shows
         for b in result.binds:
             for pl in b.placements:
@@ -101,10 +103,19 @@ def schedule(ctx: Context, now_s: float) -> CycleResult:
     return result
 
 
+BORROWING_KEY = 1e6
+"""Added to the fair key of a queue at or above its nominal quota: such queues come after
+every queue still below it (see ``fair_key``)."""
+
+
 def fair_key(ctx: Context, q: str) -> float:
     """A queue's place in the fair order: its weighted share now plus the share it held
-    lately (``ShareHistory``); lowest first."""
-    return ctx.tree.share(q) + ctx.history.average(q)
+    lately (``ShareHistory``); lowest first. A queue below its nominal quota goes before every
+    queue that would borrow (Kueue orders entries that fit nominal quota before borrowing
+    ones): capacity a queue is guaranteed goes back to it when it frees, instead of being lent
+    to a queue with banked credit and reclaimed from it a minute later."""
+    key = ctx.tree.share(q) + ctx.history.average(q)
+    return key if ctx.tree.below_nominal(q) else key + BORROWING_KEY
 
 
 def admission_order(ctx: Context, now_s: float, active_only: bool = True,
@@ -148,11 +159,13 @@ def _try(ctx: Context, snap: Snapshot, p: Pending, now_s: float, result: CycleRe
         return True
     if preempt and status.code is not Code.UNRESOLVABLE \
             and job.priority > no_victims.get(q, -(1 << 62)):                   # 4.
+        lately = ctx.history.averages()
+        held = ctx.held.get(q)
         cands = preemption.candidates(job, q, ctx.tree, ctx.running, ctx.settings, now_s,
-                                      ctx.preempted_by)
+                                      ctx.preempted_by, lately, held)
         if ctx.checks is not None:  # jobs on provisioned nodes free nothing others could use
             cands = [v for v in cands if ctx.checks.booking_of(v.running.job.id) is None]
-        planned = preemption.plan(job, q, ctx.tree, snap, ctx.profile, cands)
+        planned = preemption.plan(job, q, ctx.tree, snap, ctx.profile, cands, lately, held)
         if planned is None:
             no_victims[q] = max(job.priority, no_victims.get(q, -(1 << 62)))
         if planned is not None:
@@ -161,6 +174,11 @@ def _try(ctx: Context, snap: Snapshot, p: Pending, now_s: float, result: CycleRe
                 _evict(ctx, snap, v, job.id, now_s, result)
             for pl in fit.placements:
                 snap.assume(pl)  # the room is held for the preemptor this cycle
+            # And its quota, for its own queue's later jobs: else the next one still looks
+            # within nominal and reclaims again, past the nominal quota.
+            mine = ctx.held.setdefault(q, {})
+            for k, amount in fit.demand.items():
+                mine[k] = mine.get(k, 0) + amount
             ctx.nominated.append(job.id)
             failed.clear()
             no_victims.clear()

@@ -76,13 +76,27 @@ class ShareHistory:
         self._avg[queue] = self._avg.get(queue, 0.0) * keep + held * (1.0 - keep)
         self._at[queue] = now_s
 
-    def hold(self, queue: str, share: float, now_s: float) -> None:
+    def hold(self, queue: str, share: float, now_s: float, waiting: bool = True) -> None:
+        """The share ``queue`` holds from ``now_s`` on. A queue with nothing ``waiting`` is
+        counted at its fair share (1.0) at least: a queue that asks for nothing is not wronged
+        by holding little, so an idle hour banks no credit to borrow on later (it would take
+        the others' capacity on that credit, and they would reclaim it at once)."""
         if queue not in self._at:
             self._at[queue] = now_s
-        self._held[queue] = share
+        self._held[queue] = share if waiting else max(share, 1.0)
 
     def average(self, queue: str) -> float:
         return self._avg.get(queue, 0.0)
+
+    def averages(self) -> dict[str, float]:
+        return dict(self._avg)
+
+    def copy(self) -> ShareHistory:
+        """An independent copy (a forecast moves it on without touching the real one)."""
+        out = ShareHistory.__new__(ShareHistory)
+        out._rate = self._rate
+        out._avg, out._held, out._at = dict(self._avg), dict(self._held), dict(self._at)
+        return out
 
     def state(self) -> dict[str, tuple[float, float, float]]:
         """(average, share held, since) per queue: for snapshots and tests."""

@@ -6,9 +6,12 @@ Three kinds of victims, as Kueue's preemption:
   (``withinClusterQueue: LowerPriority``);
 - **reclaim**: a job of another queue of the same cohort tree that is *borrowing*, when the
   preemptor's queue would still be within its nominal quota (``reclaimWithinCohort``);
-- **fair-share**: a job of another borrowing queue whose weighted share, even after losing
-  the victim, stays strictly above the preemptor queue's share with the new job. The strict
-  inequality is what stops two queues from preempting each other back and forth.
+- **fair-share**: a job of another borrowing queue whose fair key (weighted share plus the
+  share held lately, the key of the admission order), even after losing the victim, stays
+  strictly above the preemptor queue's key with the new job. The strict inequality is what
+  stops two queues from preempting each other back and forth; using the order's own key is
+  what stops a queue from preempting capacity the order has just given another (a queue that
+  held little lately goes first in the order even when it holds more now).
 
 Guards: jobs of non-preemptive queues are never victims; a job is not preempted before it has
 run ``min_runtime_s`` nor more than ``max_preemptions_per_job`` times; a job never preempts a
@@ -25,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from gpupool.core.admission import Fit, QuotaTree, Vec, request_demand, try_admit
+from gpupool.core.admission import Fit, Key, QuotaTree, Vec, request_demand, try_admit
 from gpupool.core.model import Job, JobId, Placement
 from gpupool.core.placement.framework import Profile
 from gpupool.core.quota import QueueSettings, Reclaim, WithinQueue
@@ -62,14 +65,21 @@ def _within_nominal(tree: QuotaTree, cq: str, demand: Vec) -> bool:
 
 def candidates(job: Job, cq: str, tree: QuotaTree, running: Mapping[JobId, Running],
                settings: QueueSettings, now_s: float,
-               preempted_by: Mapping[JobId, Mapping[JobId, float]]) -> list[Victim]:
+               preempted_by: Mapping[JobId, Mapping[JobId, float]],
+               lately: Mapping[str, float] | None = None,
+               held: Mapping[Key, int] | None = None) -> list[Victim]:
+    """Jobs that may be preempted for ``job``, cheapest first. ``lately``: each queue's share
+    held over the last while (``fairshare.ShareHistory``), added to the share in the
+    fair-share comparison as in the admission order. ``held``: quota the preemptor's queue
+    will take for preemptors of this cycle that bind in the next, counted as used."""
+    past = lately if lately is not None else {}
     queue = tree.queues[cq]
     policy = queue.preemption
     root = tree.cohort_root(cq)
     flavor = queue.flavors[0].flavor if queue.flavors else ""
-    demand = request_demand(job, flavor)
+    demand = _plus(request_demand(job, flavor), held)
     within_nominal = _within_nominal(tree, cq, demand)
-    my_share = tree.share(cq, demand)
+    my_share = tree.share(cq, demand) + past.get(cq, 0.0)
     recent = preempted_by.get(job.id, {})
     out: list[Victim] = []
     for r in running.values():
@@ -92,19 +102,31 @@ def candidates(job: Job, cq: str, tree: QuotaTree, running: Mapping[JobId, Runni
                 reclaim is Reclaim.LOWER_PRIORITY and r.job.priority < job.priority)):
             out.append(Victim(r, "reclaim"))
         elif policy.fair_share and my_share < tree.share(
-                r.queue, {k: -v for k, v in r.demand.items()}):
+                r.queue, {k: -v for k, v in r.demand.items()}) + past.get(r.queue, 0.0):
             out.append(Victim(r, "fair-share"))
     out.sort(key=lambda v: (v.kind == "within-queue", v.running.job.priority,
                             -v.running.start_s, v.running.job.id))
     return out
 
 
+def _plus(demand: Vec, held: Mapping[Key, int] | None) -> Vec:
+    if not held:
+        return demand
+    out = dict(demand)
+    for k, v in held.items():
+        out[k] = out.get(k, 0) + v
+    return out
+
+
 def plan(job: Job, cq: str, tree: QuotaTree, snap: Snapshot, profile: Profile,
-         cands: list[Victim]) -> tuple[list[Victim], Fit] | None:
+         cands: list[Victim], lately: Mapping[str, float] | None = None,
+         held: Mapping[Key, int] | None = None) -> tuple[list[Victim], Fit] | None:
     """The minimal victim set that lets ``job`` fit, and its fit; None when none does.
+    ``lately`` and ``held`` as for ``candidates``.
 
     Works in a snapshot trial and restores the quota tree: nothing is changed on return.
     """
+    past = lately if lately is not None else {}
     if not cands:
         return None
     flavor = tree.queues[cq].flavors[0].flavor if tree.queues[cq].flavors else ""
@@ -124,7 +146,7 @@ def plan(job: Job, cq: str, tree: QuotaTree, snap: Snapshot, profile: Profile,
         out.remove(v)
 
     def attempt() -> Fit | None:
-        if tree.shortfall(cq, lower_bound):
+        if tree.shortfall(cq, _plus(lower_bound, held)):
             return None
         return try_admit(job, cq, tree, snap, profile)[0]
 
@@ -139,8 +161,9 @@ def plan(job: Job, cq: str, tree: QuotaTree, snap: Snapshot, profile: Profile,
         if any(usage.get(k, 0) - d < nominal[k] for k, d in v.running.demand.items()
                if k in nominal and d > 0):
             return False
-        return v.kind != "fair-share" or tree.share(cq, lower_bound) < tree.share(
-            vq, {k: -d for k, d in v.running.demand.items()})
+        return v.kind != "fair-share" or \
+            tree.share(cq, _plus(lower_bound, held)) + past.get(cq, 0.0) < \
+            tree.share(vq, {k: -d for k, d in v.running.demand.items()}) + past.get(vq, 0.0)
 
     try:
         with snap.trial():
