@@ -227,7 +227,7 @@ def _status(plane: ControlPlane, rec: JobRecord,
         **times("startTime", rec.started_s, wall_of),
         **times("finishTime", rec.finished_s, wall_of),
         "preemptions": rec.preemptions, "message": rec.message,
-        **({"alternative": rec.alternative} if rec.alternative else {}),
+        "alternative": rec.alternative,
         "waitSeconds": None if wait is None else round(wait, 3),
         "pendingReason": (rec.message or "waiting for the next scheduling cycle")
         if pending else None,

@@ -39,8 +39,8 @@ class JobStatus(Wire):
     finish_time_seconds: float | None
     preemptions: int
     message: str
-    alternative: str | None = Field(None, description="the alternative form the job runs "
-                                    "in, when it declared alternatives and not its own")
+    alternative: str = Field("", description="the alternative form the job runs in (\"\": "
+                             "its own request)")
     wait_seconds: float | None = Field(
         description="pending: how long it has waited so far; else how long it waited")
     pending_reason: str | None = Field(description="why a pending job waits; null otherwise")
