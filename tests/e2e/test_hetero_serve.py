@@ -55,7 +55,7 @@ def test_jobs_fall_back_across_vendors_and_cards_keep_their_vendor(tmp_path: Pat
     p.store.close()
     again = plane(state, wall)  # a restart: the state file alone rebuilds the cluster
     view = client(again).get("/api/v1/nodes/dcu-0", headers=auth(ADMIN)).json()
-    assert {(g["vendor"], g["division"], g["relative_capacity"]) for g in view["gpus"]} == {
+    assert {(g["vendor"], g["division"], g["relativeCapacity"]) for g in view["gpus"]} == {
         ("hygon", "free", 0.5)}
     assert again.scheduler.state.table.plain is False
     again.store.close()
