@@ -11,11 +11,13 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
+from gpupool.core import said
 from gpupool.core.errors import NotFoundError
 from gpupool.core.model import WHOLE_GPU_MILLI, GpuKind, Job, Placement
 from gpupool.core.placement.framework import Code, Profile, Status
 from gpupool.core.placement.place import place_job
 from gpupool.core.quota import (
+    RESOURCES,
     ClusterQueue,
     FlavorQuotas,
     QueueConfig,
@@ -177,7 +179,9 @@ class QuotaTree:
         """Why ``demand`` does not fit the queue's quota now; empty when it fits."""
         n = self.node(cq)
         out = []
-        for key, amount in sorted(demand.items()):
+        # GPUs first, then GPU memory, CPU, memory: what the job is about leads the sentence
+        for key, amount in sorted(demand.items(), key=lambda kv: (kv[0][0],
+                                                                  RESOURCES.index(kv[0][1]))):
             if amount <= 0 or key not in n.nominal:
                 continue
             free = self._available(n, key)
@@ -252,23 +256,22 @@ ENTITLEMENT_BASIS = (
 """How the entitlement and the share are computed, in one sentence for people."""
 
 
-# How a resource is said to users: its name, the divisor from its unit, the unit written.
-_SAID: dict[str, tuple[str, int, str]] = {
-    Resource.GPU_MILLI: ("GPUs", 1000, " GPUs"), Resource.GPU: ("GPUs", 1, " GPUs"),
-    Resource.CPU_MILLI: ("CPU", 1000, " CPUs"), Resource.MEMORY_MIB: ("memory", 1024, "Gi"),
-    Resource.GPU_MEMORY_MIB: ("GPU memory", 1024, "Gi")}
-_EACH = ("Gi",)  # units written after every figure, not once after "used"
-
-
 def _describe_short(cq: str, key: Key, usage: int, nominal: int, amount: int, free: int) -> str:
-    """One quota clause in the units a user writes (GPUs, CPUs, Gi), never the core's own
-    names (``cpu_milli``, ``gpu_memory_mib``)."""
+    """One quota clause in the units a user writes (GPUs, CPUs, Gi; ``core.said``), never the
+    core's own names (``cpu_milli``, ``gpu_memory_mib``)."""
     flavor, res = key
-    name, unit, suffix = _SAID.get(res, (str(res), 1, ""))
-    each = suffix if suffix in _EACH else ""
-    return (f"queue {cq} at quota for {flavor} {name} ({usage / unit:g}{each}/"
-            f"{nominal / unit:g}{suffix} used, {amount / unit:g}{each} asked, "
-            f"{max(free, 0) / unit:g}{each} available with borrowing)")
+    if res in (Resource.MEMORY_MIB, Resource.GPU_MEMORY_MIB):
+        say, unit = said.mib, ""
+    else:
+        div = 1000 if res in (Resource.GPU_MILLI, Resource.CPU_MILLI) else 1  # milli
+        unit = " CPUs" if res is Resource.CPU_MILLI else " GPUs"
+
+        def say(v: int) -> str:
+            return said.count(v / div)
+
+    return (f"queue {cq} at quota for {flavor} {said.resource_name(res)} ({say(usage)}/"
+            f"{say(nominal)}{unit} used, {say(amount)} asked, {say(max(free, 0))} available "
+            "with borrowing)")
 
 
 # -- what a job costs -----------------------------------------------------------------------
