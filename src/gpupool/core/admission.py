@@ -260,14 +260,12 @@ def _describe_short(cq: str, key: Key, usage: int, nominal: int, amount: int, fr
     """One quota clause in the units a user writes (GPUs, CPUs, Gi; ``core.said``), never the
     core's own names (``cpu_milli``, ``gpu_memory_mib``)."""
     flavor, res = key
-    if res in (Resource.MEMORY_MIB, Resource.GPU_MEMORY_MIB):
-        say, unit = said.mib, ""
-    else:
-        div = 1000 if res in (Resource.GPU_MILLI, Resource.CPU_MILLI) else 1  # milli
-        unit = " CPUs" if res is Resource.CPU_MILLI else " GPUs"
+    memory = res in (Resource.MEMORY_MIB, Resource.GPU_MEMORY_MIB)
+    div = 1000 if res in (Resource.GPU_MILLI, Resource.CPU_MILLI) else 1  # milli
+    unit = "" if memory else " CPUs" if res is Resource.CPU_MILLI else " GPUs"
 
-        def say(v: int) -> str:
-            return said.count(v / div)
+    def say(v: int) -> str:
+        return said.mib(v) if memory else said.count(v / div)
 
     return (f"queue {cq} at quota for {flavor} {said.resource_name(res)} ({say(usage)}/"
             f"{say(nominal)}{unit} used, {say(amount)} asked, {say(max(free, 0))} available "
