@@ -115,3 +115,18 @@ def test_node_side_reasons_are_in_the_users_units(tmp_path: Path) -> None:
                     "no GPU with 12.5% of a card and 5000Mi free", "no H100 GPU with 80Gi"]
     for word in ("milli", "MiB", "_mib", "_milli"):
         assert word not in " ".join(waits + said)
+
+
+def test_a_request_larger_than_any_node_is_refused_in_the_users_units(tmp_path: Path) -> None:
+    from tests.e2e.serve_kit import ADMIN, auth, client
+
+    c = client(make_plane(tmp_path / "state.db", Wall()))
+    said = {}
+    for name, kw in (("cpu", {"cpu": 500}), ("memory", {"memory": "5Ti"}),
+                     ("card", {"gpus": None, "milli": 500, "gpu_memory": "90Gi"})):
+        r = c.post("/api/v1/jobs", json=job_doc(f"x-{name}", **kw), headers=auth(ADMIN))
+        assert r.status_code == 422, r.text
+        said[name] = r.json()["details"]["rule"]
+    assert said == {"cpu": "larger than any node (largest has 192 CPUs)",
+                    "memory": "larger than any node (largest has 2048Gi)",
+                    "card": "more than any single GPU has (largest: 80Gi)"}
