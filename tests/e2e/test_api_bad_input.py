@@ -280,7 +280,7 @@ BAD_JOBS: list[tuple[str, Any, str, tuple[str, ...]]] = [
     ("spec.podSets.0.gpu", {"count": 9}, "spec.podSets[0].gpu.count",
      ("more GPUs than any node", "8")),
     ("spec.podSets.0.gpu", {"milli": 500, "memory": "100Gi"}, "spec.podSets[0].gpu.memory",
-     ("more than any single GPU", "81920 MiB")),
+     ("more than any single GPU", "80Gi")),
     ("spec.podSets.0.cpu", 500, "spec.podSets[0].cpu",  # over any node (and llm's quota)
      ("larger than any node",)),
     ("spec.podSets.0", {"name": "main", "count": 3, "gpu": {"count": 8}}, "spec.podSets",
@@ -307,7 +307,7 @@ def test_a_bad_job_document_is_422_naming_the_field(svc: Svc, where: str, value:
 def test_more_cpu_than_any_node_has_is_422_naming_the_field(svc: Svc) -> None:
     # serving's quota does not count CPUs: the node check is the one that refuses
     svc.refused("POST", JOBS, 422, body=job_doc("x", "serving", "serving", cpu=500),
-                field="spec.podSets[0].cpu", says=("larger than any node", "192000"))
+                field="spec.podSets[0].cpu", says=("larger than any node", "192 CPUs"))
 
 
 def test_a_bad_job_in_yaml_names_the_field_too(svc: Svc) -> None:

@@ -49,7 +49,8 @@ def test_a_mig_request_in_a_queue_with_no_mig_flavor_is_refused(svc: Any) -> Non
 def test_a_model_none_of_the_queues_flavors_has_is_refused(svc: Any) -> None:
     # T4 cards exist (serving's flavor), but none in llm's flavors
     err = svc(job_doc("t4-in-llm", gpus=1, models=["T4"]), 422)
-    assert "flavor h100: " in err["details"]["rule"] and "1 GPUs" in err["details"]["rule"]
+    rule = err["details"]["rule"]
+    assert "flavor h100: " in rule and "1 GPU, 4 CPUs, 16Gi" in rule
     assert svc(job_doc("t4-ok", "serving", "serving", gpus=1, models=["T4"]), 201)
 
 

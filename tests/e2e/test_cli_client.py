@@ -384,6 +384,10 @@ def test_describe_job_shows_placements_card_by_card(run: Run,
     assert "Namespace:    research" in out
     assert "Phase:            Running" in out and "Flavor:           a100" in out
     assert "Gang:         2 of 2 replicas start together" in out
+    # each time: its age, the instant (RFC 3339) and the cluster seconds
+    started = next(ln for ln in out.splitlines() if ln.strip().startswith("Started:"))
+    assert re.search(r"ago \(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z, t=[\d.]+s\)$",
+                     started), started
     placements = out.split("Placements:\n", 1)[1].split("Events:", 1)[0]
     lines = placements.strip().splitlines()
     assert lines[0].split() == ["TASK", "NODE", "CPU", "MEMORY", "CARD", "GPU", "GPU-MEMORY",

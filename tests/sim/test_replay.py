@@ -159,13 +159,15 @@ def test_outputs_are_written(trace: tuple[Path, Path], tmp_path: Path) -> None:
 
 
 def test_reason_kinds_name_what_was_short() -> None:
-    msg = ("0/9 nodes fit: 5 fewer than 4 whole GPUs free, 3 less than 8000 milli-CPU and "
-           "100 MiB memory free, 1 cordoned or not ready")
+    msg = ("0/9 nodes fit: 5 fewer than 4 whole GPUs free, 3 less than 8 CPUs and 100Mi "
+           "memory free, 1 cordoned or not ready")
     assert reason_kinds(msg) == ["whole GPUs", "CPU or memory", "cordoned"]
     gang = ("gang g: 1/2 tasks fit; g/main-1: 0/3 nodes fit: 2 no A100 GPU, "
-            "1 no GPU with 500 milli and 20000 MiB free")
+            "1 no GPU with 50% of a card and 20000Mi free")
     assert reason_kinds(gang) == ["GPU model", "room on one GPU"]
     assert reason_kinds("0/2 nodes fit: 2 no free MIG 1g.10gb instance") == ["MIG instance"]
+    percent = "0/1 nodes fit: 1 no GPU with 25% of a card and 10% of its memory free"
+    assert reason_kinds(percent) == ["room on one GPU"]
     assert reason_kinds("something 12 else") == ["something # else"]
     assert reason_kinds("") == []
 

@@ -28,7 +28,7 @@ def test_a_card_takes_no_more_slices_than_its_split_count() -> None:
     for i in range(5):
         p, status = place_task(first_task(job(f"j{i}", gpu=share(10, 100))), state.snapshot(), prof)
         if p is None:
-            assert "no GPU with 10 milli and 100 MiB free" in status.message
+            assert "no GPU with 1% of a card and 100Mi free" in status.message
             break
         state.assume(p)
         placed.append(p)
@@ -79,7 +79,7 @@ def test_a_slice_over_several_cards_takes_distinct_cards() -> None:
     assert all(s.gpu_milli == 300 and s.memory_mib == 1000 for s in p.shares)
     req = GpuRequest(gpu_milli=300, cards=5)
     p, status = place_task(first_task(job("y", gpu=req)), state.snapshot(), default_profile())
-    assert p is None and "fewer than 5 GPUs with 300 milli" in status.message
+    assert p is None and "fewer than 5 GPUs with 30% of a card free" in status.message
 
 
 def test_card_uuids_allowed_and_excluded() -> None:

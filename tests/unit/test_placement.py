@@ -43,7 +43,7 @@ def test_slice_needs_milli_and_memory_on_the_same_card() -> None:
     # card 0: 500 milli and 1000 MiB free; card 1: 400 milli and 19900 MiB free
     p, status = place_task(first_task(job("w", gpu=share(450, 5000))), state.snapshot(), prof)
     assert p is None
-    assert status.message == "0/1 nodes fit: 1 no GPU with 450 milli and 5000 MiB free"
+    assert status.message == "0/1 nodes fit: 1 no GPU with 45% of a card and 5000Mi free"
     p, _ = place_task(first_task(job("z", gpu=share(400, 5000))), state.snapshot(), prof)
     assert p is not None and p.shares[0].index == 1
 
@@ -80,7 +80,7 @@ def test_fit_error_counts_each_reason() -> None:
                            state.snapshot(), default_profile())
     assert p is None
     assert status.message == \
-        "0/12 nodes fit: 8 no GPU with 500 milli and 20000 MiB free, 4 cordoned or not ready"
+        "0/12 nodes fit: 8 no GPU with 50% of a card and 20000Mi free, 4 cordoned or not ready"
 
 
 def test_unresolvable_when_only_inventory_filters_reject() -> None:

@@ -23,7 +23,7 @@ def state() -> ClusterState:
         (job("x", gpu=GpuRequest(count=2, gpu_milli=500)), "pod_sets[0].gpu.gpu_milli",
          "cannot be combined"),
         (job("x", gpu=share(500, 50000)), "pod_sets[0].gpu.memory_mib",
-         "more than any single GPU has (largest: 40960 MiB)"),
+         "more than any single GPU has (largest: 40Gi)"),
         (job("x", gpu=whole(9)), "pod_sets[0].gpu.count", "more GPUs than any node has"),
         (job("x", gpu=whole(5, models=["T4"])), "pod_sets[0].gpu.count", "of T4"),
         (job("x", gpu=whole(1, models=["H100"])), "pod_sets[0].gpu.models",

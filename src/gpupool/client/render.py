@@ -221,21 +221,20 @@ def describe_job(job: Mapping[str, Any], events: Sequence[Mapping[str, Any]],
         if extra:
             out.append(f"  {ps.get('name', 'main')}: {'; '.join(extra)}")
     out.append("Status:")
-    submitted = status.get("submitTimeSeconds")
     rows: list[tuple[str, object]] = [("Phase", phase)]
-    rows.append(("Submitted", _when(submitted, now_s)))
+    rows.append(("Submitted", _when(status, "submitTime", now_s)))
     if phase == "Pending":
         rows += [("Waiting", age(status.get("waitSeconds"))),
                  ("Queue position", _position(status) or "unknown"),
                  ("Estimated start", _est_start(status)),
                  ("Pending reason", status.get("pendingReason"))]
     else:
-        rows += [("Started", _when(status.get("startTimeSeconds"), now_s)),
+        rows += [("Started", _when(status, "startTime", now_s)),
                  ("Waited", age(status.get("waitSeconds")))]
         if status.get("expectedEndTimeSeconds") is not None:
-            rows.append(("Expected end", _when(status["expectedEndTimeSeconds"], now_s)))
+            rows.append(("Expected end", _when(status, "expectedEndTime", now_s)))
         if status.get("finishTimeSeconds") is not None:
-            rows.append(("Finished", _when(status["finishTimeSeconds"], now_s)))
+            rows.append(("Finished", _when(status, "finishTime", now_s)))
         rows.append(("Flavor", status.get("flavor") or NONE))
         if status.get("message"):
             rows.append(("Message", status["message"]))
@@ -278,12 +277,16 @@ def _gpu_request(gpu: Mapping[str, Any] | None) -> str:
     return f"{gpu.get('milli', 0)}m{mem} of one {card}"
 
 
-def _when(time_s: float | None, now_s: float) -> str:
+def _when(status: Mapping[str, Any], name: str, now_s: float) -> str:
+    """A time of the status as an age in cluster time, then the instant (RFC 3339) and the
+    cluster seconds: ``3m ago (2026-11-24T19:39:16.000Z, t=120s)``."""
+    time_s = status.get(f"{name}Seconds")
     if time_s is None:
         return NONE
     delta = now_s - time_s
     rel = f"{age(delta)} ago" if delta >= 0 else f"in {age(-delta)}"
-    return f"{rel} (t={time_s:g}s)"
+    stamp = status.get(name)
+    return f"{rel} ({stamp}, t={time_s:g}s)" if stamp else f"{rel} (t={time_s:g}s)"
 
 
 def _field(name: str, value: object, width: int = 14) -> str:

@@ -41,7 +41,7 @@ from gpupool.control.codec import (
     request_to_json,
 )
 from gpupool.control.limits import check_metadata
-from gpupool.control.reasons import usable_only
+from gpupool.control.reasons import owner_reason
 from gpupool.core.admission import QuotaTree
 from gpupool.core.decisions import CycleResult
 from gpupool.core.errors import ConfigError, ConflictError, InvalidJobError, NotFoundError
@@ -736,8 +736,8 @@ class ControlPlane:
         for p in result.parks:
             parked = self.jobs.get(p.job)
             if parked is not None:
-                message = usable_only(p.status.message, self._usable(parked),
-                                      (f.name for f in self.config.flavors))
+                message = owner_reason(p.status.message, self._usable(parked),
+                                    self.config.flavors)
                 parked.message = _for_owner(message, parked.request.namespace, self.jobs)
                 out.parked += 1
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
+from gpupool.core import said
 from gpupool.core.alternatives import OWN, variants
 from gpupool.core.errors import NotFoundError
 from gpupool.core.model import WHOLE_GPU_MILLI, GpuKind, Job, Placement
@@ -18,6 +19,7 @@ from gpupool.core.placement.framework import Code, Profile, Status
 from gpupool.core.placement.place import place_job
 from gpupool.core.quota import (
     ACROSS_FLAVORS,
+    RESOURCES,
     ClusterQueue,
     FlavorQuotas,
     Fungibility,
@@ -190,7 +192,9 @@ class QuotaTree:
         """Why ``demand`` does not fit the queue's quota now; empty when it fits."""
         n = self.node(cq)
         out = []
-        for key, amount in sorted(demand.items()):
+        # GPUs first, then GPU memory, CPU, memory: what the job is about leads the sentence
+        for key, amount in sorted(demand.items(), key=lambda kv: (kv[0][0],
+                                                                  RESOURCES.index(kv[0][1]))):
             if amount <= 0 or key not in n.nominal:
                 continue
             free = self._available(n, key)
@@ -292,25 +296,23 @@ ENTITLEMENT_BASIS = (
 """How the entitlement and the share are computed, in one sentence for people."""
 
 
-# How a resource is said to users: its name, the divisor from its unit, the unit written.
-_SAID: dict[str, tuple[str, int, str]] = {
-    Resource.GPU_MILLI: ("GPUs", 1000, " GPUs"), Resource.GPU: ("GPUs", 1, " GPUs"),
-    Resource.CPU_MILLI: ("CPU", 1000, " CPUs"), Resource.MEMORY_MIB: ("memory", 1024, "Gi"),
-    Resource.GPU_MEMORY_MIB: ("GPU memory", 1024, "Gi"),
-    Resource.NORMALIZED_MILLI: ("normalised GPUs", 1000, " normalised GPUs")}
-_EACH = ("Gi",)  # units written after every figure, not once after "used"
-
-
 def _describe_short(cq: str, key: Key, usage: int, nominal: int, amount: int, free: int) -> str:
-    """One quota clause in the units a user writes (GPUs, CPUs, Gi), never the core's own
-    names (``cpu_milli``, ``gpu_memory_mib``)."""
+    """One quota clause in the units a user writes (GPUs, CPUs, Gi; ``core.said``), never the
+    core's own names (``cpu_milli``, ``gpu_memory_mib``)."""
     flavor, res = key
     flavor = "all flavors" if flavor == ACROSS_FLAVORS else flavor
-    name, unit, suffix = _SAID.get(res, (str(res), 1, ""))
-    each = suffix if suffix in _EACH else ""
-    return (f"queue {cq} at quota for {flavor} {name} ({usage / unit:g}{each}/"
-            f"{nominal / unit:g}{suffix} used, {amount / unit:g}{each} asked, "
-            f"{max(free, 0) / unit:g}{each} available with borrowing)")
+    memory = res in (Resource.MEMORY_MIB, Resource.GPU_MEMORY_MIB)
+    div = 1000 if res in (Resource.GPU_MILLI, Resource.CPU_MILLI,
+                          Resource.NORMALIZED_MILLI) else 1  # milli
+    unit = ("" if memory else " CPUs" if res is Resource.CPU_MILLI
+            else " normalised GPUs" if res is Resource.NORMALIZED_MILLI else " GPUs")
+
+    def say(v: int) -> str:
+        return said.mib(v) if memory else said.count(v / div)
+
+    return (f"queue {cq} at quota for {flavor} {said.resource_name(res)} ({say(usage)}/"
+            f"{say(nominal)}{unit} used, {say(amount)} asked, {say(max(free, 0))} available "
+            "with borrowing)")
 
 
 # -- what a job costs -----------------------------------------------------------------------

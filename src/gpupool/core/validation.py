@@ -14,6 +14,7 @@ from collections.abc import Callable, Hashable
 
 import numpy as np
 
+from gpupool.core import said
 from gpupool.core.alternatives import variants
 from gpupool.core.errors import InvalidJobError
 from gpupool.core.model import WHOLE_GPU_MILLI, GpuKind, Job, PodSet
@@ -134,11 +135,11 @@ def _never_fits(ps: PodSet, t: NodeTable) -> str | None:
     cpu_ok = t.cpu_cap[live] >= ps.cpu_milli
     if not cpu_ok.any():
         return out("cpu_milli", ps.cpu_milli,
-                   f"larger than any node (largest has {int(t.cpu_cap[live].max())})")
+                   f"larger than any node (largest has {said.cpus(int(t.cpu_cap[live].max()))})")
     mem_ok = t.mem_cap[live] >= ps.memory_mib
     if not mem_ok.any():
         return out("memory_mib", ps.memory_mib,
-                   f"larger than any node (largest has {int(t.mem_cap[live].max())} MiB)")
+                   f"larger than any node (largest has {said.mib(int(t.mem_cap[live].max()))})")
     node_ok = cpu_ok & mem_ok
     if ps.node_selector:
         sel = np.fromiter((all(t.nodes[i].labels.get(k) == v for k, v in ps.node_selector.items())
@@ -149,7 +150,8 @@ def _never_fits(ps: PodSet, t: NodeTable) -> str | None:
     if kind is GpuKind.NONE:
         if not node_ok.any():
             return out("cpu_milli", ps.cpu_milli,
-                       f"no node has {ps.cpu_milli} milli-CPU and {ps.memory_mib} MiB together")
+                       f"no node has {said.cpus(ps.cpu_milli)} and {said.mib(ps.memory_mib)} "
+                       "together")
         return None
     cards = t.gpu_usable[live].copy()
     if g.models:
@@ -175,7 +177,7 @@ def _never_fits(ps: PodSet, t: NodeTable) -> str | None:
         biggest = int(t.gpu_mem_cap[live][cards].max()) if cards.any() else 0
         if g.memory_mib > biggest:
             return out("gpu.memory_mib", g.memory_mib,
-                       f"more than any single GPU has (largest: {biggest} MiB)")
+                       f"more than any single GPU has (largest: {said.mib(biggest)})")
         counts = (cards & (t.gpu_mem_cap[live] >= g.memory_mib)).sum(axis=1)
         if g.cards > 1 and int(counts.max()) < g.cards:
             return out("gpu.cards", g.cards,
@@ -198,7 +200,8 @@ def _never_fits(ps: PodSet, t: NodeTable) -> str | None:
 def _describe(ps: PodSet) -> str:
     g = ps.gpu
     if g.kind is GpuKind.WHOLE:
-        return f"{g.count} GPUs, {ps.cpu_milli} milli-CPU, {ps.memory_mib} MiB"
+        return f"{said.gpus(g.count)}, {said.cpus(ps.cpu_milli)}, {said.mib(ps.memory_mib)}"
     if g.kind is GpuKind.MIG:
-        return f"MIG {g.mig_profile}, {ps.cpu_milli} milli-CPU, {ps.memory_mib} MiB"
-    return f"{g.gpu_milli} milli-GPU + {g.memory_mib} MiB, {ps.cpu_milli} milli-CPU"
+        return f"MIG {g.mig_profile}, {said.cpus(ps.cpu_milli)}, {said.mib(ps.memory_mib)}"
+    return (f"{said.card_share(g.gpu_milli)} + {said.mib(g.memory_mib)}, "
+            f"{said.cpus(ps.cpu_milli)}, {said.mib(ps.memory_mib)}")

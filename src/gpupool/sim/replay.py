@@ -191,9 +191,9 @@ def summarise(result: SimResult, *, nodes: Sequence[Node], trace: str, policy: s
 
 
 _CATEGORIES = (
-    ("milli-CPU", "CPU or memory"),
+    ("% of a card", "room on one GPU"),
+    ("memory free", "CPU or memory"),
     ("whole GPUs free", "whole GPUs"),
-    (" milli and ", "room on one GPU"),
     ("MIG", "MIG instance"),
     ("cordoned", "cordoned"),
     ("taint", "taints"),
@@ -205,8 +205,8 @@ _CATEGORIES = (
 def reason_kinds(message: str) -> list[str]:
     """What was short, in words, in the order of the reason's parts (most nodes first).
 
-    ``"0/9 nodes fit: 5 fewer than 4 whole GPUs free, 4 less than 8000 milli-CPU and 100
-    MiB memory free"`` gives ``["whole GPUs", "CPU or memory"]``; a gang's reason gives its
+    ``"0/9 nodes fit: 5 fewer than 4 whole GPUs free, 4 less than 8 CPUs and 100Mi memory
+    free"`` gives ``["whole GPUs", "CPU or memory"]``; a gang's reason gives its
     failing task's parts. A part of no known kind keeps its text, numbers replaced by ``#``.
     """
     _, sep, rest = message.rpartition("nodes fit: ")

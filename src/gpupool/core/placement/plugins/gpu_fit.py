@@ -5,6 +5,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from gpupool.core import said
 from gpupool.core.model import WHOLE_GPU_MILLI, GpuKind, Task
 from gpupool.core.placement.framework import CycleState, Mask, Rows
 from gpupool.core.placement.plugins.eligible import card_mask
@@ -66,7 +67,10 @@ class GpuFit:
             return f"fewer than {req.count} whole GPUs free"
         if kind is GpuKind.MIG:
             return f"no free MIG {req.mig_profile} instance"
-        mem = f"{req.memory_percent}% of its memory" if req.memory_percent else \
-            f"{req.memory_mib} MiB"
+        asked = [said.card_share(req.gpu_milli)] if req.gpu_milli else []
+        if req.memory_percent:
+            asked.append(f"{req.memory_percent}% of its memory")
+        elif req.memory_mib:
+            asked.append(said.mib(req.memory_mib))
         where = "no GPU" if req.cards == 1 else f"fewer than {req.cards} GPUs"
-        return f"{where} with {req.gpu_milli} milli and {mem} free"
+        return f"{where} with {' and '.join(asked)} free"

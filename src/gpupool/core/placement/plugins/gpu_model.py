@@ -5,6 +5,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from gpupool.core import said
 from gpupool.core.model import GpuKind, Task
 from gpupool.core.placement.framework import CycleState, Mask, Rows
 from gpupool.core.placement.plugins.eligible import card_mask
@@ -35,5 +36,5 @@ class GpuModel:
         req = task.request
         models = "|".join(sorted(req.models)) if req.models else "any model"
         if req.kind is GpuKind.WHOLE and req.memory_mib:
-            return f"no {models} GPU with {req.memory_mib} MiB"
+            return f"no {models} GPU with {said.mib(req.memory_mib)}"
         return f"no {models} GPU"

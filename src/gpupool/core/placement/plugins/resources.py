@@ -3,6 +3,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from gpupool.core import said
 from gpupool.core.model import Task
 from gpupool.core.placement.framework import CycleState, Mask, Rows
 
@@ -19,4 +20,5 @@ class NodeResources:
         return (t.cpu_free[rows] >= task.cpu_milli) & (t.mem_free[rows] >= task.memory_mib)
 
     def reason(self, task: Task) -> str:
-        return f"less than {task.cpu_milli} milli-CPU and {task.memory_mib} MiB memory free"
+        return f"less than {said.cpus(task.cpu_milli)} and {said.mib(task.memory_mib)} " \
+            "memory free"
