@@ -49,6 +49,17 @@ def test_a_slice_takes_the_shape_its_rule_gives(device, ask, card_mib, shape) ->
         assert shape[0] >= ask[0] and shape[1] >= ask[1]  # never less than asked
 
 
+@pytest.mark.parametrize("device", [VENDOR_CLASSES["mthreads"], VENDOR_CLASSES["hygon"],
+                                    DeviceClass("x", Division.FREE, compute_steps=7)])
+def test_a_shape_once_given_is_given_again(device: DeviceClass) -> None:
+    # 16 core groups: a step is 62.5 milli, held as 63; asking 63 again must give 63, not 125
+    for milli in range(1, 1000):
+        shape = device.slice_shape(milli, 0, 16384)
+        if shape is not None:
+            assert shape[0] >= milli and device.slice_shape(*shape, 16384) == shape
+            assert device.allows(*shape, 16384)
+
+
 def test_every_vendor_default_is_valid() -> None:
     for vendor, device in VENDOR_CLASSES.items():
         assert device.vendor == vendor
