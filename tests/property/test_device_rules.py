@@ -36,7 +36,7 @@ def mixed(draw: st.DrawFn) -> list[Node]:
        profile=st.sampled_from(("binpack", "spread")))
 def test_no_share_breaks_its_cards_division_rule(nodes: list[Node], jobs: list[Job],
                                                   finish: list[int], profile: str) -> None:
-    state, results = drive(nodes, jobs, finish, profile)
+    state, _ = drive(nodes, jobs, finish, profile)
     check_capacity(state)
     asked = {t.id: t.request for j in jobs for t in j.tasks()}
     t = state.table
