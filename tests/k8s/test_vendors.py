@@ -203,3 +203,61 @@ def test_a_register_annotation_that_cannot_be_read_names_the_node_and_key() -> N
     bad = node_obj("dcu-9", {"hami.io/node-dcu-register": "DCU-x,4,notanumber,100,DCU,0,true:"})
     with pytest.raises(TranslateError, match=r"node dcu-9: hami.io/node-dcu-register"):
         vendor_gpus(bad)
+
+
+# -- alternatives on Kubernetes: the pod made in the chosen form ------------------------------
+
+def alt_pod() -> dict[str, Any]:
+    from gpupool.k8s.vendors.overlay import ALTERNATIVES
+    pod = pod_obj({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "8000", "cpu": "2"})
+    pod["spec"]["containers"][1]["env"] = [{"name": "KEEP", "value": "1"},
+                                           {"name": "VISIBLE", "value": "old"}]
+    pod["metadata"]["annotations"] = {ALTERNATIVES: json.dumps([
+        {"name": "dcu", "limits": {"hygon.com/dcunum": "2"}, "image": "app:dtk24",
+         "env": {"VISIBLE": "new"}}])}
+    return pod
+
+
+def test_a_pod_in_an_alternative_form_keeps_everything_but_its_accelerator() -> None:
+    from gpupool.k8s.vendors.overlay import ALTERNATIVE, pod_alternatives, pod_in_form
+    pod = alt_pod()
+    (alt,) = pod_alternatives(pod)
+    out = pod_in_form(pod, alt)
+    main = out["spec"]["containers"][1]
+    assert main["resources"]["limits"] == {"cpu": "2", "hygon.com/dcunum": "2"}
+    assert main["image"] == "app:dtk24"
+    assert main["env"] == [{"name": "KEEP", "value": "1"}, {"name": "VISIBLE", "value": "new"}]
+    assert out["spec"]["containers"][0] == pod["spec"]["containers"][0]  # no accelerator
+    assert out["metadata"]["annotations"][ALTERNATIVE] == "dcu"
+    assert pod["spec"]["containers"][1]["image"] == "app"  # the original is not changed
+
+
+def test_the_admission_patch_makes_the_same_pod_as_the_overlay() -> None:
+    from gpupool.k8s.vendors.overlay import overlay_patch, pod_alternatives, pod_in_form
+    pod = alt_pod()
+    (alt,) = pod_alternatives(pod)
+    patched = json.loads(json.dumps(pod))
+    for op in overlay_patch(pod, alt):  # apply the JSON Patch as the API server does
+        parts = [p.replace("~1", "/") for p in op["path"].strip("/").split("/")]
+        target = patched
+        for key in parts[:-1]:
+            target = target[int(key)] if isinstance(target, list) else target[key]
+        target[parts[-1]] = op["value"]
+    assert patched == pod_in_form(pod, alt)
+
+
+@pytest.mark.parametrize(("raw", "words"), [
+    ("not json", "is not JSON"),
+    ('{"name": "a"}', "must be a JSON list"),
+    ('[{"name": "a", "limits": {}}]', "must map accelerator resource names"),
+    ('[{"name": "a", "limits": {"x": "1"}}, {"name": "a", "limits": {"x": "1"}}]',
+     "must be a name used once"),
+])
+def test_bad_alternatives_annotations_name_the_annotation(raw: str, words: str) -> None:
+    from gpupool.core.errors import InvalidJobError
+    from gpupool.k8s.vendors.overlay import ALTERNATIVES, pod_alternatives
+    pod = pod_obj({})
+    pod["metadata"]["annotations"] = {ALTERNATIVES: raw}
+    with pytest.raises(InvalidJobError, match=words) as err:
+        pod_alternatives(pod)
+    assert ALTERNATIVES in err.value.field

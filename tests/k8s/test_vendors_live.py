@@ -6,14 +6,20 @@ by ``kit.device_plugins``)."""
 from __future__ import annotations
 
 import asyncio
+import base64
+import contextlib
 import json
+import socket
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from gpupool.k8s.kube import MERGE_PATCH, Kube
+from gpupool.k8s.extender import serve_http
+from gpupool.k8s.kube import MERGE_PATCH, ApiError, Kube
 from gpupool.k8s.main import default_config
+from gpupool.k8s.tls import make_certificates
 from tests.k8s.conftest import ControlPlane
 from tests.k8s.kit import (
     clean,
@@ -132,5 +138,76 @@ def test_three_vendors_bind_on_their_own_cards_with_their_own_annotations(
                 a = p["metadata"]["annotations"]
                 assert a["hami.io/vgpu-node"] == p["spec"]["nodeName"]
                 assert a["hami.io/bind-phase"] in ("allocating", "success")
+
+    live(control_plane, body)
+
+
+def test_the_webhook_makes_a_pod_in_the_form_its_queue_admits(
+        control_plane: ControlPlane, tmp_path: Path) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    certs = make_certificates(["localhost"], ["127.0.0.1"])
+    certs.write(tmp_path)
+    path = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
+    config = {
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": "gpupool-vendors-test"},
+        "webhooks": [{
+            "name": "pods.gpupool.io", "admissionReviewVersions": ["v1"],
+            "sideEffects": "None", "failurePolicy": "Fail", "timeoutSeconds": 5,
+            "clientConfig": {"url": f"https://127.0.0.1:{port}/mutate",
+                             "caBundle": base64.b64encode(certs.ca_pem).decode()},
+            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+                       "resources": ["pods"]}],
+            "namespaceSelector": {"matchLabels": {"gpupool.io/webhook-test": "vendors"}},
+        }],
+    }
+    alternatives = json.dumps([{"name": "dcu", "limits": {"hygon.com/dcunum": "1"},
+                                "image": "example.invalid/train:dtk24",
+                                "env": {"HIP_VISIBLE_DEVICES": "auto"}}])
+
+    async def body(kube: Kube) -> None:
+        with contextlib.suppress(ApiError):
+            await kube.request("DELETE", f"{path}/gpupool-vendors-test")
+        await kube.request("PATCH", f"/api/v1/namespaces/{NS}",
+                           {"metadata": {"labels": {"gpupool.io/webhook-test": "vendors"}}},
+                           content_type=MERGE_PATCH)
+        nvidia = json.dumps([{"id": "GPU-w-0", "index": 0, "count": 10, "devmem": 81920,
+                              "devcore": 100, "type": "NVIDIA H100", "health": True}])
+        await node(kube, "w-nv", {"hami.io/node-nvidia-register": nvidia},
+                   {"nvidia.com/gpu": "10"})
+        await node(kube, "w-dcu", {"hami.io/node-dcu-register":
+                                   "DCU-w-0,4,65536,100,DCU-K100,0,true,0,hami-core:"},
+                   {"hygon.com/dcunum": "4"})
+        async with running(kube, default_config()) as ctl:
+            server = await serve_http(ctl, port, host="127.0.0.1", tls_dir=str(tmp_path))
+            await kube.request("POST", path, config)
+            try:
+                await asyncio.sleep(1.0)  # the API server picks the configuration up
+                first = pod_body("first", ns=NS, limits={"nvidia.com/gpu": 1})
+                first["metadata"]["annotations"] = {"gpupool.io/alternatives": alternatives}
+                await kube.request("POST", f"/api/v1/namespaces/{NS}/pods", first)
+                p1 = await wait_for(lambda: bound(kube, "first"), what="first bound")
+                assert p1["spec"]["nodeName"] == "w-nv"  # its own form fits: unchanged
+                assert "gpupool.io/alternative" not in p1["metadata"]["annotations"]
+                second = pod_body("second", ns=NS, limits={"nvidia.com/gpu": 1})
+                second["metadata"]["annotations"] = {"gpupool.io/alternatives": alternatives}
+                await kube.request("POST", f"/api/v1/namespaces/{NS}/pods", second)
+                p2 = await wait_for(lambda: bound(kube, "second"), what="second bound")
+                c = p2["spec"]["containers"][0]
+                assert p2["spec"]["nodeName"] == "w-dcu"
+                assert p2["metadata"]["annotations"]["gpupool.io/alternative"] == "dcu"
+                assert c["image"] == "example.invalid/train:dtk24"
+                assert c["resources"]["limits"].get("hygon.com/dcunum") == "1"
+                assert "nvidia.com/gpu" not in c["resources"]["limits"]
+                assert {"name": "HIP_VISIBLE_DEVICES", "value": "auto"} in c["env"]
+                ((uuid, _, _),) = slots(
+                    p2["metadata"]["annotations"]["hami.io/dcu-devices-to-allocate"], "DCU")[0]
+                assert uuid == "DCU-w-0"
+            finally:
+                with contextlib.suppress(ApiError):
+                    await kube.request("DELETE", f"{path}/gpupool-vendors-test")
+                await server.cleanup()
 
     live(control_plane, body)

@@ -49,6 +49,17 @@ def test_a_slice_takes_the_shape_its_rule_gives(device, ask, card_mib, shape) ->
         assert shape[0] >= ask[0] and shape[1] >= ask[1]  # never less than asked
 
 
+@pytest.mark.parametrize("device", [VENDOR_CLASSES["mthreads"], VENDOR_CLASSES["hygon"],
+                                    DeviceClass("x", Division.FREE, compute_steps=7)])
+def test_a_shape_once_given_is_given_again(device: DeviceClass) -> None:
+    # 16 core groups: a step is 62.5 milli, held as 63; asking 63 again must give 63, not 125
+    for milli in range(1, 1000):
+        shape = device.slice_shape(milli, 0, 16384)
+        if shape is not None:
+            assert shape[0] >= milli and device.slice_shape(*shape, 16384) == shape
+            assert device.allows(*shape, 16384)
+
+
 def test_every_vendor_default_is_valid() -> None:
     for vendor, device in VENDOR_CLASSES.items():
         assert device.vendor == vendor
@@ -146,3 +157,44 @@ def test_template_rule_from_a_cluster_file() -> None:
         "model": "S60", "vendor": "enflame", "count": 1, "memory": "48Gi",
         "templates": [{"name": "1q", "compute": 250, "memory": "12Gi"}]}}]}])
     assert nodes[0].gpus[0].device.templates == (Template("1q", 250, 12288),)
+
+
+@pytest.mark.parametrize("policy", ["bestfit", "binpack", "dotprod", "fgd", "gpuclustering",
+                                    "gpupacking", "gpupool", "random", "spread"])
+def test_every_policy_places_slices_by_the_division_rule(policy: str) -> None:
+    from gpupool.core.placement.plugins.frag import PodShape, TypicalPods
+    from gpupool.core.placement.registry import openb_profile
+    typical = TypicalPods((PodShape(1000, 100, 1), PodShape(4000, 1000, 1)), (3, 1), 4)
+    prof = openb_profile(policy, typical_pods=typical) if policy != "spread" else \
+        default_profile(scores={"spread": 1.0})
+    state = ClusterState([node("npu", cards=cards(ASCEND, count=2)),
+                          node("mlu", cards=cards(VENDOR_CLASSES["cambricon"], count=2,
+                                                  mib=16384))])
+    placed = 0
+    for i in range(12):
+        p, _ = place_task(next(job(f"s{i}", gpu=share(100, 1000)).tasks()), state.snapshot(),
+                          prof)
+        if p is None:
+            break
+        state.assume(p)
+        placed += 1
+        (s,) = p.shares
+        card = state.node(p.node).gpus[s.index]
+        assert card.device.allows(s.gpu_milli, s.memory_mib, card.memory_mib)
+    # 4 templates on each Ascend card, 10 slices of 100 milli on each MLU card: 12 fit
+    assert placed == 12
+
+
+def test_fragmentation_scores_see_the_shaped_slice() -> None:
+    import numpy as np
+
+    from gpupool.core.placement.plugins.frag import slice_milli
+    state = ClusterState([node("npu", cards=cards(ASCEND, count=2)), node("gpu", gpu=2)])
+    t = state.table
+    rows = t.live()
+    milli = slice_milli(t, rows, share(100, 1000))
+    assert isinstance(milli, np.ndarray)
+    assert milli[t.row(NodeName("npu")), :2].tolist() == [250, 250]  # vir05_1c_16g
+    assert milli[t.row(NodeName("gpu")), :2].tolist() == [100, 100]  # as asked
+    plain = ClusterState([node("gpu", gpu=2)]).table
+    assert slice_milli(plain, plain.live(), share(100, 1000)) == 100

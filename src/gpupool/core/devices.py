@@ -118,12 +118,20 @@ class DeviceClass:
             return None
         milli = gpu_milli
         if self.compute_steps != WHOLE_MILLI and milli > 0:
-            steps = -(-milli * self.compute_steps // WHOLE_MILLI)
-            milli = -(-steps * WHOLE_MILLI // self.compute_steps)
+            milli = self._step_milli(milli)
         mib = -(-memory_mib // self.memory_step_mib) * self.memory_step_mib
         if milli >= WHOLE_MILLI or mib > card_mib:
             return None
         return milli, mib
+
+    def _step_milli(self, milli: int) -> int:
+        """The least step boundary (``ceil(k * 1000 / compute_steps)``) at or above ``milli``;
+        a boundary maps to itself, so a shape given once is given again."""
+        n = self.compute_steps
+        k = -(-milli * n // WHOLE_MILLI)
+        while k > 1 and -(-(k - 1) * WHOLE_MILLI // n) >= milli:
+            k -= 1
+        return -(-k * WHOLE_MILLI // n)
 
     def allows(self, gpu_milli: int, memory_mib: int, card_mib: int) -> bool:
         """Whether a share of (milli, MiB) of a card of ``card_mib`` is a shape this class can

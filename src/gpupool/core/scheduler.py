@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import replace
 
-from gpupool.core.admission import QuotaTree, placement_demand, request_demand
+from gpupool.core.admission import QuotaTree, placement_demand, request_demand, try_admit
 from gpupool.core.affinity import PodMeta
 from gpupool.core.cluster import ClusterState
 from gpupool.core.context import Context, release
@@ -494,6 +494,14 @@ class Scheduler:
         """InvalidJobError when no node of the cluster could ever hold ``job`` (the inventory
         check of ``submit``, without its queue)."""
         self.validator.check(job, self.state.table)
+
+    def admissible_form(self, job: Job) -> str | None:
+        """The form the job's queue would admit now: the name of one of its alternatives, ""
+        for its own request, None when no form fits now (flavors in the queue's order, the
+        job's own form first in each)."""
+        cq = self.queues.resolve(job.queue)
+        fit, _ = try_admit(job, cq, self.tree, self.state.snapshot(), self.ctx.profile)
+        return None if fit is None else fit.alternative
 
     def feasible_nodes(self, task: Task) -> tuple[list[NodeName], Status]:
         """The nodes that pass every filter of the profile for ``task`` now; when none does,

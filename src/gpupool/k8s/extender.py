@@ -20,7 +20,9 @@ names cannot express, a slice larger than any card, more GPUs than any node has,
 queue) is refused with the reason, so it is never created. With Elastic GPU objects attached
 (``k8s/elastic.py``), a pod's ``elasticgpu.io/egpuc-<container>`` annotations are resolved
 into the containers' resources and the claims' node (a missing or unbound claim refuses the
-pod), and a new ElasticGPUClaim that no class can serve is refused with the reason.
+pod), and a new ElasticGPUClaim that no class can serve is refused with the reason. A pod with
+alternatives (``gpupool.io/alternatives``, ``k8s/vendors/overlay.py``) is made in the form its
+queue would admit now: its accelerator resources, image and environment patched.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from typing import Any
 from aiohttp import web
 
 from gpupool.core.errors import ConflictError, InvalidJobError, NotFoundError
-from gpupool.core.model import JobId, NodeName, Placement, Task, TaskId
+from gpupool.core.model import Alternative, JobId, NodeName, Placement, Task, TaskId
 from gpupool.core.scheduler import Scheduler
 from gpupool.k8s.controller import Controller, job_for_pods
 from gpupool.k8s.elastic import pod_claims
@@ -46,6 +48,12 @@ from gpupool.k8s.translate import (
     QUEUE_LABELS,
     TranslateError,
     pod_job_id,
+)
+from gpupool.k8s.vendors.overlay import (
+    PodAlternative,
+    overlay_patch,
+    pod_alternatives,
+    pod_in_form,
 )
 
 __all__ = ["MAX_BODY_BYTES", "Endpoints", "make_app", "serve_http", "serve_metrics"]
@@ -163,6 +171,13 @@ class Endpoints:
             if elastic is not None and self.c.sched is not None and pod_claims(pod):
                 patch.extend(elastic.admit_pod(pod, names))  # claims into resources
                 wants_gpu = True
+            alternatives = pod_alternatives(pod)
+            if alternatives and self.c.sched is not None \
+                    and req.get("operation", "CREATE") == "CREATE":
+                chosen = self._choose_form(pod, alternatives)
+                if chosen is not None:  # the pod is made in the form its queue admits now
+                    patch.extend(overlay_patch(pod, chosen, names))
+                    pod = pod_in_form(pod, chosen, names)
         except (InvalidJobError, NotFoundError, ConflictError) as exc:
             return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
                     "response": {"uid": uid, "allowed": False,
@@ -195,6 +210,25 @@ class Endpoints:
             answer["patch"] = base64.b64encode(json.dumps(patch).encode()).decode()
         return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
                 "response": answer}
+
+    def _choose_form(self, pod: dict[str, Any], alternatives: list[PodAlternative]
+                     ) -> PodAlternative | None:
+        """The alternative the pod's queue would admit now (flavors in the queue's order,
+        the pod's own form first in each); None for its own form, or when no form fits."""
+        sched = self.c.sched
+        assert sched is not None
+        meta = pod.setdefault("metadata", {})
+        meta.setdefault("name", meta.get("generateName", "pod"))
+        own = self.c.read_request(pod)
+        forms = [(a, self.c.read_request(pod_in_form(pod, a, self.c.opt.names)))
+                 for a in alternatives]
+        job, _ = job_for_pods(pod_job_id(pod), self.c.resolve_queue(pod), [("pod", own)],
+                              gang=False)
+        job = replace(job, alternatives=tuple(Alternative(a.name, r.gpu) for a, r in forms))
+        form = sched.admissible_form(job)
+        if not form:
+            return None
+        return next(a for a in alternatives if a.name == form)
 
     def _check(self, pod: dict[str, Any]) -> None:
         """Raises when the pod can never run here; quiet when it can (or when there is no

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpupool.core.errors import GpupoolError
 from gpupool.k8s.kube import MERGE_PATCH, ApiError
-from gpupool.k8s.nodeagent import hami
+from gpupool.k8s.nodeagent.devices import devices_of
 from gpupool.k8s.nodeagent.kubelet import (
     Rejection,
     Requests,
@@ -65,7 +65,8 @@ def pod_key(pod: Mapping[str, Any]) -> str:
     return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
 
-def _gpu_containers(pod: Mapping[str, Any]) -> list[tuple[str, int, bool]]:
+def _gpu_containers(pod: Mapping[str, Any], resource: str = "nvidia.com/gpu"
+                    ) -> list[tuple[str, int, bool]]:
     """(container, devices, is init) for each container asking for GPUs, init containers
     first (the order the kubelet allocates in)."""
     spec = pod.get("spec") or {}
@@ -74,7 +75,7 @@ def _gpu_containers(pod: Mapping[str, Any]) -> list[tuple[str, int, bool]]:
         for c in spec.get(key) or []:
             res = c.get("resources") or {}
             raw = (res.get("limits") or {}).get(
-                GPU_RESOURCE, (res.get("requests") or {}).get(GPU_RESOURCE))
+                resource, (res.get("requests") or {}).get(resource))
             if raw is not None and int(str(raw)) > 0:
                 out.append((str(c.get("name", "")), int(str(raw)), init))
     return out
@@ -104,9 +105,10 @@ class NodeAgent:
         self.fleet = fleet
         self.kube = fleet.kube
         self.name = name
+        self.devices = devices_of(fleet.nodes.get(name) or {})  # NVIDIA's, or the vendor's
         self.plugin: HamiDevicePlugin = (PlainDevicePlugin(fleet.kube, name)
                                          if fleet.device_plugin == "nvidia"
-                                         else HamiDevicePlugin(fleet.kube, name))
+                                         else HamiDevicePlugin(fleet.kube, name, self.devices))
         self.queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         self.seen: set[str] = set()
         self.active: dict[str, Requests] = {}  # uid -> what it holds
@@ -192,17 +194,18 @@ class NodeAgent:
 
     async def _devices(self, pod: dict[str, Any], uid: str, key: str,
                        node: Mapping[str, Any]) -> Rejection | None:
-        wanted = _gpu_containers(pod)
+        resource = self.devices.resource
+        wanted = _gpu_containers(pod, resource)
         if not wanted:
             return None
-        need = pod_requests(pod).scalars.get(GPU_RESOURCE, 0)
+        need = pod_requests(pod).scalars.get(resource, 0)
         healthy = 0
         if self.plugin.alive:
-            raw = ((node.get("status") or {}).get("allocatable") or {}).get(GPU_RESOURCE, 0)
+            raw = ((node.get("status") or {}).get("allocatable") or {}).get(resource, 0)
             healthy = int(str(raw))
-        held = sum(r.scalars.get(GPU_RESOURCE, 0) for r in self.active.values())
+        held = sum(r.scalars.get(resource, 0) for r in self.active.values())
         if need > healthy - held:
-            return unexpected(f"requested number of devices unavailable for {GPU_RESOURCE}. "
+            return unexpected(f"requested number of devices unavailable for {resource}. "
                               f"Requested: {need}, Available: {max(0, healthy - held)}")
         for container, n, init in wanted:
             try:
@@ -275,7 +278,7 @@ class NodeAgent:
     async def _registration(self) -> None:
         while True:
             node = self.fleet.nodes.get(self.name) or {}
-            text = (obj_meta(node).get("annotations") or {}).get(hami.REGISTER, "")
+            text = (obj_meta(node).get("annotations") or {}).get(self.devices.register, "")
             with contextlib.suppress(ApiError):
                 await self.plugin.register(text)
             await asyncio.sleep(self.fleet.register_interval_s)
@@ -287,5 +290,5 @@ class NodeAgent:
         if self._register is not None:
             self._register.cancel()
         await self.kube.request("PATCH", f"/api/v1/nodes/{self.name}/status",
-                                {"status": {"allocatable": {GPU_RESOURCE: "0"}}},
+                                {"status": {"allocatable": {self.devices.resource: "0"}}},
                                 content_type=MERGE_PATCH)

@@ -23,6 +23,7 @@ from typing import Any
 
 from gpupool.k8s.kube import MERGE_PATCH, STRATEGIC_PATCH, ApiError, Kube
 from gpupool.k8s.nodeagent import hami
+from gpupool.k8s.nodeagent.devices import NVIDIA_DEVICES, AgentDevices
 from gpupool.k8s.nodeagent.hami import Device
 from gpupool.k8s.nodeagent.ledger import Card
 
@@ -42,9 +43,9 @@ def _key(pod: Mapping[str, Any]) -> tuple[str, str]:
     return str(meta.get("namespace", "")), str(meta.get("name", ""))
 
 
-def cards_of(node: Mapping[str, Any]) -> list[Card]:
+def cards_of(node: Mapping[str, Any], register: str = hami.REGISTER) -> list[Card]:
     """The cards HAMi's register annotation declares (JSON, or the older colon form)."""
-    text = _ann(node).get(hami.REGISTER, "")
+    text = _ann(node).get(register, "")
     if not text:
         return []
     if text.lstrip().startswith("["):
@@ -59,9 +60,9 @@ def cards_of(node: Mapping[str, Any]) -> list[Card]:
 
 
 class HamiDevicePlugin:
-    device_type = hami.DEVICE_TYPE
-
-    def __init__(self, kube: Kube, node: str) -> None:
+    def __init__(self, kube: Kube, node: str, devices: AgentDevices = NVIDIA_DEVICES) -> None:
+        self.devices = devices
+        self.device_type = devices.device_type
         self.kube = kube
         self.node = node
         self.alive = True
@@ -94,7 +95,7 @@ class HamiDevicePlugin:
         if not self.alive:
             raise AllocateError(f"device plugin for {self.node} is not running")
         current = await self._pending_pod()
-        text = _ann(current).get(hami.DEVICES_TO_ALLOCATE, "")
+        text = _ann(current).get(self.devices.to_allocate, "")
         try:
             found = hami.next_request(text, self.device_type)
         except hami.ProtocolError as exc:
@@ -109,7 +110,7 @@ class HamiDevicePlugin:
             raise AllocateError("device number not matched")
         ns, name = _key(current)
         try:
-            await self._patch_pod(ns, name, {hami.DEVICES_TO_ALLOCATE:
+            await self._patch_pod(ns, name, {self.devices.to_allocate:
                                              hami.erase_next(text, self.device_type)})
         except ApiError as exc:
             await self._finish(current, hami.FAILED)
@@ -128,7 +129,7 @@ class HamiDevicePlugin:
             fresh = await self.kube.request("GET", f"/api/v1/namespaces/{ns}/pods/{name}")
         except ApiError:
             return
-        if hami.allocation_done(_ann(fresh).get(hami.DEVICES_TO_ALLOCATE, ""),
+        if hami.allocation_done(_ann(fresh).get(self.devices.to_allocate, ""),
                                 self.device_type):
             await self._finish(pod, hami.SUCCESS)
 
@@ -169,7 +170,7 @@ class HamiDevicePlugin:
         stamp = "Reported " + datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S.%f +0000 UTC")
         annotations = {hami.HANDSHAKE: stamp}
         if register_text:
-            annotations[hami.REGISTER] = register_text
+            annotations[self.devices.register] = register_text
         await self.kube.request("PATCH", f"/api/v1/nodes/{self.node}",
                                 {"metadata": {"annotations": annotations}},
                                 content_type=STRATEGIC_PATCH)

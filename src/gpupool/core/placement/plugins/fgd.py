@@ -37,6 +37,7 @@ from gpupool.core.placement.plugins.frag import (
     frag_after_slice,
     frag_after_take,
     row_terms,
+    slice_milli,
 )
 
 
@@ -91,7 +92,8 @@ def fgd_evaluate(
     base = row_terms(tp, t, rows, cs.cache)
     req = task.request
     if req.kind is GpuKind.SLICE:
-        after = frag_after_slice(tp, t, rows, base, task.cpu_milli, req.gpu_milli, cs.cache)
+        after = frag_after_slice(tp, t, rows, base, task.cpu_milli,
+                                 slice_milli(t, rows, req), cs.cache)
         s = sigmoid_score(base.frag[:, None] - after, tp.kept)
         s = np.where(slice_cards(cs, task, rows), s, -1)
         card = np.argmax(s, axis=1)

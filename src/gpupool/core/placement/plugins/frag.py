@@ -45,7 +45,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from gpupool.core.table import NodeTable
+from gpupool.core.model import GpuRequest
+from gpupool.core.table import NO_SHAPE, NodeTable
 
 I64 = npt.NDArray[np.int64]
 Bool = npt.NDArray[np.bool_]
@@ -277,15 +278,27 @@ def row_terms(
 # -- hypothetical states ---------------------------------------------------------------------
 
 
+def slice_milli(table: NodeTable, rows: I64, req: GpuRequest) -> int | I64:
+    """The compute a slice of ``req`` takes of each card of ``rows``: ``req.gpu_milli`` while
+    every card divides as NVIDIA's do, else [R, W] as each card's division rule shapes it
+    (cards that cannot hold it keep the request; callers mask them)."""
+    if table.plain:
+        return req.gpu_milli
+    need = table.slice_need(rows, req)[0]
+    return np.where(need >= NO_SHAPE, req.gpu_milli, need)
+
+
 def after_slice_terms(
     tp: TypicalPods, table: NodeTable, rows: I64, base: RowTerms, cpu_milli: int,
-    gpu_milli: int, cache: MutableMapping[Hashable, Any],
+    gpu_milli: int | I64, cache: MutableMapping[Hashable, Any],
 ) -> tuple[I64, I64, I64, I64]:
     """(cpu, idle [R, 1]; nfit, usable [R, W, M]) of each row after a slice of ``gpu_milli``
     and ``cpu_milli`` goes on card j (CPU and idle are the same whichever card, and broadcast
-    against the cards). Entries for cards that cannot hold it are meaningless."""
+    against the cards). ``gpu_milli`` may differ per card ([R, W], :func:`slice_milli`); idle
+    is then [R, W]. Entries for cards that cannot hold it are meaningless."""
     g = idle_cards(table, rows)[:, :, None]  # [R, W, 1]
-    g2 = g - gpu_milli
+    per_card = isinstance(gpu_milli, np.ndarray)
+    g2 = g - (gpu_milli[:, :, None] if isinstance(gpu_milli, np.ndarray) else gpu_milli)
     fit = g >= tp.gm
     fit2 = g2 >= tp.gm
     elig = card_eligibility(tp, table, cache)
@@ -296,7 +309,7 @@ def after_slice_terms(
     nfit = base.nfit[:, None, :] - fit + fit2
     usable = base.usable[:, None, :] - g * fit + g2 * fit2
     cpu = (table.cpu_free[rows] - cpu_milli)[:, None]
-    idle = (base.idle - gpu_milli)[:, None]
+    idle = base.idle[:, None] - gpu_milli if per_card else (base.idle - gpu_milli)[:, None]
     return cpu, idle, nfit, usable
 
 
@@ -327,7 +340,7 @@ def after_take_terms(
 
 def frag_after_slice(
     tp: TypicalPods, table: NodeTable, rows: I64, base: RowTerms, cpu_milli: int,
-    gpu_milli: int, cache: MutableMapping[Hashable, Any],
+    gpu_milli: int | I64, cache: MutableMapping[Hashable, Any],
 ) -> I64:
     """[R, W]: kept * F of each row after a slice of ``gpu_milli`` and ``cpu_milli`` goes on
     card j. Entries for cards that cannot hold the slice are meaningless; mask them."""

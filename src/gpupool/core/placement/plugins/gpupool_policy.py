@@ -78,6 +78,7 @@ from gpupool.core.placement.plugins.frag import (
     after_take_terms,
     card_eligibility,
     row_terms,
+    slice_milli,
 )
 
 
@@ -233,7 +234,7 @@ class GpupoolScore(RowScored):
             before = before - req.total_milli * self.scarcity(cs, rows)
         if req.kind is GpuKind.SLICE:
             cpu2, idle2, nfit2, usable2 = after_slice_terms(
-                tp, t, rows, base, task.cpu_milli, req.gpu_milli, cs.cache)
+                tp, t, rows, base, task.cpu_milli, slice_milli(t, rows, req), cs.cache)
             full2 = full[:, None] - (t.free_milli[rows] >= WHOLE_GPU_MILLI)
             after = self.measure(cpu2, (mem - task.memory_mib)[:, None], idle2, nfit2,
                                  usable2, full2, cpu_inv)
