@@ -14,7 +14,7 @@ from gpupool.k8s import slim
 from gpupool.k8s.events import COMBINED, EventCorrelator
 from gpupool.k8s.kube import ApiError, _lines
 from gpupool.k8s.podview import reduce
-from gpupool.k8s.replay import realistic_node, realistic_pod
+from gpupool.k8s.replay_objects import realistic_node, realistic_pod
 from gpupool.k8s.translate import node_from_k8s
 
 POD = {"apiVersion": "v1", "kind": "Pod",

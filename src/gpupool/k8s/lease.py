@@ -7,6 +7,11 @@ every write carries the ``resourceVersion`` it read, so of two replicas racing f
 lease exactly one wins (the other gets ``409 Conflict``). A holder considers itself leader
 only until ``lease_s - margin_s`` after its last successful renewal, which is before any other
 replica may take over; the controller checks :meth:`LeaderElector.is_leader` before each bind.
+
+Each request has a deadline of a third of the lease (at most 5 s, as client-go's renew
+deadline bounds a renewal): an answer that is slow to come (an API server under load) is
+given up and the renewal tried again, instead of waiting out the default 30 s while the lease
+runs out.
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ class LeaderElector:
         self.lease_s = lease_s
         self.renew_s = renew_s
         self.margin_s = min(margin_s, lease_s / 3)
+        self.timeout_s = max(0.5, min(5.0, lease_s / 3))
         self.on_started = on_started
         self.on_stopped = on_stopped
         self._valid_until = 0.0
@@ -79,12 +85,12 @@ class LeaderElector:
         if not self._leading:
             return
         try:
-            lease = await self.kube.request("GET", self.path)
+            lease = await self.kube.request("GET", self.path, timeout_s=self.timeout_s)
             spec = lease.get("spec") or {}
             if spec.get("holderIdentity") == self.identity:
                 spec["holderIdentity"] = ""
                 spec["leaseDurationSeconds"] = 1
-                await self.kube.request("PUT", self.path, lease)
+                await self.kube.request("PUT", self.path, lease, timeout_s=self.timeout_s)
         except ApiError as exc:
             log.warning("lease release: %s", exc)
         await self._stop()
@@ -112,7 +118,7 @@ class LeaderElector:
     async def _try(self) -> None:
         started = time.monotonic()
         try:
-            lease = await self.kube.request("GET", self.path)
+            lease = await self.kube.request("GET", self.path, timeout_s=self.timeout_s)
         except ApiError as exc:
             if exc.status != 404:
                 raise
@@ -122,7 +128,7 @@ class LeaderElector:
             try:
                 await self.kube.request(
                     "POST", f"/apis/coordination.k8s.io/v1/namespaces/{self.namespace}/leases",
-                    body)
+                    body, timeout_s=self.timeout_s)
             except ApiError as exc2:
                 if exc2.status == 409:
                     return
@@ -146,7 +152,7 @@ class LeaderElector:
                 return  # someone else holds it and has renewed within its duration
             lease["spec"] = self._spec("", int(spec.get("leaseTransitions") or 0) + 1)
         try:
-            await self.kube.request("PUT", self.path, lease)
+            await self.kube.request("PUT", self.path, lease, timeout_s=self.timeout_s)
         except ApiError as exc:
             if exc.status == 409:
                 return  # another replica wrote first; look again next round
