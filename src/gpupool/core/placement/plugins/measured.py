@@ -60,7 +60,27 @@ def _whole_cells(cs: CycleState, load: CardLoad, req: GpuRequest, rows: Rows) ->
 
 
 def _slice_cells(cs: CycleState, load: CardLoad, req: GpuRequest, rows: Rows) -> Cells:
-    """[len(rows), width]: cards that can hold the slice by request *and* by measured memory."""
+    """[len(rows), width]: cards that can hold the slice by request *and* by measured memory.
+
+    The filter, the score and the card choice of one decision ask for the same cells (the
+    score and card choice for a subset of the filter's rows): the first answer is kept in the
+    snapshot's cache, keyed by the table's change counter, and the others index it."""
+    t = cs.table
+    key = (id(load), id(req), t._counter)
+    hit = cs.cache.get("measured-cells")
+    if hit is not None and hit[0] == key:
+        done_rows, done = hit[1], hit[2]
+        at = np.searchsorted(done_rows, rows)
+        if at.size == 0 or (int(at.max()) < done_rows.size
+                            and bool(np.array_equal(done_rows[at], rows))):
+            return np.asarray(done[at])
+    fits = _compute_slice_cells(cs, load, req, rows)
+    cs.cache["measured-cells"] = (key, rows.copy(), fits)
+    return fits
+
+
+def _compute_slice_cells(cs: CycleState, load: CardLoad, req: GpuRequest,
+                         rows: Rows) -> Cells:
     t = cs.table
     fits: Cells = t.slice_room(rows, req)
     need = np.maximum(req.memory_mib, t.gpu_mem_cap[rows] * req.memory_percent // 100) \
