@@ -208,18 +208,21 @@ def test_whole_gpus_avoid_a_card_whose_memory_is_held_outside_the_requests() -> 
     assert p is None and "free as measured" in status.message
 
 
-def test_a_placement_that_left_comes_off_until_the_samples_show_it_gone() -> None:
+def test_a_placement_that_left_comes_off_in_compute_and_its_memory_when_samples_show_it() -> None:
     s = state("n1", gpu=1)
     row = s.table.row(N1)
     p = Placement(TaskId("t"), JobId("j"), N1, 0, 0, (GpuShare(0, 500, 30_000),))
     s.assume(p)
-    m = LoadModel(LoadSettings(settle_s=10, stale_after_s=1000))
-    m.add(samples(N1, 0, [50.0], used=30_000, free=10_960))  # at t=0, with the slice
+    m = LoadModel(LoadSettings(settle_s=10, stale_after_s=1000, quantile=0.5))
+    # at t=0, with the slice: 90 % busy, 20000 MiB held (it asked 30000), 20960 free
+    m.add(samples(N1, 0, [90.0], used=20_000, free=20_960))
     s.forget(p.task)
     m.released(p, now_s=5.0)
     view = m.view(s.table, 6.0)
-    # by the newest sample 10960 MiB are free; the slice that left freed 30000 more
-    assert view.free_mib[row, 0] == 40_960
-    assert view.free(s.table, row_array(row))[0, 0] == 40_960
-    m.add([CardSample(N1, 0, 20.0, 0.0, 0, 40_960)])  # shows it gone: the estimate is dropped
+    # newest 900 - 500 that left = 400, below the window's aggregate, which stands
+    assert view.milli[row, 0] == pytest.approx(900.0)
+    assert m.est_milli[0] == -500
+    # its memory is not taken off: the sample's 20960 MiB free is all that is known free
+    assert view.free_mib[row, 0] == 20_960
+    m.add([CardSample(N1, 0, 20.0, 0.0, 0, 40_960)])  # shows it gone
     assert m.view(s.table, 21.0).free_mib[row, 0] == 40_960

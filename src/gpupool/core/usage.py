@@ -15,7 +15,8 @@ The load of one card (design note: docs/policies.md, "Measured use"):
   samples taken from ``t + settle_s`` on; until then its request stands in for it. The estimate
   is added to the newest sample, and counts only where that sum exceeds the aggregate (the
   aggregate may already hold a peak higher than both). A pod that left since the last sample
-  takes its request off the same way (it still shows in the sample);
+  takes its requested compute off the same way (it still shows in the sample); its memory
+  stays until a sample shows it gone, as it may have held less than it asked;
 * memory is the newest sample's framebuffer use, with the same estimates (a window's peak
   would keep a departed pod's memory for the whole window);
 * a card whose newest sample is older than ``stale_after_s`` (or that was never measured, or
@@ -277,17 +278,20 @@ class LoadModel:
 
     def placed(self, p: Placement, now_s: float, sign: int = 1) -> None:
         """A placement bound at ``now_s``: its request is its estimate until it shows
-        (``sign`` -1: a placement that left, whose request comes off until it is gone from the
-        samples)."""
+        (``sign`` -1: a placement that left, whose requested compute comes off until it is
+        gone from the samples)."""
         for s in p.shares:
             if s.mig_profile is None and (s.gpu_milli or s.memory_mib):
                 key = (p.node, s.index)
-                self._recent.setdefault(key, []).append(
-                    (now_s, sign * s.gpu_milli, sign * s.memory_mib))
+                # A pod that left takes its compute off, not its memory: it may have held
+                # less than it asked, and taking off its request would free memory that
+                # others hold (work outside the requests); the next sample shows it gone.
+                mib = s.memory_mib if sign > 0 else 0
+                self._recent.setdefault(key, []).append((now_s, sign * s.gpu_milli, mib))
                 card = self._cards.get(key)
                 if card is not None:
                     self.est_milli[card.slot] += sign * s.gpu_milli
-                    self.est_mib[card.slot] += sign * s.memory_mib
+                    self.est_mib[card.slot] += mib
                     self._patch(card.slot)
 
     def _patch(self, k: int) -> None:
