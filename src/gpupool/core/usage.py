@@ -147,6 +147,11 @@ class CardLoad:
     """Nodes placed (wholly or partly) by requests, and why."""
     source: str = ""
     """Why the signal source as a whole is not used ("" when it is)."""
+    load_offset: F64 | None = None
+    """``milli - base_milli``: the load now is this plus the table's requested compute."""
+    free_offset: I64 | None = None
+    """``free_mib + base_mib`` on measured cards (a huge value elsewhere): the measured free
+    memory now is this less the table's requested memory."""
 
     @property
     def measured_cards(self) -> int:
@@ -154,16 +159,16 @@ class CardLoad:
 
     def load(self, table: NodeTable, rows: npt.NDArray[np.int64]) -> F64:
         """[len(rows), width] compute load now, in milli of a card."""
-        delta = table.used_milli[rows] - self.base_milli[rows]
-        return np.asarray(self.milli[rows] + delta, np.float64)
+        off = self.load_offset if self.load_offset is not None \
+            else self.milli - self.base_milli
+        return np.asarray(off[rows] + table.used_milli[rows], np.float64)
 
     def free(self, table: NodeTable, rows: npt.NDArray[np.int64]) -> I64:
         """[len(rows), width] memory free now: measured where fresh, else by requests."""
-        req_free = table.free_mib[rows]
-        delta = table.used_mib[rows] - self.base_mib[rows]
-        measured = np.minimum(self.free_mib[rows] - delta, req_free)
-        return np.asarray(np.where(self.measured[rows] & (self.free_mib[rows] >= 0),
-                                   measured, req_free), np.int64)
+        off = self.free_offset if self.free_offset is not None else _free_offset(
+            self.free_mib, self.measured, self.base_mib)
+        return np.asarray(np.minimum(off[rows] - table.used_mib[rows], table.free_mib[rows]),
+                          np.int64)
 
 
 _COLUMNS = ("last_s", "last_util", "last_used", "last_free", "agg_util", "est_milli", "est_mib")
@@ -356,7 +361,8 @@ class LoadModel:
         _, _, _, measured, milli_m, free, reasons = c
         milli = np.where(measured, milli_m, base_milli)
         return CardLoad(milli, free, measured, base_milli, base_mib, now_s, reasons,
-                        self.source_down)
+                        self.source_down, milli - base_milli,
+                        _free_offset(free, measured, base_mib))
 
     def _measure(self, table: NodeTable, now_s: float
                  ) -> tuple[float, Bool, F64, I64, dict[NodeName, str]]:
@@ -446,6 +452,13 @@ class LoadModel:
                 estimate_milli=est_milli if fresh else 0,
             ))
         return out
+
+
+_NO_LIMIT = 1 << 50
+
+
+def _free_offset(free: I64, measured: Bool, base_mib: I64) -> I64:
+    return np.asarray(np.where(measured & (free >= 0), free + base_mib, _NO_LIMIT), np.int64)
 
 
 def _quantile(values: list[float], q: float) -> float:

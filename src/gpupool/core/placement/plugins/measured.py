@@ -51,8 +51,15 @@ def _pct(name: str, plugin: str, value: object) -> float:
 def _whole_cells(cs: CycleState, load: CardLoad, req: GpuRequest, rows: Rows) -> Cells:
     """[len(rows), width]: cards free by request whose measured memory is free too."""
     t = cs.table
+    # A card free by request holds no requested memory, so whether it is idle as measured
+    # does not change within the view: one mask for the whole table, kept with the view.
+    key = ("measured-idle", id(load), t.version)
+    hit = cs.cache.get("measured-idle")
+    if hit is None or hit[0] != key:
+        off = load.free_offset if load.free_offset is not None else load.free_mib
+        hit = cs.cache["measured-idle"] = (key, off >= t.gpu_mem_cap * IDLE_FREE_PCT / 100.0)
     fits: Cells = (t.free_milli[rows] == WHOLE_GPU_MILLI) & (t.used_mib[rows] == 0)
-    fits &= load.free(t, rows) >= t.gpu_mem_cap[rows] * IDLE_FREE_PCT / 100.0
+    fits &= hit[1][rows]
     allowed = card_mask(cs, req)
     if allowed is not None:
         fits &= allowed[rows]
