@@ -33,6 +33,8 @@ from gpupool.core.errors import ConfigError, GpupoolError
 from gpupool.core.quota import Resource
 from gpupool.metrics import Gauges, Metrics
 from gpupool.store import Store
+from gpupool.usage.dcgm import CardMetrics, ExporterServer
+from gpupool.usage.profile import ANNOTATION, FULL, UseProfile, card_use, parse_annotation
 from gpupool.virtual import VirtualCluster
 from gpupool.virtual.demo import DemoStream, demo_count
 
@@ -116,6 +118,12 @@ def add_parser(sub: Any) -> None:
                    help="seed of the example job stream and of the cloud's delays")
     p.add_argument("--max-body-bytes", type=_integer(1024, 1 << 30), default=1 << 20,
                    help="largest request body accepted (default 1 MiB)")
+    p.add_argument("--dcgm-exporter-port", type=_integer(0, 65_535), default=None,
+                   metavar="PORT",
+                   help="also serve each virtual node's cards in DCGM exporter's format at "
+                        "/nodes/<node>/metrics on this port (0: any free port, printed), "
+                        "each running job using what its gpupool.io/actual-use annotation "
+                        "declares (default: what it requests), for a Prometheus to scrape")
     p.add_argument("--log-level", default="warning",
                    choices=("critical", "error", "warning", "info", "debug"))
     p.set_defaults(func=serve)
@@ -144,6 +152,8 @@ class Service:
         self.metrics.watch(self._gauges)
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+        self.exporter: ExporterServer | None = None
+        self._profiles: dict[str, UseProfile] = {}
 
     def api(self, tokens: Tokens, max_body_bytes: int = 1 << 20) -> Any:
         """The ASGI app serving this service to holders of ``tokens``."""
@@ -224,6 +234,47 @@ class Service:
         self._stop.set()
         for t in self._threads:
             t.join(timeout=5)
+        if self.exporter is not None:
+            self.exporter.stop()
+
+    # -- the virtual cluster's GPU exporter ----------------------------------------------------
+
+    def start_exporter(self, host: str, port: int) -> ExporterServer:
+        self.exporter = ExporterServer(self.exporter_cards, host, port).start()
+        return self.exporter
+
+    def exporter_cards(self) -> dict[str, list[CardMetrics]]:
+        """What every card of the virtual cluster does now: its running jobs' actual use
+        (``gpupool.io/actual-use``), as dcgm-exporter on the node would report it."""
+        plane = self.plane
+        with plane.lock:
+            nodes = plane.scheduler.state.nodes()
+            running = [r for r in plane.jobs.values() if r.phase == "Running"]
+            profiles = {str(r.job.id): self._profile(r.key, r.request.document)
+                        for r in running}
+            use = card_use([p for r in running for p in r.placements], profiles)
+        out: dict[str, list[CardMetrics]] = {}
+        for node in nodes:
+            cards = []
+            for g in node.gpus:
+                u = use.get((node.name, g.index))
+                used = min(g.memory_mib, round(u.memory_mib)) if u else 0
+                cards.append(CardMetrics(g.index, g.uuid or f"GPU-{node.name}-{g.index}",
+                                         g.model, u.util_pct if u else 0.0, used,
+                                         g.memory_mib - used))
+            out[node.name] = cards
+        return out
+
+    def _profile(self, key: str, document: Any) -> UseProfile:
+        if key not in self._profiles:
+            meta = document.get("metadata") if isinstance(document, dict) else None
+            text = ((meta or {}).get("annotations") or {}).get(ANNOTATION)
+            try:
+                self._profiles[key] = FULL if text is None else parse_annotation(str(text), key)
+            except ConfigError as exc:
+                log.warning("%s; the job uses what it requests", exc)
+                self._profiles[key] = FULL
+        return self._profiles[key]
 
 
 def _tokens(args: argparse.Namespace, state: Path, namespaces: list[str]) -> tuple[Tokens, str]:
@@ -300,6 +351,14 @@ def _serve(args: argparse.Namespace, uvicorn: Any, sock: socket.socket, state: P
         service.start_demo(args.demo_rate, args.seed)
     port = sock.getsockname()[1]
     url = f"http://{args.host}:{port}/"
+    if args.dcgm_exporter_port is not None:
+        try:
+            exporter = service.start_exporter(args.host, args.dcgm_exporter_port)
+        except OSError as exc:
+            raise ConfigError(f"--dcgm-exporter-port {args.dcgm_exporter_port}: cannot be "
+                              f"bound: {exc.strerror}") from None
+        print(f"  GPU exporter: http://{exporter.address}/nodes/<node>/metrics "
+              "(DCGM exporter's format)", flush=True)
     view = cluster_view(service.plane)
     print(f"gpupool serve: {view['nodes']['total']} nodes, {view['gpus']['total']} GPUs, "
           f"{len(service.plane.config.cluster_queues)} cluster queues; state {state}; "
