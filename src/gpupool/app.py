@@ -29,12 +29,16 @@ from gpupool.control import Clock, ControlPlane
 from gpupool.control.elastic import ElasticService, parse_classes
 from gpupool.control.statelock import StateLock
 from gpupool.control.views import cluster_view
-from gpupool.core.errors import ConfigError, GpupoolError
+from gpupool.core.errors import AdapterError, ConfigError, GpupoolError
+from gpupool.core.placement.registry import measured_profile
 from gpupool.core.quota import Resource
+from gpupool.core.usage import LoadModel, LoadSettings
 from gpupool.metrics import Gauges, Metrics
 from gpupool.store import Store
 from gpupool.usage.dcgm import CardMetrics, ExporterServer
+from gpupool.usage.feed import MeasuredUse
 from gpupool.usage.profile import ANNOTATION, FULL, UseProfile, card_use, parse_annotation
+from gpupool.usage.prometheus import PrometheusReader, PrometheusSettings, inventory_resolver
 from gpupool.virtual import VirtualCluster
 from gpupool.virtual.demo import DemoStream, demo_count
 
@@ -124,6 +128,11 @@ def add_parser(sub: Any) -> None:
                         "/nodes/<node>/metrics on this port (0: any free port, printed), "
                         "each running job using what its gpupool.io/actual-use annotation "
                         "declares (default: what it requests), for a Prometheus to scrape")
+    p.add_argument("--prometheus", default="", metavar="URL",
+                   help="place by measured GPU use read from this Prometheus (e.g. one "
+                        "scraping --dcgm-exporter-port); unset: by requests")
+    p.add_argument("--measured-interval", type=_number(0, 86_400), default=15.0, metavar="S",
+                   help="wall seconds between reads of --prometheus (default 15)")
     p.add_argument("--log-level", default="warning",
                    choices=("critical", "error", "warning", "info", "debug"))
     p.set_defaults(func=serve)
@@ -135,7 +144,10 @@ class Service:
     def __init__(self, *, state: str | Path, cluster: str | Path | None,
                  queues: str | Path | None, speed: float,
                  elastic: str | Path | None = None, cloud: str | Path | None = None,
-                 seed: int = 7) -> None:
+                 seed: int = 7, prometheus: PrometheusSettings | None = None,
+                 measured: LoadSettings | None = None) -> None:
+        """``prometheus``: place by measured GPU use read from it (``measured``: the load
+        model's settings); None: by requests."""
         store = Store(state)
         new = store.meta("created") is None
         nodes = load_cluster(cluster) if new and cluster else []
@@ -143,10 +155,18 @@ class Service:
         classes = parse_classes(load_documents(elastic)) if new and elastic else []
         self.metrics = Metrics()
         self.backend = VirtualCluster()
+        self.measured = None if prometheus is None else MeasuredUse(
+            PrometheusReader(prometheus), measured)
         self.plane = ControlPlane(store, self.backend, Clock(speed), nodes=nodes,
                                   queue_docs=queue_docs, metrics=self.metrics,
+                                  profile=None if prometheus is None else measured_profile(),
                                   cloud=load_cloud(str(cloud)) if cloud else None,
                                   cloud_seed=seed)
+        if self.measured is not None:
+            model = self.measured.model
+            self.plane.scheduler.use_measurements(model)
+            self.plane.watchers.append(_Measured(model))  # and every scheduler built later
+            self.measured.register(self.metrics.registry, self._measured_view)
         self.elastic = ElasticService.of(self.plane)
         self.elastic.seed(classes)
         self.metrics.watch(self._gauges)
@@ -203,6 +223,41 @@ class Service:
                 except Exception:  # a failed cycle is logged; the next one tries again
                     log.exception("scheduling cycle failed")
         self._spawn(loop, "gpupool-loop")
+
+    def _measured_view(self) -> tuple[Any, float]:
+        with self.plane.lock:
+            return self.plane.scheduler.state.table, self.plane.clock.now()
+
+    def poll_measured(self) -> int:
+        """One read of Prometheus (outside the plane's lock), its samples handed to the model
+        under it, their times moved onto the cluster clock; -1 when the read failed."""
+        feed = self.measured
+        assert feed is not None
+        plane = self.plane
+        with plane.lock:
+            nodes = plane.scheduler.state.nodes()
+        resolve = inventory_resolver((n.name, g.index, g.uuid or f"GPU-{n.name}-{g.index}")
+                                     for n in nodes for g in n.gpus)
+        try:
+            samples = feed.reader.read(resolve)
+        except AdapterError as exc:
+            with plane.lock:
+                feed.failed(exc)
+            return -1
+        clock = plane.clock
+        with plane.lock:
+            now, wall = clock.now(), clock.wall()
+            return feed.take(samples, now, lambda t: now - (wall - t) * clock.speed)
+
+    def start_measured(self, interval: float) -> None:
+        def loop() -> None:
+            while not self._stop.is_set():
+                try:
+                    self.poll_measured()
+                except Exception:  # logged; the next read tries again
+                    log.exception("reading measured use failed")
+                self._stop.wait(interval)
+        self._spawn(loop, "gpupool-measured")
 
     def demo_stream(self, rate: float, seed: int) -> DemoStream:
         """The example stream, carrying on after the demo jobs the state file holds (a
@@ -277,6 +332,23 @@ class Service:
         return self._profiles[key]
 
 
+class _Measured:
+    """Hands the load model to every scheduler the plane builds (a restart of the state, a
+    node change), as the plane's watchers are told."""
+
+    def __init__(self, model: LoadModel) -> None:
+        self.model = model
+
+    def scheduler_built(self, scheduler: Any) -> None:
+        scheduler.use_measurements(self.model)
+
+    def node_failed(self, name: str) -> None:
+        return
+
+    def ticked(self, result: Any) -> None:
+        return
+
+
 def _tokens(args: argparse.Namespace, state: Path, namespaces: list[str]) -> tuple[Tokens, str]:
     """The tokens to use, and the admin token to print when they were generated here."""
     if args.tokens or os.environ.get(ENV):
@@ -339,14 +411,25 @@ def serve(args: argparse.Namespace) -> int:
 
 def _serve(args: argparse.Namespace, uvicorn: Any, sock: socket.socket, state: Path,
            cluster: Path, queues: Path, speed: float) -> int:
+    prometheus = None
+    if args.prometheus:
+        prometheus = PrometheusSettings(url=args.prometheus,
+                                        lookback_s=4 * args.measured_interval).validate()
     service = Service(state=state, cluster=cluster, queues=queues, speed=speed,
-                      elastic=args.elastic, cloud=args.cloud, seed=args.seed)
+                      elastic=args.elastic, cloud=args.cloud, seed=args.seed,
+                      prometheus=prometheus,
+                      measured=LoadSettings(stale_after_s=max(120.0, 4 * args.measured_interval
+                                                              * speed),
+                                            window_s=max(300.0, 20 * args.measured_interval
+                                                         * speed)))
     namespaces = [lq.namespace for lq in service.plane.config.local_queues]
     tokens, admin = _tokens(args, state, namespaces)
     if not len(tokens):
         raise ConfigError("no tokens: give --tokens FILE or set " + ENV)
     app = service.api(tokens, args.max_body_bytes)
     service.start_loop(args.interval)
+    if service.measured is not None:
+        service.start_measured(args.measured_interval)
     if args.demo:
         service.start_demo(args.demo_rate, args.seed)
     port = sock.getsockname()[1]

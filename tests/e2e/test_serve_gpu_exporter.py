@@ -12,14 +12,16 @@ import pytest
 
 from gpupool.app import Service
 from gpupool.core import ConfigError, NodeName
+from gpupool.core.usage import LoadSettings
 from gpupool.usage.profile import parse_annotation
 from gpupool.usage.prometheus import PrometheusReader, PrometheusSettings, inventory_resolver
 from tests.e2e.serve_kit import CLUSTER, QUEUES, job_doc
 from tests.e2e.test_measured_prometheus import free_port, start_prometheus, stop
 
 
-def service(tmp: Path) -> Service:
-    return Service(state=tmp / "state.db", cluster=CLUSTER, queues=QUEUES, speed=1.0)
+def service(tmp: Path, **kw: object) -> Service:
+    return Service(state=tmp / "state.db", cluster=CLUSTER, queues=QUEUES, speed=1.0,
+                   **kw)  # type: ignore[arg-type]
 
 
 def running_job(svc: Service, name: str, annotation: str | None, **kw: object) -> tuple[str, int]:
@@ -87,3 +89,47 @@ def test_a_range_is_drawn_once_per_job_from_its_key() -> None:
     a = parse_annotation("compute=10%-40%", "research/a")
     assert 10 <= a.compute_pct <= 40 and a.memory_pct == 100
     assert parse_annotation("compute=10%-40%", "research/a") == a
+
+
+@pytest.mark.real_component("prometheus")
+def test_serve_places_by_what_prometheus_reads_back_and_degrades_when_it_stops(
+        tmp_path: Path) -> None:
+    port = free_port()
+    svc = service(tmp_path, prometheus=PrometheusSettings(url=f"http://127.0.0.1:{port}",
+                                                          lookback_s=30, timeout_s=2),
+                  measured=LoadSettings(stale_after_s=60, settle_s=1))
+    try:
+        node, gpu = running_job(svc, "ft", "compute=190%,memory=50%", milli=500,
+                                gpu_memory="20Gi", models=["A100-80GB"])
+        exporter = svc.start_exporter("127.0.0.1", free_port())
+        nodes = [n.name for n in svc.plane.scheduler.state.nodes()]
+        proc, _ = start_prometheus(tmp_path, exporter, nodes, port)
+        try:
+            deadline = time.monotonic() + 60
+            readings = []
+            while time.monotonic() < deadline:
+                svc.poll_measured()
+                with svc.plane.lock:
+                    readings = svc.measured.model.readings(  # type: ignore[union-attr]
+                        svc.plane.scheduler.state.table, NodeName(node), svc.plane.clock.now())
+                if readings[gpu].measured:
+                    break
+                time.sleep(0.5)
+            assert readings[gpu].measured and readings[gpu].load_milli >= 900
+            # by requests the notebook would share ft's card (best fit on the fullest node)
+            svc.plane.submit(job_doc("nb", duration="1h", milli=300, gpu_memory="8Gi",
+                                     models=["A100-80GB"]))
+            svc.plane.tick()
+            [p] = svc.plane.job("research/nb").placements
+            assert (p.node, p.shares[0].index) != (node, gpu)
+        finally:
+            stop(proc)
+        assert svc.poll_measured() == -1
+        text = svc.metrics.render().decode()
+        assert "gpupool_measured_source_up 0.0" in text
+        svc.plane.submit(job_doc("nb2", duration="1h", milli=300, gpu_memory="8Gi",
+                                 models=["A100-80GB"]))
+        svc.plane.tick()  # by requests now, never an error
+        assert svc.plane.job("research/nb2").phase == "Running"
+    finally:
+        svc.stop()
