@@ -11,6 +11,8 @@ import httpx
 import pytest
 
 from gpupool.app import Service
+from gpupool.client.render import describe_node
+from gpupool.control.views import node_view
 from gpupool.core import ConfigError, NodeName
 from gpupool.core.usage import LoadSettings
 from gpupool.usage.profile import parse_annotation
@@ -116,6 +118,13 @@ def test_serve_places_by_what_prometheus_reads_back_and_degrades_when_it_stops(
                     break
                 time.sleep(0.5)
             assert readings[gpu].measured and readings[gpu].load_milli >= 900
+            # describe node: measured beside requested
+            view = node_view(svc.plane, node)
+            card = view["gpus"][gpu]
+            assert card["used_milli"] == 500 and card["measured"]["fresh"]
+            assert card["measured"]["util_pct"] >= 90 and card["measured"]["used_mib"] == 10240
+            text = describe_node(view)
+            assert "Measured:" in text and "UTIL-P90" in text
             # by requests the notebook would share ft's card (best fit on the fullest node)
             svc.plane.submit(job_doc("nb", duration="1h", milli=300, gpu_memory="8Gi",
                                      models=["A100-80GB"]))
@@ -125,6 +134,9 @@ def test_serve_places_by_what_prometheus_reads_back_and_degrades_when_it_stops(
         finally:
             stop(proc)
         assert svc.poll_measured() == -1
+        view = node_view(svc.plane, node)
+        assert "unreachable" in view["measured_reason"]
+        assert "by requests" in describe_node(view)
         text = svc.metrics.render().decode()
         assert "gpupool_measured_source_up 0.0" in text
         svc.plane.submit(job_doc("nb2", duration="1h", milli=300, gpu_memory="8Gi",

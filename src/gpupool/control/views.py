@@ -141,6 +141,9 @@ def node_view(plane: ControlPlane, name: str, visible: Visible = everyone) -> di
                         "job": p.job if shown else HIDDEN, "namespace": ns if shown else "",
                         "task": p.task if shown else "", "gpu_milli": milli,
                         "memory_mib": mib, "mig_profile": s.mig_profile})
+        usage = getattr(sched, "usage", None)  # measured use, when placement reads it
+        readings = {r.gpu: r for r in usage.readings(t, NodeName(name), plane.clock.now())} \
+            if usage is not None and row is not None else {}
         cards = []
         for g in node.gpus:
             used_milli = int(t.used_milli[row, g.index]) if row is not None else 0
@@ -157,7 +160,17 @@ def node_view(plane: ControlPlane, name: str, visible: Visible = everyone) -> di
                           "uuid": g.uuid, "healthy": g.healthy, "nvlink_peers":
                           list(g.nvlink_peers), "mig": mig, "used_milli": used_milli,
                           "used_mib": used_mib, "holders": holders[g.index]})
-        return {
+            r = readings.get(g.index)
+            if r is not None:  # measured beside requested
+                cards[-1]["measured"] = {
+                    "fresh": r.measured, "load_milli": r.load_milli, "util_pct": r.util_pct,
+                    "used_mib": r.used_mib, "free_mib": r.free_mib, "age_s": r.age_s,
+                    "estimate_milli": r.estimate_milli}
+        extra: dict[str, Any] = {}
+        if usage is not None and row is not None:
+            why = usage.view(t, plane.clock.now()).reasons.get(NodeName(name), "")
+            extra["measured_reason"] = why
+        return {**extra,
             "name": name, "state": _node_state(body), "unschedulable": not node.schedulable,
             "failed": bool(body.get("failed")), "flavor": flavor_of(plane, node),
             "labels": {k: _owned(k, v, visible) for k, v in node.labels.items()},
