@@ -152,6 +152,33 @@ class CardLoad:
     free_offset: I64 | None = None
     """``free_mib + base_mib`` on measured cards (a huge value elsewhere): the measured free
     memory now is this less the table's requested memory."""
+    lazy: dict[str, Any] = field(default_factory=dict, compare=False)
+    """Per-node columns computed on first use (whole-GPU tasks only need them)."""
+
+    def node_load(self, table: NodeTable, rows: npt.NDArray[np.int64]) -> F64:
+        """[len(rows)] summed load of each node's usable cards now (each card counted up to a
+        whole card), milli: the measured cards' load, plus what is requested now of every
+        card less what was requested of the measured ones at the view (a card at its split
+        count counts as full)."""
+        off = self.lazy.get("node_offset")
+        if off is None:
+            on = self.measured & table.gpu_usable
+            off = self.lazy["node_offset"] = np.where(
+                on, np.minimum(self.milli, 1000.0) - self.base_milli, 0.0).sum(axis=1)
+        return np.asarray(off[rows] + table.milli_total[rows] - table.milli_free[rows],
+                          np.float64)
+
+    def outside(self, table: NodeTable) -> Bool:
+        """[rows] nodes with a card free by request at the view whose memory is not idle as
+        measured (``IDLE_FREE_PCT``): only those need the whole-GPU memory check."""
+        out = self.lazy.get("outside")
+        if out is None:
+            off = self.free_offset if self.free_offset is not None else _free_offset(
+                self.free_mib, self.measured, self.base_mib)
+            open_ = table.gpu_usable & (self.base_milli == 0) & (self.base_mib == 0)
+            out = self.lazy["outside"] = (
+                open_ & (off < table.gpu_mem_cap * IDLE_FREE_PCT / 100.0)).any(axis=1)
+        return np.asarray(out, np.bool_)
 
     @property
     def measured_cards(self) -> int:
@@ -453,6 +480,11 @@ class LoadModel:
             ))
         return out
 
+
+IDLE_FREE_PCT = 95.0
+"""A card free by requests takes whole-GPU work only if at least this share of its memory is
+free as measured: an idle card shows a little used (driver and ECC reservations, about 1 %);
+more means work no request accounts for."""
 
 _NO_LIMIT = 1 << 50
 

@@ -31,14 +31,10 @@ from gpupool.core.model import WHOLE_GPU_MILLI, GpuKind, GpuRequest, GpuShare, T
 from gpupool.core.placement.framework import CycleState, Mask, Rows, Scores
 from gpupool.core.placement.plugins.cards import BestFitCards, nvlink_group
 from gpupool.core.placement.plugins.eligible import card_mask
-from gpupool.core.usage import CardLoad
+from gpupool.core.usage import IDLE_FREE_PCT, CardLoad
 
 Cells = npt.NDArray[np.bool_]
 
-IDLE_FREE_PCT = 95.0
-"""A card free by requests takes whole-GPU work only if at least this share of its memory is
-free as measured: an idle card shows a little used (driver and ECC reservations, about 1 %);
-more means work no request accounts for."""
 
 
 def _pct(name: str, plugin: str, value: object) -> float:
@@ -113,7 +109,12 @@ class MeasuredMemory:
         if load is None or not rows.size:
             return np.ones(rows.size, np.bool_)
         if req.kind is GpuKind.WHOLE:
-            return np.asarray(_whole_cells(cs, load, req, rows).sum(axis=1) >= req.count)
+            out = np.ones(rows.size, np.bool_)
+            # only nodes with memory held outside the requests need the card-level check
+            check = np.flatnonzero(load.outside(cs.table)[rows])
+            if check.size:
+                out[check] = _whole_cells(cs, load, req, rows[check]).sum(axis=1) >= req.count
+            return out
         if req.kind is not GpuKind.SLICE:
             return np.ones(rows.size, np.bool_)
         fits = _slice_cells(cs, load, req, rows)
@@ -180,8 +181,7 @@ class TargetLoadPacking:
         if load is None or req.kind is not GpuKind.WHOLE:
             return np.zeros(rows.size, np.float64)
         t = cs.table
-        usable = t.gpu_usable[rows]
-        busy = np.where(usable, np.minimum(load.load(t, rows), WHOLE_GPU_MILLI), 0.0).sum(axis=1)
+        busy = load.node_load(t, rows)
         total = np.maximum(t.milli_total[rows], 1)
         u = 100.0 * (busy + req.count * WHOLE_GPU_MILLI) / total
         target = self.target_pct
