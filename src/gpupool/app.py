@@ -29,10 +29,16 @@ from gpupool.control import Clock, ControlPlane
 from gpupool.control.elastic import ElasticService, parse_classes
 from gpupool.control.statelock import StateLock
 from gpupool.control.views import cluster_view
-from gpupool.core.errors import ConfigError, GpupoolError
+from gpupool.core.errors import AdapterError, ConfigError, GpupoolError
+from gpupool.core.placement.registry import measured_profile
 from gpupool.core.quota import Resource
+from gpupool.core.usage import LoadModel, LoadSettings
 from gpupool.metrics import Gauges, Metrics
 from gpupool.store import Store
+from gpupool.usage.dcgm import CardMetrics, ExporterServer
+from gpupool.usage.feed import MeasuredUse
+from gpupool.usage.profile import ANNOTATION, FULL, UseProfile, card_use, parse_annotation
+from gpupool.usage.prometheus import PrometheusReader, PrometheusSettings, inventory_resolver
 from gpupool.virtual import VirtualCluster
 from gpupool.virtual.demo import DemoStream, demo_count
 
@@ -116,6 +122,17 @@ def add_parser(sub: Any) -> None:
                    help="seed of the example job stream and of the cloud's delays")
     p.add_argument("--max-body-bytes", type=_integer(1024, 1 << 30), default=1 << 20,
                    help="largest request body accepted (default 1 MiB)")
+    p.add_argument("--dcgm-exporter-port", type=_integer(0, 65_535), default=None,
+                   metavar="PORT",
+                   help="also serve each virtual node's cards in DCGM exporter's format at "
+                        "/nodes/<node>/metrics on this port (0: any free port, printed), "
+                        "each running job using what its gpupool.io/actual-use annotation "
+                        "declares (default: what it requests), for a Prometheus to scrape")
+    p.add_argument("--prometheus", default="", metavar="URL",
+                   help="place by measured GPU use read from this Prometheus (e.g. one "
+                        "scraping --dcgm-exporter-port); unset: by requests")
+    p.add_argument("--measured-interval", type=_number(0, 86_400), default=15.0, metavar="S",
+                   help="wall seconds between reads of --prometheus (default 15)")
     p.add_argument("--log-level", default="warning",
                    choices=("critical", "error", "warning", "info", "debug"))
     p.set_defaults(func=serve)
@@ -127,7 +144,10 @@ class Service:
     def __init__(self, *, state: str | Path, cluster: str | Path | None,
                  queues: str | Path | None, speed: float,
                  elastic: str | Path | None = None, cloud: str | Path | None = None,
-                 seed: int = 7) -> None:
+                 seed: int = 7, prometheus: PrometheusSettings | None = None,
+                 measured: LoadSettings | None = None) -> None:
+        """``prometheus``: place by measured GPU use read from it (``measured``: the load
+        model's settings); None: by requests."""
         store = Store(state)
         new = store.meta("created") is None
         nodes = load_cluster(cluster) if new and cluster else []
@@ -135,15 +155,25 @@ class Service:
         classes = parse_classes(load_documents(elastic)) if new and elastic else []
         self.metrics = Metrics()
         self.backend = VirtualCluster()
+        self.measured = None if prometheus is None else MeasuredUse(
+            PrometheusReader(prometheus), measured)
         self.plane = ControlPlane(store, self.backend, Clock(speed), nodes=nodes,
                                   queue_docs=queue_docs, metrics=self.metrics,
+                                  profile=None if prometheus is None else measured_profile(),
                                   cloud=load_cloud(str(cloud)) if cloud else None,
                                   cloud_seed=seed)
+        if self.measured is not None:
+            model = self.measured.model
+            self.plane.scheduler.use_measurements(model)
+            self.plane.watchers.append(_Measured(model))  # and every scheduler built later
+            self.measured.register(self.metrics.registry, self._measured_view)
         self.elastic = ElasticService.of(self.plane)
         self.elastic.seed(classes)
         self.metrics.watch(self._gauges)
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+        self.exporter: ExporterServer | None = None
+        self._profiles: dict[str, UseProfile] = {}
 
     def api(self, tokens: Tokens, max_body_bytes: int = 1 << 20) -> Any:
         """The ASGI app serving this service to holders of ``tokens``."""
@@ -194,6 +224,41 @@ class Service:
                     log.exception("scheduling cycle failed")
         self._spawn(loop, "gpupool-loop")
 
+    def _measured_view(self) -> tuple[Any, float]:
+        with self.plane.lock:
+            return self.plane.scheduler.state.table, self.plane.clock.now()
+
+    def poll_measured(self) -> int:
+        """One read of Prometheus (outside the plane's lock), its samples handed to the model
+        under it, their times moved onto the cluster clock; -1 when the read failed."""
+        feed = self.measured
+        assert feed is not None
+        plane = self.plane
+        with plane.lock:
+            nodes = plane.scheduler.state.nodes()
+        resolve = inventory_resolver((n.name, g.index, g.uuid or f"GPU-{n.name}-{g.index}")
+                                     for n in nodes for g in n.gpus)
+        try:
+            samples = feed.reader.read(resolve)
+        except AdapterError as exc:
+            with plane.lock:
+                feed.failed(exc)
+            return -1
+        clock = plane.clock
+        with plane.lock:
+            now, wall = clock.now(), clock.wall()
+            return feed.take(samples, now, lambda t: now - (wall - t) * clock.speed)
+
+    def start_measured(self, interval: float) -> None:
+        def loop() -> None:
+            while not self._stop.is_set():
+                try:
+                    self.poll_measured()
+                except Exception:  # logged; the next read tries again
+                    log.exception("reading measured use failed")
+                self._stop.wait(interval)
+        self._spawn(loop, "gpupool-measured")
+
     def demo_stream(self, rate: float, seed: int) -> DemoStream:
         """The example stream, carrying on after the demo jobs the state file holds (a
         restart neither repeats their names nor waits for them)."""
@@ -224,6 +289,64 @@ class Service:
         self._stop.set()
         for t in self._threads:
             t.join(timeout=5)
+        if self.exporter is not None:
+            self.exporter.stop()
+
+    # -- the virtual cluster's GPU exporter ----------------------------------------------------
+
+    def start_exporter(self, host: str, port: int) -> ExporterServer:
+        self.exporter = ExporterServer(self.exporter_cards, host, port).start()
+        return self.exporter
+
+    def exporter_cards(self) -> dict[str, list[CardMetrics]]:
+        """What every card of the virtual cluster does now: its running jobs' actual use
+        (``gpupool.io/actual-use``), as dcgm-exporter on the node would report it."""
+        plane = self.plane
+        with plane.lock:
+            nodes = plane.scheduler.state.nodes()
+            running = [r for r in plane.jobs.values() if r.phase == "Running"]
+            profiles = {str(r.job.id): self._profile(r.key, r.request.document)
+                        for r in running}
+            use = card_use([p for r in running for p in r.placements], profiles)
+        out: dict[str, list[CardMetrics]] = {}
+        for node in nodes:
+            cards = []
+            for g in node.gpus:
+                u = use.get((node.name, g.index))
+                used = min(g.memory_mib, round(u.memory_mib)) if u else 0
+                cards.append(CardMetrics(g.index, g.uuid or f"GPU-{node.name}-{g.index}",
+                                         g.model, u.util_pct if u else 0.0, used,
+                                         g.memory_mib - used))
+            out[node.name] = cards
+        return out
+
+    def _profile(self, key: str, document: Any) -> UseProfile:
+        if key not in self._profiles:
+            meta = document.get("metadata") if isinstance(document, dict) else None
+            text = ((meta or {}).get("annotations") or {}).get(ANNOTATION)
+            try:
+                self._profiles[key] = FULL if text is None else parse_annotation(str(text), key)
+            except ConfigError as exc:
+                log.warning("%s; the job uses what it requests", exc)
+                self._profiles[key] = FULL
+        return self._profiles[key]
+
+
+class _Measured:
+    """Hands the load model to every scheduler the plane builds (a restart of the state, a
+    node change), as the plane's watchers are told."""
+
+    def __init__(self, model: LoadModel) -> None:
+        self.model = model
+
+    def scheduler_built(self, scheduler: Any) -> None:
+        scheduler.use_measurements(self.model)
+
+    def node_failed(self, name: str) -> None:
+        return
+
+    def ticked(self, result: Any) -> None:
+        return
 
 
 def _tokens(args: argparse.Namespace, state: Path, namespaces: list[str]) -> tuple[Tokens, str]:
@@ -288,18 +411,37 @@ def serve(args: argparse.Namespace) -> int:
 
 def _serve(args: argparse.Namespace, uvicorn: Any, sock: socket.socket, state: Path,
            cluster: Path, queues: Path, speed: float) -> int:
+    prometheus = None
+    if args.prometheus:
+        prometheus = PrometheusSettings(url=args.prometheus,
+                                        lookback_s=4 * args.measured_interval).validate()
     service = Service(state=state, cluster=cluster, queues=queues, speed=speed,
-                      elastic=args.elastic, cloud=args.cloud, seed=args.seed)
+                      elastic=args.elastic, cloud=args.cloud, seed=args.seed,
+                      prometheus=prometheus,
+                      measured=LoadSettings(stale_after_s=max(120.0, 4 * args.measured_interval
+                                                              * speed),
+                                            window_s=max(300.0, 20 * args.measured_interval
+                                                         * speed)))
     namespaces = [lq.namespace for lq in service.plane.config.local_queues]
     tokens, admin = _tokens(args, state, namespaces)
     if not len(tokens):
         raise ConfigError("no tokens: give --tokens FILE or set " + ENV)
     app = service.api(tokens, args.max_body_bytes)
     service.start_loop(args.interval)
+    if service.measured is not None:
+        service.start_measured(args.measured_interval)
     if args.demo:
         service.start_demo(args.demo_rate, args.seed)
     port = sock.getsockname()[1]
     url = f"http://{args.host}:{port}/"
+    if args.dcgm_exporter_port is not None:
+        try:
+            exporter = service.start_exporter(args.host, args.dcgm_exporter_port)
+        except OSError as exc:
+            raise ConfigError(f"--dcgm-exporter-port {args.dcgm_exporter_port}: cannot be "
+                              f"bound: {exc.strerror}") from None
+        print(f"  GPU exporter: http://{exporter.address}/nodes/<node>/metrics "
+              "(DCGM exporter's format)", flush=True)
     view = cluster_view(service.plane)
     print(f"gpupool serve: {view['nodes']['total']} nodes, {view['gpus']['total']} GPUs, "
           f"{len(service.plane.config.cluster_queues)} cluster queues; state {state}; "

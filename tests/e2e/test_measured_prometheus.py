@@ -76,11 +76,11 @@ def exporter() -> Iterator[tuple[Cluster, ExporterServer]]:
         server.stop()
 
 
-def start_prometheus(tmp: Path, server: ExporterServer, nodes: list[str]) -> tuple[
-        subprocess.Popen[bytes], str]:
+def start_prometheus(tmp: Path, server: ExporterServer, nodes: list[str],
+                     port: int = 0) -> tuple[subprocess.Popen[bytes], str]:
     if PROMETHEUS is None:
         pytest.skip("no prometheus binary on PATH (make test installs Debian's prometheus)")
-    port = free_port()
+    port = port or free_port()
     targets = "\n".join(
         f"      - targets: ['{server.address}']\n"
         f"        labels: {{__metrics_path__: '{server.path(n)}', instance: '{n}'}}"

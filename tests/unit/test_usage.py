@@ -51,7 +51,7 @@ def test_stale_card_falls_back_to_requests_with_a_reason() -> None:
     old = m.view(s.table, now_s=200.0)
     assert not old.measured[row, 0]
     assert old.milli[row, 0] == 600  # what is requested of it
-    assert "GPU 0 stale (newest sample 200 s old, limit 60 s)" in old.reasons[N1]
+    assert "GPU 0 stale (no sample in the last 60 s)" in old.reasons[N1]
     assert "GPU 1 never measured" in old.reasons[N1]
     assert old.reasons[N1].endswith("placed by requests")
 
@@ -206,3 +206,23 @@ def test_whole_gpus_avoid_a_card_whose_memory_is_held_outside_the_requests() -> 
     two = next(job("train2", gpu=whole(2)).tasks())
     p, status = place_task(two, snap, measured_profile())
     assert p is None and "free as measured" in status.message
+
+
+def test_a_placement_that_left_comes_off_in_compute_and_its_memory_when_samples_show_it() -> None:
+    s = state("n1", gpu=1)
+    row = s.table.row(N1)
+    p = Placement(TaskId("t"), JobId("j"), N1, 0, 0, (GpuShare(0, 500, 30_000),))
+    s.assume(p)
+    m = LoadModel(LoadSettings(settle_s=10, stale_after_s=1000, quantile=0.5))
+    # at t=0, with the slice: 90 % busy, 20000 MiB held (it asked 30000), 20960 free
+    m.add(samples(N1, 0, [90.0], used=20_000, free=20_960))
+    s.forget(p.task)
+    m.released(p, now_s=5.0)
+    view = m.view(s.table, 6.0)
+    # newest 900 - 500 that left = 400, below the window's aggregate, which stands
+    assert view.milli[row, 0] == pytest.approx(900.0)
+    assert m.est_milli[0] == -500
+    # its memory is not taken off: the sample's 20960 MiB free is all that is known free
+    assert view.free_mib[row, 0] == 20_960
+    m.add([CardSample(N1, 0, 20.0, 0.0, 0, 40_960)])  # shows it gone
+    assert m.view(s.table, 21.0).free_mib[row, 0] == 40_960

@@ -46,6 +46,9 @@ def add_parsers(sub: Any) -> Any:
     p.add_argument("--policy", default="binpack",
                    help="score plugin to place with (default: binpack)")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--measured", action="store_true",
+                   help="place by measured use: the measured profile, a scrape of every card "
+                        "each 500 pods, and each decision's time includes building the view")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=_placement)
     a = bench_sub.add_parser(
@@ -110,6 +113,10 @@ def _placement(args: argparse.Namespace) -> int:
         raise ConfigError(f"--policy {args.policy!r}: not a known policy; known: "
                           f"{', '.join(registry.names())}")
     profile = default_profile(registry, scores={args.policy: 1.0})
+    if args.measured:
+        from gpupool.core.placement.registry import MEASURED_SCORES, measured_profile
+
+        profile = measured_profile(registry, scores={args.policy: 1.0, **MEASURED_SCORES})
     from rich.progress import Progress
 
     with Progress(transient=True, disable=not sys.stderr.isatty(),
@@ -117,9 +124,10 @@ def _placement(args: argparse.Namespace) -> int:
         task = bar.add_task("placing", total=args.pods)
         result = placement.run(args.nodes, args.gpus_per_node, args.pods, args.policy,
                                args.seed, profile=profile,
-                               progress=lambda n: bar.advance(task, n))
+                               progress=lambda n: bar.advance(task, n), measured=args.measured)
     out = result.as_json()
     out["policy"] = args.policy
+    out["measured"] = args.measured
     if args.json:
         print(json.dumps(out))
     else:

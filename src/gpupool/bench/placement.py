@@ -37,6 +37,7 @@ from gpupool.core import (
     default_profile,
     place_task,
 )
+from gpupool.core.usage import CardSample, LoadModel, LoadSettings
 
 SHAPES: tuple[tuple[float, int, int], ...] = (
     # (probability, whole GPUs, slice milli); slice milli 0 with 0 GPUs is CPU-only
@@ -110,9 +111,32 @@ def pod_stream(pods: int, gpus_per_node: int, seed: int, prefix: str = "pod") ->
     return jobs
 
 
+def samples(state: ClusterState, rng: np.random.Generator, t: float) -> list[CardSample]:
+    """One scrape of every card: busy at 10-100 % of what is requested of it, memory used at
+    30-100 % of what is requested (the ``--measured`` run's synthetic DCGM readings)."""
+    tb = state.table
+    live = tb.live()
+    milli = tb.used_milli[live]
+    mib = tb.used_mib[live]
+    util = np.minimum(100.0, milli / 10.0 * rng.uniform(0.1, 1.0, milli.shape))
+    used = (mib * rng.uniform(0.3, 1.0, mib.shape)).astype(np.int64)
+    out = []
+    for k, i in enumerate(live.tolist()):
+        name = tb.nodes[i].name
+        for g in range(int(tb.gpu_count[i])):
+            out.append(CardSample(name, g, t, float(util[k, g]), int(used[k, g]),
+                                  int(tb.gpu_mem_cap[i, g] - used[k, g])))
+    return out
+
+
 def run(nodes: int, gpus_per_node: int, pods: int, policy: str = "binpack", seed: int = 1,
         profile: Profile | None = None,
-        progress: Callable[[int], None] | None = None) -> BenchResult:
+        progress: Callable[[int], None] | None = None,
+        measured: bool = False, scrape_every: int = 500) -> BenchResult:
+    """``measured``: a load model takes a scrape of every card each ``scrape_every`` pods (a
+    pod arrives every 30 ms of model time, so 500 is a 15 s scrape interval at 33 pods/s), and
+    each decision first builds the cycle's view of it (one pod per cycle: the most views a
+    stream of pods can cost); the decision time includes the view."""
     prof = profile or default_profile(scores={policy: 1.0})
     state = ClusterState(cluster(nodes, gpus_per_node))
     rng = np.random.default_rng(seed + 1)
@@ -134,17 +158,28 @@ def run(nodes: int, gpus_per_node: int, pods: int, policy: str = "binpack", seed
     decision_ns = np.zeros(pods, np.int64)
     placed = 0
     perf = time.perf_counter_ns
+    model = LoadModel(LoadSettings(stale_after_s=60.0)) if measured else None
+    scrape_rng = np.random.default_rng(seed + 3)
     start = perf()
     for i, job in enumerate(jobs):
+        now_s = i * 0.03
         while leaving and leaving[0][0] <= i:
-            state.forget(TaskId(heapq.heappop(leaving)[1]))
+            gone = state.forget(TaskId(heapq.heappop(leaving)[1]))
+            if model is not None:
+                model.released(gone, now_s)
+        if model is not None and i % scrape_every == 0:
+            model.add(samples(state, scrape_rng, now_s), now_s=now_s)
         snap = state.snapshot()
         task = next(job.tasks())
         t0 = perf()
+        if model is not None:
+            snap.load = model.view(snap.table, now_s)
         p, _ = place_task(task, snap, prof)
         decision_ns[i] = perf() - t0
         if p is not None:
             state.assume(p)
+            if model is not None:
+                model.placed(p, now_s)
             placed += 1
             heapq.heappush(leaving, (i + 1 + int(rng.exponential(lifetime)), p.task))
         if progress is not None and i % 1000 == 999:

@@ -396,6 +396,18 @@ def nodes_table(nodes: Iterable[Mapping[str, Any]], wide: bool = False) -> str:
                  (node_row(n, wide) for n in nodes))
 
 
+def _measured_row(card: Mapping[str, Any]) -> list[object]:
+    m = card["measured"]
+
+    def opt(value: Any, show: Any) -> object:
+        return None if value is None else show(value)
+
+    return [card.get("index"), milli(used_milli(card)),
+            milli(m.get("loadMilli")) if m.get("fresh") else "by requests",
+            opt(m.get("utilPct"), lambda v: f"{v:g}%"), opt(m.get("usedMib"), mib),
+            opt(m.get("freeMib"), mib), opt(m.get("ageSeconds"), lambda v: f"{v:g}s")]
+
+
 def describe_node(node: Mapping[str, Any]) -> str:
     labels = node.get("labels") or {}
     taints = node.get("taints") or []
@@ -429,6 +441,13 @@ def describe_node(node: Mapping[str, Any]) -> str:
                      len(g.get("holders") or []), mig])
     out.append(_indent(table(("CARD", "MODEL", "MEMORY", "HEALTH", "GPU-USED",
                               "MEMORY-USED", "HOLDERS", "MIG"), rows)))
+    measured = [g for g in gpus if g.get("measured")]
+    if measured:  # placement by measured use: what the cards do beside what is requested
+        reason = node.get("measuredReason")
+        out.append("Measured:" + (f"     {reason}" if reason else ""))
+        out.append(_indent(table(
+            ("CARD", "REQUESTED", "LOAD", "UTIL-P90", "FB-USED", "FB-FREE", "AGE"),
+            [_measured_row(g) for g in measured])))
     holders = [(g.get("index"), h) for g in gpus for h in g.get("holders") or []]
     if holders:
         out.append("Holders:")

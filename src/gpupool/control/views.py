@@ -158,6 +158,9 @@ def node_view(plane: ControlPlane, name: str, visible: Visible = everyone) -> di
                         "job": p.job if shown else HIDDEN, "namespace": ns if shown else "",
                         "task": p.task if shown else "", "gpuMilli": milli,
                         "memoryMib": mib, "migProfile": s.mig_profile})
+        usage = getattr(sched, "usage", None)  # measured use, when placement reads it
+        readings = {r.gpu: r for r in usage.readings(t, NodeName(name), plane.clock.now())} \
+            if usage is not None and row is not None else {}
         cards = []
         for g in node.gpus:
             used_milli = int(t.used_milli[row, g.index]) if row is not None else 0
@@ -176,7 +179,17 @@ def node_view(plane: ControlPlane, name: str, visible: Visible = everyone) -> di
                           "uuid": g.uuid, "healthy": g.healthy, "nvlinkPeers":
                           list(g.nvlink_peers), "mig": mig, "usedMilli": used_milli,
                           "usedMib": used_mib, "holders": holders[g.index]})
-        return {
+            r = readings.get(g.index)
+            if r is not None:  # measured beside requested
+                cards[-1]["measured"] = {
+                    "fresh": r.measured, "loadMilli": r.load_milli, "utilPct": r.util_pct,
+                    "usedMib": r.used_mib, "freeMib": r.free_mib, "ageSeconds": r.age_s,
+                    "estimateMilli": r.estimate_milli}
+        extra: dict[str, Any] = {}
+        if usage is not None and row is not None:
+            why = usage.view(t, plane.clock.now()).reasons.get(NodeName(name), "")
+            extra["measuredReason"] = why
+        return {**extra,
             "name": name, "state": _node_state(body), "unschedulable": not node.schedulable,
             "failed": bool(body.get("failed")), "flavor": flavor_of(plane, node),
             "labels": {k: _owned(k, v, visible) for k, v in node.labels.items()},

@@ -103,6 +103,8 @@ def release(ctx: Context, job: JobId, now_s: float, snap: Snapshot | None = None
         ctx.state.forget(pl.task)
         if snap is not None:
             snap.release(pl)
+        if ctx.usage is not None:  # it still shows in the samples until the next one
+            ctx.usage.released(pl, now_s)
     ctx.tree.add(r.queue, r.demand, -1)
     used = weighted_share(ctx.tree, r.queue, r.demand) * max(0.0, now_s - r.start_s)
     ctx.ledger.charge(r.queue, r.job.user, used - r.charge, now_s)

@@ -10,12 +10,15 @@ table, and the measured placement plugins read it.
 The load of one card (design note: docs/policies.md, "Measured use"):
 
 * the **windowed aggregate**: the ``quantile`` (p90 by default) of the compute samples of the
-  last ``window_s`` seconds, and the largest framebuffer use of that window (memory is not
-  compressible, so its peak counts);
+  last ``window_s`` seconds;
 * plus an **estimate for pods placed since the last sample**: a pod placed at ``t`` shows in
   samples taken from ``t + settle_s`` on; until then its request stands in for it. The estimate
   is added to the newest sample, and counts only where that sum exceeds the aggregate (the
-  aggregate may already hold a peak higher than both);
+  aggregate may already hold a peak higher than both). A pod that left since the last sample
+  takes its requested compute off the same way (it still shows in the sample); its memory
+  stays until a sample shows it gone, as it may have held less than it asked;
+* memory is the newest sample's framebuffer use, with the same estimates (a window's peak
+  would keep a departed pod's memory for the whole window);
 * a card whose newest sample is older than ``stale_after_s`` (or that was never measured, or
   whose source is down) **falls back to requests**: its load is what placements request of it,
   and its node says so in a reason.
@@ -33,6 +36,7 @@ import math
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -143,6 +147,38 @@ class CardLoad:
     """Nodes placed (wholly or partly) by requests, and why."""
     source: str = ""
     """Why the signal source as a whole is not used ("" when it is)."""
+    load_offset: F64 | None = None
+    """``milli - base_milli``: the load now is this plus the table's requested compute."""
+    free_offset: I64 | None = None
+    """``free_mib + base_mib`` on measured cards (a huge value elsewhere): the measured free
+    memory now is this less the table's requested memory."""
+    lazy: dict[str, Any] = field(default_factory=dict, compare=False)
+    """Per-node columns computed on first use (whole-GPU tasks only need them)."""
+
+    def node_load(self, table: NodeTable, rows: npt.NDArray[np.int64]) -> F64:
+        """[len(rows)] summed load of each node's usable cards now (each card counted up to a
+        whole card), milli: the measured cards' load, plus what is requested now of every
+        card less what was requested of the measured ones at the view (a card at its split
+        count counts as full)."""
+        off = self.lazy.get("node_offset")
+        if off is None:
+            on = self.measured & table.gpu_usable
+            off = self.lazy["node_offset"] = np.where(
+                on, np.minimum(self.milli, 1000.0) - self.base_milli, 0.0).sum(axis=1)
+        return np.asarray(off[rows] + table.milli_total[rows] - table.milli_free[rows],
+                          np.float64)
+
+    def outside(self, table: NodeTable) -> Bool:
+        """[rows] nodes with a card free by request at the view whose memory is not idle as
+        measured (``IDLE_FREE_PCT``): only those need the whole-GPU memory check."""
+        out = self.lazy.get("outside")
+        if out is None:
+            off = self.free_offset if self.free_offset is not None else _free_offset(
+                self.free_mib, self.measured, self.base_mib)
+            open_ = table.gpu_usable & (self.base_milli == 0) & (self.base_mib == 0)
+            out = self.lazy["outside"] = (
+                open_ & (off < table.gpu_mem_cap * IDLE_FREE_PCT / 100.0)).any(axis=1)
+        return np.asarray(out, np.bool_)
 
     @property
     def measured_cards(self) -> int:
@@ -150,19 +186,19 @@ class CardLoad:
 
     def load(self, table: NodeTable, rows: npt.NDArray[np.int64]) -> F64:
         """[len(rows), width] compute load now, in milli of a card."""
-        delta = table.used_milli[rows] - self.base_milli[rows]
-        return np.asarray(self.milli[rows] + delta, np.float64)
+        off = self.load_offset if self.load_offset is not None \
+            else self.milli - self.base_milli
+        return np.asarray(off[rows] + table.used_milli[rows], np.float64)
 
     def free(self, table: NodeTable, rows: npt.NDArray[np.int64]) -> I64:
         """[len(rows), width] memory free now: measured where fresh, else by requests."""
-        req_free = table.free_mib[rows]
-        delta = table.used_mib[rows] - self.base_mib[rows]
-        measured = np.minimum(self.free_mib[rows] - delta, req_free)
-        return np.asarray(np.where(self.measured[rows] & (self.free_mib[rows] >= 0),
-                                   measured, req_free), np.int64)
+        off = self.free_offset if self.free_offset is not None else _free_offset(
+            self.free_mib, self.measured, self.base_mib)
+        return np.asarray(np.minimum(off[rows] - table.used_mib[rows], table.free_mib[rows]),
+                          np.int64)
 
 
-_COLUMNS = ("last_s", "last_util", "last_used", "last_free", "agg_util", "peak_used")
+_COLUMNS = ("last_s", "last_util", "last_used", "last_free", "agg_util", "est_milli", "est_mib")
 
 
 class LoadModel:
@@ -178,7 +214,8 @@ class LoadModel:
     last_used: F64
     last_free: F64
     agg_util: F64
-    peak_used: F64
+    est_milli: F64
+    est_mib: F64
 
     def __init__(self, settings: LoadSettings | None = None) -> None:
         self.settings = (settings or LoadSettings()).validate()
@@ -190,13 +227,16 @@ class LoadModel:
         self._where: tuple[int, int, I64, I64] | None = None  # (table id, version, rows, cols)
         self.source_down = ""
         """Why the last read of the source failed ("" when it succeeded)."""
+        self._rev = 0  # bumped by every change a view depends on
+        self._cached: tuple[Any, ...] | None = None
         self.samples_total = 0
         self.last_read_s: float | None = None
 
     def _grow(self, cap: int) -> None:
         for name in _COLUMNS:
             old: F64 | None = getattr(self, name, None)
-            new = np.full(cap, -math.inf if name == "last_s" else math.nan, np.float64)
+            fill = -math.inf if name == "last_s" else 0.0 if name.startswith("est") else math.nan
+            new = np.full(cap, fill, np.float64)
             if old is not None:
                 new[: old.size] = old
             setattr(self, name, new)
@@ -219,6 +259,7 @@ class LoadModel:
                 card = self._cards[key] = _Card(len(self._keys))
                 self._keys.append(key)
                 self._where = None
+                touched[card.slot] = card
             k = card.slot
             if s.time_s <= self.last_s[k]:
                 continue
@@ -234,6 +275,7 @@ class LoadModel:
         for card in touched.values():
             self._fold(card)
         self.samples_total += new
+        self._rev += 1
         if now_s is not None:
             self.source_down = ""
             self.last_read_s = now_s
@@ -246,29 +288,73 @@ class LoadModel:
             card.times.popleft()
             card.utils.popleft()
             card.used.popleft()
+        # NaN != NaN: samples without a compute reading are left out
         self.agg_util[k] = _quantile([u for u in card.utils if u == u], self.settings.quantile)
-        used = [u for u in card.used if u == u]  # NaN != NaN: samples without memory
-        self.peak_used[k] = max(used) if used else math.nan
-        key = self._keys[k]
-        recent = self._recent.get(key)
-        if recent:
-            settled = self.last_s[k] - self.settings.settle_s
-            kept = [r for r in recent if r[0] > settled]
-            if kept:
-                self._recent[key] = kept
-            else:
-                del self._recent[key]
+        self._settle(self._keys[k])
 
-    def placed(self, p: Placement, now_s: float) -> None:
-        """A placement bound at ``now_s``: its request is its estimate until it shows."""
+    def _settle(self, key: tuple[NodeName, int]) -> None:
+        """Drop the estimates the card's newest sample shows; sum the rest into its columns."""
+        card = self._cards.get(key)
+        recent = self._recent.get(key)
+        if card is None:
+            return
+        k = card.slot
+        kept = [] if not recent else \
+            [r for r in recent if r[0] > self.last_s[k] - self.settings.settle_s]
+        if kept:
+            self._recent[key] = kept
+        else:
+            self._recent.pop(key, None)
+        self.est_milli[k] = float(sum(r[1] for r in kept))
+        self.est_mib[k] = float(sum(r[2] for r in kept))
+
+    def placed(self, p: Placement, now_s: float, sign: int = 1) -> None:
+        """A placement bound at ``now_s``: its request is its estimate until it shows
+        (``sign`` -1: a placement that left, whose requested compute comes off until it is
+        gone from the samples)."""
         for s in p.shares:
             if s.mig_profile is None and (s.gpu_milli or s.memory_mib):
-                self._recent.setdefault((p.node, s.index), []).append(
-                    (now_s, s.gpu_milli, s.memory_mib))
+                key = (p.node, s.index)
+                # A pod that left takes its compute off, not its memory: it may have held
+                # less than it asked, and taking off its request would free memory that
+                # others hold (work outside the requests); the next sample shows it gone.
+                mib = s.memory_mib if sign > 0 else 0
+                self._recent.setdefault(key, []).append((now_s, sign * s.gpu_milli, mib))
+                card = self._cards.get(key)
+                if card is not None:
+                    self.est_milli[card.slot] += sign * s.gpu_milli
+                    self.est_mib[card.slot] += mib
+                    self._patch(card.slot)
+
+    def _patch(self, k: int) -> None:
+        """Bring one card of the cached view up to its estimate (a placement in or out need
+        not rebuild the view of every card)."""
+        c = self._cached
+        if c is None or self._where is None or k >= self._where[2].size:
+            return
+        row, col = int(self._where[2][k]), int(self._where[3][k])
+        if row < 0 or not c[3][row, col]:
+            return  # not in the table, or not measured: it places by requests anyway
+        last_util = 0.0 if math.isnan(self.last_util[k]) else float(self.last_util[k])
+        c[4][row, col] = max(float(self.agg_util[k]) * 10.0,
+                             last_util * 10.0 + float(self.est_milli[k]))
+        used_now = float(self.last_used[k])
+        if not math.isnan(used_now):
+            last_free = float(self.last_free[k])
+            if math.isnan(last_free):  # capacity from the table: rebuild at the next view
+                self._cached = None
+                return
+            cap = used_now + last_free
+            c[5][row, col] = int(max(0.0, cap - max(0.0, used_now + float(self.est_mib[k]))))
+
+    def released(self, p: Placement, now_s: float) -> None:
+        """A placement that ended at ``now_s`` (see :meth:`placed`)."""
+        self.placed(p, now_s, -1)
 
     def failed(self, reason: str) -> None:
         """The source could not be read: every card falls back to requests, with ``reason``."""
         self.source_down = reason or "the source of measured use could not be read"
+        self._rev += 1
 
     # -- views -----------------------------------------------------------------------------
 
@@ -288,14 +374,32 @@ class LoadModel:
         return rows, cols
 
     def view(self, table: NodeTable, now_s: float) -> CardLoad:
-        """Every card's load at ``now_s``, aligned with ``table``."""
-        n, w = table.cap_rows, table.width
+        """Every card's load at ``now_s``, aligned with ``table``.
+
+        The measured part is cached until a sample, an estimate or the source's health
+        changes, the table's inventory changes, or a fresh card turns stale; a view then costs
+        two copies of the requested columns and one overlay."""
         base_milli = table.used_milli.copy()
         base_mib = table.used_mib.copy()
-        milli = base_milli.astype(np.float64)
+        key = (self._rev, id(table), table.version, table.cap_rows, table.width)
+        c = self._cached
+        if c is None or c[0] != key or not c[1] <= now_s <= c[2]:
+            c = self._cached = (key, now_s, *self._measure(table, now_s))
+        _, _, _, measured, milli_m, free, reasons = c
+        milli = np.where(measured, milli_m, base_milli)
+        return CardLoad(milli, free, measured, base_milli, base_mib, now_s, reasons,
+                        self.source_down, milli - base_milli,
+                        _free_offset(free, measured, base_mib))
+
+    def _measure(self, table: NodeTable, now_s: float
+                 ) -> tuple[float, Bool, F64, I64, dict[NodeName, str]]:
+        """(valid until, measured mask, measured load, measured free, fallback reasons)."""
+        n, w = table.cap_rows, table.width
+        milli = np.zeros((n, w), np.float64)
         free = np.full((n, w), -1, np.int64)
         measured = np.zeros((n, w), np.bool_)
         stale = np.zeros(0, np.int64)
+        until = math.inf
         m = len(self._keys)
         if not self.source_down and m:
             rows, cols = self._cells(table)
@@ -304,40 +408,27 @@ class LoadModel:
             agg = self.agg_util[:m]
             fresh = present & (now_s - last_s <= self.settings.stale_after_s) & ~np.isnan(agg)
             stale = np.flatnonzero(present & ~fresh)
-            est_milli = np.zeros(m, np.float64)
-            est_mib = np.zeros(m, np.float64)
-            for key in self._recent:
-                card = self._cards.get(key)
-                if card is not None:
-                    est_milli[card.slot], est_mib[card.slot] = self._estimate(key)
             k = np.flatnonzero(fresh)
+            if k.size:
+                until = float(last_s[k].min()) + self.settings.stale_after_s
             r, c = rows[k], cols[k]
-            measured[r, c] = True
-            last_util = np.nan_to_num(self.last_util[k], nan=0.0)
-            milli[r, c] = np.maximum(agg[k] * 10.0, last_util * 10.0 + est_milli[k])
+            flat = r * w + c
+            measured.ravel()[flat] = True
+            last_util = self.last_util[k]
+            last_util = np.where(np.isnan(last_util), 0.0, last_util)
+            milli.ravel()[flat] = np.maximum(agg[k] * 10.0,
+                                             last_util * 10.0 + self.est_milli[k])
             used_now = self.last_used[k]
-            has_mem = ~np.isnan(used_now)
-            cap = np.where(np.isnan(self.last_free[k]), table.gpu_mem_cap[r, c],
-                           used_now + self.last_free[k])
-            peak = np.where(np.isnan(self.peak_used[k]), used_now, self.peak_used[k])
-            used = np.maximum(peak, used_now + est_mib[k])
-            km = has_mem
-            free[r[km], c[km]] = np.maximum(0, cap[km] - used[km]).astype(np.int64)
-        reasons = self._reasons(table, measured, stale, now_s)
-        return CardLoad(milli, free, measured, base_milli, base_mib, now_s, reasons,
-                        self.source_down)
+            km = ~np.isnan(used_now)
+            k, flat, used_now = k[km], flat[km], used_now[km]
+            last_free = self.last_free[k]
+            cap = np.where(np.isnan(last_free), table.gpu_mem_cap.ravel()[flat],
+                           used_now + last_free)
+            used = np.maximum(0.0, used_now + self.est_mib[k])
+            free.ravel()[flat] = np.maximum(0.0, cap - used).astype(np.int64)
+        return until, measured, milli, free, self._reasons(table, measured, stale)
 
-    def _estimate(self, key: tuple[NodeName, int]) -> tuple[int, int]:
-        recent = self._recent.get(key)
-        if not recent:
-            return 0, 0
-        card = self._cards.get(key)
-        settled = (self.last_s[card.slot] if card else -math.inf) - self.settings.settle_s
-        kept = [r for r in recent if r[0] > settled]
-        return sum(r[1] for r in kept), sum(r[2] for r in kept)
-
-    def _reasons(self, table: NodeTable, measured: Bool, stale: I64,
-                 now_s: float) -> dict[NodeName, str]:
+    def _reasons(self, table: NodeTable, measured: Bool, stale: I64) -> dict[NodeName, str]:
         out: dict[NodeName, str] = {}
         rows = table.live()
         with_gpus = rows[table.gpu_count[rows] > 0]
@@ -349,21 +440,19 @@ class LoadModel:
         if not partly.size:
             return out
         limit = self.settings.stale_after_s
-        stale_by_node: dict[NodeName, list[tuple[int, float]]] = {}
+        stale_by_node: dict[NodeName, list[int]] = {}
         for k in stale.tolist():
             node, gpu = self._keys[k]
-            stale_by_node.setdefault(node, []).append((gpu, now_s - float(self.last_s[k])))
+            stale_by_node.setdefault(node, []).append(gpu)
         for i in partly.tolist():
             node = table.nodes[i].name
             old = sorted(stale_by_node.get(node, []))
-            gone = {g for g, _ in old}
             unseen = [g for g in range(int(table.gpu_count[i]))
-                      if not measured[i, g] and g not in gone]
+                      if not measured[i, g] and g not in old]
             parts = []
             if old:
-                age = max(0.0, min(a for _, a in old))
-                parts.append(f"GPU {', '.join(str(g) for g, _ in old)} stale (newest sample "
-                             f"{age:.0f} s old, limit {limit:g} s)")
+                parts.append(f"GPU {', '.join(map(str, old))} stale (no sample in the last "
+                             f"{limit:g} s)")
             if unseen:
                 parts.append(f"GPU {', '.join(map(str, unseen))} never measured")
             out[node] = "; ".join(parts) + ": placed by requests"
@@ -377,7 +466,7 @@ class LoadModel:
         for g in range(int(table.gpu_count[row])):
             card = self._cards.get((node, g))
             k = card.slot if card is not None else -1
-            est_milli, _ = self._estimate((node, g))
+            est_milli = int(self.est_milli[k]) if k >= 0 else 0
             fresh = bool(view.measured[row, g])
             used = self.last_used[k] if k >= 0 else math.nan
             out.append(CardReading(
@@ -390,6 +479,18 @@ class LoadModel:
                 estimate_milli=est_milli if fresh else 0,
             ))
         return out
+
+
+IDLE_FREE_PCT = 95.0
+"""A card free by requests takes whole-GPU work only if at least this share of its memory is
+free as measured: an idle card shows a little used (driver and ECC reservations, about 1 %);
+more means work no request accounts for."""
+
+_NO_LIMIT = 1 << 50
+
+
+def _free_offset(free: I64, measured: Bool, base_mib: I64) -> I64:
+    return np.asarray(np.where(measured & (free >= 0), free + base_mib, _NO_LIMIT), np.int64)
 
 
 def _quantile(values: list[float], q: float) -> float:

@@ -17,7 +17,7 @@ per node, as the exporter's DaemonSet gives) on a small HTTP server of the stand
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import unquote
@@ -70,7 +70,7 @@ def render(hostname: str, cards: Iterable[CardMetrics], hostname_label: str = "H
     return "\n".join(lines) + "\n"
 
 
-Source = Callable[[], dict[str, Sequence[CardMetrics]]]
+Source = Callable[[], dict[str, list[CardMetrics]]]
 """Every node's cards now, by node name."""
 
 

@@ -1,7 +1,9 @@
 """MeasuredUse: a load model fed from Prometheus, and its ``gpupool_measured_*`` metrics.
 
-Each adapter that places by measured use owns one: ``gpupool k8s --prometheus URL`` polls it
-from its event loop, ``gpupool serve --prometheus URL`` from its scheduling loop. A read that
+An adapter that places by measured use owns one: ``gpupool k8s --prometheus URL`` reads it
+in a worker thread and hands the samples to the model on its event loop; ``gpupool serve
+--prometheus URL`` reads it in a thread of its own and hands them over under the plane's
+lock. A read that
 fails never fails a cycle: the model is told (``LoadModel.failed``), every card falls back to
 requests with the failure as its reason, the error counter moves, and the next read that
 succeeds clears it. A source that answers but has no fresh samples for a card is handled by

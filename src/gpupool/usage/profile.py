@@ -122,3 +122,23 @@ def card_use(placements: Iterable[Placement], profiles: Mapping[str, UseProfile]
             cell[0] += prof.demand(s.gpu_milli)
             cell[1] += prof.memory(s.memory_mib)
     return {k: CardUse(k[0], k[1], v[0], v[1]) for k, v in demand.items()}
+
+
+ANNOTATION = "gpupool.io/actual-use"
+"""A job's actual-use profile in ``serve``: ``compute=30%,memory=60%``; a field may be a
+range, ``compute=10%-40%``, drawn once per job (seeded by the job's key)."""
+
+
+def parse_annotation(text: str, key: str) -> UseProfile:
+    """The profile an ``ANNOTATION`` value declares; ConfigError naming the annotation, the
+    value and the rule."""
+    where = f"{key}: metadata.annotations[{ANNOTATION}]"
+    doc: dict[str, object] = {}
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        name, eq, value = part.partition("=")
+        if not eq:
+            raise ConfigError(f"{where}: {text!r}: {part!r} is not field=percentage "
+                              "(e.g. compute=30%,memory=60% or compute=10%-40%)")
+        lo, dash, hi = value.strip().partition("-")
+        doc[name.strip()] = [lo, hi] if dash else value.strip()
+    return parse_profile(doc, where, random.Random(key))

@@ -161,6 +161,8 @@ def run_one(jobs: list[StudyJob], nodes: int, seed: int, profile: Profile,
             _, jid = heapq.heappop(ends)
             p, _ = running.pop(jid)
             state.forget(p.task)
+            if model is not None:
+                model.released(p, t)
         while arrivals and arrivals[0].arrive_s <= t:
             queue.append(arrivals.popleft())
         profiles = {str(j): sj.use for j, (_, sj) in running.items()}

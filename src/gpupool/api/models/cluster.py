@@ -101,6 +101,20 @@ class MigSlots(Wire):
     memory_mib: int
 
 
+class MeasuredCard(Wire):
+    """What a card is measured to do (placement by measured use), beside its requests."""
+
+    fresh: bool = Field(description="false: no recent sample, placed by requests")
+    load_milli: int = Field(description="the load placement uses: measured with estimates, "
+                            "or requested when not fresh")
+    util_pct: float | None
+    used_mib: int | None
+    free_mib: int | None
+    age_seconds: float | None
+    estimate_milli: int = Field(
+        description="what pods placed since the last sample are expected to add")
+
+
 class Card(Wire):
     index: int
     model: str
@@ -117,6 +131,7 @@ class Card(Wire):
     used_milli: int
     used_mib: int
     holders: list[Holder]
+    measured: MeasuredCard | None = None
 
 
 class Taint(Wire):
@@ -136,6 +151,9 @@ class NodeView(Wire):
     cpu_milli: Used
     memory_mib: Used
     gpus: list[Card]
+    measured_reason: str | None = Field(
+        None, description="with placement by measured use: why this node is placed by "
+        "requests (stale or missing samples), empty when its samples are read")
 
 
 class NodeList(Wire):

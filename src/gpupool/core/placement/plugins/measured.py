@@ -31,14 +31,10 @@ from gpupool.core.model import WHOLE_GPU_MILLI, GpuKind, GpuRequest, GpuShare, T
 from gpupool.core.placement.framework import CycleState, Mask, Rows, Scores
 from gpupool.core.placement.plugins.cards import BestFitCards, nvlink_group
 from gpupool.core.placement.plugins.eligible import card_mask
-from gpupool.core.usage import CardLoad
+from gpupool.core.usage import IDLE_FREE_PCT, CardLoad
 
 Cells = npt.NDArray[np.bool_]
 
-IDLE_FREE_PCT = 95.0
-"""A card free by requests takes whole-GPU work only if at least this share of its memory is
-free as measured: an idle card shows a little used (driver and ECC reservations, about 1 %);
-more means work no request accounts for."""
 
 
 def _pct(name: str, plugin: str, value: object) -> float:
@@ -51,8 +47,15 @@ def _pct(name: str, plugin: str, value: object) -> float:
 def _whole_cells(cs: CycleState, load: CardLoad, req: GpuRequest, rows: Rows) -> Cells:
     """[len(rows), width]: cards free by request whose measured memory is free too."""
     t = cs.table
+    # A card free by request holds no requested memory, so whether it is idle as measured
+    # does not change within the view: one mask for the whole table, kept with the view.
+    key = ("measured-idle", id(load), t.version)
+    hit = cs.cache.get("measured-idle")
+    if hit is None or hit[0] != key:
+        off = load.free_offset if load.free_offset is not None else load.free_mib
+        hit = cs.cache["measured-idle"] = (key, off >= t.gpu_mem_cap * IDLE_FREE_PCT / 100.0)
     fits: Cells = (t.free_milli[rows] == WHOLE_GPU_MILLI) & (t.used_mib[rows] == 0)
-    fits &= load.free(t, rows) >= t.gpu_mem_cap[rows] * IDLE_FREE_PCT / 100.0
+    fits &= hit[1][rows]
     allowed = card_mask(cs, req)
     if allowed is not None:
         fits &= allowed[rows]
@@ -60,7 +63,27 @@ def _whole_cells(cs: CycleState, load: CardLoad, req: GpuRequest, rows: Rows) ->
 
 
 def _slice_cells(cs: CycleState, load: CardLoad, req: GpuRequest, rows: Rows) -> Cells:
-    """[len(rows), width]: cards that can hold the slice by request *and* by measured memory."""
+    """[len(rows), width]: cards that can hold the slice by request *and* by measured memory.
+
+    The filter, the score and the card choice of one decision ask for the same cells (the
+    score and card choice for a subset of the filter's rows): the first answer is kept in the
+    snapshot's cache, keyed by the table's change counter, and the others index it."""
+    t = cs.table
+    key = (id(load), id(req), t._counter)
+    hit = cs.cache.get("measured-cells")
+    if hit is not None and hit[0] == key:
+        done_rows, done = hit[1], hit[2]
+        at = np.searchsorted(done_rows, rows)
+        if at.size == 0 or (int(at.max()) < done_rows.size
+                            and bool(np.array_equal(done_rows[at], rows))):
+            return np.asarray(done[at])
+    fits = _compute_slice_cells(cs, load, req, rows)
+    cs.cache["measured-cells"] = (key, rows.copy(), fits)
+    return fits
+
+
+def _compute_slice_cells(cs: CycleState, load: CardLoad, req: GpuRequest,
+                         rows: Rows) -> Cells:
     t = cs.table
     fits: Cells = t.slice_room(rows, req)
     need = np.maximum(req.memory_mib, t.gpu_mem_cap[rows] * req.memory_percent // 100) \
@@ -86,7 +109,12 @@ class MeasuredMemory:
         if load is None or not rows.size:
             return np.ones(rows.size, np.bool_)
         if req.kind is GpuKind.WHOLE:
-            return np.asarray(_whole_cells(cs, load, req, rows).sum(axis=1) >= req.count)
+            out = np.ones(rows.size, np.bool_)
+            # only nodes with memory held outside the requests need the card-level check
+            check = np.flatnonzero(load.outside(cs.table)[rows])
+            if check.size:
+                out[check] = _whole_cells(cs, load, req, rows[check]).sum(axis=1) >= req.count
+            return out
         if req.kind is not GpuKind.SLICE:
             return np.ones(rows.size, np.bool_)
         fits = _slice_cells(cs, load, req, rows)
@@ -153,8 +181,7 @@ class TargetLoadPacking:
         if load is None or req.kind is not GpuKind.WHOLE:
             return np.zeros(rows.size, np.float64)
         t = cs.table
-        usable = t.gpu_usable[rows]
-        busy = np.where(usable, np.minimum(load.load(t, rows), WHOLE_GPU_MILLI), 0.0).sum(axis=1)
+        busy = load.node_load(t, rows)
         total = np.maximum(t.milli_total[rows], 1)
         u = 100.0 * (busy + req.count * WHOLE_GPU_MILLI) / total
         target = self.target_pct
