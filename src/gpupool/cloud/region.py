@@ -533,7 +533,7 @@ class Cloud:
     def _idle(self, name: str, now: float) -> list[JobId]:
         if name not in self._node_req or name in self._protected:
             return []
-        if self.sched.state.placements_on(NodeName(name)):
+        if self.sched.placements_on(NodeName(name)):
             self._push(now + self.spec.scale_down_after_s, _IDLE, name)
             return []
         return self._remove(name, now)

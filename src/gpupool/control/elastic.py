@@ -210,7 +210,7 @@ class ElasticService:
         self._saved = now
 
     def _forget_cards(self) -> None:
-        state = self.plane.scheduler.state
+        state = self.binder.state
         for p in list(state.placements()):
             if p.task.startswith(TASK_PREFIX):
                 state.forget(p.task)
@@ -367,7 +367,7 @@ class ElasticService:
             self._persist([self._event("Deleted", CLAIM, key, "; ".join(parts),
                                                 c.namespace)])
             if release.deleted:
-                self.plane.scheduler.queues.wake()  # parked jobs may fit the freed cards
+                self.plane.scheduler.wake()  # parked jobs may fit the freed cards
                 self._reconcile()
             return release
 
@@ -399,7 +399,7 @@ class ElasticService:
             g = self.binder.delete_gpu(name)
             self._persist([self._event("Deleted", GPU, name, "ElasticGPU deleted; "
                                               "its capacity is free")])
-            self.plane.scheduler.queues.wake()
+            self.plane.scheduler.wake()
             self._reconcile()
             return g
 

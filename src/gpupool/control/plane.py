@@ -42,10 +42,8 @@ from gpupool.control.codec import (
 )
 from gpupool.control.limits import check_metadata
 from gpupool.control.reasons import usable_only
-from gpupool.core.admission import QuotaTree
 from gpupool.core.decisions import CycleResult
 from gpupool.core.errors import ConfigError, ConflictError, InvalidJobError, NotFoundError
-from gpupool.core.feasibility import flavor_problem
 from gpupool.core.model import Job, JobId, Node, NodeName, Placement
 from gpupool.core.placement.framework import Profile
 from gpupool.core.provisioning import CheckState, ProvisioningRequest
@@ -346,7 +344,7 @@ class ControlPlane:
                 # Accepted before; the nodes it needs are away (failed) for now. It waits,
                 # parked with its reason, until they are back.
                 sched.queue_again(rec.job, rec.preemptions)
-            rec.cluster_queue = sched.queues.resolve(rec.job.queue)
+            rec.cluster_queue = sched.resolve_queue(rec.job.queue)
             check = checks.get(rec.key)
             if check and not check.get("booking"):
                 with contextlib.suppress(NotFoundError, ValueError):
@@ -363,7 +361,6 @@ class ControlPlane:
         self._commit(conflicts)
         if self.cloud is not None:  # deletions the old scheduler had not passed on yet
             self.cloud.reconcile({r.key for r in sched.provisioning_requests()}, now)
-        self._idle_tree = QuotaTree(self.config)
 
     @staticmethod
     def _requeue_conflict(rec: JobRecord, why: str, now: float, changes: _Changes) -> None:
@@ -564,7 +561,7 @@ class ControlPlane:
                 raise ConflictError(f"job {request.key} already exists "
                                     f"({self.jobs[request.key].phase})")
             sched = self.scheduler
-            cq = sched.queues.resolve(request.job.queue)
+            cq = sched.resolve_queue(request.job.queue)
             try:
                 sched.submit(request.job, now)  # checks it could ever run here, then queues
             except InvalidJobError as exc:
@@ -682,18 +679,18 @@ class ControlPlane:
     def _sample(self, now: float) -> None:
         """One point of the queues' usage over time, for the dashboard."""
         self._sampled_at = time.monotonic()
-        tree = self.scheduler.tree
+        sched = self.scheduler
         queues = {}
         for q in self.config.cluster_queues:
-            usage = tree.usage(q.name)
+            usage = sched.usage(q.name)
             milli = sum(v for (_, res), v in usage.items() if res == "gpu_milli")
-            queues[q.name] = {"gpu_milli": int(milli), "share": round(tree.share(q.name), 4)}
-        totals = self.scheduler.state.totals()
+            queues[q.name] = {"gpu_milli": int(milli), "share": round(sched.share(q.name), 4)}
+        totals = sched.totals()
         self.history.append({
             "time_s": round(now, 3), "queues": queues,
             "allocated_pct": round(100 * totals["gpu_milli_used"] /
                                    max(1, totals["gpu_milli_total"]), 2),
-            "pending": len(self.scheduler.queues)})
+            "pending": sched.pending_count()})
 
     def _carry_out(self, result: CycleResult, now: float, changes: _Changes,
                    out: TickResult) -> None:
@@ -713,8 +710,7 @@ class ControlPlane:
             out.evicted += 1
         for b in result.binds:
             rec = self.jobs[b.job]
-            for pl in b.placements:
-                self.scheduler.state.confirm(pl.task)
+            self.scheduler.confirm(b.placements)
             rec.phase, rec.placements, rec.started_s = "Running", b.placements, now
             rec.flavor, rec.cluster_queue, rec.message = b.flavor, b.queue, ""
             self.backend.start(rec.key, b.placements, now, self._end_s(rec))
@@ -739,17 +735,14 @@ class ControlPlane:
     def _usable(self, rec: JobRecord) -> set[str]:
         """The flavors of the job's ClusterQueue whose nodes could hold it (cached while the
         nodes stay as they are)."""
-        table = self.scheduler.state.table
+        version = self.scheduler.nodes_version
         hit = self._usable_cache.get(rec.key)
-        if hit is not None and hit[0] == table.version:
+        if hit is not None and hit[0] == version:
             return hit[1]
-        flavors = {f.name: f for f in self.config.flavors}
-        queue = self._idle_tree.queues.get(rec.cluster_queue)
-        names = [fq.flavor for fq in (queue.flavors or ()) ] if queue is not None else []
-        usable = {n for n in names if flavor_problem(rec.job, flavors.get(n), table) is None}
+        usable = self.scheduler.usable_flavors(rec.job, rec.cluster_queue)
         if len(self._usable_cache) > 100_000:
             self._usable_cache.clear()
-        self._usable_cache[rec.key] = (table.version, usable)
+        self._usable_cache[rec.key] = (version, usable)
         return usable
 
     # -- queue objects -----------------------------------------------------------------------
@@ -913,7 +906,7 @@ class ControlPlane:
             if body["failed"]:
                 return []
             now = self.clock.now()
-            hit = sorted({p.job for p in self.scheduler.state.placements_on(NodeName(name))
+            hit = sorted({p.job for p in self.scheduler.placements_on(NodeName(name))
                           if p.job in self.jobs and self.jobs[p.job].phase == "Running"})
             for job in hit:
                 self.scheduler.requeue(job, now)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import replace
 
-from gpupool.core.admission import QuotaTree, placement_demand, request_demand
+from gpupool.core.admission import QuotaTree, Vec, placement_demand, request_demand
 from gpupool.core.affinity import PodMeta
 from gpupool.core.cluster import ClusterState
 from gpupool.core.context import Context, release
@@ -21,7 +21,7 @@ from gpupool.core.elastic import Binder, ElasticGPUClass
 from gpupool.core.errors import ConfigError, ConflictError, NotFoundError
 from gpupool.core.estimate import Estimate, estimate
 from gpupool.core.fairshare import UsageLedger
-from gpupool.core.feasibility import never_admitted
+from gpupool.core.feasibility import flavor_problem, never_admitted
 from gpupool.core.model import Job, JobId, Node, NodeName, Placement, Task
 from gpupool.core.placement.framework import Code, CycleState, Profile, Status
 from gpupool.core.placement.place import feasible, normalized_scores
@@ -36,8 +36,9 @@ from gpupool.core.provisioning import (
     ProvisioningState,
 )
 from gpupool.core.queueing import Pending, Queues
-from gpupool.core.quota import QueueConfig
+from gpupool.core.quota import QueueConfig, ResourceFlavor
 from gpupool.core.runtimes import Runtimes
+from gpupool.core.snapshot import Reservation
 from gpupool.core.validation import Validator
 
 
@@ -60,14 +61,14 @@ class Scheduler:
         self.queues = Queues(config, self.ledger)
         self.validator = Validator()
 
-        self.ctx = Context(
+        self._ctx = Context(
             state=self.state, tree=self.tree, queues=self.queues, ledger=self.ledger,
             settings=settings, profile=profile or default_profile(),
             runtimes=Runtimes(settings.default_runtime_s), reserve_min_gpus=reserve_min_gpus,
         )
         self._max_requests = max_requests_per_project
         checks = AdmissionChecks(config, max_requests_per_project)
-        self.ctx.checks = checks if checks.configured else None
+        self._ctx.checks = checks if checks.configured else None
 
     # -- configuration ---------------------------------------------------------------------
 
@@ -88,8 +89,8 @@ class Scheduler:
                 field="settings.usage_half_life_s", value=config.settings.usage_half_life_s,
                 rule="cannot change in place")
         names = {q.name for q in config.cluster_queues}
-        ac = self.ctx.checks
-        holding = [(r.queue, r.job.id) for r in self.ctx.running.values()]
+        ac = self._ctx.checks
+        holding = [(r.queue, r.job.id) for r in self._ctx.running.values()]
         if ac is not None:
             holding += [(rec.queue, rec.job.id) for rec in ac.records() if rec.demand]
         gone = sorted((q, str(j)) for q, j in holding if q not in names)
@@ -100,23 +101,23 @@ class Scheduler:
                                 f"still holds quota for {len(jobs)} job(s) ({', '.join(jobs[:5])})"
                                 "; it stays until they end")
         tree = QuotaTree(config)
-        for r in self.ctx.running.values():
+        for r in self._ctx.running.values():
             tree.add(r.queue, r.demand)
         if ac is not None:
             for queue, demand in ac.held():
                 tree.add(queue, demand)
         dropped = self.queues.reconfigure(config)
         self.config = config
-        self.tree = self.ctx.tree = tree
+        self.tree = self._ctx.tree = tree
         self._idle = QuotaTree(config)
-        self.ctx.settings = config.settings
-        self.ctx.runtimes.default_runtime_s = config.settings.default_runtime_s
-        self.ctx.reservation = None  # held against the old quota; the next cycle decides again
+        self._ctx.settings = config.settings
+        self._ctx.runtimes.default_runtime_s = config.settings.default_runtime_s
+        self._ctx.reservation = None  # held against the old quota; the next cycle decides again
         if ac is not None:
             ac.reconfigure(config)
         else:
             checks = AdmissionChecks(config, self._max_requests)
-            self.ctx.checks = checks if checks.configured else None
+            self._ctx.checks = checks if checks.configured else None
         return dropped
 
     # -- facts -----------------------------------------------------------------------------
@@ -130,17 +131,17 @@ class Scheduler:
         flavor's nodes unable to hold it) is refused too (``feasibility.never_admitted``):
         every mode refuses it rather than queue it forever."""
         self.check(job)
-        if job.id in self.queues or job.id in self.ctx.running or self._checked(job.id):
+        if job.id in self.queues or job.id in self._ctx.running or self._checked(job.id):
             raise ConflictError(f"job {job.id} already exists")
         p = self.queues.add(job)
-        self.ctx.arrivals.record(p.queue, job, now_s)
+        self._ctx.arrivals.record(p.queue, job, now_s)
 
     def check(self, job: Job) -> str:
         """The checks of ``submit`` without queueing the job: its ClusterQueue if it could
         ever run here; InvalidJobError (or NotFoundError for an unknown queue) otherwise."""
         provisioned = self._provisioned_queue(job.queue)
-        if provisioned is not None and self.ctx.checks is not None:
-            self.ctx.checks.validate(job, provisioned)
+        if provisioned is not None and self._ctx.checks is not None:
+            self._ctx.checks.validate(job, provisioned)
         else:
             self.validator.check(job, self.state.table)
         cq = self.queues.resolve(job.queue)
@@ -159,32 +160,32 @@ class Scheduler:
     def _provisioned_queue(self, queue: str) -> str | None:
         """The ClusterQueue behind ``queue`` when it has a provisioning check, else None (also
         for an unknown queue: the usual checks report it)."""
-        if self.ctx.checks is None:
+        if self._ctx.checks is None:
             return None
         try:
             cq = self.queues.resolve(queue)
         except NotFoundError:
             return None
-        return cq if self.ctx.checks.check_for(cq) is not None else None
+        return cq if self._ctx.checks.check_for(cq) is not None else None
 
     def _checked(self, job: JobId) -> bool:
-        return self.ctx.checks is not None and self.ctx.checks.record(job) is not None
+        return self._ctx.checks is not None and self._ctx.checks.record(job) is not None
 
     def finished(self, job: JobId, now_s: float) -> Running:
         """A running job ended: its cards and quota are free again."""
-        if job not in self.ctx.running:
+        if job not in self._ctx.running:
             raise NotFoundError(f"job {job} is not running")
-        if self.ctx.reservation is not None and self.ctx.reservation.job == job:
-            self.ctx.reservation = None
+        if self._ctx.reservation is not None and self._ctx.reservation.job == job:
+            self._ctx.reservation = None
         self._unbook(job)
-        r = release(self.ctx, job, now_s)
-        self.ctx.runtimes.observe(r.job, now_s - r.start_s)
+        r = release(self._ctx, job, now_s)
+        self._ctx.runtimes.observe(r.job, now_s - r.start_s)
         return r
 
     def _unbook(self, job: JobId) -> Job | None:
         """A job that ran on provisioned nodes is done with them: its request is deleted.
         Returns the job as submitted (its run limit not cut to the request's)."""
-        ac = self.ctx.checks
+        ac = self._ctx.checks
         return ac.unbook(job) if ac is not None else None
 
     def cancel(self, job: JobId, now_s: float) -> None:
@@ -192,7 +193,7 @@ class Scheduler:
         the quota it reserved; its request is deleted (cancelled), unless it is Provisioned
         already: then the booking is kept until it expires, for the next job of the queue
         that fits its nodes."""
-        ac = self.ctx.checks
+        ac = self._ctx.checks
         rec = ac.cancel(job) if ac is not None else None
         if rec is not None:
             if rec.demand:
@@ -202,8 +203,8 @@ class Scheduler:
                 return
         if job in self.queues:
             self.queues.remove(job)
-            if self.ctx.reservation is not None and self.ctx.reservation.job == job:
-                self.ctx.reservation = None
+            if self._ctx.reservation is not None and self._ctx.reservation.job == job:
+                self._ctx.reservation = None
             return
         self.finished(job, now_s)
 
@@ -215,7 +216,7 @@ class Scheduler:
         known and is charged again at its end."""
         self.validator.check(job, self.state.table)
         q = self.queues.resolve(job.queue)
-        if job.id in self.queues or job.id in self.ctx.running:
+        if job.id in self.queues or job.id in self._ctx.running:
             raise ConflictError(f"job {job.id} already exists")
         held = tuple(placements)
         done: list[Placement] = []
@@ -231,8 +232,8 @@ class Scheduler:
         demand = placement_demand(held, flavor, self.state.table)
         self.tree.add(q, demand)
         r = Running(job, q, flavor, held, demand, start_s, preemptions)
-        self.ctx.running[job.id] = r
-        self.ctx.runtimes.started(job, start_s)
+        self._ctx.running[job.id] = r
+        self._ctx.runtimes.started(job, start_s)
         return r
 
     def add_node(self, node: Node) -> None:
@@ -247,7 +248,7 @@ class Scheduler:
         """A running job goes back to its queue, whole, its cards freed (its node is being
         drained); as for a node that left, with the node kept."""
         submitted = self._unbook(job)
-        r = release(self.ctx, job, now_s)
+        r = release(self._ctx, job, now_s)
         self.queues.add(submitted or r.job, preemptions=r.preemptions)
 
     def set_outside(self, name: NodeName, cpu_milli: int, memory_mib: int) -> None:
@@ -272,13 +273,13 @@ class Scheduler:
     def remove_node(self, name: NodeName, now_s: float) -> list[JobId]:
         """A node left: every job with a task there goes back to its queue, whole."""
         hit = sorted({p.job for p in self.state.placements_on(name)
-                      if p.job in self.ctx.running})
+                      if p.job in self._ctx.running})
         for job in hit:
             submitted = self._unbook(job)
-            r = release(self.ctx, job, now_s)
+            r = release(self._ctx, job, now_s)
             self.queues.add(submitted or r.job, preemptions=r.preemptions)
         self.state.remove_node(name)
-        self.ctx.reservation = None
+        self._ctx.reservation = None
         return hit
 
     # -- provisioning: facts from the cloud ---------------------------------------------------
@@ -286,22 +287,22 @@ class Scheduler:
     @property
     def checks(self) -> AdmissionChecks | None:
         """The provisioning admission checks (None when no queue names one)."""
-        return self.ctx.checks
+        return self._ctx.checks
 
     def _book(self) -> AdmissionChecks:
-        if self.ctx.checks is None:
-            self.ctx.checks = AdmissionChecks(self.config, self._max_requests)
-        return self.ctx.checks
+        if self._ctx.checks is None:
+            self._ctx.checks = AdmissionChecks(self.config, self._max_requests)
+        return self._ctx.checks
 
     def provisioning_requests(self) -> list[ProvisioningRequest]:
-        return self.ctx.checks.requests() if self.ctx.checks is not None else []
+        return self._ctx.checks.requests() if self._ctx.checks is not None else []
 
     def provisioning_request(self, key: str) -> ProvisioningRequest | None:
-        return self.ctx.checks.request(key) if self.ctx.checks is not None else None
+        return self._ctx.checks.request(key) if self._ctx.checks is not None else None
 
     def provisioning_state(self) -> ProvisioningState:
         """What the admission checks hold, as an adapter keeps it across a restart."""
-        ac = self.ctx.checks
+        ac = self._ctx.checks
         return ac.export() if ac is not None else ProvisioningState()
 
     def create_provisioning_request(self, req: ProvisioningRequest,
@@ -356,7 +357,7 @@ class Scheduler:
         again and the job leaves its queue, as does a job backing off or rejected. NotFoundError
         when the job is not pending or its queue has no check; the request must be restored
         first (``restore_provisioning``)."""
-        ac = self.ctx.checks
+        ac = self._ctx.checks
         if ac is None or job not in self.queues:
             raise NotFoundError(f"job {job} is not pending in a queue with an admission check")
         p = self.queues.get(job)
@@ -385,7 +386,7 @@ class Scheduler:
         request stays until the job ends, and the job's run limit is what the booking left it
         at its start."""
         ac = self._book()
-        r = self.ctx.running.get(job)
+        r = self._ctx.running.get(job)
         if r is None:
             raise NotFoundError(f"job {job} is not running")
         req = ac.restore_booking(job, request, r.job)
@@ -394,24 +395,24 @@ class Scheduler:
             left = max(0.0, ends - r.start_s)
             if r.job.run_limit_s is None or left < r.job.run_limit_s:
                 r = replace(r, job=replace(r.job, run_limit_s=left))
-                self.ctx.running[job] = r
+                self._ctx.running[job] = r
         return r
 
     # -- decisions -------------------------------------------------------------------------
 
     def cycle(self, now_s: float) -> CycleResult:
-        return schedule(self.ctx, now_s)
+        return schedule(self._ctx, now_s)
 
     # -- views -----------------------------------------------------------------------------
 
     def running(self) -> list[Running]:
-        return list(self.ctx.running.values())
+        return list(self._ctx.running.values())
 
     def pending(self) -> list[Pending]:
         """Pending jobs: those in the queues, then those past quota waiting on an admission
         check (parked, with the check's state as the reason)."""
         out = self.queues.all()
-        ac = self.ctx.checks
+        ac = self._ctx.checks
         if ac is not None:
             for rec in ac.records():
                 if rec.job.id in self.queues:
@@ -424,11 +425,11 @@ class Scheduler:
     def run_limit_s(self, job: JobId) -> float | None:
         """The run limit a running job was admitted with: its own, or less when the
         provisioning booking it runs on ends sooner (``maxRunDurationSeconds``)."""
-        r = self.ctx.running.get(job)
+        r = self._ctx.running.get(job)
         return r.job.run_limit_s if r is not None else None
 
     def placements(self, job: JobId) -> tuple[Placement, ...]:
-        r = self.ctx.running.get(job)
+        r = self._ctx.running.get(job)
         return r.placements if r else ()
 
     def estimates(self, now_s: float, limit: int = 200) -> dict[JobId, tuple[int, float | None]]:
@@ -443,8 +444,8 @@ class Scheduler:
         Jobs of queues with a provisioning check start when the cloud delivers, which the core
         cannot know: they get a time only once their request is Provisioned (now: they start
         at the next cycle)."""
-        out = estimate(self.ctx, now_s, limit)
-        ac = self.ctx.checks
+        out = estimate(self._ctx, now_s, limit)
+        ac = self._ctx.checks
         if ac is not None:
             for p in self.queues.all():
                 if ac.check_for(p.queue) is not None and p.job.id in out:
@@ -463,20 +464,115 @@ class Scheduler:
     def expected_end_s(self, job: JobId) -> float | None:
         """When a running job is expected to end (its start plus its expected runtime, never
         past its run limit); None if it is not running."""
-        r = self.ctx.running.get(job)
+        r = self._ctx.running.get(job)
         if r is None:
             return None
-        end = r.start_s + self.ctx.runtimes(r.job)
+        end = r.start_s + self._ctx.runtimes(r.job)
         if r.job.run_limit_s is not None:
             end = min(end, r.start_s + r.job.run_limit_s)
         return end
 
+    # -- questions adapters ask ------------------------------------------------------------
+
+    def resolve_queue(self, queue: str) -> str:
+        """The ClusterQueue a job naming ``queue`` (a LocalQueue, ``namespace/name``, or a
+        ClusterQueue) goes to; NotFoundError naming the known queues otherwise."""
+        return self.queues.resolve(queue)
+
+    def is_pending(self, job: JobId) -> bool:
+        return job in self.queues
+
+    def pending_job(self, job: JobId) -> Pending | None:
+        return self.queues.get(job)
+
+    def running_job(self, job: JobId) -> Running | None:
+        return self._ctx.running.get(job)
+
+    def pending_count(self) -> int:
+        return len(self.queues)
+
+    @property
+    def profile(self) -> Profile:
+        return self._ctx.profile
+
+    def reservation(self) -> Reservation | None:
+        """The room held for a waiting large gang (backfill), if any."""
+        return self._ctx.reservation
+
+    def nominated(self) -> list[JobId]:
+        """Preemptors whose victims are being evicted: tried first at the next cycle."""
+        return list(self._ctx.nominated)
+
+    def usage(self, cq: str) -> Vec:
+        """Quota a ClusterQueue holds now, per (flavor, resource)."""
+        return self.tree.usage(cq)
+
+    def nominal(self, cq: str) -> Vec:
+        return self.tree.nominal(cq)
+
+    def share(self, cq: str) -> float:
+        """A ClusterQueue's weighted dominant share now (its key in the fair order)."""
+        return self.tree.share(cq)
+
+    def flavors_of(self, cq: str) -> list[str]:
+        """The ClusterQueue's flavors, in the order it tries them ([] for an unknown one)."""
+        q = self.tree.queues.get(cq)
+        return [fq.flavor for fq in q.flavors] if q is not None else []
+
+    def flavor(self, name: str) -> ResourceFlavor | None:
+        return self.tree.flavors.get(name)
+
+    def usable_flavors(self, job: Job, cq: str) -> set[str]:
+        """The flavors of ClusterQueue ``cq`` whose nodes, empty, could hold ``job``
+        (``feasibility.flavor_problem``)."""
+        t = self.state.table
+        return {f for f in self.flavors_of(cq)
+                if flavor_problem(job, self.tree.flavors.get(f), t) is None}
+
+    @property
+    def nodes_version(self) -> int:
+        """Moves whenever a node joins, leaves or changes: answers about nodes stay valid
+        while it stands."""
+        return self.state.table.version
+
+    def placements_on(self, node: NodeName) -> list[Placement]:
+        """What is placed on a node now (jobs and ElasticGPUs alike)."""
+        return list(self.state.placements_on(node))
+
+    def totals(self) -> dict[str, int]:
+        """Cluster-wide counts of cards and compute, total and in use."""
+        return self.state.totals()
+
+    def node_list(self) -> list[Node]:
+        """The live nodes, in the table's order."""
+        return list(self.state.nodes())
+
+    @property
+    def pods_version(self) -> int:
+        """Moves whenever a pod this scheduler does not place changes (``set_pod``)."""
+        return self.state.pods.version
+
+    def confirm(self, placements: Iterable[Placement]) -> None:
+        """The adapter bound these placements (see ``ClusterState.confirm``)."""
+        for pl in placements:
+            self.state.confirm(pl.task)
+
+    def wake(self) -> None:
+        """Something outside the core freed capacity (an ElasticGPU let go of its card): the
+        parked jobs are offered again at the next cycle."""
+        self.queues.wake()
+
     # -- elastic GPU objects ------------------------------------------------------------------
+
 
     def new_binder(self, classes: Iterable[ElasticGPUClass] = ()) -> Binder:
         """A binder of ElasticGPU objects on this scheduler's cards, with its profile: jobs and
         ElasticGPUs see each other's cards taken."""
-        return Binder(self.state, self.ctx.profile, classes)
+        return Binder(self.state, self._ctx.profile, classes)
+
+    def holds(self, binder: Binder) -> bool:
+        """Whether ``binder`` is on this scheduler's cards (not one of a former scheduler)."""
+        return binder.state is self.state
 
     # -- questions from outside schedulers (the extender) ----------------------------------
 
@@ -489,17 +585,17 @@ class Scheduler:
         """The nodes that pass every filter of the profile for ``task`` now; when none does,
         the Status says why, with counts."""
         snap = self.state.snapshot()
-        rows, status = feasible(task, snap, self.ctx.profile)
+        rows, status = feasible(task, snap, self._ctx.profile)
         return [snap.table.nodes[int(r)].name for r in rows], status
 
     def node_scores(self, task: Task) -> dict[NodeName, float]:
         """What each feasible node scores for ``task`` in the profile, 0..100 (the weighted
         sum of ``place_task``, scaled back by the weights of the plugins that had a say)."""
         snap = self.state.snapshot()
-        rows, _ = feasible(task, snap, self.ctx.profile)
+        rows, _ = feasible(task, snap, self._ctx.profile)
         if not rows.size:
             return {}
-        scores = normalized_scores(task, snap, self.ctx.profile, rows)
+        scores = normalized_scores(task, snap, self._ctx.profile, rows)
         return {snap.table.nodes[int(r)].name: float(s)
                 for r, s in zip(rows, scores, strict=True)}
 
@@ -507,12 +603,12 @@ class Scheduler:
         """The placement of ``task`` on ``node`` (its cards chosen by the profile), without
         assuming it; ConflictError when the node does not fit it now."""
         snap = self.state.snapshot()
-        rows, status = feasible(task, snap, self.ctx.profile)
+        rows, status = feasible(task, snap, self._ctx.profile)
         row = snap.table.index.get(node)
         if row is None or row not in {int(r) for r in rows}:
             raise ConflictError(f"pod no longer fits on {node}: {status.message}")
         cs = CycleState(snap.table, snap.cache, pods=snap.pods)
-        shares = self.ctx.profile.cards.choose_cards(cs, task, row)
+        shares = self._ctx.profile.cards.choose_cards(cs, task, row)
         if shares is None:
             raise ConflictError(f"no cards for the pod on {node}")
         return Placement(task=task.id, job=task.job, node=node, cpu_milli=task.cpu_milli,

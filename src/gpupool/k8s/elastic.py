@@ -292,7 +292,7 @@ class ElasticController:
         sched = self.controller.sched
         if sched is None:
             raise NotFoundError("gpupool is not leading: no ElasticGPU view")
-        if self.binder is None or self.binder.state is not sched.state:
+        if self.binder is None or not sched.holds(self.binder):
             self.rebuilt(sched)
         assert self.binder is not None
         return self.binder
@@ -359,7 +359,7 @@ class ElasticController:
         if before - after and sched is not None:
             # capacity was given back: parked pods may fit now (the binder does not tell
             # the scheduler's queues itself)
-            sched.queues.wake()
+            sched.wake()
             self.controller.wake()
         # writes: ElasticGPUs first (a claim's status names them), then claims
         mine = {g.name: g for g in binder.gpus()}

@@ -36,8 +36,8 @@ from enum import StrEnum
 import numpy as np
 import numpy.typing as npt
 
+from gpupool.core import run_cycle
 from gpupool.core.cluster import ClusterState
-from gpupool.core.cycle import run_cycle
 from gpupool.core.decisions import CycleResult
 from gpupool.core.errors import ConfigError, InvalidJobError
 from gpupool.core.mig import request_milli, share_milli
