@@ -28,6 +28,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
+from gpupool.control.journal import Changes
 from gpupool.control.plane import ControlPlane, TickResult
 from gpupool.core.elastic import (
     TASK_PREFIX,
@@ -196,13 +197,10 @@ class ElasticService:
         if not changed and not gone and not events:
             return
         try:
-            with self.plane.store.transaction() as tx:
-                for (kind, name), body in changed.items():
-                    tx.put_object(kind, name, body)
-                for kind, name in gone:
-                    tx.delete_object(kind, name)
-                if events:
-                    tx.add_events(events)
+            writes = Changes(events=events)
+            writes.objects.update(changed)
+            writes.objects.update((k, None) for k in gone)
+            self.plane.journal.commit(writes)
         except BaseException:
             self._forget_cards()
             self.binder = self._binder_for(self.plane.scheduler, self._saved)
