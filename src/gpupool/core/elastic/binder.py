@@ -33,12 +33,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 
-import numpy as np
-
 from gpupool.core.cluster import ClusterState
+from gpupool.core.elastic import making
 from gpupool.core.elastic.objects import (
     BindingMode,
-    Capacity,
     ClaimPhase,
     ClaimRef,
     ElasticGPU,
@@ -57,7 +55,6 @@ from gpupool.core.elastic.resolution import (
     Resolver,
     task_of,
 )
-from gpupool.core.elastic.tflops import peak_tflops
 from gpupool.core.errors import ConfigError, ConflictError, InvalidJobError, NotFoundError
 from gpupool.core.model import (
     WHOLE_GPU_MILLI,
@@ -69,10 +66,9 @@ from gpupool.core.model import (
     Task,
     TaskId,
 )
-from gpupool.core.placement.framework import CycleState, Profile
-from gpupool.core.placement.place import feasible, place_task
+from gpupool.core.placement.framework import Profile
+from gpupool.core.placement.place import place_task
 from gpupool.core.placement.registry import default_profile
-from gpupool.core.snapshot import Snapshot
 
 
 @dataclass(frozen=True, slots=True)
@@ -436,33 +432,16 @@ class Binder:
             p, status = place_task(task, snap, self.profile)
             why = status.message
         else:
-            p, why = self._place_on(task, snap, NodeName(node))
+            p, why = making.place_on(task, snap, NodeName(node), self.profile)
         if p is None:
             return [], why
         names = self._names(c, len(p.shares))
-        row = self.state.table.row(p.node)
-        cards = {g.index: g for g in self.state.table.nodes[row].gpus}
-        made = []
+        made = making.on_cards(p, names, cls, self.state.table)
         held: list[TaskId] = []
         try:
-            for name, share in zip(names, p.shares, strict=True):
-                card = cards[share.index]
-                if share.mig_profile is not None:
-                    inst = next(i for i in card.mig if i.profile == share.mig_profile)
-                    cap = (inst.gpu_milli, inst.memory_mib)
-                else:
-                    cap = (share.gpu_milli, share.memory_mib)
-                self._hold(name, c.key, p.node, share)
-                held.append(task_of(name))
-                peak = peak_tflops(card.model)
-                made.append(ElasticGPU(
-                    name=name, source=cls.source, model=card.model,
-                    capacity=Capacity(cap[0], cap[1],
-                                      None if peak is None else
-                                      round(peak * cap[0] / WHOLE_GPU_MILLI, 3)),
-                    node=p.node, card=share.index, uuid=card.uuid,
-                    mig_profile=share.mig_profile, class_name=cls.name,
-                    reclaim_policy=cls.reclaim_policy))
+            for g, share in zip(made, p.shares, strict=True):
+                self._hold(g.name, c.key, p.node, share)
+                held.append(task_of(g.name))
         except Exception:
             for t in held:
                 self.state.forget(t)
@@ -471,40 +450,14 @@ class Binder:
             self._gpus[g.name] = g
         return made, ""
 
-    def _place_on(self, task: Task, snap: Snapshot, node: NodeName) \
-            -> tuple[Placement | None, str]:
-        rows, status = feasible(task, snap, self.profile)
-        row = snap.table.row(node)
-        if not np.any(rows == row):
-            return None, f"node {node} cannot hold it now ({status.message or 'taken'})"
-        cs = CycleState(snap.table, snap.cache)
-        shares = self.profile.cards.choose_cards(cs, task, row)
-        if shares is None:
-            return None, f"node {node}: no cards chosen"
-        return Placement(task.id, task.job, node, 0, 0, shares), ""
-
     def _provision_remote(self, c: ElasticGPUClaim, cls: ElasticGPUClass,
                           o: Option) -> tuple[list[ElasticGPU], str]:
-        pool = cls.parameters["pool"]
-        count = int(cls.parameters["count"])
-        used = {g.card for g in self._gpus.values()
-                if g.source is Source.REMOTE and g.pool == pool}
-        free = [i for i in range(count) if i not in used][: o.remote_cards]
-        if len(free) < o.remote_cards:
-            return [], (f"remote pool {pool} has {count - len(used)} of its {count} GPUs free; "
-                        f"{o.remote_cards} needed")
-        model = cls.parameters["model"]
-        peak = peak_tflops(model)
-        memory = int(cls.parameters["memoryMib"])
-        made = [ElasticGPU(
-            name=name, source=Source.REMOTE, model=model,
-            capacity=Capacity(WHOLE_GPU_MILLI, memory, peak), pool=pool, card=i,
-            endpoint=cls.parameters.get("endpoint", ""), class_name=cls.name,
-            reclaim_policy=cls.reclaim_policy)
-            for name, i in zip(self._names(c, len(free)), free, strict=True)]
+        taken = {g.card for g in self._gpus.values()
+                 if g.source is Source.REMOTE and g.pool == cls.parameters["pool"]}
+        made, why = making.remote(cls, o, taken, lambda n: self._names(c, n))
         for g in made:
             self._gpus[g.name] = g
-        return made, ""
+        return made, why
 
     # -- small helpers -------------------------------------------------------------------------
 
