@@ -35,13 +35,13 @@ from dataclasses import dataclass, replace
 
 from gpupool.core.cluster import ClusterState
 from gpupool.core.elastic import making
+from gpupool.core.elastic.classes import ElasticGPUClass
 from gpupool.core.elastic.objects import (
     BindingMode,
     ClaimPhase,
     ClaimRef,
     ElasticGPU,
     ElasticGPUClaim,
-    ElasticGPUClass,
     GpuPhase,
     Provisioner,
     ReclaimPolicy,

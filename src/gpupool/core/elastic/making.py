@@ -8,7 +8,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from gpupool.core.elastic.objects import Capacity, ElasticGPU, ElasticGPUClass, Source
+from gpupool.core.elastic.classes import ElasticGPUClass
+from gpupool.core.elastic.objects import Capacity, ElasticGPU, Source
 from gpupool.core.elastic.resolution import Option
 from gpupool.core.elastic.tflops import peak_tflops
 from gpupool.core.model import WHOLE_GPU_MILLI, NodeName, Placement, Task

@@ -9,9 +9,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gpupool.core.cluster import ClusterState
+from gpupool.core.elastic.classes import ElasticGPUClass
 from gpupool.core.elastic.objects import (
     ElasticGPUClaim,
-    ElasticGPUClass,
     Provisioner,
     RequestKind,
     ServingModel,
