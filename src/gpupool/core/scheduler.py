@@ -9,40 +9,35 @@ in place (``update_config``): running jobs, usage and pending jobs are kept.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import replace
 
-from gpupool.core.admission import QuotaTree, Vec, placement_demand, request_demand
+from gpupool.core.admission import QuotaTree, placement_demand
 from gpupool.core.affinity import PodMeta
 from gpupool.core.cluster import ClusterState
 from gpupool.core.context import Context, release
 from gpupool.core.cycle import schedule
 from gpupool.core.decisions import CycleResult
-from gpupool.core.elastic import Binder, ElasticGPUClass
 from gpupool.core.errors import ConfigError, ConflictError, NotFoundError
 from gpupool.core.estimate import Estimate, estimate
 from gpupool.core.fairshare import UsageLedger
-from gpupool.core.feasibility import flavor_problem, never_admitted
-from gpupool.core.model import Job, JobId, Node, NodeName, Placement, Task
-from gpupool.core.placement.framework import Code, CycleState, Profile, Status
-from gpupool.core.placement.place import feasible, normalized_scores
+from gpupool.core.feasibility import never_admitted
+from gpupool.core.model import Job, JobId, Node, NodeName, Placement
+from gpupool.core.placement.framework import Code, Profile, Status
 from gpupool.core.placement.registry import default_profile
 from gpupool.core.preemption import Running
 from gpupool.core.provisioning import (
     MAX_ACTIVE_PER_PROJECT,
     AdmissionChecks,
-    CheckRecord,
     CheckState,
-    ProvisioningRequest,
-    ProvisioningState,
 )
 from gpupool.core.queueing import Pending, Queues
-from gpupool.core.quota import QueueConfig, ResourceFlavor
+from gpupool.core.quota import QueueConfig
 from gpupool.core.runtimes import Runtimes
-from gpupool.core.snapshot import Reservation
+from gpupool.core.scheduler_provisioning import ProvisioningFacts
+from gpupool.core.scheduler_queries import SchedulerQueries
 from gpupool.core.validation import Validator
 
 
-class Scheduler:
+class Scheduler(ProvisioningFacts, SchedulerQueries):
     def __init__(self, nodes: Iterable[Node], config: QueueConfig,
                  profile: Profile | None = None,
                  reserve_min_gpus: int = 8,
@@ -282,122 +277,6 @@ class Scheduler:
         self._ctx.reservation = None
         return hit
 
-    # -- provisioning: facts from the cloud ---------------------------------------------------
-
-    @property
-    def checks(self) -> AdmissionChecks | None:
-        """The provisioning admission checks (None when no queue names one)."""
-        return self._ctx.checks
-
-    def _book(self) -> AdmissionChecks:
-        if self._ctx.checks is None:
-            self._ctx.checks = AdmissionChecks(self.config, self._max_requests)
-        return self._ctx.checks
-
-    def provisioning_requests(self) -> list[ProvisioningRequest]:
-        return self._ctx.checks.requests() if self._ctx.checks is not None else []
-
-    def provisioning_request(self, key: str) -> ProvisioningRequest | None:
-        return self._ctx.checks.request(key) if self._ctx.checks is not None else None
-
-    def provisioning_state(self) -> ProvisioningState:
-        """What the admission checks hold, as an adapter keeps it across a restart."""
-        ac = self._ctx.checks
-        return ac.export() if ac is not None else ProvisioningState()
-
-    def create_provisioning_request(self, req: ProvisioningRequest,
-                                    now_s: float) -> ProvisioningRequest:
-        """A request made by hand, for no job: its booking is left alone by admission checks
-        and expires unless its owner's pods consume it (``consume_provisioning_request``)."""
-        return self._book().create(req, now_s)
-
-    def provisioning_accepted(self, key: str, now_s: float) -> ProvisioningRequest:
-        return self._book().accept(key, now_s)
-
-    def provisioning_provisioned(self, key: str, nodes: Iterable[str],
-                                 now_s: float) -> ProvisioningRequest:
-        """Every node of the request has joined (add them with ``add_node`` first or after:
-        the job starts once they are there). The job waiting for it starts at the next
-        cycle."""
-        req = self._book().provisioned(key, nodes, now_s)
-        self.queues.wake()
-        return req
-
-    def provisioning_failed(self, key: str, message: str, now_s: float,
-                            reason: str = "ProvisioningFailed") -> ProvisioningRequest:
-        return self._book().request_failed(key, message, now_s, reason)
-
-    def provisioning_revoked(self, key: str, message: str, now_s: float) -> ProvisioningRequest:
-        """The cloud took the nodes back (remove them with ``remove_node``: their jobs are
-        requeued whole)."""
-        return self._book().revoke(key, message, now_s)
-
-    def consume_provisioning_request(self, key: str, now_s: float) -> ProvisioningRequest:
-        """Pods of a request made by hand started on its nodes: the booking will not expire."""
-        return self._book().consume(key, now_s)
-
-    def delete_provisioning_request(self, key: str, now_s: float) -> ProvisioningRequest:
-        """Delete (cancel) a request. A job waiting for it backs off and retries at the next
-        cycle, as for a failure."""
-        return self._book().delete(key)
-
-    # -- provisioning: taken back after a restart ----------------------------------------------
-
-    def restore_provisioning(self, requests: Iterable[ProvisioningRequest]) -> None:
-        """ProvisioningRequests as they stood before a restart, with their conditions, nodes
-        and consumption; nothing is asked of the cloud."""
-        self._book().restore(requests)
-
-    def restore_check(self, job: JobId, state: CheckState, *, request: str = "",
-                      flavor: str = "", attempts: int = 0, made: int = 0,
-                      retry_at_s: float = 0.0, message: str = "") -> CheckRecord:
-        """A pending job's place in its queue's admission check, as before a restart. The job
-        was submitted again first (it is in its queue); where the check held quota for it (a
-        request made and not failed: Pending with a request, or Ready) the quota is reserved
-        again and the job leaves its queue, as does a job backing off or rejected. NotFoundError
-        when the job is not pending or its queue has no check; the request must be restored
-        first (``restore_provisioning``)."""
-        ac = self._ctx.checks
-        if ac is None or job not in self.queues:
-            raise NotFoundError(f"job {job} is not pending in a queue with an admission check")
-        p = self.queues.get(job)
-        assert p is not None
-        check = ac.check_for(p.queue)
-        if check is None:
-            raise NotFoundError(f"ClusterQueue {p.queue} has no admission check")
-        holds = bool(request) and state in (CheckState.PENDING, CheckState.READY)
-        rec = ac.restore_record(CheckRecord(
-            p.job, p.queue, check, ac.namespace(p.job), state, request, flavor,
-            request_demand(p.job, flavor) if holds else {}, attempts=attempts,
-            retry_at_s=retry_at_s, message=message, preemptions=p.preemptions), made)
-        if holds:
-            self.tree.add(p.queue, rec.demand)
-        if holds or state in (CheckState.RETRY, CheckState.REJECTED):
-            self.queues.remove(job)
-        return rec
-
-    def restore_requests_made(self, job: JobId, made: int) -> None:
-        """How many ProvisioningRequests a job had before a restart (read back from their
-        names): its next one is numbered past them."""
-        self._book().restore_made(job, made)
-
-    def restore_booking(self, job: JobId, request: str) -> Running:
-        """A running job taken back (``restore``) that runs on the nodes of ``request``: the
-        request stays until the job ends, and the job's run limit is what the booking left it
-        at its start."""
-        ac = self._book()
-        r = self._ctx.running.get(job)
-        if r is None:
-            raise NotFoundError(f"job {job} is not running")
-        req = ac.restore_booking(job, request, r.job)
-        ends = req.run_ends_s
-        if ends is not None:
-            left = max(0.0, ends - r.start_s)
-            if r.job.run_limit_s is None or left < r.job.run_limit_s:
-                r = replace(r, job=replace(r.job, run_limit_s=left))
-                self._ctx.running[job] = r
-        return r
-
     # -- decisions -------------------------------------------------------------------------
 
     def cycle(self, now_s: float) -> CycleResult:
@@ -471,145 +350,3 @@ class Scheduler:
         if r.job.run_limit_s is not None:
             end = min(end, r.start_s + r.job.run_limit_s)
         return end
-
-    # -- questions adapters ask ------------------------------------------------------------
-
-    def resolve_queue(self, queue: str) -> str:
-        """The ClusterQueue a job naming ``queue`` (a LocalQueue, ``namespace/name``, or a
-        ClusterQueue) goes to; NotFoundError naming the known queues otherwise."""
-        return self.queues.resolve(queue)
-
-    def is_pending(self, job: JobId) -> bool:
-        return job in self.queues
-
-    def pending_job(self, job: JobId) -> Pending | None:
-        return self.queues.get(job)
-
-    def running_job(self, job: JobId) -> Running | None:
-        return self._ctx.running.get(job)
-
-    def pending_count(self) -> int:
-        return len(self.queues)
-
-    @property
-    def profile(self) -> Profile:
-        return self._ctx.profile
-
-    def reservation(self) -> Reservation | None:
-        """The room held for a waiting large gang (backfill), if any."""
-        return self._ctx.reservation
-
-    def nominated(self) -> list[JobId]:
-        """Preemptors whose victims are being evicted: tried first at the next cycle."""
-        return list(self._ctx.nominated)
-
-    def usage(self, cq: str) -> Vec:
-        """Quota a ClusterQueue holds now, per (flavor, resource)."""
-        return self.tree.usage(cq)
-
-    def nominal(self, cq: str) -> Vec:
-        return self.tree.nominal(cq)
-
-    def share(self, cq: str) -> float:
-        """A ClusterQueue's weighted dominant share now (its key in the fair order)."""
-        return self.tree.share(cq)
-
-    def flavors_of(self, cq: str) -> list[str]:
-        """The ClusterQueue's flavors, in the order it tries them ([] for an unknown one)."""
-        q = self.tree.queues.get(cq)
-        return [fq.flavor for fq in q.flavors] if q is not None else []
-
-    def flavor(self, name: str) -> ResourceFlavor | None:
-        return self.tree.flavors.get(name)
-
-    def usable_flavors(self, job: Job, cq: str) -> set[str]:
-        """The flavors of ClusterQueue ``cq`` whose nodes, empty, could hold ``job``
-        (``feasibility.flavor_problem``)."""
-        t = self.state.table
-        return {f for f in self.flavors_of(cq)
-                if flavor_problem(job, self.tree.flavors.get(f), t) is None}
-
-    @property
-    def nodes_version(self) -> int:
-        """Moves whenever a node joins, leaves or changes: answers about nodes stay valid
-        while it stands."""
-        return self.state.table.version
-
-    def placements_on(self, node: NodeName) -> list[Placement]:
-        """What is placed on a node now (jobs and ElasticGPUs alike)."""
-        return list(self.state.placements_on(node))
-
-    def totals(self) -> dict[str, int]:
-        """Cluster-wide counts of cards and compute, total and in use."""
-        return self.state.totals()
-
-    def node_list(self) -> list[Node]:
-        """The live nodes, in the table's order."""
-        return list(self.state.nodes())
-
-    @property
-    def pods_version(self) -> int:
-        """Moves whenever a pod this scheduler does not place changes (``set_pod``)."""
-        return self.state.pods.version
-
-    def confirm(self, placements: Iterable[Placement]) -> None:
-        """The adapter bound these placements (see ``ClusterState.confirm``)."""
-        for pl in placements:
-            self.state.confirm(pl.task)
-
-    def wake(self) -> None:
-        """Something outside the core freed capacity (an ElasticGPU let go of its card): the
-        parked jobs are offered again at the next cycle."""
-        self.queues.wake()
-
-    # -- elastic GPU objects ------------------------------------------------------------------
-
-
-    def new_binder(self, classes: Iterable[ElasticGPUClass] = ()) -> Binder:
-        """A binder of ElasticGPU objects on this scheduler's cards, with its profile: jobs and
-        ElasticGPUs see each other's cards taken."""
-        return Binder(self.state, self._ctx.profile, classes)
-
-    def holds(self, binder: Binder) -> bool:
-        """Whether ``binder`` is on this scheduler's cards (not one of a former scheduler)."""
-        return binder.state is self.state
-
-    # -- questions from outside schedulers (the extender) ----------------------------------
-
-    def validate(self, job: Job) -> None:
-        """InvalidJobError when no node of the cluster could ever hold ``job`` (the inventory
-        check of ``submit``, without its queue)."""
-        self.validator.check(job, self.state.table)
-
-    def feasible_nodes(self, task: Task) -> tuple[list[NodeName], Status]:
-        """The nodes that pass every filter of the profile for ``task`` now; when none does,
-        the Status says why, with counts."""
-        snap = self.state.snapshot()
-        rows, status = feasible(task, snap, self._ctx.profile)
-        return [snap.table.nodes[int(r)].name for r in rows], status
-
-    def node_scores(self, task: Task) -> dict[NodeName, float]:
-        """What each feasible node scores for ``task`` in the profile, 0..100 (the weighted
-        sum of ``place_task``, scaled back by the weights of the plugins that had a say)."""
-        snap = self.state.snapshot()
-        rows, _ = feasible(task, snap, self._ctx.profile)
-        if not rows.size:
-            return {}
-        scores = normalized_scores(task, snap, self._ctx.profile, rows)
-        return {snap.table.nodes[int(r)].name: float(s)
-                for r, s in zip(rows, scores, strict=True)}
-
-    def place_on(self, task: Task, node: NodeName) -> Placement:
-        """The placement of ``task`` on ``node`` (its cards chosen by the profile), without
-        assuming it; ConflictError when the node does not fit it now."""
-        snap = self.state.snapshot()
-        rows, status = feasible(task, snap, self._ctx.profile)
-        row = snap.table.index.get(node)
-        if row is None or row not in {int(r) for r in rows}:
-            raise ConflictError(f"pod no longer fits on {node}: {status.message}")
-        cs = CycleState(snap.table, snap.cache, pods=snap.pods)
-        shares = self._ctx.profile.cards.choose_cards(cs, task, row)
-        if shares is None:
-            raise ConflictError(f"no cards for the pod on {node}")
-        return Placement(task=task.id, job=task.job, node=node, cpu_milli=task.cpu_milli,
-                         memory_mib=task.memory_mib, shares=shares)
