@@ -194,7 +194,7 @@ class Service:
                     k = (rec.flavor, rec.cluster_queue)
                     alloc[k] = alloc.get(k, 0) + sum(p.gpu_milli for p in rec.placements)
             view = cluster_view(plane)
-            tree = plane.scheduler.tree
+            sched = plane.scheduler
             return Gauges(
                 pending=pending, running=running,
                 gpus_allocated={k: v / 1000 for k, v in alloc.items()},
@@ -203,11 +203,11 @@ class Service:
                 gpu_milli_total={f["name"]: f["gpus"] * 1000 for f in view["flavors"]},
                 gpu_milli_nominal={(flavor, q.name): amount
                                    for q in plane.config.cluster_queues
-                                   for (flavor, res), amount in tree.nominal(q.name).items()
+                                   for (flavor, res), amount in sched.nominal(q.name).items()
                                    if res == Resource.GPU_MILLI},
                 fragmentation_ratio=view["fragmentation"]["ratio"],
                 nodes={s: view["nodes"][s] for s in ("ready", "cordoned", "failed")},
-                queue_share={q.name: tree.share(q.name) for q in plane.config.cluster_queues})
+                queue_share={q.name: sched.share(q.name) for q in plane.config.cluster_queues})
 
     # -- threads -----------------------------------------------------------------------------
 
@@ -264,7 +264,7 @@ class Service:
         restart neither repeats their names nor waits for them)."""
         plane = self.plane
         with plane.lock:
-            return DemoStream(plane.config, plane.scheduler.state.table.nodes[:], seed, rate,
+            return DemoStream(plane.config, plane.scheduler.node_list(), seed, rate,
                               burst=plane.cloud is not None,
                               start=demo_count([r.request.name for r in plane.jobs.values()]))
 

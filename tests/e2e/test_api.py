@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from gpupool.control import ControlPlane
-from gpupool.control import plane as plane_module
+from gpupool.control import history as history_module
 from gpupool.core.errors import AdapterError
 from gpupool.store import Store
 from tests.e2e.serve_kit import (
@@ -82,7 +82,7 @@ class Svc:
 
 @pytest.fixture
 def svc(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Svc]:
-    monkeypatch.setattr(plane_module, "ESTIMATE_EVERY_S", 0.0)  # estimates on every read
+    monkeypatch.setattr(history_module, "ESTIMATE_EVERY_S", 0.0)  # estimates on every read
     wall = Wall()
     state = tmp_path / "state.db"
     plane = make_plane(state, wall)

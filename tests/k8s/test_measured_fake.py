@@ -32,10 +32,10 @@ def controller(url: str = "http://127.0.0.1:9") -> Controller:
 def test_the_scheduler_uses_the_measured_profile_and_the_feed_s_model() -> None:
     ctl = controller()
     assert ctl.sched is not None and ctl.measured is not None
-    assert ctl.sched.ctx.profile.name == "measured"
-    assert ctl.sched.usage is ctl.measured.model
+    assert ctl.sched.profile.name == "measured"
+    assert ctl.sched.measured_use is ctl.measured.model
     ctl.rebuild()  # a new leader term: a new scheduler, the same model
-    assert ctl.sched.usage is ctl.measured.model
+    assert ctl.sched.measured_use is ctl.measured.model
     # HAMi's register annotation gives the UUIDs the DCGM series are matched by
     assert resolver(ctl)("", "", "GPU-n1-1") == (NodeName("n1"), 1)
     assert resolver(ctl)("n1", "0", "") == (NodeName("n1"), 0)

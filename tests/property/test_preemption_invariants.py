@@ -93,12 +93,12 @@ def drive(config: QueueConfig, stream: list[tuple[float, Job]], finish: list[int
                 s.submit(j, now)
         before = {
             "order": {q: [p.job.id for p in s.queues.ordered(q, now)] for q in s.queues.queues()},
-            "nominated": set(s.ctx.nominated),
+            "nominated": set(s.nominated()),
             "priority": {p.job.id: p.job.priority for p in s.queues.all()},
         }
         result = s.cycle(now)
         check(s, result, before)  # type: ignore[operator]
-        running = sorted(s.ctx.running)
+        running = sorted(r.job.id for r in s.running())
         if finish and running and step % 3 == 2:
             s.finished(running[finish[step % len(finish)] % len(running)], now)
     return s
@@ -155,7 +155,7 @@ def no_card_overcommitted(s: Scheduler, result: CycleResult, before: dict) -> No
         have = sum(inst.count for inst in cards[(n, i)].mig if inst.profile == prof)
         assert used <= have, f"{n}/{i}: {used} {prof} instances placed, {have} exist"
     # Quota books follow what is placed, preemption or not.
-    charged = sum(sum(v for k, v in r.demand.items() if k == G) for r in s.ctx.running.values())
+    charged = sum(sum(v for k, v in r.demand.items() if k == G) for r in s.running())
     assert charged == sum(s.tree.usage(q).get(G, 0) for q in s.tree.queues)
 
 

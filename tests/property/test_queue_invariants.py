@@ -69,7 +69,9 @@ def run(config: QueueConfig, stream: list[tuple[float, Job]], finish: list[int])
                 s.submit(j, now)
         result = s.cycle(now)
         for b in result.binds:
-            job = s.ctx.running[b.job].job
+            r = s.running_job(b.job)
+            assert r is not None
+            job = r.job
             assert len(b.placements) >= job.gang_size, "a gang was placed in part"
         for e in result.evicts:
             assert (e.preemptor, e.job) not in pairs, "two jobs preempted each other"
@@ -77,7 +79,7 @@ def run(config: QueueConfig, stream: list[tuple[float, Job]], finish: list[int])
             assert s.queues.get(e.job) is not None, "a victim was lost instead of requeued"
             assert s.queues.get(e.job).preemptions <= config.settings.max_preemptions_per_job
         check_quota(s)
-        running = sorted(s.ctx.running)
+        running = sorted(r.job.id for r in s.running())
         if finish and running and step % 3 == 2:
             s.finished(running[finish[step % len(finish)] % len(running)], now)
     return s
@@ -116,5 +118,5 @@ def test_same_inputs_same_decisions(data: st.DataObject) -> None:
     config = data.draw(configs())
     stream = data.draw(streams(len(config.cluster_queues)))
     a, b = run(config, stream, [1, 2]), run(config, stream, [1, 2])
-    assert {j: r.placements for j, r in a.ctx.running.items()} == \
-        {j: r.placements for j, r in b.ctx.running.items()}
+    assert {r.job.id: r.placements for r in a.running()} == \
+        {r.job.id: r.placements for r in b.running()}

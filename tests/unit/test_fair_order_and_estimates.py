@@ -148,7 +148,7 @@ def test_a_gang_reserves_only_when_its_queue_is_first_in_the_fair_order() -> Non
     s.submit(job("b-more", gpu=whole(1), queue="b", submit=1.0), 1)
     r = s.cycle(1)
     assert not r.reservations, "a is above its share: its gang may not hold nodes"
-    assert s.ctx.reservation is None
+    assert s.reservation() is None
 
 
 def test_expected_arrivals_come_in_time_order_across_queues() -> None:

@@ -21,7 +21,7 @@ def test_freed_capacity_goes_to_a_queue_below_nominal_before_one_that_would_borr
     _one_gpu_jobs(s, "a", 2, 0.0)
     _one_gpu_jobs(s, "b", 1, 0.0)
     s.cycle(0)
-    s.ctx.history.hold("b", 3.0, 0.0)  # b held three times its share for hours
+    s._ctx.history.hold("b", 3.0, 0.0)  # b held three times its share for hours
     _one_gpu_jobs(s, "a", 1, 36_000.0, "-next")
     _one_gpu_jobs(s, "b", 1, 36_000.0, "-next")
     r = s.cycle(36_000)
@@ -40,7 +40,7 @@ def test_a_preemptor_holds_its_quota_so_its_queue_reclaims_no_more_than_its_nomi
     assert [e.reason.split(":")[0] for e in r.evicts] == ["reclaim", "reclaim"]
     r = s.cycle(20)
     assert sorted(b.job for b in r.binds) == ["c0", "c1"]
-    assert s.ctx.tree.borrowed("c") == {}
+    assert s._ctx.tree.borrowed("c") == {}
 
 
 def test_fair_share_preemption_judges_by_the_fair_orders_key() -> None:
@@ -50,8 +50,8 @@ def test_fair_share_preemption_judges_by_the_fair_orders_key() -> None:
     _one_gpu_jobs(s, "b", 2, 0.0)
     _one_gpu_jobs(s, "c", 5, 0.0)
     s.cycle(0)
-    s.ctx.history.hold("b", 3.0, 0.0)
-    s.ctx.history.hold("c", 0.0, 0.0)
+    s._ctx.history.hold("b", 3.0, 0.0)
+    s._ctx.history.hold("c", 0.0, 0.0)
     _one_gpu_jobs(s, "b", 1, 36_000.0, "-next")
     r = s.cycle(36_000)
     assert not r.evicts

@@ -146,7 +146,7 @@ def test_other_queues_may_not_take_the_nodes_held_for_a_gang() -> None:
     assert r.reservations, "the gang waits for n0 or n1 and holds it"
     s.submit(job("b-more", gpu=whole(1), queue="b"), 2)
     r = s.cycle(2)
-    res = s.ctx.reservation
+    res = s.reservation()
     assert res is not None and res.job == "big"
     held = {s.state.table.nodes[int(i)].name for i in res.rows}
     for b in r.binds:
@@ -181,12 +181,14 @@ def test_restore_takes_the_same_cards_and_quota_back() -> None:
     binds = s.cycle(0).binds
     fresh = sched(a=8, b=8)
     for b in binds:
-        r = s.ctx.running[b.job]
+        r = s.running_job(b.job)
+        assert r is not None
         fresh.restore(r.job, b.placements, start_s=0.0, flavor=b.flavor)
     assert gpus_used(fresh, "a") == 6
     assert fresh.state.totals() == s.state.totals()
     # a card held twice is refused and nothing changes
-    r0 = s.ctx.running[binds[0].job]
+    r0 = s.running_job(binds[0].job)
+    assert r0 is not None
     clash = job("clash", gpu=whole(2), queue="b")
     moved = tuple(replace_job(p, clash) for p in r0.placements)
     before = fresh.state.totals()

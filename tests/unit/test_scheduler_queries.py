@@ -27,7 +27,7 @@ def test_scores_rank_nodes_as_placement_does() -> None:
     fit, _ = s.feasible_nodes(task)
     scores = s.node_scores(task)
     assert set(scores) == set(fit) and all(0.0 <= v <= 100.0 for v in scores.values())
-    chosen, _ = place_task(task, s.state.snapshot(), s.ctx.profile)
+    chosen, _ = place_task(task, s.state.snapshot(), s.profile)
     assert chosen is not None and scores[chosen.node] == max(scores.values())
     placement = s.place_on(task, chosen.node)
     assert placement.node == chosen.node and placement.shares

@@ -39,11 +39,12 @@ from __future__ import annotations
 import contextlib
 import heapq
 import math
-from dataclasses import asdict, dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Protocol
+from dataclasses import asdict, replace
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from gpupool.cloud.run import CloudRun, Host, RequestRecord, SchedulerHost
 from gpupool.cloud.spec import CloudPool, CloudSpec
 from gpupool.core.decisions import CycleResult
 from gpupool.core.errors import ConflictError, NotFoundError
@@ -51,7 +52,6 @@ from gpupool.core.model import (
     GpuKind,
     GpuRequest,
     JobId,
-    Node,
     NodeName,
     PodSet,
     Taint,
@@ -61,92 +61,10 @@ from gpupool.core.provisioning import BOOKING_S, REQUEST_LABEL, ProvisioningRequ
 if TYPE_CHECKING:
     from gpupool.core.scheduler import Scheduler
 
+__all__ = ["Cloud", "CloudRun", "Host", "RequestRecord", "SchedulerHost"]
+
 ZONE_LABEL = "topology.kubernetes.io/zone"
 MANUAL_NAMESPACE = "reservations"
-
-
-class Host(Protocol):
-    """Where the cloud's nodes join and leave: the cluster's scheduler and whatever keeps it."""
-
-    @property
-    def scheduler(self) -> Scheduler: ...
-
-    def add_node(self, node: Node, now_s: float) -> None: ...
-
-    def remove_node(self, name: NodeName, now_s: float) -> list[JobId]:
-        """The node is gone; returns the jobs that ran there (requeued whole)."""
-        ...
-
-
-class SchedulerHost:
-    """A Host that is a Scheduler and nothing else (the simulator's)."""
-
-    def __init__(self, sched: Scheduler) -> None:
-        self.scheduler = sched
-
-    def add_node(self, node: Node, now_s: float) -> None:
-        self.scheduler.add_node(node)
-
-    def remove_node(self, name: NodeName, now_s: float) -> list[JobId]:
-        return self.scheduler.remove_node(name, now_s)
-
-
-# -- the run ------------------------------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class RequestRecord:
-    """What happened to one ProvisioningRequest in the cloud."""
-
-    key: str
-    job: str
-    pool: str
-    nodes: int
-    gpus: int
-    manual: bool
-    created_s: float
-    zone: str = ""
-    committed_s: float | None = None
-    provisioned_s: float | None = None
-    consumed_s: float | None = None
-    ended_s: float | None = None
-    label: str = ""  # REQUEST_LABEL's value on its nodes
-    outcome: str = "queued"  # queued | provisioning | booked | consumed | expired | failed |
-    #                          cancelled | revoked | done
-    reason: str = ""
-    node_names: tuple[str, ...] = ()
-    nodes_added_s: tuple[float, ...] = ()
-
-    @property
-    def idle_booking_gpu_s(self) -> float:
-        """GPU-seconds its nodes were booked and unused: from Provisioned to the first pod, or
-        to the end of the booking when no pod came."""
-        if self.provisioned_s is None:
-            return 0.0
-        until = self.consumed_s if self.consumed_s is not None else self.ended_s
-        return 0.0 if until is None else self.gpus * max(0.0, until - self.provisioned_s)
-
-
-@dataclass(slots=True)
-class CloudRun:
-    """The cloud's side of one scenario run, for the report."""
-
-    spec: CloudSpec
-    requests: dict[str, RequestRecord] = field(default_factory=dict)
-    capacity_t: list[float] = field(default_factory=list)  # cloud GPUs alive from time t on
-    capacity_gpus: list[int] = field(default_factory=list)
-    nodes_made: int = 0
-    stockouts: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
-
-    def gpu_seconds(self, a: float, b: float) -> float:
-        """Cloud GPU-seconds alive within [a, b]."""
-        total = 0.0
-        t = [*self.capacity_t, math.inf]
-        for i, g in enumerate(self.capacity_gpus):
-            lo, hi = max(a, t[i]), min(b, t[i + 1])
-            if hi > lo:
-                total += g * (hi - lo)
-        return total
 
 
 _MANUAL, _READY, _REVOKE, _TIMEOUT, _IDLE, _TRY = range(6)
@@ -533,7 +451,7 @@ class Cloud:
     def _idle(self, name: str, now: float) -> list[JobId]:
         if name not in self._node_req or name in self._protected:
             return []
-        if self.sched.state.placements_on(NodeName(name)):
+        if self.sched.placements_on(NodeName(name)):
             self._push(now + self.spec.scale_down_after_s, _IDLE, name)
             return []
         return self._remove(name, now)

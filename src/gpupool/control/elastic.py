@@ -20,14 +20,24 @@ Every method takes the plane's lock.
 
 from __future__ import annotations
 
-import ast
-import contextlib
-import re
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
+from gpupool.control.elastic_documents import (
+    API_GROUP,
+    CLAIM,
+    CLASS,
+    GPU,
+    KINDS,
+    Key,
+    claim_with_status,
+    config_details,
+    flat,
+    parse_classes,
+)
+from gpupool.control.journal import Changes
 from gpupool.control.plane import ControlPlane, TickResult
 from gpupool.core.elastic import (
     TASK_PREFIX,
@@ -41,98 +51,14 @@ from gpupool.core.elastic import (
     Source,
     recover,
 )
-from gpupool.core.errors import ConfigError, ConflictError, InvalidJobError, NotFoundError
+from gpupool.core.errors import ConfigError, ConflictError, NotFoundError
 from gpupool.core.model import JobId, TaskId
 from gpupool.core.scheduler import Scheduler
 from gpupool.store.sqlite import NewEvent
 
-CLASS = "ElasticGPUClass"
-CLAIM = "ElasticGPUClaim"
-GPU = "ElasticGPU"
-KINDS = (CLASS, CLAIM, GPU)
-API_GROUP = "elasticgpu.io/v1alpha1"
+__all__ = ["API_GROUP", "CLAIM", "ElasticService", "config_details", "parse_classes"]
+
 RECONCILE_EVERY_S = 2.0  # wall seconds between retries of pending claims when nothing ended
-
-Key = tuple[str, str]  # (kind, name)
-_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
-
-_CONFIG = re.compile(r"^(?P<where>[^:]+): (?P<field>[A-Za-z0-9_.\[\]-]+)=(?P<value>.*?): "
-                     r"(?P<rule>.+)$", re.S)
-
-
-def config_details(exc: ConfigError) -> dict[str, Any]:
-    """``ElasticGPUClass k: provisioner='nvidia': must be one of ...`` as ``{field, value,
-    rule}`` (empty when the message has another shape)."""
-    m = _CONFIG.match(str(exc))
-    if m is None:
-        return {}
-    value: Any = m.group("value")
-    with contextlib.suppress(ValueError, SyntaxError):  # the value as given, if it reads back
-        value = ast.literal_eval(value)
-    return {"field": m.group("field"), "value": value, "rule": m.group("rule")}
-
-
-def _flat(kind: str, body: Mapping[str, Any], namespace: str | None = None) -> dict[str, Any]:
-    """A body in either form: the objects' own JSON (``to_dict``) or a Kubernetes-style
-    document (``apiVersion``, ``kind``, ``metadata{name, namespace}``, ``spec`` for claims and
-    ElasticGPUs, the class's fields at the top level as a StorageClass has them)."""
-    out = dict(body)
-    given = out.pop("kind", kind)
-    if given != kind:
-        raise _bad(kind, "kind", given, f"must be {kind} at this endpoint")
-    api = out.pop("apiVersion", API_GROUP)
-    if api != API_GROUP:
-        raise _bad(kind, "apiVersion", api, f"must be {API_GROUP}")
-    meta = out.pop("metadata", None)
-    if meta is not None:
-        if not isinstance(meta, Mapping):
-            raise _bad(kind, "metadata", meta, "must be an object")
-        for k in meta:
-            if k not in ("name", "namespace", "labels", "annotations"):
-                raise _bad(kind, f"metadata.{k}", meta[k], "unknown field; known: name, "
-                           "namespace, labels, annotations")
-        if "name" in meta:
-            out.setdefault("name", meta["name"])
-        if "namespace" in meta and kind == CLAIM:
-            out.setdefault("namespace", meta["namespace"])
-    spec = out.pop("spec", None)
-    if spec is not None:
-        if not isinstance(spec, Mapping):
-            raise _bad(kind, "spec", spec, "must be an object")
-        for k, v in spec.items():
-            out.setdefault(k, v)
-    out.pop("status", None)
-    name = out.get("name")
-    if not isinstance(name, str) or not _NAME.fullmatch(name) or len(name) > 253:
-        raise _bad(kind, "metadata.name", name, "is required: lower-case letters, digits, "
-                   "'-' and '.', starting and ending with a letter or digit")
-    if kind == CLAIM and namespace is not None:
-        ns = out.setdefault("namespace", namespace)
-        if ns != namespace:
-            raise _bad(kind, "metadata.namespace", ns, f"must be {namespace} here")
-    ns = out.get("namespace", "default")
-    if kind == CLAIM and (not isinstance(ns, str) or not _NAME.fullmatch(ns) or len(ns) > 63):
-        raise _bad(kind, "metadata.namespace", ns, "must be a namespace name: lower-case "
-                   "letters, digits and '-'")
-    return out
-
-
-def _bad(kind: str, field: str, value: object, rule: str) -> Exception:
-    if kind == CLAIM:
-        return InvalidJobError(field, value, rule, job=kind)
-    return ConfigError(f"{kind}: {field}={value!r}: {rule}")
-
-
-def parse_classes(docs: Iterable[Mapping[str, Any]]) -> list[ElasticGPUClass]:
-    """ElasticGPUClass documents (a seed file), every one checked before any is used."""
-    out = []
-    for doc in docs:
-        if doc.get("kind", CLASS) != CLASS:
-            raise ConfigError(f"kind={doc.get('kind')!r}: an Elastic GPU seed file holds "
-                              f"{CLASS} documents only")
-        out.append(ElasticGPUClass.from_dict(_flat(CLASS, doc)))
-    return out
-
 
 class ElasticService:
     """The three kinds of Elastic GPU objects of one control plane, durable."""
@@ -180,7 +106,7 @@ class ElasticService:
         # from_dict reads spec fields only: the status comes from the saved form
         for (k, key), body in saved.items():
             if k == CLAIM:
-                claims[key] = _claim_with_status(claims[key], body)
+                claims[key] = claim_with_status(claims[key], body)
         gpus = [ElasticGPU.from_dict(b) for (k, _), b in sorted(saved.items()) if k == GPU]
         recover(binder, gpus, claims.values())
         return binder
@@ -196,13 +122,10 @@ class ElasticService:
         if not changed and not gone and not events:
             return
         try:
-            with self.plane.store.transaction() as tx:
-                for (kind, name), body in changed.items():
-                    tx.put_object(kind, name, body)
-                for kind, name in gone:
-                    tx.delete_object(kind, name)
-                if events:
-                    tx.add_events(events)
+            writes = Changes(events=events)
+            writes.objects.update(changed)
+            writes.objects.update((k, None) for k in gone)
+            self.plane.journal.commit(writes)
         except BaseException:
             self._forget_cards()
             self.binder = self._binder_for(self.plane.scheduler, self._saved)
@@ -210,7 +133,7 @@ class ElasticService:
         self._saved = now
 
     def _forget_cards(self) -> None:
-        state = self.plane.scheduler.state
+        state = self.binder.state
         for p in list(state.placements()):
             if p.task.startswith(TASK_PREFIX):
                 state.forget(p.task)
@@ -284,7 +207,7 @@ class ElasticService:
         changes), ConflictError when it exists (create), NotFoundError when not (replace).
         Replacing a class changes how new ElasticGPUs are made; those made already keep
         their policy."""
-        cls = ElasticGPUClass.from_dict(_flat(CLASS, body))
+        cls = ElasticGPUClass.from_dict(flat(CLASS, body))
         if name is not None and cls.name != name:
             raise ConfigError(f"{CLASS}: metadata.name={cls.name!r}: must match the path "
                               f"({name})")
@@ -345,7 +268,7 @@ class ElasticService:
         InvalidJobError (a claim no class can serve, a TFLOPS figure for a model with no
         known peak, a request the cluster can never hold) or ConflictError (exists), and
         nothing stored."""
-        claim = ElasticGPUClaim.from_dict(_flat(CLAIM, body, namespace))
+        claim = ElasticGPUClaim.from_dict(flat(CLAIM, body, namespace))
         with self.plane.lock:
             if claim.key in {c.key for c in self.binder.claims()}:
                 raise ConflictError(f"{CLAIM} {claim.key} already exists")
@@ -367,7 +290,7 @@ class ElasticService:
             self._persist([self._event("Deleted", CLAIM, key, "; ".join(parts),
                                                 c.namespace)])
             if release.deleted:
-                self.plane.scheduler.queues.wake()  # parked jobs may fit the freed cards
+                self.plane.scheduler.wake()  # parked jobs may fit the freed cards
                 self._reconcile()
             return release
 
@@ -384,7 +307,7 @@ class ElasticService:
     def add_gpu(self, body: Mapping[str, Any]) -> ElasticGPU:
         """An operator's ElasticGPU (Available, holding its card, slice or MIG instance at
         once, or a GPU of a remote pool)."""
-        gpu = ElasticGPU.from_dict(_flat(GPU, body))
+        gpu = ElasticGPU.from_dict(flat(GPU, body))
         with self.plane.lock:
             g = self.binder.add_gpu(gpu)
             where = f"pool {g.pool}" if g.source is Source.REMOTE else \
@@ -399,7 +322,7 @@ class ElasticService:
             g = self.binder.delete_gpu(name)
             self._persist([self._event("Deleted", GPU, name, "ElasticGPU deleted; "
                                               "its capacity is free")])
-            self.plane.scheduler.queues.wake()
+            self.plane.scheduler.wake()
             self._reconcile()
             return g
 
@@ -410,18 +333,3 @@ class ElasticService:
                                               "Released ElasticGPU made Available")])
             self._reconcile()
             return self.binder.gpu(g.name)
-
-
-def _claim_with_status(c: ElasticGPUClaim, body: Mapping[str, Any]) -> ElasticGPUClaim:
-    from gpupool.core.elastic import ServingModel
-
-    return replace(
-        c, phase=body.get("phase", ClaimPhase.PENDING),
-        elastic_gpus=tuple(body.get("elasticGPUs") or ()), node=str(body.get("node") or ""),
-        serving_models=tuple(ServingModel(str(m["model"]), float(m["peakTflops"]),
-                                          int(m["cards"]), int(m["gpuMilli"]),
-                                          m.get("migProfile"))
-                             for m in body.get("servingModels") or ()),
-        message=str(body.get("message") or ""))
-
-

@@ -158,7 +158,7 @@ def node_view(plane: ControlPlane, name: str, visible: Visible = everyone) -> di
                         "job": p.job if shown else HIDDEN, "namespace": ns if shown else "",
                         "task": p.task if shown else "", "gpuMilli": milli,
                         "memoryMib": mib, "migProfile": s.mig_profile})
-        usage = getattr(sched, "usage", None)  # measured use, when placement reads it
+        usage = sched.measured_use  # measured use, when placement reads it
         readings = {r.gpu: r for r in usage.readings(t, NodeName(name), plane.clock.now())} \
             if usage is not None and row is not None else {}
         cards = []

@@ -9,40 +9,36 @@ in place (``update_config``): running jobs, usage and pending jobs are kept.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import replace
 
-from gpupool.core.admission import QuotaTree, placement_demand, request_demand, try_admit
+from gpupool.core.admission import QuotaTree, placement_demand
 from gpupool.core.affinity import PodMeta
 from gpupool.core.cluster import ClusterState
 from gpupool.core.context import Context, release
 from gpupool.core.cycle import schedule
 from gpupool.core.decisions import CycleResult
-from gpupool.core.elastic import Binder, ElasticGPUClass
 from gpupool.core.errors import ConfigError, ConflictError, NotFoundError
 from gpupool.core.estimate import Estimate, estimate
 from gpupool.core.fairshare import UsageLedger
 from gpupool.core.feasibility import never_admitted
-from gpupool.core.model import Job, JobId, Node, NodeName, Placement, Task
-from gpupool.core.placement.framework import Code, CycleState, Profile, Status
-from gpupool.core.placement.place import feasible, normalized_scores
+from gpupool.core.model import Job, JobId, Node, NodeName, Placement
+from gpupool.core.placement.framework import Code, Profile, Status
 from gpupool.core.placement.registry import default_profile
 from gpupool.core.preemption import Running
 from gpupool.core.provisioning import (
     MAX_ACTIVE_PER_PROJECT,
     AdmissionChecks,
-    CheckRecord,
     CheckState,
-    ProvisioningRequest,
-    ProvisioningState,
 )
 from gpupool.core.queueing import Pending, Queues
 from gpupool.core.quota import QueueConfig
 from gpupool.core.runtimes import Runtimes
+from gpupool.core.scheduler_provisioning import ProvisioningFacts
+from gpupool.core.scheduler_queries import SchedulerQueries
 from gpupool.core.usage import LoadModel
 from gpupool.core.validation import Validator
 
 
-class Scheduler:
+class Scheduler(ProvisioningFacts, SchedulerQueries):
     def __init__(self, nodes: Iterable[Node], config: QueueConfig,
                  profile: Profile | None = None,
                  reserve_min_gpus: int = 8,
@@ -61,14 +57,14 @@ class Scheduler:
         self.queues = Queues(config, self.ledger)
         self.validator = Validator()
 
-        self.ctx = Context(
+        self._ctx = Context(
             state=self.state, tree=self.tree, queues=self.queues, ledger=self.ledger,
             settings=settings, profile=profile or default_profile(),
             runtimes=Runtimes(settings.default_runtime_s), reserve_min_gpus=reserve_min_gpus,
         )
         self._max_requests = max_requests_per_project
         checks = AdmissionChecks(config, max_requests_per_project)
-        self.ctx.checks = checks if checks.configured else None
+        self._ctx.checks = checks if checks.configured else None
 
     # -- configuration ---------------------------------------------------------------------
 
@@ -89,8 +85,8 @@ class Scheduler:
                 field="settings.usage_half_life_s", value=config.settings.usage_half_life_s,
                 rule="cannot change in place")
         names = {q.name for q in config.cluster_queues}
-        ac = self.ctx.checks
-        holding = [(r.queue, r.job.id) for r in self.ctx.running.values()]
+        ac = self._ctx.checks
+        holding = [(r.queue, r.job.id) for r in self._ctx.running.values()]
         if ac is not None:
             holding += [(rec.queue, rec.job.id) for rec in ac.records() if rec.demand]
         gone = sorted((q, str(j)) for q, j in holding if q not in names)
@@ -101,23 +97,23 @@ class Scheduler:
                                 f"still holds quota for {len(jobs)} job(s) ({', '.join(jobs[:5])})"
                                 "; it stays until they end")
         tree = QuotaTree(config)
-        for r in self.ctx.running.values():
+        for r in self._ctx.running.values():
             tree.add(r.queue, r.demand)
         if ac is not None:
             for queue, demand in ac.held():
                 tree.add(queue, demand)
         dropped = self.queues.reconfigure(config)
         self.config = config
-        self.tree = self.ctx.tree = tree
+        self.tree = self._ctx.tree = tree
         self._idle = QuotaTree(config)
-        self.ctx.settings = config.settings
-        self.ctx.runtimes.default_runtime_s = config.settings.default_runtime_s
-        self.ctx.reservation = None  # held against the old quota; the next cycle decides again
+        self._ctx.settings = config.settings
+        self._ctx.runtimes.default_runtime_s = config.settings.default_runtime_s
+        self._ctx.reservation = None  # held against the old quota; the next cycle decides again
         if ac is not None:
             ac.reconfigure(config)
         else:
             checks = AdmissionChecks(config, self._max_requests)
-            self.ctx.checks = checks if checks.configured else None
+            self._ctx.checks = checks if checks.configured else None
         return dropped
 
     # -- facts -----------------------------------------------------------------------------
@@ -131,17 +127,17 @@ class Scheduler:
         flavor's nodes unable to hold it) is refused too (``feasibility.never_admitted``):
         every mode refuses it rather than queue it forever."""
         self.check(job)
-        if job.id in self.queues or job.id in self.ctx.running or self._checked(job.id):
+        if job.id in self.queues or job.id in self._ctx.running or self._checked(job.id):
             raise ConflictError(f"job {job.id} already exists")
         p = self.queues.add(job)
-        self.ctx.arrivals.record(p.queue, job, now_s)
+        self._ctx.arrivals.record(p.queue, job, now_s)
 
     def check(self, job: Job) -> str:
         """The checks of ``submit`` without queueing the job: its ClusterQueue if it could
         ever run here; InvalidJobError (or NotFoundError for an unknown queue) otherwise."""
         provisioned = self._provisioned_queue(job.queue)
-        if provisioned is not None and self.ctx.checks is not None:
-            self.ctx.checks.validate(job, provisioned)
+        if provisioned is not None and self._ctx.checks is not None:
+            self._ctx.checks.validate(job, provisioned)
         else:
             self.validator.check(job, self.state.table)
         cq = self.queues.resolve(job.queue)
@@ -160,32 +156,32 @@ class Scheduler:
     def _provisioned_queue(self, queue: str) -> str | None:
         """The ClusterQueue behind ``queue`` when it has a provisioning check, else None (also
         for an unknown queue: the usual checks report it)."""
-        if self.ctx.checks is None:
+        if self._ctx.checks is None:
             return None
         try:
             cq = self.queues.resolve(queue)
         except NotFoundError:
             return None
-        return cq if self.ctx.checks.check_for(cq) is not None else None
+        return cq if self._ctx.checks.check_for(cq) is not None else None
 
     def _checked(self, job: JobId) -> bool:
-        return self.ctx.checks is not None and self.ctx.checks.record(job) is not None
+        return self._ctx.checks is not None and self._ctx.checks.record(job) is not None
 
     def finished(self, job: JobId, now_s: float) -> Running:
         """A running job ended: its cards and quota are free again."""
-        if job not in self.ctx.running:
+        if job not in self._ctx.running:
             raise NotFoundError(f"job {job} is not running")
-        if self.ctx.reservation is not None and self.ctx.reservation.job == job:
-            self.ctx.reservation = None
+        if self._ctx.reservation is not None and self._ctx.reservation.job == job:
+            self._ctx.reservation = None
         self._unbook(job)
-        r = release(self.ctx, job, now_s)
-        self.ctx.runtimes.observe(r.job, now_s - r.start_s)
+        r = release(self._ctx, job, now_s)
+        self._ctx.runtimes.observe(r.job, now_s - r.start_s)
         return r
 
     def _unbook(self, job: JobId) -> Job | None:
         """A job that ran on provisioned nodes is done with them: its request is deleted.
         Returns the job as submitted (its run limit not cut to the request's)."""
-        ac = self.ctx.checks
+        ac = self._ctx.checks
         return ac.unbook(job) if ac is not None else None
 
     def cancel(self, job: JobId, now_s: float) -> None:
@@ -193,7 +189,7 @@ class Scheduler:
         the quota it reserved; its request is deleted (cancelled), unless it is Provisioned
         already: then the booking is kept until it expires, for the next job of the queue
         that fits its nodes."""
-        ac = self.ctx.checks
+        ac = self._ctx.checks
         rec = ac.cancel(job) if ac is not None else None
         if rec is not None:
             if rec.demand:
@@ -203,8 +199,8 @@ class Scheduler:
                 return
         if job in self.queues:
             self.queues.remove(job)
-            if self.ctx.reservation is not None and self.ctx.reservation.job == job:
-                self.ctx.reservation = None
+            if self._ctx.reservation is not None and self._ctx.reservation.job == job:
+                self._ctx.reservation = None
             return
         self.finished(job, now_s)
 
@@ -216,7 +212,7 @@ class Scheduler:
         known and is charged again at its end."""
         self.validator.check(job, self.state.table)
         q = self.queues.resolve(job.queue)
-        if job.id in self.queues or job.id in self.ctx.running:
+        if job.id in self.queues or job.id in self._ctx.running:
             raise ConflictError(f"job {job.id} already exists")
         held = tuple(placements)
         done: list[Placement] = []
@@ -232,8 +228,8 @@ class Scheduler:
         demand = placement_demand(held, flavor, self.state.table, self.tree.normalized)
         self.tree.add(q, demand)
         r = Running(job, q, flavor, held, demand, start_s, preemptions)
-        self.ctx.running[job.id] = r
-        self.ctx.runtimes.started(job, start_s)
+        self._ctx.running[job.id] = r
+        self._ctx.runtimes.started(job, start_s)
         return r
 
     def add_node(self, node: Node) -> None:
@@ -248,7 +244,7 @@ class Scheduler:
         """A running job goes back to its queue, whole, its cards freed (its node is being
         drained); as for a node that left, with the node kept."""
         submitted = self._unbook(job)
-        r = release(self.ctx, job, now_s)
+        r = release(self._ctx, job, now_s)
         self.queues.add(submitted or r.job, preemptions=r.preemptions)
 
     def set_outside(self, name: NodeName, cpu_milli: int, memory_mib: int) -> None:
@@ -273,155 +269,40 @@ class Scheduler:
     def remove_node(self, name: NodeName, now_s: float) -> list[JobId]:
         """A node left: every job with a task there goes back to its queue, whole."""
         hit = sorted({p.job for p in self.state.placements_on(name)
-                      if p.job in self.ctx.running})
+                      if p.job in self._ctx.running})
         for job in hit:
             submitted = self._unbook(job)
-            r = release(self.ctx, job, now_s)
+            r = release(self._ctx, job, now_s)
             self.queues.add(submitted or r.job, preemptions=r.preemptions)
         self.state.remove_node(name)
-        self.ctx.reservation = None
+        self._ctx.reservation = None
         return hit
-
-    # -- provisioning: facts from the cloud ---------------------------------------------------
-
-    @property
-    def checks(self) -> AdmissionChecks | None:
-        """The provisioning admission checks (None when no queue names one)."""
-        return self.ctx.checks
-
-    def _book(self) -> AdmissionChecks:
-        if self.ctx.checks is None:
-            self.ctx.checks = AdmissionChecks(self.config, self._max_requests)
-        return self.ctx.checks
-
-    def provisioning_requests(self) -> list[ProvisioningRequest]:
-        return self.ctx.checks.requests() if self.ctx.checks is not None else []
-
-    def provisioning_request(self, key: str) -> ProvisioningRequest | None:
-        return self.ctx.checks.request(key) if self.ctx.checks is not None else None
-
-    def provisioning_state(self) -> ProvisioningState:
-        """What the admission checks hold, as an adapter keeps it across a restart."""
-        ac = self.ctx.checks
-        return ac.export() if ac is not None else ProvisioningState()
-
-    def create_provisioning_request(self, req: ProvisioningRequest,
-                                    now_s: float) -> ProvisioningRequest:
-        """A request made by hand, for no job: its booking is left alone by admission checks
-        and expires unless its owner's pods consume it (``consume_provisioning_request``)."""
-        return self._book().create(req, now_s)
-
-    def provisioning_accepted(self, key: str, now_s: float) -> ProvisioningRequest:
-        return self._book().accept(key, now_s)
-
-    def provisioning_provisioned(self, key: str, nodes: Iterable[str],
-                                 now_s: float) -> ProvisioningRequest:
-        """Every node of the request has joined (add them with ``add_node`` first or after:
-        the job starts once they are there). The job waiting for it starts at the next
-        cycle."""
-        req = self._book().provisioned(key, nodes, now_s)
-        self.queues.wake()
-        return req
-
-    def provisioning_failed(self, key: str, message: str, now_s: float,
-                            reason: str = "ProvisioningFailed") -> ProvisioningRequest:
-        return self._book().request_failed(key, message, now_s, reason)
-
-    def provisioning_revoked(self, key: str, message: str, now_s: float) -> ProvisioningRequest:
-        """The cloud took the nodes back (remove them with ``remove_node``: their jobs are
-        requeued whole)."""
-        return self._book().revoke(key, message, now_s)
-
-    def consume_provisioning_request(self, key: str, now_s: float) -> ProvisioningRequest:
-        """Pods of a request made by hand started on its nodes: the booking will not expire."""
-        return self._book().consume(key, now_s)
-
-    def delete_provisioning_request(self, key: str, now_s: float) -> ProvisioningRequest:
-        """Delete (cancel) a request. A job waiting for it backs off and retries at the next
-        cycle, as for a failure."""
-        return self._book().delete(key)
-
-    # -- provisioning: taken back after a restart ----------------------------------------------
-
-    def restore_provisioning(self, requests: Iterable[ProvisioningRequest]) -> None:
-        """ProvisioningRequests as they stood before a restart, with their conditions, nodes
-        and consumption; nothing is asked of the cloud."""
-        self._book().restore(requests)
-
-    def restore_check(self, job: JobId, state: CheckState, *, request: str = "",
-                      flavor: str = "", attempts: int = 0, made: int = 0,
-                      retry_at_s: float = 0.0, message: str = "") -> CheckRecord:
-        """A pending job's place in its queue's admission check, as before a restart. The job
-        was submitted again first (it is in its queue); where the check held quota for it (a
-        request made and not failed: Pending with a request, or Ready) the quota is reserved
-        again and the job leaves its queue, as does a job backing off or rejected. NotFoundError
-        when the job is not pending or its queue has no check; the request must be restored
-        first (``restore_provisioning``)."""
-        ac = self.ctx.checks
-        if ac is None or job not in self.queues:
-            raise NotFoundError(f"job {job} is not pending in a queue with an admission check")
-        p = self.queues.get(job)
-        assert p is not None
-        check = ac.check_for(p.queue)
-        if check is None:
-            raise NotFoundError(f"ClusterQueue {p.queue} has no admission check")
-        holds = bool(request) and state in (CheckState.PENDING, CheckState.READY)
-        rec = ac.restore_record(CheckRecord(
-            p.job, p.queue, check, ac.namespace(p.job), state, request, flavor,
-            request_demand(p.job, flavor) if holds else {}, attempts=attempts,
-            retry_at_s=retry_at_s, message=message, preemptions=p.preemptions), made)
-        if holds:
-            self.tree.add(p.queue, rec.demand)
-        if holds or state in (CheckState.RETRY, CheckState.REJECTED):
-            self.queues.remove(job)
-        return rec
-
-    def restore_requests_made(self, job: JobId, made: int) -> None:
-        """How many ProvisioningRequests a job had before a restart (read back from their
-        names): its next one is numbered past them."""
-        self._book().restore_made(job, made)
-
-    def restore_booking(self, job: JobId, request: str) -> Running:
-        """A running job taken back (``restore``) that runs on the nodes of ``request``: the
-        request stays until the job ends, and the job's run limit is what the booking left it
-        at its start."""
-        ac = self._book()
-        r = self.ctx.running.get(job)
-        if r is None:
-            raise NotFoundError(f"job {job} is not running")
-        req = ac.restore_booking(job, request, r.job)
-        ends = req.run_ends_s
-        if ends is not None:
-            left = max(0.0, ends - r.start_s)
-            if r.job.run_limit_s is None or left < r.job.run_limit_s:
-                r = replace(r, job=replace(r.job, run_limit_s=left))
-                self.ctx.running[job] = r
-        return r
 
     def use_measurements(self, model: LoadModel | None) -> None:
         """Place by measured use from ``model`` (``core.usage``) from the next cycle on, with a
         profile that names the measured plugins; None: by requests alone."""
-        self.ctx.usage = model
+        self._ctx.usage = model
 
     @property
-    def usage(self) -> LoadModel | None:
-        return self.ctx.usage
+    def measured_use(self) -> LoadModel | None:
+        """The load model placement reads (None: by requests alone)."""
+        return self._ctx.usage
 
     # -- decisions -------------------------------------------------------------------------
 
     def cycle(self, now_s: float) -> CycleResult:
-        return schedule(self.ctx, now_s)
+        return schedule(self._ctx, now_s)
 
     # -- views -----------------------------------------------------------------------------
 
     def running(self) -> list[Running]:
-        return list(self.ctx.running.values())
+        return list(self._ctx.running.values())
 
     def pending(self) -> list[Pending]:
         """Pending jobs: those in the queues, then those past quota waiting on an admission
         check (parked, with the check's state as the reason)."""
         out = self.queues.all()
-        ac = self.ctx.checks
+        ac = self._ctx.checks
         if ac is not None:
             for rec in ac.records():
                 if rec.job.id in self.queues:
@@ -434,11 +315,11 @@ class Scheduler:
     def run_limit_s(self, job: JobId) -> float | None:
         """The run limit a running job was admitted with: its own, or less when the
         provisioning booking it runs on ends sooner (``maxRunDurationSeconds``)."""
-        r = self.ctx.running.get(job)
+        r = self._ctx.running.get(job)
         return r.job.run_limit_s if r is not None else None
 
     def placements(self, job: JobId) -> tuple[Placement, ...]:
-        r = self.ctx.running.get(job)
+        r = self._ctx.running.get(job)
         return r.placements if r else ()
 
     def estimates(self, now_s: float, limit: int = 200) -> dict[JobId, tuple[int, float | None]]:
@@ -453,8 +334,8 @@ class Scheduler:
         Jobs of queues with a provisioning check start when the cloud delivers, which the core
         cannot know: they get a time only once their request is Provisioned (now: they start
         at the next cycle)."""
-        out = estimate(self.ctx, now_s, limit)
-        ac = self.ctx.checks
+        out = estimate(self._ctx, now_s, limit)
+        ac = self._ctx.checks
         if ac is not None:
             for p in self.queues.all():
                 if ac.check_for(p.queue) is not None and p.job.id in out:
@@ -473,65 +354,10 @@ class Scheduler:
     def expected_end_s(self, job: JobId) -> float | None:
         """When a running job is expected to end (its start plus its expected runtime, never
         past its run limit); None if it is not running."""
-        r = self.ctx.running.get(job)
+        r = self._ctx.running.get(job)
         if r is None:
             return None
-        end = r.start_s + self.ctx.runtimes(r.job)
+        end = r.start_s + self._ctx.runtimes(r.job)
         if r.job.run_limit_s is not None:
             end = min(end, r.start_s + r.job.run_limit_s)
         return end
-
-    # -- elastic GPU objects ------------------------------------------------------------------
-
-    def new_binder(self, classes: Iterable[ElasticGPUClass] = ()) -> Binder:
-        """A binder of ElasticGPU objects on this scheduler's cards, with its profile: jobs and
-        ElasticGPUs see each other's cards taken."""
-        return Binder(self.state, self.ctx.profile, classes)
-
-    # -- questions from outside schedulers (the extender) ----------------------------------
-
-    def validate(self, job: Job) -> None:
-        """InvalidJobError when no node of the cluster could ever hold ``job`` (the inventory
-        check of ``submit``, without its queue)."""
-        self.validator.check(job, self.state.table)
-
-    def admissible_form(self, job: Job) -> str | None:
-        """The form the job's queue would admit now: the name of one of its alternatives, ""
-        for its own request, None when no form fits now (flavors in the queue's order, the
-        job's own form first in each)."""
-        cq = self.queues.resolve(job.queue)
-        fit, _ = try_admit(job, cq, self.tree, self.state.snapshot(), self.ctx.profile)
-        return None if fit is None else fit.alternative
-
-    def feasible_nodes(self, task: Task) -> tuple[list[NodeName], Status]:
-        """The nodes that pass every filter of the profile for ``task`` now; when none does,
-        the Status says why, with counts."""
-        snap = self.state.snapshot()
-        rows, status = feasible(task, snap, self.ctx.profile)
-        return [snap.table.nodes[int(r)].name for r in rows], status
-
-    def node_scores(self, task: Task) -> dict[NodeName, float]:
-        """What each feasible node scores for ``task`` in the profile, 0..100 (the weighted
-        sum of ``place_task``, scaled back by the weights of the plugins that had a say)."""
-        snap = self.state.snapshot()
-        rows, _ = feasible(task, snap, self.ctx.profile)
-        if not rows.size:
-            return {}
-        scores = normalized_scores(task, snap, self.ctx.profile, rows)
-        return {snap.table.nodes[int(r)].name: float(s)
-                for r, s in zip(rows, scores, strict=True)}
-
-    def place_on(self, task: Task, node: NodeName) -> Placement:
-        """The placement of ``task`` on ``node`` (its cards chosen by the profile), without
-        assuming it; ConflictError when the node does not fit it now."""
-        snap = self.state.snapshot()
-        rows, status = feasible(task, snap, self.ctx.profile)
-        row = snap.table.index.get(node)
-        if row is None or row not in {int(r) for r in rows}:
-            raise ConflictError(f"pod no longer fits on {node}: {status.message}")
-        cs = CycleState(snap.table, snap.cache, pods=snap.pods)
-        shares = self.ctx.profile.cards.choose_cards(cs, task, row)
-        if shares is None:
-            raise ConflictError(f"no cards for the pod on {node}")
-        return Placement(task=task.id, job=task.job, node=node, cpu_milli=task.cpu_milli,
-                         memory_mib=task.memory_mib, shares=shares)

@@ -86,7 +86,7 @@ class CrdStatus:
         out: dict[str, dict[str, Any]] = {}
         for cq in sched.config.cluster_queues:
             usage: dict[str, dict[str, int]] = {}
-            for (flavor, resource), amount in sorted(sched.tree.usage(cq.name).items()):
+            for (flavor, resource), amount in sorted(sched.usage(cq.name).items()):
                 usage.setdefault(flavor or "any", {})[str(resource)] = int(amount)
             out[f"/apis/{API}/clusterqueues/{cq.name}/status"] = {
                 "pendingWorkloads": pending_cq[cq.name],
@@ -106,7 +106,7 @@ class CrdStatus:
             queues = members.get(c.name, set())
             total: dict[str, dict[str, int]] = {}
             for q in queues:
-                for (flavor, resource), amount in sched.tree.usage(q).items():
+                for (flavor, resource), amount in sched.usage(q).items():
                     res = total.setdefault(flavor or "any", {})
                     res[str(resource)] = res.get(str(resource), 0) + int(amount)
             out[f"/apis/{API}/cohorts/{c.name}/status"] = {

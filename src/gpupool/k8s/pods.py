@@ -98,14 +98,14 @@ class PodEvents(ControllerParts):
         affinity and topology spread."""
         node = (obj.get("spec") or {}).get("nodeName")
         assert self.sched is not None
-        pods_version = self.sched.state.pods.version
+        pods_version = self.sched.pods_version
         if event == "DELETED" or ended(obj) or not node or key in self.pod_job:
             self.usage.drop(key)
             self.sched.set_pod(key, None)  # the core counts a pod it holds by its placement
         else:
             self.usage.put(key, str(node), pod_usage(obj))
             self.sched.set_pod(key, NodeName(str(node)), pod_meta(obj))
-        if self.usage.changed or self.sched.state.pods.version != pods_version:
+        if self.usage.changed or self.sched.pods_version != pods_version:
             self._dirty.set()
 
     def _on_own_pod(self, event: str, key: str, obj: dict[str, Any]) -> None:
@@ -241,11 +241,11 @@ class PodEvents(ControllerParts):
         name = pod_queue(pod, self.opt.default_queue) or self.opt.default_queue
         for candidate in (f"{ns}/{name}", name):
             try:
-                self.sched.queues.resolve(candidate)
+                self.sched.resolve_queue(candidate)
                 return candidate
             except NotFoundError:
                 continue
-        self.sched.queues.resolve(name)  # raises, naming the known queues
+        self.sched.resolve_queue(name)  # raises, naming the known queues
         return name
 
     # -- admission ---------------------------------------------------------------------------

@@ -277,7 +277,7 @@ class ProvisioningAdapter(TakeBack):
 
     def _busy(self, name: str) -> bool:
         sched = self.controller.sched
-        return sched is not None and bool(sched.state.placements_on(NodeName(name)))
+        return sched is not None and bool(sched.placements_on(NodeName(name)))
 
     def _offer(self, node: Node) -> None:
         sched = self.controller.sched

@@ -92,12 +92,12 @@ class TakeBack:
         sched = self.controller.sched
         if sched is None:
             return None
-        p = sched.queues.get(marks.job)
-        r = sched.ctx.running.get(marks.job)
+        p = sched.pending_job(marks.job)
+        r = sched.running_job(marks.job)
         job = p.job if p is not None else r.job if r is not None else None
         if job is None:
             return None
-        fj = flavor_job(job, sched.tree.flavors.get(marks.flavor or "")) or job
+        fj = flavor_job(job, sched.flavor(marks.flavor or "")) or job
         return fj.pod_sets
 
     def _taken_back(self, sched: Scheduler, req: ProvisioningRequest) -> None:
@@ -148,7 +148,7 @@ class TakeBack:
             if marks is None:
                 continue
             info = ctl.jobs.get(marks.job)
-            r = sched.ctx.running.get(marks.job)
+            r = sched.running_job(marks.job)
             if info is not None and info.running and r is not None and \
                     self._consumes(info.pods) == key:
                 req = self._read(key, consumed_s=r.start_s)
@@ -166,7 +166,7 @@ class TakeBack:
         request, its older ones deleted, and its next request numbered past all of them."""
         sched = self.controller.sched
         checks = sched.checks if sched is not None else None
-        if sched is None or checks is None or job not in sched.queues:
+        if sched is None or checks is None or not sched.is_pending(job):
             return
         info = self.controller.jobs.get(job)
         made = 0
@@ -188,12 +188,11 @@ class TakeBack:
         obj = self.informer.cache.get(req.key) or {}
         marks = marks_of(obj)
         assert marks is not None
-        p = sched.queues.get(job)
+        p = sched.pending_job(job)
         assert p is not None
         flavor = marks.flavor
         if flavor is None:
-            cq = sched.tree.queues.get(p.queue)
-            flavor = cq.flavors[0].flavor if cq is not None and cq.flavors else ""
+            flavor = next(iter(sched.flavors_of(p.queue)), "")
         state = CheckState.READY if req.provisioned_s is not None and not req.ended \
             else CheckState.PENDING
         self._taken_back(sched, req)

@@ -30,20 +30,18 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field, replace
-from enum import StrEnum
+from dataclasses import replace
 
 import numpy as np
 import numpy.typing as npt
 
+from gpupool.core import run_cycle
 from gpupool.core.cluster import ClusterState
-from gpupool.core.cycle import run_cycle
 from gpupool.core.decisions import CycleResult
 from gpupool.core.errors import ConfigError, InvalidJobError
 from gpupool.core.mig import request_milli, share_milli
 from gpupool.core.model import (
     WHOLE_GPU_MILLI,
-    GpuKind,
     Job,
     JobId,
     Node,
@@ -53,122 +51,19 @@ from gpupool.core.model import (
 from gpupool.core.placement.framework import Profile
 from gpupool.core.table import NodeTable
 from gpupool.core.validation import Validator
+from gpupool.sim.engine_records import (
+    Event,
+    EventKind,
+    JobRecord,
+    LogEntry,
+    Series,
+    SimResult,
+    percentiles,
+)
+from gpupool.sim.parked import NO_SLOTS, ParkedIndex, fifo
 
-
-class EventKind(StrEnum):
-    ARRIVAL = "arrival"
-    COMPLETION = "completion"
-    NODE_JOINED = "node-joined"
-    NODE_REMOVED = "node-removed"
-    NODE_CORDONED = "node-cordoned"
-    NODE_UNCORDONED = "node-uncordoned"
-
-
-@dataclass(frozen=True, slots=True)
-class Event:
-    """One fact at one simulated time. ``run`` tells a completion which run of a job it ends,
-    so the completion of a run that a node removal cut short is ignored."""
-
-    time_s: float
-    kind: EventKind
-    job: Job | None = None
-    node: Node | None = None
-    name: NodeName | None = None
-    run: int = 0
-
-
-LogEntry = tuple[float, str, str, str]
-"""(time_s, what, job or node, detail): one line of the event log."""
-
-
-@dataclass(slots=True)
-class JobRecord:
-    """What happened to one job. Times are simulated seconds."""
-
-    id: JobId
-    submit_s: float
-    tasks: int
-    gpu_milli: int  # asked, over all tasks (MIG instances count as the share they stand for)
-    start_s: float | None = None  # first start
-    end_s: float | None = None
-    nodes: tuple[str, ...] = ()  # nodes of the last run
-    parks: int = 0  # cycles in which the job was offered and did not fit
-    first_reason: str = ""  # why it waited, as the first cycle that parked it said
-    last_reason: str = ""
-    restarts: int = 0  # runs cut short by a node leaving
-    rejected: str = ""  # why validation refused the job at submission ("" = accepted)
-
-    @property
-    def wait_s(self) -> float | None:
-        return None if self.start_s is None else self.start_s - self.submit_s
-
-    @property
-    def completed(self) -> bool:
-        return self.end_s is not None
-
-
-@dataclass(slots=True)
-class Series:
-    """One sample per batch, taken after its cycle: columns of equal length."""
-
-    time_s: list[float] = field(default_factory=list)
-    gpu_used_milli: list[int] = field(default_factory=list)
-    gpu_total_milli: list[int] = field(default_factory=list)
-    cpu_used_milli: list[int] = field(default_factory=list)
-    cpu_total_milli: list[int] = field(default_factory=list)
-    pending: list[int] = field(default_factory=list)
-    running: list[int] = field(default_factory=list)
-
-    def __len__(self) -> int:
-        return len(self.time_s)
-
-    def gpu_fraction(self) -> npt.NDArray[np.float64]:
-        used = np.asarray(self.gpu_used_milli, np.float64)
-        total = np.asarray(self.gpu_total_milli, np.float64)
-        return np.divide(used, total, out=np.zeros_like(used), where=total > 0)
-
-    def time_weighted_mean(self, values: npt.NDArray[np.float64]) -> float:
-        """Mean of a step function that holds each sample until the next one."""
-        t = np.asarray(self.time_s, np.float64)
-        if t.size == 0:
-            return 0.0
-        span = float(t[-1] - t[0])
-        if span <= 0:
-            return float(values.mean())
-        return float(np.sum(values[:-1] * np.diff(t)) / span)
-
-
-@dataclass(slots=True)
-class SimResult:
-    records: dict[JobId, JobRecord]
-    series: Series
-    log: list[LogEntry]
-    cycles: int
-    offers: int  # jobs offered to run_cycle, over all cycles
-    start_s: float
-    end_s: float
-
-    def started(self) -> list[JobRecord]:
-        return [r for r in self.records.values() if r.start_s is not None]
-
-    def waits_s(self) -> npt.NDArray[np.float64]:
-        return np.asarray([r.wait_s for r in self.started()], np.float64)
-
-    def gpu_hours(self) -> float:
-        """GPU time held by jobs, in GPU-hours (a half card for two hours is one)."""
-        total = 0.0
-        for r in self.records.values():
-            if r.start_s is not None and r.end_s is not None:
-                total += r.gpu_milli / WHOLE_GPU_MILLI * (r.end_s - r.start_s)
-        return total / 3600.0
-
-
-def percentiles(values: npt.NDArray[np.float64], qs: Iterable[int] = (50, 90, 99)) \
-        -> dict[str, float]:
-    """{"p50": ..., ...}; zeros for an empty array (no job started, nothing waited)."""
-    if values.size == 0:
-        return {f"p{q}": 0.0 for q in qs}
-    return {f"p{q}": float(np.percentile(values, q)) for q in qs}
+__all__ = ["Engine", "Event", "EventKind", "JobRecord", "ProgressFn", "Series", "SimResult",
+           "percentiles"]
 
 
 ProgressFn = Callable[[float], None]
@@ -210,7 +105,7 @@ class Engine:
         self._validator = Validator()
         self._jobs: dict[JobId, Job] = {}
         self._fresh: set[JobId] = set()  # arrived or requeued: offered in the next cycle
-        self._parked = _ParkedIndex()  # one-task jobs that did not fit
+        self._parked = ParkedIndex()  # one-task jobs that did not fit
         self._parked_gangs: set[JobId] = set()  # jobs of several tasks that did not fit
         self._running: dict[JobId, tuple[int, tuple[Placement, ...]]] = {}  # run no., tasks
         self._runs: dict[JobId, int] = {}
@@ -375,11 +270,11 @@ class Engine:
             direct |= self._parked_gangs
             self._parked_gangs.clear()
         self._fresh.clear()
-        hinted = _NO_SLOTS
+        hinted = NO_SLOTS
         if rows.size:
             hinted = self._parked.candidates(self.state.table, rows if self.hints else None)
         if direct or hinted.size:
-            first = sorted((self._jobs[j] for j in direct), key=_fifo)
+            first = sorted((self._jobs[j] for j in direct), key=fifo)
             result = run_cycle(self.state, self._offer(first, hinted, rows), self.profile)
             self.cycles += 1
             self._carry_out(result)
@@ -414,7 +309,7 @@ class Engine:
             job: Job | None = None
             if i < hinted.size:
                 job = self._jobs[parked.job_at(int(hinted[i]))]
-                if f < len(direct) and _fifo(direct[f]) < _fifo(job):
+                if f < len(direct) and fifo(direct[f]) < fifo(job):
                     job = None
             if job is not None:
                 parked.discard(job.id)
@@ -500,7 +395,7 @@ class Engine:
 
     def pending_jobs(self) -> list[Job]:
         ids = self._fresh | self._parked.ids() | self._parked_gangs
-        return sorted((self._jobs[j] for j in ids), key=_fifo)
+        return sorted((self._jobs[j] for j in ids), key=fifo)
 
     def running_placements(self) -> Iterator[Placement]:
         for _, placements in self._running.values():
@@ -509,10 +404,6 @@ class Engine:
     def gpu_allocated(self) -> tuple[int, int]:
         """(milli-GPU allocated, milli-GPU of capacity) right now."""
         return self._gpu_used, self._gpu_total
-
-
-def _fifo(job: Job) -> tuple[float, str]:
-    return job.submit_time_s, job.id
 
 
 def _placement_gpu_milli(p: Placement, table: NodeTable) -> int:
@@ -546,132 +437,3 @@ def _describe_binds(placements: tuple[Placement, ...]) -> str:
             for s in p.shares)
         parts.append(f"{p.node}[{cards}]" if cards else p.node)
     return " ".join(parts)
-
-
-_NONE, _WHOLE, _SLICE, _ALWAYS = 0, 1, 2, 3
-_NO_SLOTS = np.zeros(0, np.int64)
-
-
-class _ParkedIndex:
-    """Parked one-task jobs as numpy columns, to find in one pass which could fit a change.
-
-    The hint is a necessary condition checked against the rows that gained capacity:
-    schedulable, with the CPU and memory free, and enough fully free cards (whole GPUs) or one
-    card with the milli-GPU and MiB free (a slice). It ignores models, labels and taints, so it
-    may offer a job that still does not fit (the cycle then parks it again), never the reverse.
-    MIG requests always pass.
-    """
-
-    _COLUMNS = ("cpu", "mem", "kind", "count", "milli", "mib")
-
-    def __init__(self, capacity: int = 256) -> None:
-        self._slot: dict[JobId, int] = {}
-        self._ids: list[JobId | None] = []
-        self._keys: list[tuple[float, str]] = []
-        self._free: list[int] = []
-        self.submit: npt.NDArray[np.float64] = np.zeros(0, np.float64)
-        self.active: npt.NDArray[np.bool_] = np.zeros(0, np.bool_)
-        self.cpu: npt.NDArray[np.int64] = np.zeros(0, np.int64)
-        self.mem: npt.NDArray[np.int64] = np.zeros(0, np.int64)
-        self.kind: npt.NDArray[np.int64] = np.zeros(0, np.int64)
-        self.count: npt.NDArray[np.int64] = np.zeros(0, np.int64)
-        self.milli: npt.NDArray[np.int64] = np.zeros(0, np.int64)
-        self.mib: npt.NDArray[np.int64] = np.zeros(0, np.int64)
-        self._grow(capacity)
-
-    def _grow(self, capacity: int) -> None:
-        n = self.active.size
-        for name in (*self._COLUMNS, "submit", "active"):
-            old = getattr(self, name)
-            new = np.zeros(capacity, old.dtype)
-            new[:n] = old
-            setattr(self, name, new)
-
-    def __len__(self) -> int:
-        return len(self._slot)
-
-    def ids(self) -> set[JobId]:
-        return set(self._slot)
-
-    def job_at(self, slot: int) -> JobId:
-        job_id = self._ids[slot]
-        assert job_id is not None
-        return job_id
-
-    def add(self, job: Job) -> None:
-        if job.id in self._slot:
-            return
-        if self._free:
-            i = self._free.pop()
-        else:
-            i = len(self._ids)
-            self._ids.append(None)
-            self._keys.append((0.0, ""))
-            if i >= self.active.size:
-                self._grow(self.active.size * 2)
-        ps = job.pod_sets[0]
-        req = ps.gpu
-        kind = {GpuKind.NONE: _NONE, GpuKind.WHOLE: _WHOLE, GpuKind.SLICE: _SLICE}.get(
-            req.kind, _ALWAYS)
-        self.cpu[i], self.mem[i], self.kind[i] = ps.cpu_milli, ps.memory_mib, kind
-        self.count[i], self.milli[i], self.mib[i] = req.count, req.gpu_milli, req.memory_mib
-        self.submit[i] = job.submit_time_s
-        self.active[i] = True
-        self._ids[i] = job.id
-        self._keys[i] = _fifo(job)
-        self._slot[job.id] = i
-
-    def discard(self, job_id: JobId) -> None:
-        i = self._slot.pop(job_id, None)
-        if i is not None:
-            self.active[i] = False
-            self._ids[i] = None
-            self._free.append(i)
-
-    def candidates(self, t: NodeTable, rows: npt.NDArray[np.int64] | None) \
-            -> npt.NDArray[np.int64]:
-        """Slots of the parked jobs that pass the hint on ``rows`` (all of them when None),
-        in FIFO order."""
-        if not self._slot:
-            return _NO_SLOTS
-        slots = np.flatnonzero(self.active[: len(self._ids)])
-        if rows is not None:
-            slots = slots[self.could_fit(t, rows, slots)]
-        if slots.size <= 1:
-            return slots
-        slots = slots[np.argsort(self.submit[slots], kind="stable")]
-        same = np.flatnonzero(np.diff(self.submit[slots]) == 0)
-        if same.size:  # equal submit times: order those runs by id
-            keys = self._keys
-            out = slots.tolist()
-            start = 0
-            while start < len(out) - 1:
-                end = start
-                while end + 1 < len(out) and keys[out[end + 1]][0] == keys[out[start]][0]:
-                    end += 1
-                if end > start:
-                    out[start:end + 1] = sorted(out[start:end + 1], key=keys.__getitem__)
-                start = end + 1
-            slots = np.asarray(out, np.int64)
-        return slots
-
-    def could_fit(self, t: NodeTable, rows: npt.NDArray[np.int64],
-                  slots: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
-        """For each slot: might its job fit on one of ``rows``?"""
-        rows = rows[rows < t.n]
-        rows = rows[t.alive[rows] & t.schedulable[rows]]
-        if rows.size == 0 or slots.size == 0:
-            return np.zeros(slots.size, np.bool_)
-        kind = self.kind[slots]
-        ok = (self.cpu[slots, None] <= t.cpu_free[rows][None, :]) & \
-             (self.mem[slots, None] <= t.mem_free[rows][None, :])
-        whole = kind == _WHOLE
-        if whole.any():
-            ok[whole] &= self.count[slots[whole], None] <= t.free_whole[rows][None, :]
-        piece = kind == _SLICE
-        if piece.any():
-            s = slots[piece]
-            card = (t.free_milli[rows][None, :, :] >= self.milli[s, None, None]) & \
-                   (t.free_mib[rows][None, :, :] >= self.mib[s, None, None])
-            ok[piece] &= card.any(axis=2)
-        return np.asarray(ok.any(axis=1) | (kind == _ALWAYS), np.bool_)

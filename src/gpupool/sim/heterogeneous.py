@@ -81,7 +81,7 @@ class _Measured(_Run):
                 if s.mig_profile is None and not t.device(row, s.index).allows(
                         s.gpu_milli, s.memory_mib, int(t.gpu_mem_cap[row, s.index])):
                     self.forbidden += 1
-        running = self.sched.ctx.running.get(JobId(bind.job))
+        running = self.sched.running_job(JobId(bind.job))
         norm = int(running.demand.get(NORM, 0)) if running is not None else 0
         form = bind.alternative or "own"
         self.forms[form] = self.forms.get(form, 0) + 1

@@ -24,24 +24,44 @@ from __future__ import annotations
 
 import csv
 import json
-import math
-import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from matplotlib.axes import Axes
+from gpupool.sim.report_plots import (
+    BAND,
+    _new_figure,
+    _save,
+    plot_bars,
+    plot_frag,
+    plot_unallocated,
+    policy_color,
+)
+from gpupool.sim.report_stats import (
+    BINS,
+    ExperimentLike,
+    _num,
+    _percentile,
+    _seed_text,
+    curve_band,
+    curve_matrix,
+    group_by_policy,
+    point_stat,
+)
 
-BINS = 131
-"""Arrived-load bins: index = arrived GPU demand in % of cluster capacity, 0..130."""
+__all__ = ["BAND", "BINS", "CURVES_FILE", "FRAG_AT", "PLOT_BARS", "PLOT_FRAG",
+           "PLOT_UNALLOCATED", "REPORT_FILE", "SUMMARY_FILE", "TOLERANCE", "UNALLOCATED_AT",
+           "ExperimentLike", "_new_figure", "_save", "curve_band", "curve_matrix",
+           "dumps_summary", "group_by_policy", "plot_bars", "plot_frag", "plot_unallocated",
+           "point_stat", "policy_color", "render_report", "summarize", "write_curves",
+           "write_outputs"]
+
 UNALLOCATED_AT = (100, 130)
 FRAG_AT = (50, 80, 90)
 TOLERANCE = 0.5
 """Points of unallocated-GPU % within which a figure counts as reproducing a published one."""
-BAND = "25th-75th percentile over seeds"
 SUMMARY_FILE = "summary.json"
 REPORT_FILE = "report.md"
 CURVES_FILE = "curves.csv"
@@ -49,127 +69,8 @@ PLOT_UNALLOCATED = "unallocated_vs_load.png"
 PLOT_BARS = "unallocated_at_100.png"
 PLOT_FRAG = "frag_vs_load.png"
 
-_DIGITS = 4
-_COLORS = {
-    "random": "#7f7f7f",
-    "dotprod": "#9467bd",
-    "gpupacking": "#8c564b",
-    "gpuclustering": "#e377c2",
-    "bestfit": "#2ca02c",
-    "fgd": "#1f77b4",
-    "gpupool": "#d62728",
-}
-_SPARE_COLORS = ("#ff7f0e", "#17becf", "#bcbd22", "#393b79", "#637939", "#843c39")
-
-
-class ExperimentLike(Protocol):
-    """What this module reads from one experiment (``gpupool.sim.openb.ExperimentResult``)."""
-
-    @property
-    def trace(self) -> str: ...
-    @property
-    def policy(self) -> str: ...
-    @property
-    def seed(self) -> int: ...
-    @property
-    def nodes(self) -> int: ...
-    @property
-    def gpus(self) -> int: ...
-    @property
-    def unallocated_pct(self) -> np.ndarray: ...
-    @property
-    def frag_pct(self) -> np.ndarray: ...
-    @property
-    def wall_s(self) -> float: ...
-    @property
-    def decisions(self) -> int: ...
-    @property
-    def decision_us(self) -> np.ndarray: ...
-    @property
-    def placed(self) -> int: ...
-    @property
-    def failed(self) -> int: ...
-
-
-# ---------------------------------------------------------------------------------------------
-# Numbers
-
-
-def _num(x: float) -> float | None:
-    """A JSON-safe rounded float: NaN and infinities become ``None`` (``null``)."""
-    x = float(x)
-    if not math.isfinite(x):
-        return None
-    return round(x, _DIGITS) + 0.0  # + 0.0 turns -0.0 into 0.0
-
-
-def point_stat(values: Sequence[float] | np.ndarray) -> dict[str, Any]:
-    """Mean, sample sd (ddof=1, 0 for one value) and count of the finite values.
-
-    NaN marks a seed without data in the bin; it is left out. With no finite value at all,
-    mean and sd are ``None``.
-    """
-    arr = np.asarray(values, dtype=np.float64)
-    finite = arr[np.isfinite(arr)]
-    n = int(finite.size)
-    if n == 0:
-        return {"mean": None, "sd": None, "n": 0}
-    sd = float(np.std(finite, ddof=1)) if n > 1 else 0.0
-    return {"mean": _num(float(np.mean(finite))), "sd": _num(sd), "n": n}
-
-
-def curve_matrix(results: Sequence[ExperimentLike], metric: str) -> np.ndarray:
-    """Stack one metric's curves, one row per result, as float64 ``(len(results), BINS)``."""
-    rows = []
-    for r in results:
-        row = np.asarray(getattr(r, metric), dtype=np.float64)
-        if row.shape != (BINS,):
-            raise ValueError(
-                f"{r.policy} seed {r.seed}: {metric} has shape {row.shape}, expected ({BINS},)")
-        rows.append(row)
-    if not rows:
-        return np.full((0, BINS), np.nan)
-    return np.vstack(rows)
-
-
-def curve_band(matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Median, 25th and 75th percentile per bin over the rows, ignoring NaN.
-
-    A bin where no row has data stays NaN (and the plot shows a gap there).
-    """
-    if matrix.shape[0] == 0:
-        nan = np.full(matrix.shape[1], np.nan)
-        return nan, nan.copy(), nan.copy()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN bins: NaN is the answer
-        q = np.nanpercentile(matrix, [50.0, 25.0, 75.0], axis=0)
-    return q[0], q[1], q[2]
-
-
-def _percentile(samples: np.ndarray, q: float) -> float | None:
-    if samples.size == 0:
-        return None
-    return _num(float(np.percentile(samples, q)))
-
-
 # ---------------------------------------------------------------------------------------------
 # summary.json
-
-
-def group_by_policy(
-    results: Sequence[ExperimentLike], policies: Sequence[str] | None = None,
-) -> dict[str, list[ExperimentLike]]:
-    """Results per policy, policies in the given order (else first appearance), seeds sorted."""
-    order = list(policies) if policies is not None else []
-    for r in results:
-        if r.policy not in order:
-            order.append(r.policy)
-    groups: dict[str, list[ExperimentLike]] = {p: [] for p in order}
-    for r in results:
-        groups[r.policy].append(r)
-    for rs in groups.values():
-        rs.sort(key=lambda r: r.seed)
-    return {p: rs for p, rs in groups.items() if rs}
 
 
 def summarize(
@@ -293,15 +194,6 @@ def _fmt_stat(s: Mapping[str, Any], digits: int = 2) -> str:
         return "n/a"
     text = f"{s['mean']:.{digits}f} ± {s['sd']:.{digits}f}"
     return text
-
-
-def _seed_text(seeds: Sequence[int]) -> str:
-    if not seeds:
-        return "none"
-    s = sorted(seeds)
-    if len(s) > 2 and s == list(range(s[0], s[-1] + 1)):
-        return f"{s[0]}–{s[-1]} ({len(s)} seeds)"
-    return ", ".join(str(x) for x in s) + (f" ({len(s)} seeds)" if len(s) > 1 else " (1 seed)")
 
 
 def render_report(summary: Mapping[str, Any], plots: Sequence[str] = ()) -> str:
@@ -429,146 +321,6 @@ def write_curves(results: Sequence[ExperimentLike], path: Path,
 def _cell(x: float) -> str:
     v = _num(x)
     return "" if v is None else repr(v)
-
-
-# ---------------------------------------------------------------------------------------------
-# Plots
-
-
-def policy_color(name: str, order: Sequence[str]) -> str:
-    """A fixed colour per known policy; others take spare colours by their place in ``order``."""
-    if name in _COLORS:
-        return _COLORS[name]
-    unknown = [p for p in order if p not in _COLORS]
-    idx = unknown.index(name) if name in unknown else 0
-    return _SPARE_COLORS[idx % len(_SPARE_COLORS)]
-
-
-def _new_figure(width: float, height: float) -> Any:
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(width, height), dpi=110, layout="constrained")
-    FigureCanvasAgg(fig)
-    return fig
-
-
-def _save(fig: Any, path: Path) -> None:
-    # No "Software" chunk: the same curves give the same bytes whatever matplotlib's version.
-    fig.savefig(path, format="png", metadata={"Software": None})
-
-
-def _title_suffix(trace: str, seeds: Sequence[int]) -> str:
-    return f"openb {trace}, seeds {_seed_text(seeds)}"
-
-
-def _draw_curves(ax: Axes, groups: Mapping[str, Sequence[ExperimentLike]], metric: str) -> None:
-    x = np.arange(BINS)
-    order = list(groups)
-    for name, rs in groups.items():
-        med, lo, hi = curve_band(curve_matrix(rs, metric))
-        color = policy_color(name, order)
-        # gpupool is drawn wide and underneath, so a policy whose curve coincides with it
-        # still shows as a thin line inside the wide one.
-        ours = name == "gpupool"
-        ax.fill_between(x, lo, hi, color=color, alpha=0.18, linewidth=0)
-        ax.plot(x, med, color=color, linewidth=3.2 if ours else 1.4, label=name,
-                zorder=1.9 if ours else 2.0)
-    ax.axvline(100, color="black", linestyle="--", linewidth=0.9)
-    ax.grid(True, alpha=0.3)
-
-
-def plot_unallocated(results: Sequence[ExperimentLike], path: Path, *, trace: str,
-                     seeds: Sequence[int], policies: Sequence[str] | None = None) -> None:
-    """Unallocated GPUs % versus arrived load %, full range and the 80–130 % close-up."""
-    groups = group_by_policy(results, policies)
-    fig = _new_figure(13.0, 4.8)
-    full, zoom = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1.0, 1.0]})
-    for ax in (full, zoom):
-        _draw_curves(ax, groups, "unallocated_pct")
-        ax.set_xlabel("Arrived GPU demand (% of cluster GPU capacity)")
-        ax.set_ylabel("Unallocated GPUs (% of cluster capacity)")
-    full.set_xlim(0, 130)
-    full.set_ylim(0, 100)
-    full.set_title("Full range")
-    zoom.set_xlim(80, 130)
-    zoom.set_ylim(*_zoom_ylim(groups, 80))
-    zoom.set_title("Close-up, 80–130 %")
-    handles, labels = full.get_legend_handles_labels()
-    fig.legend(handles, labels, title="policy (median)", loc="outside right upper",
-               fontsize="small")
-    full.text(100, 97, " 100 %", va="top", ha="left", fontsize="small")
-    fig.suptitle(f"Unallocated GPUs vs arrived load — {_title_suffix(trace, seeds)}\n"
-                 f"median over seeds, band: {BAND}", fontsize="medium")
-    _save(fig, path)
-
-
-def _zoom_ylim(groups: Mapping[str, Sequence[ExperimentLike]], start: int) -> tuple[float, float]:
-    vals = [curve_band(curve_matrix(rs, "unallocated_pct"))[2][start:] for rs in groups.values()]
-    top = np.nanmax(np.concatenate(vals)) if vals and np.isfinite(np.concatenate(vals)).any() \
-        else 100.0
-    lows = [curve_band(curve_matrix(rs, "unallocated_pct"))[1][start:] for rs in groups.values()]
-    cat = np.concatenate(lows) if lows else np.zeros(0)
-    bottom = float(np.nanmin(cat)) if np.isfinite(cat).any() else 0.0
-    span = max(float(top) - bottom, 1.0)
-    return max(0.0, bottom - 0.05 * span), min(100.0, float(top) + 0.05 * span)
-
-
-def plot_bars(summary: Mapping[str, Any], path: Path) -> None:
-    """Unallocated GPUs % at 100 % arrived load: mean ± sd per policy, published as markers."""
-    pol: Mapping[str, Any] = summary["policies"]
-    names = list(pol)
-    means = [pol[n]["unallocated_gpu_pct"]["100"]["mean"] for n in names]
-    sds = [pol[n]["unallocated_gpu_pct"]["100"]["sd"] for n in names]
-    fig = _new_figure(max(5.5, 1.0 + 1.0 * len(names)), 4.6)
-    ax = fig.subplots()
-    x = np.arange(len(names))
-    heights = [np.nan if m is None else m for m in means]
-    errs = [0.0 if s is None else s for s in sds]
-    ax.bar(x, heights, yerr=errs, capsize=4, color=[policy_color(n, names) for n in names],
-           edgecolor="black", linewidth=0.6, label="ours: mean ± sd over seeds",
-           error_kw={"linewidth": 1.0})
-    pub = [pol[n]["published"]["unallocated_gpu_pct"]["100"] if "published" in pol[n] else None
-           for n in names]
-    pub_x = [i for i, v in enumerate(pub) if v is not None]
-    if pub_x:
-        ax.scatter(pub_x, [pub[i] for i in pub_x], marker="D", s=40, facecolor="white",
-                   edgecolor="black", linewidth=1.4, zorder=3,
-                   label="published (ATC'23 simulator)")
-    tops = [0.0]
-    for i, m in enumerate(means):
-        top = max(0.0 if m is None else m + errs[i], pub[i] or 0.0)
-        tops.append(top)
-        if m is not None:
-            ax.annotate(f"{m:.2f}", (x[i], top), textcoords="offset points", xytext=(0, 6),
-                        fontsize="small", ha="center", va="bottom")
-    ax.set_xticks(x, names, rotation=20 if len(names) > 5 else 0)
-    ax.set_xlabel("Policy")
-    ax.set_ylabel("Unallocated GPUs (% of cluster capacity)")
-    ax.set_ylim(0, max(max(tops) * 1.3, 1.0))
-    ax.grid(True, axis="y", alpha=0.3)
-    ax.legend(loc="upper right", fontsize="small")
-    ax.set_title("Unallocated GPUs at 100 % arrived load\n"
-                 f"{_title_suffix(summary['trace'], summary['seeds'])}", fontsize="medium")
-    _save(fig, path)
-
-
-def plot_frag(results: Sequence[ExperimentLike], path: Path, *, trace: str,
-              seeds: Sequence[int], policies: Sequence[str] | None = None) -> None:
-    """Fragmentation % of GPU capacity versus arrived load %."""
-    groups = group_by_policy(results, policies)
-    fig = _new_figure(8.5, 4.8)
-    ax = fig.subplots()
-    _draw_curves(ax, groups, "frag_pct")
-    ax.set_xlim(0, 130)
-    ax.set_ylim(bottom=0)
-    ax.set_xlabel("Arrived GPU demand (% of cluster GPU capacity)")
-    ax.set_ylabel("Fragmented GPU (% of cluster capacity)")
-    fig.legend(*ax.get_legend_handles_labels(), title="policy (median)",
-               loc="outside right upper", fontsize="small")
-    ax.set_title(f"GPU fragmentation vs arrived load — {_title_suffix(trace, seeds)}\n"
-                 f"median over seeds, band: {BAND}", fontsize="medium")
-    _save(fig, path)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -990,7 +990,7 @@ class _Run:
         """The GPUs a running job is charged, in milli-GPU: what the scheduler's quota books
         hold for it (a slice counts the larger of its compute and its memory share of the
         card), so delivery is measured as the scheduler accounts it."""
-        r = self.sched.ctx.running.get(jid)
+        r = self.sched.running_job(jid)
         if r is None:
             return self.jobs[jid].gpu_milli
         return sum(v for (_, res), v in r.demand.items() if res is Resource.GPU_MILLI)

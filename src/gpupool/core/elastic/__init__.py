@@ -1,6 +1,7 @@
 """Elastic GPU objects: ElasticGPU, ElasticGPUClaim, ElasticGPUClass and the binder."""
 
-from gpupool.core.elastic.binder import TASK_PREFIX, Binder, Release
+from gpupool.core.elastic.binder import Binder, Release
+from gpupool.core.elastic.classes import ElasticGPUClass
 from gpupool.core.elastic.objects import (
     CLASS_PARAMETERS,
     BindingMode,
@@ -10,7 +11,6 @@ from gpupool.core.elastic.objects import (
     ClaimRequests,
     ElasticGPU,
     ElasticGPUClaim,
-    ElasticGPUClass,
     GpuPhase,
     Provisioner,
     ReclaimPolicy,
@@ -19,6 +19,7 @@ from gpupool.core.elastic.objects import (
     Source,
 )
 from gpupool.core.elastic.recovery import Recovered, recover
+from gpupool.core.elastic.resolution import TASK_PREFIX
 from gpupool.core.elastic.tflops import (
     PEAK_TFLOPS,
     PRECISION,

@@ -33,48 +33,42 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 
-import numpy as np
-
 from gpupool.core.cluster import ClusterState
+from gpupool.core.elastic import making
+from gpupool.core.elastic.classes import ElasticGPUClass
 from gpupool.core.elastic.objects import (
     BindingMode,
-    Capacity,
     ClaimPhase,
     ClaimRef,
     ElasticGPU,
     ElasticGPUClaim,
-    ElasticGPUClass,
     GpuPhase,
     Provisioner,
     ReclaimPolicy,
-    RequestKind,
     ServingModel,
     Source,
 )
-from gpupool.core.elastic.tflops import PEAK_TFLOPS, convert, peak_tflops
+from gpupool.core.elastic.resolution import (
+    GPU_TOLERATION,
+    TASK_PREFIX,
+    Option,
+    Resolver,
+    task_of,
+)
 from gpupool.core.errors import ConfigError, ConflictError, InvalidJobError, NotFoundError
 from gpupool.core.model import (
     WHOLE_GPU_MILLI,
-    GpuRequest,
     GpuShare,
-    Job,
     JobId,
     NodeName,
     Placement,
     PodSet,
     Task,
     TaskId,
-    Toleration,
 )
-from gpupool.core.placement.framework import CycleState, Profile
-from gpupool.core.placement.place import feasible, place_task
+from gpupool.core.placement.framework import Profile
+from gpupool.core.placement.place import place_task
 from gpupool.core.placement.registry import default_profile
-from gpupool.core.snapshot import Snapshot
-from gpupool.core.validation import Validator
-
-TASK_PREFIX = "elasticgpu/"
-"""ElasticGPUs hold their capacity in the ClusterState as placements of task
-``elasticgpu/<ElasticGPU name>`` and job ``elasticgpu/<claim key>``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,23 +78,6 @@ class Release:
     claim: str
     deleted: tuple[str, ...]  # reclaimPolicy Delete: gone, capacity freed
     retained: tuple[str, ...]  # reclaimPolicy Retain: Released (or Failed), capacity held
-
-
-@dataclass(frozen=True, slots=True)
-class _Option:
-    """One way to serve a claim: a GPU request for the cluster, or remote cards."""
-
-    request: GpuRequest
-    remote_cards: int = 0
-    serving: ServingModel | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class _Profile:
-    name: str
-    gpu_milli: int
-    memory_mib: int
-    models: frozenset[str]
 
 
 class Binder:
@@ -114,8 +91,7 @@ class Binder:
         self._classes: dict[str, ElasticGPUClass] = {}
         self._claims: dict[str, ElasticGPUClaim] = {}
         self._gpus: dict[str, ElasticGPU] = {}
-        self._validator = Validator()
-        self._mig: tuple[int, dict[str, _Profile]] = (-1, {})
+        self._resolver = Resolver(state, self._classes)
         for c in classes:
             self.add_class(c)
 
@@ -243,7 +219,7 @@ class Binder:
                 if g.source is not Source.REMOTE and g.phase is not GpuPhase.FAILED:
                     owner = g.claim_ref.key if g.claim_ref is not None else "static"
                     g = self._take_card(g, owner)
-                    held.append(_task(g.name))
+                    held.append(task_of(g.name))
                 kept.append(g)
         except Exception:
             for t in held:
@@ -290,7 +266,7 @@ class Binder:
                 return old
             raise ConflictError(f"ElasticGPUClaim {claim.key} exists with other requests; "
                                 "claims do not change: delete it and create it again")
-        cls, options = self._resolve(claim)
+        cls, options = self._resolver.resolve(claim)
         serving = tuple(o.serving for o in options if o.serving is not None)
         c = ElasticGPUClaim(name=claim.name, namespace=claim.namespace,
                             requests=claim.requests, class_name=cls.name,
@@ -371,7 +347,7 @@ class Binder:
     def _fail(self, hit: list[ElasticGPU], why: str) -> list[ElasticGPUClaim]:
         lost: dict[str, ElasticGPUClaim] = {}
         for g in hit:
-            task = _task(g.name)
+            task = task_of(g.name)
             if self.state.placement(task) is not None:
                 self.state.forget(task)
             self._gpus[g.name] = replace(g, phase=GpuPhase.FAILED, message=why)
@@ -381,209 +357,12 @@ class Binder:
                     lost[c.key] = self._put(replace(c, phase=ClaimPhase.LOST, message=why))
         return list(lost.values())
 
-    # -- resolution: which class, which ways to serve ------------------------------------------
-
-    def _resolve(self, claim: ElasticGPUClaim) -> tuple[ElasticGPUClass, list[_Option]]:
-        who = f"ElasticGPUClaim {claim.key}"
-        if claim.requests.kind is RequestKind.TFLOPS:
-            for m in sorted(claim.requests.models):
-                if peak_tflops(m) is None:
-                    raise InvalidJobError(
-                        "requests.models", m, f"no published peak is known for model {m}, so "
-                        f"TFLOPS cannot be converted; known: {', '.join(sorted(PEAK_TFLOPS))}",
-                        job=who)
-        if claim.class_name:
-            cls = self._classes.get(claim.class_name)
-            if cls is None:
-                raise InvalidJobError("class_name", claim.class_name,
-                                      "no such ElasticGPUClass; known: "
-                                      + (", ".join(sorted(self._classes)) or "none"), job=who)
-            options, problem = self._options(claim, cls)
-            if problem is not None:
-                raise InvalidJobError(*problem, job=who)
-            return cls, options
-        reasons = []
-        for name in sorted(self._classes):
-            cls = self._classes[name]
-            options, problem = self._options(claim, cls)
-            if problem is None:
-                return cls, options
-            reasons.append(f"{name}: {problem[0]}={problem[1]!r}: {problem[2]}")
-        raise InvalidJobError("class_name", "", "no ElasticGPUClass can serve this claim"
-                              + (" (" + "; ".join(reasons) + ")" if reasons
-                                 else " (there are no classes)"), job=who)
-
-    def _options(self, claim: ElasticGPUClaim,
-                 cls: ElasticGPUClass) -> tuple[list[_Option], tuple[str, object, str] | None]:
-        """The ways ``cls`` can serve ``claim``, best first, or (field, value, rule) saying
-        why it never can."""
-        r = claim.requests
-        kind = r.kind
-        prov = cls.provisioner
-        allowed = r.models
-        if cls.models:
-            allowed = (allowed & cls.models) if allowed else cls.models
-            if not allowed:
-                return [], ("requests.models", sorted(r.models),
-                            f"class {cls.name} serves only {', '.join(sorted(cls.models))}")
-        whole_only = prov in (Provisioner.PHYSICAL, Provisioner.REMOTE)
-        if kind is RequestKind.CARDS and not whole_only:
-            makes = "slices of one card" if prov is Provisioner.HAMI_CORE else "MIG instances"
-            return [], ("requests.cards", r.cards,
-                        f"class {cls.name} (provisioner {prov}) makes {makes}; ask for "
-                        "gpu_milli + memory_mib, or use a physical class for cards")
-        if kind is RequestKind.SLICE and whole_only:
-            return [], ("requests.gpu_milli", r.gpu_milli,
-                        f"class {cls.name} (provisioner {prov}) makes whole "
-                        f"{'cards' if prov is Provisioner.PHYSICAL else 'remote GPUs'}; ask "
-                        "for cards, or use a hami-core or mig class for a slice")
-        if prov is Provisioner.REMOTE:
-            return self._remote_options(claim, cls)
-        options: list[_Option] = []
-        if kind is RequestKind.TFLOPS:
-            models, problem = self._tflops_models(r.tflops, allowed,
-                                                  sorted(self.state.table.models))
-            if problem is not None:
-                return [], problem
-            why: list[str] = []
-            for m in models:
-                share = convert(r.tflops, m)
-                assert share is not None
-                if prov is Provisioner.PHYSICAL:
-                    cards = share.cards or 1
-                    options.append(_Option(
-                        GpuRequest(count=cards, memory_mib=r.memory_mib, models=frozenset({m})),
-                        serving=ServingModel(m, share.peak_tflops, cards, 0)))
-                elif share.whole:
-                    why.append(f"{m} ({share.peak_tflops:g} TFLOPS a card) would need "
-                               f"{share.cards} cards")
-                elif prov is Provisioner.HAMI_CORE:
-                    options.append(_Option(
-                        GpuRequest(gpu_milli=share.gpu_milli, memory_mib=r.memory_mib,
-                                   models=frozenset({m})),
-                        serving=ServingModel(m, share.peak_tflops, 0, share.gpu_milli)))
-                else:
-                    for p in self._mig_fits(share.gpu_milli, r.memory_mib, frozenset({m}), cls):
-                        options.append(_Option(
-                            GpuRequest(mig_profile=p.name, models=frozenset({m})),
-                            serving=ServingModel(m, share.peak_tflops, 0, share.gpu_milli,
-                                                 p.name)))
-                        break
-            options.sort(key=lambda o: (o.serving.cards if o.serving else 0,
-                                        o.serving.peak_tflops if o.serving else 0.0))
-            if not options:
-                return [], ("requests.tflops", r.tflops,
-                            f"class {cls.name} (provisioner {prov}) cannot serve it on one "
-                            "card of any model here"
-                            + (": " + "; ".join(why) if why else ""))
-            field = "requests.tflops"
-        elif kind is RequestKind.CARDS:
-            options.append(_Option(GpuRequest(count=r.cards, memory_mib=r.memory_mib,
-                                              models=allowed)))
-            field = "requests.cards"
-        elif prov is Provisioner.HAMI_CORE:
-            options.append(_Option(GpuRequest(gpu_milli=r.gpu_milli, memory_mib=r.memory_mib,
-                                              models=allowed)))
-            field = "requests.gpu_milli"
-        else:
-            fits = self._mig_fits(r.gpu_milli, r.memory_mib, allowed, cls)
-            if not fits:
-                profiles = self._mig_profiles()
-                return [], ("requests", {"gpu_milli": r.gpu_milli, "memory_mib": r.memory_mib},
-                            f"no MIG profile here holds it (class {cls.name}); profiles here: "
-                            + (", ".join(f"{p.name} ({p.gpu_milli} milli, {p.memory_mib} MiB)"
-                                         for p in profiles.values()) or "none"))
-            options.extend(_Option(GpuRequest(mig_profile=p.name, models=allowed)) for p in fits)
-            field = "requests"
-        kept = []
-        last: InvalidJobError | None = None
-        for o in options:
-            try:
-                self._validator.check(_job(claim.key, o.request), self.state.table)
-            except InvalidJobError as exc:
-                last = exc
-                continue
-            kept.append(o)
-        if not kept:
-            assert last is not None
-            return [], (_claim_field(last.field, field), last.value, last.rule)
-        return kept, None
-
-    def _remote_options(self, claim: ElasticGPUClaim, cls: ElasticGPUClass) \
-            -> tuple[list[_Option], tuple[str, object, str] | None]:
-        r = claim.requests
-        model = cls.parameters["model"]
-        count = int(cls.parameters["count"])
-        memory = int(cls.parameters["memoryMib"])
-        if r.memory_mib > memory:
-            return [], ("requests.memory_mib", r.memory_mib,
-                        f"remote pool {cls.parameters['pool']} has {memory} MiB GPUs")
-        if r.kind is RequestKind.TFLOPS:
-            models, problem = self._tflops_models(r.tflops, frozenset({model}), [model])
-            if problem is not None:
-                return [], problem
-            share = convert(r.tflops, models[0])
-            assert share is not None
-            cards = share.cards or 1
-            serving: ServingModel | None = ServingModel(model, share.peak_tflops, cards, 0)
-            field = "requests.tflops"
-            value: object = r.tflops
-        else:
-            cards, serving, field, value = r.cards, None, "requests.cards", r.cards
-        if cards > count:
-            return [], (field, value, f"remote pool {cls.parameters['pool']} has {count} GPUs; "
-                                      f"this needs {cards}")
-        return [_Option(GpuRequest(count=cards), remote_cards=cards, serving=serving)], None
-
-    def _tflops_models(self, tflops: float, allowed: frozenset[str], here: list[str]) \
-            -> tuple[list[str], tuple[str, object, str] | None]:
-        known = ", ".join(sorted(PEAK_TFLOPS))
-        if allowed:
-            for m in sorted(allowed):
-                if peak_tflops(m) is None:
-                    return [], ("requests.models", m,
-                                f"no published peak is known for model {m}, so TFLOPS cannot "
-                                f"be converted; known: {known}")
-            models = sorted(m for m in allowed if m in here) or sorted(allowed)
-        else:
-            models = [m for m in here if peak_tflops(m) is not None]
-            if not models:
-                return [], ("requests.tflops", tflops,
-                            "no GPU model here has a published peak to convert TFLOPS with "
-                            f"(models here: {', '.join(here) or 'none'}; known: {known})")
-        return models, None
-
-    def _mig_profiles(self) -> dict[str, _Profile]:
-        t = self.state.table
-        if self._mig[0] == t.version:
-            return self._mig[1]
-        found: dict[str, _Profile] = {}
-        for i in t.live().tolist():
-            for g in t.nodes[i].gpus:
-                for inst in g.mig:
-                    p = found.get(inst.profile)
-                    models = (p.models if p else frozenset()) | {g.model}
-                    found[inst.profile] = _Profile(inst.profile, inst.gpu_milli,
-                                                   inst.memory_mib, models)
-        ordered = dict(sorted(found.items(), key=lambda kv: (kv[1].gpu_milli,
-                                                             kv[1].memory_mib, kv[0])))
-        self._mig = (t.version, ordered)
-        return ordered
-
-    def _mig_fits(self, milli: int, mib: int, models: frozenset[str],
-                  cls: ElasticGPUClass) -> list[_Profile]:
-        """MIG profiles that hold ``milli`` and ``mib``, smallest first."""
-        return [p for p in self._mig_profiles().values()
-                if p.gpu_milli >= milli and p.memory_mib >= mib
-                and (not models or p.models & models)
-                and (not cls.profiles or p.name in cls.profiles)]
-
     # -- binding -----------------------------------------------------------------------------
 
     def _bind(self, c: ElasticGPUClaim, cls: ElasticGPUClass, node: str | None) \
             -> ElasticGPUClaim:
         try:
-            options, problem = self._options(c, cls)
+            options, problem = self._resolver.options(c, cls)
         except InvalidJobError as exc:  # pragma: no cover - options never raise
             problem, options = (exc.field, exc.value, exc.rule), []
         if problem is not None:
@@ -610,7 +389,7 @@ class Binder:
                                  elastic_gpus=tuple(g.name for g in gpus), node=node,
                                  message=""))
 
-    def _match(self, cls: ElasticGPUClass, o: _Option, node: str | None) -> list[ElasticGPU]:
+    def _match(self, cls: ElasticGPUClass, o: Option, node: str | None) -> list[ElasticGPU]:
         """Available ElasticGPUs of the class that serve the option: the smallest that does."""
         req = o.request
         free = [g for g in self._gpus.values()
@@ -641,7 +420,7 @@ class Binder:
         fits.sort(key=lambda g: (g.capacity.gpu_milli, g.capacity.memory_mib, g.name))
         return fits[:1]
 
-    def _provision(self, c: ElasticGPUClaim, cls: ElasticGPUClass, o: _Option,
+    def _provision(self, c: ElasticGPUClaim, cls: ElasticGPUClass, o: Option,
                    node: str | None) -> tuple[list[ElasticGPU], str]:
         if cls.provisioner is Provisioner.REMOTE:
             return self._provision_remote(c, cls, o)
@@ -653,33 +432,16 @@ class Binder:
             p, status = place_task(task, snap, self.profile)
             why = status.message
         else:
-            p, why = self._place_on(task, snap, NodeName(node))
+            p, why = making.place_on(task, snap, NodeName(node), self.profile)
         if p is None:
             return [], why
         names = self._names(c, len(p.shares))
-        row = self.state.table.row(p.node)
-        cards = {g.index: g for g in self.state.table.nodes[row].gpus}
-        made = []
+        made = making.on_cards(p, names, cls, self.state.table)
         held: list[TaskId] = []
         try:
-            for name, share in zip(names, p.shares, strict=True):
-                card = cards[share.index]
-                if share.mig_profile is not None:
-                    inst = next(i for i in card.mig if i.profile == share.mig_profile)
-                    cap = (inst.gpu_milli, inst.memory_mib)
-                else:
-                    cap = (share.gpu_milli, share.memory_mib)
-                self._hold(name, c.key, p.node, share)
-                held.append(_task(name))
-                peak = peak_tflops(card.model)
-                made.append(ElasticGPU(
-                    name=name, source=cls.source, model=card.model,
-                    capacity=Capacity(cap[0], cap[1],
-                                      None if peak is None else
-                                      round(peak * cap[0] / WHOLE_GPU_MILLI, 3)),
-                    node=p.node, card=share.index, uuid=card.uuid,
-                    mig_profile=share.mig_profile, class_name=cls.name,
-                    reclaim_policy=cls.reclaim_policy))
+            for g, share in zip(made, p.shares, strict=True):
+                self._hold(g.name, c.key, p.node, share)
+                held.append(task_of(g.name))
         except Exception:
             for t in held:
                 self.state.forget(t)
@@ -688,40 +450,14 @@ class Binder:
             self._gpus[g.name] = g
         return made, ""
 
-    def _place_on(self, task: Task, snap: Snapshot, node: NodeName) \
-            -> tuple[Placement | None, str]:
-        rows, status = feasible(task, snap, self.profile)
-        row = snap.table.row(node)
-        if not np.any(rows == row):
-            return None, f"node {node} cannot hold it now ({status.message or 'taken'})"
-        cs = CycleState(snap.table, snap.cache)
-        shares = self.profile.cards.choose_cards(cs, task, row)
-        if shares is None:
-            return None, f"node {node}: no cards chosen"
-        return Placement(task.id, task.job, node, 0, 0, shares), ""
-
     def _provision_remote(self, c: ElasticGPUClaim, cls: ElasticGPUClass,
-                          o: _Option) -> tuple[list[ElasticGPU], str]:
-        pool = cls.parameters["pool"]
-        count = int(cls.parameters["count"])
-        used = {g.card for g in self._gpus.values()
-                if g.source is Source.REMOTE and g.pool == pool}
-        free = [i for i in range(count) if i not in used][: o.remote_cards]
-        if len(free) < o.remote_cards:
-            return [], (f"remote pool {pool} has {count - len(used)} of its {count} GPUs free; "
-                        f"{o.remote_cards} needed")
-        model = cls.parameters["model"]
-        peak = peak_tflops(model)
-        memory = int(cls.parameters["memoryMib"])
-        made = [ElasticGPU(
-            name=name, source=Source.REMOTE, model=model,
-            capacity=Capacity(WHOLE_GPU_MILLI, memory, peak), pool=pool, card=i,
-            endpoint=cls.parameters.get("endpoint", ""), class_name=cls.name,
-            reclaim_policy=cls.reclaim_policy)
-            for name, i in zip(self._names(c, len(free)), free, strict=True)]
+                          o: Option) -> tuple[list[ElasticGPU], str]:
+        taken = {g.card for g in self._gpus.values()
+                 if g.source is Source.REMOTE and g.pool == cls.parameters["pool"]}
+        made, why = making.remote(cls, o, taken, lambda n: self._names(c, n))
         for g in made:
             self._gpus[g.name] = g
-        return made, ""
+        return made, why
 
     # -- small helpers -------------------------------------------------------------------------
 
@@ -738,12 +474,12 @@ class Binder:
             k += 1
 
     def _hold(self, name: str, owner: str, node: NodeName, share: GpuShare) -> None:
-        p = Placement(_task(name), JobId(f"{TASK_PREFIX}{owner}"), node, 0, 0, (share,))
+        p = Placement(task_of(name), JobId(f"{TASK_PREFIX}{owner}"), node, 0, 0, (share,))
         self.state.assume(p)
         self.state.confirm(p.task)
 
     def _drop(self, g: ElasticGPU) -> None:
-        task = _task(g.name)
+        task = task_of(g.name)
         if g.source is not Source.REMOTE and self.state.placement(task) is not None:
             self.state.forget(task)
         del self._gpus[g.name]
@@ -754,31 +490,6 @@ class Binder:
 
     def __iter__(self) -> Iterator[ElasticGPUClaim]:
         return iter(self.claims())
-
-
-GPU_TOLERATION = Toleration("nvidia.com/gpu", "Exists")
-"""What an ElasticGPU is made for is a pod asking for GPUs, which tolerates the usual
-``nvidia.com/gpu`` taint of GPU nodes (Kubernetes' ExtendedResourceToleration); every other
-taint still keeps ElasticGPUs away."""
-
-
-def _task(name: str) -> TaskId:
-    return TaskId(f"{TASK_PREFIX}{name}")
-
-
-def _job(key: str, request: GpuRequest) -> Job:
-    return Job(JobId(f"{TASK_PREFIX}{key}"), (PodSet("claim", 1, 0, 0, gpu=request,
-                                                          tolerations=(GPU_TOLERATION,)),))
-
-
-_FIELDS = {"gpu.count": "requests.cards", "gpu.gpu_milli": "requests.gpu_milli",
-           "gpu.memory_mib": "requests.memory_mib", "gpu.models": "requests.models"}
-
-
-def _claim_field(job_field: str, default: str) -> str:
-    """A validator's ``pod_sets[0].gpu.count`` as the claim's ``requests.cards``."""
-    tail = job_field.split(".", 1)[1] if job_field.startswith("pod_sets[") else job_field
-    return _FIELDS.get(tail, default)
 
 
 def _unique_serving(items: tuple[ServingModel, ...]) -> tuple[ServingModel, ...]:

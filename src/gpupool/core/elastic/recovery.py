@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from gpupool.core.cluster import ClusterState
-from gpupool.core.elastic.binder import TASK_PREFIX, Binder
+from gpupool.core.elastic.binder import Binder
 from gpupool.core.elastic.objects import (
     ClaimPhase,
     ElasticGPU,
@@ -21,6 +21,7 @@ from gpupool.core.elastic.objects import (
     GpuPhase,
     Source,
 )
+from gpupool.core.elastic.resolution import TASK_PREFIX
 from gpupool.core.errors import ConflictError, NotFoundError
 from gpupool.core.model import TaskId
 

@@ -130,7 +130,7 @@ class KueueController(Controller):
         ns = str((pod.get("metadata") or {}).get("namespace", "default"))
         key = local_queue(self.sched.config, ns, queue)
         if self.enforce_selectors:
-            cq = self.sched.queues.resolve(key)
+            cq = self.sched.resolve_queue(key)
             if cq in self.selectors:
                 admits(cq, self.selectors[cq], ns, self.namespace_labels.get(ns, {}))
         return key
