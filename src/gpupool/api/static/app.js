@@ -865,7 +865,18 @@
       `<dt>used</dt><dd>${card.usedMilli} milli · ${card.usedMib} MiB of ` +
       `${card.memoryMib} MiB</dd><dt>free</dt><dd>${esc(free)}</dd>` +
       (card.nvlinkPeers.length ? `<dt>NVLink</dt><dd>GPU ${card.nvlinkPeers.join(", ")}</dd>`
-        : "") + "</dl>" + holders;
+        : "") + measuredLine(card.measured) + "</dl>" + holders;
+  }
+
+  // Placement by measured use: what the card is measured to do, beside what is requested.
+  function measuredLine(m) {
+    if (!m) return "";
+    if (!m.fresh) return "<dt>measured</dt><dd>no fresh sample: placed by requests</dd>";
+    const util = m.utilPct == null ? "" : `, p90 ${num(m.utilPct, 1)}% busy`;
+    const fb = m.usedMib == null ? "" : ` · FB ${m.usedMib} MiB used` +
+      (m.freeMib == null ? "" : `, ${m.freeMib} MiB free`);
+    const age = m.ageSeconds == null ? "" : ` · ${num(m.ageSeconds, 0)} s old`;
+    return `<dt>measured</dt><dd>${num(m.loadMilli / 10, 1)}% load${util}${fb}${age}</dd>`;
   }
 
   let hovered = null;
