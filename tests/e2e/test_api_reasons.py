@@ -76,14 +76,15 @@ def test_the_gpu_clause_leads_when_a_job_is_short_of_gpus_and_cpus() -> None:
 
 
 def test_a_flavors_clause_counts_its_own_nodes_and_opens_with_the_cause(tmp_path: Path) -> None:
-    """research/llm: h100 first, then a100 (3 nodes of 12). A gang of two 8-GPU pods takes
-    the h100 quota; vision's 2-GPU jobs hold part of every A100 node; the next gang is told
+    """research/llm: h100 first, then a100 (3 nodes of 12). Two 8-GPU jobs take the h100
+    quota; vision's 2-GPU jobs (CPU-heavy: two to a node) hold part of every A100 node, within
+    vision's GPU quota, so llm may still borrow what it needs there; the next 8-GPU job is told
     about the 3 A100 nodes, not about the 9 others that merely lack the a100 label (which,
     being most, led the clause)."""
     plane = make_plane(tmp_path / "state.db", Wall())
     for i in range(4):
-        plane.submit(job_doc(f"g{i}", gpus=8, count=2, duration="10h"))
-    for i in range(10):
+        plane.submit(job_doc(f"g{i}", gpus=8, duration="10h"))
+    for i in range(6):
         plane.submit(job_doc(f"v{i}", "research", "vision", gpus=2, cpu=60, duration="10h"))
     plane.tick()
     plane.tick()
