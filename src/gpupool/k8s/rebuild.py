@@ -20,6 +20,7 @@ from typing import Any
 from gpupool.core.errors import GpupoolError, InvalidJobError, NotFoundError
 from gpupool.core.model import JobId, Node
 from gpupool.core.scheduler import Scheduler
+from gpupool.k8s.bindhost import scheduling_profile
 from gpupool.k8s.constraints import pod_constraints
 from gpupool.k8s.jobs import JobInfo, job_for_pods
 from gpupool.k8s.parts import ControllerParts
@@ -60,7 +61,9 @@ class Rebuild(ControllerParts):
         nodes = self._translate_nodes()
         self.nodes_by_name = {n.name: n for n in nodes}
         self._inventory = None
-        self.sched = Scheduler(nodes, self.config)
+        self.sched = Scheduler(nodes, self.config,
+                               profile=scheduling_profile(self.opt.node_lock,
+                                                          self.opt.bind_queue_weight))
         for d in (self.jobs, self.pod_job, self.requests, self.constraints, self.gangs,
                   self.rejected, self.deferred, self.gated):
             d.clear()
