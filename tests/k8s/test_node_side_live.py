@@ -139,6 +139,33 @@ def test_a_thousand_pods_in_gangs_of_eight(control_plane: ControlPlane) -> None:
     live(control_plane, body)
 
 
+@pytest.mark.parametrize("weight", [1.0, 0.0])
+def test_a_burst_spreads_over_nodes_whose_lock_queue_is_short(control_plane: ControlPlane,
+                                                              weight: float) -> None:
+    """Eight half-card pods at once onto two empty 8-card nodes: packing alone stacks all
+    eight behind one node's lock (weight 0); the bind-queue score puts the burst on both."""
+    half = {"nvidia.com/gpu": 1, "nvidia.com/gpucores": 50, "nvidia.com/gpumem": 16000}
+
+    async def body(kube: Kube) -> None:
+        for i in range(2):
+            await make_node(kube, f"gpu-{i}", gpus=8)
+        async with fleet(kube) as f, running(kube, default_config(),
+                                             bind_queue_weight=weight):
+            await asyncio.gather(*(make_pod(kube, f"b{i}", ns=NS, limits=half, cpu="100m",
+                                            memory="128Mi") for i in range(8)))
+            await all_running(kube, f, 8, prefix="b")
+            await f.settle()
+            clean_run(f)
+            nodes = [p["spec"]["nodeName"] for p in await list_pods(kube, NS)]
+            assert len(nodes) == 8
+            if weight:
+                assert set(nodes) == {"gpu-0", "gpu-1"}, nodes
+            else:
+                assert len(set(nodes)) == 1, nodes
+
+    live(control_plane, body)
+
+
 def test_slices_from_several_containers_and_init_containers(
         control_plane: ControlPlane) -> None:
     async def body(kube: Kube) -> None:

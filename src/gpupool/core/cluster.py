@@ -53,6 +53,10 @@ class ClusterState:
         """CPU and memory that pods placed by others hold on the node (absolute)."""
         self.table.set_outside(name, cpu_milli, memory_mib)
 
+    def set_binds_in_flight(self, name: NodeName, count: int) -> None:
+        """How many GPU placements on the node the adapter is still binding (absolute)."""
+        self.table.set_binds_in_flight(name, count)
+
     def set_pod(self, key: str, node: NodeName | None, meta: PodMeta | None = None) -> None:
         """A pod placed by others on ``node`` (None, or no ``meta``: it left)."""
         if node is None or meta is None:

@@ -257,6 +257,20 @@ class Scheduler(ProvisioningFacts, SchedulerQueries):
         if freed:
             self.queues.wake()
 
+    def set_binds_in_flight(self, name: NodeName, count: int) -> None:
+        """How many GPU placements on the node are still being bound (an adapter whose binds
+        go one at a time per node, as under HAMi's node lock, says so before each cycle);
+        read by the ``bind-queue`` score."""
+        self.state.set_binds_in_flight(name, max(0, count))
+
+    def binds_in_flight(self) -> dict[NodeName, int]:
+        """The nodes whose count of GPU binds in flight is not 0, with it (what the adapter
+        last said plus the GPU placements taken since)."""
+        t = self.state.table
+        live = t.live()
+        rows = live[t.binds_in_flight[live] > 0]
+        return {t.nodes[i].name: int(t.binds_in_flight[i]) for i in rows.tolist()}
+
     def set_pod(self, key: str, node: NodeName | None, meta: PodMeta | None = None) -> None:
         """A pod this scheduler does not place, on ``node`` with ``meta`` (its namespace,
         labels, anti-affinity), as pod affinity and topology spread count it; ``node`` None:

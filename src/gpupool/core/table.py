@@ -37,6 +37,7 @@ _ROW_COLUMNS = (
     "cpu_cap", "cpu_free", "mem_cap", "mem_free", "cpu_outside", "mem_outside",
     "schedulable", "alive", "gpu_count",
     "free_whole", "rank", "milli_total", "milli_free", "max_free_milli", "max_free_mib",
+    "binds_in_flight",
 )
 _KIND_COLUMNS = ("tasks_by_kind",)
 _CELL_COLUMNS = (
@@ -87,6 +88,9 @@ class NodeTable:
         self.mem_outside: I64 = np.zeros(capacity, np.int64)
         self.schedulable: Bool = np.zeros(capacity, np.bool_)
         self.alive: Bool = np.zeros(capacity, np.bool_)
+        # GPU placements whose bind is still being carried out on the node (the adapter
+        # says how many; each GPU placement taken adds one until it next says)
+        self.binds_in_flight: I64 = np.zeros(capacity, np.int64)
         self.gpu_count: I64 = np.zeros(capacity, np.int64)
         self.free_whole: I64 = np.zeros(capacity, np.int64)
         self.rank: I64 = np.zeros(capacity, np.int64)
@@ -191,6 +195,14 @@ class NodeTable:
         self._stamp(i)
         return i
 
+    def set_binds_in_flight(self, name: NodeName, count: int) -> int:
+        """How many placements on a node are still being bound (absolute)."""
+        i = self.row(name)
+        if self.binds_in_flight[i] != count:
+            self.binds_in_flight[i] = count
+            self._stamp(i)
+        return i
+
     def remove_node(self, name: NodeName) -> int:
         i = self.row(name)
         self.alive[i] = False
@@ -284,6 +296,8 @@ class NodeTable:
                 self.used_mib[i, s.index] += sign * s.memory_mib
                 self.holders[i, s.index] += sign
         self.tasks_by_kind[i, task_kind(p)] += sign
+        if p.shares:
+            self.binds_in_flight[i] = max(0, int(self.binds_in_flight[i]) + sign)
         self._derive(i)
         return i
 

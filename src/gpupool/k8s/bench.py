@@ -7,6 +7,9 @@ asking for half a card each (``nvidia.com/gpucores: 50``, ``nvidia.com/gpumem: 1
 watches them. A pod counts as bound when the watch shows its ``spec.nodeName``. Pods are
 created as fast as the API server takes them (32 requests in flight), or at ``--rate`` pods
 per second (open loop: pod i is sent at i / rate seconds, however slow earlier ones were).
+``nodes_used`` and ``most_pods_on_a_node`` say how the measured pods spread: under HAMi's
+node lock a node binds one GPU pod at a time, so the most pods on one node bounds how long
+the last of a burst waits.
 
 With node agents (``--node-agents``, the default) every node also has an emulated kubelet
 and HAMi device plugin (:mod:`gpupool.k8s.nodeagent`, running in this process): bound pods are
@@ -41,6 +44,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from typing import Any
 
 import numpy as np
@@ -139,7 +143,8 @@ async def run_bench(kubeconfig: str | None, nodes: int, gpus: int, pods: int, ns
                     scheduler: str = "gpupool", timeout_s: float = 300.0,
                     profile: str | None = None, rate: float = 0.0,
                     external: bool = False, node_agents: bool = True,
-                    other_cpu_pct: float = 0.0) -> dict[str, Any]:
+                    other_cpu_pct: float = 0.0,
+                    bind_queue_weight: float | None = None) -> dict[str, Any]:
     """``external``: start no gpupool; another scheduler (kube-scheduler, for a baseline)
     binds pods of ``scheduler``, which then ask for ``nvidia.com/gpu: 1`` alone (the only
     GPU resource the fake nodes advertise, so kube-scheduler can count it).
@@ -179,6 +184,8 @@ async def run_bench(kubeconfig: str | None, nodes: int, gpus: int, pods: int, ns
         spawn = not external
         cmd = [sys.executable, *prof, "-m", "gpupool.k8s", "run", "--no-leader-elect",
                "--scheduler-name", scheduler]
+        if bind_queue_weight is not None:
+            cmd += ["--bind-queue-weight", str(bind_queue_weight)]
         if kubeconfig:
             cmd += ["--kubeconfig", kubeconfig]
         if spawn:
@@ -186,6 +193,7 @@ async def run_bench(kubeconfig: str | None, nodes: int, gpus: int, pods: int, ns
                                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
         created: dict[str, float] = {}
         bound: dict[str, float] = {}
+        bound_to: dict[str, str] = {}
         ignored: set[str] = set()
         done = asyncio.Event()
         listed = await kube.request("GET", f"/api/v1/namespaces/{ns}/pods")
@@ -205,6 +213,7 @@ async def run_bench(kubeconfig: str | None, nodes: int, gpus: int, pods: int, ns
                         if name and obj.get("spec", {}).get("nodeName") and \
                                 name not in bound and name not in ignored:
                             bound[name] = time.perf_counter()
+                            bound_to[name] = str(obj["spec"]["nodeName"])
                             if len(bound) >= pods and "warmup" not in bound:
                                 done.set()
                                 return
@@ -250,6 +259,7 @@ async def run_bench(kubeconfig: str | None, nodes: int, gpus: int, pods: int, ns
         names = sorted(n for n in bound if n in created)
         lat = np.array([bound[n] - created[n] for n in names]) * 1000.0
         slow = [(names[i], round(float(lat[i]), 1)) for i in np.argsort(-lat)[:5]]
+        per_node = Counter(bound_to[n] for n in names)
         last = max(bound.values()) if bound else t0
         wall = last - t0
         node_side: dict[str, Any] = dict.fromkeys(
@@ -273,7 +283,10 @@ async def run_bench(kubeconfig: str | None, nodes: int, gpus: int, pods: int, ns
                 "p99": round(float(np.percentile(lat, 99)), 1) if lat.size else None,
                 "max": round(float(lat.max()), 1) if lat.size else None},
             "slowest": slow,
+            "nodes_used": len(per_node),
+            "most_pods_on_a_node": max(per_node.values(), default=0),
             "node_agents": node_agents, "other_cpu_pct": other_cpu_pct,
+            "bind_queue_weight": None if external else bind_queue_weight,
             **node_side,
         }
     finally:
@@ -327,6 +340,8 @@ def bench_command(args: argparse.Namespace) -> int:
         return scale_command(args)
     common: dict[str, Any] = {"rate": args.rate, "node_agents": args.node_agents,
                               "other_cpu_pct": args.other_cpu_pct}
+    if args.bind_queue_weight is not None:
+        common["bind_queue_weight"] = args.bind_queue_weight
     if args.compare_kube_scheduler:
         if args.external:
             raise ConfigError("--compare-kube-scheduler measures gpupool and then "

@@ -20,7 +20,15 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from gpupool.core.model import Placement
+from gpupool.core.errors import ConfigError
+from gpupool.core.model import NodeName, Placement
+from gpupool.core.placement.framework import Profile
+from gpupool.core.placement.registry import (
+    DEFAULT_SCORES,
+    MEASURED_SCORES,
+    default_profile,
+    measured_profile,
+)
 from gpupool.k8s.binding import BindItem, BindOutcome
 from gpupool.k8s.jobs import JobInfo
 from gpupool.k8s.kube import ApiError
@@ -34,7 +42,30 @@ from gpupool.k8s.translate import (
 )
 from gpupool.k8s.vendors import vendor_annotations
 
-__all__ = ["BindHost"]
+__all__ = ["BIND_QUEUE_WEIGHT", "BindHost", "scheduling_profile"]
+
+BIND_QUEUE_WEIGHT = 1.0
+"""The ``bind-queue`` score's weight against ``binpack``'s 1 (see ``core/placement/plugins/
+bind_queue.py``): under the node lock a node binds one GPU pod at a time."""
+
+
+def scheduling_profile(node_lock: bool, weight: float = BIND_QUEUE_WEIGHT, *,
+                       measured_hot_pct: float | None = None) -> Profile:
+    """The core's profile for the cluster: the default (or, with ``measured_hot_pct``, the
+    measured-use profile: ``core.placement.registry.measured_profile``), plus the
+    ``bind-queue`` score at ``weight`` when binds take HAMi's node lock (a burst spreads over
+    nodes whose lock queues are short instead of waiting in line behind the fullest)."""
+    if weight < 0:
+        raise ConfigError(f"--bind-queue-weight={weight} must be at least 0",
+                          field="bind_queue_weight", value=weight, rule="at least 0")
+    queue = {"bind-queue": weight} if node_lock and weight > 0 else {}
+    if measured_hot_pct is not None:
+        return measured_profile(hot_pct=measured_hot_pct,
+                                scores={**DEFAULT_SCORES, **MEASURED_SCORES, **queue})
+    if not queue:
+        return default_profile()
+    return default_profile(scores={**DEFAULT_SCORES, **queue})
+
 
 log = logging.getLogger("gpupool.k8s")
 
@@ -65,6 +96,20 @@ class BindHost(ControllerParts):
             k.endswith("-devices-to-allocate") for k in annotations)
         return BindItem(key=key, uid=uid, node=str(p.node), annotations=annotations,
                         lock=self.opt.node_lock and devices, job=str(info.id))
+
+    def _report_binds_in_flight(self) -> None:
+        """Before a cycle: each node's locked binds still to make, for the ``bind-queue``
+        score (nodes whose queue emptied since the last report go back to 0)."""
+        if self.sched is None:
+            return
+        now = self.binder.in_flight()
+        counted = self.sched.binds_in_flight()
+        for name in counted:
+            if name not in now:
+                self.sched.set_binds_in_flight(name, 0)
+        for node, count in now.items():
+            if node in self.nodes_by_name and counted.get(NodeName(node)) != count:
+                self.sched.set_binds_in_flight(NodeName(node), count)
 
     def pod_alive(self, key: str, uid: str) -> bool:
         """The binder asks before it waits for a lock and before it binds: is the pod the

@@ -167,6 +167,11 @@ class Binder:
     def queued(self, node: str) -> int:
         return len(self._queues.get(node, ()))
 
+    def in_flight(self) -> dict[str, int]:
+        """Per node with locked binds to make: how many (those queued, and the one its
+        worker is on)."""
+        return {node: len(self._queues.get(node, ())) + 1 for node in self._workers}
+
     def node_changed(self, node: str) -> None:
         """The node object changed (its lock may be gone): wake its queue."""
         ev = self._node_changed.get(node)

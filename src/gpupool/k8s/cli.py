@@ -31,6 +31,10 @@ def add_parsers(sub: Any) -> None:
                      help="seconds between renewals (default 2)")
     run.add_argument("--annotate-first", action="store_true",
                      help="patch HAMi's annotations in a write of their own before binding")
+    run.add_argument("--bind-queue-weight", type=float, default=1.0, metavar="W",
+                     help="weight of the bind-queue score against binpack's 1: GPU pods "
+                          "prefer nodes with fewer binds waiting for HAMi's node lock "
+                          "(default 1; 0 turns it off)")
     run.add_argument("--extender-for", action="append", default=[], metavar="SCHEDULER",
                      help="track cards of pods this scheduler binds through gpupool's "
                           "extender (e.g. default-scheduler); repeatable")
@@ -81,6 +85,8 @@ def add_parsers(sub: Any) -> None:
     bench.add_argument("--other-cpu-pct", type=float, default=0.0, metavar="PCT",
                        help="bind one pod of another scheduler to each node first, holding "
                             "this percentage of its CPU (default 0; needs the node agents)")
+    bench.add_argument("--bind-queue-weight", type=float, default=None, metavar="W",
+                       help="passed to gpupool k8s run (default: its own)")
     bench.add_argument("--compare-kube-scheduler", metavar="BINARY", default="",
                        help="after gpupool's run, start this kube-scheduler binary and "
                             "measure it on the same pods (as --external does) in the same "

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpupool.core.decisions import Bind
-from gpupool.core.errors import GpupoolError, NotFoundError
+from gpupool.core.errors import ConfigError, GpupoolError, NotFoundError
 from gpupool.core.model import JobId, Node, NodeName
 from gpupool.core.quota import QueueConfig
 from gpupool.core.scheduler import Scheduler
@@ -87,6 +87,15 @@ class Options:
     renew_s: float = 2.0
     node_lock: bool = True
     """Take HAMi's node lock (``hami.io/mutex.lock``) before binding a pod with devices."""
+    bind_queue_weight: float = 1.0
+    """Weight of the ``bind-queue`` score (against ``binpack``'s 1) with the node lock; 0:
+    none, a burst packs as tightly as an idle cluster."""
+
+    def __post_init__(self) -> None:
+        if self.bind_queue_weight < 0:
+            raise ConfigError(f"--bind-queue-weight={self.bind_queue_weight} must be at least "
+                              "0", field="bind_queue_weight", value=self.bind_queue_weight,
+                              rule="at least 0")
     lock_expire_s: float = LOCK_EXPIRE_S  # HAMi's HAMI_NODELOCK_EXPIRE
     backoff_initial_s: float = 1.0  # a pod whose bind was refused waits this, doubling
     backoff_max_s: float = 10.0  # each time up to this (kube-scheduler's defaults)
@@ -333,6 +342,7 @@ class Controller(PodEvents, Rebuild, BindHost):
     def cycle(self) -> None:
         assert self.sched is not None
         self._apply_usage()
+        self._report_binds_in_flight()
         now = self.clock()
         result = self.sched.cycle(now)
         self.stats.cycles += 1

@@ -71,6 +71,7 @@ def options_from_args(args: argparse.Namespace) -> Options:
                    lease_s=getattr(args, "lease_duration", 15.0),
                    renew_s=getattr(args, "renew_interval", 2.0),
                    annotate_first=getattr(args, "annotate_first", False),
+                   bind_queue_weight=getattr(args, "bind_queue_weight", 1.0),
                    foreign_schedulers=tuple(getattr(args, "extender_for", ())), **extra)
 
 

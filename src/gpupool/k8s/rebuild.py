@@ -19,8 +19,8 @@ from typing import Any
 
 from gpupool.core.errors import GpupoolError, InvalidJobError, NotFoundError
 from gpupool.core.model import JobId, Node
-from gpupool.core.placement.registry import measured_profile
 from gpupool.core.scheduler import Scheduler
+from gpupool.k8s.bindhost import scheduling_profile
 from gpupool.k8s.constraints import pod_constraints
 from gpupool.k8s.jobs import JobInfo, job_for_pods
 from gpupool.k8s.parts import ControllerParts
@@ -62,8 +62,9 @@ class Rebuild(ControllerParts):
         self.nodes_by_name = {n.name: n for n in nodes}
         self._inventory = None
         measured = getattr(self, "measured", None)
-        self.sched = Scheduler(nodes, self.config, None if measured is None else
-                               measured_profile(hot_pct=self.opt.hot_pct))
+        self.sched = Scheduler(nodes, self.config, profile=scheduling_profile(
+            self.opt.node_lock, self.opt.bind_queue_weight,
+            measured_hot_pct=None if measured is None else self.opt.hot_pct))
         if measured is not None:  # the model outlives schedulers: its samples stay valid
             self.sched.use_measurements(measured.model)
         for d in (self.jobs, self.pod_job, self.requests, self.constraints, self.gangs,

@@ -8,6 +8,7 @@ from typing import Any
 from gpupool.core.errors import ConfigError
 from gpupool.core.placement.framework import Profile, Registry
 from gpupool.core.placement.plugins.bestfit import BestFitScore
+from gpupool.core.placement.plugins.bind_queue import BindQueue
 from gpupool.core.placement.plugins.binpack import BinPack, Spread
 from gpupool.core.placement.plugins.cards import BestFitCards
 from gpupool.core.placement.plugins.dotprod import DotProdScore
@@ -56,7 +57,7 @@ def builtin_registry() -> Registry:
         GpuFit, BinPack, Spread, BestFitCards, FgdScore, BestFitScore, DotProdScore,
         GpuPackingScore, GpuClusteringScore, RandomFit, GpupoolScore, PodAffinity,
         PodAntiAffinity, PodTopologySpread, PodAffinityPreference, PodTopologySpreadPreference,
-        NodeAffinityPreference,
+        NodeAffinityPreference, BindQueue,
         MeasuredMemory, HotCardSpread, TargetLoadPacking, MeasuredCards,
     ])
 
