@@ -77,7 +77,7 @@ def test_nvidia_cards_keep_the_slice_as_asked_and_the_table_stays_plain() -> Non
 def test_a_whole_only_card_never_gets_a_slice_but_takes_whole_requests() -> None:
     state = ClusterState([node("w", cards=cards(DeviceClass("acme", Division.WHOLE)))])
     p, status = place(state, "slice", share(100, 1000))
-    assert p is None and "no GPU with 100 milli" in status.message
+    assert p is None and "no GPU with 10% of a card" in status.message
     p, _ = place(state, "card", whole(1))
     assert p is not None and p.shares[0].gpu_milli == 1000
 

@@ -60,7 +60,7 @@ def test_fair_share_preemption_judges_by_the_fair_orders_key() -> None:
     _one_gpu_jobs(s2, "b", 2, 0.0)
     _one_gpu_jobs(s2, "c", 5, 0.0)
     s2.cycle(0)
-    s2.ctx.history = ShareHistory(3600.0)
+    s2._ctx.history = ShareHistory(3600.0)
     _one_gpu_jobs(s2, "b", 1, 36_000.0, "-next")
     assert [e.reason.split(":")[0] for e in s2.cycle(36_000).evicts] == ["fair-share"]
 
