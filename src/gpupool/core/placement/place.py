@@ -72,17 +72,18 @@ def place_task(task: Task, snap: Snapshot, profile: Profile) -> tuple[Placement 
     ), Status.ok()
 
 
-def weighted_scores(cs: CycleState, task: Task, rows: Rows,
-                    profile: Profile) -> tuple[np.ndarray, float]:
+def weighted_scores(cs: CycleState, task: Task, rows: Rows, profile: Profile,
+                    scale: bool = False) -> tuple[np.ndarray, float]:
     """The profile's weighted score sum per row (each plugin scores 0..100, times its
-    weight), and the sum of the weights of the plugins that scored some row above 0: the
-    scale of the sum, where a plugin with nothing to say everywhere does not shrink it."""
+    weight), and with ``scale`` the sum of the weights of the plugins that scored some row
+    above 0: the scale of the sum, where a plugin with nothing to say everywhere does not
+    shrink it (0.0 without ``scale``: placement needs only the order)."""
     total = np.zeros(rows.size, np.float64)
     weights = 0.0
     for plugin, weight in profile.scores:
         score = plugin.score(cs, task, rows)
         total += weight * score
-        if np.any(score):
+        if scale and np.any(score):
             weights += weight
     return total, weights
 
@@ -92,7 +93,7 @@ def normalized_scores(task: Task, snap: Snapshot, profile: Profile,
     """``weighted_scores`` scaled back to 0..100 per row: what a node scores for ``task`` in
     the profile, as an outside scheduler (kube-scheduler's extender prioritize) is told."""
     cs = CycleState(snap.table, snap.cache, pods=snap.pods)
-    total, weights = weighted_scores(cs, task, rows, profile)
+    total, weights = weighted_scores(cs, task, rows, profile, scale=True)
     return total / (weights or 1.0)
 
 
