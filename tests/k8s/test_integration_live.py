@@ -321,6 +321,30 @@ def test_gpupool_run_follows_crd_changes(control_plane: ControlPlane, tmp_path: 
         await wait_for(both, 30, "the second pod bound after the quota was raised")
         await wait_for(lambda: _has(status(kube), admittedWorkloads=2, pendingWorkloads=0),
                        20, "status 2 admitted")
+        # a bad edit (a flavor no ResourceFlavor names): the object is marked, the last
+        # configuration stays in use, scheduling goes on, nothing restarts
+        bad = CRD_QUEUES.replace("QUOTA", "3").replace("- name: any", "- name: missing")
+        control_plane.kubectl("apply", "-f", "-", stdin=bad)
+
+        async def marked() -> list[str]:
+            evs = (await kube.request("GET", "/api/v1/namespaces/default/events")).get(
+                "items") or []
+            return [e["message"] for e in evs if e.get("reason") == "InvalidConfiguration"
+                    and e["involvedObject"].get("name") == "lab"]
+
+        msgs = await wait_for(marked, 30, "the bad ClusterQueue marked with an Event")
+        assert any("missing" in m and "flavors[0].name" in m for m in msgs), msgs
+        await make_pod(kube, "l2", ns=NS, limits={"nvidia.com/gpu": 1},
+                       labels={"gpupool.io/queue": "lab"})
+        await wait_for(lambda: _has(status(kube), pendingWorkloads=1), 20, "l2 pending")
+        assert await n_bound() == 2  # the last good quota (2) holds
+        control_plane.kubectl("apply", "-f", "-", stdin=CRD_QUEUES.replace("QUOTA", "3"))
+
+        async def three() -> bool:
+            return await n_bound() == 3
+
+        await wait_for(three, 30, "the third pod bound once the fixed quota of 3 applied")
+        assert proc.poll() is None
 
     try:
         live(control_plane, body)

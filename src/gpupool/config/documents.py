@@ -94,18 +94,23 @@ class Document:
             label = f"{label}, line {self.line}" if label else f"line {self.line}"
         return f"{self.source}: document {self.index}" + (f" ({label})" if label else "")
 
+    @property
+    def identity(self) -> tuple[str, str] | None:
+        """(kind, name) when the document names both."""
+        return (self.kind, self.name) if self.kind and self.name else None
+
     def error(self, path: str, value: object, rule: str) -> ConfigError:
         """A ConfigError for ``path=value rule`` in this document."""
         return ConfigError(f"{self.where}: {field_text(path, value, rule)}", field=path,
-                           value=value, rule=rule, where=self.where)
+                           value=value, rule=rule, where=self.where, document=self.identity)
 
     def problem(self, text: str, cause: ConfigError | None = None) -> ConfigError:
         """A ConfigError for a problem already worded (``text`` names the field); the
         structure of ``cause``, when given, is kept."""
         if cause is not None and cause.field is not None:
             return ConfigError(f"{self.where}: {text}", field=cause.field, value=cause.value,
-                               rule=cause.rule, where=self.where)
-        return ConfigError(f"{self.where}: {text}", where=self.where)
+                               rule=cause.rule, where=self.where, document=self.identity)
+        return ConfigError(f"{self.where}: {text}", where=self.where, document=self.identity)
 
 
 def check_api_version(doc: Document, allowed: tuple[str, ...]) -> None:

@@ -30,12 +30,16 @@ class ConfigError(GpupoolError):
     """
 
     def __init__(self, message: str, *, field: str | None = None, value: object = None,
-                 rule: str | None = None, where: str | None = None) -> None:
+                 rule: str | None = None, where: str | None = None,
+                 document: tuple[str, str] | None = None) -> None:
         super().__init__(message)
         self.field = field
         self.value = value
         self.rule = rule
         self.where = where
+        self.document = document
+        """(kind, name) of the object the problem is in, where it is one (``namespace/name``
+        for a namespaced one), so that its object can be marked."""
 
 
 class InvalidJobError(GpupoolError):

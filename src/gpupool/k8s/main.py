@@ -22,16 +22,17 @@ import signal
 from typing import Any
 
 from gpupool.config import load_queue_config
-from gpupool.core.errors import ConfigError
+from gpupool.core.errors import ConfigError, ConflictError
 from gpupool.core.quota import ClusterQueue, LocalQueue, QueueConfig
 from gpupool.k8s.controller import Controller, Options
-from gpupool.k8s.crd import CRD_KINDS, CrdStatus, queue_documents
+from gpupool.k8s.crd import API, CRD_KINDS, CrdStatus, queue_documents
 from gpupool.k8s.dra_live import announce_dra
 from gpupool.k8s.elastic import ElasticController
 from gpupool.k8s.informer import Informer
 from gpupool.k8s.kube import ApiError, Kube
 from gpupool.k8s.kueue import KueueController, KueueSource
 from gpupool.k8s.provisioning import ProvisioningAdapter
+from gpupool.k8s.reconfigure import apply_config
 from gpupool.k8s.translate import ResourceNames
 
 __all__ = ["default_config", "load_crd_config", "options_from_args", "run_command"]
@@ -97,12 +98,20 @@ async def _run(args: argparse.Namespace) -> int:
             elif kueue is not None:
                 config, use_crds = await kueue.start(), False
             else:
-                config, use_crds = await load_crd_config(kube, args.default_queue)
+                try:
+                    config, use_crds = await load_crd_config(kube, args.default_queue)
+                except ConfigError as exc:  # never down for a bad object: wait for a fix
+                    log.error("gpupool.io queue objects: %s; no queue admits anything until "
+                              "they load", exc)
+                    config, use_crds = default_config(args.default_queue), True
             controller = (KueueController if kueue is not None else Controller)(
                 kube, config, options_from_args(args))
             servers = await _serve(args, controller)
-            reload = asyncio.Event()
-            watchers = [asyncio.create_task(_watch_crds(kube, reload))] if use_crds else []
+            changed = asyncio.Event()
+            watchers = [asyncio.create_task(_watch_crds(kube, changed)),
+                        asyncio.create_task(_apply_crds(kube, controller, changed,
+                                                        args.default_queue))
+                        ] if use_crds else []
             status = CrdStatus(kube, controller) if use_crds else None
             if status is not None:
                 watchers.append(asyncio.create_task(status.run()))
@@ -119,18 +128,14 @@ async def _run(args: argparse.Namespace) -> int:
                 watchers.append(asyncio.create_task(elastic.run()))
             runner = asyncio.create_task(controller.run())
             stopper = asyncio.create_task(stop.wait())
-            reloader = asyncio.create_task(reload.wait())
-            done, _ = await asyncio.wait({runner, stopper, reloader},
-                                         return_when=asyncio.FIRST_COMPLETED)
-            for t in (runner, stopper, reloader, *watchers):
+            done, _ = await asyncio.wait({runner, stopper}, return_when=asyncio.FIRST_COMPLETED)
+            for t in (runner, stopper, *watchers):
                 t.cancel()
-            await asyncio.gather(runner, stopper, reloader, *watchers, return_exceptions=True)
+            await asyncio.gather(runner, stopper, *watchers, return_exceptions=True)
             for s in servers:
                 await s.cleanup()
             if runner in done and runner.exception() is not None:
                 raise runner.exception()  # type: ignore[misc]
-            if reloader in done:
-                log.info("queue objects changed: rebuilding")
     finally:
         await kube.close()
     return 0
@@ -148,13 +153,57 @@ async def _has_elastic_crds(kube: Kube) -> bool:
     return True
 
 
-async def _watch_crds(kube: Kube, reload: asyncio.Event) -> None:
-    """Sets ``reload`` on any change to a gpupool queue object after the first list."""
+async def _apply_crds(kube: Kube, controller: Controller, changed: asyncio.Event,
+                      default_queue: str) -> None:
+    """Applies changes to gpupool's queue objects in place (``k8s/reconfigure.py``): no
+    informer, server or Lease restarts. Objects that do not load, or a configuration the
+    scheduler refuses, leave the last configuration in use, said in the log (and on the
+    objects by ``CrdStatus``)."""
+    while True:
+        await changed.wait()
+        await asyncio.sleep(0.5)  # a burst of edits: one build
+        changed.clear()
+        try:
+            config, _ = await load_crd_config(kube, default_queue)
+        except ConfigError as exc:
+            log.error("gpupool.io queue objects: %s; the last configuration stays", exc)
+            _mark_bad(controller, exc)
+            continue
+        except ApiError as exc:
+            log.warning("gpupool.io queue objects not read (%s); trying again", exc)
+            changed.set()
+            await asyncio.sleep(2.0)
+            continue
+        try:
+            apply_config(controller, config, "gpupool.io queue objects")
+        except ConflictError:
+            pass  # logged; the last configuration stays
+        except ConfigError as exc:  # logged; the last configuration stays
+            _mark_bad(controller, exc)
+
+
+def _mark_bad(controller: Controller, exc: ConfigError) -> None:
+    """A Warning Event ``InvalidConfiguration`` on the object a ConfigError names (the field,
+    value and rule when it has them); nothing when it names none."""
+    if exc.document is None:
+        return
+    kind, name = exc.document
+    namespace, _, short = name.rpartition("/")
+    meta = {"name": short, **({"namespace": namespace} if namespace else {})}
+    what = (f"{exc.field}={exc.value!r}: {exc.rule}" if exc.field and exc.rule
+            else str(exc))
+    controller.status.record({"apiVersion": API, "kind": kind, "metadata": meta}, "Warning",
+                             "InvalidConfiguration",
+                             f"{what}; gpupool keeps its last valid queue configuration")
+
+
+async def _watch_crds(kube: Kube, dirty: asyncio.Event) -> None:
+    """Sets ``dirty`` on any change to a gpupool queue object after the first list."""
     synced = False
 
     def changed(event: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
-        if synced and (old is None or (obj.get("spec") != old.get("spec"))):
-            reload.set()
+        if synced and (event == "DELETED" or old is None or obj.get("spec") != old.get("spec")):
+            dirty.set()
 
     informers = [Informer(kube, f"/apis/gpupool.io/v1alpha1/{plural}", changed, name=plural)
                  for plural in CRD_KINDS.values()]

@@ -20,7 +20,6 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from gpupool.core.errors import NotFoundError
 from gpupool.k8s import slim
 from gpupool.k8s.controller import Controller
 from gpupool.k8s.informer import Informer, object_key
@@ -32,6 +31,7 @@ from gpupool.k8s.kueue.workloads import (
     workload_labels,
     workload_priority,
 )
+from gpupool.k8s.reconfigure import readmit
 from gpupool.k8s.translate import PodRequest
 
 __all__ = ["KueueController"]
@@ -71,7 +71,7 @@ class KueueController(Controller):
         before = self.namespace_labels.get(name)
         self.namespace_labels[name] = labels
         if before is not None and before != labels and self.sched is not None:
-            self.readmit()  # a selector may match it now
+            readmit(self)  # a selector may match it now
 
     async def _listable(self, path: str, what: str) -> bool:
         try:  # may this service account list them? (RBAC: deploy/)
@@ -102,23 +102,6 @@ class KueueController(Controller):
                 t.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.gather(*tasks, return_exceptions=True)
-
-    def readmit(self) -> None:
-        """Pods refused because their queue did not exist or did not admit their namespace,
-        whose queue now does: offered again."""
-        for key, reason in list(self.rejected.items()):
-            if "does not exist" not in reason and "does not admit" not in reason:
-                continue
-            pod = self.pod_informer.cache.get(key)
-            if pod is None:
-                continue
-            try:
-                self.resolve_queue(pod)
-            except NotFoundError:
-                continue
-            del self.rejected[key]
-            self._admit(key)
-        self.wake()
 
     def resolve_queue(self, pod: Mapping[str, Any]) -> str:
         """``namespace/name`` of the pod's LocalQueue; NotFoundError when its namespace has no

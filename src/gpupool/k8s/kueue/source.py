@@ -43,6 +43,7 @@ from gpupool.k8s.kube import MERGE_PATCH, ApiError, Kube
 from gpupool.k8s.kueue.objects import GROUP, KINDS, Built, Key, QueueObjects
 from gpupool.k8s.kueue.pods import KueueController
 from gpupool.k8s.lease import micro_time
+from gpupool.k8s.reconfigure import apply_config
 
 if TYPE_CHECKING:
     from gpupool.k8s.controller import Controller
@@ -224,36 +225,18 @@ class KueueSource:
         if built is None or built.config == self.config:
             return False
         ctl = self.controller
-        if ctl is not None and ctl.sched is not None:
+        if ctl is not None:
+            selectors, ctl.selectors = ctl.selectors, self._selectors()
             try:
-                dropped = ctl.sched.update_config(built.config)
-            except (ConfigError, ConflictError) as exc:
-                log.error("Kueue objects: %s; the last configuration stays", exc)
+                apply_config(ctl, built.config, "Kueue objects")
+            except (ConfigError, ConflictError):
+                ctl.selectors = selectors
                 self.store.applied = previous
                 return False
-            self.applied += 1
-            self._requeue(ctl, [p.job.id for p in dropped])
-        self.config = built.config
-        if ctl is not None:
-            ctl.config = built.config
-            ctl.selectors = self._selectors()
             if ctl.sched is not None:
-                ctl.readmit()
-        log.info("Kueue objects: configuration applied (%d cluster queues, %d local queues)",
-                 len(built.config.cluster_queues), len(built.config.local_queues))
+                self.applied += 1
+        self.config = built.config
         return True
-
-    @staticmethod
-    def _requeue(ctl: Controller, jobs: list[Any]) -> None:
-        """Pods of jobs whose queue is gone: refused with the reason (and offered again by
-        :meth:`_readmit` once their queue is back)."""
-        for job in jobs:
-            info = ctl.jobs.pop(job, None)
-            if info is None:
-                continue
-            for key in info.pods:
-                ctl.pod_job.pop(key, None)
-            ctl._reject(info.pods, f"queue {info.queue} no longer exists")
 
     # -- what objects are told ---------------------------------------------------------------
 
