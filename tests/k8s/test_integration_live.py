@@ -35,7 +35,7 @@ from tests.k8s.kit import (
     running,
     wait_for,
 )
-from tests.k8s.test_scheduler_live import NS, live
+from tests.k8s.test_scheduler_live import NS, bound, live
 
 pytestmark = pytest.mark.k8s
 
@@ -345,6 +345,50 @@ def test_gpupool_run_follows_crd_changes(control_plane: ControlPlane, tmp_path: 
 
         await wait_for(three, 30, "the third pod bound once the fixed quota of 3 applied")
         assert proc.poll() is None
+
+    try:
+        live(control_plane, body)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        control_plane.kubectl("delete", "-f", "-", stdin=CRD_QUEUES.replace("QUOTA", "1"),
+                              check=False)
+
+
+def test_gpupool_run_starts_on_bad_queue_objects_and_waits_for_a_fix(
+        control_plane: ControlPlane, tmp_path: Path) -> None:
+    """Queue objects that do not load at start-up: the scheduler runs (no crash loop), admits
+    nothing, and schedules once they are fixed."""
+    control_plane.kubectl("apply", "-f", str(REPO / "deploy" / "crds"))
+    control_plane.kubectl("wait", "--for=condition=Established", "--timeout=60s",
+                          "crd/clusterqueues.gpupool.io", "crd/localqueues.gpupool.io",
+                          "crd/resourceflavors.gpupool.io", "crd/cohorts.gpupool.io")
+    control_plane.kubectl("create", "namespace", NS, check=False)
+    bad = CRD_QUEUES.replace("QUOTA", "1").replace("- name: any", "- name: missing")
+    control_plane.kubectl("apply", "-f", "-", stdin=bad)
+    log_path = tmp_path / "run.log"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpupool.k8s", "run", "--kubeconfig", control_plane.kubeconfig,
+         "--no-leader-elect"], stdout=log_path.open("wb"), stderr=subprocess.STDOUT,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"})
+
+    async def body(kube: Kube) -> None:
+        await make_node(kube, "gpu-1", gpus=4)
+        await make_pod(kube, "s0", ns=NS, limits={"nvidia.com/gpu": 1},
+                       labels={"gpupool.io/queue": "lab"})
+
+        async def said() -> bool:
+            return "no queue admits anything until they load" in log_path.read_text()
+
+        await wait_for(said, 30, "the bad objects said in the log")
+        await asyncio.sleep(2.0)
+        assert proc.poll() is None
+        assert not (await get_pod(kube, NS, "s0"))["spec"].get("nodeName")
+        control_plane.kubectl("apply", "-f", "-", stdin=CRD_QUEUES.replace("QUOTA", "1"))
+        await wait_for(lambda: bound(kube, NS, "s0"), 30, "s0 bound once the objects load")
 
     try:
         live(control_plane, body)
