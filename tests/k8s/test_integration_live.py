@@ -284,11 +284,7 @@ spec: {clusterQueue: lab}
 def test_gpupool_run_follows_crd_changes(control_plane: ControlPlane, tmp_path: Path) -> None:
     """``gpupool k8s run`` without --queues: queues from the CRDs; raising a quota takes
     effect at once; the ClusterQueue's status is kept current."""
-    control_plane.kubectl("apply", "-f", str(REPO / "deploy" / "crds"))
-    control_plane.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                          "crd/clusterqueues.gpupool.io", "crd/localqueues.gpupool.io",
-                          "crd/resourceflavors.gpupool.io", "crd/cohorts.gpupool.io")
-    control_plane.kubectl("create", "namespace", NS, check=False)
+    _queue_crds(control_plane)
     control_plane.kubectl("apply", "-f", "-", stdin=CRD_QUEUES.replace("QUOTA", "1"))
     log = (tmp_path / "run.log").open("wb")
     proc = subprocess.Popen(
@@ -346,27 +342,14 @@ def test_gpupool_run_follows_crd_changes(control_plane: ControlPlane, tmp_path: 
         await wait_for(three, 30, "the third pod bound once the fixed quota of 3 applied")
         assert proc.poll() is None
 
-    try:
-        live(control_plane, body)
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        control_plane.kubectl("delete", "-f", "-", stdin=CRD_QUEUES.replace("QUOTA", "1"),
-                              check=False)
+    _live_with(control_plane, body, proc)
 
 
 def test_gpupool_run_starts_on_bad_queue_objects_and_waits_for_a_fix(
         control_plane: ControlPlane, tmp_path: Path) -> None:
     """Queue objects that do not load at start-up: the scheduler runs (no crash loop), admits
     nothing, and schedules once they are fixed."""
-    control_plane.kubectl("apply", "-f", str(REPO / "deploy" / "crds"))
-    control_plane.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                          "crd/clusterqueues.gpupool.io", "crd/localqueues.gpupool.io",
-                          "crd/resourceflavors.gpupool.io", "crd/cohorts.gpupool.io")
-    control_plane.kubectl("create", "namespace", NS, check=False)
+    _queue_crds(control_plane)
     bad = CRD_QUEUES.replace("QUOTA", "1").replace("- name: any", "- name: missing")
     control_plane.kubectl("apply", "-f", "-", stdin=bad)
     log_path = tmp_path / "run.log"
@@ -390,6 +373,21 @@ def test_gpupool_run_starts_on_bad_queue_objects_and_waits_for_a_fix(
         control_plane.kubectl("apply", "-f", "-", stdin=CRD_QUEUES.replace("QUOTA", "1"))
         await wait_for(lambda: bound(kube, NS, "s0"), 30, "s0 bound once the objects load")
 
+    _live_with(control_plane, body, proc)
+
+
+def _queue_crds(control_plane: ControlPlane) -> None:
+    """gpupool's queue CRDs installed and established, and the test namespace made."""
+    control_plane.kubectl("apply", "-f", str(REPO / "deploy" / "crds"))
+    control_plane.kubectl("wait", "--for=condition=Established", "--timeout=60s",
+                          "crd/clusterqueues.gpupool.io", "crd/localqueues.gpupool.io",
+                          "crd/resourceflavors.gpupool.io", "crd/cohorts.gpupool.io")
+    control_plane.kubectl("create", "namespace", NS, check=False)
+
+
+def _live_with(control_plane: ControlPlane, body: Any, proc: subprocess.Popen[bytes]) -> None:
+    """``body`` against the API server while ``gpupool k8s run`` (``proc``) runs; then the
+    run stopped and the queue objects deleted."""
     try:
         live(control_plane, body)
     finally:
