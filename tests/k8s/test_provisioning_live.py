@@ -160,6 +160,12 @@ async def provision_nodes(kube: Kube, prefix: str, count: int) -> list[str]:
     return names
 
 
+async def _nodes_recorded(kube: Kube, name: str, count: int) -> bool:
+    pr = await _get(kube, name) or {}
+    value = ((pr.get("metadata") or {}).get("annotations") or {}).get("gpupool.io/nodes", "")
+    return len([n for n in value.split(",") if n]) == count
+
+
 async def templates(kube: Kube, pr: dict[str, Any]) -> list[dict[str, Any]]:
     """The PodTemplates a request's pod sets point to (what the autoscaler simulates)."""
     return [await kube.request("GET", f"/api/v1/namespaces/{NS}/podtemplates/"
@@ -366,6 +372,12 @@ def test_several_pod_sets_in_one_request(control_plane: ControlPlane) -> None:
             nodes = await provision_nodes(kube, "mixed", 2)
             placed = await wait_for(lambda: _bound_to(kube, pods), 20, "gang bound")
             assert set(placed) <= set(nodes)
+            # the request's later events (gpupool records its nodes on it) still carry the
+            # ignored BookingExpired: they must not end the booking
+            await wait_for(lambda: _nodes_recorded(kube, "prov-gang-mixed-1", 2), 20,
+                           "the booking recorded on the request")
+            await asyncio.sleep(0.5)
+            assert _ad.booking.nodes("prov/prov-gang-mixed-1") == sorted(nodes)
 
     try:
         live(control_plane, body, namespaces=(NS,))

@@ -395,7 +395,8 @@ class ProvisioningAdapter(TakeBack):
         key = object_key(obj)
         conds = conditions_of(obj)
         ends = [k for k in _ENDS if conds.get(k, (False,))[0]]
-        if key in self.booking.arriving and ends == ["BookingExpired"]:
+        if ends == ["BookingExpired"] and (key in self.booking.arriving
+                                           or key in self.booking.late_expiry):
             ends = []  # the autoscaler's clock, while the nodes it asked for still register
         if event == "DELETED" or ends:
             self._release(key)
@@ -432,6 +433,7 @@ class ProvisioningAdapter(TakeBack):
                 # cluster-autoscaler ends every booking 10 minutes after Provisioned; the
                 # job cannot have used it while the nodes were still registering (Kueue has
                 # admitted the workload at Provisioned, and ignores it too)
+                self.booking.late_expiry.add(key)  # and on the request's later events
                 log.info("ProvisioningRequest %s: BookingExpired ignored: its nodes are still "
                          "registering", key)
             elif kind == "BookingExpired":

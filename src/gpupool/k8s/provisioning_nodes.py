@@ -97,6 +97,9 @@ class NodeBook:
         # Provisioned by the autoscaler, not yet told to the core: its nodes still register
         self.arriving: set[str] = set()
         self.selector: dict[str, dict[str, str]] = {}  # request key -> details selector
+        # BookingExpired came while the nodes still registered: the autoscaler's clock, not
+        # an end of the booking, on this and every later event of the request
+        self.late_expiry: set[str] = set()
 
     def nodes(self, key: str) -> list[str]:
         return sorted(n for n, k in self.holder.items() if k == key)
@@ -120,6 +123,7 @@ class NodeBook:
         self.short.discard(key)
         self.arriving.discard(key)
         self.selector.pop(key, None)
+        self.late_expiry.discard(key)
         return names
 
     def mark(self, node: Node) -> Node:
