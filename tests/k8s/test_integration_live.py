@@ -352,6 +352,8 @@ def test_gpupool_run_starts_on_bad_queue_objects_and_waits_for_a_fix(
     _queue_crds(control_plane)
     bad = CRD_QUEUES.replace("QUOTA", "1").replace("- name: any", "- name: missing")
     control_plane.kubectl("apply", "-f", "-", stdin=bad)
+    # (Events of another test's ClusterQueue lab must not count here)
+    control_plane.kubectl("delete", "events", "--all", "-n", "default", check=False)
     log_path = tmp_path / "run.log"
     proc = subprocess.Popen(
         [sys.executable, "-m", "gpupool.k8s", "run", "--kubeconfig", control_plane.kubeconfig,
@@ -367,6 +369,14 @@ def test_gpupool_run_starts_on_bad_queue_objects_and_waits_for_a_fix(
             return "no queue admits anything until they load" in log_path.read_text()
 
         await wait_for(said, 30, "the bad objects said in the log")
+
+        async def marked() -> bool:
+            evs = (await kube.request("GET", "/api/v1/namespaces/default/events")).get(
+                "items") or []
+            return any(e.get("reason") == "InvalidConfiguration"
+                       and e["involvedObject"].get("name") == "lab" for e in evs)
+
+        await wait_for(marked, 30, "the bad ClusterQueue marked with an Event")
         await asyncio.sleep(2.0)
         assert proc.poll() is None
         assert not (await get_pod(kube, NS, "s0"))["spec"].get("nodeName")

@@ -92,6 +92,7 @@ async def _run(args: argparse.Namespace) -> int:
     try:
         while not stop.is_set():
             kueue = None if args.queues else await KueueSource.discover(kube)
+            unloaded = False  # gpupool.io objects present that do not load
             if args.queues:
                 config = load_queue_config(args.queues)
                 use_crds = False
@@ -103,11 +104,13 @@ async def _run(args: argparse.Namespace) -> int:
                 except ConfigError as exc:  # never down for a bad object: wait for a fix
                     log.error("gpupool.io queue objects: %s; no queue admits anything until "
                               "they load", exc)
-                    config, use_crds = default_config(args.default_queue), True
+                    config, use_crds, unloaded = default_config(args.default_queue), True, True
             controller = (KueueController if kueue is not None else Controller)(
                 kube, config, options_from_args(args))
             servers = await _serve(args, controller)
             changed = asyncio.Event()
+            if unloaded:
+                changed.set()  # read them again once running: the bad object gets its Event
             watchers = [asyncio.create_task(_watch_crds(kube, changed)),
                         asyncio.create_task(_apply_crds(kube, controller, changed,
                                                         args.default_queue))
@@ -157,8 +160,8 @@ async def _apply_crds(kube: Kube, controller: Controller, changed: asyncio.Event
                       default_queue: str) -> None:
     """Applies changes to gpupool's queue objects in place (``k8s/reconfigure.py``): no
     informer, server or Lease restarts. Objects that do not load, or a configuration the
-    scheduler refuses, leave the last configuration in use, said in the log (and on the
-    objects by ``CrdStatus``)."""
+    scheduler refuses, leave the last configuration in use, said in the log and, where the
+    error names its object, in a Warning Event on it (``_mark_bad``)."""
     while True:
         await changed.wait()
         await asyncio.sleep(0.5)  # a burst of edits: one build
