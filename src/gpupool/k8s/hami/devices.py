@@ -22,7 +22,7 @@ from typing import Any
 
 from gpupool.core.model import WHOLE_GPU_MILLI, GpuShare, Node, Placement
 from gpupool.k8s.hami.errors import TranslateError
-from gpupool.k8s.hami.requests import PodRequest
+from gpupool.k8s.hami.requests import ContainerGpu, PodRequest
 
 __all__ = [
     "BIND_PHASE",
@@ -34,6 +34,7 @@ __all__ = [
     "VGPU_NODE",
     "VGPU_TIME",
     "card_usage",
+    "container_cards",
     "hami_annotations",
     "hami_labels",
 ]
@@ -63,21 +64,8 @@ def hami_annotations(request: PodRequest, placement: Placement, node: Node,
     if any(s.mig_profile for s in placement.shares):
         raise TranslateError(f"placement {placement.task} holds MIG instances; HAMi's MIG "
                              "cards are not allocated by gpupool")
-    shares = list(placement.shares)
-    app = [g for g in request.containers if not g.init]
-    need = max(sum(g.count for g in app),
-               max((g.count for g in request.containers if g.init), default=0))
-    if len(shares) != need or len({s.index for s in shares}) != need:
-        raise TranslateError(f"placement {placement.task} holds {len(shares)} cards; the "
-                             f"pod's containers ask for {need} distinct cards")
     per_slot: dict[int, str] = {}
-    pos = 0
-    for g in request.containers:
-        if g.init:
-            mine = shares[:g.count]
-        else:
-            mine = shares[pos:pos + g.count]
-            pos += g.count
+    for g, mine in container_cards(request, placement):
         per_slot[g.slot] = "".join(
             f"{cards[s.index].uuid},{HAMI_DEVICE_TYPE},"
             f"{g.used_mib(cards[s.index].memory_mib)},{g.cores}{DEVICE_SEP}" for s in mine)
@@ -87,6 +75,29 @@ def hami_annotations(request: PodRequest, placement: Placement, node: Node,
         VGPU_NODE: str(node.name), VGPU_TIME: stamp, DEVICES_TO_ALLOCATE: devices,
         DEVICES_ALLOCATED: devices, BIND_PHASE: "allocating", BIND_TIME: stamp,
     }
+
+
+def container_cards(request: PodRequest, placement: Placement
+                    ) -> list[tuple[ContainerGpu, list[GpuShare]]]:
+    """Each GPU container of the pod with the cards it gets: app containers take the
+    placement's cards in turn, init containers (which run before them, one at a time) the
+    first ones again. TranslateError when the placement does not hold the distinct cards the
+    containers ask for."""
+    shares = list(placement.shares)
+    need = max(sum(g.count for g in request.containers if not g.init),
+               max((g.count for g in request.containers if g.init), default=0))
+    if len(shares) != need or len({s.index for s in shares}) != need:
+        raise TranslateError(f"placement {placement.task} holds {len(shares)} cards; the "
+                             f"pod's containers ask for {need} distinct cards")
+    out = []
+    pos = 0
+    for g in request.containers:
+        if g.init:
+            out.append((g, shares[:g.count]))
+        else:
+            out.append((g, shares[pos:pos + g.count]))
+            pos += g.count
+    return out
 
 
 def hami_labels(annotations: Mapping[str, str]) -> dict[str, str]:

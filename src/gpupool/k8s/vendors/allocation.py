@@ -20,8 +20,13 @@ import json
 
 from gpupool.core.devices import Division
 from gpupool.core.model import WHOLE_GPU_MILLI, Gpu, Node, Placement
-from gpupool.k8s.hami.devices import BIND_PHASE, BIND_TIME, VGPU_NODE, VGPU_TIME
-from gpupool.k8s.hami.errors import TranslateError
+from gpupool.k8s.hami.devices import (
+    BIND_PHASE,
+    BIND_TIME,
+    VGPU_NODE,
+    VGPU_TIME,
+    container_cards,
+)
 from gpupool.k8s.hami.requests import PodRequest
 from gpupool.k8s.vendors.protocols import PROTOCOLS, VendorProtocol
 
@@ -48,20 +53,9 @@ def vendor_annotations(request: PodRequest, placement: Placement, node: Node,
     p = card_protocol(first) if first is not None else None
     if p is None:
         return {}
-    shares = list(placement.shares)
-    app = [g for g in request.containers if not g.init]
-    need = max(sum(g.count for g in app),
-               max((g.count for g in request.containers if g.init), default=0))
-    if len(shares) != need or len({s.index for s in shares}) != need:
-        raise TranslateError(f"placement {placement.task} holds {len(shares)} cards; the "
-                             f"pod's containers ask for {need} distinct cards")
     per_slot: dict[int, str] = {}
     runtime: list[dict[str, object]] = []
-    pos = 0
-    for g in request.containers:
-        mine = shares[:g.count] if g.init else shares[pos:pos + g.count]
-        if not g.init:
-            pos += g.count
+    for g, mine in container_cards(request, placement):
         text = ""
         for s in mine:
             card = cards[s.index]
@@ -85,5 +79,5 @@ def vendor_annotations(request: PodRequest, placement: Placement, node: Node,
     if p.vendor == "ascend":
         out[f"huawei.com/{p.device_type}"] = json.dumps(runtime, separators=(",", ":"))
     if p.vendor == "mthreads":
-        out["mthreads.com/gpu-index"] = ",".join(str(s.index) for s in shares)
+        out["mthreads.com/gpu-index"] = ",".join(str(s.index) for s in placement.shares)
     return out
