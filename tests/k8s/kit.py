@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from gpupool.core.quota import QueueConfig
+from gpupool.k8s.binding import BindItem, BindOutcome
 from gpupool.k8s.controller import Controller, Options
 from gpupool.k8s.informer import Informer
 from gpupool.k8s.kube import MERGE_PATCH, ApiError, Kube
@@ -247,3 +248,20 @@ async def device_plugins(kube: Kube) -> AsyncIterator[DevicePluginLocks]:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+class RecordingHost:
+    """A binder's host that leads, keeps every pod alive and records each outcome."""
+
+    def __init__(self) -> None:
+        self.outcomes: list[BindOutcome] = []
+
+    def is_leader(self) -> bool:
+        return True
+
+    def pod_alive(self, key: str, uid: str) -> bool:
+        return True
+
+    def bind_done(self, item: BindItem, outcome: BindOutcome, reason: str,
+                  pod: Any) -> None:
+        self.outcomes.append(outcome)

@@ -22,6 +22,7 @@ from gpupool.k8s.nodelock import (
     node_lock,
     parse_lock,
 )
+from tests.k8s.kit import RecordingHost
 from tests.k8s.test_controller_fake import node_obj, pod_obj
 
 Answer = Callable[[str, str, Any], dict[str, Any]]
@@ -259,27 +260,13 @@ def test_binder_waits_for_the_lock_then_binds() -> None:
         return locked_node(format_lock(time.time(), "team-a", "first")) if state["locked"] \
             else locked_node("")
 
-    class Host:
-        def __init__(self) -> None:
-            self.outcomes: list[BindOutcome] = []
-
-        def is_leader(self) -> bool:
-            return True
-
-        def pod_alive(self, key: str, uid: str) -> bool:
-            return True
-
-        def bind_done(self, item: BindItem, outcome: BindOutcome, reason: str,
-                      pod: Any) -> None:
-            self.outcomes.append(outcome)
-
     async def exists(ns: str, name: str) -> bool:
         return True
 
     async def body() -> None:
         kube = ScriptedKube(lambda m, p, b: node())
         locks = NodeLocks(kube, lambda name: node(), exists, clock=time.time)  # type: ignore[arg-type]
-        host = Host()
+        host = RecordingHost()
         binder = Binder(kube, locks, host, lock_poll_s=30)  # type: ignore[arg-type]
         binder.submit(BindItem("team-a/p", "uid-p", "n1"))
         await asyncio.sleep(0.05)

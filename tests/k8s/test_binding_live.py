@@ -20,13 +20,14 @@ from typing import Any
 import aiohttp
 import pytest
 
-from gpupool.k8s.binding import Binder, BindItem, BindOutcome
+from gpupool.k8s.binding import Binder
 from gpupool.k8s.kube import ApiError, Kube
 from gpupool.k8s.main import default_config
 from gpupool.k8s.nodelock import LOCK_ANNOTATION, NodeLocks
 from tests.k8s.conftest import ControlPlane
 from tests.k8s.kit import (
     DevicePluginLocks,
+    RecordingHost,
     clean,
     ensure_namespace,
     get_pod,
@@ -217,27 +218,12 @@ def test_required_node_affinity_is_honoured(control_plane: ControlPlane) -> None
     live(control_plane, body)
 
 
-class _Host:
-    def __init__(self) -> None:
-        self.outcomes: list[BindOutcome] = []
-
-    def is_leader(self) -> bool:
-        return True
-
-    def pod_alive(self, key: str, uid: str) -> bool:
-        return True
-
-    def bind_done(self, item: BindItem, outcome: BindOutcome, reason: str,
-                  pod: Any) -> None:
-        self.outcomes.append(outcome)
-
-
 async def _binder(kube: Kube) -> Binder:
     async def exists(ns: str, name: str) -> bool:
         return True
 
     locks = NodeLocks(kube, lambda n: None, exists, clock=time.time)
-    return Binder(kube, locks, _Host())
+    return Binder(kube, locks, RecordingHost())
 
 
 def test_same_name_replacement_pod_is_never_bound_with_a_stale_decision(
