@@ -15,7 +15,6 @@ excludes the bookkeeping after it (assume, departures), which the throughput inc
 
 from __future__ import annotations
 
-import heapq
 import resource
 import time
 from collections.abc import Callable
@@ -38,6 +37,7 @@ from gpupool.core import (
     place_task,
 )
 from gpupool.core.usage import CardSample, LoadModel, LoadSettings
+from gpupool.kernel import EventQueue
 
 SHAPES: tuple[tuple[float, int, int], ...] = (
     # (probability, whole GPUs, slice milli); slice milli 0 with 0 GPUs is CPU-only
@@ -143,7 +143,7 @@ def run(nodes: int, gpus_per_node: int, pods: int, policy: str = "binpack", seed
     mean_milli = sum(p * (c * 1000 if c else (np.mean(SLICE_MILLI) if m < 0 else 0))
                      for p, c, m in SHAPES)
     lifetime = TARGET_ALLOCATED * nodes * gpus_per_node * 1000 / mean_milli
-    leaving: list[tuple[int, str]] = []
+    leaving: EventQueue[TaskId] = EventQueue()  # tasks by the step they leave at
     target = TARGET_ALLOCATED * nodes * gpus_per_node * 1000
     warm = 0
     for job in pod_stream(4 * int(lifetime) + 1000, gpus_per_node, seed + 2, "warm"):
@@ -152,7 +152,7 @@ def run(nodes: int, gpus_per_node: int, pods: int, policy: str = "binpack", seed
         p, _ = place_task(next(job.tasks()), state.snapshot(), prof)
         if p is not None:
             state.assume(p)
-            heapq.heappush(leaving, (int(rng.exponential(lifetime)), p.task))
+            leaving.schedule(int(rng.exponential(lifetime)), p.task)
         warm += 1
     jobs = pod_stream(pods, gpus_per_node, seed)
     decision_ns = np.zeros(pods, np.int64)
@@ -163,8 +163,8 @@ def run(nodes: int, gpus_per_node: int, pods: int, policy: str = "binpack", seed
     start = perf()
     for i, job in enumerate(jobs):
         now_s = i * 0.03
-        while leaving and leaving[0][0] <= i:
-            gone = state.forget(TaskId(heapq.heappop(leaving)[1]))
+        for _, task_id in leaving.pop_until(i):
+            gone = state.forget(task_id)
             if model is not None:
                 model.released(gone, now_s)
         if model is not None and i % scrape_every == 0:
@@ -181,7 +181,7 @@ def run(nodes: int, gpus_per_node: int, pods: int, policy: str = "binpack", seed
             if model is not None:
                 model.placed(p, now_s)
             placed += 1
-            heapq.heappush(leaving, (i + 1 + int(rng.exponential(lifetime)), p.task))
+            leaving.schedule(i + 1 + int(rng.exponential(lifetime)), p.task)
         if progress is not None and i % 1000 == 999:
             progress(1000)
     totals = state.totals()

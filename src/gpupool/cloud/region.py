@@ -37,7 +37,6 @@ booked but unused: the figures the scenario report prints.
 from __future__ import annotations
 
 import contextlib
-import heapq
 import math
 from dataclasses import asdict, replace
 from typing import TYPE_CHECKING, Any
@@ -57,6 +56,7 @@ from gpupool.core.model import (
     Taint,
 )
 from gpupool.core.provisioning import BOOKING_S, REQUEST_LABEL, ProvisioningRequest
+from gpupool.kernel import EventQueue
 
 if TYPE_CHECKING:
     from gpupool.core.scheduler import Scheduler
@@ -79,8 +79,7 @@ class Cloud:
         self.host = host
         self.rng = np.random.default_rng([seed, 0x5C10D])
         self.run = CloudRun(spec)
-        self._heap: list[tuple[float, int, int, str]] = []
-        self._seq = 0
+        self._events: EventQueue[tuple[int, str]] = EventQueue()  # (what, request or node)
         self._serial = 0
         self._queue: list[str] = []  # accepted, not provisioning yet, in order
         self._zone_nodes: dict[tuple[str, str], int] = {}  # nodes alive or being made
@@ -121,8 +120,7 @@ class Cloud:
         return any(a <= t < b for a, b in self.run.stockouts.get(f"{pool}/{zone}", ()))
 
     def _push(self, t: float, kind: int, key: str) -> None:
-        self._seq += 1
-        heapq.heappush(self._heap, (t, self._seq, kind, key))
+        self._events.schedule(t, (kind, key))
 
     def _capacity(self, now: float) -> None:
         r = self.run
@@ -137,7 +135,7 @@ class Cloud:
     def next_event_s(self) -> float:
         """The next time the cloud acts, or a booking in the core expires (a cycle must run
         then to see it)."""
-        t = self._heap[0][0] if self._heap else math.inf
+        t = self._events.peek()
         checks = self.sched.checks
         if checks is not None:
             d = checks.next_deadline()
@@ -154,8 +152,7 @@ class Cloud:
             if d is not None and d <= now:
                 self._deadline_seen = max(self._deadline_seen, d)
         requeued: list[JobId] = []
-        while self._heap and self._heap[0][0] <= now:
-            _, _, kind, key = heapq.heappop(self._heap)
+        for _, (kind, key) in self._events.pop_until(now):
             if kind == _MANUAL:
                 self._manual(key, now)
             elif kind == _READY:
@@ -199,7 +196,8 @@ class Cloud:
         are not in it: they follow from the seed."""
         return {
             "requests": [asdict(r) for r in self.run.requests.values()],
-            "heap": [list(e) for e in self._heap], "seq": self._seq, "serial": self._serial,
+            "heap": [[t, seq, kind, key] for t, seq, (kind, key) in self._events.entries()],
+            "seq": self._events.last_id, "serial": self._serial,
             "queue": list(self._queue),
             "zoneNodes": [[p, z, n] for (p, z), n in sorted(self._zone_nodes.items())],
             "gpusHeld": self._gpus_held, "aliveGpus": self._alive_gpus,
@@ -214,9 +212,10 @@ class Cloud:
         fields: list[dict[str, Any]] = [
             {k: tuple(v) if k in tuples else v for k, v in r.items()} for r in snap["requests"]]
         self.run.requests = {str(r["key"]): RequestRecord(**r) for r in fields}
-        self._heap = [(float(t), int(q), int(k), str(key)) for t, q, k, key in snap["heap"]]
-        heapq.heapify(self._heap)
-        self._seq, self._serial = int(snap["seq"]), int(snap["serial"])
+        self._events = EventQueue.restored(
+            [(float(t), int(q), (int(k), str(key))) for t, q, k, key in snap["heap"]],
+            int(snap["seq"]))
+        self._serial = int(snap["serial"])
         self._queue = [str(k) for k in snap["queue"]]
         self._zone_nodes = {(str(p), str(z)): int(n) for p, z, n in snap["zoneNodes"]}
         self._gpus_held, self._alive_gpus = int(snap["gpusHeld"]), int(snap["aliveGpus"])

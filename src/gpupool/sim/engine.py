@@ -1,4 +1,4 @@
-"""The simulator's event kernel: a heap of ``(time_s, seq, event)`` and a simulated clock.
+"""The placement simulator: events on the simulation kernel's queue and a simulated clock.
 
 The engine drives the core the way every adapter does. Facts go in (a job arrived, a job's
 tasks finished, a node joined, left or was cordoned); ``run_cycle`` answers with binds and
@@ -11,7 +11,7 @@ Three rules shape the loop, as SimPy's kernel and kube-scheduler's queue do:
 
 - Events at one timestamp form a **batch**; the engine handles the whole batch, then runs one
   scheduling cycle, so a burst of arrivals is one cycle and not one per event. Ties inside a
-  timestamp keep the order in which the events were scheduled (the sequence counter).
+  timestamp keep the order in which the events were scheduled (``gpupool.kernel.EventQueue``).
 - Pending jobs are offered in FIFO order, ``(submit_time_s, id)``. A job that does not fit is
   **parked** with its reason and is offered again only after an event that could change the
   answer: capacity freed or added on a node where its request could fit (kube-scheduler's
@@ -27,8 +27,6 @@ sample of GPU milli allocated / total, CPU allocated / total, pending and runnin
 
 from __future__ import annotations
 
-import heapq
-import itertools
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 
@@ -51,6 +49,7 @@ from gpupool.core.model import (
 from gpupool.core.placement.framework import Profile
 from gpupool.core.table import NodeTable
 from gpupool.core.validation import Validator
+from gpupool.kernel import EventQueue
 from gpupool.sim.engine_records import (
     Event,
     EventKind,
@@ -100,8 +99,7 @@ class Engine:
         self.log: list[LogEntry] = []
         self.cycles = 0
         self.offers = 0
-        self._heap: list[tuple[float, int, Event]] = []
-        self._seq = itertools.count()
+        self._events: EventQueue[Event] = EventQueue(start_s)
         self._validator = Validator()
         self._jobs: dict[JobId, Job] = {}
         self._fresh: set[JobId] = set()  # arrived or requeued: offered in the next cycle
@@ -145,13 +143,13 @@ class Engine:
         if event.time_s < self.now:
             raise ConfigError(f"{event.kind} at t={event.time_s:g}s is in the past "
                               f"(the clock reads {self.now:g}s)")
-        heapq.heappush(self._heap, (event.time_s, next(self._seq), event))
+        self._events.schedule(event.time_s, event)
 
     # -- the loop ------------------------------------------------------------------------------
 
     @property
     def next_time(self) -> float | None:
-        return self._heap[0][0] if self._heap else None
+        return self._events.peek() if self._events else None
 
     @property
     def pending(self) -> int:
@@ -163,12 +161,11 @@ class Engine:
 
     def step(self) -> bool:
         """Handle every event at the earliest timestamp, then run one cycle. False when idle."""
-        if not self._heap:
+        if not self._events:
             return False
-        t = self._heap[0][0]
+        t = self._events.peek()
         self.now = t
-        while self._heap and self._heap[0][0] == t:
-            _, _, event = heapq.heappop(self._heap)
+        for _, event in self._events.pop_until(t):  # every event at t, those it adds too
             self._handle(event)
         self._cycle()
         self._batches += 1
@@ -178,7 +175,7 @@ class Engine:
 
     def run(self, until: float | None = None) -> SimResult:
         """Process batches up to and including ``until`` (all of them when None)."""
-        while self._heap and (until is None or self._heap[0][0] <= until):
+        while self._events and (until is None or self._events.peek() <= until):
             self.step()
         if until is not None and until > self.now:
             self.now = until

@@ -25,7 +25,6 @@ and the step's card time is integrated:
 
 from __future__ import annotations
 
-import heapq
 import random
 import time
 from collections import deque
@@ -38,6 +37,7 @@ from gpupool.core.placement.framework import Profile
 from gpupool.core.placement.place import place_task
 from gpupool.core.placement.registry import default_profile, measured_profile
 from gpupool.core.usage import CardSample, LoadModel, LoadSettings
+from gpupool.kernel import EventQueue
 from gpupool.usage.profile import UseProfile, card_use
 
 CARD_MIB = 81920
@@ -152,13 +152,12 @@ def run_one(jobs: list[StudyJob], nodes: int, seed: int, profile: Profile,
     arrivals = deque(sorted(jobs, key=lambda j: j.arrive_s))
     queue: list[StudyJob] = []
     running: dict[JobId, tuple[Placement, StudyJob]] = {}
-    ends: list[tuple[float, JobId]] = []
+    ends: EventQueue[JobId] = EventQueue()
     out = Outcome()
     t = 0.0
     horizon = hours * 3600.0
     while t < horizon:
-        while ends and ends[0][0] <= t:
-            _, jid = heapq.heappop(ends)
+        for _, jid in ends.pop_until(t):
             p, _ = running.pop(jid)
             state.forget(p.task)
             if model is not None:
@@ -195,7 +194,7 @@ def run_one(jobs: list[StudyJob], nodes: int, seed: int, profile: Profile,
             if model is not None:
                 model.placed(p, t)
             running[sj.job.id] = (p, sj)
-            heapq.heappush(ends, (t + sj.duration_s, sj.job.id))
+            ends.schedule(t + sj.duration_s, sj.job.id)
             out.placed += 1
             out.waited_s += t - sj.arrive_s
             after = card_use((p,), {str(sj.job.id): sj.use})
