@@ -73,7 +73,8 @@ def test_a_bad_alternative_in_a_scenario_names_the_field(tmp_path: Path) -> None
         "- {name: dcu, gpus: 2, gpuMilli: 10, models: [K100]}", 1)
     path = tmp_path / "bad.yaml"
     path.write_text(text)
-    with pytest.raises(ConfigError, match=r"alternatives\[1\]\.gpus: give either gpus"):
+    with pytest.raises(ConfigError, match=r"alternatives\[1\]\.gpus=2 cannot go with gpuMilli "
+                                          r"or gpuMemory: give either gpus"):
         load_scenario(path)
 
 

@@ -18,6 +18,7 @@ from gpupool.sim.scenario import (
     simulate,
 )
 from gpupool.sim.scenario_report import jain, step_mean, summarise, summarise_run
+from tests.property.quota_oracle import QuotaOracle
 
 # Two nodes of 4 GPUs; queues a and b of 4 GPUs each in one cohort; priority classes.
 HEADER = """\
@@ -166,32 +167,48 @@ def test_reads_cluster_queues_and_tenants(tmp_path: Path) -> None:
 
 
 ERRORS = [
-    ("    bogus: 1\n", "spec.tenants[0].streams[0].bogus: unknown field"),
-    ("    runLimit: 10x\n", "spec.tenants[0].streams[0].runLimit: \"10x\" is not a duration"),
-    ("    gpuMilli: 1500\n", "a slice is 1..999 milli"),
-    ("    gpuMilli: 500\n", "give either gpus"),
-    ("    priority: urgent\n", "unknown priority class 'urgent'"),
-    ("    tasks: 2\n    minMember: 3\n", "minMember: 3 is more than tasks"),
-    ("    every: 1m\n", "exactly one arrival process"),
-    ("    user: zed\n", "'zed' is not one of the tenant's users"),
-    ("    runLimit: 0s\n", "runLimit: must be positive"),
+    ("    bogus: 1\n", "spec.tenants[0].streams[0].bogus: unknown field", "bogus"),
+    ("    runLimit: 10x\n", "spec.tenants[0].streams[0].runLimit=\"10x\" is not a duration",
+     "runLimit"),
+    ("    gpuMilli: 1500\n", "gpuMilli=1500 is not a slice: a slice is 1..999 milli",
+     "gpuMilli"),
+    ("    gpuMilli: 500\n", "give either gpus", "gpus"),
+    ("    priority: urgent\n", "priority=\"urgent\" is not a priority class of this file "
+     "(unknown priority class 'urgent'", "priority"),
+    ("    tasks: 2\n    minMember: 3\n", "minMember=3 is more than tasks (2)", "minMember"),
+    ("    every: 1m\n", "exactly one arrival process", "streams[0]"),
+    ("    user: zed\n", "user=\"zed\" is not one of the tenant's users", "user"),
+    ("    runLimit: 0s\n", "runLimit=\"0s\" must be positive", "runLimit"),
+    ("    tasks: \"2\"\n", "tasks=\"2\" should be a valid integer", "tasks"),
+    ("    duration: {uniform: {min: 5m, mx: 6m}}\n",
+     "duration.uniform.mx: unknown field; known fields here: min, max", "duration.uniform.mx"),
+    ("    duration: {uniform: {min: 5m, max: 1m}}\n",
+     "duration.uniform.max=\"1m\" is below min (5m)", "duration.uniform.max"),
 ]
 
 
-@pytest.mark.parametrize(("extra", "needle"), ERRORS)
-def test_errors_name_file_document_and_field(tmp_path: Path, extra: str, needle: str) -> None:
+@pytest.mark.parametrize(("extra", "needle", "field"), ERRORS)
+def test_errors_name_file_document_and_field(tmp_path: Path, extra: str, needle: str,
+                                             field: str) -> None:
+    """Each problem is one line naming the file, the document, the field path, the value
+    and the rule, and the error carries the field path for callers."""
     stream = A_STREAM.replace("      duration: {uniform: {min: 5m, max: 15m}}\n",
                               "      duration: {uniform: {min: 5m, max: 15m}}\n"
                               + extra.replace("    ", "      ", 1).replace("\n    ", "\n      "))
+    if "duration:" in extra:  # the stream's own duration is replaced, not repeated
+        stream = stream.replace("      duration: {uniform: {min: 5m, max: 15m}}\n", "", 1)
     with pytest.raises(ConfigError) as err:
         load(tmp_path, stream)
     message = str(err.value)
     assert message.startswith(f"{tmp_path / 'scenario.yaml'}: document 9 (Scenario tiny, line ")
     assert needle in message, message
+    assert err.value.field is not None and err.value.field.startswith("spec.tenants[0].streams[0]")
+    assert err.value.field.endswith(field), err.value.field
+    assert err.value.rule is not None and err.value.rule in message
 
 
 def test_unknown_queue_names_the_known_ones(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=r"spec.tenants\[0\].queue: 'team-z/jobs' is not a "
+    with pytest.raises(ConfigError, match=r"spec.tenants\[0\].queue=\"team-z/jobs\" is not a "
                                           r"LocalQueue of this file; known: .*team-a/jobs"):
         load(tmp_path, A_STREAM.replace("team-a/jobs", "team-z/jobs"))
 
@@ -199,7 +216,7 @@ def test_unknown_queue_names_the_known_ones(tmp_path: Path) -> None:
 def test_window_must_fit_the_run(tmp_path: Path) -> None:
     path = write(tmp_path, A_STREAM)
     path.write_text(path.read_text().replace("end: 50m", "end: 2h"))
-    with pytest.raises(ConfigError, match=r"spec\.saturatedWindow\.end: 2h is after the end"):
+    with pytest.raises(ConfigError, match=r"spec\.saturatedWindow\.end=\"2h\" is after the end"):
         load_scenario(path)
 
 
@@ -307,13 +324,15 @@ def test_cycles_run_on_the_grid_and_jobs_run_their_duration(tmp_path: Path) -> N
       gpus: 2
       duration: 5m
 """)
-    r = simulate(s, 1)
+    oracle = QuotaOracle(s.config)
+    r = simulate(s, 1, observe=oracle)
     first, second = r.jobs[JobId("team-a-x-00000")], r.jobs[JobId("team-a-x-00001")]
     assert (first.start_s, first.end_s, first.wait_s) == (10.0, 310.0, 7.0)
     assert first.gpu_s == pytest.approx(600.0)  # 2 GPUs x 300 s
     assert second.start_s == 600.0 and second.end_s == 660.0 and second.stopped_at_limit
     assert second.window_gpu_s == pytest.approx(120.0)
-    assert r.partial_gang_placements == 0 and r.quota_violations == 0
+    assert r.partial_gang_placements == 0
+    assert oracle.checks == r.cycles and not oracle.violations, oracle.violations
     t, used = r.series.arrays()
     assert used[t == 10.0, 0].tolist() == [2000.0]
 
@@ -354,7 +373,8 @@ def test_reclaim_waits_the_grace_period(tmp_path: Path) -> None:
 def test_same_seed_same_summary(tmp_path: Path) -> None:
     s = load(tmp_path, A_STREAM + A_STREAM.replace("team-a", "team-b").replace(
         "ann, al", "bo").replace("ratePerHour: 30", "ratePerHour: 90"))
-    a = summarise(s, [simulate(s, 4), simulate(s, 5)])
+    oracle = QuotaOracle(s.config)
+    a = summarise(s, [simulate(s, 4, observe=oracle), simulate(s, 5, observe=oracle)])
     b = summarise(s, [simulate(s, 4), simulate(s, 5)])
     for x in (a, b):
         x.pop("wall_s")
@@ -363,7 +383,7 @@ def test_same_seed_same_summary(tmp_path: Path) -> None:
     assert a == b
     assert a["seeds"] == [4, 5] and set(a["runs"]) == {"4", "5"}
     agg = a["aggregate"]
-    assert agg["partial_gang_placements"] == 0 and agg["quota_violations"] == 0
+    assert agg["partial_gang_placements"] == 0 and not oracle.violations
     shares = [agg["queues"][q]["share"]["mean"] for q in ("a", "b")]
     assert sum(shares) == pytest.approx(1.0, abs=1e-3)
 
@@ -427,6 +447,6 @@ def test_a_declared_duration_reaches_the_scheduler(tmp_path: Path) -> None:
                                         "      declareDuration: true\n"))
     jobs, src = generate_jobs(s, 1)
     assert jobs and all(j.duration_s == src[j.id].duration_s for j in jobs)
-    with pytest.raises(ConfigError, match="declareDuration: 'yes' is not true or false"):
+    with pytest.raises(ConfigError, match="declareDuration=\"yes\" should be a valid boolean"):
         load(tmp_path, A_STREAM.replace("      cpu: 4\n", "      cpu: 4\n"
                                         "      declareDuration: 'yes'\n"))

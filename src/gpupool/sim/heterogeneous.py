@@ -36,8 +36,8 @@ from gpupool.core.quota import ACROSS_FLAVORS, Resource
 from gpupool.sim.scenario import (
     RunResult,
     Scenario,
+    ScenarioRun,
     Stream,
-    _Run,
     generate_jobs,
     load_scenario,
 )
@@ -58,7 +58,7 @@ def pinned(scenario: Scenario) -> Scenario:
     return dataclasses.replace(scenario, tenants=tenants)
 
 
-class _Measured(_Run):
+class _Measured(ScenarioRun):
     """A scenario run that also follows normalised compute per queue and checks every share
     it binds against its card's division rule."""
 

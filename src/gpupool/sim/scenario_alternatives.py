@@ -17,66 +17,48 @@ the models it runs on, and optionally the container image and environment of tha
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING
 
-from gpupool.config.fields import Where
-from gpupool.config.fields import int_at as _int
-from gpupool.config.fields import known_fields as _known
-from gpupool.config.fields import mapping_at as _mapping
 from gpupool.config.quantity import gpu_memory_mib
-from gpupool.core.errors import ConfigError
 from gpupool.core.model import WHOLE_GPU_MILLI, Alternative, GpuRequest
+from gpupool.sim.scenario_schema import AlternativeDoc
 
-_FIELDS = ("name", "gpus", "gpuMilli", "gpuMemory", "models", "image", "env")
+if TYPE_CHECKING:
+    from gpupool.sim.scenario_read import Reader
+
+__all__ = ["read_alternatives"]
 
 
-def parse_alternatives(w: Where, path: str, value: object) -> tuple[Alternative, ...]:
-    if not isinstance(value, list):
-        raise w.fail(path, f"expected a list of alternatives, found {value!r}")
+def read_alternatives(r: Reader, path: str,
+                      docs: list[AlternativeDoc]) -> tuple[Alternative, ...]:
     out: list[Alternative] = []
-    for i, item in enumerate(value):
-        out.append(_alternative(w, f"{path}[{i}]", _mapping(w, f"{path}[{i}]", item),
-                                {a.name for a in out}))
+    for i, doc in enumerate(docs):
+        out.append(_alternative(r, f"{path}[{i}]", doc, {a.name for a in out}))
     return tuple(out)
 
 
-def _alternative(w: Where, at: str, body: Mapping[str, Any], taken: set[str]) -> Alternative:
-    _known(w, at, body, _FIELDS)
-    name = body.get("name")
-    if not isinstance(name, str) or not name:
-        raise w.fail(f"{at}.name", f"{name!r}: each alternative needs a name")
-    if name in taken:
-        raise w.fail(f"{at}.name", f"{name!r} is used by another alternative")
-    models = body.get("models", [])
-    if isinstance(models, str):
-        models = [models]
-    if not isinstance(models, list) or not all(isinstance(m, str) for m in models):
-        raise w.fail(f"{at}.models", f"{models!r} is not a list of GPU model names")
-    if "gpus" in body:
-        if "gpuMilli" in body or "gpuMemory" in body:
-            raise w.fail(f"{at}.gpus", "give either gpus (whole cards) or gpuMilli and "
-                                       "gpuMemory (a slice of one card), not both")
-        gpu = GpuRequest(count=_int(w, f"{at}.gpus", body["gpus"], 1),
-                         models=frozenset(models))
+def _alternative(r: Reader, at: str, doc: AlternativeDoc, taken: set[str]) -> Alternative:
+    if not doc.name:
+        raise r.fail(f"{at}.name", "should be a name: each alternative needs one", doc.name)
+    if doc.name in taken:
+        raise r.fail(f"{at}.name", "is the name of another alternative", doc.name)
+    models = frozenset(doc.models)
+    if doc.gpus is not None:
+        if doc.gpu_milli is not None or doc.gpu_memory is not None:
+            raise r.fail(f"{at}.gpus", "cannot go with gpuMilli or gpuMemory: give either "
+                                       "gpus (whole cards) or gpuMilli and gpuMemory (a slice "
+                                       "of one card), not both", doc.gpus)
+        if doc.gpus < 1:
+            raise r.fail(f"{at}.gpus", "must be 1 or more", doc.gpus)
+        gpu = GpuRequest(count=doc.gpus, models=models)
     else:
-        milli = _int(w, f"{at}.gpuMilli", body["gpuMilli"], 1) if "gpuMilli" in body else 0
-        if milli >= WHOLE_GPU_MILLI:
-            raise w.fail(f"{at}.gpuMilli", f"{milli}: a slice is 1..999 milli of one GPU; "
-                                           "ask for whole cards with gpus")
-        mib = 0
-        if "gpuMemory" in body:
-            try:
-                mib = gpu_memory_mib(body["gpuMemory"], "")
-            except ConfigError as exc:
-                raise w.fail(f"{at}.gpuMemory", str(exc).removeprefix("=")) from None
+        milli = doc.gpu_milli or 0
+        if doc.gpu_milli is not None and not 1 <= milli < WHOLE_GPU_MILLI:
+            raise r.fail(f"{at}.gpuMilli", "is not a slice: a slice is 1..999 milli of one "
+                                           "GPU; ask for whole cards with gpus", milli)
+        mib = 0 if doc.gpu_memory is None else \
+            r.quantity(f"{at}.gpuMemory", doc.gpu_memory, gpu_memory_mib)
         if not milli and not mib:
-            raise w.fail(at, "asks for no GPU: give gpus, or gpuMilli and gpuMemory")
-        gpu = GpuRequest(gpu_milli=milli, memory_mib=mib, models=frozenset(models))
-    image = body.get("image", "")
-    if not isinstance(image, str):
-        raise w.fail(f"{at}.image", f"{image!r} is not an image name")
-    env = _mapping(w, f"{at}.env", body.get("env", {}))
-    if not all(isinstance(k, str) and k and isinstance(v, str) for k, v in env.items()):
-        raise w.fail(f"{at}.env", f"{dict(env)!r}: names and values must be strings")
-    return Alternative(name, gpu, image, dict(env))
+            raise r.fail(at, "asks for no GPU: give gpus, or gpuMilli and gpuMemory")
+        gpu = GpuRequest(gpu_milli=milli, memory_mib=mib, models=models)
+    return Alternative(doc.name, gpu, doc.image, dict(doc.env))

@@ -148,7 +148,7 @@ def _print_summary(s: dict[str, Any], paths: list[Path]) -> None:
     console.print(
         f"jain_index {jain if jain is None else f'{jain:.4f}'} · utilization "
         f"{'n/a' if util is None else f'{100 * util:.1f} %'} · partial gangs "
-        f"{a['partial_gang_placements']} · quota violations {a['quota_violations']} · most "
+        f"{a['partial_gang_placements']} · most "
         f"preemptions of one job {a['max_preemptions_per_job']}/"
         f"{a['max_preemptions_allowed']} · {s['wall_s']:.1f} s")
     err = a["wait_estimate_median_abs_error_s"]["mean"]
