@@ -1,5 +1,6 @@
 """Binds, gates, backoff, evictions and the node lock against a scripted fake API server:
-the answers a v1.20 test API server cannot give (``schedulingGates``, ``policy/v1``)."""
+the answers a v1.20 test API server cannot give (``schedulingGates``, ``policy/v1``, a pod
+affinity term's ``namespaceSelector``: v1.20 drops the field)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from gpupool.k8s.nodelock import (
     node_lock,
     parse_lock,
 )
-from tests.k8s.kit import RecordingHost
+from tests.k8s.kit import RecordingHost, pod_body
 from tests.k8s.test_controller_fake import node_obj, pod_obj
 
 Answer = Callable[[str, str, Any], dict[str, Any]]
@@ -347,5 +348,55 @@ def test_required_rules_not_honoured_are_told_to_the_pod() -> None:
         assert event["reason"] == "ConstraintIgnored"
         assert "podAntiAffinity" in event["message"] and "namespaceSelector" in event["message"]
         assert "topologySpread" not in event["message"]  # a preference: nothing to tell
+
+    asyncio.run(body())
+
+
+HOST = "kubernetes.io/hostname"
+
+
+def test_a_namespace_selector_follows_the_namespaces_labels() -> None:
+    """Anti-affinity to pods of namespaces labelled tier=prod keeps away from the node where
+    another scheduler's pod of such a namespace runs; affinity to pods of namespaces labelled
+    tier=gold waits, and goes beside that pod once its Namespace is relabelled."""
+    async def body() -> None:
+        kube = ScriptedKube()
+        ctl = Controller(kube, default_config(),  # type: ignore[arg-type]
+                         Options(leader_elect=False, node_lock=False))
+        for n in ("n1", "n2"):
+            node = node_obj(n, 2)
+            node["metadata"]["labels"] = {HOST: n}
+            ctl.node_informer.cache[n] = node
+        ctl.rebuild()
+        spaces = ctl.namespaces
+        spaces.informer.synced.set()
+        spaces.watched = True
+        for name, labels in (("prod", {"tier": "prod"}), ("team-a", {})):
+            spaces.informer.cache[name] = {"metadata": {"name": name, "labels": labels}}
+            spaces._on_event("ADDED", spaces.informer.cache[name], None)
+        db = pod_body("db", ns="prod", labels={"app": "db"}, scheduler="default-scheduler")
+        db["spec"]["nodeName"] = "n1"
+        add(ctl, db)
+
+        def wanting(name: str, kind: str, tier: str) -> dict[str, Any]:
+            pod = pod_obj(name)
+            pod["spec"]["affinity"] = {kind: {"requiredDuringSchedulingIgnoredDuringExecution": [
+                {"topologyKey": HOST, "labelSelector": {"matchLabels": {"app": "db"}},
+                 "namespaceSelector": {"matchLabels": {"tier": tier}}}]}}
+            return pod
+
+        add(ctl, wanting("away", "podAntiAffinity", "prod"))
+        add(ctl, wanting("near", "podAffinity", "gold"))
+        ctl.cycle()
+        await settle()
+        targets = {b["metadata"]["name"]: b["target"]["name"] for b in kube.posts("/binding")}
+        assert targets == {"away": "n2"}
+        assert kube.posts("/events") == []  # nothing told as not honoured
+        spaces._on_event("MODIFIED", {"metadata": {"name": "prod", "labels": {
+            "tier": "gold"}}}, None)
+        ctl.cycle()
+        await settle()
+        targets = {b["metadata"]["name"]: b["target"]["name"] for b in kube.posts("/binding")}
+        assert targets == {"away": "n2", "near": "n1"}
 
     asyncio.run(body())

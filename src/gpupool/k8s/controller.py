@@ -46,6 +46,7 @@ from gpupool.k8s.informer import Informer
 from gpupool.k8s.jobs import JobInfo, job_for_pods
 from gpupool.k8s.kube import Kube
 from gpupool.k8s.lease_thread import LeaseThread
+from gpupool.k8s.namespaces import NAMESPACES, Namespaces, listable
 from gpupool.k8s.nodelock import LOCK_EXPIRE_S, NodeLocks
 from gpupool.k8s.pods import PodEvents
 from gpupool.k8s.podview import NodeUsage, reduce
@@ -163,6 +164,7 @@ class Controller(PodEvents, Rebuild, BindHost):
             transform=lambda pod: slim.own_pod(pod) if (pod.get("spec") or {}).get(
                 "schedulerName") in watched else reduce(pod),
             shape=projection.pod_shape(watched))
+        self.namespaces = Namespaces(kube, self._namespace_changed)
         self.elector: LeaseThread | None = None
         if options.leader_elect:  # renewed on its own thread: no cycle can starve it
             self.elector = LeaseThread(
@@ -214,6 +216,9 @@ class Controller(PodEvents, Rebuild, BindHost):
     async def run(self) -> None:
         """Watch, elect, schedule, until cancelled."""
         informers = [self.node_informer, self.pod_informer]
+        if await listable(self.kube, NAMESPACES, "pod affinity terms' namespaceSelectors "
+                          "and ClusterQueues' namespaceSelectors are not honoured"):
+            informers.append(self.namespaces.informer)
         if self.elastic is not None:  # its objects are read before the first rebuild
             informers.extend(self.elastic.informers.values())
         loops = [asyncio.create_task(i.run()) for i in informers]
@@ -223,6 +228,7 @@ class Controller(PodEvents, Rebuild, BindHost):
         try:
             for i in waits:
                 await i.synced.wait()
+            self.namespaces.watched = self.namespaces.informer in informers
             if self.elector is not None:
                 loops.append(asyncio.create_task(self.elector.run()))
             else:

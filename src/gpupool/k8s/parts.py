@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from gpupool.k8s.informer import Informer
     from gpupool.k8s.jobs import JobInfo
     from gpupool.k8s.kube import Kube
+    from gpupool.k8s.namespaces import Namespaces
     from gpupool.k8s.podview import NodeUsage
     from gpupool.k8s.status import StatusWriter
     from gpupool.k8s.translate import GangRef, PodRequest, RecordedPlacement
@@ -55,6 +56,7 @@ class ControllerParts:
         evicting: dict[str, str]
         deferred: dict[JobId, tuple[Bind, float]]
         usage: NodeUsage
+        namespaces: Namespaces
         node_informer: Informer
         pod_informer: Informer
         status: StatusWriter

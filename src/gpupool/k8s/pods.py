@@ -43,7 +43,7 @@ from gpupool.k8s.informer import object_key
 from gpupool.k8s.jobs import JobInfo, job_for_pods
 from gpupool.k8s.kube import ApiError
 from gpupool.k8s.parts import ControllerParts
-from gpupool.k8s.podaffinity import pod_meta
+from gpupool.k8s.podaffinity import has_namespace_selector, pod_meta
 from gpupool.k8s.podview import REQUESTS, pod_usage
 from gpupool.k8s.translate import (
     GangRef,
@@ -104,9 +104,34 @@ class PodEvents(ControllerParts):
             self.sched.set_pod(key, None)  # the core counts a pod it holds by its placement
         else:
             self.usage.put(key, str(node), pod_usage(obj))
-            self.sched.set_pod(key, NodeName(str(node)), pod_meta(obj))
+            self.sched.set_pod(key, NodeName(str(node)), pod_meta(obj, self.namespaces.known()))
         if self.usage.changed or self.sched.pods_version != pods_version:
             self._dirty.set()
+
+    def _namespace_changed(self, name: str) -> None:
+        """A Namespace appeared, went or changed its labels: pod affinity terms with a
+        ``namespaceSelector`` are read again (kube-scheduler matches them against the
+        labels as they are now): those of the pods counted on nodes, and those of pending
+        pods, which are withdrawn and admitted again."""
+        if self.sched is None:
+            return
+        known = self.namespaces.known()
+        again = []
+        for key, pod in list(self.pod_informer.cache.items()):
+            if not has_namespace_selector(pod):
+                continue
+            node = (pod.get("spec") or {}).get("nodeName")
+            if node and key not in self.pod_job and not ended(pod):
+                self.sched.set_pod(key, NodeName(str(node)), pod_meta(pod, known))
+            job = self.pod_job.get(key)
+            if not node and job is not None and not self.jobs[job].running:
+                again.append(key)
+        for key in again:
+            self._pod_ended(key)
+        for key in again:
+            if key not in self.pod_job and not self._in_gang(key):
+                self._admit(key)
+        self._dirty.set()
 
     def _on_own_pod(self, event: str, key: str, obj: dict[str, Any]) -> None:
         if event == "DELETED" or ended(obj):
@@ -268,7 +293,7 @@ class PodEvents(ControllerParts):
             return
         try:
             req = self.read_request(pod)
-            cons = pod_constraints(pod)
+            cons = pod_constraints(pod, self.namespaces.known())
             queue = self.resolve_queue(pod)
             gang = pod_gang(pod)
         except (InvalidJobError, TranslateError, NotFoundError) as exc:
@@ -276,7 +301,7 @@ class PodEvents(ControllerParts):
             return
         self.requests[key] = req
         self.constraints[key] = cons
-        ignored = ignored_constraints(pod)
+        ignored = ignored_constraints(pod, self.namespaces.watched)
         if ignored and self.is_leader():
             self._spawn(self.status.event(
                 pod, "Warning", "ConstraintIgnored",

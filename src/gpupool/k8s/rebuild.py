@@ -110,14 +110,15 @@ class Rebuild(ControllerParts):
         for key, _rec in members:
             try:
                 pods[key] = self.read_request(self.pod(key) or {})
-                cons[key] = pod_constraints(self.pod(key) or {})
+                cons[key] = pod_constraints(self.pod(key) or {}, self.namespaces.known())
             except (InvalidJobError, TranslateError, NotFoundError) as exc:
                 log.warning("bound pod %s cannot be read: %s", key, exc)
                 return
         job = job_for_pods(job_id, first.queue, [(k, pods[k]) for k, _ in members],
                            gang=len(members) > 1, constraints=cons)[0]
         # with the pod, so that other pods' affinity and spread count it
-        placements = [replace(rec.placement(), pod=pod_meta(self.pod(key) or {}))
+        placements = [replace(rec.placement(), pod=pod_meta(self.pod(key) or {},
+                                                           self.namespaces.known()))
                       for key, rec in members]
         try:
             self.sched.restore(job, placements, first.start_s, first.flavor)
