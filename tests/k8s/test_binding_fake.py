@@ -410,3 +410,38 @@ def test_a_namespace_selector_follows_the_namespaces_labels() -> None:
         assert targets() == {"away": "n2", "near": "n1"}
 
     asyncio.run(body())
+
+
+def test_a_pod_whose_rules_fail_does_not_park_a_pod_without_them() -> None:
+    """Pods with the same request decided in one cycle: one whose node affinity, pod
+    affinity or extended resources fit no node does not stand for the others (the core's
+    memo of failed shapes within a cycle keeps their rules apart)."""
+    async def body() -> None:
+        kube = ScriptedKube()
+        ctl = controller(kube, node_lock=False)
+        picky = pod_obj("a-picky")
+        picky["spec"]["affinity"] = {"nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                {"matchFields": [{"key": "metadata.name", "operator": "In",
+                                  "values": ["elsewhere"]}]}]}}}
+        lonely = pod_obj("b-lonely")
+        lonely["spec"]["affinity"] = {"podAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {"topologyKey": HOST, "labelSelector": {"matchLabels": {"app": "none"}}}]}}
+        rdma = pod_obj("c-rdma")
+        rdma["spec"]["containers"][0]["resources"]["limits"]["rdma/hca"] = "1"
+        for pod in (picky, lonely, rdma, pod_obj("d-plain")):
+            add(ctl, pod)
+        ctl.cycle()
+        for _ in range(200):
+            if kube.posts("/binding"):
+                break
+            await asyncio.sleep(0.01)
+        assert [b["metadata"]["name"] for b in kube.posts("/binding")] == ["d-plain"]
+        assert ctl.sched is not None
+        reasons = ctl.last_reason
+        assert "node affinity" in reasons["team-a/a-picky"]
+        assert "pod affinity" in reasons["team-a/b-lonely"]
+        assert "rdma/hca" in reasons["team-a/c-rdma"]
+
+    asyncio.run(body())

@@ -31,6 +31,7 @@ from tests.k8s.kit import (
     running,
     wait_for,
 )
+from tests.k8s.test_scheduler_live import condition
 
 pytestmark = pytest.mark.k8s
 
@@ -252,6 +253,65 @@ def test_nodes_at_ninety_percent_cpu_from_other_pods(control_plane: ControlPlane
                 await f.settle()
                 got = await phases(kube, "cpu-")
                 assert sorted(got.values()).count("Pending") == 4, got
+                clean_run(f)
+
+    live(control_plane, body)
+
+
+async def offer(kube: Kube, node: str, **extended: str) -> None:
+    """The node advertises extended resources (as a device plugin makes the kubelet do)."""
+    obj = await kube.request("GET", f"/api/v1/nodes/{node}")
+    alloc = {**obj["status"]["allocatable"], **extended}
+    await kube.request("PATCH", f"/api/v1/nodes/{node}/status", {"status": {
+        "capacity": alloc, "allocatable": alloc}}, content_type=MERGE_PATCH)
+
+
+def test_extended_resources_counted_against_every_pod_on_the_node(
+        control_plane: ControlPlane) -> None:
+    """rdma/hca: r1 has 1, r2 has 2 of which another scheduler's pod holds 1. Of three pods
+    asking one each, decided in one cycle, two run (one per node) and the kubelet refuses
+    none; the third waits until the other pod ends. A pod asking a resource no node has
+    waits with the reason."""
+    async def body(kube: Kube) -> None:
+        for name, hcas in (("r1", "1"), ("r2", "2")):
+            await make_node(kube, name, gpus=8)
+            await offer(kube, name, **{"rdma/hca": hcas})
+        async with fleet(kube) as f:
+            other = {
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "other-r2", "namespace": NS},
+                "spec": {"nodeName": "r2", "schedulerName": "default-scheduler",
+                         "terminationGracePeriodSeconds": 0,
+                         "containers": [{"name": "net", "image": "example.invalid/net:1",
+                                         "resources": {"limits": {"rdma/hca": "1"}}}]}}
+            await kube.request("POST", f"/api/v1/namespaces/{NS}/pods", other)
+            await all_running(kube, f, 1, "other-")
+            for i in range(3):
+                await make_pod(kube, f"rd-{i}", ns=NS, limits={**WHOLE, "rdma/hca": 1},
+                               cpu="100m", memory="128Mi")
+            await make_pod(kube, "foo", ns=NS, limits={**WHOLE, "example.com/foo": 1},
+                           cpu="100m", memory="128Mi")
+            async with running(kube, default_config()):
+                async def two_running() -> bool:
+                    got = await phases(kube, "rd-")
+                    return sum(v == "Running" for v in got.values()) == 2
+
+                await wait_for(two_running, 30, "two rd- pods running")
+                await asyncio.sleep(2.0)  # time for a wrong bind to reach a kubelet
+                await f.settle()
+                got = await phases(kube, "rd-")
+                (waiting,) = [k for k, v in got.items() if v == "Pending"]
+                nodes = sorted(p["spec"]["nodeName"] for p in await list_pods(kube, NS)
+                               if p["metadata"]["name"].startswith("rd-")
+                               and p["spec"].get("nodeName"))
+                assert nodes == ["r1", "r2"]
+                cond = await wait_for(lambda: condition(kube, NS, waiting), 20, "a reason")
+                assert "rdma/hca" in cond["message"], cond
+                cond = await wait_for(lambda: condition(kube, NS, "foo"), 20, "a reason")
+                assert "example.com/foo" in cond["message"], cond
+                clean_run(f)
+                await delete_pod(kube, NS, "other-r2")
+                await all_running(kube, f, 3, "rd-", timeout_s=30)
                 clean_run(f)
 
     live(control_plane, body)

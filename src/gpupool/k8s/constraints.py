@@ -61,6 +61,9 @@ class Constraints:
     preferred_anti_affinity: tuple[tuple[int, PodAffinityTerm], ...] = ()
     namespace: str = ""
     labels: tuple[tuple[str, str], ...] = ()
+    extended: tuple[tuple[str, int], ...] = ()
+    """Extended resources other than GPUs the pod asks for, (name, units) by name
+    (``k8s/extended.py``)."""
 
     @property
     def pod(self) -> PodMeta:

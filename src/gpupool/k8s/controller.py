@@ -41,6 +41,7 @@ from gpupool.k8s import projection, slim
 from gpupool.k8s.bindhost import BindHost
 from gpupool.k8s.binding import Binder, RetryPolicy
 from gpupool.k8s.constraints import Constraints
+from gpupool.k8s.extended import ExtendedLedger
 from gpupool.k8s.hooks import ElasticHook, ProvisioningHook
 from gpupool.k8s.informer import Informer
 from gpupool.k8s.jobs import JobInfo, job_for_pods
@@ -59,6 +60,7 @@ from gpupool.k8s.translate import (
     ResourceNames,
     TranslateError,
 )
+from gpupool.k8s.vendors import PROTOCOLS
 from gpupool.k8s.wakeup import wait_event
 from gpupool.usage.feed import MeasuredUse
 from gpupool.usage.prometheus import PrometheusReader, PrometheusSettings
@@ -153,6 +155,11 @@ class Controller(PodEvents, Rebuild, BindHost):
         self.evicting: dict[str, str] = {}  # pod key -> node, for evicted pods not yet gone
         self.deferred: dict[JobId, tuple[Bind, float]] = {}  # binds waiting for victims
         self.usage = NodeUsage()  # what pods outside the core take of each node
+        # extended resources other than GPUs: gpupool's own pods' share (others: usage)
+        self.extended = ExtendedLedger(self.usage, frozenset(options.names.all()) | frozenset(
+            r for p in PROTOCOLS for r in (*p.resources(), p.capacity_count,
+                                            p.capacity_cores, p.capacity_memory) if r))
+        self.extended_asks: dict[str, dict[str, int]] = {}  # pod key -> what it asks
         self.stats = Stats()
         self.measured: MeasuredUse | None = None if options.prometheus is None else MeasuredUse(
             PrometheusReader(options.prometheus), options.measured, options.measured_interval_s)
@@ -295,6 +302,7 @@ class Controller(PodEvents, Rebuild, BindHost):
     def _on_node(self, event: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
         name = str((obj.get("metadata") or {}).get("name"))
         self.binder.node_changed(name)  # its lock may have been released
+        self.extended.set_node(name, None if event == "DELETED" else obj)
         if self.sched is None:
             return
         if event == "DELETED":
@@ -401,6 +409,14 @@ class Controller(PodEvents, Rebuild, BindHost):
             return
         for p in bind.placements:
             key = info.task_pod[p.task]
+            asked = self.extended_asks.get(key)
+            if asked:  # the core does not count them: two pods of a cycle may share the room
+                short = self.extended.shortfall(str(p.node), asked, skip=key)
+                if short is not None:
+                    self._back_off(key)
+                    self._bind_failed(key, f"not bound to {p.node}: {short}")
+                    continue
+                self.extended.take(key, str(p.node), asked)
             self.status.bound(key)
             self.binder.submit(self._bind_item(key, p, info, bind.flavor, now, self.pod(key)))
 

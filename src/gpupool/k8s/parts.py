@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from gpupool.core.scheduler import Scheduler
     from gpupool.k8s.binding import Binder, BindItem
     from gpupool.k8s.constraints import Constraints
+    from gpupool.k8s.extended import ExtendedLedger
     from gpupool.k8s.hooks import ElasticHook, ProvisioningHook
     from gpupool.k8s.informer import Informer
     from gpupool.k8s.jobs import JobInfo
@@ -57,6 +58,8 @@ class ControllerParts:
         deferred: dict[JobId, tuple[Bind, float]]
         usage: NodeUsage
         namespaces: Namespaces
+        extended: ExtendedLedger
+        extended_asks: dict[str, dict[str, int]]
         node_informer: Informer
         pod_informer: Informer
         status: StatusWriter

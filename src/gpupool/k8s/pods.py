@@ -99,7 +99,14 @@ class PodEvents(ControllerParts):
         node = (obj.get("spec") or {}).get("nodeName")
         assert self.sched is not None
         pods_version = self.sched.pods_version
-        if event == "DELETED" or ended(obj) or not node or key in self.pod_job:
+        gone = event == "DELETED" or ended(obj)
+        if gone:
+            self.extended.drop(key)
+        elif node and key in self.pod_job:  # gpupool's own, its extended resources here
+            self.extended.take(key, str(node), self._asks(key, obj))
+        elif node:
+            self.extended.drop(key)  # counted with the other pods (self.usage)
+        if gone or not node or key in self.pod_job:
             self.usage.drop(key)
             self.sched.set_pod(key, None)  # the core counts a pod it holds by its placement
         else:
@@ -107,6 +114,15 @@ class PodEvents(ControllerParts):
             self.sched.set_pod(key, NodeName(str(node)), pod_meta(obj, self.namespaces.known()))
         if self.usage.changed or self.sched.pods_version != pods_version:
             self._dirty.set()
+
+    def _asks(self, key: str, pod: Mapping[str, Any]) -> dict[str, int]:
+        """The extended resources (not GPUs) gpupool's pod ``key`` asks for."""
+        asks = self.extended_asks.get(key)
+        if asks is None:
+            asks = self.extended.asked(pod_usage(pod).extended)
+            if asks:
+                self.extended_asks[key] = asks
+        return asks
 
     def _namespace_changed(self, name: str) -> None:
         """A Namespace appeared, went or changed its labels: pod affinity terms with a
@@ -299,6 +315,10 @@ class PodEvents(ControllerParts):
         except (InvalidJobError, TranslateError, NotFoundError) as exc:
             self._reject([key], str(exc))
             return
+        self.extended_asks.pop(key, None)
+        asks = self._asks(key, pod)
+        if asks:
+            cons = replace(cons, extended=tuple(sorted(asks.items())))
         self.requests[key] = req
         self.constraints[key] = cons
         ignored = ignored_constraints(pod, self.namespaces.watched)
@@ -428,6 +448,8 @@ class PodEvents(ControllerParts):
 
     def _pod_ended(self, key: str) -> None:
         assert self.sched is not None
+        self.extended.drop(key)
+        self.extended_asks.pop(key, None)
         self.rejected.pop(key, None)
         self.status.forget(key)
         self.requests.pop(key, None)

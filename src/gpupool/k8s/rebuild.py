@@ -22,6 +22,7 @@ from gpupool.core.model import JobId, Node
 from gpupool.core.scheduler import Scheduler
 from gpupool.k8s.bindhost import scheduling_profile
 from gpupool.k8s.constraints import pod_constraints
+from gpupool.k8s.extended import ExtendedResourcesFit, with_extended_filter
 from gpupool.k8s.jobs import JobInfo, job_for_pods
 from gpupool.k8s.parts import ControllerParts
 from gpupool.k8s.podaffinity import pod_meta
@@ -62,9 +63,11 @@ class Rebuild(ControllerParts):
         self.nodes_by_name = {n.name: n for n in nodes}
         self._inventory = None
         measured = getattr(self, "measured", None)
-        self.sched = Scheduler(nodes, self.config, profile=scheduling_profile(
+        profile = with_extended_filter(scheduling_profile(
             self.opt.node_lock, self.opt.bind_queue_weight,
-            measured_hot_pct=None if measured is None else self.opt.hot_pct))
+            measured_hot_pct=None if measured is None else self.opt.hot_pct),
+            ExtendedResourcesFit(self.extended))
+        self.sched = Scheduler(nodes, self.config, profile=profile)
         if measured is not None:  # the model outlives schedulers: its samples stay valid
             self.sched.use_measurements(measured.model)
         for d in (self.jobs, self.pod_job, self.requests, self.constraints, self.gangs,
@@ -88,10 +91,7 @@ class Rebuild(ControllerParts):
                 pending.append(key)
         for job_id, members in sorted(bound.items()):
             self._restore(job_id, members)
-        self.usage = type(self.usage)()
-        for key, pod in self.pod_informer.cache.items():
-            self._count("ADDED", key, pod)
-        self._apply_usage()  # every node with other pods on it
+        self._count_all()
         if self.elastic is not None:
             self.elastic.ready()  # ElasticGPUs take their cards back before pods are placed
         if self.provisioning is not None:  # running jobs' bookings; the rest wait for _submit
@@ -100,6 +100,18 @@ class Rebuild(ControllerParts):
             self._admit(key)
         if self.provisioning is not None:  # requests of jobs that are gone
             self.provisioning.sweep()
+
+    def _count_all(self) -> None:
+        """Every pod on a node counted afresh: other pods' requests (``self.usage``), and
+        the extended resources each node has and gpupool's own pods take."""
+        self.usage = type(self.usage)()
+        self.extended.outside = self.usage
+        self.extended.own.clear()
+        for name, obj in self.node_informer.cache.items():
+            self.extended.set_node(name, obj)
+        for key, pod in self.pod_informer.cache.items():
+            self._count("ADDED", key, pod)
+        self._apply_usage()  # every node with other pods on it
 
     def _restore(self, job_id: JobId,
                  members: list[tuple[str, RecordedPlacement]]) -> None:
