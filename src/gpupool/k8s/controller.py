@@ -47,8 +47,10 @@ from gpupool.k8s.informer import Informer
 from gpupool.k8s.jobs import JobInfo, job_for_pods
 from gpupool.k8s.kube import Kube
 from gpupool.k8s.lease_thread import LeaseThread
+from gpupool.k8s.migledger import MigLedger
 from gpupool.k8s.namespaces import NAMESPACES, Namespaces, listable
 from gpupool.k8s.nodelock import LOCK_EXPIRE_S, NodeLocks
+from gpupool.k8s.noderesources import NodeResources
 from gpupool.k8s.pods import PodEvents
 from gpupool.k8s.podview import NodeUsage, reduce
 from gpupool.k8s.rebuild import Rebuild
@@ -127,7 +129,7 @@ class Stats:
     bound_at: dict[str, float] = field(default_factory=dict)  # pod key -> wall time bound
 
 
-class Controller(PodEvents, Rebuild, BindHost):
+class Controller(PodEvents, NodeResources, Rebuild, BindHost):
     def __init__(self, kube: Kube, config: QueueConfig, options: Options = Options(), *,
                  clock: Callable[[], float] = time.time) -> None:
         self.kube = kube
@@ -160,6 +162,7 @@ class Controller(PodEvents, Rebuild, BindHost):
             r for p in PROTOCOLS for r in (*p.resources(), p.capacity_count,
                                             p.capacity_cores, p.capacity_memory) if r))
         self.extended_asks: dict[str, dict[str, int]] = {}  # pod key -> what it asks
+        self.mig = MigLedger()  # the instances on MIG-mode cards, whoever placed them
         self.stats = Stats()
         self.measured: MeasuredUse | None = None if options.prometheus is None else MeasuredUse(
             PrometheusReader(options.prometheus), options.measured, options.measured_interval_s)
@@ -417,6 +420,14 @@ class Controller(PodEvents, Rebuild, BindHost):
                     self._bind_failed(key, f"not bound to {p.node}: {short}")
                     continue
                 self.extended.take(key, str(p.node), asked)
+            if any(s.mig_profile for s in p.shares):
+                chosen = self._mig_placements(key, p)
+                if isinstance(chosen, str):
+                    self._back_off(key)
+                    self._bind_failed(key, f"not bound to {p.node}: {chosen}")
+                    continue
+                if self.mig.take(key, str(p.node), chosen, True):
+                    self._mig_changed(str(p.node))
             self.status.bound(key)
             self.binder.submit(self._bind_item(key, p, info, bind.flavor, now, self.pod(key)))
 

@@ -39,6 +39,7 @@ from gpupool.k8s.constraints import (
     pod_constraints,
     scheduling_gates,
 )
+from gpupool.k8s.hami.mig import mig_request
 from gpupool.k8s.informer import object_key
 from gpupool.k8s.jobs import JobInfo, job_for_pods
 from gpupool.k8s.kube import ApiError
@@ -100,6 +101,7 @@ class PodEvents(ControllerParts):
         assert self.sched is not None
         pods_version = self.sched.pods_version
         gone = event == "DELETED" or ended(obj)
+        self._count_mig(key, obj, str(node or ""), gone)
         if gone:
             self.extended.drop(key)
         elif node and key in self.pod_job:  # gpupool's own, its extended resources here
@@ -114,15 +116,6 @@ class PodEvents(ControllerParts):
             self.sched.set_pod(key, NodeName(str(node)), pod_meta(obj, self.namespaces.known()))
         if self.usage.changed or self.sched.pods_version != pods_version:
             self._dirty.set()
-
-    def _asks(self, key: str, pod: Mapping[str, Any]) -> dict[str, int]:
-        """The extended resources (not GPUs) gpupool's pod ``key`` asks for."""
-        asks = self.extended_asks.get(key)
-        if asks is None:
-            asks = self.extended.asked(pod_usage(pod).extended)
-            if asks:
-                self.extended_asks[key] = asks
-        return asks
 
     def _namespace_changed(self, name: str) -> None:
         """A Namespace appeared, went or changed its labels: pod affinity terms with a
@@ -258,6 +251,8 @@ class PodEvents(ControllerParts):
                                frozenset(g.model for n in nodes for g in n.gpus))
         floor, models = self._inventory
         req = pod_request(pod, self.opt.names, card_memory_mib=floor, models=models)
+        req = mig_request(req, (pod.get("metadata") or {}).get("annotations") or {},
+                          (g for n in self.nodes_by_name.values() for g in n.gpus))
         if req.gpu.kind.value == "none":  # another vendor's cards, by its resource names
             req = vendor_pod_request(pod, req, self._vendor_models()) or req
         elif not req.gpu.models:  # NVIDIA's resource names: NVIDIA's cards only
@@ -450,6 +445,9 @@ class PodEvents(ControllerParts):
         assert self.sched is not None
         self.extended.drop(key)
         self.extended_asks.pop(key, None)
+        was = self.mig.drop(key)
+        if was is not None:
+            self._mig_changed(was)
         self.rejected.pop(key, None)
         self.status.forget(key)
         self.requests.pop(key, None)

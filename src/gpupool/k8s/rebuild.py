@@ -23,6 +23,7 @@ from gpupool.core.scheduler import Scheduler
 from gpupool.k8s.bindhost import scheduling_profile
 from gpupool.k8s.constraints import pod_constraints
 from gpupool.k8s.extended import ExtendedResourcesFit, with_extended_filter
+from gpupool.k8s.hami.register import HAMI_REGISTER, parse_hami_register
 from gpupool.k8s.jobs import JobInfo, job_for_pods
 from gpupool.k8s.parts import ControllerParts
 from gpupool.k8s.podaffinity import pod_meta
@@ -41,6 +42,11 @@ class Rebuild(ControllerParts):
         """The core's node for a Node object: with queued provisioning attached, marked for
         the request whose booking holds it (``k8s/provisioning_nodes.py``)."""
         node = node_from_k8s(obj)
+        name = str(node.name)
+        if any(g.mig for g in node.gpus) or self.mig.has_mig(name):
+            text = ((obj.get("metadata") or {}).get("annotations") or {}).get(HAMI_REGISTER)
+            self.mig.set_devices(name, parse_hami_register(text) if text else [])
+            node = self.mig.counted(node)
         return self.provisioning.mark(node) if self.provisioning is not None else node
 
     def _translate_nodes(self) -> list[Node]:
@@ -59,6 +65,7 @@ class Rebuild(ControllerParts):
         pending pods. With queued provisioning attached, the ProvisioningRequests gpupool
         made are taken back too: running jobs' bookings before the pending pods are
         submitted, each pending job's check when it is (see ``k8s/provisioning.py``)."""
+        self.mig.pods.clear()  # read again from the pods below
         nodes = self._translate_nodes()
         self.nodes_by_name = {n.name: n for n in nodes}
         self._inventory = None
@@ -92,6 +99,8 @@ class Rebuild(ControllerParts):
         for job_id, members in sorted(bound.items()):
             self._restore(job_id, members)
         self._count_all()
+        for name in list(self.mig.profiles):
+            self._mig_changed(name)
         if self.elastic is not None:
             self.elastic.ready()  # ElasticGPUs take their cards back before pods are placed
         if self.provisioning is not None:  # running jobs' bookings; the rest wait for _submit
