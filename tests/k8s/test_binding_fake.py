@@ -5,6 +5,7 @@ affinity term's ``namespaceSelector``: v1.20 drops the field)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Callable
 from typing import Any
@@ -23,6 +24,7 @@ from gpupool.k8s.nodelock import (
     node_lock,
     parse_lock,
 )
+from gpupool.k8s.podview import reduce
 from tests.k8s.kit import RecordingHost, pod_body
 from tests.k8s.test_controller_fake import node_obj, pod_obj
 
@@ -443,5 +445,55 @@ def test_a_pod_whose_rules_fail_does_not_park_a_pod_without_them() -> None:
         assert "node affinity" in reasons["team-a/a-picky"]
         assert "pod affinity" in reasons["team-a/b-lonely"]
         assert "rdma/hca" in reasons["team-a/c-rdma"]
+
+    asyncio.run(body())
+
+
+MIG_REGISTER = json.dumps([{
+    "id": "GPU-m", "index": 0, "count": 7, "devmem": 40960, "devcore": 100,
+    "type": "NVIDIA-A100-SXM4-40GB", "mode": "mig", "health": True,
+    "migProfiles": [
+        {"name": "1g.5gb", "memoryMB": 4864, "core": 15, "sliceCount": 1,
+         "placements": [{"start": i, "size": 1} for i in range(7)]},
+        {"name": "3g.20gb", "memoryMB": 19968, "core": 43, "sliceCount": 3,
+         "placements": [{"start": 0, "size": 4}, {"start": 4, "size": 4}]}]}])
+
+
+def test_mig_instances_hamis_scheduler_placed_are_left_alone() -> None:
+    """Pods HAMi's own scheduler bound hold a 3g at slices 4..7 and a 1g at slice 0 (read
+    from their reduced copies): a 3g pod of gpupool's waits (both 3g placements are
+    blocked), a 1g pod gets the highest free slice, 3."""
+    async def body() -> None:
+        kube = ScriptedKube()
+        ctl = Controller(kube, default_config(),  # type: ignore[arg-type]
+                         Options(leader_elect=False, node_lock=False))
+        node = node_obj("m1", 1)
+        node["metadata"]["annotations"]["hami.io/node-nvidia-register"] = MIG_REGISTER
+        ctl.node_informer.cache["m1"] = node
+        ctl.rebuild()
+        for name, profile, start, size in (("h3", "3g.20gb", 4, 4), ("h1", "1g.5gb", 0, 1)):
+            other = pod_body(name, ns="team-b", scheduler="hami-scheduler")
+            other["spec"]["nodeName"] = "m1"
+            other["metadata"]["annotations"] = {"hami.io/vgpu-mig-allocations": json.dumps([
+                {"containerIndex": 0, "deviceIndex": 0, "gpuUUID": "GPU-m",
+                 "profile": profile, "placement": {"start": start, "size": size},
+                 "migUUID": f"MIG-{name}", "gpuInstanceID": 1, "computeInstanceID": 0}])}
+            add(ctl, reduce(other))
+        for name, mib in (("want-3g", 15000), ("want-1g", 4000)):
+            pod = pod_obj(name)
+            pod["metadata"]["annotations"] = {"nvidia.com/vgpu-mode": "mig"}
+            pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpumem"] = mib
+            add(ctl, pod)
+        ctl.cycle()
+        for _ in range(200):
+            if kube.posts("/binding"):
+                break
+            await asyncio.sleep(0.01)
+        (binding,) = kube.posts("/binding")
+        assert binding["metadata"]["name"] == "want-1g"
+        (chosen,) = json.loads(binding["metadata"]["annotations"][
+            "hami.io/vgpu-mig-allocations"])
+        assert (chosen["profile"], chosen["placement"]) == ("1g.5gb", {"start": 3, "size": 1})
+        assert "MIG 3g.20gb" in ctl.last_reason["team-a/want-3g"]
 
     asyncio.run(body())
