@@ -1,9 +1,11 @@
 """Binds, gates, backoff, evictions and the node lock against a scripted fake API server:
-the answers a v1.20 test API server cannot give (``schedulingGates``, ``policy/v1``)."""
+the answers a v1.20 test API server cannot give (``schedulingGates``, ``policy/v1``, a pod
+affinity term's ``namespaceSelector``: v1.20 drops the field)."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Callable
 from typing import Any
@@ -22,7 +24,8 @@ from gpupool.k8s.nodelock import (
     node_lock,
     parse_lock,
 )
-from tests.k8s.kit import RecordingHost
+from gpupool.k8s.podview import reduce
+from tests.k8s.kit import RecordingHost, pod_body
 from tests.k8s.test_controller_fake import node_obj, pod_obj
 
 Answer = Callable[[str, str, Any], dict[str, Any]]
@@ -347,5 +350,150 @@ def test_required_rules_not_honoured_are_told_to_the_pod() -> None:
         assert event["reason"] == "ConstraintIgnored"
         assert "podAntiAffinity" in event["message"] and "namespaceSelector" in event["message"]
         assert "topologySpread" not in event["message"]  # a preference: nothing to tell
+
+    asyncio.run(body())
+
+
+HOST = "kubernetes.io/hostname"
+
+
+def test_a_namespace_selector_follows_the_namespaces_labels() -> None:
+    """Anti-affinity to pods of namespaces labelled tier=prod keeps away from the node where
+    another scheduler's pod of such a namespace runs; affinity to pods of namespaces labelled
+    tier=gold waits, and goes beside that pod once its Namespace is relabelled."""
+    async def body() -> None:
+        kube = ScriptedKube()
+        ctl = Controller(kube, default_config(),  # type: ignore[arg-type]
+                         Options(leader_elect=False, node_lock=False))
+        for n in ("n1", "n2"):
+            node = node_obj(n, 2)
+            node["metadata"]["labels"] = {HOST: n}
+            ctl.node_informer.cache[n] = node
+        ctl.rebuild()
+        spaces = ctl.namespaces
+        spaces.informer.synced.set()
+        spaces.watched = True
+        for name, labels in (("prod", {"tier": "prod"}), ("team-a", {})):
+            spaces.informer.cache[name] = {"metadata": {"name": name, "labels": labels}}
+            spaces._on_event("ADDED", spaces.informer.cache[name], None)
+        db = pod_body("db", ns="prod", labels={"app": "db"}, scheduler="default-scheduler")
+        db["spec"]["nodeName"] = "n1"
+        add(ctl, db)
+
+        def wanting(name: str, kind: str, tier: str) -> dict[str, Any]:
+            pod = pod_obj(name)
+            pod["spec"]["affinity"] = {kind: {"requiredDuringSchedulingIgnoredDuringExecution": [
+                {"topologyKey": HOST, "labelSelector": {"matchLabels": {"app": "db"}},
+                 "namespaceSelector": {"matchLabels": {"tier": tier}}}]}}
+            return pod
+
+        add(ctl, wanting("away", "podAntiAffinity", "prod"))
+        add(ctl, wanting("near", "podAffinity", "gold"))
+        def targets() -> dict[str, str]:
+            return {b["metadata"]["name"]: b["target"]["name"]
+                    for b in kube.posts("/binding")}
+
+        async def binds(n: int) -> None:
+            for _ in range(200):  # the binder's tasks run on this loop
+                if len(targets()) >= n:
+                    return
+                await asyncio.sleep(0.01)
+
+        ctl.cycle()
+        await binds(1)
+        await settle()
+        assert targets() == {"away": "n2"}
+        # nothing told as not honoured
+        assert not [e for e in kube.posts("/events") if e["reason"] == "ConstraintIgnored"]
+        spaces._on_event("MODIFIED", {"metadata": {"name": "prod", "labels": {
+            "tier": "gold"}}}, None)
+        ctl.cycle()
+        await binds(2)
+        assert targets() == {"away": "n2", "near": "n1"}
+
+    asyncio.run(body())
+
+
+def test_a_pod_whose_rules_fail_does_not_park_a_pod_without_them() -> None:
+    """Pods with the same request decided in one cycle: one whose node affinity, pod
+    affinity or extended resources fit no node does not stand for the others (the core's
+    memo of failed shapes within a cycle keeps their rules apart)."""
+    async def body() -> None:
+        kube = ScriptedKube()
+        ctl = controller(kube, node_lock=False)
+        picky = pod_obj("a-picky")
+        picky["spec"]["affinity"] = {"nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                {"matchFields": [{"key": "metadata.name", "operator": "In",
+                                  "values": ["elsewhere"]}]}]}}}
+        lonely = pod_obj("b-lonely")
+        lonely["spec"]["affinity"] = {"podAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {"topologyKey": HOST, "labelSelector": {"matchLabels": {"app": "none"}}}]}}
+        rdma = pod_obj("c-rdma")
+        rdma["spec"]["containers"][0]["resources"]["limits"]["rdma/hca"] = "1"
+        for pod in (picky, lonely, rdma, pod_obj("d-plain")):
+            add(ctl, pod)
+        ctl.cycle()
+        for _ in range(200):
+            if kube.posts("/binding"):
+                break
+            await asyncio.sleep(0.01)
+        assert [b["metadata"]["name"] for b in kube.posts("/binding")] == ["d-plain"]
+        assert ctl.sched is not None
+        reasons = ctl.last_reason
+        assert "node affinity" in reasons["team-a/a-picky"]
+        assert "pod affinity" in reasons["team-a/b-lonely"]
+        assert "rdma/hca" in reasons["team-a/c-rdma"]
+
+    asyncio.run(body())
+
+
+MIG_REGISTER = json.dumps([{
+    "id": "GPU-m", "index": 0, "count": 7, "devmem": 40960, "devcore": 100,
+    "type": "NVIDIA-A100-SXM4-40GB", "mode": "mig", "health": True,
+    "migProfiles": [
+        {"name": "1g.5gb", "memoryMB": 4864, "core": 15, "sliceCount": 1,
+         "placements": [{"start": i, "size": 1} for i in range(7)]},
+        {"name": "3g.20gb", "memoryMB": 19968, "core": 43, "sliceCount": 3,
+         "placements": [{"start": 0, "size": 4}, {"start": 4, "size": 4}]}]}])
+
+
+def test_mig_instances_hamis_scheduler_placed_are_left_alone() -> None:
+    """Pods HAMi's own scheduler bound hold a 3g at slices 4..7 and a 1g at slice 0 (read
+    from their reduced copies): a 3g pod of gpupool's waits (both 3g placements are
+    blocked), a 1g pod gets the highest free slice, 3."""
+    async def body() -> None:
+        kube = ScriptedKube()
+        ctl = Controller(kube, default_config(),  # type: ignore[arg-type]
+                         Options(leader_elect=False, node_lock=False))
+        node = node_obj("m1", 1)
+        node["metadata"]["annotations"]["hami.io/node-nvidia-register"] = MIG_REGISTER
+        ctl.node_informer.cache["m1"] = node
+        ctl.rebuild()
+        for name, profile, start, size in (("h3", "3g.20gb", 4, 4), ("h1", "1g.5gb", 0, 1)):
+            other = pod_body(name, ns="team-b", scheduler="hami-scheduler")
+            other["spec"]["nodeName"] = "m1"
+            other["metadata"]["annotations"] = {"hami.io/vgpu-mig-allocations": json.dumps([
+                {"containerIndex": 0, "deviceIndex": 0, "gpuUUID": "GPU-m",
+                 "profile": profile, "placement": {"start": start, "size": size},
+                 "migUUID": f"MIG-{name}", "gpuInstanceID": 1, "computeInstanceID": 0}])}
+            add(ctl, reduce(other))
+        for name, mib in (("want-3g", 15000), ("want-1g", 4000)):
+            pod = pod_obj(name)
+            pod["metadata"]["annotations"] = {"nvidia.com/vgpu-mode": "mig"}
+            pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpumem"] = mib
+            add(ctl, pod)
+        ctl.cycle()
+        for _ in range(200):
+            if kube.posts("/binding"):
+                break
+            await asyncio.sleep(0.01)
+        (binding,) = kube.posts("/binding")
+        assert binding["metadata"]["name"] == "want-1g"
+        (chosen,) = json.loads(binding["metadata"]["annotations"][
+            "hami.io/vgpu-mig-allocations"])
+        assert (chosen["profile"], chosen["placement"]) == ("1g.5gb", {"start": 3, "size": 1})
+        assert "MIG 3g.20gb" in ctl.last_reason["team-a/want-3g"]
 
     asyncio.run(body())

@@ -8,13 +8,21 @@ the pods are those a tenant writes, in every request shape HAMi reads.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from gpupool.core import ClusterState, Job, JobId, PodSet, default_profile, place_task
 from gpupool.core.errors import InvalidJobError
-from gpupool.core.model import GpuRequest, Node, Placement
+from gpupool.core.model import GpuRequest, GpuShare, Node, NodeName, Placement, TaskId
+from gpupool.k8s.hami.mig import (
+    MigAllocation,
+    choose_placement,
+    decode_mig_allocations,
+    instances,
+    mig_request,
+)
 from gpupool.k8s.translate import (
     DEVICES_TO_ALLOCATE,
     VGPU_NODE,
@@ -123,18 +131,95 @@ def test_absent_count_is_a_card_that_takes_nothing() -> None:
     assert "split count 0" in gpu_refusals(hami_node("n", register))["GPU-x"]
 
 
-def test_mig_mode_cards_are_refused_with_the_reason() -> None:
+def test_mig_mode_cards_offer_what_fits_beside_the_instances_on_them() -> None:
     devs = parse_hami_register(REGISTER_MIG)
     assert [p.placements for p in devs[0].mig_profiles][2] == ((0, 4), (4, 4))
     node = node_from_k8s(hami_node("mig", REGISTER_MIG))
-    assert [(g.uuid, g.healthy, g.mig) for g in node.gpus] == [
-        ("GPU-mig-0", False, ()), ("GPU-core-1", True, ())]
-    assert "MIG mode" in gpu_refusals(hami_node("mig", REGISTER_MIG))["GPU-mig-0"]
-    # the hami-core card beside it is still used, and only it
+    mig, core = node.gpus
+    assert mig.healthy and not core.mig
+    assert [(m.profile, m.count, m.gpu_milli, m.memory_mib) for m in mig.mig] == [
+        ("1g.5gb", 7, 150, 4864), ("2g.10gb", 3, 290, 9856), ("3g.20gb", 2, 430, 19968)]
+    profiles = devs[0].mig_profiles
+    # a 3g at slices 4..7 leaves 1g at 0..3, 2g at 0 and 2, 3g at 0; the core's own
+    # instances of a profile count on top of what is left
+    left = instances(profiles, [(4, 4)], {"3g.20gb": 1})
+    assert [(m.profile, m.count) for m in left] == [("1g.5gb", 4), ("2g.10gb", 2),
+                                                     ("3g.20gb", 2)]
+    # HAMi's order: 1g and 3g from the highest free start, the others from the lowest
+    assert choose_placement(profiles[0], [(4, 4)]) == (3, 1)
+    assert choose_placement(profiles[1], [(0, 2)]) == (2, 2)
+    assert choose_placement(profiles[2], [(3, 1)]) == (4, 4)
+    assert choose_placement(profiles[2], [(3, 1), (5, 1)]) is None  # both 3g blocked
+    bare = REGISTER_MIG.replace('"mode": "mig", "health": true, "migProfiles"',
+                                '"mode": "mig", "health": true, "x"')
+    assert "no migProfiles" in gpu_refusals(hami_node("mig", bare))["GPU-mig-0"]
+    # a pod that does not ask for MIG uses the hami-core card beside it, and only it
     state = ClusterState([node])
     req = pod_request(pod({"nvidia.com/gpu": 1, "nvidia.com/gpumem": 4000}))
     p = place(state, req, "x")
     assert p is not None and p.shares[0].index == 1
+
+
+def test_a_mig_pod_gets_the_smallest_profile_and_hamis_annotations() -> None:
+    node = node_from_k8s(hami_node("mig", REGISTER_MIG))
+    mig_pod = pod({"nvidia.com/gpu": 1, "nvidia.com/gpumem": 8000},
+                  annotations={"nvidia.com/vgpu-mode": "mig"})
+    req = mig_request(pod_request(mig_pod), mig_pod["metadata"]["annotations"], node.gpus)
+    assert req.gpu.mig_profile == "2g.10gb"
+    placement = Placement(TaskId("t"), JobId("j"), NodeName("mig"), 1000, 1024,
+                          (GpuShare(0, 290, 9856, "2g.10gb"),))
+    chosen = [MigAllocation(0, 0, "GPU-mig-0", "2g.10gb", 2, 2)]
+    ann = hami_annotations(req, placement, node, 0.0, chosen)
+    assert ann["hami.io/vgpu-devices-to-allocate"] == "GPU-mig-0,NVIDIA,9856,29:;"
+    assert json.loads(ann["hami.io/vgpu-mig-allocations"]) == [
+        {"containerIndex": 0, "deviceIndex": 0, "gpuUUID": "GPU-mig-0",
+         "profile": "2g.10gb", "placement": {"start": 2, "size": 2}}]
+    assert decode_mig_allocations(ann["hami.io/vgpu-mig-allocations"]) == chosen
+    # no profile holds 30000 MiB; two devices are not given
+    big = pod({"nvidia.com/gpu": 1, "nvidia.com/gpumem": 30000},
+              annotations={"nvidia.com/vgpu-mode": "mig"})
+    with pytest.raises(InvalidJobError, match="largest holds 19968 MiB"):
+        mig_request(pod_request(big), big["metadata"]["annotations"], node.gpus)
+    two = pod({"nvidia.com/gpu": 2, "nvidia.com/gpumem": 4000},
+              annotations={"nvidia.com/vgpu-mode": "mig"})
+    with pytest.raises(InvalidJobError, match="one instance"):
+        mig_request(pod_request(two), two["metadata"]["annotations"], node.gpus)
+
+
+def test_the_core_follows_a_mig_cards_counts_as_instances_land_on_it() -> None:
+    """The controller gives the core new counts after each instance; the core keeps what
+    it holds and frees the difference (a 3g taking slices 4..7 leaves one 3g, held or
+    not)."""
+    devs = parse_hami_register(REGISTER_MIG)
+    node = node_from_k8s(hami_node("mig", REGISTER_MIG))
+    state = ClusterState([node])
+    mig_pod = pod({"nvidia.com/gpu": 1, "nvidia.com/gpumem": 15000},
+                  annotations={"nvidia.com/vgpu-mode": "mig"})
+    req = mig_request(pod_request(mig_pod), mig_pod["metadata"]["annotations"], node.gpus)
+    first = place(state, req, "a")
+    assert first is not None and first.shares[0].mig_profile == "3g.20gb"
+    # the 3g went to slices 4..7, and a 1g another scheduler placed sits at slice 0
+    counted = instances(devs[0].mig_profiles, [(4, 4), (0, 1)], {"3g.20gb": 1})
+    state.update_node(replace(node, gpus=(replace(node.gpus[0], mig=counted),
+                                          node.gpus[1])))
+    assert place(state, req, "b") is None  # the 1g blocks the other 3g placement
+    small = replace(req, gpu=replace(req.gpu, mig_profile="1g.5gb"))
+    assert place(state, small, "c") is not None
+
+
+@pytest.mark.parametrize(("text", "error"), [
+    ('[{"gpuUUID": "G", "profile": "1g", "placement": {"start": 0, "size": 0}}]',
+     "incomplete"),
+    ('[{"gpuUUID": "G", "profile": "1g", "placement": {"size": 1}, "migUUID": "MIG-x"}]',
+     "partial runtime identity"),
+    ('[{"gpuUUID": "G", "profile": "1g", "placement": {"size": 1}},'
+     ' {"gpuUUID": "G", "profile": "1g", "placement": {"start": 1, "size": 1}}]',
+     "a second allocation for container 0 device 0"),
+    ('{"gpuUUID": "G"}', "expected a JSON list"),
+])
+def test_bad_mig_allocations_are_named(text: str, error: str) -> None:
+    with pytest.raises(TranslateError, match=error):
+        decode_mig_allocations(text)
 
 
 def test_device_cordon_and_health_keep_new_work_off_a_card() -> None:

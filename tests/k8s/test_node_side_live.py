@@ -31,6 +31,7 @@ from tests.k8s.kit import (
     running,
     wait_for,
 )
+from tests.k8s.test_scheduler_live import condition
 
 pytestmark = pytest.mark.k8s
 
@@ -230,6 +231,70 @@ def test_mig_mode_nodes_are_used_in_hamis_format_or_refused(
     live(control_plane, body)
 
 
+# One A100-40GB in MIG mode as HAMi 2.10 registers it: 8 memory slices, 1g at 0..6,
+# 2g at 0, 2, 4, 3g at 0 and 4 (the placements overlap).
+MIG_CARD = {
+    "id": "GPU-dyn-0", "index": 0, "count": 7, "devmem": 40960, "devcore": 100,
+    "type": "NVIDIA-A100-SXM4-40GB", "mode": "mig", "health": True,
+    "migProfiles": [
+        {"name": "1g.5gb", "memoryMB": 4864, "core": 15, "sliceCount": 1,
+         "placements": [{"start": i, "size": 1} for i in range(7)]},
+        {"name": "2g.10gb", "memoryMB": 9856, "core": 29, "sliceCount": 2,
+         "placements": [{"start": i, "size": 2} for i in (0, 2, 4)]},
+        {"name": "3g.20gb", "memoryMB": 19968, "core": 43, "sliceCount": 3,
+         "placements": [{"start": 0, "size": 4}, {"start": 4, "size": 4}]}]}
+MIG_MODE = {"nvidia.com/vgpu-mode": "mig"}
+
+
+def test_mig_pods_get_non_overlapping_placements_in_hamis_format(
+        control_plane: ControlPlane) -> None:
+    """Two 3g pods and a 1g pod decided in one cycle on a card where a 1g instance blocks
+    one of the two 3g placements: two run, on placements that do not overlap, each instance
+    made by the device plugin exactly where gpupool recorded it; the third waits with the
+    reason, and runs once one of the others ends."""
+    async def body(kube: Kube) -> None:
+        await make_node(kube, "dyn-0", gpus=1, form="none")
+        await kube.request("PATCH", "/api/v1/nodes/dyn-0", {"metadata": {"annotations": {
+            "hami.io/node-nvidia-register": json.dumps([MIG_CARD])}}},
+            content_type=MERGE_PATCH)
+        for name, mib in (("big-0", 15000), ("big-1", 15000), ("small-0", 4000)):
+            await make_pod(kube, name, ns=NS, cpu="100m", memory="128Mi",
+                           annotations=MIG_MODE,
+                           limits={"nvidia.com/gpu": 1, "nvidia.com/gpumem": mib})
+        async with fleet(kube) as f, running(kube, default_config()):
+            async def two_running() -> bool:
+                got = await phases(kube)
+                return sum(v == "Running" for v in got.values()) == 2
+
+            await wait_for(two_running, 30, "two MIG pods running")
+            await asyncio.sleep(2.0)  # time for a wrong bind to reach a kubelet
+            await f.settle()
+            pods = {p["metadata"]["name"]: p for p in await list_pods(kube, NS)}
+            run = [n for n, p in pods.items() if p["status"].get("phase") == "Running"]
+            (waiting,) = [n for n in pods if n not in run]
+            made = [a for n in run for a in json.loads(
+                pods[n]["metadata"]["annotations"]["hami.io/vgpu-mig-allocations"])]
+            assert all(a["migUUID"] and a["gpuUUID"] == "GPU-dyn-0" for a in made), made
+            spans = sorted((a["placement"]["start"], a["placement"]["size"]) for a in made)
+            assert spans[0][0] + spans[0][1] <= spans[1][0], spans  # no overlap
+            profile = {"big": "3g.20gb", "sma": "1g.5gb"}
+            assert all(a["profile"] == profile[n[:3]] for n in run for a in json.loads(
+                pods[n]["metadata"]["annotations"]["hami.io/vgpu-mig-allocations"]))
+            cond = await wait_for(lambda: condition(kube, NS, waiting), 20, "a reason")
+            assert "MIG" in cond["message"], cond
+            clean_run(f)
+            await delete_pod(kube, NS, run[0])
+            async def runs() -> bool:
+                return (await phases(kube)).get(waiting) == "Running"
+
+            await wait_for(runs, 30, f"{waiting} running once {run[0]} ended")
+            await f.settle()
+            clean_run(f)
+            assert sum(a.plugin.mig_created for a in f.agents.values()) == 3
+
+    live(control_plane, body)
+
+
 def test_nodes_at_ninety_percent_cpu_from_other_pods(control_plane: ControlPlane) -> None:
     async def body(kube: Kube) -> None:
         for i in range(2):
@@ -252,6 +317,65 @@ def test_nodes_at_ninety_percent_cpu_from_other_pods(control_plane: ControlPlane
                 await f.settle()
                 got = await phases(kube, "cpu-")
                 assert sorted(got.values()).count("Pending") == 4, got
+                clean_run(f)
+
+    live(control_plane, body)
+
+
+async def offer(kube: Kube, node: str, **extended: str) -> None:
+    """The node advertises extended resources (as a device plugin makes the kubelet do)."""
+    obj = await kube.request("GET", f"/api/v1/nodes/{node}")
+    alloc = {**obj["status"]["allocatable"], **extended}
+    await kube.request("PATCH", f"/api/v1/nodes/{node}/status", {"status": {
+        "capacity": alloc, "allocatable": alloc}}, content_type=MERGE_PATCH)
+
+
+def test_extended_resources_counted_against_every_pod_on_the_node(
+        control_plane: ControlPlane) -> None:
+    """rdma/hca: r1 has 1, r2 has 2 of which another scheduler's pod holds 1. Of three pods
+    asking one each, decided in one cycle, two run (one per node) and the kubelet refuses
+    none; the third waits until the other pod ends. A pod asking a resource no node has
+    waits with the reason."""
+    async def body(kube: Kube) -> None:
+        for name, hcas in (("r1", "1"), ("r2", "2")):
+            await make_node(kube, name, gpus=8)
+            await offer(kube, name, **{"rdma/hca": hcas})
+        async with fleet(kube) as f:
+            other = {
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "other-r2", "namespace": NS},
+                "spec": {"nodeName": "r2", "schedulerName": "default-scheduler",
+                         "terminationGracePeriodSeconds": 0,
+                         "containers": [{"name": "net", "image": "example.invalid/net:1",
+                                         "resources": {"limits": {"rdma/hca": "1"}}}]}}
+            await kube.request("POST", f"/api/v1/namespaces/{NS}/pods", other)
+            await all_running(kube, f, 1, "other-")
+            for i in range(3):
+                await make_pod(kube, f"rd-{i}", ns=NS, limits={**WHOLE, "rdma/hca": 1},
+                               cpu="100m", memory="128Mi")
+            await make_pod(kube, "foo", ns=NS, limits={**WHOLE, "example.com/foo": 1},
+                           cpu="100m", memory="128Mi")
+            async with running(kube, default_config()):
+                async def two_running() -> bool:
+                    got = await phases(kube, "rd-")
+                    return sum(v == "Running" for v in got.values()) == 2
+
+                await wait_for(two_running, 30, "two rd- pods running")
+                await asyncio.sleep(2.0)  # time for a wrong bind to reach a kubelet
+                await f.settle()
+                got = await phases(kube, "rd-")
+                (waiting,) = [k for k, v in got.items() if v == "Pending"]
+                nodes = sorted(p["spec"]["nodeName"] for p in await list_pods(kube, NS)
+                               if p["metadata"]["name"].startswith("rd-")
+                               and p["spec"].get("nodeName"))
+                assert nodes == ["r1", "r2"]
+                cond = await wait_for(lambda: condition(kube, NS, waiting), 20, "a reason")
+                assert "rdma/hca" in cond["message"], cond
+                cond = await wait_for(lambda: condition(kube, NS, "foo"), 20, "a reason")
+                assert "example.com/foo" in cond["message"], cond
+                clean_run(f)
+                await delete_pod(kube, NS, "other-r2")
+                await all_running(kube, f, 3, "rd-", timeout_s=30)
                 clean_run(f)
 
     live(control_plane, body)

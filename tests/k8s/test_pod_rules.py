@@ -50,6 +50,45 @@ def test_terms_read_with_kubernetes_namespace_defaults() -> None:
     assert con.pod.anti_affinity == con.pod_anti_affinity
 
 
+NAMESPACES = {"team": {"tier": "prod"}, "ml": {"tier": "prod", "gpu": "yes"},
+              "dev": {"tier": "dev"}}
+
+
+def test_a_namespace_selector_is_matched_against_namespace_labels() -> None:
+    sel = {"matchLabels": {"app": "web"}}
+    con = pod_constraints(pod(anti(
+        {"topologyKey": "z", "labelSelector": sel,
+         "namespaceSelector": {"matchLabels": {"tier": "prod"}}},
+        {"topologyKey": "z", "labelSelector": sel, "namespaces": ["dev"],
+         "namespaceSelector": {"matchExpressions": [{"key": "gpu", "operator": "Exists"}]}},
+        {"topologyKey": "z", "labelSelector": sel,
+         "namespaceSelector": {"matchLabels": {"tier": "none"}}},
+    )), NAMESPACES)
+    prod, listed_or_gpu, nothing = con.pod_anti_affinity
+    assert prod.namespaces == frozenset({"team", "ml"})
+    assert listed_or_gpu.namespaces == frozenset({"dev", "ml"})  # the union of both
+    # a selector matching no namespace, with none listed, counts no pod (not the own one)
+    assert nothing.namespaces == frozenset()
+    assert not nothing.matches("team", {"app": "web"})
+    # the same terms of a pod that other pods count
+    assert pod_meta(pod(anti(
+        {"topologyKey": "z", "labelSelector": sel,
+         "namespaceSelector": {"matchLabels": {"tier": "dev"}}})),
+        NAMESPACES).anti_affinity[0].namespaces == frozenset({"dev"})
+    # resolved, it is honoured; without the Namespaces' labels it is told as not honoured
+    spec = anti({"topologyKey": "z", "namespaceSelector": {"matchLabels": {"t": "a"}}})
+    assert ignored_constraints(pod(spec), namespaces_known=True) == []
+    assert ignored_constraints(pod(spec)) != []
+
+
+def test_a_bad_namespace_selector_is_named_by_its_path() -> None:
+    with pytest.raises(InvalidJobError) as exc:
+        pod_constraints(pod(anti({"topologyKey": "z", "namespaceSelector": {
+            "matchExpressions": [{"key": "t", "operator": "Gt", "values": ["1"]}]}})),
+            NAMESPACES)
+    assert exc.value.field.endswith("namespaceSelector.matchExpressions[0].operator")
+
+
 def test_spread_reads_both_kinds_apart() -> None:
     con = pod_constraints(pod({"topologySpreadConstraints": [
         {"maxSkew": 2, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule",

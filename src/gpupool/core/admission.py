@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from gpupool.core import said
 from gpupool.core.alternatives import OWN, variants
 from gpupool.core.errors import NotFoundError
-from gpupool.core.model import WHOLE_GPU_MILLI, GpuKind, Job, Placement
+from gpupool.core.model import WHOLE_GPU_MILLI, GpuKind, Job, Placement, PodSet
 from gpupool.core.placement.framework import Code, Profile, Status
 from gpupool.core.placement.place import place_job
 from gpupool.core.quota import (
@@ -461,9 +461,7 @@ def try_admit(job: Job, cq: str, tree: QuotaTree, snap: Snapshot, profile: Profi
             if fj is None:
                 reasons.append(f"node selector conflicts with flavor {fname}")
                 continue
-            shape = (key, tuple((ps.count, ps.cpu_milli, ps.memory_mib, ps.gpu,
-                                 tuple(sorted(ps.node_selector.items())), ps.tolerations)
-                                for ps in fj.pod_sets), fj.min_member)
+            shape = (key, tuple(_shape(ps) for ps in fj.pod_sets), fj.min_member)
             status = failed.get(shape) if failed is not None else None
             placements: list[Placement] = []
             if status is None:
@@ -488,3 +486,13 @@ def try_admit(job: Job, cq: str, tree: QuotaTree, snap: Snapshot, profile: Profi
     if borrowing is not None:
         return borrowing, Status.ok()
     return None, Status(code, ("; ".join(reasons),))
+
+
+def _shape(ps: PodSet) -> Hashable:
+    """What placement reads of a pod set: two pod sets of one shape fit the same nodes, so a
+    failure of one within a cycle stands for the other (node and pod rules included: a pod
+    whose affinity fails says nothing of a pod without it)."""
+    return (ps.count, ps.cpu_milli, ps.memory_mib, ps.gpu,
+            tuple(sorted(ps.node_selector.items())), ps.tolerations, ps.node_affinity,
+            ps.pod_affinity, ps.pod_anti_affinity, ps.spread, ps.extended, ps.pod.namespace,
+            tuple(sorted(ps.pod.labels.items())), ps.pod.anti_affinity)

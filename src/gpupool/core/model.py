@@ -192,6 +192,10 @@ class PodSet:
     """Preferred pod affinity: (weight 1..100, term), a score, never a filter."""
     preferred_anti_affinity: tuple[tuple[int, PodAffinityTerm], ...] = ()
     """Preferred pod anti-affinity: (weight 1..100, term), a score, never a filter."""
+    extended: tuple[tuple[str, int], ...] = ()
+    """Other resources each replica asks for, as (name, whole units) sorted by name (on
+    Kubernetes: extended resources such as ``rdma/hca``). The core keeps no account of them;
+    an adapter's filter plugin checks them against its nodes."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -180,6 +180,16 @@ class NodeTable:
         self.cpu_free[i] += node.cpu_milli - self.cpu_cap[i]
         self.mem_free[i] += node.memory_mib - self.mem_cap[i]
         self._write_inventory(i, node)
+        # a MIG card's instance counts may change (an adapter that counts what its placements
+        # leave): the held instances stay held, the difference is free
+        before = {g.index: {m.profile: m.count for m in g.mig} for g in old.gpus}
+        for gpu in node.gpus:
+            was = before.get(gpu.index, {})
+            now = {m.profile: m.count for m in gpu.mig}
+            for profile in set(was) | set(now):
+                change = now.get(profile, 0) - was.get(profile, 0)
+                if change:
+                    self.mig_free[profile][i, gpu.index] += change
         self._derive(i)
         return i
 

@@ -83,7 +83,8 @@ class BindHost(ControllerParts):
         annotations["gpupool.io/bound-by"] = self.opt.identity
         if req is not None and node is not None:
             vendor = vendor_annotations(req, p, node, now)  # another vendor's cards
-            annotations.update(vendor or hami_annotations(req, p, node, now))
+            annotations.update(vendor or hami_annotations(req, p, node, now,
+                                                          self.mig.of(key)))
         if self.elastic is not None:
             annotations.update(self.elastic.bind_annotations(pod or {}, p.node, now))
         if self.provisioning is not None:

@@ -37,6 +37,7 @@ from gpupool.core.affinity import (
 )
 from gpupool.core.errors import InvalidJobError
 from gpupool.k8s.podaffinity import (
+    NamespaceLabels,
     affinity_terms,
     preferred_terms,
     spread_constraints,
@@ -60,6 +61,9 @@ class Constraints:
     preferred_anti_affinity: tuple[tuple[int, PodAffinityTerm], ...] = ()
     namespace: str = ""
     labels: tuple[tuple[str, str], ...] = ()
+    extended: tuple[tuple[str, int], ...] = ()
+    """Extended resources other than GPUs the pod asks for, (name, units) by name
+    (``k8s/extended.py``)."""
 
     @property
     def pod(self) -> PodMeta:
@@ -73,9 +77,10 @@ def scheduling_gates(pod: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(str(g.get("name", "")) for g in gates if isinstance(g, Mapping))
 
 
-def ignored_constraints(pod: Mapping[str, Any]) -> list[str]:
-    """The parts of the pod's required placement rules gpupool does not honour, by field."""
-    return unhonoured(pod)
+def ignored_constraints(pod: Mapping[str, Any], namespaces_known: bool = False) -> list[str]:
+    """The parts of the pod's required placement rules gpupool does not honour, by field
+    (``namespaces_known``: Namespaces are watched, so a ``namespaceSelector`` is honoured)."""
+    return unhonoured(pod, namespaces_known)
 
 
 def _requirement(expr: Any, where: str, *, field: bool) -> NodeRequirement:
@@ -94,20 +99,22 @@ def _requirement(expr: Any, where: str, *, field: bool) -> NodeRequirement:
         raise InvalidJobError(f"{where}.{part}", exc.value, exc.rule) from exc
 
 
-def pod_constraints(pod: Mapping[str, Any]) -> Constraints:
+def pod_constraints(pod: Mapping[str, Any],
+                    namespaces: NamespaceLabels | None = None) -> Constraints:
     """The pod's required node affinity, pod (anti-)affinity and topology spread;
     InvalidJobError naming the field when one cannot be read (an unknown operator, Gt
-    without an integer, maxSkew 0, ...)."""
+    without an integer, maxSkew 0, ...). ``namespaces`` (name -> labels) resolves a
+    non-empty ``namespaceSelector`` of a pod affinity term."""
     meta = pod.get("metadata") or {}
     rules = Constraints(
         node_affinity=_node_affinity(pod),
         preferred_node_affinity=_preferred_node_affinity(pod),
-        pod_affinity=affinity_terms(pod, "podAffinity"),
-        pod_anti_affinity=affinity_terms(pod, "podAntiAffinity"),
+        pod_affinity=affinity_terms(pod, "podAffinity", namespaces),
+        pod_anti_affinity=affinity_terms(pod, "podAntiAffinity", namespaces),
         spread=spread_constraints(pod),
         soft_spread=spread_constraints(pod, "ScheduleAnyway"),
-        preferred_affinity=preferred_terms(pod, "podAffinity"),
-        preferred_anti_affinity=preferred_terms(pod, "podAntiAffinity"),
+        preferred_affinity=preferred_terms(pod, "podAffinity", namespaces),
+        preferred_anti_affinity=preferred_terms(pod, "podAntiAffinity", namespaces),
         namespace=str(meta.get("namespace") or "default"),
         labels=tuple(sorted((str(k), str(v)) for k, v in (meta.get("labels") or {}).items())),
     )

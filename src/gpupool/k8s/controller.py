@@ -41,12 +41,16 @@ from gpupool.k8s import projection, slim
 from gpupool.k8s.bindhost import BindHost
 from gpupool.k8s.binding import Binder, RetryPolicy
 from gpupool.k8s.constraints import Constraints
+from gpupool.k8s.extended import ExtendedLedger
 from gpupool.k8s.hooks import ElasticHook, ProvisioningHook
 from gpupool.k8s.informer import Informer
 from gpupool.k8s.jobs import JobInfo, job_for_pods
 from gpupool.k8s.kube import Kube
 from gpupool.k8s.lease_thread import LeaseThread
+from gpupool.k8s.migledger import MigLedger
+from gpupool.k8s.namespaces import NAMESPACES, Namespaces, listable
 from gpupool.k8s.nodelock import LOCK_EXPIRE_S, NodeLocks
+from gpupool.k8s.noderesources import NodeResources
 from gpupool.k8s.pods import PodEvents
 from gpupool.k8s.podview import NodeUsage, reduce
 from gpupool.k8s.rebuild import Rebuild
@@ -58,6 +62,7 @@ from gpupool.k8s.translate import (
     ResourceNames,
     TranslateError,
 )
+from gpupool.k8s.vendors import PROTOCOLS
 from gpupool.k8s.wakeup import wait_event
 from gpupool.usage.feed import MeasuredUse
 from gpupool.usage.prometheus import PrometheusReader, PrometheusSettings
@@ -124,7 +129,7 @@ class Stats:
     bound_at: dict[str, float] = field(default_factory=dict)  # pod key -> wall time bound
 
 
-class Controller(PodEvents, Rebuild, BindHost):
+class Controller(PodEvents, NodeResources, Rebuild, BindHost):
     def __init__(self, kube: Kube, config: QueueConfig, options: Options = Options(), *,
                  clock: Callable[[], float] = time.time) -> None:
         self.kube = kube
@@ -152,6 +157,12 @@ class Controller(PodEvents, Rebuild, BindHost):
         self.evicting: dict[str, str] = {}  # pod key -> node, for evicted pods not yet gone
         self.deferred: dict[JobId, tuple[Bind, float]] = {}  # binds waiting for victims
         self.usage = NodeUsage()  # what pods outside the core take of each node
+        # extended resources other than GPUs: gpupool's own pods' share (others: usage)
+        self.extended = ExtendedLedger(self.usage, frozenset(options.names.all()) | frozenset(
+            r for p in PROTOCOLS for r in (*p.resources(), p.capacity_count,
+                                            p.capacity_cores, p.capacity_memory) if r))
+        self.extended_asks: dict[str, dict[str, int]] = {}  # pod key -> what it asks
+        self.mig = MigLedger()  # the instances on MIG-mode cards, whoever placed them
         self.stats = Stats()
         self.measured: MeasuredUse | None = None if options.prometheus is None else MeasuredUse(
             PrometheusReader(options.prometheus), options.measured, options.measured_interval_s)
@@ -163,6 +174,7 @@ class Controller(PodEvents, Rebuild, BindHost):
             transform=lambda pod: slim.own_pod(pod) if (pod.get("spec") or {}).get(
                 "schedulerName") in watched else reduce(pod),
             shape=projection.pod_shape(watched))
+        self.namespaces = Namespaces(kube, self._namespace_changed)
         self.elector: LeaseThread | None = None
         if options.leader_elect:  # renewed on its own thread: no cycle can starve it
             self.elector = LeaseThread(
@@ -214,6 +226,9 @@ class Controller(PodEvents, Rebuild, BindHost):
     async def run(self) -> None:
         """Watch, elect, schedule, until cancelled."""
         informers = [self.node_informer, self.pod_informer]
+        if await listable(self.kube, NAMESPACES, "pod affinity terms' namespaceSelectors "
+                          "and ClusterQueues' namespaceSelectors are not honoured"):
+            informers.append(self.namespaces.informer)
         if self.elastic is not None:  # its objects are read before the first rebuild
             informers.extend(self.elastic.informers.values())
         loops = [asyncio.create_task(i.run()) for i in informers]
@@ -223,6 +238,7 @@ class Controller(PodEvents, Rebuild, BindHost):
         try:
             for i in waits:
                 await i.synced.wait()
+            self.namespaces.watched = self.namespaces.informer in informers
             if self.elector is not None:
                 loops.append(asyncio.create_task(self.elector.run()))
             else:
@@ -289,6 +305,7 @@ class Controller(PodEvents, Rebuild, BindHost):
     def _on_node(self, event: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
         name = str((obj.get("metadata") or {}).get("name"))
         self.binder.node_changed(name)  # its lock may have been released
+        self.extended.set_node(name, None if event == "DELETED" else obj)
         if self.sched is None:
             return
         if event == "DELETED":
@@ -395,6 +412,22 @@ class Controller(PodEvents, Rebuild, BindHost):
             return
         for p in bind.placements:
             key = info.task_pod[p.task]
+            asked = self.extended_asks.get(key)
+            if asked:  # the core does not count them: two pods of a cycle may share the room
+                short = self.extended.shortfall(str(p.node), asked, skip=key)
+                if short is not None:
+                    self._back_off(key)
+                    self._bind_failed(key, f"not bound to {p.node}: {short}")
+                    continue
+                self.extended.take(key, str(p.node), asked)
+            if any(s.mig_profile for s in p.shares):
+                chosen = self._mig_placements(key, p)
+                if isinstance(chosen, str):
+                    self._back_off(key)
+                    self._bind_failed(key, f"not bound to {p.node}: {chosen}")
+                    continue
+                if self.mig.take(key, str(p.node), chosen, True):
+                    self._mig_changed(str(p.node))
             self.status.bound(key)
             self.binder.submit(self._bind_item(key, p, info, bind.flavor, now, self.pod(key)))
 

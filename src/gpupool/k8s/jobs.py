@@ -55,7 +55,8 @@ def job_for_pods(job_id: JobId, queue: str, pods: list[tuple[str, PodRequest]], 
                     pod_affinity=con.pod_affinity, pod_anti_affinity=con.pod_anti_affinity,
                     spread=con.spread, soft_spread=con.soft_spread,
                     preferred_affinity=con.preferred_affinity,
-                    preferred_anti_affinity=con.preferred_anti_affinity)
+                    preferred_anti_affinity=con.preferred_anti_affinity,
+                    extended=con.extended)
         pod_sets.append(ps)
         for j, (key, _) in enumerate(members):
             task_pod[TaskId(f"{job_id}/ps{i}-{j}")] = key

@@ -16,10 +16,13 @@ if TYPE_CHECKING:
     from gpupool.core.scheduler import Scheduler
     from gpupool.k8s.binding import Binder, BindItem
     from gpupool.k8s.constraints import Constraints
+    from gpupool.k8s.extended import ExtendedLedger
     from gpupool.k8s.hooks import ElasticHook, ProvisioningHook
     from gpupool.k8s.informer import Informer
     from gpupool.k8s.jobs import JobInfo
     from gpupool.k8s.kube import Kube
+    from gpupool.k8s.migledger import MigLedger
+    from gpupool.k8s.namespaces import Namespaces
     from gpupool.k8s.podview import NodeUsage
     from gpupool.k8s.status import StatusWriter
     from gpupool.k8s.translate import GangRef, PodRequest, RecordedPlacement
@@ -55,6 +58,10 @@ class ControllerParts:
         evicting: dict[str, str]
         deferred: dict[JobId, tuple[Bind, float]]
         usage: NodeUsage
+        namespaces: Namespaces
+        extended: ExtendedLedger
+        mig: MigLedger
+        extended_asks: dict[str, dict[str, int]]
         node_informer: Informer
         pod_informer: Informer
         status: StatusWriter
@@ -79,6 +86,10 @@ class ControllerParts:
         def own_pod(self, key: str) -> dict[str, Any] | None: ...
         def is_leader(self) -> bool: ...
         def _pod_ended(self, key: str) -> None: ...
+        def _mig_changed(self, name: str) -> None: ...
+        def _count_mig(self, key: str, obj: Mapping[str, Any], node: str,
+                       gone: bool) -> None: ...
+        def _asks(self, key: str, pod: Mapping[str, Any]) -> dict[str, int]: ...
         def _bound_elsewhere(self, key: str, obj: Mapping[str, Any]) -> None: ...
         def _back_off(self, key: str) -> None: ...
         def recorded(self, pod: Mapping[str, Any]) -> RecordedPlacement | None: ...

@@ -10,7 +10,7 @@
   (``nodeAffinityPolicy: Honor``, ``nodeTaintsPolicy: Ignore``).
 
 What is read but not honoured is named by :func:`unhonoured`, so the pod can be told: a
-non-empty ``namespaceSelector`` (it needs namespace labels), ``matchLabelKeys`` and
+non-empty ``namespaceSelector`` when Namespaces cannot be watched, ``matchLabelKeys`` and
 ``mismatchLabelKeys``, inclusion policies other than the defaults. Preferred pod
 (anti-)affinity terms (``preferredDuringSchedulingIgnoredDuringExecution``: ``weight`` and
 ``podAffinityTerm``) are read for the ``pod-affinity-preference`` score, ``ScheduleAnyway``
@@ -32,8 +32,11 @@ from gpupool.core.affinity import (
 )
 from gpupool.core.errors import InvalidJobError
 
-__all__ = ["affinity_terms", "pod_meta", "preferred_terms", "spread_constraints",
-           "unhonoured"]
+__all__ = ["NamespaceLabels", "affinity_terms", "has_namespace_selector", "pod_meta",
+           "preferred_terms", "spread_constraints", "unhonoured"]
+
+NamespaceLabels = Mapping[str, Mapping[str, str]]
+"""Namespace name -> its labels, every Namespace the API server has."""
 
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
@@ -74,17 +77,35 @@ def label_selector(raw: Any, where: str) -> LabelSelector | None:
     return LabelSelector(tuple(sorted((str(k), v) for k, v in labels.items())), tuple(exprs))
 
 
-def affinity_terms(pod: Mapping[str, Any], kind: str) -> tuple[PodAffinityTerm, ...]:
-    """The required terms of ``spec.affinity.<kind>`` (podAffinity or podAntiAffinity)."""
+def affinity_terms(pod: Mapping[str, Any], kind: str,
+                   namespaces: NamespaceLabels | None = None) -> tuple[PodAffinityTerm, ...]:
+    """The required terms of ``spec.affinity.<kind>`` (podAffinity or podAntiAffinity);
+    ``namespaces`` resolves a non-empty ``namespaceSelector`` (None: not resolved, the term
+    then counts the namespaces listed, else the pod's own)."""
     spec = pod.get("spec") or {}
     raw = ((spec.get("affinity") or {}).get(kind) or {}).get(REQUIRED) or ()
     own = _namespace(pod)
-    return tuple(_term(term, f"spec.affinity.{kind}.{REQUIRED}[{i}]", own)
+    return tuple(_term(term, f"spec.affinity.{kind}.{REQUIRED}[{i}]", own, namespaces)
                  for i, term in enumerate(raw))
 
 
-def preferred_terms(pod: Mapping[str, Any], kind: str) -> tuple[tuple[int, PodAffinityTerm],
-                                                                 ...]:
+def has_namespace_selector(pod: Mapping[str, Any]) -> bool:
+    """Whether a pod (anti-)affinity term of the pod, required or preferred, has a non-empty
+    ``namespaceSelector`` (its namespaces change with the Namespaces' labels)."""
+    affinity = (pod.get("spec") or {}).get("affinity") or {}
+    for kind in ("podAffinity", "podAntiAffinity"):
+        rules = affinity.get(kind) or {}
+        terms = list(rules.get(REQUIRED) or ()) + [
+            (t or {}).get("podAffinityTerm") for t in rules.get(PREFERRED) or ()
+            if isinstance(t, Mapping)]
+        if any(isinstance(t, Mapping) and t.get("namespaceSelector") for t in terms):
+            return True
+    return False
+
+
+def preferred_terms(pod: Mapping[str, Any], kind: str,
+                    namespaces: NamespaceLabels | None = None
+                    ) -> tuple[tuple[int, PodAffinityTerm], ...]:
     """The preferred terms of ``spec.affinity.<kind>``, each with its weight (1..100)."""
     spec = pod.get("spec") or {}
     raw = ((spec.get("affinity") or {}).get(kind) or {}).get(PREFERRED) or ()
@@ -98,12 +119,15 @@ def preferred_terms(pod: Mapping[str, Any], kind: str) -> tuple[tuple[int, PodAf
         if not isinstance(weight, int) or isinstance(weight, bool) or not 1 <= weight <= 100:
             raise InvalidJobError(f"{where}.weight", weight, "must be an integer in 1..100")
         out.append((weight, _term(item.get("podAffinityTerm"), f"{where}.podAffinityTerm",
-                                  own)))
+                                  own, namespaces)))
     return tuple(out)
 
 
-def _term(term: Any, where: str, own: str) -> PodAffinityTerm:
-    """One pod affinity term at ``where``; namespaces defaulted as Kubernetes does."""
+def _term(term: Any, where: str, own: str,
+          known: NamespaceLabels | None = None) -> PodAffinityTerm:
+    """One pod affinity term at ``where``; namespaces defaulted as Kubernetes does
+    (kube-scheduler's ``newAffinityTerm``: the own namespace only when neither
+    ``namespaces`` nor ``namespaceSelector`` is given)."""
     if not isinstance(term, Mapping):
         raise InvalidJobError(where, term, "must be a pod affinity term")
     key = term.get("topologyKey")
@@ -116,6 +140,11 @@ def _term(term: Any, where: str, own: str) -> PodAffinityTerm:
     namespaces: frozenset[str] | None
     if ns_selector is not None and not ns_selector:
         namespaces = None  # {}: every namespace (with those listed: still every one)
+    elif ns_selector is not None and known is not None:
+        chosen = label_selector(ns_selector, f"{where}.namespaceSelector")
+        assert chosen is not None
+        namespaces = frozenset(listed) | frozenset(
+            name for name, labels in known.items() if chosen.matches(labels))
     else:
         namespaces = frozenset(listed) or frozenset({own})
     return PodAffinityTerm(key, label_selector(term.get("labelSelector"),
@@ -153,21 +182,22 @@ def spread_constraints(pod: Mapping[str, Any], when: str = "DoNotSchedule"
     return tuple(out)
 
 
-def pod_meta(pod: Mapping[str, Any]) -> PodMeta:
+def pod_meta(pod: Mapping[str, Any], namespaces: NamespaceLabels | None = None) -> PodMeta:
     """The pod as other pods' rules see it (a pod whose spec cannot be read keeps no
     anti-affinity rather than failing the count)."""
     meta = pod.get("metadata") or {}
     labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
     try:
-        anti = affinity_terms(pod, "podAntiAffinity")
+        anti = affinity_terms(pod, "podAntiAffinity", namespaces)
     except InvalidJobError:
         anti = ()
     return PodMeta(_namespace(pod), labels, anti,
                    terminating=bool(meta.get("deletionTimestamp")))
 
 
-def unhonoured(pod: Mapping[str, Any]) -> list[str]:
-    """The fields of the pod's required pod rules that placement does not honour."""
+def unhonoured(pod: Mapping[str, Any], namespaces_known: bool = False) -> list[str]:
+    """The fields of the pod's required pod rules that placement does not honour
+    (``namespaces_known``: the Namespaces' labels are watched, so selectors are)."""
     spec = pod.get("spec") or {}
     out = []
     for kind in ("podAffinity", "podAntiAffinity"):
@@ -176,7 +206,7 @@ def unhonoured(pod: Mapping[str, Any]) -> list[str]:
             if not isinstance(term, Mapping):
                 continue
             where = f"spec.affinity.{kind}.{REQUIRED}[{i}]"
-            if term.get("namespaceSelector"):
+            if term.get("namespaceSelector") and not namespaces_known:
                 out.append(f"{where}.namespaceSelector")
             for f in ("matchLabelKeys", "mismatchLabelKeys"):
                 if term.get(f):

@@ -39,11 +39,12 @@ from gpupool.k8s.constraints import (
     pod_constraints,
     scheduling_gates,
 )
+from gpupool.k8s.hami.mig import mig_request
 from gpupool.k8s.informer import object_key
 from gpupool.k8s.jobs import JobInfo, job_for_pods
 from gpupool.k8s.kube import ApiError
 from gpupool.k8s.parts import ControllerParts
-from gpupool.k8s.podaffinity import pod_meta
+from gpupool.k8s.podaffinity import has_namespace_selector, pod_meta
 from gpupool.k8s.podview import REQUESTS, pod_usage
 from gpupool.k8s.translate import (
     GangRef,
@@ -99,14 +100,47 @@ class PodEvents(ControllerParts):
         node = (obj.get("spec") or {}).get("nodeName")
         assert self.sched is not None
         pods_version = self.sched.pods_version
-        if event == "DELETED" or ended(obj) or not node or key in self.pod_job:
+        gone = event == "DELETED" or ended(obj)
+        self._count_mig(key, obj, str(node or ""), gone)
+        if gone:
+            self.extended.drop(key)
+        elif node and key in self.pod_job:  # gpupool's own, its extended resources here
+            self.extended.take(key, str(node), self._asks(key, obj))
+        elif node:
+            self.extended.drop(key)  # counted with the other pods (self.usage)
+        if gone or not node or key in self.pod_job:
             self.usage.drop(key)
             self.sched.set_pod(key, None)  # the core counts a pod it holds by its placement
         else:
             self.usage.put(key, str(node), pod_usage(obj))
-            self.sched.set_pod(key, NodeName(str(node)), pod_meta(obj))
+            self.sched.set_pod(key, NodeName(str(node)), pod_meta(obj, self.namespaces.known()))
         if self.usage.changed or self.sched.pods_version != pods_version:
             self._dirty.set()
+
+    def _namespace_changed(self, name: str) -> None:
+        """A Namespace appeared, went or changed its labels: pod affinity terms with a
+        ``namespaceSelector`` are read again (kube-scheduler matches them against the
+        labels as they are now): those of the pods counted on nodes, and those of pending
+        pods, which are withdrawn and admitted again."""
+        if self.sched is None:
+            return
+        known = self.namespaces.known()
+        again = []
+        for key, pod in list(self.pod_informer.cache.items()):
+            if not has_namespace_selector(pod):
+                continue
+            node = (pod.get("spec") or {}).get("nodeName")
+            if node and key not in self.pod_job and not ended(pod):
+                self.sched.set_pod(key, NodeName(str(node)), pod_meta(pod, known))
+            job = self.pod_job.get(key)
+            if not node and job is not None and not self.jobs[job].running:
+                again.append(key)
+        for key in again:
+            self._pod_ended(key)
+        for key in again:
+            if key not in self.pod_job and not self._in_gang(key):
+                self._admit(key)
+        self._dirty.set()
 
     def _on_own_pod(self, event: str, key: str, obj: dict[str, Any]) -> None:
         if event == "DELETED" or ended(obj):
@@ -217,6 +251,8 @@ class PodEvents(ControllerParts):
                                frozenset(g.model for n in nodes for g in n.gpus))
         floor, models = self._inventory
         req = pod_request(pod, self.opt.names, card_memory_mib=floor, models=models)
+        req = mig_request(req, (pod.get("metadata") or {}).get("annotations") or {},
+                          (g for n in self.nodes_by_name.values() for g in n.gpus))
         if req.gpu.kind.value == "none":  # another vendor's cards, by its resource names
             req = vendor_pod_request(pod, req, self._vendor_models()) or req
         elif not req.gpu.models:  # NVIDIA's resource names: NVIDIA's cards only
@@ -268,15 +304,19 @@ class PodEvents(ControllerParts):
             return
         try:
             req = self.read_request(pod)
-            cons = pod_constraints(pod)
+            cons = pod_constraints(pod, self.namespaces.known())
             queue = self.resolve_queue(pod)
             gang = pod_gang(pod)
         except (InvalidJobError, TranslateError, NotFoundError) as exc:
             self._reject([key], str(exc))
             return
+        self.extended_asks.pop(key, None)
+        asks = self._asks(key, pod)
+        if asks:
+            cons = replace(cons, extended=tuple(sorted(asks.items())))
         self.requests[key] = req
         self.constraints[key] = cons
-        ignored = ignored_constraints(pod)
+        ignored = ignored_constraints(pod, self.namespaces.watched)
         if ignored and self.is_leader():
             self._spawn(self.status.event(
                 pod, "Warning", "ConstraintIgnored",
@@ -403,6 +443,11 @@ class PodEvents(ControllerParts):
 
     def _pod_ended(self, key: str) -> None:
         assert self.sched is not None
+        self.extended.drop(key)
+        self.extended_asks.pop(key, None)
+        was = self.mig.drop(key)
+        if was is not None:
+            self._mig_changed(was)
         self.rejected.pop(key, None)
         self.status.forget(key)
         self.requests.pop(key, None)

@@ -5,7 +5,8 @@ are shared with DaemonSets, static pods and other schedulers' pods, and the kube
 refuses a pod (``OutOfcpu``, ``OutOfmemory``) when the sum of the requests of the pods it
 runs exceeds allocatable. Pods gpupool does not schedule are kept **reduced** (:func:`reduce`)
 to what is needed: name, namespace, UID, labels, node, phase, deletion, required pod
-anti-affinity (pod affinity and topology spread count these pods), and their requests
+anti-affinity (pod affinity and topology spread count these pods), the MIG instances they
+hold (``hami.io/vgpu-mig-allocations``), and their requests
 summed as the kubelet sums them (the larger of the containers' sum and the largest init
 container, plus ``spec.overhead``). :class:`NodeUsage` keeps, per node, the requests of
 the pods that hold capacity there outside the core (bound, not ended, not a pod whose
@@ -24,6 +25,7 @@ from typing import Any
 
 from gpupool.config.quantity import cpu_milli, memory_mib
 from gpupool.core.errors import ConfigError
+from gpupool.k8s.hami.mig import MIG_ALLOCATIONS
 
 __all__ = ["NodeUsage", "PodUsage", "pod_usage", "reduce"]
 
@@ -96,6 +98,9 @@ def reduce(pod: dict[str, Any]) -> dict[str, Any]:
     spec = pod.get("spec") or {}
     small_meta = {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion",
                                        "labels", "deletionTimestamp") if k in meta}
+    mig = (meta.get("annotations") or {}).get(MIG_ALLOCATIONS)
+    if mig:  # the MIG instances HAMi's scheduler placed it on
+        small_meta["annotations"] = {MIG_ALLOCATIONS: mig}
     small_spec = {k: spec[k] for k in ("nodeName", "schedulerName") if k in spec}
     anti = ((spec.get("affinity") or {}).get("podAntiAffinity") or {}).get(ANTI)
     if anti:  # it keeps other pods away from its domain

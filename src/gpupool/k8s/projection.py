@@ -61,8 +61,10 @@ POD_BOUND: Shape = {
     "status": {"phase": True}}
 POD_OTHER: Shape = {
     "kind": True, "apiVersion": True,
-    "metadata": {k: True for k in ("name", "namespace", "uid", "resourceVersion", "labels",
-                                   "deletionTimestamp")},
+    "metadata": {**{k: True for k in ("name", "namespace", "uid", "resourceVersion",
+                                      "labels", "deletionTimestamp")},
+                 # the MIG instances such a pod holds (HAMi's scheduler placed it)
+                 "annotations": {"hami.io/vgpu-mig-allocations": True}},
     "spec": {"nodeName": True, "schedulerName": True, "affinity": True, "overhead": True,
              **{k: [{"resources": True}] for k in _CONTAINERS}},
     "status": {"phase": True}}

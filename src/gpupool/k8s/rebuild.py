@@ -22,6 +22,8 @@ from gpupool.core.model import JobId, Node
 from gpupool.core.scheduler import Scheduler
 from gpupool.k8s.bindhost import scheduling_profile
 from gpupool.k8s.constraints import pod_constraints
+from gpupool.k8s.extended import ExtendedResourcesFit, with_extended_filter
+from gpupool.k8s.hami.register import HAMI_REGISTER, parse_hami_register
 from gpupool.k8s.jobs import JobInfo, job_for_pods
 from gpupool.k8s.parts import ControllerParts
 from gpupool.k8s.podaffinity import pod_meta
@@ -40,6 +42,11 @@ class Rebuild(ControllerParts):
         """The core's node for a Node object: with queued provisioning attached, marked for
         the request whose booking holds it (``k8s/provisioning_nodes.py``)."""
         node = node_from_k8s(obj)
+        name = str(node.name)
+        if any(g.mig for g in node.gpus) or self.mig.has_mig(name):
+            text = ((obj.get("metadata") or {}).get("annotations") or {}).get(HAMI_REGISTER)
+            self.mig.set_devices(name, parse_hami_register(text) if text else [])
+            node = self.mig.counted(node)
         return self.provisioning.mark(node) if self.provisioning is not None else node
 
     def _translate_nodes(self) -> list[Node]:
@@ -58,13 +65,16 @@ class Rebuild(ControllerParts):
         pending pods. With queued provisioning attached, the ProvisioningRequests gpupool
         made are taken back too: running jobs' bookings before the pending pods are
         submitted, each pending job's check when it is (see ``k8s/provisioning.py``)."""
+        self.mig.pods.clear()  # read again from the pods below
         nodes = self._translate_nodes()
         self.nodes_by_name = {n.name: n for n in nodes}
         self._inventory = None
         measured = getattr(self, "measured", None)
-        self.sched = Scheduler(nodes, self.config, profile=scheduling_profile(
+        profile = with_extended_filter(scheduling_profile(
             self.opt.node_lock, self.opt.bind_queue_weight,
-            measured_hot_pct=None if measured is None else self.opt.hot_pct))
+            measured_hot_pct=None if measured is None else self.opt.hot_pct),
+            ExtendedResourcesFit(self.extended))
+        self.sched = Scheduler(nodes, self.config, profile=profile)
         if measured is not None:  # the model outlives schedulers: its samples stay valid
             self.sched.use_measurements(measured.model)
         for d in (self.jobs, self.pod_job, self.requests, self.constraints, self.gangs,
@@ -88,10 +98,9 @@ class Rebuild(ControllerParts):
                 pending.append(key)
         for job_id, members in sorted(bound.items()):
             self._restore(job_id, members)
-        self.usage = type(self.usage)()
-        for key, pod in self.pod_informer.cache.items():
-            self._count("ADDED", key, pod)
-        self._apply_usage()  # every node with other pods on it
+        self._count_all()
+        for name in list(self.mig.profiles):
+            self._mig_changed(name)
         if self.elastic is not None:
             self.elastic.ready()  # ElasticGPUs take their cards back before pods are placed
         if self.provisioning is not None:  # running jobs' bookings; the rest wait for _submit
@@ -100,6 +109,18 @@ class Rebuild(ControllerParts):
             self._admit(key)
         if self.provisioning is not None:  # requests of jobs that are gone
             self.provisioning.sweep()
+
+    def _count_all(self) -> None:
+        """Every pod on a node counted afresh: other pods' requests (``self.usage``), and
+        the extended resources each node has and gpupool's own pods take."""
+        self.usage = type(self.usage)()
+        self.extended.outside = self.usage
+        self.extended.own.clear()
+        for name, obj in self.node_informer.cache.items():
+            self.extended.set_node(name, obj)
+        for key, pod in self.pod_informer.cache.items():
+            self._count("ADDED", key, pod)
+        self._apply_usage()  # every node with other pods on it
 
     def _restore(self, job_id: JobId,
                  members: list[tuple[str, RecordedPlacement]]) -> None:
@@ -110,14 +131,15 @@ class Rebuild(ControllerParts):
         for key, _rec in members:
             try:
                 pods[key] = self.read_request(self.pod(key) or {})
-                cons[key] = pod_constraints(self.pod(key) or {})
+                cons[key] = pod_constraints(self.pod(key) or {}, self.namespaces.known())
             except (InvalidJobError, TranslateError, NotFoundError) as exc:
                 log.warning("bound pod %s cannot be read: %s", key, exc)
                 return
         job = job_for_pods(job_id, first.queue, [(k, pods[k]) for k, _ in members],
                            gang=len(members) > 1, constraints=cons)[0]
         # with the pod, so that other pods' affinity and spread count it
-        placements = [replace(rec.placement(), pod=pod_meta(self.pod(key) or {}))
+        placements = [replace(rec.placement(), pod=pod_meta(self.pod(key) or {},
+                                                           self.namespaces.known()))
                       for key, rec in members]
         try:
             self.sched.restore(job, placements, first.start_s, first.flavor)

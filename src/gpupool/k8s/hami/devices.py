@@ -17,11 +17,12 @@ card), ``usedcores`` its own cores.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gpupool.core.model import WHOLE_GPU_MILLI, GpuShare, Node, Placement
+from gpupool.core.model import WHOLE_GPU_MILLI, Gpu, GpuShare, Node, Placement
 from gpupool.k8s.hami.errors import TranslateError
+from gpupool.k8s.hami.mig import MIG_ALLOCATIONS, MigAllocation, encode_mig_allocations
 from gpupool.k8s.hami.requests import ContainerGpu, PodRequest
 
 __all__ = [
@@ -43,7 +44,6 @@ VGPU_NODE = "hami.io/vgpu-node"
 VGPU_TIME = "hami.io/vgpu-time"
 DEVICES_TO_ALLOCATE = "hami.io/vgpu-devices-to-allocate"
 DEVICES_ALLOCATED = "hami.io/vgpu-devices-allocated"
-MIG_ALLOCATIONS = "hami.io/vgpu-mig-allocations"
 BIND_PHASE = "hami.io/bind-phase"
 BIND_TIME = "hami.io/bind-time"
 HAMI_DEVICE_TYPE = "NVIDIA"
@@ -52,29 +52,45 @@ DEVICE_SEP = ":"
 
 
 def hami_annotations(request: PodRequest, placement: Placement, node: Node,
-                     now_s: float) -> dict[str, str]:
+                     now_s: float, mig: Sequence[MigAllocation] = ()) -> dict[str, str]:
     """HAMi's pod annotations for ``placement`` on ``node``; empty when the node's cards
     have no UUID (not registered by HAMi) or the pod asks for no GPU. TranslateError when
-    the placement does not hold the cards the containers ask for."""
+    the placement does not hold the cards the containers ask for. A MIG instance is written
+    as HAMi writes it: the card's UUID with the profile's memory and core, and ``mig`` (the
+    placements chosen for the pod's instances) as ``hami.io/vgpu-mig-allocations``."""
     if not request.containers or not placement.shares:
         return {}
     cards = {g.index: g for g in node.gpus}
     if any(s.index not in cards or not cards[s.index].uuid for s in placement.shares):
         return {}
-    if any(s.mig_profile for s in placement.shares):
-        raise TranslateError(f"placement {placement.task} holds MIG instances; HAMi's MIG "
-                             "cards are not allocated by gpupool")
+    if any(s.mig_profile for s in placement.shares) and len(mig) != len(placement.shares):
+        raise TranslateError(f"placement {placement.task} holds {len(placement.shares)} MIG "
+                             f"instances; {len(mig)} placements were chosen for them")
     per_slot: dict[int, str] = {}
     for g, mine in container_cards(request, placement):
         per_slot[g.slot] = "".join(
-            f"{cards[s.index].uuid},{HAMI_DEVICE_TYPE},"
-            f"{g.used_mib(cards[s.index].memory_mib)},{g.cores}{DEVICE_SEP}" for s in mine)
+            f"{cards[s.index].uuid},{HAMI_DEVICE_TYPE},{_used(g, cards[s.index], s)}"
+            f"{DEVICE_SEP}" for s in mine)
     devices = "".join(per_slot.get(slot, "") + SLOT_SEP for slot in range(request.slots))
     stamp = str(int(now_s))
-    return {
+    out = {
         VGPU_NODE: str(node.name), VGPU_TIME: stamp, DEVICES_TO_ALLOCATE: devices,
         DEVICES_ALLOCATED: devices, BIND_PHASE: "allocating", BIND_TIME: stamp,
     }
+    if mig:
+        out[MIG_ALLOCATIONS] = encode_mig_allocations(mig)
+    return out
+
+
+def _used(g: ContainerGpu, card: Gpu, share: GpuShare) -> str:
+    """``usedmem,usedcores`` of a container on a card: a MIG instance's profile memory and
+    core (HAMi's ``AddResourceUsage``), else what the container asks."""
+    if share.mig_profile is not None:
+        inst = next((m for m in card.mig if m.profile == share.mig_profile), None)
+        if inst is None:
+            raise TranslateError(f"card {card.uuid} offers no MIG profile {share.mig_profile}")
+        return f"{inst.memory_mib},{inst.gpu_milli * 100 // WHOLE_GPU_MILLI}"
+    return f"{g.used_mib(card.memory_mib)},{g.cores}"
 
 
 def container_cards(request: PodRequest, placement: Placement
@@ -133,6 +149,8 @@ def card_usage(pod: Mapping[str, Any], node: Node) -> tuple[GpuShare, ...]:
             card = by_uuid.get(fields[0])
             if card is None:
                 raise TranslateError(f"{where}: card {fields[0]} is not on node {node.name}")
+            if card.mig:
+                continue  # a MIG instance: counted by its placement (k8s/hami/mig.py)
             mem = _number(fields[2], f"{where} usedmem")
             cores = _number(fields[3], f"{where} usedcores")
             whole = cores >= 100 or (mem >= card.memory_mib and cores == 0)

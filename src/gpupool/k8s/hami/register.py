@@ -29,11 +29,9 @@ When a node's cards take nothing new (HAMi's ``CheckHealth`` and ``Fit``):
   ``hami.io/device-cordon`` (comma-separated UUIDs: no new allocations, pods already there
   keep running).
 
-MIG-mode cards (``mode: mig``) are not offered: HAMi allocates them by choosing a profile and
-one of its possible placements that overlaps no instance already on the card, recorded in
-``hami.io/vgpu-mig-allocations``; gpupool's core counts instances per profile and cannot
-tell overlapping placements apart, so it refuses such cards (:func:`card_refusals` says why)
-rather than over-commit them.
+MIG-mode cards (``mode: mig``) offer their ``migProfiles`` as MIG instances (see
+``k8s/hami/mig.py``: each profile's count is what fits beside the instances already on the
+card); a MIG-mode card that registers no profile takes nothing (:func:`card_refusals`).
 """
 
 from __future__ import annotations
@@ -46,6 +44,7 @@ from typing import Any
 
 from gpupool.core.model import Gpu
 from gpupool.k8s.hami.errors import TranslateError
+from gpupool.k8s.hami.mig import instances
 
 __all__ = [
     "DEVICE_CORDON",
@@ -258,10 +257,9 @@ def card_refusals(devices: Sequence[HamiDevice], cordoned: frozenset[str] = froz
     for d in devices:
         if node is not None:
             out[d.id] = node
-        elif d.mode == MIG_MODE:
-            out[d.id] = ("in MIG mode: HAMi's placements overlap and gpupool does not "
-                         "allocate them (switch the card to hami-core, or let HAMi's own "
-                         "scheduler place MIG pods)")
+        elif d.mode == MIG_MODE and not d.mig_profiles:
+            out[d.id] = ("in MIG mode with no migProfiles registered (HAMi 2.10's device "
+                         "plugin lists each profile's placements)")
         elif not d.health:
             out[d.id] = "reported unhealthy by the device plugin"
         elif d.count <= 0:
@@ -276,7 +274,11 @@ def hami_gpus(devices: Sequence[HamiDevice], refused: Mapping[str, str]) -> tupl
     list) and numbered 0..n-1; the split count becomes ``max_holders``, and refused cards
     are not usable."""
     order = sorted(range(len(devices)), key=lambda i: (devices[i].index, i))
-    return tuple(Gpu(index=pos, model=devices[i].type, memory_mib=devices[i].devmem,
-                     uuid=devices[i].id, healthy=devices[i].id not in refused,
-                     max_holders=devices[i].count)
-                 for pos, i in enumerate(order))
+    out = []
+    for pos, i in enumerate(order):
+        d = devices[i]
+        mig = instances(d.mig_profiles, (), {}, usable=d.id not in refused) \
+            if d.mode == MIG_MODE else ()
+        out.append(Gpu(index=pos, model=d.type, memory_mib=d.devmem, uuid=d.id,
+                       healthy=d.id not in refused, max_holders=d.count, mig=mig))
+    return tuple(out)

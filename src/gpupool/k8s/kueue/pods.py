@@ -4,11 +4,12 @@
 answers changed (see ``workloads.py``): a pod's queue is a LocalQueue of its own namespace,
 named on the pod or on the Job that owns it, whose ClusterQueue's ``namespaceSelector``
 admits the namespace, and ``kueue.x-k8s.io/priority-class`` sets its priority. It watches
-Jobs for those two labels (only they are kept per Job) and Namespaces for their labels, and
-starts scheduling once it has seen them all; where it may not list one of them, it goes on
-without (a warning says so): queue labels are then read from the pod alone, or namespace
-selectors are not enforced. A pod that names no queue goes where gpupool sends such pods
-(``--default-queue``), as before.
+Jobs for those two labels (only they are kept per Job), reads Namespaces' labels from the
+controller's Namespace watch (``k8s/namespaces.py``), and starts scheduling once it has
+seen them all; where it may not list one of them, it goes on without (a warning says so):
+queue labels are then read from the pod alone, or namespace selectors are not enforced.
+A pod that names no queue goes where gpupool sends such pods (``--default-queue``), as
+before.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from typing import Any
 from gpupool.k8s import slim
 from gpupool.k8s.controller import Controller
 from gpupool.k8s.informer import Informer, object_key
-from gpupool.k8s.kube import ApiError
 from gpupool.k8s.kueue.workloads import (
     admits,
     job_labels,
@@ -31,6 +31,7 @@ from gpupool.k8s.kueue.workloads import (
     workload_labels,
     workload_priority,
 )
+from gpupool.k8s.namespaces import listable
 from gpupool.k8s.reconfigure import readmit
 from gpupool.k8s.translate import PodRequest
 
@@ -45,13 +46,17 @@ class KueueController(Controller):
         self.job_labels: dict[str, dict[str, str]] = {}
         self.job_informer = Informer(self.kube, "/apis/batch/v1/jobs", self._on_job,
                                      name="jobs", transform=slim.metadata_only)
-        self.namespace_labels: dict[str, dict[str, str]] = {}
-        self.namespace_informer = Informer(self.kube, "/api/v1/namespaces",
-                                           self._on_namespace, name="namespaces",
-                                           transform=slim.metadata_only)
         self.selectors: dict[str, Mapping[str, Any] | None] = {}
         """ClusterQueue -> its namespaceSelector (set by the KueueSource)."""
-        self.enforce_selectors = False  # True once Namespaces are watched
+
+    @property
+    def enforce_selectors(self) -> bool:
+        """Whether ClusterQueues' namespaceSelectors are enforced: Namespaces are watched."""
+        return self.namespaces.watched
+
+    @property
+    def namespace_labels(self) -> dict[str, dict[str, str]]:
+        return self.namespaces.labels
 
     def _on_job(self, event: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
         key = object_key(obj)
@@ -61,41 +66,20 @@ class KueueController(Controller):
         else:
             self.job_labels.pop(key, None)
 
-    def _on_namespace(self, event: str, obj: dict[str, Any],
-                      old: dict[str, Any] | None) -> None:
-        name = str((obj.get("metadata") or {}).get("name") or "")
-        labels = dict((obj.get("metadata") or {}).get("labels") or {})
-        if event == "DELETED":
-            self.namespace_labels.pop(name, None)
-            return
-        before = self.namespace_labels.get(name)
-        self.namespace_labels[name] = labels
-        if before is not None and before != labels and self.sched is not None:
-            readmit(self)  # a selector may match it now
-
-    async def _listable(self, path: str, what: str) -> bool:
-        try:  # may this service account list them? (RBAC: deploy/)
-            await self.kube.request("GET", path, params={"limit": "1"})
-        except ApiError as exc:
-            if exc.status != 403:
-                raise
-            log.warning("%s are not listable (%s): %s", path, exc, what)
-            return False
-        return True
+    def _namespace_changed(self, name: str) -> None:
+        super()._namespace_changed(name)
+        if self.sched is not None:
+            readmit(self)  # a ClusterQueue's selector may match it now
 
     async def run(self) -> None:
         watched = []
-        if await self._listable("/apis/batch/v1/jobs", "a pod's queue and priority class "
-                                "are read from the pod alone"):
+        if await listable(self.kube, "/apis/batch/v1/jobs", "a pod's queue and priority "
+                          "class are read from the pod alone"):
             watched.append(self.job_informer)
-        if await self._listable("/api/v1/namespaces", "ClusterQueues' namespaceSelectors "
-                                "are not enforced"):
-            watched.append(self.namespace_informer)
         tasks = [asyncio.create_task(i.run()) for i in watched]
         try:
             for i in watched:
                 await i.synced.wait()
-            self.enforce_selectors = self.namespace_informer in watched
             await super().run()
         finally:
             for t in tasks:

@@ -1,6 +1,10 @@
 """HAMi's NVIDIA device plugin on one emulated node: ``Allocate`` and registration, through
 the API server as the real plugin does (the rules are in :mod:`.hami`).
 
+A pod with ``hami.io/vgpu-mig-allocations`` (HAMi 2.10's Dynamic MIG) has each of its
+instances made at exactly the placement recorded there, refused when the card does not
+offer it or an instance of a pod still on the node overlaps it.
+
 Every step is a real request, in HAMi's order: get the Node (the lock), get the locked pod or
 list the node's pods, patch the pod's device annotation, get the pod again, patch
 ``hami.io/bind-phase``, and release the lock (get the Node, then a merge patch carrying its
@@ -18,9 +22,18 @@ import asyncio
 import contextlib
 import json
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
+from gpupool.k8s.hami.errors import TranslateError
+from gpupool.k8s.hami.mig import (
+    MIG_ALLOCATIONS,
+    MigAllocation,
+    decode_mig_allocations,
+    encode_mig_allocations,
+    overlaps,
+)
 from gpupool.k8s.kube import MERGE_PATCH, STRATEGIC_PATCH, ApiError, Kube
 from gpupool.k8s.nodeagent import hami
 from gpupool.k8s.nodeagent.devices import NVIDIA_DEVICES, AgentDevices
@@ -68,6 +81,7 @@ class HamiDevicePlugin:
         self.alive = True
         self.via = ""  # how the last Allocate found its pod: "lock <value>" or "scan"
         self.errors: list[str] = []  # API errors the plugin met and retried
+        self.mig_created = 0  # MIG instances made at the scheduler's placements
 
     async def _pending_pod(self) -> dict[str, Any]:
         try:
@@ -104,10 +118,16 @@ class HamiDevicePlugin:
         if found is None:
             await self._finish(current, hami.FAILED)
             raise AllocateError("device request not found")
-        _, devices = found
+        slot, devices = found
         if len(devices) != n_devices:
             await self._finish(current, hami.FAILED)
             raise AllocateError("device number not matched")
+        if MIG_ALLOCATIONS in _ann(current):
+            try:
+                await self._realize_mig(current, slot)
+            except (AllocateError, ApiError, TranslateError) as exc:
+                await self._finish(current, hami.FAILED)
+                raise AllocateError(str(exc)) from exc
         ns, name = _key(current)
         try:
             await self._patch_pod(ns, name, {self.devices.to_allocate:
@@ -117,6 +137,51 @@ class HamiDevicePlugin:
             raise AllocateError(str(exc)) from exc
         await self._try_success(current)
         return current, devices
+
+    async def _realize_mig(self, pod: Mapping[str, Any], slot: int) -> None:
+        """HAMi 2.10's MIG ``Allocate`` for one container: each instance the scheduler
+        reserved for it is created at exactly its placement (never another), after checking
+        that the card registers the profile there and that no instance already on the card
+        (of a pod not ended) overlaps it; the pod's annotation then gets the instance's
+        identity (``migUUID``, ``gpuInstanceID``, ``computeInstanceID``)."""
+        ns, name = _key(pod)
+        mine = decode_mig_allocations(_ann(pod).get(MIG_ALLOCATIONS, ""),
+                                      f"pod {ns}/{name}: {MIG_ALLOCATIONS}")
+        node = await self.kube.request("GET", f"/api/v1/nodes/{self.node}")
+        offered: dict[str, dict[str, set[tuple[int, int]]]] = {}
+        for d in json.loads(_ann(node).get(self.devices.register, "") or "[]"):
+            offered[str(d.get("id"))] = {
+                str(p.get("name")): {(int(x.get("start", 0)), int(x.get("size", 0)))
+                                     for x in p.get("placements") or ()}
+                for p in d.get("migProfiles") or ()}
+        listed = await self.kube.request("GET", "/api/v1/pods", params={
+            "fieldSelector": f"spec.nodeName={self.node}"})
+        live: list[MigAllocation] = []
+        for other in listed.get("items") or ():
+            if _key(other) == (ns, name) or (other.get("status") or {}).get("phase") in (
+                    "Succeeded", "Failed") or (other.get("metadata") or {}).get(
+                    "deletionTimestamp"):
+                continue
+            text = _ann(other).get(MIG_ALLOCATIONS, "")
+            live += [a for a in decode_mig_allocations(text) if a.mig_uuid]
+        live += [a for a in mine if a.mig_uuid]
+        out = []
+        for a in mine:
+            if a.container != slot or a.mig_uuid:
+                out.append(a)
+                continue
+            if a.span not in offered.get(a.uuid, {}).get(a.profile, set()):
+                raise AllocateError(f"card {a.uuid} offers no {a.profile} at {a.span}")
+            clash = [b for b in live if b.uuid == a.uuid and overlaps(a.span, b.span)]
+            if clash:
+                raise AllocateError(f"{a.profile} at {a.span} on {a.uuid} overlaps the "
+                                    f"instance {clash[0].mig_uuid} at {clash[0].span}")
+            made = replace(a, mig_uuid=f"MIG-{a.uuid}-{a.start}-{a.size}",
+                           gpu_instance=a.start, compute_instance=0)
+            live.append(made)
+            out.append(made)
+        self.mig_created += sum(1 for a, b in zip(mine, out, strict=True) if a != b)
+        await self._patch_pod(ns, name, {MIG_ALLOCATIONS: encode_mig_allocations(out)})
 
     async def _patch_pod(self, ns: str, name: str, annotations: dict[str, str]) -> None:
         await self.kube.request("PATCH", f"/api/v1/namespaces/{ns}/pods/{name}",
