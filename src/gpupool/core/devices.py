@@ -37,11 +37,14 @@ class Division(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Template:
-    """A fixed partition of a card: its compute (milli of the card) and memory."""
+    """A fixed partition of a card: its compute (milli of the card) and memory. ``ref``: the
+    node's own identifier for it, where its device plugin needs one (Enflame's DRS profile
+    ID)."""
 
     name: str
     gpu_milli: int
     memory_mib: int
+    ref: str = ""
 
 
 @dataclass(frozen=True, slots=True)

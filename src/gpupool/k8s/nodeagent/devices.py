@@ -55,7 +55,7 @@ def agent_cards(node: Mapping[str, Any]) -> list[Card]:
     from gpupool.k8s.nodeagent.plugin import cards_of  # the plugin imports this module
 
     devices = devices_of(node)
-    if devices.register:
+    if devices == NVIDIA_DEVICES:
         return cards_of(node, devices.register)
     try:
         return [Card(g.uuid, g.max_holders, g.memory_mib) for g in vendor_gpus(node)]
