@@ -123,6 +123,21 @@ def test_the_annotations_hami_writes_for_a_drs_profile() -> None:
     assert out["hami.io/vgpu-node"] == "drs-0" and out["hami.io/bind-phase"] == "allocating"
 
 
+def test_a_whole_card_is_its_largest_profile() -> None:
+    node = node_from_k8s(drs_node())
+    pod = pod_obj({"enflame.com/drs-gcu": "6"})
+    req = request({"enflame.com/drs-gcu": "6"}, node)
+    state = ClusterState([node])
+    job = Job(JobId("team/p"), (PodSet("p", cpu_milli=0, memory_mib=0, gpu=req.gpu),))
+    p, _ = place_task(next(job.tasks()), state.snapshot(), default_profile())
+    assert p is not None and p.shares[0].gpu_milli == 1000
+    out = vendor_annotations(req, p, node, now_s=1.0, pod=pod)
+    card = node.gpus[p.shares[0].index]
+    assert out["hami.io/enflame-vgpu-devices-allocated"] == f";{card.uuid},Enflame,40960,100:;"
+    assert json.loads(out["assigned-containers"])["main"] == {
+        "allocated": False, "request": 6, "profileID": "2", "profileName": "6g.40gb"}
+
+
 def test_drs_pods_and_whole_gcu_pods_keep_to_their_own_cards() -> None:
     drs, gcu = node_from_k8s(drs_node()), node_from_k8s(
         node_obj("gcu-0", capacity={"enflame.com/gcu": "2"}))

@@ -80,8 +80,11 @@ def drs_gpus(node: str, text: str, at: str) -> tuple[Gpu, ...]:
         (Template(name, math.ceil(size * 100 / largest) * 10, gb * 1024, ref)
          for name, (ref, (size, gb)) in profiles.items() if size < largest),
         key=lambda t: (t.gpu_milli, t.memory_mib, t.name)))
+    whole = next((Template(name, WHOLE_GPU_MILLI, gb * 1024, ref)
+                  for name, (ref, (size, gb)) in sorted(profiles.items())
+                  if size == largest), None)
     device = DeviceClass("enflame", Division.TEMPLATES if templates else Division.WHOLE,
-                         templates=templates)
+                         templates=templates, whole=whole)
     out: list[Gpu] = []
     for pos, d in enumerate(spec["devices"]):
         where = f"{at}.devices[{pos}]"
@@ -131,6 +134,9 @@ def profile_of(card: Gpu, milli: int, memory_mib: int) -> tuple[str, str, int]:
             shape = _profile(t.name)
             return t.name, t.ref, shape[0] if shape else 1
     if milli >= WHOLE_GPU_MILLI:
+        w = card.device.whole
+        if w is not None:
+            return w.name, w.ref, whole
         return f"{whole}g.{card.memory_mib // 1024}gb", "", whole
     return "", "", 1
 
