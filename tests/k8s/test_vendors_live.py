@@ -211,3 +211,30 @@ def test_the_webhook_makes_a_pod_in_the_form_its_queue_admits(
                 await server.cleanup()
 
     live(control_plane, body)
+
+
+def test_enflame_drs_pods_bind_to_a_profile_with_enflames_annotations(
+        control_plane: ControlPlane) -> None:
+    drs = json.dumps({"devices": [{"index": "0", "minor": "0", "capacity": 6}],
+                      "profiles": {"1g.6gb": "0", "3g.20gb": "1", "6g.40gb": "2"}})
+
+    async def body(kube: Kube) -> None:
+        await node(kube, "v-drs", {"enflame.com/gcu-drs-capacity": drs},
+                   {"enflame.com/drs-gcu": "6"})
+        async with running(kube, default_config()):
+            for name in ("drs-a", "drs-b", "drs-c"):  # three of 3 slices: two fit a card
+                await make(kube, name, {"enflame.com/drs-gcu": 3})
+            pods = {n: await wait_for(lambda n=n: bound(kube, n), what=f"{n} bound")
+                    for n in ("drs-a", "drs-b")}
+            for p in pods.values():
+                a = p["metadata"]["annotations"]
+                assert p["spec"]["nodeName"] == "v-drs"
+                assert a["hami.io/enflame-vgpu-devices-allocated"] == \
+                    "v-drs-enflame-drs-0,Enflame,20480,50:;"
+                assert a["enflame.com/gcu-request-size"] == "3"
+                assert json.loads(a["assigned-containers"])["main"]["profileName"] == "3g.20gb"
+                assert "hami.io/mutex.lock" not in a  # Enflame's plugin takes no node lock
+            await asyncio.sleep(1.0)
+            assert not await bound(kube, "drs-c")  # the card's compute is taken
+
+    live(control_plane, body)

@@ -55,3 +55,48 @@ def test_nvidia_hygon_and_ascend_nodes_run_their_own_pods(control_plane: Control
             assert f.ledger.summary()["pods_admitted"] == 12
 
     live(control_plane, body)
+
+
+def test_capacity_counted_vendors_run_their_own_pods(control_plane: ControlPlane) -> None:
+    """Cambricon, Moore Threads and Enflame nodes register no annotation: HAMi counts their
+    cards from node capacity, and so do their emulated device plugins."""
+    async def body(kube: Kube) -> None:
+        await node(kube, "c-mlu", {}, {"cambricon.com/vmlu": "8",
+                                       "cambricon.com/mlu.smlu.vcore": "200",
+                                       "cambricon.com/mlu.smlu.vmemory": "256"})
+        await node(kube, "c-mt", {}, {"mthreads.com/vgpu": "8", "mthreads.com/sgpu-core": "32",
+                                      "mthreads.com/sgpu-memory": "128"})
+        await node(kube, "c-gcu", {}, {"enflame.com/gcu": "2"})
+        async with fleet(kube) as f, running(kube, default_config()):
+            for name, (resource, kind) in {
+                    "c-mlu": ("cambricon.com/vmlu", "MLU"),
+                    "c-mt": ("mthreads.com/vgpu", "Mthreads"),
+                    "c-gcu": ("enflame.com/gcu", "GCU")}.items():
+                d = devices_of(f.nodes[name])
+                assert (d.resource, d.device_type, d.register) == (resource, kind, "")
+            # the cards as HAMi's GetNodeDevices makes them of the capacity
+            assert {c.uuid: (c.split, c.memory_mib) for c in f.ledger.cards["c-mlu"].values()} \
+                == {"c-mlu-cambricon-mlu-0": (100, 32768), "c-mlu-cambricon-mlu-1": (100, 32768)}
+            assert set(f.ledger.cards["c-gcu"]) == {"c-gcu-GCU-0", "c-gcu-GCU-1"}
+            shapes = {
+                "mlu": ({"cambricon.com/vmlu": 1, "cambricon.com/mlu.smlu.vmemory": 16,
+                         "cambricon.com/mlu.smlu.vcore": 25}, 4),
+                "mt": ({"mthreads.com/vgpu": 1, "mthreads.com/sgpu-memory": 8,
+                        "mthreads.com/sgpu-core": 4}, 4),
+                "gcu": ({"enflame.com/gcu": 1}, 2),
+            }
+            await asyncio.gather(*(make_pod(kube, f"{kind}-{i}", ns=NS, limits=limits,
+                                            cpu="100m", memory="128Mi")
+                                   for kind, (limits, n) in shapes.items() for i in range(n)))
+            await all_running(kube, f, 10)
+            await f.settle()
+            clean_run(f)
+            kinds = {a.pod.split("/")[1].split("-")[0]: a.devices[0].type
+                     for p in f.ledger.pods.values() for a in p.allocations}
+            assert kinds == {"mlu": "MLU", "mt": "Mthreads", "gcu": "GCU"}
+            gcu = {a.devices[0].uuid for p in f.ledger.pods.values() for a in p.allocations
+                   if a.devices[0].type == "GCU"}
+            assert gcu == {"c-gcu-GCU-0", "c-gcu-GCU-1"}  # whole cards: one pod each
+            assert f.ledger.summary()["pods_admitted"] == 10
+
+    live(control_plane, body)

@@ -128,7 +128,6 @@ def test_lower_or_newer_equal_priority_acts_as_lower_priority_and_is_reported(
     [
         ("namespaceSelector: {matchLabels: {team: a}}\n", "spec.namespaceSelector"),
         ("stopPolicy: HoldAndDrain\n", "spec.stopPolicy"),
-        ("flavorFungibility: {whenCanPreempt: MayStopSearch}\n", "spec.flavorFungibility"),
         ("admissionScope: {admissionMode: UsageBasedAdmissionFairSharing}\n",
          "spec.admissionScope"),
         ("concurrentAdmissionPolicy: {migration: {mode: TryPreferredFlavors}}\n",

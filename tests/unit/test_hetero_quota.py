@@ -194,3 +194,24 @@ def test_alternatives_keep_cpu_counts_and_gpu_free_pod_sets() -> None:
     assert npu.pod_sets[0].gpu == GpuRequest() and npu.pod_sets[1].gpu.count == 2
     assert npu.pod_sets[1].cpu_milli == 4000 and npu.task_count == 3
     assert chosen(j, "npu") == npu
+
+
+def test_a_restored_job_runs_on_in_its_alternative_and_an_unknown_one_is_refused() -> None:
+    from gpupool.core.errors import InvalidJobError
+    from gpupool.core.model import JobId
+    s = Scheduler([gpu_node("g", count=1), npu_node("n")],
+                  config({"a": {"h100": 8, "ascend": 8}}))
+    s.submit(job("first", gpu=whole(1, models=["H100"]), queue="a"), 0)
+    s.submit(fallback("j", "a"), 0)  # type: ignore[arg-type]
+    binds = {b.job: b for b in s.cycle(0).binds}
+    again = Scheduler([gpu_node("g", count=1), npu_node("n")],
+                      config({"a": {"h100": 8, "ascend": 8}}))
+    j = fallback("j", "a")
+    with pytest.raises(InvalidJobError) as err:
+        again.restore(j, binds["j"].placements, 0.0, "ascend", alternative="tpu")  # type: ignore[arg-type]
+    assert (err.value.field, err.value.value) == ("alternative", "tpu")
+    assert again.running_job(JobId("j")) is None  # nothing taken
+    again.restore(j, binds["j"].placements, 0.0, "ascend", alternative="ascend")  # type: ignore[arg-type]
+    r = again.running_job(JobId("j"))
+    assert r is not None and r.alternative == "ascend"
+    assert again.tree.usage("a")[("ascend", Resource.GPU)] == 2

@@ -86,6 +86,27 @@ def test_an_older_file_is_migrated_in_order_and_keeps_its_data(
     assert "leases" in t and t["jobs"][0][-1] == ""  # the new column, defaulted
 
 
+def test_a_version_1_file_gets_the_alternative_column_with_its_jobs_in_their_own_form(
+        path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(store_module, "MIGRATIONS", MIGRATIONS[:1])
+    store = Store(path)
+    with store.transaction() as tx:
+        tx.insert_job("t1/a", "t1", "a", "t1/jobs", {"x": 1}, 5.0)
+        tx.update_job("t1/a", phase="Running", flavor="h100")
+    store.close()
+    monkeypatch.setattr(store_module, "MIGRATIONS", MIGRATIONS)
+    store = Store(path)
+    assert store.schema_version == len(MIGRATIONS) >= 2
+    (row,) = store.jobs()
+    assert (row.flavor, row.alternative) == ("h100", "")
+    with store.transaction() as tx:
+        tx.update_job("t1/a", alternative="ascend")
+    store.close()
+    store = Store(path)
+    assert store.jobs()[0].alternative == "ascend"
+    store.close()
+
+
 def test_a_failed_migration_changes_nothing(path: Path,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     store = Store(path)

@@ -81,6 +81,7 @@ from gpupool.core.quota import (
     Fungibility,
     LocalQueue,
     PreemptionPolicy,
+    Preference,
     PriorityClass,
     QueueConfig,
     QueueingStrategy,
@@ -280,21 +281,19 @@ def _cluster_queue(doc: Document) -> QueueObject:
 
 
 def _fungibility(spec: Any) -> tuple[FlavorFungibility, list[tuple[str, str]]]:
-    """Kueue's ``flavorFungibility``: ``whenCanBorrow`` is acted on (``Borrow`` and
-    ``MayStopSearch`` take a flavor that lends; ``TryNextFlavor`` looks further for one
-    within nominal quota first); a queue always tries the next flavor rather than preempt."""
+    """Kueue's ``flavorFungibility``, all acted on: ``whenCanBorrow`` and ``whenCanPreempt``
+    (``MayStopSearch``, or the older names ``Borrow`` and ``Preempt``, stop at a flavor that
+    needs borrowing or preemption; ``TryNextFlavor`` looks further first) and ``preference``
+    (which of the flavors tried wins when each needs borrowing, preemption or both)."""
     f = spec.flavor_fungibility
-    ignored: list[tuple[str, str]] = []
     if f is None:
-        return FlavorFungibility(), ignored
-    borrow = Fungibility.TRY_NEXT if f.when_can_borrow == "TryNextFlavor" else Fungibility.STOP
-    if f.when_can_preempt not in (None, "TryNextFlavor"):
-        ignored.append(("spec.flavorFungibility", f"whenCanPreempt: {f.when_can_preempt} is "
-                        "acted on as TryNextFlavor: every flavor is tried without preemption "
-                        "before any is tried with it"))
-    if f.preference is not None:
-        ignored.append(("spec.flavorFungibility", f"preference: {f.preference} is not acted on"))
-    return FlavorFungibility(when_can_borrow=borrow), ignored
+        return FlavorFungibility(), []
+    stop = ("MayStopSearch", "Borrow", "Preempt")
+    borrow = Fungibility.STOP if f.when_can_borrow in (None, *stop) else Fungibility.TRY_NEXT
+    preempt = Fungibility.STOP if f.when_can_preempt in stop else Fungibility.TRY_NEXT
+    preference = Preference(f.preference) if f.preference is not None \
+        else Preference.BORROWING_OVER_PREEMPTION
+    return FlavorFungibility(borrow, preempt, preference), []
 
 
 def _normalized(doc: Document, spec: NormalizedQuotaSpec | None, limits_rule: str | None,

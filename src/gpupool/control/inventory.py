@@ -62,7 +62,7 @@ def requeue(plane: ControlPlane, hit: Sequence[JobId], why: str,  # noqa: PLR091
         rec.alternative = ""
         rec.message = f"{why}; back in its queue"
         changes.job(rec.key, phase="Pending", placements=[], started_s=None, flavor="",
-                    message=rec.message)
+                    alternative="", message=rec.message)
         changes.event(now_s, reason, "Job", rec.key, rec.message, rec.request.namespace,
                       warning=True)
 

@@ -74,7 +74,7 @@ def _carry_out(plane: ControlPlane, result: CycleResult, now: float, changes: Ch
         ns = rec.request.namespace
         rec.message = for_owner(ev.message, ns, plane.jobs)
         changes.job(rec.key, phase="Pending", placements=[], started_s=None, flavor="",
-                    preemptions=rec.preemptions, message=rec.message)
+                    alternative="", preemptions=rec.preemptions, message=rec.message)
         changes.event(now, "Preempted", "Job", rec.key, for_owner(
             f"{ev.reason}: preempted by {ev.preemptor}; back in its queue", ns,
             plane.jobs), ns, warning=True)
@@ -89,6 +89,7 @@ def _carry_out(plane: ControlPlane, result: CycleResult, now: float, changes: Ch
         plane.backend.start(rec.key, b.placements, now, recovery.end_s(plane, rec))
         nodes = sorted({pl.node for pl in b.placements})
         changes.job(rec.key, phase="Running", started_s=now, flavor=b.flavor, message="",
+                    alternative=b.alternative,
                     placements=[placement_to_json(pl) for pl in b.placements])
         changes.event(now, "Admitted", "Job", rec.key,
                       f"admitted by ClusterQueue {b.queue} (flavor {b.flavor or '-'}) "

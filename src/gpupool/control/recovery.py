@@ -61,7 +61,7 @@ def open_state(plane: ControlPlane, nodes: Sequence[Node],
         rec = JobRecord(row.uid, request, row.phase, row.submitted_s, row.started_s,
                         row.finished_s, row.flavor, "",
                         tuple(placement_from_json(row.key, p) for p in row.placements),
-                        row.preemptions, row.message)
+                        row.preemptions, row.message, row.alternative)
         plane.jobs[row.key] = rec
     build(plane)
     if plane._cloud_spec is not None:
@@ -117,7 +117,7 @@ def build(plane: ControlPlane) -> None:
     for rec in running:
         try:
             restored = sched.restore(rec.job, rec.placements, rec.started_s or now,
-                                     rec.flavor, rec.preemptions)
+                                     rec.flavor, rec.preemptions, rec.alternative)
         except ConflictError as exc:
             # Two holders of one card (a state file two servers wrote): the one that
             # started first keeps it, the later one goes back to its queue, whole.
@@ -165,7 +165,7 @@ def _requeue_conflict(rec: JobRecord, why: str, now: float, changes: Changes) ->
     rec.message = (f"its cards were held by another job when the state file was read "
                    f"({why}); back in its queue")
     changes.job(rec.key, phase="Pending", placements=[], started_s=None, flavor="",
-                message=rec.message)
+                alternative="", message=rec.message)
     changes.event(now, "RestoreConflict", "Job", rec.key, rec.message,
                   rec.request.namespace, warning=True)
 

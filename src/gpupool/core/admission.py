@@ -429,7 +429,8 @@ def flavor_job(job: Job, flavor: ResourceFlavor | None) -> Job | None:
 
 
 def try_admit(job: Job, cq: str, tree: QuotaTree, snap: Snapshot, profile: Profile,
-              failed: dict[Hashable, Status] | None = None) -> tuple[Fit | None, Status]:
+              failed: dict[Hashable, Status] | None = None,
+              only: tuple[str, str] | None = None) -> tuple[Fit | None, Status]:
     """Tries the queue's flavors in order, and in each the job's own request and then its
     alternatives: quota first (cheap), then placement, then quota again with what the
     placement really takes. Returns the fit, or why not.
@@ -440,10 +441,15 @@ def try_admit(job: Job, cq: str, tree: QuotaTree, snap: Snapshot, profile: Profi
 
     ``failed`` memoises placement failures by request shape within one cycle: the snapshot
     only fills up during a cycle, so a shape that did not fit will not fit later in it.
+    ``only``: (flavor, form) to try alone (``gpupool.core.fungibility`` walks them one by
+    one).
     """
     queue = tree.queues[cq]
     flavors: list[str | None] = [fq.flavor for fq in queue.flavors] or [None]
     forms = variants(job)
+    if only is not None:
+        flavors = [f for f in flavors if (f or "") == only[0]]
+        forms = [(name, vj) for name, vj in forms if name == only[1]]
     try_next = queue.fungibility.when_can_borrow is Fungibility.TRY_NEXT
     reasons: list[str] = []
     code = Code.UNSCHEDULABLE

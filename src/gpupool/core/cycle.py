@@ -6,7 +6,7 @@ from collections.abc import Hashable, Iterable, Mapping, Set
 
 import numpy as np
 
-from gpupool.core import preemption
+from gpupool.core import fungibility, preemption
 from gpupool.core.admission import Fit, request_demand, try_admit
 from gpupool.core.cluster import ClusterState
 from gpupool.core.context import (
@@ -153,38 +153,30 @@ def _try(ctx: Context, snap: Snapshot, p: Pending, now_s: float, result: CycleRe
         ctx.queues.park(job.id, status)
         result.parks.append(Park(job.id, status))
         return False
-    fit, status = try_admit(job, q, ctx.tree, snap, ctx.profile, failed)  # 3.
-    if fit is not None:
-        _admit(ctx, snap, p, fit, now_s, result)                            # 6.
-        return True
-    if preempt and status.code is not Code.UNRESOLVABLE \
-            and job.priority > no_victims.get(q, -(1 << 62)):                   # 4.
-        lately = ctx.history.averages()
-        held = ctx.held.get(q)
-        cands = preemption.candidates(job, q, ctx.tree, ctx.running, ctx.settings, now_s,
-                                      ctx.preempted_by, lately, held)
-        if ctx.checks is not None:  # jobs on provisioned nodes free nothing others could use
-            cands = [v for v in cands if ctx.checks.booking_of(v.running.job.id) is None]
-        planned = preemption.plan(job, q, ctx.tree, snap, ctx.profile, cands, lately, held)
-        if planned is None:
-            no_victims[q] = max(job.priority, no_victims.get(q, -(1 << 62)))
-        if planned is not None:
-            victims, fit = planned
-            for v in victims:
-                _evict(ctx, snap, v, job.id, now_s, result)
-            for pl in fit.placements:
-                snap.assume(pl)  # the room is held for the preemptor this cycle
-            # And its quota, for its own queue's later jobs: else the next one still looks
-            # within nominal and reclaims again, past the nominal quota.
-            mine = ctx.held.setdefault(q, {})
-            for k, amount in fit.demand.items():
-                mine[k] = mine.get(k, 0) + amount
-            ctx.nominated.append(job.id)
-            failed.clear()
-            no_victims.clear()
-            ctx.queues.note(job.id, Status(Code.WAIT, (
-                f"preempting {len(victims)} job(s) to start",)))
+    if preempt and ctx.tree.queues[q].fungibility.searches_with_preemption:
+        choice, status = fungibility.choose(                                # 3. and 4.
+            job, q, ctx.tree, snap, ctx.profile, failed,
+            lambda only: _plan(ctx, snap, job, q, now_s, no_victims, only))
+        if choice is not None and not choice.victims:
+            _admit(ctx, snap, p, choice.fit, now_s, result)                  # 6.
+            return True
+        if choice is not None:
+            _preempt(ctx, snap, job, q, list(choice.victims), choice.fit, now_s, result,
+                     failed, no_victims)
             return False
+    else:
+        fit, status = try_admit(job, q, ctx.tree, snap, ctx.profile, failed)  # 3.
+        if fit is not None:
+            _admit(ctx, snap, p, fit, now_s, result)                        # 6.
+            return True
+        if preempt and status.code is not Code.UNRESOLVABLE:                # 4.
+            planned = _plan(ctx, snap, job, q, now_s, no_victims)
+            if planned is None:
+                no_victims[q] = max(job.priority, no_victims.get(q, -(1 << 62)))
+            else:
+                _preempt(ctx, snap, job, q, planned[0], planned[1], now_s, result, failed,
+                         no_victims)
+                return False
     if ctx.reservation is None and _gpus(job) >= ctx.reserve_min_gpus \
             and _next_in_fair_order(ctx, q):
         ctx.reservation = _reserve(ctx, snap, p, now_s)                     # 5.
@@ -196,6 +188,43 @@ def _try(ctx: Context, snap: Snapshot, p: Pending, now_s: float, result: CycleRe
     ctx.queues.park(job.id, status)
     result.parks.append(Park(job.id, status))
     return False
+
+
+def _plan(ctx: Context, snap: Snapshot, job: Job, q: str, now_s: float,
+          no_victims: dict[str, int], only: tuple[str, str] | None = None,
+          ) -> tuple[list[preemption.Victim], Fit] | None:
+    """The minimal victim set that lets ``job`` fit (in ``only``'s flavor and form when
+    given), or None; nothing is changed."""
+    if job.priority <= no_victims.get(q, -(1 << 62)):
+        return None  # a job of this queue with no lower priority found none this cycle
+    lately = ctx.history.averages()
+    held = ctx.held.get(q)
+    cands = preemption.candidates(job, q, ctx.tree, ctx.running, ctx.settings, now_s,
+                                  ctx.preempted_by, lately, held, only)
+    if ctx.checks is not None:  # jobs on provisioned nodes free nothing others could use
+        cands = [v for v in cands if ctx.checks.booking_of(v.running.job.id) is None]
+    return preemption.plan(job, q, ctx.tree, snap, ctx.profile, cands, lately, held, only)
+
+
+def _preempt(ctx: Context, snap: Snapshot, job: Job, q: str, victims: list[preemption.Victim],
+             fit: Fit, now_s: float, result: CycleResult, failed: dict[Hashable, Status],
+             no_victims: dict[str, int]) -> None:
+    """Evicts the victims and holds the room (and the quota) for ``job``, which binds once
+    they are gone."""
+    for v in victims:
+        _evict(ctx, snap, v, job.id, now_s, result)
+    for pl in fit.placements:
+        snap.assume(pl)  # the room is held for the preemptor this cycle
+    # And its quota, for its own queue's later jobs: else the next one still looks
+    # within nominal and reclaims again, past the nominal quota.
+    mine = ctx.held.setdefault(q, {})
+    for k, amount in fit.demand.items():
+        mine[k] = mine.get(k, 0) + amount
+    ctx.nominated.append(job.id)
+    failed.clear()
+    no_victims.clear()
+    ctx.queues.note(job.id, Status(Code.WAIT, (
+        f"preempting {len(victims)} job(s) to start",)))
 
 
 def _next_in_fair_order(ctx: Context, q: str) -> bool:

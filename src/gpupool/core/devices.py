@@ -37,11 +37,14 @@ class Division(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Template:
-    """A fixed partition of a card: its compute (milli of the card) and memory."""
+    """A fixed partition of a card: its compute (milli of the card) and memory. ``ref``: the
+    node's own identifier for it, where its device plugin needs one (Enflame's DRS profile
+    ID)."""
 
     name: str
     gpu_milli: int
     memory_mib: int
+    ref: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +57,8 @@ class DeviceClass:
     list the shapes a slice may take. ``relative_capacity``: one card's worth in normalised
     units (1.0 is the reference card), e.g. its dense FP16/BF16 TFLOPS over the reference's.
     ``compute_units``: the card's SMs, CUs or AI cores, as the vendor counts them (shown only).
+    ``whole``: the template the whole card is, where the node names one (Enflame's DRS
+    profile of every slice): its name and ``ref`` are written when a whole card is given.
     """
 
     vendor: str = "nvidia"
@@ -64,6 +69,7 @@ class DeviceClass:
     fractions: tuple[int, ...] = ()
     relative_capacity: float = 1.0
     compute_units: int = 0
+    whole: Template | None = None
 
     @property
     def is_plain(self) -> bool:

@@ -29,6 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gpupool.core.admission import Fit, Key, QuotaTree, Vec, request_demand, try_admit
+from gpupool.core.alternatives import chosen
 from gpupool.core.model import Job, JobId, Placement
 from gpupool.core.placement.framework import Profile
 from gpupool.core.quota import QueueSettings, Reclaim, WithinQueue
@@ -67,17 +68,18 @@ def candidates(job: Job, cq: str, tree: QuotaTree, running: Mapping[JobId, Runni
                settings: QueueSettings, now_s: float,
                preempted_by: Mapping[JobId, Mapping[JobId, float]],
                lately: Mapping[str, float] | None = None,
-               held: Mapping[Key, int] | None = None) -> list[Victim]:
+               held: Mapping[Key, int] | None = None,
+               only: tuple[str, str] | None = None) -> list[Victim]:
     """Jobs that may be preempted for ``job``, cheapest first. ``lately``: each queue's share
     held over the last while (``fairshare.ShareHistory``), added to the share in the
     fair-share comparison as in the admission order. ``held``: quota the preemptor's queue
-    will take for preemptors of this cycle that bind in the next, counted as used."""
+    will take for preemptors of this cycle that bind in the next, counted as used.
+    ``only``: the (flavor, form) the job would run as (else its own, in the first flavor)."""
     past = lately if lately is not None else {}
     queue = tree.queues[cq]
     policy = queue.preemption
     root = tree.cohort_root(cq)
-    flavor = queue.flavors[0].flavor if queue.flavors else ""
-    demand = _plus(request_demand(job, flavor), held)
+    demand = _plus(_lower_bound(job, tree, cq, only), held)
     within_nominal = _within_nominal(tree, cq, demand)
     my_share = tree.share(cq, demand) + past.get(cq, 0.0)
     recent = preempted_by.get(job.id, {})
@@ -118,19 +120,29 @@ def _plus(demand: Vec, held: Mapping[Key, int] | None) -> Vec:
     return out
 
 
+def _lower_bound(job: Job, tree: QuotaTree, cq: str, only: tuple[str, str] | None) -> Vec:
+    """What the job asks of quota before placement: in ``only``'s flavor and form, else its
+    own request in the queue's first flavor."""
+    if only is not None:
+        return request_demand(chosen(job, only[1]), only[0])
+    return request_demand(job, tree.queues[cq].flavors[0].flavor if tree.queues[cq].flavors
+                          else "")
+
+
 def plan(job: Job, cq: str, tree: QuotaTree, snap: Snapshot, profile: Profile,
          cands: list[Victim], lately: Mapping[str, float] | None = None,
-         held: Mapping[Key, int] | None = None) -> tuple[list[Victim], Fit] | None:
+         held: Mapping[Key, int] | None = None,
+         only: tuple[str, str] | None = None) -> tuple[list[Victim], Fit] | None:
     """The minimal victim set that lets ``job`` fit, and its fit; None when none does.
-    ``lately`` and ``held`` as for ``candidates``.
+    ``lately``, ``held`` and ``only`` as for ``candidates``; with ``only`` the job must fit
+    in that flavor and form.
 
     Works in a snapshot trial and restores the quota tree: nothing is changed on return.
     """
     past = lately if lately is not None else {}
     if not cands:
         return None
-    flavor = tree.queues[cq].flavors[0].flavor if tree.queues[cq].flavors else ""
-    lower_bound = request_demand(job, flavor)
+    lower_bound = _lower_bound(job, tree, cq, only)
     out: list[Victim] = []  # victims currently taken out of the quota tree
 
     def take_out(v: Victim) -> None:
@@ -148,7 +160,7 @@ def plan(job: Job, cq: str, tree: QuotaTree, snap: Snapshot, profile: Profile,
     def attempt() -> Fit | None:
         if tree.shortfall(cq, _plus(lower_bound, held)):
             return None
-        return try_admit(job, cq, tree, snap, profile)[0]
+        return try_admit(job, cq, tree, snap, profile, only=only)[0]
 
     def still_allowed(v: Victim) -> bool:
         """Another queue's job is a victim only while its queue stays at or above nominal

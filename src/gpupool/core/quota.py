@@ -107,13 +107,33 @@ class Fungibility(StrEnum):
     TRY_NEXT = "TryNextFlavor"
 
 
+class Preference(StrEnum):
+    """Kueue's ``flavorFungibility.preference``: which flavor wins when every flavor tried
+    needs borrowing, preemption or both. ``BorrowingOverPreemption`` (the default) prefers a
+    flavor that needs no preemption (then one that reclaims over one that preempts within the
+    queue), ties broken by not borrowing; ``PreemptionOverBorrowing`` prefers a flavor that
+    needs no borrowing, ties broken by the lighter preemption."""
+
+    BORROWING_OVER_PREEMPTION = "BorrowingOverPreemption"
+    PREEMPTION_OVER_BORROWING = "PreemptionOverBorrowing"
+
+
 @dataclass(frozen=True, slots=True)
 class FlavorFungibility:
     """Kueue's defaults: borrow in the first flavor that lends; try the next flavor rather
-    than preempt."""
+    than preempt; prefer borrowing to preemption."""
 
     when_can_borrow: Fungibility = Fungibility.STOP
     when_can_preempt: Fungibility = Fungibility.TRY_NEXT
+    preference: Preference = Preference.BORROWING_OVER_PREEMPTION
+
+    @property
+    def searches_with_preemption(self) -> bool:
+        """Whether flavors are walked one by one with preemption tried in each (Kueue's
+        flavor assigner); else every flavor is tried without preemption before any with it,
+        which is what the defaults amount to."""
+        return self.when_can_preempt is Fungibility.STOP or \
+            self.preference is Preference.PREEMPTION_OVER_BORROWING
 
 
 class QueueingStrategy(StrEnum):

@@ -16,7 +16,7 @@ from gpupool.core.cluster import ClusterState
 from gpupool.core.context import Context, release
 from gpupool.core.cycle import schedule
 from gpupool.core.decisions import CycleResult
-from gpupool.core.errors import ConfigError, ConflictError, NotFoundError
+from gpupool.core.errors import ConfigError, ConflictError, InvalidJobError, NotFoundError
 from gpupool.core.estimate import Estimate, estimate
 from gpupool.core.fairshare import UsageLedger
 from gpupool.core.feasibility import never_admitted
@@ -205,11 +205,14 @@ class Scheduler(ProvisioningFacts, SchedulerQueries):
         self.finished(job, now_s)
 
     def restore(self, job: Job, placements: Iterable[Placement], start_s: float,
-                flavor: str = "", preemptions: int = 0) -> Running:
+                flavor: str = "", preemptions: int = 0, alternative: str = "") -> Running:
         """A job that was running before a restart runs on where it was: its cards and quota
-        are taken again as they were, with no new decision. ConflictError if a card it held
-        is taken already (nothing changes then); usage charged before the restart is not
-        known and is charged again at its end."""
+        are taken again as they were, in the form it ran as (``alternative``), with no new
+        decision. ConflictError if a card it held is taken already (nothing changes then);
+        usage charged before the restart is not known and is charged again at its end."""
+        if alternative and all(a.name != alternative for a in job.alternatives):
+            raise InvalidJobError("alternative", alternative, "must name one of the job's "
+                                  f"alternatives {[a.name for a in job.alternatives]}", job.id)
         self.validator.check(job, self.state.table)
         q = self.queues.resolve(job.queue)
         if job.id in self.queues or job.id in self._ctx.running:
@@ -227,7 +230,7 @@ class Scheduler(ProvisioningFacts, SchedulerQueries):
             raise
         demand = placement_demand(held, flavor, self.state.table, self.tree.normalized)
         self.tree.add(q, demand)
-        r = Running(job, q, flavor, held, demand, start_s, preemptions)
+        r = Running(job, q, flavor, held, demand, start_s, preemptions, alternative=alternative)
         self._ctx.running[job.id] = r
         self._ctx.runtimes.started(job, start_s)
         return r

@@ -82,7 +82,7 @@ class BindHost(ControllerParts):
             p, info.queue, flavor, now, info.gang_size)}
         annotations["gpupool.io/bound-by"] = self.opt.identity
         if req is not None and node is not None:
-            vendor = vendor_annotations(req, p, node, now)  # another vendor's cards
+            vendor = vendor_annotations(req, p, node, now, pod)  # another vendor's cards
             annotations.update(vendor or hami_annotations(req, p, node, now,
                                                           self.mig.of(key)))
         if self.elastic is not None:

@@ -63,6 +63,7 @@ from gpupool.k8s.translate import (
     TranslateError,
 )
 from gpupool.k8s.vendors import PROTOCOLS
+from gpupool.k8s.vendors.switch import FormSwitcher
 from gpupool.k8s.wakeup import wait_event
 from gpupool.usage.feed import MeasuredUse
 from gpupool.usage.prometheus import PrometheusReader, PrometheusSettings
@@ -199,6 +200,8 @@ class Controller(PodEvents, NodeResources, Rebuild, BindHost):
         # attached by k8s/main.py (attach): Elastic GPU objects, queued provisioning
         self.elastic: ElasticHook | None = None
         self.provisioning: ProvisioningHook | None = None
+        # waiting bare pods made again in another of their forms (k8s/vendors/switch.py)
+        self.switcher = FormSwitcher()
 
     def attach(self, *, elastic: ElasticHook | None = None,
                provisioning: ProvisioningHook | None = None) -> None:
@@ -378,6 +381,8 @@ class Controller(PodEvents, NodeResources, Rebuild, BindHost):
             message = park.status.message or "waiting"
             for key in info.pods:
                 self.status.park(key, message)
+        for key, form in self.switcher.due(self, result.parks):
+            self._spawn(self.switcher.switch(self.kube, self, key, form))
         for ev in result.evicts:
             self._evict_job(ev.job, f"preempted by {ev.preemptor} ({ev.reason})")
 

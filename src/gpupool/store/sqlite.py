@@ -53,6 +53,10 @@ MIGRATIONS: tuple[str, ...] = (
         namespace TEXT NOT NULL DEFAULT '', message TEXT NOT NULL);
     CREATE INDEX events_namespace ON events (namespace, seq);
     """,
+    # 2: the alternative a running job runs as ('' its own request)
+    """
+    ALTER TABLE jobs ADD COLUMN alternative TEXT NOT NULL DEFAULT '';
+    """,
 )
 
 ACTIVE_PHASES = ("Pending", "Running")
@@ -74,6 +78,7 @@ class JobRow:
     placements: list[dict[str, Any]]
     preemptions: int
     message: str
+    alternative: str = ""  # the alternative a running job runs as ("" its own request)
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,12 +111,12 @@ class NewEvent:
 
 
 _JOB_COLUMNS = ("uid, key, namespace, name, queue, document, phase, submitted_s, started_s, "
-                "finished_s, flavor, placements, preemptions, message")
+                "finished_s, flavor, placements, preemptions, message, alternative")
 
 
 def _job(row: Sequence[Any]) -> JobRow:
     return JobRow(row[0], row[1], row[2], row[3], row[4], json.loads(row[5]), row[6], row[7],
-                  row[8], row[9], row[10], json.loads(row[11]), row[12], row[13])
+                  row[8], row[9], row[10], json.loads(row[11]), row[12], row[13], row[14])
 
 
 class Store:

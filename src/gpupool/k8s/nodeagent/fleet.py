@@ -20,10 +20,9 @@ from gpupool.k8s.informer import Informer
 from gpupool.k8s.kube import Kube
 from gpupool.k8s.nodeagent import hami
 from gpupool.k8s.nodeagent.agent import NodeAgent, obj_meta, pod_key
-from gpupool.k8s.nodeagent.devices import devices_of
+from gpupool.k8s.nodeagent.devices import agent_cards
 from gpupool.k8s.nodeagent.kubelet import Rejection
 from gpupool.k8s.nodeagent.ledger import Ledger
-from gpupool.k8s.nodeagent.plugin import cards_of
 
 __all__ = ["Fleet"]
 
@@ -90,7 +89,7 @@ class Fleet:
         if self._locks.get(name) != lock:
             self._locks[name] = lock
             self.note(name, f"lock {lock}")
-        self.ledger.set_cards(name, cards_of(obj, devices_of(obj).register))
+        self.ledger.set_cards(name, agent_cards(obj))
         if name not in self.agents:
             agent = NodeAgent(self, name)
             self.agents[name] = agent

@@ -26,6 +26,7 @@ from gpupool.core.errors import ConfigError
 from gpupool.core.model import Gpu
 from gpupool.k8s.hami.errors import TranslateError
 from gpupool.k8s.hami.register import parse_hami_register
+from gpupool.k8s.vendors import drs
 from gpupool.k8s.vendors.protocols import PROTOCOLS, VendorProtocol
 
 __all__ = ["node_protocol", "vendor_gpus"]
@@ -68,6 +69,8 @@ def vendor_gpus(obj: Mapping[str, Any]) -> tuple[Gpu, ...]:
         text = str((meta.get("annotations") or {})[p.register])
         if p.vendor == "metax":
             return _metax(text, p, f"{at}: {p.register}")
+        if p.register == drs.CAPACITY:
+            return drs.drs_gpus(name, text, f"{at}: {p.register}")
         try:
             devices = parse_hami_register(text)
         except TranslateError as exc:

@@ -10,7 +10,10 @@ The annotation ``gpupool.io/alternatives`` holds a JSON list, each item
 ``{"name", "limits": {resource: quantity}, "image", "env": {NAME: value}}`` (``image`` and
 ``env`` optional). ``limits`` replace the accelerator resources (NVIDIA's and every vendor's
 of ``k8s/vendors/protocols.py``) of each container that names any; ``image`` and ``env`` go
-to those containers. The chosen form is recorded in ``gpupool.io/alternative``.
+to those containers. The chosen form is recorded in ``gpupool.io/alternative``, and those
+containers as written (``resources``, ``image``, ``env``) in
+``gpupool.io/original-containers`` (a JSON list of ``{"kind", "index", ...}``), so that the pod
+can be made again in its own form (``k8s/vendors/switch.py``).
 """
 
 from __future__ import annotations
@@ -25,11 +28,12 @@ from gpupool.core.errors import InvalidJobError
 from gpupool.k8s.hami.requests import ResourceNames
 from gpupool.k8s.vendors.protocols import PROTOCOLS
 
-__all__ = ["ALTERNATIVE", "ALTERNATIVES", "PodAlternative", "overlay_patch", "pod_alternatives",
-           "pod_in_form"]
+__all__ = ["ALTERNATIVE", "ALTERNATIVES", "ORIGINAL", "PodAlternative", "overlay_patch",
+           "pod_alternatives", "pod_in_form"]
 
 ALTERNATIVES = "gpupool.io/alternatives"
 ALTERNATIVE = "gpupool.io/alternative"
+ORIGINAL = "gpupool.io/original-containers"
 NVIDIA_NAMES = ResourceNames()
 
 
@@ -109,10 +113,23 @@ def _env(c: Mapping[str, Any], alt: PodAlternative) -> list[dict[str, Any]]:
     return env + [{"name": k, "value": v} for k, v in sorted(alt.env.items())]
 
 
+def _original(pod: Mapping[str, Any], accel: frozenset[str]) -> str:
+    """The accelerator containers of ``pod`` as written: the ``gpupool.io/original-containers``
+    annotation's value (kept when the pod has one already)."""
+    kept = ((pod.get("metadata") or {}).get("annotations") or {}).get(ORIGINAL)
+    if kept:
+        return str(kept)
+    spec = pod.get("spec") or {}
+    return json.dumps([{"kind": kind, "index": i,
+                        **{k: spec[kind][i].get(k) for k in ("resources", "image", "env")}}
+                       for kind, i in _gpu_containers(pod, accel)], sort_keys=True)
+
+
 def pod_in_form(pod: Mapping[str, Any], alt: PodAlternative,
                 names: ResourceNames = NVIDIA_NAMES) -> dict[str, Any]:
     """A copy of ``pod`` as it would be in the form ``alt``."""
     accel = _accelerator_names(names)
+    original = _original(pod, accel)
     out = copy.deepcopy(dict(pod))
     for kind, i in _gpu_containers(pod, accel):
         c = out["spec"][kind][i]
@@ -121,7 +138,9 @@ def pod_in_form(pod: Mapping[str, Any], alt: PodAlternative,
             c["image"] = alt.image
         if alt.env:
             c["env"] = _env(c, alt)
-    out.setdefault("metadata", {}).setdefault("annotations", {})[ALTERNATIVE] = alt.name
+    notes = out.setdefault("metadata", {}).setdefault("annotations", {})
+    notes[ALTERNATIVE] = alt.name
+    notes[ORIGINAL] = original
     return out
 
 
@@ -141,10 +160,10 @@ def overlay_patch(pod: Mapping[str, Any], alt: PodAlternative,
             ops.append({"op": "replace" if "env" in c else "add", "path": f"{base}/env",
                         "value": _env(c, alt)})
     annotations = (pod.get("metadata") or {}).get("annotations")
-    key = ALTERNATIVE.replace("/", "~1")
+    notes = {ALTERNATIVE: alt.name, ORIGINAL: _original(pod, accel)}
     if annotations is None:
-        ops.append({"op": "add", "path": "/metadata/annotations",
-                    "value": {ALTERNATIVE: alt.name}})
+        ops.append({"op": "add", "path": "/metadata/annotations", "value": notes})
     else:
-        ops.append({"op": "add", "path": f"/metadata/annotations/{key}", "value": alt.name})
+        ops.extend({"op": "add", "path": f"/metadata/annotations/{k.replace('/', '~1')}",
+                    "value": v} for k, v in notes.items())
     return ops

@@ -16,7 +16,10 @@
 - metax: type ``Metax-SGPU``; ``metax-tech.com/sgpu``, ``vmemory`` (MiB), ``vcore`` (%);
   ``metax-tech.com/node-gpu-devices`` (its own JSON); ``hami.io/metax-sgpu-devices-...``;
 - enflame: type ``GCU``; ``enflame.com/gcu`` whole cards, counted from node capacity;
-  ``hami.io/enflame-gcu-devices-to-allocate``/``-allocated``;
+  ``hami.io/enflame-gcu-devices-to-allocate``/``-allocated``; and its DRS partitions, type
+  ``Enflame``: ``enflame.com/drs-gcu`` (a profile's slices), ``gcu-memory`` (GB), ``gcu-core``
+  (%); ``enflame.com/gcu-drs-capacity`` (its own JSON); ``hami.io/enflame-vgpu-devices-allocated``
+  and Enflame's own annotations (``k8s/vendors/drs.py``);
 - kunlunxin: type ``XPU``; ``kunlunxin.com/vxpu``, ``vxpu-memory`` (MiB, trimmed to a quarter,
   half or whole card); ``hami.io/node-register-xpu`` (JSON); ``hami.io/xpu-devices-...``.
 
@@ -108,6 +111,11 @@ PROTOCOLS: tuple[VendorProtocol, ...] = (
                    to_allocate="hami.io/metax-sgpu-devices-to-allocate",
                    allocated="hami.io/metax-sgpu-devices-allocated",
                    device=VENDOR_CLASSES["metax"]),
+    VendorProtocol("enflame", "Enflame", "enflame.com/drs-gcu", "enflame.com/gcu-memory",
+                   "enflame.com/gcu-core", memory_unit_mib=1024,
+                   register="enflame.com/gcu-drs-capacity",
+                   allocated="hami.io/enflame-vgpu-devices-allocated",
+                   device=VENDOR_CLASSES["enflame"]),
     VendorProtocol("enflame", "GCU", "enflame.com/gcu", capacity_count="enflame.com/gcu",
                    to_allocate="hami.io/enflame-gcu-devices-to-allocate",
                    allocated="hami.io/enflame-gcu-devices-allocated", model="GCU",

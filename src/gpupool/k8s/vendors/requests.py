@@ -23,6 +23,7 @@ from gpupool.config.quantity import whole_number
 from gpupool.core.errors import ConfigError, InvalidJobError
 from gpupool.core.model import GpuRequest
 from gpupool.k8s.hami.requests import FULL_CORES, ContainerGpu, PodRequest, gpu_request
+from gpupool.k8s.vendors import drs
 from gpupool.k8s.vendors.protocols import PROTOCOLS, VendorProtocol
 
 __all__ = ["pod_protocol", "vendor_pod_request"]
@@ -52,11 +53,17 @@ def pod_protocol(pod: Mapping[str, Any]) -> VendorProtocol | None:
 
 
 def _container(c: Mapping[str, Any], slot: int, init: bool, p: VendorProtocol,
-               where: str) -> ContainerGpu | None:
+               where: str, drs_whole: int = 0) -> ContainerGpu | None:
     at = f"{where}.resources.limits"
     count = _read(c, p.count, f"{at}[{p.count}]")
     mem = _read(c, p.memory, f"{at}[{p.memory}]") if p.memory else None
     cores = _read(c, p.cores, f"{at}[{p.cores}]") if p.cores else None
+    if p.device_type == drs.DEVICE_TYPE:  # slices of one card, or memory and cores
+        if count is not None and count > 0:
+            cores, mem = drs.direct_percent(count, drs_whole, f"{at}[{p.count}]"), None
+        elif cores is None and mem is not None:
+            cores = 1  # memory alone: the smallest profile holding it, whatever its cores
+        count = None
     if count is None:
         if mem is None and cores is None:
             return None
@@ -71,8 +78,21 @@ def _container(c: Mapping[str, Any], slot: int, init: bool, p: VendorProtocol,
     else:
         percent = cores * FULL_CORES // p.cores_per_card
     mib = (mem or 0) * p.memory_unit_mib
+    # DRS: the profile decides the memory a request does not name
+    whole_memory = not mib and p.device_type != drs.DEVICE_TYPE
     return ContainerGpu(slot=slot, count=count, memory_mib=mib,
-                        memory_percent=None if mib else 100, cores=percent, init=init)
+                        memory_percent=100 if whole_memory else None, cores=percent, init=init)
+
+
+def _models(p: VendorProtocol, models: Mapping[str, frozenset[str]]) -> frozenset[str]:
+    """The models of ``p``'s cards among the cluster's (Enflame's whole GCUs and its DRS cards
+    are one vendor's, two protocols)."""
+    have = models.get(p.vendor, frozenset())
+    if p.vendor == "enflame":
+        drs_cards = frozenset(m for m in have if m.startswith(drs.MODEL_PREFIX))
+        return drs_cards if p.device_type == drs.DEVICE_TYPE else (have - drs_cards) or \
+            frozenset({p.model})
+    return have or frozenset({p.device_type})
 
 
 def vendor_pod_request(pod: Mapping[str, Any], base: PodRequest,
@@ -87,8 +107,10 @@ def vendor_pod_request(pod: Mapping[str, Any], base: PodRequest,
     inits = spec.get("initContainers") or ()
     listed = [("initContainers", i, c, True) for i, c in enumerate(inits)]
     listed += [("containers", i, c, False) for i, c in enumerate(spec.get("containers") or ())]
+    mine = _models(p, models)
     gpus = [g for slot, (kind, i, c, init) in enumerate(listed)
-            if (g := _container(c, slot, init, p, f"spec.{kind}[{i}]")) is not None]
+            if (g := _container(c, slot, init, p, f"spec.{kind}[{i}]",
+                                drs.drs_slices(mine))) is not None]
     request: GpuRequest = gpu_request(gpus)
-    request = dataclasses.replace(request, models=models.get(p.vendor, frozenset({p.device_type})))
+    request = dataclasses.replace(request, models=mine)
     return dataclasses.replace(base, gpu=request, containers=tuple(gpus))
