@@ -223,7 +223,7 @@ BAD_CLAIMS = [
     (claim("b7", class_name="cards", cards=1, tflops=10.0), "requests.tflops"),
     (claim("b8", class_name="cards", cards=100), "requests.cards"),
     (claim("b9", class_name="shared", gpuMilli="a lot"), "requests.gpuMilli"),
-    (claim("b10", class_name="shared", gpuMilli=100, flops=3), "flops"),
+    (claim("b10", class_name="shared", gpuMilli=100, flops=3), "requests.flops"),
     (claim("B_11", class_name="cards", cards=1), "metadata.name"),
     (claim("b12"), "requests"),
 ]

@@ -171,7 +171,7 @@ def _convert(doc: Document, fn: Any, value: object, path: str) -> int:
     try:
         result: int = fn(value, path)
     except ConfigError as exc:
-        raise doc.problem(str(exc)) from exc
+        raise doc.problem(str(exc), exc) from exc
     return result
 
 

@@ -13,7 +13,6 @@ it starts on), the field path and the rule::
 
 from __future__ import annotations
 
-import json
 import re
 import types
 import typing
@@ -24,32 +23,19 @@ from typing import Annotated, Any, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, PlainValidator, ValidationError
 from pydantic.alias_generators import to_camel
 
+from gpupool.config.quantity import duration_s, parse_quantity
 from gpupool.core.errors import ConfigError
+from gpupool.core.errors import field_text as field_text
+from gpupool.core.errors import show as show
 
 NAME_RULE = "must be a lowercase RFC 1123 name (a-z, 0-9, '-' and '.', starting and ending " \
     "with a letter or digit, at most 253 characters)"
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 
 
-def show(value: object) -> str:
-    """A value as the user wrote it: numbers bare, strings in double quotes."""
-    if isinstance(value, str | int | float | bool) or value is None:
-        return json.dumps(value)
-    try:
-        text = json.dumps(value, default=str, separators=(", ", ": "))
-    except (TypeError, ValueError):
-        text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
-def field_text(path: str, value: object, rule: str) -> str:
-    """``path=value rule``: the one form every field error takes."""
-    return f"{path}={show(value)} {rule}"
-
-
 def field_error(path: str, value: object, rule: str) -> ConfigError:
     """A structured ConfigError whose message is ``path=value rule``."""
-    return ConfigError(field_text(path, value, rule), field=path, value=value, rule=rule)
+    return ConfigError(path, value, rule)
 
 
 def is_name(name: str) -> bool:
@@ -101,8 +87,7 @@ class Document:
 
     def error(self, path: str, value: object, rule: str) -> ConfigError:
         """A ConfigError for ``path=value rule`` in this document."""
-        return ConfigError(f"{self.where}: {field_text(path, value, rule)}", field=path,
-                           value=value, rule=rule, where=self.where, document=self.identity)
+        return ConfigError(path, value, rule, where=self.where, document=self.identity)
 
     def problem(self, text: str, cause: ConfigError | None = None) -> ConfigError:
         """A ConfigError for a problem already worded (``text`` names the field); the
@@ -133,16 +118,26 @@ class Strict(BaseModel):
 
 
 def _quantity_shape(value: Any) -> Any:
+    """A quantity as written, its syntax checked by the one parser (``config.quantity``)."""
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         raise ValueError("should be a quantity: a number, or a string such as 500m, 2, "
                          "1.5, 64Gi or 1G")
+    try:
+        parse_quantity(value)
+    except ConfigError as exc:
+        raise ValueError(exc.rule) from None
     return value
 
 
 def _duration_shape(value: Any) -> Any:
+    """A duration as written, its syntax checked by ``config.quantity.duration_s``."""
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         raise ValueError("should be a duration: seconds, or a string such as 7d, 12h, 30m, "
                          "45s or 1h30m")
+    try:
+        duration_s(value)
+    except ConfigError as exc:
+        raise ValueError(exc.rule) from None
     return value
 
 
@@ -184,7 +179,7 @@ def parse(model: type[M], doc: Document) -> M:
     except ValidationError as exc:
         path, value, rule = first_problem(exc, model)
         raise ConfigError(f"{doc.where}: {describe(exc, model)}", field=path, value=value,
-                          rule=rule, where=doc.where) from exc
+                          rule=rule, where=doc.where, document=doc.identity) from exc
 
 
 def first_problem(exc: ValidationError, model: type[BaseModel]) -> tuple[str, object, str]:

@@ -19,11 +19,12 @@ from gpupool.core.errors import ConfigError
 def parse_duration_s(value: object) -> float:
     """``90s``, ``30m``, ``8h``, ``1d``, ``1h30m``, or a number of seconds (not negative)."""
     from gpupool.config.quantity import duration_s
+    from gpupool.core.errors import show
 
     try:
         seconds = duration_s(value, "duration")
     except ConfigError as exc:
-        raise ValueError(str(exc).removeprefix("duration=")) from None
+        raise ValueError(f"{show(exc.value)} {exc.rule}") from None
     if seconds < 0:
         raise ValueError(f"{value!r} must not be negative")
     return seconds
@@ -76,7 +77,8 @@ class Where:
         self.where = where  # "file: document N (Scenario name, line L)"
 
     def fail(self, field_path: str, message: str) -> ConfigError:
-        return ConfigError(f"{self.where}: {field_path}: {message}")
+        return ConfigError(f"{self.where}: {field_path}: {message}", field=field_path,
+                           rule=message, where=self.where)
 
 
 def mapping_at(w: Where, path: str, value: object) -> Mapping[str, Any]:

@@ -224,7 +224,7 @@ def _duration(value: object, path: str, allow_zero: bool) -> float:
     try:
         seconds = duration_s(value, path)
     except ConfigError as exc:
-        raise _err(path, value, str(exc).split(" ", 1)[-1]) from None
+        raise _err(path, value, exc.rule or str(exc)) from None
     if seconds <= 0 and not allow_zero:
         raise _err(path, value, "must be more than zero")
     if seconds > MAX_DURATION_S:
@@ -233,10 +233,12 @@ def _duration(value: object, path: str, allow_zero: bool) -> float:
 
 
 def _quantity(fn: Any, value: object, path: str, limit: int) -> int:
+    """``value`` in the unit ``fn`` (a converter of ``config.quantity``) makes, at most
+    ``limit``."""
     try:
         amount = int(fn(value, path))
     except ConfigError as exc:
-        raise _err(path, value, str(exc).split(" ", 1)[-1]) from None
+        raise _err(path, value, exc.rule or str(exc)) from None
     if amount > limit:
         raise _err(path, value, f"is more than any node could hold (limit {limit:,})")
     return amount

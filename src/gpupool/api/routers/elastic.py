@@ -39,7 +39,8 @@ from gpupool.api.models.elastic import (
     ElasticGpu,
     ElasticGpuList,
 )
-from gpupool.control.elastic import API_GROUP, CLAIM, ElasticService, config_details
+from gpupool.config.elastic import claim_to_json, class_to_json, gpu_to_json
+from gpupool.control.elastic import API_GROUP, CLAIM, ElasticService
 from gpupool.core.elastic import ElasticGPU, ElasticGPUClaim, ElasticGPUClass
 from gpupool.core.errors import ConfigError, NotFoundError
 
@@ -68,19 +69,19 @@ def _checked(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     try:
         return fn(*args, **kwargs)
     except ConfigError as exc:
-        raise ApiError(422, "ConfigError", str(exc), config_details(exc)) from None
+        raise ApiError(422, "ConfigError", str(exc), exc.as_details()) from None
 
 
 def class_view(c: ElasticGPUClass) -> dict[str, Any]:
-    return {"apiVersion": API_GROUP, "kind": "ElasticGPUClass", **c.to_dict()}
+    return {"apiVersion": API_GROUP, "kind": "ElasticGPUClass", **class_to_json(c)}
 
 
 def claim_view(c: ElasticGPUClaim) -> dict[str, Any]:
-    return {"apiVersion": API_GROUP, "kind": "ElasticGPUClaim", **c.to_dict()}
+    return {"apiVersion": API_GROUP, "kind": "ElasticGPUClaim", **claim_to_json(c)}
 
 
 def gpu_view(g: ElasticGPU) -> dict[str, Any]:
-    return {"apiVersion": API_GROUP, "kind": "ElasticGPU", **g.to_dict()}
+    return {"apiVersion": API_GROUP, "kind": "ElasticGPU", **gpu_to_json(g)}
 
 
 def sees_gpu(who: Principal, g: ElasticGPU) -> bool:
