@@ -67,7 +67,7 @@ from gpupool.core.errors import ConfigError
 from gpupool.core.model import WHOLE_GPU_MILLI, Gpu, MigInstance, Node, NodeName, Taint, TaintEffect
 from gpupool.core.vendors import VENDOR_CLASSES, vendor_class
 
-__all__ = ["CLUSTER_API_VERSION", "ClusterSpec", "nodes_from_documents"]
+__all__ = ["CLUSTER_API_VERSION", "ClusterSpec", "nodes_from_documents", "pool_nodes"]
 
 CLUSTER_API_VERSION = "gpupool.io/v1alpha1"
 MIG_SLICES = 7
@@ -158,7 +158,7 @@ def nodes_from_documents(docs: Sequence[Document], source: str = "<documents>") 
             raise doc.error(f"{at}.name", pool.name,
                             f"is used twice (first by nodePools[{pools[pool.name]}])")
         pools[pool.name] = i
-        for node in _pool_nodes(doc, at, pool):
+        for node in pool_nodes(doc, at, pool):
             if node.name in names:
                 raise doc.error(f"{at}.name", pool.name,
                                 f"makes node {node.name}, which another pool makes too")
@@ -182,7 +182,8 @@ def _positive(doc: Document, fn: Any, value: object, path: str) -> int:
     return amount
 
 
-def _pool_nodes(doc: Document, at: str, pool: NodePoolSpec) -> list[Node]:
+def pool_nodes(doc: Document, at: str, pool: NodePoolSpec) -> list[Node]:
+    """The nodes of one pool of ``doc``, whose path there is ``at``; errors name that path."""
     cpu = _positive(doc, cpu_milli, pool.cpu, f"{at}.cpu")
     memory = _positive(doc, memory_mib, pool.memory, f"{at}.memory")
     taints = tuple(Taint(t.key, t.value, TaintEffect(t.effect)) for t in pool.taints)

@@ -172,31 +172,33 @@ class Metadata(Strict):
 M = TypeVar("M", bound=BaseModel)
 
 
-def parse(model: type[M], doc: Document) -> M:
-    """Validate ``doc`` against ``model``; a failure is one ConfigError naming the field."""
+def parse(model: type[M], doc: Document, missing: Mapping[str, str] | None = None) -> M:
+    """Validate ``doc`` against ``model``; a failure is one ConfigError naming the field.
+    ``missing`` words a missing field as ``path: missing: <hint>`` (hints by field name)."""
     try:
         return model.model_validate(dict(doc.body))
     except ValidationError as exc:
-        path, value, rule = first_problem(exc, model)
-        raise ConfigError(f"{doc.where}: {describe(exc, model)}", field=path, value=value,
-                          rule=rule, where=doc.where, document=doc.identity) from exc
+        path, value, rule, text = problem(exc, model, missing)
+        raise ConfigError(f"{doc.where}: {text}", field=path, value=value, rule=rule,
+                          where=doc.where, document=doc.identity) from exc
 
 
 def first_problem(exc: ValidationError, model: type[BaseModel]) -> tuple[str, object, str]:
     """The first problem of a ValidationError as (path, value, rule)."""
-    text = describe(exc, model)
-    errors = exc.errors()
-    errors.sort(key=lambda e: e["type"] != "extra_forbidden")
-    first = errors[0]
-    path = path_of(tuple(first["loc"]))
-    rule = text.removeprefix(f"{path}: ").removeprefix(
-        f"{field_text(path, first.get('input'), '')}")
-    return path, first.get("input"), rule.split(" (and ")[0]
+    path, value, rule, _ = problem(exc, model)
+    return path, value, rule
 
 
 def describe(exc: ValidationError, model: type[BaseModel]) -> str:
     """The first problem of a ValidationError as ``path=value rule`` (unknown fields first:
     a misspelt key also reads as a missing one, and the misspelling is the real problem)."""
+    return problem(exc, model)[3]
+
+
+def problem(exc: ValidationError, model: type[BaseModel],
+            missing: Mapping[str, str] | None = None) -> tuple[str, object, str, str]:
+    """The first problem of a ValidationError as (path, value, rule, one line of text);
+    unknown fields first, and the text says how many more problems there are."""
     errors = exc.errors()
     errors.sort(key=lambda e: e["type"] != "extra_forbidden")
     first = errors[0]
@@ -206,19 +208,23 @@ def describe(exc: ValidationError, model: type[BaseModel]) -> str:
     value = first.get("input")
     if kind == "extra_forbidden":
         known = known_fields(model, loc[:-1])
-        text = f"{path}: unknown field" + (f"; known fields here: {', '.join(known)}"
-                                           if known else "")
+        rule = "unknown field" + (f"; known fields here: {', '.join(known)}" if known else "")
+        text = f"{path}: {rule}"
     elif kind == "missing":
-        text = f"{path}: required field is missing"
+        value = None
+        hint = None if missing is None or not loc else missing.get(str(loc[-1]))
+        rule = "required field is missing" if missing is None else \
+            "missing" + (f": {hint}" if hint else "")
+        text = f"{path}: {rule}"
     else:
-        msg = str(first["msg"]).removeprefix("Value error, ").replace(" after validation", "")
-        msg = re.sub(r"^(Input|List|String|Dictionary|Object) should", "should", msg)
-        msg = msg[:1].lower() + msg[1:]
-        text = field_text(path, value, msg)
+        rule = str(first["msg"]).removeprefix("Value error, ").replace(" after validation", "")
+        rule = re.sub(r"^(Input|List|String|Dictionary|Object) should", "should", rule)
+        rule = rule[:1].lower() + rule[1:]
+        text = field_text(path, value, rule)
     more = len(errors) - 1
     if more:
         text += f" (and {more} more problem{'s' if more > 1 else ''})"
-    return text
+    return path, value, rule, text
 
 
 def path_of(loc: tuple[int | str, ...]) -> str:

@@ -46,10 +46,8 @@ from gpupool.config.documents import (
     Metadata,
     Quantity,
     Strict,
-    describe,
+    first_problem,
     is_name,
-    path_of,
-    show,
 )
 from gpupool.config.quantity import cpu_milli, duration_s, gpu_memory_mib, memory_mib
 from gpupool.core.errors import ConfigError, InvalidJobError
@@ -153,13 +151,8 @@ def parse_job(body: object, config: QueueConfig, *, namespace: str | None = None
     try:
         doc = JobDocument.model_validate(dict(body))
     except ValidationError as exc:
-        first = sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")[0]
-        path = path_of(tuple(first["loc"]))
-        text = describe(exc, JobDocument)
-        rule = text.removeprefix(path).lstrip(":= ")
-        if rule.startswith(show(first.get("input"))):
-            rule = rule[len(show(first.get("input"))):].lstrip()
-        raise InvalidJobError(path, first.get("input"), rule) from exc
+        path, value, rule = first_problem(exc, JobDocument)
+        raise InvalidJobError(path, value, rule) from exc
     if doc.api_version != API_VERSION:
         raise _err("apiVersion", doc.api_version, f"must be {API_VERSION}")
     if doc.kind != "Job":
