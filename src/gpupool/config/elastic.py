@@ -134,26 +134,30 @@ class ClaimJson(_Wire):
 W = TypeVar("W", bound=_Wire)
 
 
-def _read(model: type[W], body: Mapping[str, Any], where: str, claim: bool = False) -> W:
-    """``body`` as ``model``; the first problem as the error of its kind."""
+def _read(model: type[W], body: Mapping[str, Any], kind: str) -> W:
+    """``body`` as ``model``; its first problem as a ConfigError in the object (a claim's
+    as an InvalidJobError)."""
     try:
         return model.model_validate(dict(body))
     except ValidationError as exc:
         path, value, rule = first_problem(exc, model)
-        if claim:
-            raise InvalidJobError(path, value, rule, job=where) from None
-        kind, _, name = where.partition(" ")
-        raise object_error(kind, name, path, value, rule) from None
+        if kind == "ElasticGPUClaim":
+            raise InvalidJobError(path, value, rule, job=f"{kind} {_claim_key(body)}") from None
+        raise object_error(kind, _text(body, "name", ""), path, value, rule) from None
 
 
-def _name(body: Mapping[str, Any]) -> str:
-    name = body.get("name")
-    return name if isinstance(name, str) else ""
+def _text(body: Mapping[str, Any], key: str, default: str) -> str:
+    value = body.get(key, default)
+    return value if isinstance(value, str) else default
+
+
+def _claim_key(body: Mapping[str, Any]) -> str:
+    return f"{_text(body, 'namespace', 'default')}/{_text(body, 'name', '')}"
 
 
 def class_from_json(body: Mapping[str, Any]) -> ElasticGPUClass:
     """An ElasticGPUClass from its JSON form; ConfigError naming the field otherwise."""
-    c = _read(ClassJson, body, f"ElasticGPUClass {_name(body)}")
+    c = _read(ClassJson, body, "ElasticGPUClass")
     return ElasticGPUClass(name=c.name, provisioner=c.provisioner,  # type: ignore[arg-type]
                            parameters=dict(c.parameters),
                            reclaim_policy=c.reclaim_policy,  # type: ignore[arg-type]
@@ -163,7 +167,7 @@ def class_from_json(body: Mapping[str, Any]) -> ElasticGPUClass:
 def gpu_from_json(body: Mapping[str, Any]) -> ElasticGPU:
     """An ElasticGPU from its JSON form (an operator's pre-provisioned GPU, or one saved with
     its binding); ConfigError naming the field otherwise."""
-    g = _read(GpuJson, body, f"ElasticGPU {_name(body)}")
+    g = _read(GpuJson, body, "ElasticGPU")
     ref = g.claim_ref
     return ElasticGPU(
         name=g.name, source=g.source, model=g.model,  # type: ignore[arg-type]
@@ -179,13 +183,11 @@ def claim_from_json(body: Mapping[str, Any], *, with_status: bool = False) -> El
     """A claim from its JSON form: its spec (``name``, ``namespace``, ``requests``,
     ``className``), and with ``with_status`` what it was bound to (a restore); the status
     fields are checked either way. InvalidJobError naming the field otherwise."""
-    ns = body.get("namespace")
-    where = f"ElasticGPUClaim {ns if isinstance(ns, str) else 'default'}/" \
-            f"{body.get('name', '') if isinstance(body.get('name'), str) else ''}"
     if not isinstance(body.get("requests"), Mapping):
         raise InvalidJobError("requests", body.get("requests"), "must be a mapping with "
-                              "cards, gpuMilli + memoryMib, or tflops", job=where)
-    c = _read(ClaimJson, body, where, claim=True)
+                              "cards, gpuMilli + memoryMib, or tflops",
+                              job=f"ElasticGPUClaim {_claim_key(body)}")
+    c = _read(ClaimJson, body, "ElasticGPUClaim")
     r = c.requests
     requests = ClaimRequests(cards=r.cards, gpu_milli=r.gpu_milli, memory_mib=r.memory_mib,
                              tflops=float(r.tflops), models=frozenset(r.models))
