@@ -17,7 +17,6 @@ from gpupool.config.elastic import (
 from gpupool.config.jobs import parse_job
 from gpupool.config.quantity import QUANTITY_RULE
 from gpupool.config.queue_shapes import ClusterQueueDoc
-from gpupool.control.elastic_documents import config_details
 from gpupool.core import ConfigError, InvalidJobError
 from gpupool.core.elastic import ClaimPhase, ClaimRequests, ElasticGPUClaim, ServingModel
 from gpupool.core.quota import ClusterQueue, LocalQueue, QueueConfig
@@ -62,7 +61,7 @@ def test_details_come_from_the_fields_even_when_the_value_holds_a_colon() -> Non
     with pytest.raises(ConfigError) as info:
         class_from_json({"name": "k", "provisioner": "physical",
                          "parameters": {"profiles": "1g.5gb: 7"}})
-    details = config_details(info.value)
+    details = info.value.as_details()
     assert details["field"] == "parameters.profiles"
     assert details["value"] == "1g.5gb: 7"
     assert str(details["rule"]).startswith("is not a parameter of provisioner physical")

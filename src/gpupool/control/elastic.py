@@ -40,7 +40,6 @@ from gpupool.control.elastic_documents import (
     GPU,
     KINDS,
     Key,
-    config_details,
     flat,
     parse_classes,
 )
@@ -63,7 +62,7 @@ from gpupool.core.model import JobId, TaskId
 from gpupool.core.scheduler import Scheduler
 from gpupool.store.sqlite import NewEvent
 
-__all__ = ["API_GROUP", "CLAIM", "ElasticService", "config_details", "parse_classes"]
+__all__ = ["API_GROUP", "CLAIM", "ElasticService", "parse_classes"]
 
 RECONCILE_EVERY_S = 2.0  # wall seconds between retries of pending claims when nothing ended
 
@@ -212,8 +211,9 @@ class ElasticService:
         their policy."""
         cls = class_from_json(flat(CLASS, body))
         if name is not None and cls.name != name:
-            raise ConfigError(f"{CLASS}: metadata.name={cls.name!r}: must match the path "
-                              f"({name})")
+            rule = f"must match the path ({name})"
+            raise ConfigError(f"{CLASS}: metadata.name={cls.name!r}: {rule}",
+                              field="metadata.name", value=cls.name, rule=rule, where=CLASS)
         with self.plane.lock:
             exists = cls.name in {c.name for c in self.binder.classes()}
             if create and exists:

@@ -22,11 +22,6 @@ Key = tuple[str, str]  # (kind, name)
 _NAME = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
 
 
-def config_details(exc: ConfigError) -> dict[str, Any]:
-    """A ConfigError's ``{field, value, rule}`` (empty when it names no one field)."""
-    return exc.as_details()
-
-
 def flat(kind: str, body: Mapping[str, Any], namespace: str | None = None) -> dict[str, Any]:
     """A body in either form: the objects' own JSON (``gpupool.config.elastic``) or a
     Kubernetes-style document (``apiVersion``, ``kind``, ``metadata{name, namespace}``,
