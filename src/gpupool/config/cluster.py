@@ -61,7 +61,7 @@ from gpupool.config.documents import (
     is_name,
     parse,
 )
-from gpupool.config.quantity import cpu_milli, gpu_memory_mib, memory_mib
+from gpupool.config.quantity import Converter, cpu_milli, gpu_memory_mib, memory_mib
 from gpupool.core.devices import DeviceClass, Division, Template
 from gpupool.core.errors import ConfigError
 from gpupool.core.model import WHOLE_GPU_MILLI, Gpu, MigInstance, Node, NodeName, Taint, TaintEffect
@@ -75,7 +75,7 @@ MIG_SLICES = 7
 _MIG_PROFILE = re.compile(r"^(\d+)g\.")
 
 
-def _as_list(value: Any) -> Any:
+def _as_list(value: object) -> object:
     return [value] if isinstance(value, dict) else value
 
 
@@ -167,15 +167,14 @@ def nodes_from_documents(docs: Sequence[Document], source: str = "<documents>") 
     return nodes
 
 
-def _convert(doc: Document, fn: Any, value: object, path: str) -> int:
+def _convert(doc: Document, fn: Converter, value: object, path: str) -> int:
     try:
-        result: int = fn(value, path)
+        return fn(value, path)
     except ConfigError as exc:
         raise doc.problem(str(exc), exc) from exc
-    return result
 
 
-def _positive(doc: Document, fn: Any, value: object, path: str) -> int:
+def _positive(doc: Document, fn: Converter, value: object, path: str) -> int:
     amount = _convert(doc, fn, value, path)
     if amount <= 0:
         raise doc.error(path, value, "must be positive")

@@ -117,7 +117,7 @@ class Strict(BaseModel):
                               frozen=True)
 
 
-def _quantity_shape(value: Any) -> Any:
+def _quantity_shape(value: object) -> object:
     """A quantity as written, its syntax checked by the one parser (``config.quantity``)."""
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         raise ValueError("should be a quantity: a number, or a string such as 500m, 2, "
@@ -129,7 +129,7 @@ def _quantity_shape(value: Any) -> Any:
     return value
 
 
-def _duration_shape(value: Any) -> Any:
+def _duration_shape(value: object) -> object:
     """A duration as written, its syntax checked by ``config.quantity.duration_s``."""
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         raise ValueError("should be a duration: seconds, or a string such as 7d, 12h, 30m, "

@@ -49,7 +49,7 @@ from gpupool.config.documents import (
     first_problem,
     is_name,
 )
-from gpupool.config.quantity import cpu_milli, duration_s, gpu_memory_mib, memory_mib
+from gpupool.config.quantity import Converter, cpu_milli, duration_s, gpu_memory_mib, memory_mib
 from gpupool.core.errors import ConfigError, InvalidJobError
 from gpupool.core.model import (
     WHOLE_GPU_MILLI,
@@ -225,7 +225,7 @@ def _duration(value: object, path: str, allow_zero: bool) -> float:
     return seconds
 
 
-def _quantity(fn: Any, value: object, path: str, limit: int) -> int:
+def _quantity(fn: Converter, value: object, path: str, limit: int) -> int:
     """``value`` in the unit ``fn`` (a converter of ``config.quantity``) makes, at most
     ``limit``."""
     try:

@@ -28,11 +28,15 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from decimal import ROUND_CEILING, Decimal, DecimalException
 
 from gpupool.core.errors import ConfigError
 
 MIB = 1 << 20
+
+Converter = Callable[[object, str], int]
+"""A function of this module that makes a value of one unit: ``cpu_milli``, ``memory_mib``..."""
 
 _SUFFIXES: dict[str, Decimal] = {
     "": Decimal(1),
