@@ -98,7 +98,9 @@ class ConfigError(GpupoolError):
             return {}
         return {"field": self.field, "value": self.value, "rule": self.rule}
 
-    def __reduce__(self) -> tuple[object, ...]:
+    def __reduce__(self) -> str | tuple[object, ...]:
+        if type(self) is not ConfigError:  # a subclass pickles as its own kind
+            return super().__reduce__()
         return (_rebuild_config_error, (str(self), self.field, self.value, self.rule,
                                         self.where, self.document))
 
