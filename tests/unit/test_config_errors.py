@@ -143,3 +143,14 @@ def test_a_bad_elastic_gpu_names_the_field(body: dict[str, object], field: str) 
     assert info.value.field == field
     assert info.value.document == ("ElasticGPU", "g")
     assert str(info.value).startswith(f"ElasticGPU g: {field}=")
+
+
+def test_an_unknown_priority_class_is_named_once_in_the_jobs_error() -> None:
+    body = _job(1)
+    spec = body["spec"]
+    assert isinstance(spec, dict)
+    spec["priorityClassName"] = "urgent"
+    with pytest.raises(InvalidJobError) as info:
+        parse_job(body, CONFIG)
+    assert (info.value.field, info.value.value) == ("spec.priorityClassName", "urgent")
+    assert info.value.rule == "is not a PriorityClass; known: none"

@@ -209,7 +209,8 @@ def _priority(spec: JobSpec, config: QueueConfig) -> tuple[int, str]:
         try:
             return config.priority(spec.priority_class_name), spec.priority_class_name
         except ConfigError as exc:
-            raise _err("spec.priorityClassName", spec.priority_class_name, str(exc)) from None
+            raise _err("spec.priorityClassName", spec.priority_class_name,
+                       exc.rule or str(exc)) from None
     return (spec.priority or 0), ""
 
 

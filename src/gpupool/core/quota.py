@@ -326,8 +326,10 @@ class QueueConfig:
         for p in self.priority_classes:
             if p.name == name:
                 return p.value
-        raise ConfigError(f"unknown priority class {name!r}; known: "
-                          f"{', '.join(p.name for p in self.priority_classes) or 'none'}")
+        known = ", ".join(p.name for p in self.priority_classes) or "none"
+        raise ConfigError(f"unknown priority class {name!r}; known: {known}",
+                          field="priorityClassName", value=name,
+                          rule=f"is not a PriorityClass; known: {known}")
 
 
 def _unique(kind: str, names: Iterable[str]) -> None:
