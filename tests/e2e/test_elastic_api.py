@@ -223,7 +223,7 @@ BAD_CLAIMS = [
     (claim("b7", class_name="cards", cards=1, tflops=10.0), "requests.tflops"),
     (claim("b8", class_name="cards", cards=100), "requests.cards"),
     (claim("b9", class_name="shared", gpuMilli="a lot"), "requests.gpuMilli"),
-    (claim("b10", class_name="shared", gpuMilli=100, flops=3), "flops"),
+    (claim("b10", class_name="shared", gpuMilli=100, flops=3), "requests.flops"),
     (claim("B_11", class_name="cards", cards=1), "metadata.name"),
     (claim("b12"), "requests"),
 ]
@@ -268,6 +268,21 @@ def test_bad_classes_are_422_naming_the_field_and_nothing_is_stored(
     assert err["details"]["rule"]
     assert dump(state) == before
     assert len(c.get(CLASSES, headers=A).json()["items"]) == 4
+
+
+def test_a_bad_class_says_its_field_value_and_rule_as_given(setup: Any) -> None:
+    _, c, _, _ = setup
+    # a value with ": " in it, which a reading of the message's text would cut there
+    r = c.post(CLASSES, json=klass("k7", "physical", profiles="1g.5gb: 7"), headers=A)
+    assert r.status_code == 422, r.text
+    details = r.json()["details"]
+    assert details["field"] == "parameters.profiles"
+    assert details["value"] == "1g.5gb: 7"
+    assert details["rule"].startswith("is not a parameter of provisioner physical"), details
+    r = c.put(f"{CLASSES}/cards", json=klass("other", "physical"), headers=A)
+    assert r.status_code == 422
+    assert r.json()["details"] == {"field": "metadata.name", "value": "other",
+                                   "rule": "must match the path (cards)"}, r.text
 
 
 def test_conflicts_and_unknowns(setup: Any) -> None:

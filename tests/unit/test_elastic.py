@@ -4,6 +4,14 @@ from __future__ import annotations
 
 import pytest
 
+from gpupool.config.elastic import (
+    claim_from_json,
+    claim_to_json,
+    class_from_json,
+    class_to_json,
+    gpu_from_json,
+    gpu_to_json,
+)
 from gpupool.core import ClusterState, ConfigError, ConflictError, InvalidJobError, NodeName
 from gpupool.core.cycle import run_cycle
 from gpupool.core.elastic import (
@@ -119,18 +127,18 @@ def test_a_bad_class_is_a_config_error(kwargs: dict[str, object], text: str) -> 
 
 def test_json_forms_round_trip() -> None:
     c = claim("train", "phys", cards=2, models=frozenset({"A100"}))
-    again = ElasticGPUClaim.from_dict(c.to_dict())
+    again = claim_from_json(claim_to_json(c))
     assert again == c
     k = classes()[4]
-    assert ElasticGPUClass.from_dict(k.to_dict()) == k
+    assert class_from_json(class_to_json(k)) == k
     g = ElasticGPU("g0", Source.SLICE, "A100", Capacity(250, 10240), node="n0", card=1,
                    class_name="slices")
-    assert ElasticGPU.from_dict(g.to_dict()) == g
+    assert gpu_from_json(gpu_to_json(g)) == g
     with pytest.raises(InvalidJobError) as info:
-        ElasticGPUClaim.from_dict({"name": "x", "requests": {"cards": "two"}})
+        claim_from_json({"name": "x", "requests": {"cards": "two"}})
     assert info.value.field == "requests.cards"
     with pytest.raises(InvalidJobError):
-        ElasticGPUClaim.from_dict({"name": "x", "requests": {"cards": 1}, "colour": "red"})
+        claim_from_json({"name": "x", "requests": {"cards": 1}, "colour": "red"})
 
 
 # -- binding -----------------------------------------------------------------------------------
@@ -324,7 +332,7 @@ def test_restore_takes_the_cards_back_as_they_were() -> None:
     c = b.submit(claim("c", "phys", cards=2))
     r = b.submit(claim("r", "slices", gpu_milli=250))
     b.delete_claim(r.key)  # Retain: Released, still holding its share
-    gpus = [ElasticGPU.from_dict(g.to_dict()) for g in b.gpus()]
+    gpus = [gpu_from_json(gpu_to_json(g)) for g in b.gpus()]
     claims = [b.claim(c.key)]
     fresh = binder()
     fresh.restore(gpus, claims)

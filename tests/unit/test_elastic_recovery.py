@@ -4,6 +4,7 @@ kept as it was."""
 
 from __future__ import annotations
 
+from gpupool.config.elastic import gpu_from_json, gpu_to_json
 from gpupool.core import ClusterState, GpuShare, NodeName, Placement, TaskId
 from gpupool.core.elastic import Binder, ClaimPhase, ElasticGPU, GpuPhase, recover
 from gpupool.core.model import JobId
@@ -15,7 +16,7 @@ def saved() -> tuple[list[ElasticGPU], list, dict[str, str]]:
     b = binder(node("n0", gpu=2), node("n1", gpu=2))
     one = b.submit(claim("one", "phys", cards=1))
     two = b.submit(claim("two", "phys", cards=1))
-    gpus = [ElasticGPU.from_dict(g.to_dict()) for g in b.gpus()]
+    gpus = [gpu_from_json(gpu_to_json(g)) for g in b.gpus()]
     where = {c.key: c.node for c in (one, two)}
     return gpus, [b.claim(one.key), b.claim(two.key)], where
 

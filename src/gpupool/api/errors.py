@@ -89,7 +89,8 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(GpupoolError)
     async def _domain(_: Request, exc: GpupoolError) -> JSONResponse:
         details: dict[str, Any] = {}
-        if isinstance(exc, InvalidJobError):
+        if isinstance(exc, InvalidJobError) or (isinstance(exc, ConfigError)
+                                                and exc.structured):
             details = {"field": exc.field, "value": _jsonable(exc.value), "rule": exc.rule}
         return JSONResponse(body(type(exc).__name__, str(exc), details), status_of(exc))
 

@@ -70,7 +70,19 @@ class ConflictError(RequestError, core.ConflictError):
 
 
 class ConfigError(RequestError, core.ConfigError):
-    """422: a queue object or node pool the server cannot accept."""
+    """422: a queue object or node pool the server cannot accept; ``field``, ``value`` and
+    ``rule`` name the problem where the server said them."""
+
+    def __init__(self, status: int, error: str, message: str,
+                 details: Mapping[str, Any] | None = None) -> None:
+        super().__init__(status, error, message, details)
+        field = self.details.get("field")
+        rule = self.details.get("rule")
+        self.field = None if field is None else str(field)
+        self.value = self.details.get("value")
+        self.rule = None if rule is None else str(rule)
+        self.where = None
+        self.document = None
 
 
 class InvalidJobError(RequestError, core.InvalidJobError):

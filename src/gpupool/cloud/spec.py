@@ -4,30 +4,98 @@ stock-outs, node pools per GPU model with their zones, and bookings made by hand
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Literal
 
-from gpupool.config.cluster import nodes_from_documents
-from gpupool.config.documents import Document
-from gpupool.config.fields import (
-    Dist,
-    Where,
-    dist_at,
-    duration_at,
-    int_at,
-    known_fields,
-    mapping_at,
-    number_at,
+from pydantic import AfterValidator, BeforeValidator, Field
+
+from gpupool.config.cluster import GpuSpec, NodePoolSpec, TaintSpec, pool_nodes
+from gpupool.config.documents import (
+    NAME_RULE,
+    Document,
+    Duration,
+    Metadata,
+    Quantity,
+    Strict,
+    is_name,
+    parse,
 )
+from gpupool.config.fields import Dist, DistField, dist_of
+from gpupool.config.quantity import duration_s
 from gpupool.core.errors import ConfigError
 from gpupool.core.model import Node
 
 CLOUD_KIND = "Cloud"
-_POOL_FIELDS = ("name", "zones", "maxNodesPerZone", "cpu", "memory", "labels", "taints",
-                "gpus")
-_SPEC_FIELDS = ("region", "gpuQuota", "provisioningDelay", "queueTimeout", "scaleDownAfter",
-                "stockouts", "nodePools", "requests")
+DEFAULT_QUEUE_TIMEOUT_S = 4 * 3600.0
+DEFAULT_SCALE_DOWN_AFTER_S = 600.0
+
+# -- the document's shape --------------------------------------------------------------------
+
+
+def _as_list(value: object) -> object:
+    return [value] if isinstance(value, str) else value
+
+
+def _distinct(zones: list[str]) -> list[str]:
+    if len(set(zones)) != len(zones):
+        raise ValueError("is not a list of distinct zone names")
+    return zones
+
+
+class CloudPoolSpec(Strict):
+    """One node pool of the cloud: a node shape (as a Cluster's pool writes it), its zones
+    and how many nodes each zone can hold."""
+
+    name: str
+    zones: Annotated[list[Annotated[str, Field(min_length=1)]], BeforeValidator(_as_list),
+                     AfterValidator(_distinct), Field(min_length=1)] = Field(
+        default_factory=lambda: ["a"])
+    max_nodes_per_zone: int = Field(ge=1)
+    cpu: Quantity
+    memory: Quantity
+    labels: dict[str, str] = Field(default_factory=dict)
+    taints: list[TaintSpec] = Field(default_factory=list)
+    gpus: GpuSpec
+
+
+class StockoutSpec(Strict):
+    rate_per_hour: float = Field(ge=0)  # outages per zone and hour
+    duration: DistField
+
+
+class ManualRequestSpec(Strict):
+    name: str
+    at: Duration
+    pool: str
+    nodes: int = Field(ge=1)
+
+
+class CloudBody(Strict):
+    region: str = "region-1"
+    gpu_quota: int = Field(ge=1)
+    provisioning_delay: DistField
+    queue_timeout: Duration | None = None
+    scale_down_after: Duration | None = None
+    stockouts: StockoutSpec | None = None
+    node_pools: list[CloudPoolSpec] = Field(min_length=1)
+    requests: list[ManualRequestSpec] = Field(default_factory=list)
+
+
+class CloudDocument(Strict):
+    api_version: str | None = None
+    kind: Literal["Cloud"]
+    metadata: Metadata
+    spec: CloudBody
+
+
+_MISSING = {
+    "metadata": "the cloud's name",
+    "name": "a name",
+    "gpus": "a cloud pool makes GPU nodes",
+    "maxNodesPerZone": "how many nodes a zone can hold",
+    "ratePerHour": "outages per zone and hour",
+}
+"""What a missing field is for, said when it is missing."""
 
 
 # -- the spec ----------------------------------------------------------------------------------
@@ -79,90 +147,65 @@ class CloudSpec:
 
 
 def parse_cloud(doc: Document) -> CloudSpec:
-    """A ``kind: Cloud`` document; ConfigError naming the file, document and field."""
-    w = Where(doc.where)
-    body = doc.body
-    known_fields(w, "", body, ("apiVersion", "kind", "metadata", "spec"))
-    meta = body.get("metadata") or {}
-    name = meta.get("name") if isinstance(meta, Mapping) else None
-    if not isinstance(name, str) or not name:
-        raise w.fail("metadata.name", "missing: the cloud's name")
-    spec = mapping_at(w, "spec", body.get("spec"))
-    known_fields(w, "spec", spec, _SPEC_FIELDS)
-    for required in ("gpuQuota", "provisioningDelay", "nodePools"):
-        if required not in spec:
-            raise w.fail(f"spec.{required}", "missing")
-    quota = int_at(w, "spec.gpuQuota", spec["gpuQuota"], 1)
-    delay = dist_at(w, "spec.provisioningDelay", spec["provisioningDelay"])
-    timeout = duration_at(w, "spec.queueTimeout", spec["queueTimeout"]) \
-        if "queueTimeout" in spec else 4 * 3600.0
+    """A ``kind: Cloud`` document; ConfigError naming the file, document, field, value and
+    rule."""
+    body = parse(CloudDocument, doc, missing=_MISSING)
+    name = body.metadata.name
+    if not name:
+        raise doc.error("metadata.name", name, "must not be empty: the cloud's name")
+    spec = body.spec
+    delay = dist_of(spec.provisioning_delay, "spec.provisioningDelay", doc.error)
+    timeout = _duration(doc, spec.queue_timeout, "spec.queueTimeout", DEFAULT_QUEUE_TIMEOUT_S)
     if timeout <= 0:
-        raise w.fail("spec.queueTimeout", "must be positive")
-    scale_down = duration_at(w, "spec.scaleDownAfter", spec["scaleDownAfter"]) \
-        if "scaleDownAfter" in spec else 600.0
+        raise doc.error("spec.queueTimeout", spec.queue_timeout, "must be positive")
+    scale_down = _duration(doc, spec.scale_down_after, "spec.scaleDownAfter",
+                           DEFAULT_SCALE_DOWN_AFTER_S)
     rate, outage = 0.0, None
-    if "stockouts" in spec:
-        so = mapping_at(w, "spec.stockouts", spec["stockouts"])
-        known_fields(w, "spec.stockouts", so, ("ratePerHour", "duration"))
-        if "ratePerHour" not in so or "duration" not in so:
-            raise w.fail("spec.stockouts", "needs ratePerHour (outages per zone and hour) and "
-                                           "duration")
-        rate = number_at(w, "spec.stockouts.ratePerHour", so["ratePerHour"], positive=False)
-        if rate < 0:
-            raise w.fail("spec.stockouts.ratePerHour", "must be zero or more")
-        outage = dist_at(w, "spec.stockouts.duration", so["duration"])
-    pools_body = spec["nodePools"]
-    if not isinstance(pools_body, list) or not pools_body:
-        raise w.fail("spec.nodePools", "expected a non-empty list of node pools")
-    shapes: list[dict[str, Any]] = []
-    extra: list[tuple[tuple[str, ...], int]] = []
-    for i, pb in enumerate(pools_body):
-        path = f"spec.nodePools[{i}]"
-        pb = mapping_at(w, path, pb)
-        known_fields(w, path, pb, _POOL_FIELDS)
-        if "gpus" not in pb:
-            raise w.fail(f"{path}.gpus", "missing: a cloud pool makes GPU nodes")
-        zones = pb.get("zones", ["a"])
-        if isinstance(zones, str):
-            zones = [zones]
-        if not isinstance(zones, list) or not zones or \
-                not all(isinstance(z, str) and z for z in zones) or len(set(zones)) != len(zones):
-            raise w.fail(f"{path}.zones", f"{zones!r} is not a list of distinct zone names")
-        if "maxNodesPerZone" not in pb:
-            raise w.fail(f"{path}.maxNodesPerZone", "missing: how many nodes a zone can hold")
-        per_zone = int_at(w, f"{path}.maxNodesPerZone", pb["maxNodesPerZone"], 1)
-        shapes.append({k: v for k, v in pb.items() if k not in ("zones", "maxNodesPerZone")}
-                      | {"count": 1})
-        extra.append((tuple(zones), per_zone))
-    try:
-        templates = nodes_from_documents([Document(doc.source, doc.index,
-                                                   {"kind": "Cluster", "nodePools": shapes},
-                                                   doc.line)], doc.source)
-    except ConfigError as exc:
-        raise ConfigError(str(exc).replace("nodePools[", "spec.nodePools[")
-                          .replace("(Cluster", f"(Cloud {name}")) from None
-    pools = []
-    for shape, node, (zones, per_zone) in zip(shapes, templates, extra, strict=True):
-        pname = str(shape["name"])
-        pools.append(CloudPool(pname, node, zones, per_zone))
+    if spec.stockouts is not None:
+        rate = spec.stockouts.rate_per_hour
+        outage = dist_of(spec.stockouts.duration, "spec.stockouts.duration", doc.error)
+    pools = _pools(doc, spec.node_pools)
     manual: list[ManualRequest] = []
-    for i, rb in enumerate(spec.get("requests") or []):
-        path = f"spec.requests[{i}]"
-        rb = mapping_at(w, path, rb)
-        known_fields(w, path, rb, ("name", "at", "pool", "nodes"))
-        for required in ("name", "at", "pool", "nodes"):
-            if required not in rb:
-                raise w.fail(f"{path}.{required}", "missing")
-        pool = rb["pool"]
-        if pool not in {p.name for p in pools}:
-            raise w.fail(f"{path}.pool", f"{pool!r} is not a pool of this cloud; known: "
-                                         + ", ".join(p.name for p in pools))
-        manual.append(ManualRequest(str(rb["name"]), duration_at(w, f"{path}.at", rb["at"]),
-                                    str(pool), int_at(w, f"{path}.nodes", rb["nodes"], 1)))
-    if len({m.name for m in manual}) != len(manual):
-        raise w.fail("spec.requests", "request names must be unique")
-    return CloudSpec(name, str(spec.get("region", "region-1")), quota, delay, timeout,
-                     scale_down, tuple(pools), rate, outage, tuple(manual))
+    known = [p.name for p in pools]
+    for i, r in enumerate(spec.requests):
+        at = f"spec.requests[{i}]"
+        if r.pool not in known:
+            raise doc.error(f"{at}.pool", r.pool, "is not a pool of this cloud; known: "
+                            + ", ".join(known))
+        if any(m.name == r.name for m in manual):
+            raise doc.error(f"{at}.name", r.name, "is the name of another request; request "
+                            "names must be unique")
+        manual.append(ManualRequest(r.name, _duration(doc, r.at, f"{at}.at", 0.0), r.pool,
+                                    r.nodes))
+    return CloudSpec(name, spec.region, spec.gpu_quota, delay, timeout, scale_down,
+                     tuple(pools), rate, outage, tuple(manual))
+
+
+def _duration(doc: Document, value: object, path: str, default: float) -> float:
+    if value is None:
+        return default
+    try:
+        return duration_s(value, path)
+    except ConfigError as exc:  # the shape checked it already; kept for a direct caller
+        raise doc.problem(str(exc), exc) from exc
+
+
+def _pools(doc: Document, specs: list[CloudPoolSpec]) -> list[CloudPool]:
+    """Each pool's node template, made as a Cluster document's pool of one node is."""
+    pools: list[CloudPool] = []
+    for i, p in enumerate(specs):
+        at = f"spec.nodePools[{i}]"
+        if not is_name(p.name):
+            raise doc.error(f"{at}.name", p.name, NAME_RULE)
+        first = next((k for k, q in enumerate(pools) if q.name == p.name), None)
+        if first is not None:
+            raise doc.error(f"{at}.name", p.name,
+                            f"is used twice (first by spec.nodePools[{first}])")
+        shape = NodePoolSpec(name=p.name, count=1, cpu=p.cpu, memory=p.memory,
+                             labels=p.labels, taints=p.taints, gpus=p.gpus)
+        (template,) = pool_nodes(doc, at, shape)
+        pools.append(CloudPool(p.name, template, tuple(p.zones), p.max_nodes_per_zone))
+    return pools
 
 
 def load_cloud(path: str) -> CloudSpec:

@@ -61,13 +61,13 @@ from gpupool.config.documents import (
     is_name,
     parse,
 )
-from gpupool.config.quantity import cpu_milli, gpu_memory_mib, memory_mib
+from gpupool.config.quantity import Converter, cpu_milli, gpu_memory_mib, memory_mib
 from gpupool.core.devices import DeviceClass, Division, Template
 from gpupool.core.errors import ConfigError
 from gpupool.core.model import WHOLE_GPU_MILLI, Gpu, MigInstance, Node, NodeName, Taint, TaintEffect
 from gpupool.core.vendors import VENDOR_CLASSES, vendor_class
 
-__all__ = ["CLUSTER_API_VERSION", "ClusterSpec", "nodes_from_documents"]
+__all__ = ["CLUSTER_API_VERSION", "ClusterSpec", "nodes_from_documents", "pool_nodes"]
 
 CLUSTER_API_VERSION = "gpupool.io/v1alpha1"
 MIG_SLICES = 7
@@ -75,7 +75,7 @@ MIG_SLICES = 7
 _MIG_PROFILE = re.compile(r"^(\d+)g\.")
 
 
-def _as_list(value: Any) -> Any:
+def _as_list(value: object) -> object:
     return [value] if isinstance(value, dict) else value
 
 
@@ -158,7 +158,7 @@ def nodes_from_documents(docs: Sequence[Document], source: str = "<documents>") 
             raise doc.error(f"{at}.name", pool.name,
                             f"is used twice (first by nodePools[{pools[pool.name]}])")
         pools[pool.name] = i
-        for node in _pool_nodes(doc, at, pool):
+        for node in pool_nodes(doc, at, pool):
             if node.name in names:
                 raise doc.error(f"{at}.name", pool.name,
                                 f"makes node {node.name}, which another pool makes too")
@@ -167,22 +167,22 @@ def nodes_from_documents(docs: Sequence[Document], source: str = "<documents>") 
     return nodes
 
 
-def _convert(doc: Document, fn: Any, value: object, path: str) -> int:
+def _convert(doc: Document, fn: Converter, value: object, path: str) -> int:
     try:
-        result: int = fn(value, path)
+        return fn(value, path)
     except ConfigError as exc:
-        raise doc.problem(str(exc)) from exc
-    return result
+        raise doc.problem(str(exc), exc) from exc
 
 
-def _positive(doc: Document, fn: Any, value: object, path: str) -> int:
+def _positive(doc: Document, fn: Converter, value: object, path: str) -> int:
     amount = _convert(doc, fn, value, path)
     if amount <= 0:
         raise doc.error(path, value, "must be positive")
     return amount
 
 
-def _pool_nodes(doc: Document, at: str, pool: NodePoolSpec) -> list[Node]:
+def pool_nodes(doc: Document, at: str, pool: NodePoolSpec) -> list[Node]:
+    """The nodes of one pool of ``doc``, whose path there is ``at``; errors name that path."""
     cpu = _positive(doc, cpu_milli, pool.cpu, f"{at}.cpu")
     memory = _positive(doc, memory_mib, pool.memory, f"{at}.memory")
     taints = tuple(Taint(t.key, t.value, TaintEffect(t.effect)) for t in pool.taints)

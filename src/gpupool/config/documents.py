@@ -13,7 +13,6 @@ it starts on), the field path and the rule::
 
 from __future__ import annotations
 
-import json
 import re
 import types
 import typing
@@ -24,32 +23,19 @@ from typing import Annotated, Any, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, PlainValidator, ValidationError
 from pydantic.alias_generators import to_camel
 
+from gpupool.config.quantity import duration_s, parse_quantity
 from gpupool.core.errors import ConfigError
+from gpupool.core.errors import field_text as field_text
+from gpupool.core.errors import show as show
 
 NAME_RULE = "must be a lowercase RFC 1123 name (a-z, 0-9, '-' and '.', starting and ending " \
     "with a letter or digit, at most 253 characters)"
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 
 
-def show(value: object) -> str:
-    """A value as the user wrote it: numbers bare, strings in double quotes."""
-    if isinstance(value, str | int | float | bool) or value is None:
-        return json.dumps(value)
-    try:
-        text = json.dumps(value, default=str, separators=(", ", ": "))
-    except (TypeError, ValueError):
-        text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
-def field_text(path: str, value: object, rule: str) -> str:
-    """``path=value rule``: the one form every field error takes."""
-    return f"{path}={show(value)} {rule}"
-
-
 def field_error(path: str, value: object, rule: str) -> ConfigError:
     """A structured ConfigError whose message is ``path=value rule``."""
-    return ConfigError(field_text(path, value, rule), field=path, value=value, rule=rule)
+    return ConfigError(path, value, rule)
 
 
 def is_name(name: str) -> bool:
@@ -101,8 +87,7 @@ class Document:
 
     def error(self, path: str, value: object, rule: str) -> ConfigError:
         """A ConfigError for ``path=value rule`` in this document."""
-        return ConfigError(f"{self.where}: {field_text(path, value, rule)}", field=path,
-                           value=value, rule=rule, where=self.where, document=self.identity)
+        return ConfigError(path, value, rule, where=self.where, document=self.identity)
 
     def problem(self, text: str, cause: ConfigError | None = None) -> ConfigError:
         """A ConfigError for a problem already worded (``text`` names the field); the
@@ -132,17 +117,27 @@ class Strict(BaseModel):
                               frozen=True)
 
 
-def _quantity_shape(value: Any) -> Any:
+def _quantity_shape(value: object) -> object:
+    """A quantity as written, its syntax checked by the one parser (``config.quantity``)."""
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         raise ValueError("should be a quantity: a number, or a string such as 500m, 2, "
                          "1.5, 64Gi or 1G")
+    try:
+        parse_quantity(value)
+    except ConfigError as exc:
+        raise ValueError(exc.rule) from None
     return value
 
 
-def _duration_shape(value: Any) -> Any:
+def _duration_shape(value: object) -> object:
+    """A duration as written, its syntax checked by ``config.quantity.duration_s``."""
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         raise ValueError("should be a duration: seconds, or a string such as 7d, 12h, 30m, "
                          "45s or 1h30m")
+    try:
+        duration_s(value)
+    except ConfigError as exc:
+        raise ValueError(exc.rule) from None
     return value
 
 
@@ -177,31 +172,33 @@ class Metadata(Strict):
 M = TypeVar("M", bound=BaseModel)
 
 
-def parse(model: type[M], doc: Document) -> M:
-    """Validate ``doc`` against ``model``; a failure is one ConfigError naming the field."""
+def parse(model: type[M], doc: Document, missing: Mapping[str, str] | None = None) -> M:
+    """Validate ``doc`` against ``model``; a failure is one ConfigError naming the field.
+    ``missing`` words a missing field as ``path: missing: <hint>`` (hints by field name)."""
     try:
         return model.model_validate(dict(doc.body))
     except ValidationError as exc:
-        path, value, rule = first_problem(exc, model)
-        raise ConfigError(f"{doc.where}: {describe(exc, model)}", field=path, value=value,
-                          rule=rule, where=doc.where) from exc
+        path, value, rule, text = problem(exc, model, missing)
+        raise ConfigError(f"{doc.where}: {text}", field=path, value=value, rule=rule,
+                          where=doc.where, document=doc.identity) from exc
 
 
 def first_problem(exc: ValidationError, model: type[BaseModel]) -> tuple[str, object, str]:
     """The first problem of a ValidationError as (path, value, rule)."""
-    text = describe(exc, model)
-    errors = exc.errors()
-    errors.sort(key=lambda e: e["type"] != "extra_forbidden")
-    first = errors[0]
-    path = path_of(tuple(first["loc"]))
-    rule = text.removeprefix(f"{path}: ").removeprefix(
-        f"{field_text(path, first.get('input'), '')}")
-    return path, first.get("input"), rule.split(" (and ")[0]
+    path, value, rule, _ = problem(exc, model)
+    return path, value, rule
 
 
 def describe(exc: ValidationError, model: type[BaseModel]) -> str:
     """The first problem of a ValidationError as ``path=value rule`` (unknown fields first:
     a misspelt key also reads as a missing one, and the misspelling is the real problem)."""
+    return problem(exc, model)[3]
+
+
+def problem(exc: ValidationError, model: type[BaseModel],
+            missing: Mapping[str, str] | None = None) -> tuple[str, object, str, str]:
+    """The first problem of a ValidationError as (path, value, rule, one line of text);
+    unknown fields first, and the text says how many more problems there are."""
     errors = exc.errors()
     errors.sort(key=lambda e: e["type"] != "extra_forbidden")
     first = errors[0]
@@ -211,19 +208,23 @@ def describe(exc: ValidationError, model: type[BaseModel]) -> str:
     value = first.get("input")
     if kind == "extra_forbidden":
         known = known_fields(model, loc[:-1])
-        text = f"{path}: unknown field" + (f"; known fields here: {', '.join(known)}"
-                                           if known else "")
+        rule = "unknown field" + (f"; known fields here: {', '.join(known)}" if known else "")
+        text = f"{path}: {rule}"
     elif kind == "missing":
-        text = f"{path}: required field is missing"
+        value = None
+        hint = None if missing is None or not loc else missing.get(str(loc[-1]))
+        rule = "required field is missing" if missing is None else \
+            "missing" + (f": {hint}" if hint else "")
+        text = f"{path}: {rule}"
     else:
-        msg = str(first["msg"]).removeprefix("Value error, ").replace(" after validation", "")
-        msg = re.sub(r"^(Input|List|String|Dictionary|Object) should", "should", msg)
-        msg = msg[:1].lower() + msg[1:]
-        text = field_text(path, value, msg)
+        rule = str(first["msg"]).removeprefix("Value error, ").replace(" after validation", "")
+        rule = re.sub(r"^(Input|List|String|Dictionary|Object) should", "should", rule)
+        rule = rule[:1].lower() + rule[1:]
+        text = field_text(path, value, rule)
     more = len(errors) - 1
     if more:
         text += f" (and {more} more problem{'s' if more > 1 else ''})"
-    return text
+    return path, value, rule, text
 
 
 def path_of(loc: tuple[int | str, ...]) -> str:

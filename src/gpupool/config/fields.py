@@ -1,29 +1,33 @@
-"""Reading fields of a YAML document with errors that name the place: the file, the document,
-the field path, the value and the rule (``Where``). Durations (``90s``, ``30m``, ``1h30m``) and
-duration distributions (``Dist``: fixed, uniform, exponential) as scenario and cloud files write
-them."""
+"""Durations (``90s``, ``30m``, ``1h30m``) and duration distributions (``Dist``: fixed,
+uniform, exponential) as scenario and cloud files write them: ``DistSpec``, the pydantic shape
+of a distribution, and ``dist_of``, which makes it a ``Dist``. ``Where`` and the ``*_at``
+readers are the hand-written form of the same checks, kept while the scenario document still
+reads its fields with them."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
 import numpy.typing as npt
+from pydantic import BeforeValidator, model_validator
 
+from gpupool.config.documents import Duration, Strict
+from gpupool.config.quantity import duration_s
 from gpupool.core.errors import ConfigError
 
 
 def parse_duration_s(value: object) -> float:
     """``90s``, ``30m``, ``8h``, ``1d``, ``1h30m``, or a number of seconds (not negative)."""
-    from gpupool.config.quantity import duration_s
+    from gpupool.core.errors import show
 
     try:
         seconds = duration_s(value, "duration")
     except ConfigError as exc:
-        raise ValueError(str(exc).removeprefix("duration=")) from None
+        raise ValueError(f"{show(exc.value)} {exc.rule}") from None
     if seconds < 0:
         raise ValueError(f"{value!r} must not be negative")
     return seconds
@@ -69,6 +73,62 @@ def fmt_s(seconds: float) -> str:
     return f"{seconds:g}s"
 
 
+class UniformSpec(Strict):
+    min: Duration
+    max: Duration
+
+
+class ExponentialSpec(Strict):
+    mean: Duration
+    min: Duration | None = None
+    max: Duration | None = None
+
+
+class DistSpec(Strict):
+    """A duration distribution as written: one of ``fixed``, ``uniform`` (min, max),
+    ``exponential`` (mean, and min, max: the cap), or a bare duration (fixed)."""
+
+    fixed: Duration | None = None
+    uniform: UniformSpec | None = None
+    exponential: ExponentialSpec | None = None
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> DistSpec:
+        given = [k for k in ("fixed", "uniform", "exponential") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError("expected one of fixed, uniform, exponential (or a duration)")
+        return self
+
+
+def _as_dist(value: object) -> object:
+    return value if isinstance(value, Mapping) else {"fixed": value}
+
+
+DistField = Annotated[DistSpec, BeforeValidator(_as_dist)]
+"""A field that holds a duration distribution (or a bare duration)."""
+
+
+def dist_of(spec: DistSpec, path: str, fail: Callable[[str, object, str], Exception]) -> Dist:
+    """``spec`` as a Dist; ``fail(path, value, rule)`` makes the error for a cap below its
+    floor (the one rule the shape cannot say)."""
+    if spec.fixed is not None:
+        return Dist("fixed", duration_s(spec.fixed, f"{path}.fixed"))
+    if spec.uniform is not None:
+        u, at = spec.uniform, f"{path}.uniform"
+        lo, hi = duration_s(u.min, f"{at}.min"), duration_s(u.max, f"{at}.max")
+        if hi < lo:
+            raise fail(f"{at}.max", u.max, f"is below min {fmt_s(lo)}")
+        return Dist("uniform", lo, hi)
+    e, at = spec.exponential, f"{path}.exponential"
+    assert e is not None  # one of the three, by _one_kind
+    mean = duration_s(e.mean, f"{at}.mean")
+    lo = 0.0 if e.min is None else duration_s(e.min, f"{at}.min")
+    hi = math.inf if e.max is None else duration_s(e.max, f"{at}.max")
+    if hi < lo:
+        raise fail(f"{at}.max", e.max, f"is below min {fmt_s(lo)}")
+    return Dist("exponential", mean, hi, lo)
+
+
 class Where:
     """Names a place in the file for error messages: file, document, field path."""
 
@@ -76,7 +136,8 @@ class Where:
         self.where = where  # "file: document N (Scenario name, line L)"
 
     def fail(self, field_path: str, message: str) -> ConfigError:
-        return ConfigError(f"{self.where}: {field_path}: {message}")
+        return ConfigError(f"{self.where}: {field_path}: {message}", field=field_path,
+                           rule=message, where=self.where)
 
 
 def mapping_at(w: Where, path: str, value: object) -> Mapping[str, Any]:

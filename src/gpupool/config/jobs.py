@@ -46,12 +46,10 @@ from gpupool.config.documents import (
     Metadata,
     Quantity,
     Strict,
-    describe,
+    first_problem,
     is_name,
-    path_of,
-    show,
 )
-from gpupool.config.quantity import cpu_milli, duration_s, gpu_memory_mib, memory_mib
+from gpupool.config.quantity import Converter, cpu_milli, duration_s, gpu_memory_mib, memory_mib
 from gpupool.core.errors import ConfigError, InvalidJobError
 from gpupool.core.model import (
     WHOLE_GPU_MILLI,
@@ -153,13 +151,8 @@ def parse_job(body: object, config: QueueConfig, *, namespace: str | None = None
     try:
         doc = JobDocument.model_validate(dict(body))
     except ValidationError as exc:
-        first = sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")[0]
-        path = path_of(tuple(first["loc"]))
-        text = describe(exc, JobDocument)
-        rule = text.removeprefix(path).lstrip(":= ")
-        if rule.startswith(show(first.get("input"))):
-            rule = rule[len(show(first.get("input"))):].lstrip()
-        raise InvalidJobError(path, first.get("input"), rule) from exc
+        path, value, rule = first_problem(exc, JobDocument)
+        raise InvalidJobError(path, value, rule) from exc
     if doc.api_version != API_VERSION:
         raise _err("apiVersion", doc.api_version, f"must be {API_VERSION}")
     if doc.kind != "Job":
@@ -216,7 +209,8 @@ def _priority(spec: JobSpec, config: QueueConfig) -> tuple[int, str]:
         try:
             return config.priority(spec.priority_class_name), spec.priority_class_name
         except ConfigError as exc:
-            raise _err("spec.priorityClassName", spec.priority_class_name, str(exc)) from None
+            raise _err("spec.priorityClassName", spec.priority_class_name,
+                       exc.rule or str(exc)) from None
     return (spec.priority or 0), ""
 
 
@@ -224,7 +218,7 @@ def _duration(value: object, path: str, allow_zero: bool) -> float:
     try:
         seconds = duration_s(value, path)
     except ConfigError as exc:
-        raise _err(path, value, str(exc).split(" ", 1)[-1]) from None
+        raise _err(path, value, exc.rule or str(exc)) from None
     if seconds <= 0 and not allow_zero:
         raise _err(path, value, "must be more than zero")
     if seconds > MAX_DURATION_S:
@@ -232,11 +226,13 @@ def _duration(value: object, path: str, allow_zero: bool) -> float:
     return seconds
 
 
-def _quantity(fn: Any, value: object, path: str, limit: int) -> int:
+def _quantity(fn: Converter, value: object, path: str, limit: int) -> int:
+    """``value`` in the unit ``fn`` (a converter of ``config.quantity``) makes, at most
+    ``limit``."""
     try:
         amount = int(fn(value, path))
     except ConfigError as exc:
-        raise _err(path, value, str(exc).split(" ", 1)[-1]) from None
+        raise _err(path, value, exc.rule or str(exc)) from None
     if amount > limit:
         raise _err(path, value, f"is more than any node could hold (limit {limit:,})")
     return amount

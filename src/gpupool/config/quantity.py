@@ -16,19 +16,27 @@ are refused.
 | :func:`whole_number` | a count (``7``, ``"2k"``) | itself | never: a fraction is refused |
 | :func:`duration_s` | seconds, or ``"7d" "12h" "30m" "45s" "1h30m"`` | seconds | never |
 
-Bad values raise ConfigError as ``field=value rule``, e.g.
-``memory="64Gx" is not a quantity: ...``; callers pass ``field`` as the path of the value.
+Bad values raise a structured ConfigError (``field``, ``value``, ``rule``) whose message is
+``field=value rule``, e.g. ``memory="64Gx" is not a quantity: ...``; callers pass ``field`` as
+the path of the value. This is the one parser of quantities: the document models
+(``gpupool.config.documents``: ``Quantity``, ``Duration``) check a value's syntax with it as
+they read a document, and each edge (documents, jobs, Kubernetes objects, the simulator's
+files) converts with the function for the unit it needs.
 """
 
 from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from decimal import ROUND_CEILING, Decimal, DecimalException
 
-from gpupool.config.documents import field_error
+from gpupool.core.errors import ConfigError
 
 MIB = 1 << 20
+
+Converter = Callable[[object, str], int]
+"""A function of this module that makes a value of one unit: ``cpu_milli``, ``memory_mib``..."""
 
 _SUFFIXES: dict[str, Decimal] = {
     "": Decimal(1),
@@ -49,6 +57,10 @@ _DURATION = re.compile(r"^(?:\d+(?:\.\d+)?[dhms])+$")
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)([dhms])")
 DURATION_RULE = ("is not a duration: expected seconds, or a number with a unit d, h, m or s, "
                  "such as 7d, 12h, 30m, 45s or 1h30m")
+
+
+def field_error(path: str, value: object, rule: str) -> ConfigError:
+    return ConfigError(path, value, rule)
 
 
 def parse_quantity(value: object, field: str = "quantity") -> Decimal:

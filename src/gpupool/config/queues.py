@@ -147,10 +147,11 @@ def read_queue_documents(docs: Sequence[Document]) -> QueueRead:
         return assemble(objects, settings[1] if settings else QueueSettings())
     except ConfigError as exc:
         source = docs[0].source if docs else "<documents>"
-        if str(exc).startswith(f"{source}:"):
-            raise
+        if exc.where is not None and exc.where.startswith(f"{source}:"):
+            raise  # names its document already
         raise ConfigError(f"{source}: {exc}", field=exc.field, value=exc.value,
-                          rule=exc.rule, where=exc.where or source) from exc
+                          rule=exc.rule, where=exc.where or source,
+                          document=exc.document) from exc
 
 
 def translate(doc: Document) -> QueueObject:

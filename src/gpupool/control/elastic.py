@@ -25,6 +25,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
+from gpupool.config.elastic import (
+    claim_from_json,
+    claim_to_json,
+    class_from_json,
+    class_to_json,
+    gpu_from_json,
+    gpu_to_json,
+)
 from gpupool.control.elastic_documents import (
     API_GROUP,
     CLAIM,
@@ -32,8 +40,6 @@ from gpupool.control.elastic_documents import (
     GPU,
     KINDS,
     Key,
-    claim_with_status,
-    config_details,
     flat,
     parse_classes,
 )
@@ -56,7 +62,7 @@ from gpupool.core.model import JobId, TaskId
 from gpupool.core.scheduler import Scheduler
 from gpupool.store.sqlite import NewEvent
 
-__all__ = ["API_GROUP", "CLAIM", "ElasticService", "config_details", "parse_classes"]
+__all__ = ["API_GROUP", "CLAIM", "ElasticService", "parse_classes"]
 
 RECONCILE_EVERY_S = 2.0  # wall seconds between retries of pending claims when nothing ended
 
@@ -90,25 +96,21 @@ class ElasticService:
     def _objects(self) -> dict[Key, dict[str, Any]]:
         b = self.binder
         out: dict[Key, dict[str, Any]] = {}
-        out.update({(CLASS, c.name): c.to_dict() for c in b.classes()})
-        out.update({(CLAIM, c.key): c.to_dict() for c in b.claims()})
-        out.update({(GPU, g.name): g.to_dict() for g in b.gpus()})
+        out.update({(CLASS, c.name): class_to_json(c) for c in b.classes()})
+        out.update({(CLAIM, c.key): claim_to_json(c) for c in b.claims()})
+        out.update({(GPU, g.name): gpu_to_json(g) for g in b.gpus()})
         return out
 
     def _binder_for(self, sched: Scheduler, saved: Mapping[Key, Mapping[str, Any]]) -> Binder:
         """A Binder on ``sched``'s state holding the objects of ``saved``, every ElasticGPU on
         its card again. One on a node that is not there fails (its claim is Lost); one whose
         card a job holds (never, unless the file was edited) fails too, with the reason."""
-        binder = sched.new_binder(ElasticGPUClass.from_dict(body)
+        binder = sched.new_binder(class_from_json(body)
                                   for (kind, _), body in sorted(saved.items()) if kind == CLASS)
-        claims = {c.key: c for c in (ElasticGPUClaim.from_dict(b) for (k, _), b in
-                                     saved.items() if k == CLAIM)}
-        # from_dict reads spec fields only: the status comes from the saved form
-        for (k, key), body in saved.items():
-            if k == CLAIM:
-                claims[key] = claim_with_status(claims[key], body)
-        gpus = [ElasticGPU.from_dict(b) for (k, _), b in sorted(saved.items()) if k == GPU]
-        recover(binder, gpus, claims.values())
+        claims = [claim_from_json(b, with_status=True) for (k, _), b in saved.items()
+                  if k == CLAIM]
+        gpus = [gpu_from_json(b) for (k, _), b in sorted(saved.items()) if k == GPU]
+        recover(binder, gpus, claims)
         return binder
 
     def _persist(self, events: Iterable[NewEvent] = ()) -> None:
@@ -207,10 +209,11 @@ class ElasticService:
         changes), ConflictError when it exists (create), NotFoundError when not (replace).
         Replacing a class changes how new ElasticGPUs are made; those made already keep
         their policy."""
-        cls = ElasticGPUClass.from_dict(flat(CLASS, body))
+        cls = class_from_json(flat(CLASS, body))
         if name is not None and cls.name != name:
-            raise ConfigError(f"{CLASS}: metadata.name={cls.name!r}: must match the path "
-                              f"({name})")
+            rule = f"must match the path ({name})"
+            raise ConfigError(f"{CLASS}: metadata.name={cls.name!r}: {rule}",
+                              field="metadata.name", value=cls.name, rule=rule, where=CLASS)
         with self.plane.lock:
             exists = cls.name in {c.name for c in self.binder.classes()}
             if create and exists:
@@ -268,7 +271,7 @@ class ElasticService:
         InvalidJobError (a claim no class can serve, a TFLOPS figure for a model with no
         known peak, a request the cluster can never hold) or ConflictError (exists), and
         nothing stored."""
-        claim = ElasticGPUClaim.from_dict(flat(CLAIM, body, namespace))
+        claim = claim_from_json(flat(CLAIM, body, namespace))
         with self.plane.lock:
             if claim.key in {c.key for c in self.binder.claims()}:
                 raise ConflictError(f"{CLAIM} {claim.key} already exists")
@@ -307,7 +310,7 @@ class ElasticService:
     def add_gpu(self, body: Mapping[str, Any]) -> ElasticGPU:
         """An operator's ElasticGPU (Available, holding its card, slice or MIG instance at
         once, or a GPU of a remote pool)."""
-        gpu = ElasticGPU.from_dict(flat(GPU, body))
+        gpu = gpu_from_json(flat(GPU, body))
         with self.plane.lock:
             g = self.binder.add_gpu(gpu)
             where = f"pool {g.pool}" if g.source is Source.REMOTE else \

@@ -1,17 +1,15 @@
-"""Elastic GPU objects as documents: the kinds the state file and the API name, a body in the
-objects' own JSON or in Kubernetes' document form read into one flat form, a claim's saved
-status, and a ConfigError's message read back as ``{field, value, rule}``."""
+"""Elastic GPU objects as documents: the kinds the state file and the API name, and a body in
+the objects' own JSON or in Kubernetes' document form read into one flat form (which
+``gpupool.config.elastic`` reads into the core's objects)."""
 
 from __future__ import annotations
 
-import ast
-import contextlib
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import replace
 from typing import Any
 
-from gpupool.core.elastic import ClaimPhase, ElasticGPUClaim, ElasticGPUClass
+from gpupool.config.elastic import class_from_json
+from gpupool.core.elastic import ElasticGPUClass
 from gpupool.core.errors import ConfigError, InvalidJobError
 
 CLASS = "ElasticGPUClass"
@@ -23,26 +21,12 @@ API_GROUP = "elasticgpu.io/v1alpha1"
 Key = tuple[str, str]  # (kind, name)
 _NAME = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
 
-_CONFIG = re.compile(r"^(?P<where>[^:]+): (?P<field>[A-Za-z0-9_.\[\]-]+)=(?P<value>.*?): "
-                     r"(?P<rule>.+)$", re.S)
-
-
-def config_details(exc: ConfigError) -> dict[str, Any]:
-    """``ElasticGPUClass k: provisioner='nvidia': must be one of ...`` as ``{field, value,
-    rule}`` (empty when the message has another shape)."""
-    m = _CONFIG.match(str(exc))
-    if m is None:
-        return {}
-    value: Any = m.group("value")
-    with contextlib.suppress(ValueError, SyntaxError):  # the value as given, if it reads back
-        value = ast.literal_eval(value)
-    return {"field": m.group("field"), "value": value, "rule": m.group("rule")}
-
 
 def flat(kind: str, body: Mapping[str, Any], namespace: str | None = None) -> dict[str, Any]:
-    """A body in either form: the objects' own JSON (``to_dict``) or a Kubernetes-style
-    document (``apiVersion``, ``kind``, ``metadata{name, namespace}``, ``spec`` for claims and
-    ElasticGPUs, the class's fields at the top level as a StorageClass has them)."""
+    """A body in either form: the objects' own JSON (``gpupool.config.elastic``) or a
+    Kubernetes-style document (``apiVersion``, ``kind``, ``metadata{name, namespace}``,
+    ``spec`` for claims and ElasticGPUs, the class's fields at the top level as a StorageClass
+    has them)."""
     out = dict(body)
     given = out.pop("kind", kind)
     if given != kind:
@@ -92,7 +76,8 @@ def _metadata(kind: str, meta: object, out: dict[str, Any]) -> None:
 def _bad(kind: str, field: str, value: object, rule: str) -> Exception:
     if kind == CLAIM:
         return InvalidJobError(field, value, rule, job=kind)
-    return ConfigError(f"{kind}: {field}={value!r}: {rule}")
+    return ConfigError(f"{kind}: {field}={value!r}: {rule}", field=field, value=value,
+                       rule=rule, where=kind)
 
 
 def parse_classes(docs: Iterable[Mapping[str, Any]]) -> list[ElasticGPUClass]:
@@ -101,19 +86,7 @@ def parse_classes(docs: Iterable[Mapping[str, Any]]) -> list[ElasticGPUClass]:
     for doc in docs:
         if doc.get("kind", CLASS) != CLASS:
             raise ConfigError(f"kind={doc.get('kind')!r}: an Elastic GPU seed file holds "
-                              f"{CLASS} documents only")
-        out.append(ElasticGPUClass.from_dict(flat(CLASS, doc)))
+                              f"{CLASS} documents only", field="kind", value=doc.get("kind"),
+                              rule=f"an Elastic GPU seed file holds {CLASS} documents only")
+        out.append(class_from_json(flat(CLASS, doc)))
     return out
-
-
-def claim_with_status(c: ElasticGPUClaim, body: Mapping[str, Any]) -> ElasticGPUClaim:
-    from gpupool.core.elastic import ServingModel
-
-    return replace(
-        c, phase=body.get("phase", ClaimPhase.PENDING),
-        elastic_gpus=tuple(body.get("elasticGPUs") or ()), node=str(body.get("node") or ""),
-        serving_models=tuple(ServingModel(str(m["model"]), float(m["peakTflops"]),
-                                          int(m["cards"]), int(m["gpuMilli"]),
-                                          m.get("migProfile"))
-                             for m in body.get("servingModels") or ()),
-        message=str(body.get("message") or ""))

@@ -246,6 +246,7 @@ class QueueConfig:
                               "names must be unique across both")
         for owner, fqs in [(f"ClusterQueue {q.name}", q.flavors) for q in self.cluster_queues] \
                 + [(f"Cohort {c.name}", c.flavors) for c in self.cohorts]:
+            doc = _document(owner)
             seen: set[str] = set()
             for fq in fqs:
                 if fq.flavor not in flavors:
@@ -253,11 +254,11 @@ class QueueConfig:
                     raise ConfigError(
                         f"{owner}: flavor {fq.flavor!r} is not a ResourceFlavor; {known}",
                         field="flavors", value=fq.flavor,
-                        rule=f"is not a ResourceFlavor; {known}", where=owner)
+                        rule=f"is not a ResourceFlavor; {known}", where=owner, document=doc)
                 if fq.flavor in seen:
                     raise ConfigError(f"{owner}: flavor {fq.flavor!r} is listed twice",
                                       field="flavors", value=fq.flavor, rule="is listed twice",
-                                      where=owner)
+                                      where=owner, document=doc)
                 seen.add(fq.flavor)
                 for res, quota in fq.resources.items():
                     # A cohort lends from its whole subtree, so only a queue's lending limit
@@ -274,20 +275,26 @@ class QueueConfig:
             if not q.weight > 0:
                 raise ConfigError(f"ClusterQueue {q.name}: weight={q.weight} must be positive",
                                   field="weight", value=q.weight, rule="must be positive",
-                                  where=f"ClusterQueue {q.name}")
+                                  where=f"ClusterQueue {q.name}",
+                                  document=("ClusterQueue", q.name))
             if q.non_preemptive:
                 for fq in q.flavors:
                     for res, quota in fq.resources.items():
                         if quota.borrowing_limit not in (None, 0):
+                            rule = ("a non-preemptive queue cannot borrow, since borrowed "
+                                    "capacity must be reclaimable")
                             raise ConfigError(
                                 f"ClusterQueue {q.name}: {fq.flavor}.{res} borrowingLimit="
-                                f"{quota.borrowing_limit}: a non-preemptive queue cannot "
-                                "borrow, since borrowed capacity must be reclaimable")
+                                f"{quota.borrowing_limit}: {rule}",
+                                field=f"{fq.flavor}.{res}.borrowingLimit",
+                                value=quota.borrowing_limit, rule=rule,
+                                where=f"ClusterQueue {q.name}",
+                                document=("ClusterQueue", q.name))
         for c in self.cohorts:
             if not c.weight > 0:
                 raise ConfigError(f"Cohort {c.name}: weight={c.weight} must be positive",
                                   field="weight", value=c.weight, rule="must be positive",
-                                  where=f"Cohort {c.name}")
+                                  where=f"Cohort {c.name}", document=("Cohort", c.name))
             seen_path = [c.name]
             parent = c.parent
             while parent is not None:
@@ -296,7 +303,7 @@ class QueueConfig:
                     raise ConfigError(f"Cohort {c.name}: cycle in the cohort tree: {cycle}",
                                       field="parent", value=c.parent,
                                       rule=f"closes a cycle in the cohort tree: {cycle}",
-                                      where=f"Cohort {c.name}")
+                                      where=f"Cohort {c.name}", document=("Cohort", c.name))
                 seen_path.append(parent)
                 parent = cohorts[parent].parent if parent in cohorts else None
         _unique("AdmissionCheck", (c.name for c in self.admission_checks))
@@ -304,20 +311,25 @@ class QueueConfig:
         for q in self.cluster_queues:
             for name in q.admission_checks:
                 if name not in checks:
+                    rule = f"is not an AdmissionCheck; known: {', '.join(sorted(checks)) or 'none'}"
                     raise ConfigError(
-                        f"ClusterQueue {q.name}: admission check {name!r} is not an "
-                        f"AdmissionCheck; known: {', '.join(sorted(checks)) or 'none'}")
+                        f"ClusterQueue {q.name}: admission check {name!r} {rule}",
+                        field="admissionChecks", value=name, rule=rule,
+                        where=f"ClusterQueue {q.name}", document=("ClusterQueue", q.name))
             if len(q.admission_checks) > 1:
+                rule = "one provisioning check per queue (a job is provisioned once)"
                 raise ConfigError(
-                    f"ClusterQueue {q.name}: admissionChecks={list(q.admission_checks)}: one "
-                    "provisioning check per queue (a job is provisioned once)")
+                    f"ClusterQueue {q.name}: admissionChecks={list(q.admission_checks)}: {rule}",
+                    field="admissionChecks", value=list(q.admission_checks), rule=rule,
+                    where=f"ClusterQueue {q.name}", document=("ClusterQueue", q.name))
         for lq in self.local_queues:
             if lq.cluster_queue not in queues:
                 rule = f"does not exist; known: {', '.join(sorted(queues)) or 'none'}"
                 raise ConfigError(
                     f"LocalQueue {lq.namespace}/{lq.name}: clusterQueue {lq.cluster_queue!r} "
                     f"{rule}", field="clusterQueue", value=lq.cluster_queue, rule=rule,
-                    where=f"LocalQueue {lq.namespace}/{lq.name}")
+                    where=f"LocalQueue {lq.namespace}/{lq.name}",
+                    document=("LocalQueue", f"{lq.namespace}/{lq.name}"))
         s = self.settings
         for name in ("usage_half_life_s", "default_runtime_s"):
             if not getattr(s, name) > 0:
@@ -334,8 +346,10 @@ class QueueConfig:
         for p in self.priority_classes:
             if p.name == name:
                 return p.value
-        raise ConfigError(f"unknown priority class {name!r}; known: "
-                          f"{', '.join(p.name for p in self.priority_classes) or 'none'}")
+        known = ", ".join(p.name for p in self.priority_classes) or "none"
+        raise ConfigError(f"unknown priority class {name!r}; known: {known}",
+                          field="priorityClassName", value=name,
+                          rule=f"is not a PriorityClass; known: {known}")
 
 
 def _unique(kind: str, names: Iterable[str]) -> None:
@@ -344,7 +358,8 @@ def _unique(kind: str, names: Iterable[str]) -> None:
         if not n:
             raise ConfigError(f"{kind}: name must not be empty")
         if n in seen:
-            raise ConfigError(f"{kind} {n!r} is defined twice")
+            raise ConfigError(f"{kind} {n!r} is defined twice", field="metadata.name", value=n,
+                              rule="is defined twice", where=f"{kind} {n}", document=(kind, n))
         seen.add(n)
 
 
@@ -355,9 +370,15 @@ def _check_quota(where: str, q: Quota, own_only: bool = True) -> None:
         if value is not None and value < 0:
             raise ConfigError(f"{where}: {name}={value} must be zero or more",
                               field=f"{res}.{name}", value=value, rule="must be zero or more",
-                              where=owner)
+                              where=owner, document=_document(owner))
     if own_only and q.lending_limit is not None and q.lending_limit > q.nominal:
         rule = f"is above nominalQuota={q.nominal}; a queue cannot lend more than it has"
         raise ConfigError(f"{where}: lendingLimit={q.lending_limit} {rule}",
                           field=f"{res}.lendingLimit", value=q.lending_limit, rule=rule,
-                          where=owner)
+                          where=owner, document=_document(owner))
+
+
+def _document(owner: str) -> tuple[str, str]:
+    """``"ClusterQueue q"`` -> ``("ClusterQueue", "q")``: the object an error is in."""
+    kind, _, name = owner.partition(" ")
+    return kind, name

@@ -5,15 +5,19 @@ the core's objects and written back, and what a pod says about the claims it con
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
 from typing import Any
 
+from gpupool.config.elastic import (
+    claim_from_json,
+    claim_to_json,
+    class_from_json,
+    gpu_from_json,
+    gpu_to_json,
+)
 from gpupool.core.elastic import (
-    ClaimPhase,
     ElasticGPU,
     ElasticGPUClaim,
     ElasticGPUClass,
-    ServingModel,
     Source,
 )
 from gpupool.core.model import WHOLE_GPU_MILLI
@@ -44,7 +48,7 @@ def _path(plural: str, namespace: str = "", name: str = "") -> str:
 def class_from_cr(obj: Mapping[str, Any]) -> ElasticGPUClass:
     """An ElasticGPUClass object as the core's class; ConfigError naming the field."""
     meta = obj.get("metadata") or {}
-    return ElasticGPUClass.from_dict({
+    return class_from_json({
         "name": meta.get("name", ""), "provisioner": obj.get("provisioner", ""),
         "parameters": obj.get("parameters") or {},
         "reclaimPolicy": obj.get("reclaimPolicy") or "Delete",
@@ -56,20 +60,13 @@ def claim_from_cr(obj: Mapping[str, Any], *, with_status: bool = False) -> Elast
     status for a restore); InvalidJobError naming the field."""
     meta = obj.get("metadata") or {}
     spec = obj.get("spec") or {}
-    claim = ElasticGPUClaim.from_dict({
-        "name": meta.get("name", ""), "namespace": meta.get("namespace") or "default",
-        "requests": spec.get("requests"), "className": spec.get("className") or ""})
-    if not with_status:
-        return claim
-    st = obj.get("status") or {}
-    serving = tuple(ServingModel(str(m.get("model", "")), float(m.get("peakTflops") or 0),
-                                 int(m.get("cards") or 0), int(m.get("gpuMilli") or 0),
-                                 m.get("migProfile"))
-                    for m in st.get("servingModels") or ())
-    return replace(claim, phase=st.get("phase") or ClaimPhase.PENDING,
-                   elastic_gpus=tuple(st.get("elasticGPUs") or ()),
-                   node=str(st.get("node") or ""), serving_models=serving,
-                   message=str(st.get("message") or ""))
+    body = {"name": meta.get("name", ""), "namespace": meta.get("namespace") or "default",
+            "requests": spec.get("requests"), "className": spec.get("className") or ""}
+    if with_status:
+        st = obj.get("status") or {}
+        body |= {k: st[k] for k in ("phase", "elasticGPUs", "node", "servingModels",
+                                    "message") if st.get(k) is not None}
+    return claim_from_json(body, with_status=with_status)
 
 
 def _clean(value: Any) -> Any:
@@ -84,7 +81,7 @@ def _clean(value: Any) -> Any:
 
 
 def claim_status(c: ElasticGPUClaim) -> dict[str, Any]:
-    d = c.to_dict()
+    d = claim_to_json(c)
     out: dict[str, Any] = _clean({k: d[k] for k in ("phase", "elasticGPUs", "node",
                                                      "servingModels", "message")})
     return out
@@ -100,13 +97,13 @@ def gpu_from_cr(obj: Mapping[str, Any]) -> ElasticGPU:
     spec = {k: v for k, v in (obj.get("spec") or {}).items() if v is not None}
     st = obj.get("status") or {}
     phase = st.get("phase") or ("Bound" if spec.get("claimRef") else "Available")
-    return ElasticGPU.from_dict({"name": meta.get("name", ""), **spec, "phase": phase,
-                                 "message": st.get("message") or ""})
+    return gpu_from_json({"name": meta.get("name", ""), **spec, "phase": phase,
+                          "message": st.get("message") or ""})
 
 
 def gpu_to_cr(g: ElasticGPU) -> dict[str, Any]:
     """The object for an ElasticGPU: spec (with the binding's claimRef) and status."""
-    d = g.to_dict()
+    d = gpu_to_json(g)
     return {"apiVersion": API, "kind": "ElasticGPU", "metadata": {"name": g.name},
             "spec": _clean({k: d[k] for k in _GPU_SPEC}),
             "status": _clean({"phase": d["phase"], "message": d["message"]})}

@@ -238,7 +238,7 @@ def _whole(value: object, where: str) -> int:
     try:
         return whole_number(value, where)
     except ConfigError as exc:
-        raise InvalidJobError(where, value, str(exc)) from exc
+        raise InvalidJobError(where, value, exc.rule or str(exc)) from exc
 
 
 def pod_queue(pod: Mapping[str, Any], default: str | None = None) -> str | None:

@@ -18,7 +18,6 @@ ElasticGPU is 422 with the field, the value and the rule, as a bad claim is.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Request
@@ -28,7 +27,6 @@ from starlette.concurrency import run_in_threadpool
 from gpupool.api.auth import Principal
 from gpupool.api.body import body_schema, object_body, validated
 from gpupool.api.deps import Admin, Who, seen, writable_namespace
-from gpupool.api.errors import ApiError
 from gpupool.api.models.base import Deleted
 from gpupool.api.models.elastic import (
     ClaimDeleted,
@@ -39,9 +37,10 @@ from gpupool.api.models.elastic import (
     ElasticGpu,
     ElasticGpuList,
 )
-from gpupool.control.elastic import API_GROUP, CLAIM, ElasticService, config_details
+from gpupool.config.elastic import claim_to_json, class_to_json, gpu_to_json
+from gpupool.control.elastic import API_GROUP, CLAIM, ElasticService
 from gpupool.core.elastic import ElasticGPU, ElasticGPUClaim, ElasticGPUClass
-from gpupool.core.errors import ConfigError, NotFoundError
+from gpupool.core.errors import NotFoundError
 
 router = APIRouter(prefix="/api/v1", tags=["elastic"])
 Body = Annotated[dict[str, Any], Depends(object_body)]
@@ -63,24 +62,16 @@ async def elastic_service(request: Request) -> ElasticService:
 Service = Annotated[ElasticService, Depends(elastic_service)]
 
 
-def _checked(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """``fn`` with a ConfigError as a 422 naming the field, the value and the rule."""
-    try:
-        return fn(*args, **kwargs)
-    except ConfigError as exc:
-        raise ApiError(422, "ConfigError", str(exc), config_details(exc)) from None
-
-
 def class_view(c: ElasticGPUClass) -> dict[str, Any]:
-    return {"apiVersion": API_GROUP, "kind": "ElasticGPUClass", **c.to_dict()}
+    return {"apiVersion": API_GROUP, "kind": "ElasticGPUClass", **class_to_json(c)}
 
 
 def claim_view(c: ElasticGPUClaim) -> dict[str, Any]:
-    return {"apiVersion": API_GROUP, "kind": "ElasticGPUClaim", **c.to_dict()}
+    return {"apiVersion": API_GROUP, "kind": "ElasticGPUClaim", **claim_to_json(c)}
 
 
 def gpu_view(g: ElasticGPU) -> dict[str, Any]:
-    return {"apiVersion": API_GROUP, "kind": "ElasticGPU", **g.to_dict()}
+    return {"apiVersion": API_GROUP, "kind": "ElasticGPU", **gpu_to_json(g)}
 
 
 def sees_gpu(who: Principal, g: ElasticGPU) -> bool:
@@ -104,12 +95,12 @@ def get_class(name: str, who: Who, service: Service) -> dict[str, Any]:
 @router.post("/elasticgpuclasses", status_code=201, response_model=ElasticClass,
              openapi_extra=_OBJECT)
 async def create_class(doc: Body, who: Admin, service: Service) -> dict[str, Any]:
-    return class_view(await run_in_threadpool(_checked, service.put_class, doc, create=True))
+    return class_view(await run_in_threadpool(service.put_class, doc, create=True))
 
 
 @router.put("/elasticgpuclasses/{name}", response_model=ElasticClass, openapi_extra=_OBJECT)
 async def replace_class(name: str, doc: Body, who: Admin, service: Service) -> dict[str, Any]:
-    return class_view(await run_in_threadpool(_checked, service.put_class, doc, create=False,
+    return class_view(await run_in_threadpool(service.put_class, doc, create=False,
                                               name=name))
 
 
@@ -175,7 +166,7 @@ def get_gpu(name: str, who: Who, service: Service) -> dict[str, Any]:
 @router.post("/elasticgpus", status_code=201, response_model=ElasticGpu,
              openapi_extra=_OBJECT)
 async def create_gpu(doc: Body, who: Admin, service: Service) -> dict[str, Any]:
-    return gpu_view(await run_in_threadpool(_checked, service.add_gpu, doc))
+    return gpu_view(await run_in_threadpool(service.add_gpu, doc))
 
 
 @router.patch("/elasticgpus/{name}", response_model=ElasticGpu,

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from gpupool.core.elastic.objects import (
     CLASS_PARAMETERS,
@@ -16,7 +15,7 @@ from gpupool.core.elastic.objects import (
     ReclaimPolicy,
     Source,
     _enum,
-    _known,
+    object_error,
     split_list,
 )
 from gpupool.core.errors import ConfigError
@@ -36,8 +35,8 @@ class ElasticGPUClass:
 
     def __post_init__(self) -> None:
         def fail(path: str) -> Callable[[object, str], ConfigError]:
-            return lambda value, rule: ConfigError(
-                f"ElasticGPUClass {self.name or '?'}: {path}={value!r}: {rule}")
+            return lambda value, rule: object_error("ElasticGPUClass", self.name, path, value,
+                                                    rule)
 
         if not self.name:
             raise fail("name")(self.name, "must not be empty")
@@ -81,23 +80,3 @@ class ElasticGPUClass:
     @property
     def profiles(self) -> frozenset[str]:
         return frozenset(split_list(self.parameters.get("profiles", "")))
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "provisioner": self.provisioner.value,
-                "parameters": dict(self.parameters),
-                "reclaimPolicy": self.reclaim_policy.value,
-                "bindingMode": self.binding_mode.value}
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> ElasticGPUClass:
-        name = str(d.get("name", ""))
-        where = f"ElasticGPUClass {name or '?'}"
-        _known(d, ("name", "provisioner", "parameters", "reclaimPolicy", "bindingMode"),
-               where, ConfigError)
-        params = d.get("parameters") or {}
-        if not isinstance(params, Mapping):
-            raise ConfigError(f"{where}: parameters={params!r}: must be a mapping of strings")
-        return cls(name=name, provisioner=d.get("provisioner", ""),
-                   parameters={str(k): v for k, v in params.items()},
-                   reclaim_policy=d.get("reclaimPolicy", ReclaimPolicy.DELETE),
-                   binding_mode=d.get("bindingMode", BindingMode.IMMEDIATE))

@@ -12,9 +12,8 @@
 
 Every object is a frozen dataclass of plain fields that validates itself when built: a bad
 value raises ``InvalidJobError`` (claims) or ``ConfigError`` (classes and ElasticGPUs) naming
-the field, the value and the rule. ``to_dict`` / ``from_dict`` give the JSON form, camelCase
-as a Kubernetes object's fields (``claimRef``, ``reclaimPolicy``, ``bindingMode``); docs/elastic.md
-says which fields are spec and which are status.
+the field, the value and the rule. Their JSON forms (camelCase, as a Kubernetes object's
+fields) are the configuration layer's (``gpupool.config.elastic``).
 """
 
 from __future__ import annotations
@@ -120,9 +119,6 @@ class ClaimRef:
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"namespace": self.namespace, "name": self.name}
-
 
 @dataclass(frozen=True, slots=True)
 class Capacity:
@@ -132,10 +128,6 @@ class Capacity:
     gpu_milli: int
     memory_mib: int
     tflops: float | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"gpuMilli": self.gpu_milli, "memoryMib": self.memory_mib,
-                "tflops": self.tflops}
 
 
 # -- ElasticGPU ----------------------------------------------------------------------------------
@@ -168,8 +160,7 @@ class ElasticGPU:
 
     def __post_init__(self) -> None:
         def fail(path: str) -> Any:
-            return lambda value, rule: ConfigError(
-                f"ElasticGPU {self.name or '?'}: {path}={value!r}: {rule}")
+            return lambda value, rule: object_error("ElasticGPU", self.name, path, value, rule)
 
         if not self.name:
             raise fail("name")(self.name, "must not be empty")
@@ -194,48 +185,6 @@ class ElasticGPU:
             raise fail("capacity.gpuMilli")(cap.gpu_milli, "a physical card is 1000 milli")
         if self.phase is GpuPhase.BOUND and self.claim_ref is None:
             raise fail("claimRef")(None, "a Bound ElasticGPU names its claim")
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name, "source": self.source.value, "model": self.model,
-            "capacity": self.capacity.to_dict(), "node": self.node, "card": self.card,
-            "uuid": self.uuid, "migProfile": self.mig_profile, "pool": self.pool,
-            "endpoint": self.endpoint, "className": self.class_name,
-            "reclaimPolicy": self.reclaim_policy.value,
-            "claimRef": self.claim_ref.to_dict() if self.claim_ref else None,
-            "phase": self.phase.value, "message": self.message,
-        }
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> ElasticGPU:
-        """An ElasticGPU from its JSON form (an operator's pre-provisioned GPU); ConfigError
-        naming the field for anything missing or wrong."""
-        name = str(d.get("name", ""))
-        where = f"ElasticGPU {name or '?'}"
-        _known(d, ("name", "source", "model", "capacity", "node", "card", "uuid",
-                   "migProfile", "pool", "endpoint", "className", "reclaimPolicy",
-                   "claimRef", "phase", "message"), where, ConfigError)
-        cap = d.get("capacity") or {}
-        if not isinstance(cap, Mapping):
-            raise ConfigError(f"{where}: capacity={cap!r}: must be a mapping")
-        ref = d.get("claimRef")
-        return cls(
-            name=name, source=d.get("source", ""), model=str(d.get("model", "")),
-            capacity=Capacity(_int(cap.get("gpuMilli", WHOLE_GPU_MILLI), where,
-                                   "capacity.gpuMilli", ConfigError),
-                              _int(cap.get("memoryMib", 0), where, "capacity.memoryMib",
-                                   ConfigError),
-                              cap.get("tflops")),
-            node=str(d.get("node", "")), card=_int(d.get("card", -1), where, "card",
-                                                   ConfigError),
-            uuid=str(d.get("uuid", "")), mig_profile=d.get("migProfile"),
-            pool=str(d.get("pool", "")), endpoint=str(d.get("endpoint", "")),
-            class_name=str(d.get("className", "")),
-            reclaim_policy=d.get("reclaimPolicy", ReclaimPolicy.DELETE),
-            claim_ref=ClaimRef(str(ref.get("namespace", "default")), str(ref["name"]))
-            if isinstance(ref, Mapping) and ref.get("name") else None,
-            phase=d.get("phase", GpuPhase.AVAILABLE), message=str(d.get("message", "")),
-        )
 
 
 # -- ElasticGPUClaim ---------------------------------------------------------------------------
@@ -274,10 +223,6 @@ class ClaimRequests:
             return RequestKind.CARDS
         return RequestKind.SLICE
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"cards": self.cards, "gpuMilli": self.gpu_milli, "memoryMib": self.memory_mib,
-                "tflops": self.tflops, "models": sorted(self.models)}
-
 
 @dataclass(frozen=True, slots=True)
 class ServingModel:
@@ -288,10 +233,6 @@ class ServingModel:
     cards: int  # whole cards, or 0 for a slice
     gpu_milli: int  # the slice of one card, or 0 for whole cards
     mig_profile: str | None = None  # for a mig class: the smallest profile that holds it
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"model": self.model, "peakTflops": self.peak_tflops, "cards": self.cards,
-                "gpuMilli": self.gpu_milli, "migProfile": self.mig_profile}
 
 
 @dataclass(frozen=True, slots=True)
@@ -331,49 +272,6 @@ class ElasticGPUClaim:
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name, "namespace": self.namespace,
-            "requests": self.requests.to_dict(), "className": self.class_name,
-            "phase": self.phase.value, "elasticGPUs": list(self.elastic_gpus),
-            "node": self.node, "servingModels": [m.to_dict() for m in self.serving_models],
-            "message": self.message,
-        }
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> ElasticGPUClaim:
-        """A claim from its JSON form (spec fields only are read: ``name``, ``namespace``,
-        ``requests``, ``className``); InvalidJobError naming the field otherwise."""
-        name = str(d.get("name", ""))
-        ns = str(d.get("namespace", "default"))
-        where = f"ElasticGPUClaim {ns}/{name}"
-        _known(d, ("name", "namespace", "requests", "className", "phase", "elasticGPUs",
-                   "node", "servingModels", "message"), where, InvalidJobError)
-        req = d.get("requests")
-        if not isinstance(req, Mapping):
-            raise InvalidJobError("requests", req, "must be a mapping with cards, "
-                                  "gpuMilli + memoryMib, or tflops", job=where)
-        _known(req, ("cards", "gpuMilli", "memoryMib", "tflops", "models"),
-               f"{where}: requests", InvalidJobError)
-        models = req.get("models", [])
-        if isinstance(models, str):
-            models = [models]
-        if not isinstance(models, list) or not all(isinstance(m, str) for m in models):
-            raise InvalidJobError("requests.models", models, "must be a list of GPU models",
-                                  job=where)
-        tflops = req.get("tflops", 0.0)
-        if isinstance(tflops, bool) or not isinstance(tflops, int | float):
-            raise InvalidJobError("requests.tflops", tflops, "must be a number", job=where)
-        requests = ClaimRequests(
-            cards=_int(req.get("cards", 0), where, "requests.cards", InvalidJobError),
-            gpu_milli=_int(req.get("gpuMilli", 0), where, "requests.gpuMilli",
-                           InvalidJobError),
-            memory_mib=_int(req.get("memoryMib", 0), where, "requests.memoryMib",
-                            InvalidJobError),
-            tflops=float(tflops), models=frozenset(models))
-        return cls(name=name, namespace=ns, requests=requests,
-                   class_name=str(d.get("className", "")))
-
 
 def _check_requests(r: ClaimRequests, bad: Any) -> ClaimRequests:
     if not isinstance(r, ClaimRequests):
@@ -394,8 +292,10 @@ def _check_requests(r: ClaimRequests, bad: Any) -> ClaimRequests:
     if r.tflops != 0 and not (math.isfinite(r.tflops) and 0 < r.tflops <= MAX_TFLOPS):
         raise bad("requests.tflops", r.tflops, f"must be a number in (0, {MAX_TFLOPS:g}]")
     if not forms and r.memory_mib == 0:
-        raise bad("requests", r.to_dict(), "asks for nothing: give cards, gpu_milli and/or "
-                  "memory_mib, or tflops")
+        raise bad("requests", {"cards": r.cards, "gpuMilli": r.gpu_milli,
+                               "memoryMib": r.memory_mib, "tflops": r.tflops,
+                               "models": sorted(r.models)},
+                  "asks for nothing: give cards, gpu_milli and/or memory_mib, or tflops")
     if any(not m for m in r.models):
         raise bad("requests.models", sorted(r.models), "model names must not be empty")
     return r
@@ -404,19 +304,8 @@ def _check_requests(r: ClaimRequests, bad: Any) -> ClaimRequests:
 # -- helpers -------------------------------------------------------------------------------------
 
 
-def _known(d: Mapping[str, Any], allowed: tuple[str, ...], where: str, err: type[Exception]) \
-        -> None:
-    for k in d:
-        if k not in allowed:
-            msg = f"unknown field; known: {', '.join(allowed)}"
-            if err is InvalidJobError:
-                raise InvalidJobError(str(k), d[k], msg, job=where)
-            raise ConfigError(f"{where}: {k}={d[k]!r}: {msg}")
-
-
-def _int(value: object, where: str, path: str, err: type[Exception]) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        if err is InvalidJobError:
-            raise InvalidJobError(path, value, "must be a whole number", job=where)
-        raise ConfigError(f"{where}: {path}={value!r}: must be a whole number")
-    return value
+def object_error(kind: str, name: str, path: str, value: object, rule: str) -> ConfigError:
+    """A ConfigError in the object ``kind name``, reading ``Kind name: path=value: rule``."""
+    where = f"{kind} {name or '?'}"
+    return ConfigError(f"{where}: {path}={value!r}: {rule}", field=path, value=value,
+                       rule=rule, where=where, document=(kind, name))

@@ -187,16 +187,16 @@ def _referenced(exc: ConfigError) -> Key | None:
 
 
 def _culprit(exc: ConfigError, chosen: Mapping[Key, QueueObject]) -> Key | None:
-    """The object an assembly error is about: the document it names, or for the core's
-    whole-configuration rules the ``Kind name`` its message starts with."""
-    text = str(exc)
+    """The object an assembly error is about: the document it names (``where``), or for the
+    core's whole-configuration rules the object (``document``: kind, name) it says."""
     for key, obj in chosen.items():
         if exc.where is not None and exc.where == obj.doc.where:
             return key
+    if exc.document is None:
+        return None
     for key, obj in chosen.items():
         kind = "PriorityClass" if obj.kind == "WorkloadPriorityClass" else obj.kind
         name = obj.doc.name or ""
-        if text.startswith((f"{kind} {name}:", f"{obj.kind} {name}:",
-                            f"{kind} {name!r}", f"{obj.kind} {name!r}")):
+        if exc.document in ((kind, name), (obj.kind, name)):
             return key
     return None
