@@ -28,7 +28,7 @@ from starlette.concurrency import run_in_threadpool
 from gpupool.api.auth import Principal
 from gpupool.api.body import body_schema, object_body, validated
 from gpupool.api.deps import Admin, Who, seen, writable_namespace
-from gpupool.api.errors import ApiError
+from gpupool.api.errors import HttpProblem
 from gpupool.api.models.base import Deleted
 from gpupool.api.models.elastic import (
     ClaimDeleted,
@@ -68,7 +68,7 @@ def _checked(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     try:
         return fn(*args, **kwargs)
     except ConfigError as exc:
-        raise ApiError(422, "ConfigError", str(exc), config_details(exc)) from None
+        raise HttpProblem(422, "ConfigError", str(exc), config_details(exc)) from None
 
 
 def class_view(c: ElasticGPUClass) -> dict[str, Any]:

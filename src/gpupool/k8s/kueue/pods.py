@@ -23,7 +23,7 @@ from typing import Any
 from gpupool.k8s import slim
 from gpupool.k8s.controller import Controller
 from gpupool.k8s.informer import Informer, object_key
-from gpupool.k8s.kube import ApiError
+from gpupool.k8s.kube import KubeError
 from gpupool.k8s.kueue.workloads import (
     admits,
     job_labels,
@@ -76,7 +76,7 @@ class KueueController(Controller):
     async def _listable(self, path: str, what: str) -> bool:
         try:  # may this service account list them? (RBAC: deploy/)
             await self.kube.request("GET", path, params={"limit": "1"})
-        except ApiError as exc:
+        except KubeError as exc:
             if exc.status != 403:
                 raise
             log.warning("%s are not listable (%s): %s", path, exc, what)
