@@ -13,14 +13,14 @@ It watches the plane (``ControlPlane.watchers``):
   away (failed, deleted) fail and their claims are Lost;
 - a node that fails fails its ElasticGPUs (``Binder.node_removed``);
 - after a cycle, pending Immediate claims are tried again when jobs ended or every
-  ``RECONCILE_EVERY_S`` wall seconds.
+  ``RECONCILE_EVERY_S`` wall seconds (of the plane's ``Clock.monotonic``).
 
 Every method takes the plane's lock.
 """
 
 from __future__ import annotations
 
-import time
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
@@ -65,7 +65,7 @@ class ElasticService:
 
     def __init__(self, plane: ControlPlane) -> None:
         self.plane = plane
-        self._reconciled_at = 0.0
+        self._reconciled_at = -math.inf  # never
         with plane.lock:
             saved = self._read_store()
             self._saved: dict[Key, dict[str, Any]] = saved
@@ -175,7 +175,7 @@ class ElasticService:
     def ticked(self, result: TickResult) -> None:
         if not any(c.phase is ClaimPhase.PENDING for c in self.binder.claims()):
             return
-        wall = time.monotonic()
+        wall = self.plane.clock.monotonic()
         if not (result.finished or result.evicted) and \
                 wall - self._reconciled_at < RECONCILE_EVERY_S:
             return
