@@ -20,11 +20,11 @@ import time
 from typing import Any
 
 import numpy as np
-from tests.k8s.kit import DevicePluginLocks, clean, ensure_namespace, make_node, pod_body
 
 from gpupool.k8s.controller import Controller, Options
 from gpupool.k8s.kube import Kube, KubeError
 from gpupool.k8s.main import default_config
+from tests.k8s.kit import DevicePluginLocks, clean, ensure_namespace, make_node, pod_body
 
 NS = "bench-lock"
 
