@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from gpupool.k8s.controller import Controller, Options
-from gpupool.k8s.kube import ApiError, Kube
+from gpupool.k8s.kube import Kube, KubeError
 from gpupool.k8s.main import default_config
 from tests.k8s.kit import DevicePluginLocks, clean, ensure_namespace, make_node, pod_body
 
@@ -155,7 +155,7 @@ async def main(args: argparse.Namespace) -> None:
             print(json.dumps(await one(kube, args.nodes, args.gpus, args.pods, lock)),
                   flush=True)
     finally:
-        with contextlib.suppress(ApiError):
+        with contextlib.suppress(KubeError):
             await clean(kube, [NS])
         await kube.close()
 

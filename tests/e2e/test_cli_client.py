@@ -559,6 +559,18 @@ def test_errors_map_status_and_name_to_classes() -> None:
     assert isinstance(e, errors.ServerError) and "GET http://h/api/v1/jobs: HTTP 502" in str(e)
 
 
+def test_every_error_response_is_a_response_error_and_the_old_name_warns() -> None:
+    for status, name in ((400, "BadRequest"), (404, "NotFoundError"), (422, "InvalidRequest"),
+                         (503, "AdapterError")):
+        e = errors.from_response(status, {"error": name, "message": "m"}, "")
+        assert isinstance(e, errors.ResponseError) and e.status == status
+    with pytest.warns(DeprecationWarning, match="ResponseError"):
+        from gpupool.client.errors import ApiError  # the root's earlier name
+    assert ApiError is errors.ResponseError
+    with pytest.raises(AttributeError, match="NoSuchError"):
+        errors.NoSuchError  # noqa: B018
+
+
 def test_render_pieces() -> None:
     assert [age(s) for s in (5, 130, 600, 3 * 3600 + 60, 30 * 3600, 3 * 86400 + 7200,
                              20 * 86400)] == ["5s", "2m10s", "10m", "3h1m", "30h", "3d2h", "20d"]

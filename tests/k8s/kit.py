@@ -13,7 +13,7 @@ from gpupool.core.quota import QueueConfig
 from gpupool.k8s.binding import BindItem, BindOutcome
 from gpupool.k8s.controller import Controller, Options
 from gpupool.k8s.informer import Informer
-from gpupool.k8s.kube import MERGE_PATCH, ApiError, Kube
+from gpupool.k8s.kube import MERGE_PATCH, Kube, KubeError
 from gpupool.k8s.nodelock import LOCK_ANNOTATION, parse_lock
 from gpupool.k8s.wakeup import wait_event
 
@@ -91,7 +91,7 @@ async def set_phase(kube: Kube, ns: str, name: str, phase: str) -> None:
 
 
 async def delete_pod(kube: Kube, ns: str, name: str) -> None:
-    with contextlib.suppress(ApiError):
+    with contextlib.suppress(KubeError):
         await kube.request("DELETE", f"/api/v1/namespaces/{ns}/pods/{name}",
                            {"apiVersion": "v1", "kind": "DeleteOptions",
                             "gracePeriodSeconds": 0})
@@ -101,7 +101,7 @@ async def ensure_namespace(kube: Kube, ns: str) -> None:
     try:
         await kube.request("POST", "/api/v1/namespaces",
                            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
-    except ApiError as exc:
+    except KubeError as exc:
         if exc.status != 409:
             raise
 
@@ -109,16 +109,16 @@ async def ensure_namespace(kube: Kube, ns: str) -> None:
 async def clean(kube: Kube, namespaces: list[str]) -> None:
     """Deletes every pod of the namespaces, every Job there, and every node."""
     for ns in namespaces:
-        with contextlib.suppress(ApiError):
+        with contextlib.suppress(KubeError):
             await kube.request("DELETE", f"/apis/batch/v1/namespaces/{ns}/jobs",
                                params={"propagationPolicy": "Background"})
         for pod in await list_pods(kube, ns):
             await delete_pod(kube, ns, pod["metadata"]["name"])
-        with contextlib.suppress(ApiError):
+        with contextlib.suppress(KubeError):
             await kube.request("DELETE", f"/api/v1/namespaces/{ns}/events")
     nodes = (await kube.request("GET", "/api/v1/nodes")).get("items") or []
     for n in nodes:
-        with contextlib.suppress(ApiError):
+        with contextlib.suppress(KubeError):
             await kube.request("DELETE", f"/api/v1/nodes/{n['metadata']['name']}")
 
 
@@ -231,7 +231,7 @@ class DevicePluginLocks:
                 "annotations": {LOCK_ANNOTATION: None},
                 "resourceVersion": node["metadata"]["resourceVersion"]}},
                 content_type=MERGE_PATCH)
-        except ApiError:
+        except KubeError:
             self._wake.set()  # the node or pod changed meanwhile: look again
             return
         self._done[name] = node["metadata"]["resourceVersion"]

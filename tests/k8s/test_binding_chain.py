@@ -11,7 +11,7 @@ from typing import Any
 
 from gpupool.k8s.binding import Binder, BindItem, BindOutcome
 from gpupool.k8s.hami.devices import VGPU_NODE
-from gpupool.k8s.kube import ApiError
+from gpupool.k8s.kube import KubeError
 from gpupool.k8s.nodelock import LOCK_ANNOTATION, NodeLocks, format_lock
 from tests.k8s.test_binding_fake import ScriptedKube, locked_node
 
@@ -80,7 +80,7 @@ def test_a_label_patch_refused_ahead_is_the_binds_answer() -> None:
 
     def answer(method: str, path: str, body: Any) -> dict[str, Any]:
         if method == "PATCH" and "/pods/" in path:
-            raise ApiError(404, "NotFound", "pods \"p\" not found", f"PATCH {path}")
+            raise KubeError(404, "NotFound", "pods \"p\" not found", f"PATCH {path}")
         if method == "PATCH" and "/nodes/" in path:
             free["held"] = body["metadata"]["annotations"][LOCK_ANNOTATION] or ""
         return locked_node(free["held"])

@@ -14,7 +14,7 @@ import pytest
 
 from gpupool.k8s.binding import Binder, BindItem, BindOutcome
 from gpupool.k8s.controller import Controller, Options
-from gpupool.k8s.kube import ApiError
+from gpupool.k8s.kube import KubeError
 from gpupool.k8s.main import default_config
 from gpupool.k8s.nodelock import (
     LOCK_ANNOTATION,
@@ -98,7 +98,7 @@ def test_gated_pod_is_not_bound_until_its_gates_are_removed() -> None:
 def conflict_on_bind(message: str, bound_to: str | None = None) -> Answer:
     def answer(method: str, path: str, body: Any) -> dict[str, Any]:
         if method == "POST" and path.endswith("/binding"):
-            raise ApiError(409, "Conflict", message, f"POST {path}")
+            raise KubeError(409, "Conflict", message, f"POST {path}")
         if method == "GET" and "/pods/" in path:
             pod = pod_obj("p", bound_to)
             pod["metadata"]["uid"] = "uid-p"

@@ -21,7 +21,7 @@ import aiohttp
 import pytest
 
 from gpupool.k8s.binding import Binder
-from gpupool.k8s.kube import ApiError, Kube
+from gpupool.k8s.kube import Kube, KubeError
 from gpupool.k8s.main import default_config
 from gpupool.k8s.nodelock import LOCK_ANNOTATION, NodeLocks
 from tests.k8s.conftest import ControlPlane
@@ -279,7 +279,7 @@ def test_eviction_falls_back_to_v1beta1_where_the_server_lacks_v1(
         async def deleted() -> bool:
             try:
                 p = await get_pod(kube, NS, "victim")
-            except ApiError as exc:
+            except KubeError as exc:
                 return exc.status == 404
             return bool(p["metadata"].get("deletionTimestamp"))
 
@@ -306,7 +306,7 @@ def test_only_the_leader_is_ready(control_plane: ControlPlane, tmp_path: Path) -
 
     async def body(kube: Kube, plugin: DevicePluginLocks) -> None:
         await ensure_namespace(kube, LEASE_NS)
-        with contextlib.suppress(ApiError):
+        with contextlib.suppress(KubeError):
             await kube.request("DELETE", LEASE)
         for name in ports:
             procs[name] = subprocess.Popen(

@@ -12,7 +12,7 @@ import pytest
 
 from gpupool.k8s.certs import bootstrap, covers, service_names
 from gpupool.k8s.dra_live import dra_message, dra_versions
-from gpupool.k8s.kube import ApiError
+from gpupool.k8s.kube import KubeError
 from gpupool.k8s.tls import make_certificates
 
 NAMES = service_names("gpupool", "gpupool-system")
@@ -43,14 +43,14 @@ class FakeKube:
         self.calls.append(f"{method} {path}")
         if method == "GET":
             if path not in self.objects:
-                raise ApiError(404, "NotFound", "not found", f"GET {path}")
+                raise KubeError(404, "NotFound", "not found", f"GET {path}")
             return self.objects[path]
         if method == "POST":
             path = f"{path}/{body['metadata']['name']}"
             if self.conflict:  # another replica's create won
                 self.conflict -= 1
                 self.objects[path] = _secret(make_certificates(NAMES))
-                raise ApiError(409, "AlreadyExists", "exists", f"POST {path}")
+                raise KubeError(409, "AlreadyExists", "exists", f"POST {path}")
         self.objects[path] = body
         return body
 
@@ -93,7 +93,7 @@ def test_bootstrap(case: str) -> None:
 def test_dra_said_plainly() -> None:
     class NoGroup:
         async def request(self, *_: Any, **__: Any) -> Any:
-            raise ApiError(404, "NotFound", "not found", "GET /apis/resource.k8s.io")
+            raise KubeError(404, "NotFound", "not found", "GET /apis/resource.k8s.io")
 
     class Group:
         async def request(self, *_: Any, **__: Any) -> Any:

@@ -20,7 +20,7 @@ from gpupool.core.model import TaskId
 from gpupool.k8s.controller import Controller, Options
 from gpupool.k8s.elastic import ElasticController
 from gpupool.k8s.extender import serve_http
-from gpupool.k8s.kube import ApiError, Kube
+from gpupool.k8s.kube import Kube, KubeError
 from gpupool.k8s.main import default_config
 from gpupool.k8s.tls import make_certificates
 from tests.k8s.conftest import REPO, ControlPlane
@@ -95,9 +95,9 @@ async def bound_claim(kube: Kube, name: str) -> dict[str, Any] | None:
 
 async def clean_elastic(kube: Kube) -> None:
     for plural in ("elasticgpuclasses", "elasticgpus"):
-        with contextlib.suppress(ApiError):
+        with contextlib.suppress(KubeError):
             await kube.request("DELETE", f"{API}/{plural}")
-    with contextlib.suppress(ApiError):
+    with contextlib.suppress(KubeError):
         await kube.request("DELETE", f"{API}/namespaces/{NS}/elasticgpuclaims")
 
 
@@ -109,7 +109,7 @@ def test_claims_bound_recorded_restored_and_released(control_plane: ControlPlane
         await gpu_node(kube, "gpu-1", gpus=2)
         try:
             # a class with an unknown provisioner is refused by the API server (the enum)
-            with pytest.raises(ApiError) as bad:
+            with pytest.raises(KubeError) as bad:
                 await kube.request("POST", f"{API}/elasticgpuclasses", klass("x", "nvidia"))
             assert bad.value.status == 422 and "provisioner" in bad.value.message
             await kube.request("POST", f"{API}/elasticgpuclasses", klass("cards", "physical"))
@@ -221,7 +221,7 @@ def test_webhook_resolves_claims_and_refuses_bad_ones(control_plane: ControlPlan
 
     async def body(kube: Kube) -> None:
         await clean_elastic(kube)
-        with contextlib.suppress(ApiError):
+        with contextlib.suppress(KubeError):
             await kube.request("DELETE", f"{path}/gpupool-elastic-test")
         await kube.request("PATCH", f"/api/v1/namespaces/{NS}",
                            {"metadata": {"labels": {"gpupool.io/webhook-test": "elastic"}}},
@@ -266,14 +266,14 @@ def test_webhook_resolves_claims_and_refuses_bad_ones(control_plane: ControlPlan
                 rec = json.loads(ann["gpupool.io/placement"])
                 assert rec["cards"] == []  # the ElasticGPU holds the card, not the pod
                 # a missing claim and an unbound one refuse the pod, with the reason
-                with pytest.raises(ApiError) as refused:
+                with pytest.raises(KubeError) as refused:
                     await make_pod(kube, "ghost", ns=NS,
                                    annotations={"elasticgpu.io/egpuc-main": "nope"})
                 assert "does not exist" in refused.value.message
                 await kube.request("POST", f"{API}/namespaces/{NS}/elasticgpuclaims",
                                    claim("later", {"cards": 1}, "lazy"))
                 await wait_for(lambda: _has_status(kube, "later"), 20, "claim status")
-                with pytest.raises(ApiError) as refused:
+                with pytest.raises(KubeError) as refused:
                     await make_pod(kube, "early", ns=NS,
                                    annotations={"elasticgpu.io/egpuc-main": "later"})
                 assert "not Bound" in refused.value.message
@@ -281,14 +281,14 @@ def test_webhook_resolves_claims_and_refuses_bad_ones(control_plane: ControlPlan
                 for name, req in (("tflops-unknown", {"tflops": 10, "models": ["MI300X"]}),
                                   ("too-many", {"cards": 3}),
                                   ("no-class", {"cards": 1, "models": ["H100"]})):
-                    with pytest.raises(ApiError) as refused:
+                    with pytest.raises(KubeError) as refused:
                         await kube.request("POST", f"{API}/namespaces/{NS}/elasticgpuclaims",
                                            claim(name, req))
                     assert "gpupool" in refused.value.message, name
-                    with pytest.raises(ApiError):
+                    with pytest.raises(KubeError):
                         await get_claim(kube, name)
             finally:
-                with contextlib.suppress(ApiError):
+                with contextlib.suppress(KubeError):
                     await kube.request("DELETE", f"{path}/gpupool-elastic-test")
                 await server.cleanup()
                 await clean_elastic(kube)

@@ -22,7 +22,7 @@ import pytest
 from gpupool.k8s.bench import run_bench
 from gpupool.k8s.crd import CrdStatus
 from gpupool.k8s.extender import serve_http
-from gpupool.k8s.kube import ApiError, Kube
+from gpupool.k8s.kube import Kube, KubeError
 from gpupool.k8s.main import default_config, load_crd_config
 from gpupool.k8s.tls import make_certificates
 from tests.k8s.conftest import REPO, ControlPlane
@@ -116,7 +116,7 @@ def test_webhook_called_by_the_api_server(control_plane: ControlPlane, tmp_path:
     path = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
 
     async def body(kube: Kube) -> None:
-        with contextlib.suppress(ApiError):
+        with contextlib.suppress(KubeError):
             await kube.request("DELETE", f"{path}/gpupool-test")
         await kube.request("PATCH", f"/api/v1/namespaces/{ns}",
                            {"metadata": {"labels": {"gpupool.io/webhook-test": "on"}}},
@@ -139,10 +139,10 @@ def test_webhook_called_by_the_api_server(control_plane: ControlPlane, tmp_path:
 
                 await wait_for(bound, 20, "routed pod bound")
                 # a pod that can never run is refused at creation, with the reason
-                with pytest.raises(ApiError) as refused:
+                with pytest.raises(KubeError) as refused:
                     await make_pod(kube, "huge", ns=ns, limits={"nvidia.com/gpu": 9})
                 assert "gpupool" in refused.value.message
-                with pytest.raises(ApiError) as refused:
+                with pytest.raises(KubeError) as refused:
                     await make_pod(kube, "lost", ns=ns, limits={"nvidia.com/gpu": 1},
                                    labels={"gpupool.io/queue": "nowhere"})
                 assert "does not exist" in refused.value.message
@@ -151,7 +151,7 @@ def test_webhook_called_by_the_api_server(control_plane: ControlPlane, tmp_path:
                 cpu = await get_pod(kube, ns, "cpu-only")
                 assert cpu["spec"]["schedulerName"] == "default-scheduler"
             finally:
-                with contextlib.suppress(ApiError):
+                with contextlib.suppress(KubeError):
                     await kube.request("DELETE", f"{path}/gpupool-test")
                 await server.cleanup()
 

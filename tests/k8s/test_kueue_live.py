@@ -20,7 +20,7 @@ import yaml
 
 from gpupool.core.model import JobId
 from gpupool.k8s.controller import Options
-from gpupool.k8s.kube import MERGE_PATCH, ApiError, Kube
+from gpupool.k8s.kube import MERGE_PATCH, Kube, KubeError
 from gpupool.k8s.kueue import KueueController, KueueSource
 from gpupool.k8s.kueue.source import ACCEPTED, IGNORED
 from tests.k8s.conftest import ControlPlane
@@ -351,7 +351,7 @@ def test_a_queue_change_applies_in_place_without_a_lease_transition(
     async def body(kube: Kube) -> None:
         nonlocal proc
         await ensure_namespace(kube, LEASE_NS)
-        with contextlib.suppress(ApiError):
+        with contextlib.suppress(KubeError):
             await kube.request("DELETE", LEASE)
         for obj in SMALL:
             await create(kube, obj)
@@ -393,7 +393,7 @@ def test_a_queue_change_applies_in_place_without_a_lease_transition(
 async def _held(kube: Kube) -> dict[str, Any] | None:
     try:
         spec = (await kube.request("GET", LEASE)).get("spec") or {}
-    except ApiError:
+    except KubeError:
         return None
     return spec if spec.get("holderIdentity") else None
 
@@ -445,11 +445,11 @@ def test_the_service_accounts_rights_are_enough_and_missing_ones_do_not_stop_it(
 
     async def body(kube: Kube) -> None:
         for role in (scheduler_role, KUEUE_READER):
-            with contextlib.suppress(ApiError):
+            with contextlib.suppress(KubeError):
                 await kube.request("DELETE", f"{rbac}/clusterroles/{role['metadata']['name']}")
             await kube.request("POST", f"{rbac}/clusterroles", role)
             name = role["metadata"]["name"]
-            with contextlib.suppress(ApiError):
+            with contextlib.suppress(KubeError):
                 await kube.request("DELETE", f"{rbac}/clusterrolebindings/{name}")
             await kube.request("POST", f"{rbac}/clusterrolebindings", {
                 **binding, "metadata": {"name": name}, "roleRef": {
@@ -464,7 +464,7 @@ def test_the_service_accounts_rights_are_enough_and_missing_ones_do_not_stop_it(
                 try:
                     await limited.request("GET", "/apis/batch/v1/jobs",
                                           params={"limit": "1"})
-                except ApiError as exc:
+                except KubeError as exc:
                     return exc.status == 403
                 return False
 
@@ -485,9 +485,9 @@ def test_the_service_accounts_rights_are_enough_and_missing_ones_do_not_stop_it(
             await limited.close()
             for role in (scheduler_role, KUEUE_READER):
                 name = role["metadata"]["name"]
-                with contextlib.suppress(ApiError):
+                with contextlib.suppress(KubeError):
                     await kube.request("DELETE", f"{rbac}/clusterrolebindings/{name}")
-                with contextlib.suppress(ApiError):
+                with contextlib.suppress(KubeError):
                     await kube.request("DELETE", f"{rbac}/clusterroles/{name}")
 
     live(kueue_crds, body)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gpupool.k8s.kube import ApiError, Kube
+from gpupool.k8s.kube import Kube, KubeError
 from tests.k8s.conftest import ControlPlane
 from tests.k8s.kit import (
     delete_pod,
@@ -56,7 +56,7 @@ def replica(cp: ControlPlane, identity: str, queues: Path, log: Path) -> subproc
 async def holder(kube: Kube) -> str | None:
     try:
         lease = await kube.request("GET", LEASE)
-    except ApiError:
+    except KubeError:
         return None
     return lease.get("spec", {}).get("holderIdentity") or None
 
@@ -76,7 +76,7 @@ def test_two_replicas_one_killed(control_plane: ControlPlane, tmp_path: Path) ->
 
     async def body(kube: Kube) -> None:
         await ensure_namespace(kube, LEASE_NS)
-        with contextlib.suppress(ApiError):
+        with contextlib.suppress(KubeError):
             await kube.request("DELETE", LEASE)
         # pods other tests left in other namespaces would be scheduled too, onto these cards
         for pod in (await kube.request("GET", "/api/v1/pods")).get("items") or []:
@@ -119,7 +119,7 @@ def test_two_replicas_one_killed(control_plane: ControlPlane, tmp_path: Path) ->
                 egpus = [(g["metadata"]["name"], g.get("spec"), g.get("status")) for g in (
                     await kube.request("GET", "/apis/elasticgpu.io/v1alpha1/elasticgpus")
                 ).get("items") or []]
-            except ApiError as exc:
+            except KubeError as exc:
                 egpus = [str(exc)]
             raise AssertionError(f"locks {locks}; pods {pods}; other pods {elsewhere}; "
                                  f"elastic GPUs {egpus}") from None

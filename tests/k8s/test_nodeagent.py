@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from gpupool.k8s.kube import ApiError
+from gpupool.k8s.kube import KubeError
 from gpupool.k8s.nodeagent import hami
 from gpupool.k8s.nodeagent.hami import Device
 from gpupool.k8s.nodeagent.kubelet import admit, node_affinity_matches, pod_requests
@@ -114,7 +114,7 @@ class FakeApi:
             meta = body["metadata"]
             if meta.get("resourceVersion", self.node["metadata"]["resourceVersion"]) != \
                     self.node["metadata"]["resourceVersion"]:
-                raise ApiError(409, "Conflict", "stale", path)
+                raise KubeError(409, "Conflict", "stale", path)
             for k, v in meta["annotations"].items():
                 if v is None:
                     self.node["metadata"]["annotations"].pop(k, None)
@@ -127,7 +127,7 @@ class FakeApi:
             return {"items": [copy.deepcopy(self.pods[n]) for n in sorted(self.pods)]}
         name = path.rsplit("/", 1)[1]
         if name not in self.pods:
-            raise ApiError(404, "NotFound", name, path)
+            raise KubeError(404, "NotFound", name, path)
         if method == "PATCH":
             self.pods[name]["metadata"]["annotations"].update(body["metadata"]["annotations"])
         return copy.deepcopy(self.pods[name])

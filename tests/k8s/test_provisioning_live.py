@@ -25,7 +25,7 @@ from gpupool.core.model import GpuRequest, Job, JobId, PodSet, QueueName
 from gpupool.core.provisioning import BEST_EFFORT_ATOMIC_CLASS, CLASS_ANNOTATION, CONSUME_ANNOTATION
 from gpupool.core.quota import QueueConfig
 from gpupool.k8s.controller import Controller, Options
-from gpupool.k8s.kube import MERGE_PATCH, ApiError, Kube
+from gpupool.k8s.kube import MERGE_PATCH, Kube, KubeError
 from gpupool.k8s.provisioning import ProvisioningAdapter
 from tests.k8s.conftest import ControlPlane
 from tests.k8s.kit import get_pod, make_node, pod_body, set_phase, wait_for
@@ -260,7 +260,7 @@ def test_provisioning_request_lifecycle(control_plane: ControlPlane) -> None:
                 return "prov-gang-pretrain-1" not in await requests(kube)
 
             await wait_for(gone, 20, "request deleted after the job")
-            with pytest.raises(ApiError):
+            with pytest.raises(KubeError):
                 await kube.request("GET", f"/api/v1/namespaces/{NS}/podtemplates/"
                                           f"{ps['podTemplateRef']['name']}")
             assert all("gpupool.io/provisioning-request" not in ctl.nodes_by_name[n].labels
@@ -325,7 +325,7 @@ def test_bad_requests_refused(control_plane: ControlPlane) -> None:
                 big.submit(job, 0.0)
             assert "1000" in str(err.value)
             assert await requests(kube) == {}
-        with pytest.raises(ApiError) as schema:
+        with pytest.raises(KubeError) as schema:
             await kube.request("POST", PR, {
                 "apiVersion": "autoscaling.x-k8s.io/v1", "kind": "ProvisioningRequest",
                 "metadata": {"name": "empty", "namespace": NS},

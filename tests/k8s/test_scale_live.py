@@ -15,7 +15,7 @@ import pytest
 from gpupool.k8s import slim
 from gpupool.k8s.events import COMBINED
 from gpupool.k8s.informer import Informer, object_key
-from gpupool.k8s.kube import ApiError, Kube
+from gpupool.k8s.kube import Kube, KubeError
 from gpupool.k8s.lease_thread import LeaseThread
 from gpupool.k8s.status import StatusWriter
 from tests.k8s.conftest import ControlPlane
@@ -145,7 +145,7 @@ def test_watch_line_longer_than_aiohttp_limit(control_plane: ControlPlane) -> No
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
             for name in ("big-1", "big-2"):
-                with contextlib.suppress(ApiError):
+                with contextlib.suppress(KubeError):
                     await kube.request("DELETE", f"{path}/{name}")
 
     live(control_plane, body)
@@ -162,7 +162,7 @@ def test_lease_held_while_the_main_loop_is_blocked(control_plane: ControlPlane) 
     async def body(kube: Kube) -> None:
         await ensure_namespace(kube, LEASE_NS)
         path = f"/apis/coordination.k8s.io/v1/namespaces/{LEASE_NS}/leases/scale"
-        with contextlib.suppress(ApiError):
+        with contextlib.suppress(KubeError):
             await kube.request("DELETE", path)
         started: list[str] = []
 

@@ -12,7 +12,7 @@ import pytest
 
 from gpupool.k8s import slim
 from gpupool.k8s.events import COMBINED, EventCorrelator
-from gpupool.k8s.kube import ApiError, _lines
+from gpupool.k8s.kube import KubeError, _lines
 from gpupool.k8s.podview import reduce
 from gpupool.k8s.replay_objects import realistic_node, realistic_pod
 from gpupool.k8s.translate import node_from_k8s
@@ -81,7 +81,7 @@ def test_watch_lines_of_five_megabytes() -> None:
 
 
 def test_watch_line_over_the_limit_is_an_api_error() -> None:
-    with pytest.raises(ApiError, match="longer than 1000 bytes"):
+    with pytest.raises(KubeError, match="longer than 1000 bytes"):
         asyncio.run(_collect(Chunks(b"x" * 5000, 512), limit=1000))
 
 

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from gpupool.config import load_queue_config
-from gpupool.k8s.kube import ApiError, Kube
+from gpupool.k8s.kube import Kube, KubeError
 from gpupool.k8s.main import default_config
 from tests.k8s.conftest import ControlPlane
 from tests.k8s.kit import (
@@ -277,7 +277,7 @@ def test_priority_preempts_and_waits_for_the_victim(control_plane: ControlPlane)
 
     async def body(kube: Kube) -> None:
         for name, value in (("gpupool-low", 10), ("gpupool-high", 1000)):
-            with contextlib.suppress(ApiError):
+            with contextlib.suppress(KubeError):
                 await kube.request("POST", classes, {
                     "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
                     "metadata": {"name": name}, "value": value})
@@ -299,7 +299,7 @@ def test_priority_preempts_and_waits_for_the_victim(control_plane: ControlPlane)
             async def low_gone() -> bool:
                 try:
                     await get_pod(kube, NS, "low")
-                except ApiError as exc:
+                except KubeError as exc:
                     return exc.status == 404
                 return False
 
@@ -312,7 +312,7 @@ def test_priority_preempts_and_waits_for_the_victim(control_plane: ControlPlane)
         async def drop() -> None:
             kube = await Kube.connect(control_plane.kubeconfig)
             for name in ("gpupool-low", "gpupool-high"):
-                with contextlib.suppress(ApiError):
+                with contextlib.suppress(KubeError):
                     await kube.request("DELETE", f"{classes}/{name}")
             await kube.close()
 

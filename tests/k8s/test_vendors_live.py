@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from gpupool.k8s.extender import serve_http
-from gpupool.k8s.kube import MERGE_PATCH, ApiError, Kube
+from gpupool.k8s.kube import MERGE_PATCH, Kube, KubeError
 from gpupool.k8s.main import default_config
 from gpupool.k8s.tls import make_certificates
 from tests.k8s.conftest import ControlPlane
@@ -168,7 +168,7 @@ def test_the_webhook_makes_a_pod_in_the_form_its_queue_admits(
                                 "env": {"HIP_VISIBLE_DEVICES": "auto"}}])
 
     async def body(kube: Kube) -> None:
-        with contextlib.suppress(ApiError):
+        with contextlib.suppress(KubeError):
             await kube.request("DELETE", f"{path}/gpupool-vendors-test")
         await kube.request("PATCH", f"/api/v1/namespaces/{NS}",
                            {"metadata": {"labels": {"gpupool.io/webhook-test": "vendors"}}},
@@ -206,7 +206,7 @@ def test_the_webhook_makes_a_pod_in_the_form_its_queue_admits(
                     p2["metadata"]["annotations"]["hami.io/dcu-devices-to-allocate"], "DCU")[0]
                 assert uuid == "DCU-w-0"
             finally:
-                with contextlib.suppress(ApiError):
+                with contextlib.suppress(KubeError):
                     await kube.request("DELETE", f"{path}/gpupool-vendors-test")
                 await server.cleanup()
 

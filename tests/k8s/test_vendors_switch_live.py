@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from gpupool.k8s.extender import serve_http
-from gpupool.k8s.kube import MERGE_PATCH, ApiError, Kube
+from gpupool.k8s.kube import MERGE_PATCH, Kube, KubeError
 from gpupool.k8s.main import default_config
 from gpupool.k8s.tls import make_certificates
 from tests.k8s.conftest import ControlPlane
@@ -64,7 +64,7 @@ def test_a_waiting_pod_is_made_again_in_the_form_that_fits_now(
     certs.write(tmp_path)
 
     async def body(kube: Kube) -> None:
-        with contextlib.suppress(ApiError):
+        with contextlib.suppress(KubeError):
             await kube.request("DELETE", f"{WEBHOOKS}/{NAME}")
         await kube.request("PATCH", f"/api/v1/namespaces/{NS}",
                            {"metadata": {"labels": {"gpupool.io/webhook-test": "switch"}}},
@@ -105,7 +105,7 @@ def test_a_waiting_pod_is_made_again_in_the_form_that_fits_now(
                 await delete_pod(kube, NS, "blocker")  # the DCU frees, the H100 does not
 
                 async def remade() -> dict[str, Any] | None:
-                    with contextlib.suppress(ApiError):
+                    with contextlib.suppress(KubeError):
                         p = await bound(kube, "waiter")
                         if p is not None and p["metadata"]["uid"] != \
                                 first["waiter"]["metadata"]["uid"]:
@@ -133,7 +133,7 @@ def test_a_waiting_pod_is_made_again_in_the_form_that_fits_now(
                 assert not owned["spec"].get("nodeName")
                 assert ctl.switcher.switched == 1
             finally:
-                with contextlib.suppress(ApiError):
+                with contextlib.suppress(KubeError):
                     await kube.request("DELETE", f"{WEBHOOKS}/{NAME}")
                 await server.cleanup()
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from gpupool.core import ConfigError, JobId, TraceError
-from gpupool.sim.engine import JobRecord
+from gpupool.sim.engine import JobOutcome
 from gpupool.sim.replay import (
     PLOT_FILE,
     REPORT_FILE,
@@ -173,14 +173,14 @@ def test_reason_kinds_name_what_was_short() -> None:
 
 
 def test_wait_reasons_group_by_usage_not_inventory() -> None:
-    def rec(name: str, reason: str) -> JobRecord:
-        return JobRecord(JobId(name), 0.0, 1, 1000, parks=1, first_reason=reason)
+    def rec(name: str, reason: str) -> JobOutcome:
+        return JobOutcome(JobId(name), 0.0, 1, 1000, parks=1, first_reason=reason)
 
     records = [
         rec("a", "0/3 nodes fit: 2 no A100 GPU, 1 fewer than 1 whole GPUs free"),
         rec("b", "0/3 nodes fit: 1 fewer than 2 whole GPUs free, 2 no A100 GPU"),
         rec("c", "0/3 nodes fit: 3 no A100 GPU"),
-        JobRecord(JobId("d"), 0.0, 1, 0),  # never parked
+        JobOutcome(JobId("d"), 0.0, 1, 0),  # never parked
     ]
     assert wait_reasons(records) == {"whole GPUs": 2, "GPU model": 1}
 

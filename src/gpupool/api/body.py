@@ -15,7 +15,7 @@ import yaml
 from fastapi import Request
 from pydantic import BaseModel, ValidationError
 
-from gpupool.api.errors import ApiError
+from gpupool.api.errors import HttpProblem
 
 MAX_BODY_BYTES = 1 << 20
 MAX_DEPTH = 64  # nesting of a request body
@@ -44,7 +44,7 @@ def _bounded(value: Any) -> Any:
         item, depth = stack.pop()
         count += 1
         if depth > MAX_DEPTH or count > MAX_VALUES:
-            raise ApiError(400, "BadRequest", f"the body is nested more than {MAX_DEPTH} deep "
+            raise HttpProblem(400, "BadRequest", f"the body is nested more than {MAX_DEPTH} deep "
                            f"or holds more than {MAX_VALUES:,} values (aliases expanded)")
         if isinstance(item, dict):
             stack.extend((v, depth + 1) for v in item.values())
@@ -59,7 +59,7 @@ def _json_form(value: Any) -> Any:
     try:
         return json.loads(json.dumps(value))
     except (TypeError, ValueError) as exc:
-        raise ApiError(400, "BadRequest", f"YAML with no JSON form: {exc}") from None
+        raise HttpProblem(400, "BadRequest", f"YAML with no JSON form: {exc}") from None
 
 
 async def read_body(request: Request) -> Any:
@@ -69,29 +69,29 @@ async def read_body(request: Request) -> Any:
     async for chunk in request.stream():
         raw += chunk
         if len(raw) > limit:
-            raise ApiError(413, "PayloadTooLarge", f"body is over the limit of {limit} bytes")
+            raise HttpProblem(413, "PayloadTooLarge", f"body is over the limit of {limit} bytes")
     ctype = request.headers.get("content-type", "application/json").split(";")[0].strip()
     if not raw.strip():
-        raise ApiError(400, "BadRequest", "the request has no body")
+        raise HttpProblem(400, "BadRequest", "the request has no body")
     try:
         if ctype in YAML_TYPES:
             return _json_form(_bounded(yaml.load(raw, Loader=_YamlLoader)))
         if ctype in ("application/json", "") or ctype.endswith("+json"):
             return _bounded(json.loads(raw))
     except RecursionError:  # the parser's own stack ran out first
-        raise ApiError(400, "BadRequest", f"the body is nested more than {MAX_DEPTH} "
+        raise HttpProblem(400, "BadRequest", f"the body is nested more than {MAX_DEPTH} "
                        "deep") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ApiError(400, "BadRequest", f"malformed JSON: {exc}") from None
+        raise HttpProblem(400, "BadRequest", f"malformed JSON: {exc}") from None
     except yaml.YAMLError as exc:
-        raise ApiError(400, "BadRequest", f"malformed YAML: {exc}") from None
-    raise ApiError(415, "UnsupportedMediaType", f"content type {ctype!r}: send "
+        raise HttpProblem(400, "BadRequest", f"malformed YAML: {exc}") from None
+    raise HttpProblem(415, "UnsupportedMediaType", f"content type {ctype!r}: send "
                    "application/json or application/yaml")
 
 
 def mapping(value: Any) -> dict[str, Any]:
     if not isinstance(value, dict):
-        raise ApiError(422, "InvalidRequest", f"the body must be a JSON object, not "
+        raise HttpProblem(422, "InvalidRequest", f"the body must be a JSON object, not "
                        f"{type(value).__name__}")
     return value
 
@@ -114,7 +114,7 @@ def validated(model: type[M], doc: dict[str, Any]) -> M:
             rule = f"unknown field; known fields: {known}"
         else:
             rule = first.get("msg", "invalid")
-        raise ApiError(422, "InvalidRequest", f"{where}={json.dumps(value, default=str)}: "
+        raise HttpProblem(422, "InvalidRequest", f"{where}={json.dumps(value, default=str)}: "
                        f"{rule}", {"field": where, "value": value, "rule": rule}) from None
 
 

@@ -15,7 +15,7 @@ from typing import Annotated, Any
 from fastapi import Depends, Request
 
 from gpupool.api.auth import Principal, Tokens
-from gpupool.api.errors import ApiError
+from gpupool.api.errors import HttpProblem
 from gpupool.control.plane import ControlPlane, JobRecord
 from gpupool.core.errors import NotFoundError
 
@@ -25,12 +25,12 @@ async def principal(request: Request) -> Principal:
     header = request.headers.get("authorization", "")
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
-        raise ApiError(401, "Unauthorized", "a bearer token is needed: "
+        raise HttpProblem(401, "Unauthorized", "a bearer token is needed: "
                        "Authorization: Bearer <token>", headers={"WWW-Authenticate": "Bearer"})
     tokens: Tokens = request.app.state.tokens
     who = tokens.principal(token.strip())
     if who is None:
-        raise ApiError(401, "Unauthorized", "the token is not known",
+        raise HttpProblem(401, "Unauthorized", "the token is not known",
                        headers={"WWW-Authenticate": "Bearer"})
     return who
 
@@ -40,7 +40,7 @@ Who = Annotated[Principal, Depends(principal)]
 
 async def admin(who: Who) -> Principal:
     if not who.is_admin:
-        raise ApiError(403, "Forbidden", f"{who.name} is a tenant; this needs the admin role")
+        raise HttpProblem(403, "Forbidden", f"{who.name} is a tenant; this needs the admin role")
     return who
 
 
@@ -84,11 +84,11 @@ def writable_namespace(who: Principal, doc: dict[str, Any], verb: str, *,
         doc.get("namespace") if top_level else None
     if ns is None and not who.is_admin:
         if len(who.namespaces) != 1:
-            raise ApiError(422, "InvalidRequest", "metadata.namespace is required: "
+            raise HttpProblem(422, "InvalidRequest", "metadata.namespace is required: "
                            f"this token covers {', '.join(sorted(who.namespaces))}",
                            {"field": "metadata.namespace", "value": None,
                             "rule": "is required: the token covers more than one"})
         ns = next(iter(who.namespaces))
     if isinstance(ns, str) and not who.sees(ns):
-        raise ApiError(403, "Forbidden", f"{who.name} may not {verb} namespace {ns}")
+        raise HttpProblem(403, "Forbidden", f"{who.name} may not {verb} namespace {ns}")
     return ns if isinstance(ns, str) else None

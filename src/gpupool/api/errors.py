@@ -47,8 +47,10 @@ RESPONSES: dict[int | str, dict[str, Any]] = {
         (503, "The state file could not be written"))}
 
 
-class ApiError(Exception):
-    """An HTTP-level refusal: no token, wrong role, a body too large or unreadable."""
+class HttpProblem(Exception):
+    """A problem the API answers at the HTTP level (no token, wrong role, a body too large or
+    unreadable): its status code and the error shape's ``error``, ``message`` and ``details``.
+    Domain errors (``GpupoolError``) are answered by their own handler, not raised as this."""
 
     def __init__(self, status: int, error: str, message: str,
                  details: dict[str, Any] | None = None,
@@ -81,8 +83,8 @@ def status_of(exc: GpupoolError) -> int:
 
 
 def install(app: FastAPI) -> None:
-    @app.exception_handler(ApiError)
-    async def _api(_: Request, exc: ApiError) -> JSONResponse:
+    @app.exception_handler(HttpProblem)
+    async def _api(_: Request, exc: HttpProblem) -> JSONResponse:
         return JSONResponse(body(exc.error, exc.message, exc.details), exc.status,
                             headers=exc.headers)
 

@@ -1,10 +1,10 @@
 """What a call to ``gpupool serve`` can fail with, as errors of gpupool's own tree.
 
 Every refusal the server answers carries one JSON shape, ``{"error", "message", "details"}``;
-the client turns it into an :class:`ApiError` once, at the boundary, choosing the class by
+the client turns it into a :class:`ResponseError` once, at the boundary, choosing the class by
 the status code and the server's error name::
 
-    ApiError (GpupoolError)                  status, error, message, details
+    ResponseError (GpupoolError)             status, error, message, details
      +-- RequestError                        4xx: the request must change (exit code 2)
      |    +-- BadRequest                     400 (also 413 PayloadTooLarge, 415 ...)
      |    +-- Unauthorized / Forbidden       401 no or unknown token / 403 not allowed
@@ -19,18 +19,22 @@ The classes that share a name with a core error subclass it, so ``except NotFoun
 written against the core catches the server's refusal too, and the one-line message that
 ``gpupool`` prints reads as the server wrote it:
 ``InvalidJobError: spec.podSets[0].gpu.milli=1500: should be less than or equal to 999``.
+
+``ApiError``, the root's earlier name, still imports (with a ``DeprecationWarning``).
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
 from gpupool.core import errors as core
 
 
-class ApiError(core.GpupoolError):
-    """A refusal from the server: its status code, error name, message and details."""
+class ResponseError(core.GpupoolError):
+    """An error response from the server (a refusal, or its failure): its status code, error
+    name, message and details."""
 
     def __init__(self, status: int, error: str, message: str,
                  details: Mapping[str, Any] | None = None) -> None:
@@ -41,7 +45,7 @@ class ApiError(core.GpupoolError):
         self.details: dict[str, Any] = dict(details or {})
 
 
-class RequestError(ApiError):
+class RequestError(ResponseError):
     """4xx: the request is wrong and sending it again will not help."""
 
 
@@ -97,7 +101,7 @@ class InvalidJobError(RequestError, core.InvalidJobError):
         self.job = None
 
 
-class ServerError(ApiError, core.AdapterError):
+class ServerError(ResponseError, core.AdapterError):
     """5xx: the server failed (a bug, or its disk); the request may succeed later."""
 
 
@@ -116,7 +120,7 @@ _BY_STATUS: dict[int, type[RequestError]] = {
 }
 
 
-def from_response(status: int, body: object, where: str) -> ApiError:
+def from_response(status: int, body: object, where: str) -> ResponseError:
     """The error for a response with a status of 400 or more.
 
     ``body`` is the decoded JSON (or the text when it was not JSON); ``where`` names the
@@ -141,3 +145,12 @@ def from_response(status: int, body: object, where: str) -> ApiError:
     if cls is BadRequest and error not in ("BadRequest", f"HTTP {status}"):
         message = f"{error}: {message}"
     return cls(status, error, message, details)
+
+
+def __getattr__(name: str) -> type[ResponseError]:
+    """``ApiError``: the earlier name of :class:`ResponseError`, deprecated."""
+    if name == "ApiError":
+        warnings.warn("gpupool.client.errors.ApiError is now ResponseError",
+                      DeprecationWarning, stacklevel=2)
+        return ResponseError
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

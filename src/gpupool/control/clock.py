@@ -5,6 +5,11 @@ The core counts time as a plain number of seconds; on the virtual cluster that n
 60``. The state file keeps the last cluster time and the wall time it was read at; after a
 restart the clock goes on from there, counting the time the service was down, so that jobs
 that would have ended meanwhile end at once and the others carry on.
+
+The service's throttles (how often the dashboard's history is sampled, wait estimates are
+refreshed, pending Elastic GPU claims are tried again) count wall seconds that never go back,
+read from ``Clock.monotonic``: not cluster time, so ``--speed`` does not make them run more
+often. Both sources are injected, so a test moves cluster time and the throttles by hand.
 """
 
 from __future__ import annotations
@@ -15,11 +20,13 @@ from collections.abc import Callable
 
 class Clock:
     def __init__(self, speed: float = 1.0, start_s: float = 0.0,
-                 wall: Callable[[], float] = time.time) -> None:
+                 wall: Callable[[], float] = time.time,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
         if not speed > 0:
             raise ValueError(f"speed={speed!r} must be more than zero")
         self.speed = float(speed)
         self._wall = wall
+        self._monotonic = monotonic
         self._origin_wall = wall()
         self._origin_s = float(start_s)
 
@@ -28,6 +35,11 @@ class Clock:
 
     def wall(self) -> float:
         return self._wall()
+
+    def monotonic(self) -> float:
+        """Wall seconds from a source that never goes back, for throttles (any origin: only
+        differences mean something)."""
+        return self._monotonic()
 
     def resume(self, last_s: float, last_wall: float) -> None:
         """Go on from a time recorded at ``last_wall``, counting the time since."""

@@ -1,10 +1,9 @@
 """Elastic GPU objects in ``gpupool serve``: classes, claims and ElasticGPUs, durable.
 
-``ElasticService`` keeps a ``Binder`` (``gpupool.core.elastic``) on the control plane's own
-cluster state, so claims and jobs never share a card, and writes every object the binder holds
-to the state file (``objects`` table: kinds ``ElasticGPUClass``, ``ElasticGPUClaim`` keyed
-``<namespace>/<name>``, ``ElasticGPU``) in the same step as the change, before the caller hears
-of it. A change whose write fails is undone: the binder is rebuilt from what the file holds.
+``ElasticService`` is what the API calls: each verb changes the ``Binder``
+(``gpupool.core.elastic``) that ``ElasticState`` (``control/elastic_state.py``) keeps on the
+control plane's own cluster state, so claims and jobs never share a card, and has the change
+written to the state file with its events in the same step, before the caller hears of it.
 
 It watches the plane (``ControlPlane.watchers``):
 
@@ -13,52 +12,42 @@ It watches the plane (``ControlPlane.watchers``):
   away (failed, deleted) fail and their claims are Lost;
 - a node that fails fails its ElasticGPUs (``Binder.node_removed``);
 - after a cycle, pending Immediate claims are tried again when jobs ended or every
-  ``RECONCILE_EVERY_S`` wall seconds.
+  ``RECONCILE_EVERY_S`` wall seconds (of the plane's ``Clock.monotonic``).
 
 Every method takes the plane's lock.
 """
 
 from __future__ import annotations
 
-import time
+import math
 from collections.abc import Iterable, Mapping
-from dataclasses import replace
 from typing import Any
 
 from gpupool.config.elastic import (
     claim_from_json,
-    claim_to_json,
     class_from_json,
-    class_to_json,
     gpu_from_json,
-    gpu_to_json,
 )
 from gpupool.control.elastic_documents import (
     API_GROUP,
     CLAIM,
     CLASS,
     GPU,
-    KINDS,
-    Key,
     flat,
     parse_classes,
 )
-from gpupool.control.journal import Changes
+from gpupool.control.elastic_state import ElasticState
 from gpupool.control.plane import ControlPlane, TickResult
 from gpupool.core.elastic import (
-    TASK_PREFIX,
     Binder,
     ClaimPhase,
     ElasticGPU,
     ElasticGPUClaim,
     ElasticGPUClass,
-    GpuPhase,
     Release,
     Source,
-    recover,
 )
 from gpupool.core.errors import ConfigError, ConflictError, NotFoundError
-from gpupool.core.model import JobId, TaskId
 from gpupool.core.scheduler import Scheduler
 from gpupool.store.sqlite import NewEvent
 
@@ -71,13 +60,19 @@ class ElasticService:
 
     def __init__(self, plane: ControlPlane) -> None:
         self.plane = plane
-        self._reconciled_at = 0.0
+        self._reconciled_at = -math.inf  # never
         with plane.lock:
-            saved = self._read_store()
-            self._saved: dict[Key, dict[str, Any]] = saved
-            self.binder = self._binder_for(plane.scheduler, saved)
+            self._state = ElasticState(plane)
             self._persist()
             plane.watchers.append(self)
+
+    @property
+    def binder(self) -> Binder:
+        return self._state.binder
+
+    def _persist(self, events: Iterable[NewEvent] = ()) -> None:
+        """Write what changed, with ``events``, in one transaction (undone if it fails)."""
+        self._state.persist(events)
 
     @classmethod
     def of(cls, plane: ControlPlane) -> ElasticService:
@@ -88,76 +83,6 @@ class ElasticService:
                     return w
             return cls(plane)
 
-    # -- state file and binder ----------------------------------------------------------------
-
-    def _read_store(self) -> dict[Key, dict[str, Any]]:
-        return {(k, n): dict(b) for k, n, b, _ in self.plane.store.objects() if k in KINDS}
-
-    def _objects(self) -> dict[Key, dict[str, Any]]:
-        b = self.binder
-        out: dict[Key, dict[str, Any]] = {}
-        out.update({(CLASS, c.name): class_to_json(c) for c in b.classes()})
-        out.update({(CLAIM, c.key): claim_to_json(c) for c in b.claims()})
-        out.update({(GPU, g.name): gpu_to_json(g) for g in b.gpus()})
-        return out
-
-    def _binder_for(self, sched: Scheduler, saved: Mapping[Key, Mapping[str, Any]]) -> Binder:
-        """A Binder on ``sched``'s state holding the objects of ``saved``, every ElasticGPU on
-        its card again. One on a node that is not there fails (its claim is Lost); one whose
-        card a job holds (never, unless the file was edited) fails too, with the reason."""
-        binder = sched.new_binder(class_from_json(body)
-                                  for (kind, _), body in sorted(saved.items()) if kind == CLASS)
-        claims = [claim_from_json(b, with_status=True) for (k, _), b in saved.items()
-                  if k == CLAIM]
-        gpus = [gpu_from_json(b) for (k, _), b in sorted(saved.items()) if k == GPU]
-        recover(binder, gpus, claims)
-        return binder
-
-    def _persist(self, events: Iterable[NewEvent] = ()) -> None:
-        """Write what changed since the last write, with ``events``, in one transaction; if
-        that fails, the binder goes back to what the file holds and the error goes on."""
-        self._fix_owners()
-        now = self._objects()
-        changed = {k: v for k, v in now.items() if self._saved.get(k) != v}
-        gone = [k for k in self._saved if k not in now]
-        events = list(events)
-        if not changed and not gone and not events:
-            return
-        try:
-            writes = Changes(events=events)
-            writes.objects.update(changed)
-            writes.objects.update((k, None) for k in gone)
-            self.plane.journal.commit(writes)
-        except BaseException:
-            self._forget_cards()
-            self.binder = self._binder_for(self.plane.scheduler, self._saved)
-            raise
-        self._saved = now
-
-    def _forget_cards(self) -> None:
-        state = self.binder.state
-        for p in list(state.placements()):
-            if p.task.startswith(TASK_PREFIX):
-                state.forget(p.task)
-
-    def _fix_owners(self) -> None:
-        """Each ElasticGPU's placement names its claim as its job (``elasticgpu/<claim key>``,
-        or ``elasticgpu/static`` while unbound), so the card view shows who holds it; an
-        ElasticGPU bound after it was made (a static one, a released one made available) is
-        moved to its claim here."""
-        state = self.binder.state
-        for g in self.binder.gpus():
-            if g.source is Source.REMOTE or g.phase is GpuPhase.FAILED:
-                continue
-            task = TaskId(f"{TASK_PREFIX}{g.name}")
-            p = state.placement(task)
-            want = JobId(f"{TASK_PREFIX}{g.claim_ref.key if g.claim_ref else 'static'}")
-            if p is None or p.job == want:
-                continue
-            state.forget(task)
-            state.assume(replace(p, job=want))
-            state.confirm(task)
-
     def _event(self, reason: str, kind: str, obj: str, message: str, namespace: str = "",
                warning: bool = False) -> NewEvent:
         return NewEvent(self.plane.clock.now(), "Warning" if warning else "Normal", reason,
@@ -166,7 +91,7 @@ class ElasticService:
     # -- watching the plane --------------------------------------------------------------------
 
     def scheduler_built(self, scheduler: Scheduler) -> None:
-        self.binder = self._binder_for(scheduler, self._objects())
+        self._state.rebuild(scheduler)
 
     def node_failed(self, name: str) -> None:
         lost = self.binder.node_removed(name)
@@ -177,7 +102,7 @@ class ElasticService:
     def ticked(self, result: TickResult) -> None:
         if not any(c.phase is ClaimPhase.PENDING for c in self.binder.claims()):
             return
-        wall = time.monotonic()
+        wall = self.plane.clock.monotonic()
         if not (result.finished or result.evicted) and \
                 wall - self._reconciled_at < RECONCILE_EVERY_S:
             return

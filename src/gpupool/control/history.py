@@ -1,9 +1,8 @@
 """What the dashboard reads over time: the queues' usage sampled once a second, and wait
-estimates refreshed at most once a second."""
+estimates refreshed at most once a second (seconds of the plane's ``Clock.monotonic``)."""
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING
 
 from gpupool.control.records import ESTIMATE_EVERY_S
@@ -15,7 +14,7 @@ if TYPE_CHECKING:
 
 def sample(plane: ControlPlane, now: float) -> None:
     """One point of the queues' usage over time, for the dashboard."""
-    plane._sampled_at = time.monotonic()
+    plane._sampled_at = plane.clock.monotonic()
     sched = plane.scheduler
     queues = {}
     for q in plane.config.cluster_queues:
@@ -34,7 +33,7 @@ def estimates(plane: ControlPlane) -> dict[JobId, tuple[int, float | None]]:
     """Queue position and estimated start of pending jobs, refreshed at most once a
     second (a shadow run of the queues)."""
     with plane.lock:
-        wall = time.monotonic()
+        wall = plane.clock.monotonic()
         if wall - plane._estimated_at >= ESTIMATE_EVERY_S:
             plane._estimates = plane.scheduler.estimates(plane.clock.now())
             plane._estimated_at = wall

@@ -58,7 +58,7 @@ def tick(plane: ControlPlane) -> TickResult:
         plane.last_tick = out
         for w in plane.watchers:
             w.ticked(out)
-        if time.monotonic() - plane._sampled_at >= HISTORY_EVERY_S:
+        if plane.clock.monotonic() - plane._sampled_at >= HISTORY_EVERY_S:
             history.sample(plane, now)
         return out
 

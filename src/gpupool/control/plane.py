@@ -22,6 +22,7 @@ below takes it. The core never sees two callers at once.
 
 from __future__ import annotations
 
+import math
 import threading
 from collections import deque
 from collections.abc import Mapping, Sequence
@@ -85,11 +86,11 @@ class ControlPlane:
         self.jobs: dict[str, JobRecord] = {}
         self.node_status: dict[str, dict[str, Any]] = {}  # name -> {"failed": bool}
         self._estimates: dict[JobId, tuple[int, float | None]] = {}
-        self._estimated_at = 0.0
+        self._estimated_at = -math.inf  # never (Clock.monotonic)
         self.cycles = 0
         self.last_tick: TickResult | None = None
         self.history: deque[dict[str, Any]] = deque(maxlen=HISTORY_KEPT)
-        self._sampled_at = 0.0
+        self._sampled_at = -math.inf  # never (Clock.monotonic)
         self.watchers: list[Watcher] = []
         self.cloud: Cloud | None = None
         self._cloud_spec, self._cloud_seed = cloud, cloud_seed

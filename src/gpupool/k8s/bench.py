@@ -50,7 +50,7 @@ from typing import Any
 import numpy as np
 
 from gpupool.core.errors import ConfigError
-from gpupool.k8s.kube import MERGE_PATCH, ApiError, Kube
+from gpupool.k8s.kube import MERGE_PATCH, Kube, KubeError
 from gpupool.k8s.kubescheduler import KubeScheduler, default_kubeconfig
 from gpupool.k8s.nodeagent import Fleet
 
@@ -94,11 +94,11 @@ def _pod(name: str, ns: str, scheduler: str, plain: bool = False) -> dict[str, A
 
 async def _cleanup(kube: Kube, ns: str) -> None:
     for space in (ns, _others(ns)):
-        with contextlib.suppress(ApiError):
+        with contextlib.suppress(KubeError):
             await kube.request("DELETE", f"/api/v1/namespaces/{space}/pods",
                                {"apiVersion": "v1", "kind": "DeleteOptions",
                                 "gracePeriodSeconds": 0})
-    with contextlib.suppress(ApiError):
+    with contextlib.suppress(KubeError):
         await kube.request("DELETE", "/api/v1/nodes",
                            params={"labelSelector": "gpupool.io/bench=true"})
     for _ in range(200):
@@ -160,7 +160,7 @@ async def run_bench(kubeconfig: str | None, nodes: int, gpus: int, pods: int, ns
     fleet: Fleet | None = None
     try:
         for space in (ns, _others(ns)):
-            with contextlib.suppress(ApiError):
+            with contextlib.suppress(KubeError):
                 await kube.request("POST", "/api/v1/namespaces", {
                     "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": space}})
         await _cleanup(kube, ns)
@@ -217,7 +217,7 @@ async def run_bench(kubeconfig: str | None, nodes: int, gpus: int, pods: int, ns
                             if len(bound) >= pods and "warmup" not in bound:
                                 done.set()
                                 return
-                except ApiError:
+                except KubeError:
                     await asyncio.sleep(0.1)
 
         watcher = asyncio.create_task(watch())
@@ -254,7 +254,7 @@ async def run_bench(kubeconfig: str | None, nodes: int, gpus: int, pods: int, ns
             await asyncio.wait_for(done.wait(), timeout_s)
         done.set()
         watcher.cancel()
-        with contextlib.suppress(asyncio.CancelledError, ApiError):
+        with contextlib.suppress(asyncio.CancelledError, KubeError):
             await watcher
         names = sorted(n for n in bound if n in created)
         lat = np.array([bound[n] - created[n] for n in names]) * 1000.0
@@ -298,7 +298,7 @@ async def run_bench(kubeconfig: str | None, nodes: int, gpus: int, pods: int, ns
                 proc.wait(10)
             except subprocess.TimeoutExpired:
                 proc.kill()
-        with contextlib.suppress(ApiError):
+        with contextlib.suppress(KubeError):
             await _cleanup(kube, ns)
         await kube.close()
 

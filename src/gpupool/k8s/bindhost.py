@@ -31,7 +31,7 @@ from gpupool.core.placement.registry import (
 )
 from gpupool.k8s.binding import BindItem, BindOutcome
 from gpupool.k8s.jobs import JobInfo
-from gpupool.k8s.kube import ApiError
+from gpupool.k8s.kube import KubeError
 from gpupool.k8s.parts import ControllerParts
 from gpupool.k8s.pods import ended
 from gpupool.k8s.translate import (
@@ -126,7 +126,7 @@ class BindHost(ControllerParts):
             return True
         try:
             await self.kube.request("GET", f"/api/v1/namespaces/{namespace}/pods/{name}")
-        except ApiError as exc:
+        except KubeError as exc:
             if exc.status == 404:
                 return False
             raise

@@ -55,7 +55,7 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 from gpupool.k8s.hami.devices import hami_labels
-from gpupool.k8s.kube import MERGE_PATCH, ApiError, Kube
+from gpupool.k8s.kube import MERGE_PATCH, Kube, KubeError
 from gpupool.k8s.nodelock import LockBusy, NodeLocks
 from gpupool.k8s.wakeup import wait_event
 
@@ -84,7 +84,7 @@ class RetryPolicy:
     max_s: float = 2.0
 
     @staticmethod
-    def transient(exc: ApiError) -> bool:
+    def transient(exc: KubeError) -> bool:
         return exc.status in (0, 429) or exc.status >= 500
 
     def delay(self, attempt: int) -> float:
@@ -246,7 +246,7 @@ class Binder:
                 if give_up is not None and time.monotonic() > give_up:
                     return BindOutcome.REFUSED
                 await wait_event(ev, self.lock_poll_s)
-            except ApiError as exc:
+            except KubeError as exc:
                 if not self.retry.transient(exc) and exc.status != 409:
                     raise
                 attempt += 1
@@ -263,7 +263,7 @@ class Binder:
             labelled = self._take_label(item)
             try:
                 why = await self._lock(item, lock_wait_s)
-            except ApiError as exc:
+            except KubeError as exc:
                 return BindOutcome.FAILED, f"locking node {item.node} failed: {exc}", None
             if why is BindOutcome.REFUSED:
                 return why, f"node {item.node} is locked for another pod's allocation", None
@@ -288,7 +288,7 @@ class Binder:
     async def _unlock(self, item: BindItem, ns: str, name: str) -> None:
         try:
             await self.locks.release(item.node, ns, name)
-        except ApiError as exc:
+        except KubeError as exc:
             log.warning("releasing the lock of node %s for %s: %s (it expires)", item.node,
                         item.key, exc)
 
@@ -377,7 +377,7 @@ class Binder:
                     await self.kube.request(
                         "POST", f"/api/v1/namespaces/{ns}/pods/{name}/binding", binding)
                 return BindOutcome.BOUND, "", None
-            except ApiError as exc:
+            except KubeError as exc:
                 if exc.status == 409:
                     return await self._conflict(item, ns, name, exc)
                 if exc.status == 404:
@@ -389,12 +389,12 @@ class Binder:
                 log.warning("binding %s to %s failed: %s", item.key, item.node, exc)
                 return BindOutcome.FAILED, f"binding to {item.node} failed: {exc.message}", None
 
-    async def _conflict(self, item: BindItem, ns: str, name: str, exc: ApiError
+    async def _conflict(self, item: BindItem, ns: str, name: str, exc: KubeError
                         ) -> tuple[BindOutcome, str, Mapping[str, Any] | None]:
         """A 409: read the pod back to tell "bound here already" from the rest."""
         try:
             pod = await self.kube.request("GET", f"/api/v1/namespaces/{ns}/pods/{name}")
-        except ApiError as exc2:
+        except KubeError as exc2:
             if exc2.status == 404:
                 return BindOutcome.GONE, "", None
             return BindOutcome.REFUSED, f"binding to {item.node} refused: {exc.message}", None
@@ -416,7 +416,7 @@ class Binder:
             version = "v1"
             try:
                 body = await self.kube.request("GET", "/api/v1")
-            except ApiError as exc:
+            except KubeError as exc:
                 log.warning("discovery of pods/eviction failed (%s): using policy/v1", exc)
                 return version
             for res in body.get("resources") or ():
@@ -441,7 +441,7 @@ class Binder:
                     await self.kube.request(
                         "POST", f"/api/v1/namespaces/{ns}/pods/{name}/eviction", body)
                 return True
-            except ApiError as exc:
+            except KubeError as exc:
                 if exc.status == 404:
                     on_gone(key)
                     return False

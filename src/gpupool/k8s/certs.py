@@ -29,7 +29,7 @@ from typing import Any
 from cryptography import x509
 
 from gpupool.core.errors import AdapterError
-from gpupool.k8s.kube import ApiError, Kube
+from gpupool.k8s.kube import Kube, KubeError
 from gpupool.k8s.tls import Certificates, make_certificates
 
 __all__ = ["bootstrap", "covers", "service_names"]
@@ -86,7 +86,7 @@ async def _certificates(kube: Kube, namespace: str, secret: str, names: Sequence
     for _ in range(3):
         try:
             obj: dict[str, Any] | None = await kube.request("GET", f"{path}/{secret}")
-        except ApiError as exc:
+        except KubeError as exc:
             if exc.status != 404:
                 raise AdapterError(f"reading Secret {namespace}/{secret} failed") from exc
             obj = None
@@ -102,7 +102,7 @@ async def _certificates(kube: Kube, namespace: str, secret: str, names: Sequence
             else:
                 body["metadata"]["resourceVersion"] = obj["metadata"]["resourceVersion"]
                 await kube.request("PUT", f"{path}/{secret}", body)
-        except ApiError as exc:
+        except KubeError as exc:
             if exc.status == 409:  # another replica wrote it first: read theirs
                 continue
             raise AdapterError(f"writing Secret {namespace}/{secret} failed") from exc
@@ -117,7 +117,7 @@ async def _ca_bundle(kube: Kube, webhook: str, ca_pem: bytes) -> None:
     for _ in range(3):
         try:
             obj = await kube.request("GET", f"{WEBHOOKS}/{webhook}")
-        except ApiError as exc:
+        except KubeError as exc:
             if exc.status == 404:
                 log.warning("MutatingWebhookConfiguration %s does not exist: caBundle not "
                             "set (apply deploy/webhook.yaml, then run certs again)", webhook)
@@ -131,7 +131,7 @@ async def _ca_bundle(kube: Kube, webhook: str, ca_pem: bytes) -> None:
             h.setdefault("clientConfig", {})["caBundle"] = bundle
         try:
             await kube.request("PUT", f"{WEBHOOKS}/{webhook}", obj)
-        except ApiError as exc:
+        except KubeError as exc:
             if exc.status == 409:
                 continue
             raise AdapterError(f"updating MutatingWebhookConfiguration {webhook} failed") \

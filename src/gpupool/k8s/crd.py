@@ -19,7 +19,7 @@ import logging
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from gpupool.k8s.kube import MERGE_PATCH, ApiError, Kube
+from gpupool.k8s.kube import MERGE_PATCH, Kube, KubeError
 
 if TYPE_CHECKING:
     from gpupool.k8s.controller import Controller
@@ -40,7 +40,7 @@ async def queue_documents(kube: Kube) -> tuple[list[dict[str, Any]], bool]:
     for kind, plural in CRD_KINDS.items():
         try:
             body = await kube.request("GET", f"/apis/{API}/{plural}")
-        except ApiError as exc:
+        except KubeError as exc:
             if exc.status == 404:
                 continue
             raise
@@ -139,7 +139,7 @@ class CrdStatus:
             try:
                 await self.kube.request("PATCH", path, {"status": status},
                                         content_type=MERGE_PATCH)
-            except ApiError as exc:
+            except KubeError as exc:
                 if exc.status != 404:
                     log.warning("status %s: %s", path, exc)
                 continue

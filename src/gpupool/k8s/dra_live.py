@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 
-from gpupool.k8s.kube import ApiError, Kube
+from gpupool.k8s.kube import Kube, KubeError
 
 __all__ = ["GROUP", "announce_dra", "dra_message", "dra_versions"]
 
@@ -23,7 +23,7 @@ async def dra_versions(kube: Kube) -> list[str]:
     """The ``resource.k8s.io`` versions the server serves (``[]``: none)."""
     try:
         group = await kube.request("GET", f"/apis/{GROUP}")
-    except ApiError as exc:
+    except KubeError as exc:
         if exc.status == 404:
             return []
         raise
@@ -44,7 +44,7 @@ async def announce_dra(kube: Kube) -> list[str]:
     """Logs whether DRA is served; the versions served."""
     try:
         versions = await dra_versions(kube)
-    except ApiError as exc:
+    except KubeError as exc:
         log.warning("could not tell whether %s is served: %s", GROUP, exc)
         return []
     log.info("%s", dra_message(versions))

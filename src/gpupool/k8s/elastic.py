@@ -75,7 +75,7 @@ from gpupool.k8s.elastic_objects import (
     resources_for,
 )
 from gpupool.k8s.informer import Informer, object_key
-from gpupool.k8s.kube import MERGE_PATCH, ApiError, Kube
+from gpupool.k8s.kube import MERGE_PATCH, Kube, KubeError
 from gpupool.k8s.translate import (
     BIND_PHASE,
     BIND_TIME,
@@ -287,7 +287,7 @@ class ElasticController:
                 await self.kube.request(method, path, body,
                                         content_type=MERGE_PATCH if method == "PATCH"
                                         else "application/json")
-            except ApiError as exc:
+            except KubeError as exc:
                 if not (exc.status == 404 and method in ("DELETE", "PATCH")) and \
                         exc.status != 409:
                     log.warning("%s %s: %s", method, path, exc)

@@ -41,7 +41,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from gpupool.k8s import projection
-from gpupool.k8s.kube import ApiError, Kube
+from gpupool.k8s.kube import Kube, KubeError
 from gpupool.k8s.slim import drop_managed_fields, strip
 
 __all__ = ["Handler", "Informer", "object_key"]
@@ -122,7 +122,7 @@ class Informer:
                     await asyncio.sleep(0)
                     if not token:
                         return fresh, version
-            except ApiError as exc:
+            except KubeError as exc:
                 if exc.status != 410 or not token:
                     raise
                 self.expired_lists += 1
@@ -199,7 +199,7 @@ class Informer:
                 finally:
                     self._watch_task = None
                 backoff = 0.2
-            except ApiError as exc:
+            except KubeError as exc:
                 if exc.status == 410:
                     log.info("%s: watch from %s is too old, listing again", self.name,
                              self.resource_version)
@@ -228,7 +228,7 @@ class Informer:
             obj = ev.get("object") or {}
             if kind == "ERROR":
                 code = int(obj.get("code") or 0)
-                raise ApiError(code, str(obj.get("reason", "")), str(obj.get("message", "")),
+                raise KubeError(code, str(obj.get("reason", "")), str(obj.get("message", "")),
                                f"WATCH {self.path}")
             rv = str((obj.get("metadata") or {}).get("resourceVersion", ""))
             if kind == "BOOKMARK":

@@ -6,7 +6,7 @@ dicts. Generated client models are not used: they cost time per object at the ra
 scheduler needs, and they fail to parse some answers (the Binding subresource's reply is a
 ``Status``, which the generated ``create_namespaced_binding`` tries to read as a Binding).
 
-Every failure becomes :class:`ApiError` (an ``AdapterError``) with the HTTP status, the
+Every failure becomes :class:`KubeError` (an ``AdapterError``) with the HTTP status, the
 API server's reason and message, and the request it answered.
 
 A watch is a stream of JSON lines, one event each. aiohttp's line reader refuses a line
@@ -29,15 +29,16 @@ from kubernetes_asyncio.client import Configuration
 
 from gpupool.core.errors import AdapterError
 
-__all__ = ["ApiError", "Kube", "load_configuration"]
+__all__ = ["Kube", "KubeError", "load_configuration"]
 
 JSON = "application/json"
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_PATCH = "application/strategic-merge-patch+json"
 
 
-class ApiError(AdapterError):
-    """The API server answered with an error (or could not be reached: ``status`` 0)."""
+class KubeError(AdapterError):
+    """The Kubernetes client's error: the API server answered with an error status (its
+    ``status``, ``reason`` and ``message``), or could not be reached (``status`` 0)."""
 
     def __init__(self, status: int, reason: str, message: str, request: str) -> None:
         self.status = status
@@ -107,7 +108,7 @@ class Kube:
                       params: Mapping[str, str] | None = None, content_type: str = JSON,
                       timeout_s: float = 30.0,
                       raw_filter: Callable[[bytes], bytes] | None = None) -> dict[str, Any]:
-        """One request; the answer as a dict (``{}`` when empty). ApiError on failure.
+        """One request; the answer as a dict (``{}`` when empty). KubeError on failure.
         ``raw_filter`` maps the answer's bytes before they are parsed."""
         raw = await self.request_raw(method, path, body, params=params,
                                      content_type=content_type, timeout_s=timeout_s)
@@ -118,7 +119,7 @@ class Kube:
     async def request_raw(self, method: str, path: str, body: object = None, *,
                           params: Mapping[str, str] | None = None,
                           content_type: str = JSON, timeout_s: float = 30.0) -> bytes:
-        """One request; the answer's bytes, unparsed. ApiError on failure."""
+        """One request; the answer's bytes, unparsed. KubeError on failure."""
         headers = {**await self._headers(), "Accept": JSON}
         data = None
         if body is not None:
@@ -134,7 +135,7 @@ class Kube:
                     raise _error(resp.status, raw.decode("utf-8", "replace"), what)
                 return raw
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-            raise ApiError(0, type(exc).__name__, str(exc) or "no answer", what) from exc
+            raise KubeError(0, type(exc).__name__, str(exc) or "no answer", what) from exc
 
     async def watch(self, path: str, params: Mapping[str, str],
                     raw_filter: Callable[[bytes], bytes] | None = None,
@@ -158,7 +159,7 @@ class Kube:
                         line = raw_filter(line)
                     yield json.loads(line) if parse is None else parse(line)
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-            raise ApiError(0, type(exc).__name__, str(exc) or "stream broken", what) from exc
+            raise KubeError(0, type(exc).__name__, str(exc) or "stream broken", what) from exc
 
 
 async def _lines(stream: aiohttp.StreamReader, max_bytes: int,
@@ -177,16 +178,16 @@ async def _lines(stream: aiohttp.StreamReader, max_bytes: int,
         if start:
             del buf[:start]
         if len(buf) > max_bytes:
-            raise ApiError(0, "LineTooLong", f"a watch event longer than {max_bytes} bytes",
+            raise KubeError(0, "LineTooLong", f"a watch event longer than {max_bytes} bytes",
                            what)
     if buf.strip():
         yield bytes(buf)
 
 
-def _error(status: int, text: str, what: str) -> ApiError:
+def _error(status: int, text: str, what: str) -> KubeError:
     try:
         body = json.loads(text)
-        return ApiError(status, str(body.get("reason", "")), str(body.get("message", text)),
+        return KubeError(status, str(body.get("reason", "")), str(body.get("message", text)),
                         what)
     except (json.JSONDecodeError, AttributeError):
-        return ApiError(status, "", text[:500], what)
+        return KubeError(status, "", text[:500], what)

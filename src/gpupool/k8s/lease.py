@@ -23,7 +23,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from gpupool.k8s.kube import ApiError, Kube
+from gpupool.k8s.kube import Kube, KubeError
 
 __all__ = ["LeaderElector", "micro_time"]
 
@@ -70,7 +70,7 @@ class LeaderElector:
             while True:
                 try:
                     await self._try()
-                except ApiError as exc:
+                except KubeError as exc:
                     log.warning("lease %s/%s: %s", self.namespace, self.name, exc)
                 if self._leading and not self.is_leader():
                     await self._stop()
@@ -91,7 +91,7 @@ class LeaderElector:
                 spec["holderIdentity"] = ""
                 spec["leaseDurationSeconds"] = 1
                 await self.kube.request("PUT", self.path, lease, timeout_s=self.timeout_s)
-        except ApiError as exc:
+        except KubeError as exc:
             log.warning("lease release: %s", exc)
         await self._stop()
 
@@ -119,7 +119,7 @@ class LeaderElector:
         started = time.monotonic()
         try:
             lease = await self.kube.request("GET", self.path, timeout_s=self.timeout_s)
-        except ApiError as exc:
+        except KubeError as exc:
             if exc.status != 404:
                 raise
             body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
@@ -129,7 +129,7 @@ class LeaderElector:
                 await self.kube.request(
                     "POST", f"/apis/coordination.k8s.io/v1/namespaces/{self.namespace}/leases",
                     body, timeout_s=self.timeout_s)
-            except ApiError as exc2:
+            except KubeError as exc2:
                 if exc2.status == 409:
                     return
                 raise
@@ -153,7 +153,7 @@ class LeaderElector:
             lease["spec"] = self._spec("", int(spec.get("leaseTransitions") or 0) + 1)
         try:
             await self.kube.request("PUT", self.path, lease, timeout_s=self.timeout_s)
-        except ApiError as exc:
+        except KubeError as exc:
             if exc.status == 409:
                 return  # another replica wrote first; look again next round
             raise

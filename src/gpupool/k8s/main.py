@@ -29,7 +29,7 @@ from gpupool.k8s.crd import API, CRD_KINDS, CrdStatus, queue_documents
 from gpupool.k8s.dra_live import announce_dra
 from gpupool.k8s.elastic import ElasticController
 from gpupool.k8s.informer import Informer
-from gpupool.k8s.kube import ApiError, Kube
+from gpupool.k8s.kube import Kube, KubeError
 from gpupool.k8s.kueue import KueueController, KueueSource
 from gpupool.k8s.provisioning import ProvisioningAdapter
 from gpupool.k8s.reconfigure import apply_config
@@ -149,7 +149,7 @@ async def _has_elastic_crds(kube: Kube) -> bool:
     try:
         await kube.request("GET", "/apis/elasticgpu.io/v1alpha1/elasticgpuclasses",
                            params={"limit": "1"})
-    except ApiError as exc:
+    except KubeError as exc:
         if exc.status == 404:
             return False
         raise
@@ -172,7 +172,7 @@ async def _apply_crds(kube: Kube, controller: Controller, changed: asyncio.Event
             log.error("gpupool.io queue objects: %s; the last configuration stays", exc)
             _mark_bad(controller, exc)
             continue
-        except ApiError as exc:
+        except KubeError as exc:
             log.warning("gpupool.io queue objects not read (%s); trying again", exc)
             changed.set()
             await asyncio.sleep(2.0)

@@ -16,7 +16,7 @@ from typing import Any
 
 from gpupool.k8s import slim
 from gpupool.k8s.informer import Informer
-from gpupool.k8s.kube import ApiError, Kube
+from gpupool.k8s.kube import Kube, KubeError
 
 __all__ = ["NAMESPACES", "Namespaces", "listable"]
 
@@ -30,7 +30,7 @@ async def listable(kube: Kube, path: str, what: str) -> bool:
     it may not)."""
     try:
         await kube.request("GET", path, params={"limit": "1"})
-    except ApiError as exc:
+    except KubeError as exc:
         if exc.status not in (403, 404):
             raise
         log.warning("%s are not listable (%s): %s", path, exc, what)

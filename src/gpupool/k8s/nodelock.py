@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpupool.core.errors import AdapterError
-from gpupool.k8s.kube import MERGE_PATCH, ApiError, Kube
+from gpupool.k8s.kube import MERGE_PATCH, Kube, KubeError
 
 __all__ = [
     "LOCK_ANNOTATION", "LOCK_EXPIRE_S", "LockBusy", "NodeLock", "NodeLocks", "format_lock",
@@ -141,7 +141,7 @@ class NodeLocks:
 
     async def acquire(self, node: str, namespace: str, name: str) -> None:
         """Takes the node's lock for pod ``namespace/name``. LockBusy when another pod's
-        lock is fresh; ApiError when the API server fails or the race is lost
+        lock is fresh; KubeError when the API server fails or the race is lost
         ``attempts`` times in a row."""
         obj = self.cached(node) or await self._get(node)
         for _ in range(self.attempts):
@@ -159,11 +159,11 @@ class NodeLocks:
                 await self._patch(node, version, format_lock(self.clock(), namespace, name))
                 self.taken += 1
                 return
-            except ApiError as exc:
+            except KubeError as exc:
                 if exc.status != 409:
                     raise
                 obj = await self._get(node)  # someone wrote the node: look again
-        raise ApiError(409, "Conflict", f"node lock for {namespace}/{name} lost the race "
+        raise KubeError(409, "Conflict", f"node lock for {namespace}/{name} lost the race "
                        f"{self.attempts} times", f"PATCH /api/v1/nodes/{node}")
 
     async def _stale(self, lock: NodeLock) -> bool:
@@ -185,7 +185,7 @@ class NodeLocks:
             try:
                 await self._patch(node, version, None)
                 return True
-            except ApiError as exc:
+            except KubeError as exc:
                 if exc.status != 409:
                     raise
         return False

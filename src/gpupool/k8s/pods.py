@@ -42,7 +42,7 @@ from gpupool.k8s.constraints import (
 from gpupool.k8s.hami.mig import mig_request
 from gpupool.k8s.informer import object_key
 from gpupool.k8s.jobs import JobInfo, job_for_pods
-from gpupool.k8s.kube import ApiError
+from gpupool.k8s.kube import KubeError
 from gpupool.k8s.parts import ControllerParts
 from gpupool.k8s.podaffinity import has_namespace_selector, pod_meta
 from gpupool.k8s.podview import REQUESTS, pod_usage
@@ -376,7 +376,7 @@ class PodEvents(ControllerParts):
         try:
             job = await self.kube.request(
                 "GET", f"/apis/batch/v1/namespaces/{gang.namespace}/jobs/{gang.job_owner}")
-        except ApiError as exc:
+        except KubeError as exc:
             log.warning("gang %s: Job %s: %s", gang.job_id, owner, exc)
             return
         self.job_sizes[owner] = int((job.get("spec") or {}).get("parallelism") or 1)

@@ -48,7 +48,7 @@ from gpupool.core.provisioning import (
     ProvisioningRequest,
 )
 from gpupool.k8s.informer import Informer, object_key
-from gpupool.k8s.kube import MERGE_PATCH, ApiError, Kube
+from gpupool.k8s.kube import MERGE_PATCH, Kube, KubeError
 from gpupool.k8s.provisioning_nodes import NodeBook, enough, fits, matching, pick
 from gpupool.k8s.provisioning_objects import (
     API,
@@ -156,7 +156,7 @@ class ProvisioningAdapter(TakeBack):
         tpl_path = f"/api/v1/namespaces/{req.namespace}/podtemplates"
         try:
             for i in range(len(req.pod_sets)):
-                with contextlib.suppress(ApiError):  # a template left by a former attempt
+                with contextlib.suppress(KubeError):  # a template left by a former attempt
                     await self.kube.request("DELETE", f"{tpl_path}/{template_name(req, i)}")
                 await self.kube.request("POST", tpl_path, pod_template(
                     req, self._first_pod(req, i), i, self.controller.opt.names))
@@ -164,7 +164,7 @@ class ProvisioningAdapter(TakeBack):
                                     request_object(req, self._parameters(req), flavor,
                                                    attempt))
             self.made.add(req.key)
-        except ApiError as exc:
+        except KubeError as exc:
             if exc.status != 409:
                 log.error("ProvisioningRequest %s not created: %s", req.key, exc)
                 self._fact("failed", req.key, f"not created: {exc.message}", "CreateFailed")
@@ -174,7 +174,7 @@ class ProvisioningAdapter(TakeBack):
                        CLASS_ANNOTATION: req.provisioning_class_name}
         for key in pods:
             ns, name = key.split("/", 1)
-            with contextlib.suppress(ApiError):
+            with contextlib.suppress(KubeError):
                 await self.kube.request("PATCH", f"/api/v1/namespaces/{ns}/pods/{name}",
                                         {"metadata": {"annotations": annotations}},
                                         content_type=MERGE_PATCH)
@@ -193,7 +193,7 @@ class ProvisioningAdapter(TakeBack):
                      *(f"/api/v1/namespaces/{ns}/podtemplates/{t}" for t in sorted(names))):
             try:
                 await self.kube.request("DELETE", path)
-            except ApiError as exc:
+            except KubeError as exc:
                 if exc.status != 404:
                     log.warning("deleting %s: %s", path, exc)
 
@@ -376,7 +376,7 @@ class ProvisioningAdapter(TakeBack):
             await self.kube.request("PATCH", _ns_path(ns, "provisioningrequests", name),
                                     {"metadata": {"annotations": {NODES_ANNOTATION: value}}},
                                     content_type=MERGE_PATCH)
-        except ApiError as exc:
+        except KubeError as exc:
             if exc.status != 404:
                 log.warning("ProvisioningRequest %s: nodes not recorded: %s", key, exc)
 

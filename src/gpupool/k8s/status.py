@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpupool.k8s.events import EventCorrelator, EventWrite
-from gpupool.k8s.kube import STRATEGIC_PATCH, ApiError, Kube
+from gpupool.k8s.kube import STRATEGIC_PATCH, Kube, KubeError
 from gpupool.k8s.lease import micro_time
 
 __all__ = ["StatusWriter", "WriteStats"]
@@ -200,7 +200,7 @@ class StatusWriter:
                     "lastTransitionTime": micro_time()[:19] + "Z"}]}},
                 content_type=STRATEGIC_PATCH)
             self.stats.conditions += 1
-        except ApiError as exc:
+        except KubeError as exc:
             if exc.status != 404:
                 log.warning("pod %s/%s status: %s", ns, name, exc)
         if item.event:
@@ -217,7 +217,7 @@ class StatusWriter:
                                         content_type=STRATEGIC_PATCH)
                 self.stats.events_repeated += 1
                 return
-            except ApiError as exc:
+            except KubeError as exc:
                 if exc.status != 404:
                     log.warning("event %s: %s", w.name, exc)
                     return
@@ -238,5 +238,5 @@ class StatusWriter:
             await self.kube.request("POST", path, body)
             self.events.created(w.key, name)
             self.stats.events_created += 1
-        except ApiError as exc:
+        except KubeError as exc:
             log.warning("event for %s: %s", w.involved.get("name"), exc)

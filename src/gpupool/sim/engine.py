@@ -51,18 +51,18 @@ from gpupool.core.table import NodeTable
 from gpupool.core.validation import Validator
 from gpupool.kernel import EventQueue
 from gpupool.sim.engine_records import (
+    ClusterSeries,
     Event,
     EventKind,
-    JobRecord,
+    JobOutcome,
     LogEntry,
-    Series,
     SimResult,
     percentiles,
 )
 from gpupool.sim.parked import NO_SLOTS, ParkedIndex, fifo
 
-__all__ = ["Engine", "Event", "EventKind", "JobRecord", "ProgressFn", "Series", "SimResult",
-           "percentiles"]
+__all__ = ["ClusterSeries", "Engine", "Event", "EventKind", "JobOutcome", "ProgressFn",
+           "SimResult", "percentiles"]
 
 
 ProgressFn = Callable[[float], None]
@@ -94,8 +94,8 @@ class Engine:
         self.progress = progress
         self.progress_every = max(1, progress_every)
         self.hints = hints
-        self.records: dict[JobId, JobRecord] = {}
-        self.series = Series()
+        self.records: dict[JobId, JobOutcome] = {}
+        self.series = ClusterSeries()
         self.log: list[LogEntry] = []
         self.cycles = 0
         self.offers = 0
@@ -219,7 +219,7 @@ class Engine:
         if job.id in self._jobs:
             raise ConfigError(f"job {job.id} is submitted twice")
         self._jobs[job.id] = job
-        rec = JobRecord(job.id, self.now, job.task_count, _job_gpu_milli(job, self.state.table))
+        rec = JobOutcome(job.id, self.now, job.task_count, _job_gpu_milli(job, self.state.table))
         self.records[job.id] = rec
         try:
             self._validator.check(job, self.state.table)

@@ -46,7 +46,7 @@ LogEntry = tuple[float, str, str, str]
 
 
 @dataclass(slots=True)
-class JobRecord:
+class JobOutcome:
     """What happened to one job. Times are simulated seconds."""
 
     id: JobId
@@ -72,8 +72,9 @@ class JobRecord:
 
 
 @dataclass(slots=True)
-class Series:
-    """One sample per batch, taken after its cycle: columns of equal length."""
+class ClusterSeries:
+    """The whole cluster's use, one sample per batch taken after its cycle: columns of equal
+    length."""
 
     time_s: list[float] = field(default_factory=list)
     gpu_used_milli: list[int] = field(default_factory=list)
@@ -104,15 +105,15 @@ class Series:
 
 @dataclass(slots=True)
 class SimResult:
-    records: dict[JobId, JobRecord]
-    series: Series
+    records: dict[JobId, JobOutcome]
+    series: ClusterSeries
     log: list[LogEntry]
     cycles: int
     offers: int  # jobs offered to run_cycle, over all cycles
     start_s: float
     end_s: float
 
-    def started(self) -> list[JobRecord]:
+    def started(self) -> list[JobOutcome]:
         return [r for r in self.records.values() if r.start_s is not None]
 
     def waits_s(self) -> npt.NDArray[np.float64]:

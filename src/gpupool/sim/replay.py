@@ -37,7 +37,7 @@ from gpupool.core.placement.registry import (
     OPENB_CARDS,
     builtin_registry,
 )
-from gpupool.sim.engine import Engine, JobRecord, ProgressFn, SimResult, percentiles
+from gpupool.sim.engine import Engine, JobOutcome, ProgressFn, SimResult, percentiles
 from gpupool.sim.openb import trace_typical_pods
 from gpupool.sim.traces.openb import POD_COLUMNS, POD_COLUMNS_SHORT, TracePod, to_job
 
@@ -236,7 +236,7 @@ INVENTORY_KINDS = frozenset({"GPU model", "node selector", "taints"})
 """Reasons that are facts of the nodes, not of their use: no waiting changes them."""
 
 
-def wait_reasons(records: Sequence[JobRecord]) -> Counter[str]:
+def wait_reasons(records: Sequence[JobOutcome]) -> Counter[str]:
     """Jobs that waited, counted by what was short when they were first parked.
 
     Nodes ruled out by inventory (another GPU model, labels, taints) are left out of the

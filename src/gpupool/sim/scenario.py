@@ -17,7 +17,8 @@ This module is the public entry; each concept has its own module:
 ``scenario_load.py``        the file: :func:`load_scenario`, :func:`parse_scenario`
 ``scenario_jobs.py``        :func:`generate_jobs`: the jobs of one seed, in submission order
 ``scenario_run.py``         :func:`simulate`: the run loop on the simulation kernel
-``scenario_results.py``     what a run produced: ``RunResult``, ``JobRun``, ``Eviction``, ``Series``
+``scenario_results.py``     what a run produced: ``RunResult``, ``JobRun``, ``Eviction``,
+                            ``QueueSeries``
 ``scenario_targets.py``     what a scenario promises (``spec.targets``)
 ``scenario_report.py``      the report: summary, tables, plots
 ==========================  =====================================================================
@@ -40,12 +41,12 @@ from gpupool.sim.scenario_model import (
     Stream,
     Tenant,
 )
-from gpupool.sim.scenario_results import Eviction, JobRun, RunResult, Series, gpu_entitlement
+from gpupool.sim.scenario_results import Eviction, JobRun, QueueSeries, RunResult, gpu_entitlement
 from gpupool.sim.scenario_run import CycleObserver, ProgressFn, ScenarioRun, simulate
 
 __all__ = [
     "DEFAULT_ESTIMATE_EVERY_S", "DEFAULT_GRACE_S", "DEFAULT_INTERVAL_S", "SCENARIO_KIND",
     "CycleObserver", "Eviction", "ExplicitJob", "JobRun", "JobSource", "ProgressFn",
-    "RunResult", "Scenario", "ScenarioRun", "Series", "Shape", "Stream", "Tenant",
+    "QueueSeries", "RunResult", "Scenario", "ScenarioRun", "Shape", "Stream", "Tenant",
     "generate_jobs", "gpu_entitlement", "load_scenario", "parse_scenario", "simulate",
 ]

@@ -17,7 +17,7 @@ from gpupool.sim.scenario_model import Scenario
 if TYPE_CHECKING:
     from gpupool.cloud.region import CloudRun
 
-__all__ = ["Eviction", "JobRun", "RunResult", "Series", "gpu_entitlement"]
+__all__ = ["Eviction", "JobRun", "QueueSeries", "RunResult", "gpu_entitlement"]
 
 
 @dataclass(slots=True)
@@ -66,7 +66,7 @@ class Eviction:
 
 
 @dataclass(slots=True)
-class Series:
+class QueueSeries:
     """GPU milli allocated per queue and per user, sampled after every batch of events and
     every cycle."""
 
@@ -95,7 +95,7 @@ class RunResult:
     scenario: Scenario
     seed: int
     jobs: dict[JobId, JobRun]
-    series: Series
+    series: QueueSeries
     evictions: list[Eviction]
     partial_gang_placements: int
     cycles: int

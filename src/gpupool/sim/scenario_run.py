@@ -35,7 +35,7 @@ from gpupool.core.quota import Resource
 from gpupool.kernel import EventQueue
 from gpupool.sim.scenario_jobs import JobSource, generate_jobs
 from gpupool.sim.scenario_model import Scenario
-from gpupool.sim.scenario_results import Eviction, JobRun, RunResult, Series, gpu_entitlement
+from gpupool.sim.scenario_results import Eviction, JobRun, QueueSeries, RunResult, gpu_entitlement
 
 if TYPE_CHECKING:
     from gpupool.cloud.region import Cloud
@@ -100,7 +100,7 @@ class ScenarioRun:
         users = sorted({j.user for j in jobs})
         self.uindex = {u: i for i, u in enumerate(users)}
         self.used_by_user = [0] * len(users)
-        self.series = Series(self.queues, users)
+        self.series = QueueSeries(self.queues, users)
         self.evictions: list[Eviction] = []
         self.partial = 0
         self.cycles = 0

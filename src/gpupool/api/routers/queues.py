@@ -13,7 +13,7 @@ from starlette.concurrency import run_in_threadpool
 
 from gpupool.api.body import body_schema, model_schema, object_body
 from gpupool.api.deps import Admin, Plane, Who, seen
-from gpupool.api.errors import ApiError
+from gpupool.api.errors import HttpProblem
 from gpupool.api.models.base import Deleted, KubeObject
 from gpupool.api.models.queues import STATUS_MODELS, Written
 from gpupool.control import views
@@ -37,14 +37,14 @@ def same_name(doc: dict[str, Any], name: str, namespace: str | None = None) -> N
     """The body's metadata names the object of the path (filled in where it names none)."""
     meta = doc.setdefault("metadata", {})
     if not isinstance(meta, dict):
-        raise ApiError(422, "InvalidRequest", "metadata must be an object",
+        raise HttpProblem(422, "InvalidRequest", "metadata must be an object",
                        {"field": "metadata", "value": meta, "rule": "must be an object"})
     if meta.setdefault("name", name) != name:
-        raise ApiError(422, "InvalidRequest", f"metadata.name={meta['name']!r} does not match "
+        raise HttpProblem(422, "InvalidRequest", f"metadata.name={meta['name']!r} does not match "
                        f"the path ({name})", {"field": "metadata.name", "value": meta["name"],
                                               "rule": f"must match the path ({name})"})
     if namespace is not None and meta.setdefault("namespace", namespace) != namespace:
-        raise ApiError(422, "InvalidRequest", f"metadata.namespace={meta['namespace']!r} does "
+        raise HttpProblem(422, "InvalidRequest", f"metadata.namespace={meta['namespace']!r} does "
                        f"not match the path ({namespace})", {
                            "field": "metadata.namespace", "value": meta["namespace"],
                            "rule": f"must match the path ({namespace})"})

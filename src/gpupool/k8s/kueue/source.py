@@ -39,7 +39,7 @@ from gpupool.config.documents import field_text
 from gpupool.core.errors import ConfigError, ConflictError
 from gpupool.core.quota import QueueConfig
 from gpupool.k8s.informer import Informer
-from gpupool.k8s.kube import MERGE_PATCH, ApiError, Kube
+from gpupool.k8s.kube import MERGE_PATCH, Kube, KubeError
 from gpupool.k8s.kueue.objects import GROUP, KINDS, Built, Key, QueueObjects
 from gpupool.k8s.kueue.pods import KueueController
 from gpupool.k8s.lease import micro_time
@@ -62,7 +62,7 @@ async def served_version(kube: Kube) -> tuple[str, dict[str, str]] | None:
     queue kinds it serves; None when the group is not served (Kueue is not installed)."""
     try:
         group = await kube.request("GET", f"/apis/{GROUP}")
-    except ApiError as exc:
+    except KubeError as exc:
         if exc.status == 404:
             return None
         raise
@@ -78,7 +78,7 @@ async def served_version(kube: Kube) -> tuple[str, dict[str, str]] | None:
         try:  # may this service account read them? (RBAC: deploy/)
             await kube.request("GET", f"/apis/{GROUP}/{version}/{plural}",
                                params={"limit": "1"})
-        except ApiError as exc:
+        except KubeError as exc:
             if exc.status != 403:
                 raise
             log.warning("Kueue's %s are served but not readable (%s): left out", plural, exc)
@@ -283,7 +283,7 @@ class KueueSource:
                 await self._write_status(key, want)
                 for ev in events:
                     await self._event(key, *ev)
-            except ApiError as exc:
+            except KubeError as exc:
                 if exc.status != 404:
                     log.warning("Kueue %s %s: %s", key[0], key[1], exc)
                 continue
@@ -325,10 +325,10 @@ class KueueSource:
                     {"metadata": {"resourceVersion": meta.get("resourceVersion")},
                      "status": {"conditions": conditions}}, content_type=MERGE_PATCH)
                 return
-            except ApiError as exc:
+            except KubeError as exc:
                 if exc.status != 409:
                     raise
-        raise ApiError(409, "Conflict", "status kept changing under gpupool's write",
+        raise KubeError(409, "Conflict", "status kept changing under gpupool's write",
                        f"PATCH {path}/status")
 
     async def _event(self, key: Key, type_: str, reason: str, message: str) -> None:

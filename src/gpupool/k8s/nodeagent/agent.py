@@ -31,7 +31,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from gpupool.core.errors import GpupoolError
-from gpupool.k8s.kube import MERGE_PATCH, ApiError
+from gpupool.k8s.kube import MERGE_PATCH, KubeError
 from gpupool.k8s.nodeagent.devices import devices_of
 from gpupool.k8s.nodeagent.kubelet import (
     Rejection,
@@ -223,7 +223,7 @@ class NodeAgent:
 
     async def _status(self, pod: Mapping[str, Any], status: dict[str, Any]) -> None:
         meta = obj_meta(pod)
-        with contextlib.suppress(ApiError):
+        with contextlib.suppress(KubeError):
             await self.kube.request(
                 "PATCH", f"/api/v1/namespaces/{meta.get('namespace')}/pods/"
                 f"{meta.get('name')}/status",
@@ -234,7 +234,7 @@ class NodeAgent:
         await self._status(pod, rejected_status(rejection))
         meta = obj_meta(pod)
         ns = str(meta.get("namespace", "default"))
-        with contextlib.suppress(ApiError):
+        with contextlib.suppress(KubeError):
             await self.kube.request("POST", f"/api/v1/namespaces/{ns}/events", {
                 "apiVersion": "v1", "kind": "Event",
                 "metadata": {"generateName": f"{meta.get('name')}.", "namespace": ns},
@@ -279,7 +279,7 @@ class NodeAgent:
         while True:
             node = self.fleet.nodes.get(self.name) or {}
             text = (obj_meta(node).get("annotations") or {}).get(self.devices.register, "")
-            with contextlib.suppress(ApiError):
+            with contextlib.suppress(KubeError):
                 await self.plugin.register(text)
             await asyncio.sleep(self.fleet.register_interval_s)
 

@@ -34,7 +34,7 @@ from gpupool.k8s.hami.mig import (
     encode_mig_allocations,
     overlaps,
 )
-from gpupool.k8s.kube import MERGE_PATCH, STRATEGIC_PATCH, ApiError, Kube
+from gpupool.k8s.kube import MERGE_PATCH, STRATEGIC_PATCH, Kube, KubeError
 from gpupool.k8s.nodeagent import hami
 from gpupool.k8s.nodeagent.devices import NVIDIA_DEVICES, AgentDevices
 from gpupool.k8s.nodeagent.hami import Device
@@ -96,7 +96,7 @@ class HamiDevicePlugin:
                         "GET", f"/api/v1/namespaces/{value.namespace}/pods/{value.name}")
             listed = await self.kube.request("GET", "/api/v1/pods", params={
                 "fieldSelector": f"spec.nodeName={self.node}"})
-        except (ApiError, hami.ProtocolError) as exc:
+        except (KubeError, hami.ProtocolError) as exc:
             raise AllocateError(str(exc)) from exc
         pod = hami.first_pending(listed.get("items") or [], self.node)
         if pod is None:
@@ -125,14 +125,14 @@ class HamiDevicePlugin:
         if MIG_ALLOCATIONS in _ann(current):
             try:
                 await self._realize_mig(current, slot)
-            except (AllocateError, ApiError, TranslateError) as exc:
+            except (AllocateError, KubeError, TranslateError) as exc:
                 await self._finish(current, hami.FAILED)
                 raise AllocateError(str(exc)) from exc
         ns, name = _key(current)
         try:
             await self._patch_pod(ns, name, {self.devices.to_allocate:
                                              hami.erase_next(text, self.device_type)})
-        except ApiError as exc:
+        except KubeError as exc:
             await self._finish(current, hami.FAILED)
             raise AllocateError(str(exc)) from exc
         await self._try_success(current)
@@ -192,7 +192,7 @@ class HamiDevicePlugin:
         ns, name = _key(pod)
         try:
             fresh = await self.kube.request("GET", f"/api/v1/namespaces/{ns}/pods/{name}")
-        except ApiError:
+        except KubeError:
             return
         if hami.allocation_done(_ann(fresh).get(self.devices.to_allocate, ""),
                                 self.device_type):
@@ -200,7 +200,7 @@ class HamiDevicePlugin:
 
     async def _finish(self, pod: Mapping[str, Any], phase: str) -> None:
         ns, name = _key(pod)
-        with contextlib.suppress(ApiError):
+        with contextlib.suppress(KubeError):
             await self._patch_pod(ns, name, {hami.BIND_PHASE: phase})
         await self.release_lock(ns, name)
 
@@ -211,7 +211,7 @@ class HamiDevicePlugin:
         next pod its lock."""
         try:
             node = await self.kube.request("GET", f"/api/v1/nodes/{self.node}")
-        except ApiError:
+        except KubeError:
             return
         value = _ann(node).get(hami.NODE_LOCK)
         if not value or not hami.lock_names(value, ns, name):
@@ -225,7 +225,7 @@ class HamiDevicePlugin:
                     "metadata": {"annotations": {hami.NODE_LOCK: None},
                                  "resourceVersion": rv}}, content_type=MERGE_PATCH)
                 return
-            except ApiError as exc:
+            except KubeError as exc:
                 self.errors.append(f"releasing the lock for {ns}/{name}: {exc}")
                 await asyncio.sleep(delay)
                 delay *= 2

@@ -40,7 +40,7 @@ from gpupool.core.errors import InvalidJobError, NotFoundError
 from gpupool.core.model import Alternative
 from gpupool.k8s.hami.requests import ResourceNames
 from gpupool.k8s.jobs import job_for_pods
-from gpupool.k8s.kube import ApiError, Kube
+from gpupool.k8s.kube import Kube, KubeError
 from gpupool.k8s.translate import pod_job_id
 from gpupool.k8s.vendors.overlay import (
     ALTERNATIVE,
@@ -197,7 +197,7 @@ class FormSwitcher:
                 try:
                     await kube.request("POST", path, body)
                     break
-                except ApiError as exc:
+                except KubeError as exc:
                     if exc.status != 409 or attempt == CREATE_TRIES - 1:
                         log.error("%s deleted to switch its form, but not made again: %s; "
                                   "its body was %s", key, exc, json.dumps(body))
@@ -206,7 +206,7 @@ class FormSwitcher:
             self.switched += 1
             log.info("%s made again as %s", key, alt.name if alt else "its own form")
             return True
-        except ApiError as exc:
+        except KubeError as exc:
             if exc.status not in (404, 409):
                 log.warning("%s: switching its form failed: %s", key, exc)
             return False
