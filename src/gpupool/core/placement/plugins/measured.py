@@ -207,13 +207,14 @@ class TargetLoadPacking:
         if load is None or req.kind is not GpuKind.WHOLE:
             return np.zeros(rows.size, np.float64)
         t = cs.table
+        busy = load.node_load(t, rows)
         total = np.maximum(t.milli_total.take(rows), 1)
-        u = (load.node_load(t, rows) + req.count * WHOLE_GPU_MILLI) * (100.0 / total)
+        u = 100.0 * (busy + req.count * WHOLE_GPU_MILLI) / total
         target = self.target_pct
-        # rising (100 - T) * U / T + T up to the target, falling T * (100 - U) / (100 - T)
-        score = np.where(u <= target, u * ((100.0 - target) / target) + target,
-                         (100.0 - u) * (target / (100.0 - target)))
-        return np.asarray(np.floor(score.clip(0.0, 100.0)), np.float64)
+        rising = (100.0 - target) * u / target + target
+        falling = target * (100.0 - u) / (100.0 - target)
+        return np.asarray(np.floor(np.where(u <= target, rising, falling).clip(0.0, 100.0)),
+                          np.float64)
 
 
 @dataclass(frozen=True, slots=True)
