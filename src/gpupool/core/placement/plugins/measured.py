@@ -173,7 +173,8 @@ class HotCardSpread:
             rest = np.flatnonzero(~cool)
             if not rest.size:
                 return out
-            coolest = _row_min(np.where(fits[rest], load_now[rest], np.inf)) + req.gpu_milli
+            coolest = _row_min(np.where(fits.take(rest, 0), load_now.take(rest, 0),
+                                        np.inf)) + req.gpu_milli
         else:
             rest = np.arange(rows.size)
             pred = np.where(fits, load_now, np.inf)
