@@ -24,7 +24,7 @@ def _run(measured: bool) -> tuple[Scheduler, SimMeasuredUse | None]:
                                "actualUse": {"finetune": {"compute": "190%"},
                                              "*": {"compute": [10, 40], "memory": "50%"}}})
     sources = {JobId("ft"): Src("finetune"), JobId("nb"): Src("notebooks")}
-    hook = SimMeasuredUse(spec, sources, seed=1, nodes=nodes) if measured else None
+    hook = SimMeasuredUse(spec, sources, seed=1) if measured else None
     sched = Scheduler(nodes, queue_config({"default": 2}),
                       profile=hook.profile if hook else None)
     if hook:
@@ -63,7 +63,7 @@ def test_a_sim_run_places_a_notebook_off_the_card_a_fine_tune_keeps_busy() -> No
 def test_hot_card_time_is_integrated_between_samples() -> None:
     nodes = [node("n1", gpu=1)]
     spec = parse_measured_use({"actualUse": {"*": {"compute": "190%"}}})
-    hook = SimMeasuredUse(spec, {}, seed=1, nodes=nodes)
+    hook = SimMeasuredUse(spec, {}, seed=1)
     sched = Scheduler(nodes, queue_config({"default": 1}))  # by requests: both on one card
     sched.submit(job("a", gpu=share(500, 1000)), 0.0)
     sched.submit(job("b", gpu=share(500, 1000)), 0.0)

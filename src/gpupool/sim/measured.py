@@ -55,6 +55,8 @@ class _Source(Protocol):
 class _State(Protocol):
     def placements(self) -> Iterable[Placement]: ...
 
+    def nodes(self) -> list[Node]: ...
+
 
 class _Scheduler(Protocol):
     def use_measurements(self, model: LoadModel | None) -> None: ...
@@ -136,8 +138,8 @@ def parse_measured_use(doc: object, where: str = "spec.measuredUse") -> Measured
 class SimMeasuredUse:
     """One run's measured use: the jobs' profiles, the load model and what it measures."""
 
-    def __init__(self, spec: MeasuredSpec, sources: Mapping[JobId, _Source], seed: int,
-                 nodes: Iterable[Node]) -> None:
+    def __init__(self, spec: MeasuredSpec, sources: Mapping[JobId, _Source], seed: int
+                 ) -> None:
         self.spec = spec
         self.model = LoadModel(spec.settings)
         self.profile: Profile = measured_profile(hot_pct=spec.hot_pct,
@@ -145,8 +147,6 @@ class SimMeasuredUse:
         self._sources = sources
         self._seed = seed
         self._use: dict[str, UseProfile] = {}
-        self._cards = [(n.name, g.index, g.memory_mib) for n in nodes for g in n.gpus
-                       if g.healthy and not g.mig]
         self._last_s: float | None = None
         self._hot = 0
         self._over = 0
@@ -185,7 +185,9 @@ class SimMeasuredUse:
         self._last_s = now_s
         out = []
         hot = over = 0
-        for node, gpu, card_mib in self._cards:
+        cards = [(n.name, g.index, g.memory_mib) for n in scheduler.state.nodes()
+                 for g in n.gpus if g.healthy and not g.mig]  # nodes come and go (cloud)
+        for node, gpu, card_mib in cards:
             u = use.get((NodeName(node), gpu))
             util = u.util_pct if u is not None else 0.0
             used = min(card_mib, round(u.memory_mib)) if u is not None else 0
