@@ -237,29 +237,37 @@ class MeasuredCards:
         if load is None or req.kind not in (GpuKind.SLICE, GpuKind.WHOLE):
             return BestFitCards().choose_cards(cs, task, row)
         t = cs.table
-        one = np.asarray([row], np.int64)
         if req.kind is GpuKind.WHOLE:
-            idle = [int(g) for g in np.flatnonzero(_whole_cells(cs, load, req, one)[0])]
+            ok = (t.free_milli[row] == WHOLE_GPU_MILLI) & (t.used_mib[row] == 0) \
+                & load.idle[row]
+            allowed = card_mask(cs, req)
+            if allowed is not None:
+                ok &= allowed[row]
+            idle = np.flatnonzero(ok).tolist()
             if len(idle) < req.count:
                 return None
             peers = {g.index: frozenset(g.nvlink_peers) for g in t.nodes[row].gpus
                      if g.nvlink_peers}
             return tuple(GpuShare(g, WHOLE_GPU_MILLI, int(t.gpu_mem_cap[row, g]))
                          for g in nvlink_group(idle, peers, req.count))
-        fits = _slice_cells(cs, load, req, one)[0]
+        fits = _slice_cells(cs, load, req, np.asarray([row], np.int64))[0]
         cands = [int(g) for g in np.flatnonzero(fits)]
         if len(cands) < req.cards:
             return None
-        pred = load.load(t, one)[0] + req.gpu_milli
+        # one row: its cells as Python lists (numpy's per-call cost would dominate)
+        pred = (load.load_offset[row] + t.used_milli[row] + req.gpu_milli).tolist()
         hot = self.hot_pct * WHOLE_GPU_MILLI / 100.0
         cool = [g for g in cands if pred[g] <= hot]
         if len(cool) >= req.cards:
             # A clean card (free by request and idle as measured) is broken last: whole-GPU
             # work can use it, while a card holding memory outside the requests cannot.
-            clean = set(np.flatnonzero(_whole_cells(cs, load, GpuRequest(count=1), one)[0])
-                        .tolist())
-            chosen = sorted(cool, key=lambda g: (g in clean, t.free_milli[row, g],
-                                                 t.free_mib[row, g], g))
+            free_milli = t.free_milli[row].tolist()
+            free_mib = t.free_mib[row].tolist()
+            used_mib = t.used_mib[row].tolist()
+            idle = load.idle[row].tolist()
+            chosen = sorted(cool, key=lambda g: (
+                free_milli[g] == WHOLE_GPU_MILLI and used_mib[g] == 0 and idle[g],
+                free_milli[g], free_mib[g], g))
         else:
             chosen = sorted(cands, key=lambda g: (pred[g], g))
         picked = sorted(chosen[: req.cards])
