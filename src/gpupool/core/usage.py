@@ -130,9 +130,6 @@ class CardReading:
 
 
 _COLUMNS = ("last_s", "last_util", "last_used", "last_free", "agg_util", "est_milli", "est_mib")
-_CHANGE_LOG = 4096
-"""Cards whose estimate changed are logged for the views to patch; past this many, the log
-starts again and views behind it rebuild whole."""
 _VIEWS = 4
 """Tables with a view kept (the scheduler's snapshot, the state's table, a bench's)."""
 
@@ -142,7 +139,7 @@ class LoadModel:
 
     Each card's aggregates are kept in numpy columns (one slot a card) and recomputed only
     when its samples change; the views (:class:`CardLoad`) read those columns and patch only
-    the cards whose estimate changed since they were last brought up to date.
+    the cards whose estimate changed (told as it changes) and the rows the table moved.
     """
 
     last_s: F64
@@ -164,9 +161,6 @@ class LoadModel:
         """Why the last read of the source failed ("" when it succeeded)."""
         self.revision = 0
         """Bumped by every change that moves every card's view (a read, a failure)."""
-        self._changes: list[int] = []
-        self.changes_base = 0
-        """Position of the first entry of the change log (views before it rebuild whole)."""
         self._views: dict[int, CardLoad] = {}
         self.samples_total = 0
         self.last_read_s: float | None = None
@@ -188,20 +182,6 @@ class LoadModel:
 
     def card_key(self, slot: int) -> tuple[NodeName, int]:
         return self._keys[slot]
-
-    @property
-    def changes_end(self) -> int:
-        return self.changes_base + len(self._changes)
-
-    def changed_since(self, seen: int) -> I64:
-        """Slots whose estimate changed since position ``seen`` of the change log."""
-        return np.asarray(self._changes[seen - self.changes_base:], np.int64)
-
-    def _changed(self, slot: int) -> None:
-        if len(self._changes) >= _CHANGE_LOG:
-            self.changes_base += len(self._changes) + 1  # every view is behind: rebuild
-            self._changes = []
-        self._changes.append(slot)
 
     # -- facts -----------------------------------------------------------------------------
 
@@ -284,7 +264,8 @@ class LoadModel:
                 if card is not None:
                     self.est_milli[card.slot] += sign * s.gpu_milli
                     self.est_mib[card.slot] += mib
-                    self._changed(card.slot)
+                    for v in self._views.values():  # each view takes the card's new measure
+                        v.card_moved(card.slot)
 
     def released(self, p: Placement, now_s: float) -> None:
         """A placement that ended at ``now_s`` (see :meth:`placed`)."""

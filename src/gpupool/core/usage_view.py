@@ -71,7 +71,7 @@ class CardLoad:
         self._shape = (-1, -1, -1)
         self._mapped: tuple[tuple[int, int, int], int] = ((-1, -1, -1), -1)
         self._rev = -1
-        self._seen = 0
+        self._moved: set[int] = set()  # rows whose cards' estimates changed since
         self._slots = -1
         self._built_s = math.inf
         self._until = -math.inf
@@ -107,20 +107,16 @@ class CardLoad:
         m = self._model
         shape = (table.version, table.cap_rows, table.width)
         if (shape != self._shape or self._rev != m.revision or self._slots != m.slots
-                or not self._built_s <= now_s <= self._until
-                or self._seen < m.changes_base):
+                or not self._built_s <= now_s <= self._until):
             self._build(table, now_s, shape)
         else:
             n = table.n
             dirty = np.flatnonzero(self.gen[:n] != table.gen[:n])
-            changed = m.changed_since(self._seen)
-            if changed.size:
-                moved = self._slot_moved(table, changed)
-                if moved:
-                    dirty = np.asarray(sorted(set(dirty.tolist()).union(moved)), np.int64)
+            if self._moved:
+                dirty = np.asarray(sorted(self._moved.union(dirty.tolist())), np.int64)
+                self._moved.clear()
             if dirty.size:
                 self._rows(table, dirty)
-        self._seen = m.changes_end
         self.now_s = now_s
         return self
 
@@ -160,22 +156,23 @@ class CardLoad:
             self.mload[rows[k], cols[k]] = load
             self.mfree[rows[k], cols[k]] = free
         self.gen = np.full(n, -1, np.int64)
+        self._moved.clear()
         self._rows(table, np.arange(table.n, dtype=np.int64))
 
-    def _slot_moved(self, table: NodeTable, slots: I64) -> list[int]:
-        """Take the measures of ``slots`` (their estimates changed); returns their rows. A
-        few cards a decision: one card at a time costs less than the vector form."""
-        out = []
-        m = self._model
-        for k in slots.tolist():
-            row, col = int(self.slot_row[k]), int(self.slot_col[k])
-            if row < 0 or not self.measured[row, col]:
-                continue
-            load, free = m.measure(k, float(table.gpu_mem_cap[row, col]))
-            self.mload[row, col] = load
-            self.mfree[row, col] = free
-            out.append(row)
-        return out
+    def card_moved(self, slot: int) -> None:
+        """The model's estimate for ``slot`` changed: take its new measure now (one card, in
+        plain Python) and recompute its row at the next refresh."""
+        if slot >= self.slot_row.size or self._table() is None:
+            return  # a card new since the last build: the next build maps it
+        row, col = int(self.slot_row[slot]), int(self.slot_col[slot])
+        if row < 0 or not self.measured[row, col]:
+            return
+        table = self._table()
+        assert table is not None
+        load, free = self._model.measure(slot, float(table.gpu_mem_cap[row, col]))
+        self.mload[row, col] = load
+        self.mfree[row, col] = free
+        self._moved.add(row)
 
     def _rows(self, table: NodeTable, r: Rows) -> None:
         """Recompute the offsets and the per-node columns of rows ``r`` from the measures and
