@@ -104,3 +104,33 @@ def test_the_view_follows_assumptions_in_the_cycle_and_the_next_cycle_sees_them_
     big = next(job("w", gpu=whole(1)).tasks())
     p, status = place_task(big, snap, prof)
     assert p is None, status
+
+
+def test_whole_gpus_skip_a_card_still_holding_a_departed_pods_memory_decision_after_decision(
+        ) -> None:
+    """A pod that left keeps its memory on the card until a sample shows it gone; each new
+    decision's view must say so (the first round cached that mask under the id() of a view
+    that lived one decision, and Python reuses ids)."""
+    state = ClusterState([node("n1", gpu=2)])
+    n1 = NodeName("n1")
+    model = LoadModel(LoadSettings(stale_after_s=1000.0))
+    model.add([CardSample(n1, g, 0.0, 0.0, 0, 40_960) for g in range(2)], now_s=0.0)
+    prof = measured_profile()
+    nb = Placement(TaskId("nb"), JobId("nb"), n1, 0, 0, (GpuShare(0, 300, 8192),))
+    state.assume(nb)
+    model.placed(nb, 1.0)
+    for step in range(3):  # views come and go; the answer must not
+        snap = state.snapshot()
+        snap.load = model.view(snap.table, 2.0 + step)
+        if step == 0:
+            state.forget(nb.task)  # it leaves; its 8192 MiB stay until the next sample
+            model.released(nb, 2.0)
+            continue
+        p, status = place_task(next(job(f"w{step}", gpu=whole(1)).tasks()), snap, prof)
+        assert p is not None and p.shares[0].index == 1, status
+    # a sample settle_s (30 s) after it left shows it gone
+    model.add([CardSample(n1, g, 40.0, 0.0, 0, 40_960) for g in range(2)], now_s=40.0)
+    snap = state.snapshot()
+    snap.load = model.view(snap.table, 41.0)
+    p, _ = place_task(next(job("w9", gpu=whole(1)).tasks()), snap, prof)
+    assert p is not None and p.shares[0].index == 0
