@@ -17,7 +17,7 @@ from gpupool.core import ConfigError, NodeName
 from gpupool.core.usage import LoadSettings
 from gpupool.usage.profile import parse_annotation
 from gpupool.usage.prometheus import PrometheusReader, PrometheusSettings, inventory_resolver
-from tests.e2e.serve_kit import CLUSTER, QUEUES, job_doc
+from tests.e2e.serve_kit import ADMIN, CLUSTER, QUEUES, Wall, auth, client, job_doc, make_plane
 from tests.e2e.test_measured_prometheus import free_port, start_prometheus, stop
 
 
@@ -145,3 +145,28 @@ def test_serve_places_by_what_prometheus_reads_back_and_degrades_when_it_stops(
         assert svc.plane.job("research/nb2").phase == "Running"
     finally:
         svc.stop()
+
+
+@pytest.mark.parametrize("text,rule", [
+    ("compute:30%", "is not field=percentage"),
+    ("compute=abc", "compute: 'abc' is not a percentage"),
+    ("power=3", "unknown field(s) power"),
+    ("memory=150%", "memory: '150%' must be a percentage from 0 to 100"),
+])
+def test_serve_refuses_a_job_whose_actual_use_does_not_parse(tmp_path: Path, text: str,
+                                                              rule: str) -> None:
+    wall = Wall()
+    plane = make_plane(tmp_path / "state.db", wall)
+    http = client(plane)
+    doc = job_doc("bad")
+    doc["metadata"]["annotations"] = {"gpupool.io/actual-use": text}
+    r = http.post("/api/v1/jobs", json=doc, headers=auth(ADMIN))
+    assert r.status_code == 422, r.text
+    body = r.json()
+    assert body["error"] == "InvalidJobError"
+    assert body["details"]["field"] == "metadata.annotations[gpupool.io/actual-use]"
+    assert body["details"]["value"] == text
+    assert rule in body["details"]["rule"]
+    assert http.get("/api/v1/jobs/research/bad", headers=auth(ADMIN)).status_code == 404
+    doc["metadata"]["annotations"] = {"gpupool.io/actual-use": "compute=30%,memory=10%-60%"}
+    assert http.post("/api/v1/jobs", json=doc, headers=auth(ADMIN)).status_code == 201

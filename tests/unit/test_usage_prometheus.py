@@ -71,6 +71,29 @@ def test_hami_container_metrics_stand_in_only_where_dcgm_is_absent() -> None:
     assert [s.util_pct for s in out if s.gpu == 0] == [10]  # DCGM's card reading wins
 
 
+def test_hami_monitor_metrics_before_the_hami_prefix_are_read_the_newer_names_win() -> None:
+    """HAMi's vGPUmonitor (cmd/vGPUmonitor/metrics.go) served per-container
+    ``Device_utilization_desc_of_container`` and ``vGPU_device_memory_usage_in_bytes``,
+    labelled podnamespace, podname, ctrname, vdeviceid and deviceuuid, before the ``hami_``
+    names; a card served under both generations counts once."""
+    old = {"podnamespace": "x", "ctrname": "c", "vdeviceid": "0"}
+    out = to_samples([
+        series("Device_utilization_desc_of_container", 30, deviceuuid="GPU-bbb", podname="a",
+               **old),
+        series("Device_utilization_desc_of_container", 25, deviceuuid="GPU-bbb", podname="b",
+               **old),
+        series("vGPU_device_memory_usage_in_bytes", 3 * 1048576 * 1024, deviceuuid="GPU-bbb",
+               podname="a", **old),
+        # card 0 under both generations (a monitor mid-upgrade): the hami_ reading alone
+        series("Device_utilization_desc_of_container", 70, deviceuuid="GPU-aaa", podname="c",
+               **old),
+        series("hami_container_device_utilization_ratio", 40, device_uuid="GPU-aaa", pod="c"),
+    ], S, RESOLVE)
+    by = {(s.node, s.gpu): s for s in out}
+    assert by[(N1, 1)].util_pct == 55 and by[(N1, 1)].used_mib == 3072
+    assert [s.util_pct for s in out if s.gpu == 0] == [40]
+
+
 def reader(handler: object) -> PrometheusReader:
     return PrometheusReader(S, httpx.Client(transport=httpx.MockTransport(handler)))  # type: ignore[arg-type]
 
@@ -89,7 +112,9 @@ def test_one_query_per_read_over_all_metrics_with_a_range() -> None:
     assert len(r.read(RESOLVE)) == 1
     assert seen == ['{__name__=~"DCGM_FI_DEV_GPU_UTIL|DCGM_FI_PROF_GR_ENGINE_ACTIVE|'
                     'DCGM_FI_DEV_FB_USED|DCGM_FI_DEV_FB_FREE|'
-                    'hami_container_device_utilization_ratio|hami_vgpu_memory_used_bytes"}[60s]']
+                    'hami_container_device_utilization_ratio|hami_vgpu_memory_used_bytes|'
+                    'Device_utilization_desc_of_container|vGPU_device_memory_usage_in_bytes"'
+                    '}[60s]']
 
 
 @pytest.mark.parametrize("response,message", [

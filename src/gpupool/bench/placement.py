@@ -62,6 +62,8 @@ class BenchResult:
     peak_rss_mib: float
     warmup_pods: int
     gpu_allocated_pct: float
+    decision_us_p50_by_kind: dict[str, float] | None = None
+    """Median decision per request kind (no GPU, a slice, whole GPUs)."""
 
     def as_json(self) -> dict[str, object]:
         return {
@@ -74,6 +76,8 @@ class BenchResult:
             "peak_rss_mib": round(self.peak_rss_mib, 1),
             "warmup_pods": self.warmup_pods,
             "gpu_allocated_pct_at_end": round(self.gpu_allocated_pct, 1),
+            "decision_us_p50_by_kind": {k: round(v, 1) for k, v in
+                                        (self.decision_us_p50_by_kind or {}).items()},
         }
 
 
@@ -156,6 +160,7 @@ def run(nodes: int, gpus_per_node: int, pods: int, policy: str = "binpack", seed
         warm += 1
     jobs = pod_stream(pods, gpus_per_node, seed)
     decision_ns = np.zeros(pods, np.int64)
+    kinds = np.array([_kind(next(job.tasks()).request) for job in jobs])
     placed = 0
     perf = time.perf_counter_ns
     model = LoadModel(LoadSettings(stale_after_s=60.0)) if measured else None
@@ -195,4 +200,10 @@ def run(nodes: int, gpus_per_node: int, pods: int, policy: str = "binpack", seed
         peak_rss_mib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
         warmup_pods=warm,
         gpu_allocated_pct=100.0 * totals["gpu_milli_used"] / max(totals["gpu_milli_total"], 1),
+        decision_us_p50_by_kind={k: float(np.percentile(us[kinds == k], 50))
+                                 for k in ("none", "slice", "whole") if np.any(kinds == k)},
     )
+
+
+def _kind(req: GpuRequest) -> str:
+    return "whole" if req.count else "slice" if req.gpu_milli or req.memory_mib else "none"

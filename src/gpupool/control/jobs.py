@@ -12,6 +12,7 @@ from gpupool.control.records import TERMINAL, JobRecord, in_document_terms
 from gpupool.core.errors import ConflictError, InvalidJobError, NotFoundError
 from gpupool.core.model import JobId
 from gpupool.store.sqlite import NewEvent
+from gpupool.usage.profile import check_annotation
 
 if TYPE_CHECKING:
     from gpupool.control.plane import ControlPlane
@@ -34,6 +35,7 @@ def submit(plane: ControlPlane, body: object, namespace: str | None = None, *,
 
 def _submit(plane: ControlPlane, body: object, namespace: str | None) -> JobRecord:
     check_metadata(body)  # before the lock: a refusal costs no one a wait
+    check_annotation(body)  # an actual-use profile the virtual cluster could not run
     with plane.lock:
         now = plane.clock.now()
         request = parse_job(body, plane.config, namespace=namespace, submit_time_s=now)

@@ -23,9 +23,10 @@ The load of one card (design note: docs/policies.md, "Measured use"):
   whose source is down) **falls back to requests**: its load is what placements request of it,
   and its node says so in a reason.
 
-Within a cycle, placements assumed after the view was made (earlier jobs of the cycle, the
-tasks of a gang in a trial) change the table's requested columns; the view adds that change
-to the measured load, so every decision sees the ones before it.
+The view a cycle reads (:class:`CardLoad`, ``core/usage_view.py``) is kept per table and
+brought up to date by row; within a cycle, placements assumed after the view was made
+(earlier jobs of the cycle, the tasks of a gang in a trial) show in it through the table's
+requested columns, so every decision sees the ones before it.
 
 Pure: times are passed in (seconds on the adapter's clock), nothing here reads a clock.
 """
@@ -34,9 +35,8 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -44,6 +44,10 @@ import numpy.typing as npt
 from gpupool.core.errors import ConfigError
 from gpupool.core.model import WHOLE_GPU_MILLI, NodeName, Placement
 from gpupool.core.table import NodeTable
+from gpupool.core.usage_view import IDLE_FREE_PCT, CardLoad
+
+__all__ = ["IDLE_FREE_PCT", "CardLoad", "CardReading", "CardSample", "LoadModel",
+           "LoadSettings", "hot_milli"]
 
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
@@ -125,88 +129,17 @@ class CardReading:
     """Compute of pods placed since the last sample, counted on top of the newest sample."""
 
 
-@dataclass(frozen=True, slots=True)
-class CardLoad:
-    """One cycle's view of every card's load, aligned with the node table's cells.
-
-    ``milli``/``free_mib`` hold the load and free memory at the time of the view; the
-    methods below add what the table's requested columns changed since (placements assumed
-    later in the cycle, or in a trial).
-    """
-
-    milli: F64
-    """[rows, width] compute load, milli of a card (measured, or requested on fallback)."""
-    free_mib: I64
-    """[rows, width] framebuffer free as measured, less estimates; -1 on fallback cards."""
-    measured: Bool
-    """[rows, width] True where the card has fresh samples."""
-    base_milli: I64
-    base_mib: I64
-    now_s: float
-    reasons: Mapping[NodeName, str]
-    """Nodes placed (wholly or partly) by requests, and why."""
-    source: str = ""
-    """Why the signal source as a whole is not used ("" when it is)."""
-    load_offset: F64 | None = None
-    """``milli - base_milli``: the load now is this plus the table's requested compute."""
-    free_offset: I64 | None = None
-    """``free_mib + base_mib`` on measured cards (a huge value elsewhere): the measured free
-    memory now is this less the table's requested memory."""
-    lazy: dict[str, Any] = field(default_factory=dict, compare=False)
-    """Per-node columns computed on first use (whole-GPU tasks only need them)."""
-
-    def node_load(self, table: NodeTable, rows: npt.NDArray[np.int64]) -> F64:
-        """[len(rows)] summed load of each node's usable cards now (each card counted up to a
-        whole card), milli: the measured cards' load, plus what is requested now of every
-        card less what was requested of the measured ones at the view (a card at its split
-        count counts as full)."""
-        off = self.lazy.get("node_offset")
-        if off is None:
-            on = self.measured & table.gpu_usable
-            off = self.lazy["node_offset"] = np.where(
-                on, np.minimum(self.milli, 1000.0) - self.base_milli, 0.0).sum(axis=1)
-        return np.asarray(off[rows] + table.milli_total[rows] - table.milli_free[rows],
-                          np.float64)
-
-    def outside(self, table: NodeTable) -> Bool:
-        """[rows] nodes with a card free by request at the view whose memory is not idle as
-        measured (``IDLE_FREE_PCT``): only those need the whole-GPU memory check."""
-        out = self.lazy.get("outside")
-        if out is None:
-            off = self.free_offset if self.free_offset is not None else _free_offset(
-                self.free_mib, self.measured, self.base_mib)
-            open_ = table.gpu_usable & (self.base_milli == 0) & (self.base_mib == 0)
-            out = self.lazy["outside"] = (
-                open_ & (off < table.gpu_mem_cap * IDLE_FREE_PCT / 100.0)).any(axis=1)
-        return np.asarray(out, np.bool_)
-
-    @property
-    def measured_cards(self) -> int:
-        return int(np.count_nonzero(self.measured))
-
-    def load(self, table: NodeTable, rows: npt.NDArray[np.int64]) -> F64:
-        """[len(rows), width] compute load now, in milli of a card."""
-        off = self.load_offset if self.load_offset is not None \
-            else self.milli - self.base_milli
-        return np.asarray(off[rows] + table.used_milli[rows], np.float64)
-
-    def free(self, table: NodeTable, rows: npt.NDArray[np.int64]) -> I64:
-        """[len(rows), width] memory free now: measured where fresh, else by requests."""
-        off = self.free_offset if self.free_offset is not None else _free_offset(
-            self.free_mib, self.measured, self.base_mib)
-        return np.asarray(np.minimum(off[rows] - table.used_mib[rows], table.free_mib[rows]),
-                          np.int64)
-
-
 _COLUMNS = ("last_s", "last_util", "last_used", "last_free", "agg_util", "est_milli", "est_mib")
+_VIEWS = 4
+"""Tables with a view kept (the scheduler's snapshot, the state's table, a bench's)."""
 
 
 class LoadModel:
     """Per-card samples within the window, pods placed since, and the source's health.
 
     Each card's aggregates are kept in numpy columns (one slot a card) and recomputed only
-    when its samples change, so the view a cycle asks for is a few vector operations even at
-    thousands of cards.
+    when its samples change; the views (:class:`CardLoad`) read those columns and patch only
+    the cards whose estimate changed (told as it changes) and the rows the table moved.
     """
 
     last_s: F64
@@ -224,11 +157,11 @@ class LoadModel:
         self._recent: dict[tuple[NodeName, int], list[tuple[float, int, int]]] = {}
         self._cap = 0
         self._grow(64)
-        self._where: tuple[int, int, I64, I64] | None = None  # (table id, version, rows, cols)
         self.source_down = ""
         """Why the last read of the source failed ("" when it succeeded)."""
-        self._rev = 0  # bumped by every change a view depends on
-        self._cached: tuple[Any, ...] | None = None
+        self.revision = 0
+        """Bumped by every change that moves every card's view (a read, a failure)."""
+        self._views: dict[int, CardLoad] = {}
         self.samples_total = 0
         self.last_read_s: float | None = None
 
@@ -241,6 +174,14 @@ class LoadModel:
                 new[: old.size] = old
             setattr(self, name, new)
         self._cap = cap
+
+    @property
+    def slots(self) -> int:
+        """Cards the model has samples of."""
+        return len(self._keys)
+
+    def card_key(self, slot: int) -> tuple[NodeName, int]:
+        return self._keys[slot]
 
     # -- facts -----------------------------------------------------------------------------
 
@@ -258,7 +199,6 @@ class LoadModel:
                     self._grow(self._cap * 2)
                 card = self._cards[key] = _Card(len(self._keys))
                 self._keys.append(key)
-                self._where = None
                 touched[card.slot] = card
             k = card.slot
             if s.time_s <= self.last_s[k]:
@@ -275,7 +215,7 @@ class LoadModel:
         for card in touched.values():
             self._fold(card)
         self.samples_total += new
-        self._rev += 1
+        self.revision += 1
         if now_s is not None:
             self.source_down = ""
             self.last_read_s = now_s
@@ -324,28 +264,8 @@ class LoadModel:
                 if card is not None:
                     self.est_milli[card.slot] += sign * s.gpu_milli
                     self.est_mib[card.slot] += mib
-                    self._patch(card.slot)
-
-    def _patch(self, k: int) -> None:
-        """Bring one card of the cached view up to its estimate (a placement in or out need
-        not rebuild the view of every card)."""
-        c = self._cached
-        if c is None or self._where is None or k >= self._where[2].size:
-            return
-        row, col = int(self._where[2][k]), int(self._where[3][k])
-        if row < 0 or not c[3][row, col]:
-            return  # not in the table, or not measured: it places by requests anyway
-        last_util = 0.0 if math.isnan(self.last_util[k]) else float(self.last_util[k])
-        c[4][row, col] = max(float(self.agg_util[k]) * 10.0,
-                             last_util * 10.0 + float(self.est_milli[k]))
-        used_now = float(self.last_used[k])
-        if not math.isnan(used_now):
-            last_free = float(self.last_free[k])
-            if math.isnan(last_free):  # capacity from the table: rebuild at the next view
-                self._cached = None
-                return
-            cap = used_now + last_free
-            c[5][row, col] = int(max(0.0, cap - max(0.0, used_now + float(self.est_mib[k]))))
+                    for v in self._views.values():  # each view takes the card's new measure
+                        v.card_moved(card.slot)
 
     def released(self, p: Placement, now_s: float) -> None:
         """A placement that ended at ``now_s`` (see :meth:`placed`)."""
@@ -354,109 +274,60 @@ class LoadModel:
     def failed(self, reason: str) -> None:
         """The source could not be read: every card falls back to requests, with ``reason``."""
         self.source_down = reason or "the source of measured use could not be read"
-        self._rev += 1
+        self.revision += 1
 
     # -- views -----------------------------------------------------------------------------
 
-    def _cells(self, table: NodeTable) -> tuple[I64, I64]:
+    def measure(self, slot: int, card_mib: float) -> tuple[float, int]:
+        """:meth:`measures` of one card, in plain Python."""
+        last_util = float(self.last_util[slot])
+        load = max(float(self.agg_util[slot]) * 10.0,
+                   (0.0 if math.isnan(last_util) else last_util) * 10.0
+                   + float(self.est_milli[slot]))
+        used = float(self.last_used[slot])
+        if math.isnan(used):
+            return load, -1
+        last_free = float(self.last_free[slot])
+        card = card_mib if math.isnan(last_free) else used + last_free
+        return load, int(max(0.0, card - max(0.0, used + float(self.est_mib[slot]))))
+
+    def measures(self, slots: I64, card_mib: F64) -> tuple[F64, I64]:
+        """(compute load in milli, memory free in MiB or -1 without a memory reading) of
+        ``slots``, fresh cards: the windowed aggregate or the newest sample plus estimates,
+        whichever is higher; the newest memory reading plus estimates (``card_mib``: each
+        card's memory, for samples that read no free memory)."""
+        last_util = self.last_util[slots]
+        last_util = np.where(np.isnan(last_util), 0.0, last_util)
+        load = np.maximum(self.agg_util[slots] * 10.0,
+                          last_util * 10.0 + self.est_milli[slots])
+        used = self.last_used[slots]
+        has = ~np.isnan(used)
+        last_free = self.last_free[slots]
+        card = np.where(np.isnan(last_free), card_mib, used + last_free)
+        left = np.maximum(0.0, card - np.maximum(0.0, used + self.est_mib[slots]))
+        return (np.asarray(load, np.float64),
+                np.where(has, np.where(has, left, 0.0), -1.0).astype(np.int64))
+
+    def cells(self, table: NodeTable) -> tuple[I64, I64]:
         """Row and column of each slot in ``table`` (-1 where the node or card is gone)."""
-        w = self._where
-        if w is not None and w[0] == id(table) and w[1] == table.version \
-                and w[2].size == len(self._keys):
-            return w[2], w[3]
         rows = np.full(len(self._keys), -1, np.int64)
         cols = np.full(len(self._keys), -1, np.int64)
         for k, (node, gpu) in enumerate(self._keys):
             row = table.index.get(node)
             if row is not None and 0 <= gpu < table.gpu_count[row]:
                 rows[k], cols[k] = row, gpu
-        self._where = (id(table), table.version, rows, cols)
         return rows, cols
 
     def view(self, table: NodeTable, now_s: float) -> CardLoad:
-        """Every card's load at ``now_s``, aligned with ``table``.
-
-        The measured part is cached until a sample, an estimate or the source's health
-        changes, the table's inventory changes, or a fresh card turns stale; a view then costs
-        two copies of the requested columns and one overlay."""
-        base_milli = table.used_milli.copy()
-        base_mib = table.used_mib.copy()
-        key = (self._rev, id(table), table.version, table.cap_rows, table.width)
-        c = self._cached
-        if c is None or c[0] != key or not c[1] <= now_s <= c[2]:
-            c = self._cached = (key, now_s, *self._measure(table, now_s))
-        _, _, _, measured, milli_m, free, reasons = c
-        milli = np.where(measured, milli_m, base_milli)
-        return CardLoad(milli, free, measured, base_milli, base_mib, now_s, reasons,
-                        self.source_down, milli - base_milli,
-                        _free_offset(free, measured, base_mib))
-
-    def _measure(self, table: NodeTable, now_s: float
-                 ) -> tuple[float, Bool, F64, I64, dict[NodeName, str]]:
-        """(valid until, measured mask, measured load, measured free, fallback reasons)."""
-        n, w = table.cap_rows, table.width
-        milli = np.zeros((n, w), np.float64)
-        free = np.full((n, w), -1, np.int64)
-        measured = np.zeros((n, w), np.bool_)
-        stale = np.zeros(0, np.int64)
-        until = math.inf
-        m = len(self._keys)
-        if not self.source_down and m:
-            rows, cols = self._cells(table)
-            present = rows >= 0
-            last_s = self.last_s[:m]
-            agg = self.agg_util[:m]
-            fresh = present & (now_s - last_s <= self.settings.stale_after_s) & ~np.isnan(agg)
-            stale = np.flatnonzero(present & ~fresh)
-            k = np.flatnonzero(fresh)
-            if k.size:
-                until = float(last_s[k].min()) + self.settings.stale_after_s
-            r, c = rows[k], cols[k]
-            flat = r * w + c
-            measured.ravel()[flat] = True
-            last_util = self.last_util[k]
-            last_util = np.where(np.isnan(last_util), 0.0, last_util)
-            milli.ravel()[flat] = np.maximum(agg[k] * 10.0,
-                                             last_util * 10.0 + self.est_milli[k])
-            used_now = self.last_used[k]
-            km = ~np.isnan(used_now)
-            k, flat, used_now = k[km], flat[km], used_now[km]
-            last_free = self.last_free[k]
-            cap = np.where(np.isnan(last_free), table.gpu_mem_cap.ravel()[flat],
-                           used_now + last_free)
-            used = np.maximum(0.0, used_now + self.est_mib[k])
-            free.ravel()[flat] = np.maximum(0.0, cap - used).astype(np.int64)
-        return until, measured, milli, free, self._reasons(table, measured, stale)
-
-    def _reasons(self, table: NodeTable, measured: Bool, stale: I64) -> dict[NodeName, str]:
-        out: dict[NodeName, str] = {}
-        rows = table.live()
-        with_gpus = rows[table.gpu_count[rows] > 0]
-        if self.source_down:
-            why = f"{self.source_down}: placed by requests"
-            return {table.nodes[i].name: why for i in with_gpus.tolist()}
-        partly = with_gpus[np.count_nonzero(measured[with_gpus], axis=1)
-                           < table.gpu_count[with_gpus]]
-        if not partly.size:
-            return out
-        limit = self.settings.stale_after_s
-        stale_by_node: dict[NodeName, list[int]] = {}
-        for k in stale.tolist():
-            node, gpu = self._keys[k]
-            stale_by_node.setdefault(node, []).append(gpu)
-        for i in partly.tolist():
-            node = table.nodes[i].name
-            old = sorted(stale_by_node.get(node, []))
-            unseen = [g for g in range(int(table.gpu_count[i]))
-                      if not measured[i, g] and g not in old]
-            parts = []
-            if old:
-                parts.append(f"GPU {', '.join(map(str, old))} stale (no sample in the last "
-                             f"{limit:g} s)")
-            if unseen:
-                parts.append(f"GPU {', '.join(map(str, unseen))} never measured")
-            out[node] = "; ".join(parts) + ": placed by requests"
-        return out
+        """Every card's load at ``now_s``, aligned with ``table``: the table's view, brought
+        up to date (rebuilt after a read of the source, an inventory change or a card going
+        stale; otherwise patched where rows or estimates changed)."""
+        v = self._views.get(id(table))
+        if v is None or not v.is_for(table):
+            if len(self._views) >= _VIEWS:
+                self._views.pop(next(iter(self._views)))
+            v = self._views[id(table)] = CardLoad(self, table)
+        return v.refresh(table, now_s)
 
     def readings(self, table: NodeTable, node: NodeName, now_s: float) -> list[CardReading]:
         """The cards of ``node`` as measured and as placement counts them."""
@@ -479,18 +350,6 @@ class LoadModel:
                 estimate_milli=est_milli if fresh else 0,
             ))
         return out
-
-
-IDLE_FREE_PCT = 95.0
-"""A card free by requests takes whole-GPU work only if at least this share of its memory is
-free as measured: an idle card shows a little used (driver and ECC reservations, about 1 %);
-more means work no request accounts for."""
-
-_NO_LIMIT = 1 << 50
-
-
-def _free_offset(free: I64, measured: Bool, base_mib: I64) -> I64:
-    return np.asarray(np.where(measured & (free >= 0), free + base_mib, _NO_LIMIT), np.int64)
 
 
 def _quantile(values: list[float], q: float) -> float:

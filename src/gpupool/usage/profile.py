@@ -21,7 +21,7 @@ import random
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from gpupool.core.errors import ConfigError
+from gpupool.core.errors import ConfigError, InvalidJobError
 from gpupool.core.model import WHOLE_GPU_MILLI, NodeName, Placement
 
 MAX_COMPUTE_PCT = 1000.0
@@ -142,3 +142,23 @@ def parse_annotation(text: str, key: str) -> UseProfile:
         lo, dash, hi = value.strip().partition("-")
         doc[name.strip()] = [lo, hi] if dash else value.strip()
     return parse_profile(doc, where, random.Random(key))
+
+
+def check_annotation(body: object) -> None:
+    """Refuse a Job document whose ``ANNOTATION`` does not parse, before it is accepted:
+    InvalidJobError naming the annotation, the value and the rule (the API's 422)."""
+    meta = body.get("metadata") if isinstance(body, Mapping) else None
+    notes = meta.get("annotations") if isinstance(meta, Mapping) else None
+    text = notes.get(ANNOTATION) if isinstance(notes, Mapping) else None
+    if text is None:
+        return
+    field = f"metadata.annotations[{ANNOTATION}]"
+    if not isinstance(text, str):
+        raise InvalidJobError(field, text, "must be a string such as compute=30%,memory=60%")
+    try:
+        parse_annotation(text, "")
+    except ConfigError as exc:
+        # the message is "<field>[.compute|.memory]: <rule>"; the rule keeps the subfield
+        rule = str(exc).removeprefix(f": {field}").removeprefix(".").removeprefix(": ") \
+            .removeprefix(f"{text!r}: ")
+        raise InvalidJobError(field, text, rule) from None

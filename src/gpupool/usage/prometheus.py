@@ -11,9 +11,13 @@ annotation and the virtual cluster carry UUIDs), else by host name and card inde
 ``DCGM_FI_DEV_GPU_UTIL`` reads 0; the card's compute then comes from
 ``DCGM_FI_PROF_GR_ENGINE_ACTIVE`` of its instances (``GPU_I_ID``), each weighted by its share of
 the card's slices (``GPU_I_PROFILE`` ``3g.40gb``: 3 of 7). Cards that only HAMi's monitor
-reports (``hami_container_device_utilization_ratio``, 0..100, and
-``hami_vgpu_memory_used_bytes``, per container and ``device_uuid``) take the sum over their
-containers. Metric and label names are settings; so is the whole query.
+reports take the sum over their containers: ``hami_container_device_utilization_ratio``
+(0..100) and ``hami_vgpu_memory_used_bytes`` (bytes), by ``namespace``, ``pod``,
+``container``, ``vdevice_index`` and ``device_uuid``; or, from HAMi's monitor before its
+metrics took the ``hami_`` prefix, ``Device_utilization_desc_of_container`` and
+``vGPU_device_memory_usage_in_bytes`` by ``podnamespace``, ``podname``, ``ctrname``,
+``vdeviceid`` and ``deviceuuid`` (cut to 40 characters, as the monitor writes it). Metric
+and label names are settings; so is the whole query.
 
 Failures (connection, timeout, an HTTP error, ``status: error``, a body that is not the
 documented JSON) raise :class:`~gpupool.core.errors.AdapterError`, with the cause chained.
@@ -60,6 +64,12 @@ class PrometheusSettings:
     instance_label: str = "GPU_I_ID"
     profile_label: str = "GPU_I_PROFILE"
     hami_uuid_label: str = "device_uuid"
+    hami_legacy_util_metric: str = "Device_utilization_desc_of_container"
+    """HAMi's monitor before its metrics took the ``hami_`` prefix: the same per-container
+    reading, labelled ``podnamespace``, ``podname``, ``ctrname``, ``vdeviceid``,
+    ``deviceuuid``."""
+    hami_legacy_memory_metric: str = "vGPU_device_memory_usage_in_bytes"
+    hami_legacy_uuid_label: str = "deviceuuid"
     query: str = ""
     """The whole query; empty: built from the metric names and ``lookback_s``."""
 
@@ -72,7 +82,8 @@ class PrometheusSettings:
                 raise ConfigError(f"prometheus {name}={value!r} must be a number above 0")
         for name in ("util_metric", "engine_metric", "used_metric", "free_metric",
                      "hami_util_metric", "hami_memory_metric", "gpu_label", "uuid_label",
-                     "hami_uuid_label"):
+                     "hami_uuid_label", "hami_legacy_util_metric",
+                     "hami_legacy_memory_metric", "hami_legacy_uuid_label"):
             value = getattr(self, name)
             if not re.match(r"^[A-Za-z_:][A-Za-z0-9_:]*$", value):
                 raise ConfigError(f"prometheus {name}={value!r} is not a Prometheus name")
@@ -84,7 +95,8 @@ class PrometheusSettings:
         if self.query:
             return self.query
         names = "|".join((self.util_metric, self.engine_metric, self.used_metric,
-                          self.free_metric, self.hami_util_metric, self.hami_memory_metric))
+                          self.free_metric, self.hami_util_metric, self.hami_memory_metric,
+                          self.hami_legacy_util_metric, self.hami_legacy_memory_metric))
         return f'{{__name__=~"{names}"}}[{math.ceil(self.lookback_s)}s]'
 
 
@@ -145,14 +157,21 @@ def to_samples(series: Iterable[Mapping[str, Any]], s: PrometheusSettings,
     engine: dict[tuple[NodeName, int, float], float] = defaultdict(float)
     used: dict[tuple[NodeName, int, float], float] = defaultdict(float)
     free: dict[tuple[NodeName, int, float], float] = defaultdict(float)
-    hami_util: dict[tuple[NodeName, int, float], float] = defaultdict(float)
-    hami_used: dict[tuple[NodeName, int, float], float] = defaultdict(float)
+    # HAMi's containers, by metric generation: 0 the ``hami_`` names, 1 the earlier ones
+    hami_util: tuple[dict[tuple[NodeName, int, float], float], ...] = (
+        defaultdict(float), defaultdict(float))
+    hami_used: tuple[dict[tuple[NodeName, int, float], float], ...] = (
+        defaultdict(float), defaultdict(float))
+    hami_names = {s.hami_util_metric: (0, True), s.hami_memory_metric: (0, False),
+                  s.hami_legacy_util_metric: (1, True), s.hami_legacy_memory_metric: (1, False)}
     dcgm_cards: set[tuple[NodeName, int]] = set()
     for item in series:
         metric = item.get("metric") or {}
         name = metric.get("__name__", "")
-        if name in (s.hami_util_metric, s.hami_memory_metric):
-            card = resolve("", "", str(metric.get(s.hami_uuid_label, "")))
+        hami = hami_names.get(name)
+        if hami is not None:
+            label = s.hami_uuid_label if hami[0] == 0 else s.hami_legacy_uuid_label
+            card = resolve("", "", str(metric.get(label, ""))[:40])  # HAMi cuts UUIDs at 40
         else:
             host = next((str(metric[k]) for k in s.hostname_labels if metric.get(k)), "")
             card = resolve(host, str(metric.get(s.gpu_label, "")),
@@ -179,10 +198,10 @@ def to_samples(series: Iterable[Mapping[str, Any]], s: PrometheusSettings,
                 dcgm_cards.add(card)
             elif name == s.free_metric:
                 free[key] += v
-            elif name == s.hami_util_metric:
-                hami_util[key] += v
-            elif name == s.hami_memory_metric:
-                hami_used[key] += v / 1048576.0
+            elif hami is not None and hami[1]:
+                hami_util[hami[0]][key] += v
+            elif hami is not None:
+                hami_used[hami[0]][key] += v / 1048576.0
     out: list[CardSample] = []
     keys = set(util) | set(engine) | set(used)
     for key in keys:
@@ -191,12 +210,16 @@ def to_samples(series: Iterable[Mapping[str, Any]], s: PrometheusSettings,
         out.append(CardSample(node, gpu, t, min(100.0, u),
                               int(used[key]) if key in used else None,
                               int(free[key]) if key in free else None))
-    for key in set(hami_util) | set(hami_used):
-        if (key[0], key[1]) in dcgm_cards:
-            continue  # DCGM's whole-card reading wins over the containers' sum
-        out.append(CardSample(key[0], key[1], key[2],
-                              min(100.0, hami_util[key]) if key in hami_util else None,
-                              int(hami_used[key]) if key in hami_used else None, None))
+    # A monitor between the two generations may serve both: the newer names win per card.
+    newer = {(k[0], k[1]) for k in (*hami_util[0], *hami_used[0])}
+    for gen in (0, 1):
+        h_util, h_used = hami_util[gen], hami_used[gen]
+        for key in set(h_util) | set(h_used):
+            if (key[0], key[1]) in dcgm_cards or (gen and (key[0], key[1]) in newer):
+                continue  # DCGM's whole-card reading wins over the containers' sum
+            out.append(CardSample(key[0], key[1], key[2],
+                                  min(100.0, h_util[key]) if key in h_util else None,
+                                  int(h_used[key]) if key in h_used else None, None))
     out.sort(key=lambda c: (c.time_s, c.node, c.gpu))
     return out
 

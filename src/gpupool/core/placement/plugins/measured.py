@@ -31,10 +31,9 @@ from gpupool.core.model import WHOLE_GPU_MILLI, GpuKind, GpuRequest, GpuShare, T
 from gpupool.core.placement.framework import CycleState, Mask, Rows, Scores
 from gpupool.core.placement.plugins.cards import BestFitCards, nvlink_group
 from gpupool.core.placement.plugins.eligible import card_mask
-from gpupool.core.usage import IDLE_FREE_PCT, CardLoad
+from gpupool.core.usage_view import IDLE_FREE_PCT, CardLoad
 
 Cells = npt.NDArray[np.bool_]
-
 
 
 def _pct(name: str, plugin: str, value: object) -> float:
@@ -45,17 +44,12 @@ def _pct(name: str, plugin: str, value: object) -> float:
 
 
 def _whole_cells(cs: CycleState, load: CardLoad, req: GpuRequest, rows: Rows) -> Cells:
-    """[len(rows), width]: cards free by request whose measured memory is free too."""
+    """[len(rows), width]: cards free by request whose measured memory is free too (a card
+    free by request holds no requested memory, so whether it is idle as measured is the
+    view's ``idle`` cell)."""
     t = cs.table
-    # A card free by request holds no requested memory, so whether it is idle as measured
-    # does not change within the view: one mask for the whole table, kept with the view.
-    key = ("measured-idle", id(load), t.version)
-    hit = cs.cache.get("measured-idle")
-    if hit is None or hit[0] != key:
-        off = load.free_offset if load.free_offset is not None else load.free_mib
-        hit = cs.cache["measured-idle"] = (key, off >= t.gpu_mem_cap * IDLE_FREE_PCT / 100.0)
-    fits: Cells = (t.free_milli[rows] == WHOLE_GPU_MILLI) & (t.used_mib[rows] == 0)
-    fits &= hit[1][rows]
+    fits: Cells = (t.free_milli.take(rows, 0) == WHOLE_GPU_MILLI) & (t.used_mib.take(rows, 0) == 0)
+    fits &= load.idle.take(rows, 0)
     allowed = card_mask(cs, req)
     if allowed is not None:
         fits &= allowed[rows]
@@ -75,8 +69,8 @@ def _slice_cells(cs: CycleState, load: CardLoad, req: GpuRequest, rows: Rows) ->
         done_rows, done = hit[1], hit[2]
         at = np.searchsorted(done_rows, rows)
         if at.size == 0 or (int(at.max()) < done_rows.size
-                            and bool(np.array_equal(done_rows[at], rows))):
-            return np.asarray(done[at])
+                            and bool(np.array_equal(done_rows.take(at), rows))):
+            return np.asarray(done.take(at, 0))
     fits = _compute_slice_cells(cs, load, req, rows)
     cs.cache["measured-cells"] = (key, rows.copy(), fits)
     return fits
@@ -85,14 +79,36 @@ def _slice_cells(cs: CycleState, load: CardLoad, req: GpuRequest, rows: Rows) ->
 def _compute_slice_cells(cs: CycleState, load: CardLoad, req: GpuRequest,
                          rows: Rows) -> Cells:
     t = cs.table
-    fits: Cells = t.slice_room(rows, req)
-    need = np.maximum(req.memory_mib, t.gpu_mem_cap[rows] * req.memory_percent // 100) \
-        if req.memory_percent else req.memory_mib
-    fits &= load.free(t, rows) >= need
+    free = load.free(t, rows)  # measured where fresh, never above free by request
+    if t.plain:
+        need = np.maximum(req.memory_mib, t.gpu_mem_cap.take(rows, 0) * req.memory_percent
+                          // 100) if req.memory_percent else req.memory_mib
+        fits: Cells = (t.free_milli.take(rows, 0) >= max(req.gpu_milli, 1)) & (free >= need)
+    else:
+        fits = t.slice_room(rows, req)
+        fits &= free >= (np.maximum(req.memory_mib, t.gpu_mem_cap[rows] * req.memory_percent
+                                    // 100) if req.memory_percent else req.memory_mib)
     allowed = card_mask(cs, req)
     if allowed is not None:
         fits &= allowed[rows]
     return fits
+
+
+def _any(cells: Cells) -> Mask:
+    """[rows] any cell of each row: eight bool cells are one 64-bit word, which numpy tests
+    at once (a reduction along a short axis costs a loop per row)."""
+    if cells.shape[1] == 8 and cells.flags.c_contiguous:
+        return np.asarray(cells.view(np.uint64).ravel() != 0)
+    return np.asarray(cells.any(axis=1))
+
+
+def _row_min(values: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """[rows] least value of each row (by ``argmin``, which numpy runs without a loop per
+    row, unlike ``min`` along a short axis)."""
+    if not values.shape[0]:
+        return np.zeros(0, np.float64)
+    at = values.argmin(axis=1)
+    return np.asarray(values.ravel().take(np.arange(values.shape[0]) * values.shape[1] + at))
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,15 +127,14 @@ class MeasuredMemory:
         if req.kind is GpuKind.WHOLE:
             out = np.ones(rows.size, np.bool_)
             # only nodes with memory held outside the requests need the card-level check
-            check = np.flatnonzero(load.outside(cs.table)[rows])
+            check = np.flatnonzero(load.outside.take(rows))
             if check.size:
                 out[check] = _whole_cells(cs, load, req, rows[check]).sum(axis=1) >= req.count
             return out
         if req.kind is not GpuKind.SLICE:
             return np.ones(rows.size, np.bool_)
         fits = _slice_cells(cs, load, req, rows)
-        return np.asarray(fits.any(axis=1) if req.cards == 1 else
-                          fits.sum(axis=1) >= req.cards)
+        return _any(fits) if req.cards == 1 else np.asarray(fits.sum(axis=1) >= req.cards)
 
     def reason(self, task: Task) -> str:
         req = task.request
@@ -148,13 +163,25 @@ class HotCardSpread:
             return np.zeros(rows.size, np.float64)
         t = cs.table
         fits = _slice_cells(cs, load, req, rows)
-        pred = np.where(fits, load.load(t, rows) + req.gpu_milli, np.inf)
-        k = max(1, req.cards)
-        coolest = pred.min(axis=1) if k == 1 else np.sort(pred, axis=1)[:, k - 1]
         hot = self.hot_pct * WHOLE_GPU_MILLI / 100.0
-        over = np.clip((coolest - hot) / WHOLE_GPU_MILLI, 0.0, 1.0)
-        return np.asarray(np.where(np.isfinite(coolest), np.floor(100.0 * (1.0 - over)), 0.0),
-                          np.float64)
+        load_now = load.load(t, rows)
+        out = np.full(rows.size, 100.0)
+        if req.cards <= 1:
+            # A node with a fitting card that stays cool scores 100 whatever its other cards
+            # do: only the others need their coolest fitting card found.
+            cool = _any(fits & (load_now <= hot - req.gpu_milli))
+            rest = np.flatnonzero(~cool)
+            if not rest.size:
+                return out
+            coolest = _row_min(np.where(fits.take(rest, 0), load_now.take(rest, 0),
+                                        np.inf)) + req.gpu_milli
+        else:
+            rest = np.arange(rows.size)
+            pred = np.where(fits, load_now, np.inf)
+            coolest = np.sort(pred, axis=1)[:, req.cards - 1] + req.gpu_milli
+        over = ((coolest - hot) / WHOLE_GPU_MILLI).clip(0.0, 1.0)
+        out[rest] = np.where(np.isfinite(coolest), np.floor(100.0 * (1.0 - over)), 0.0)
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,12 +209,12 @@ class TargetLoadPacking:
             return np.zeros(rows.size, np.float64)
         t = cs.table
         busy = load.node_load(t, rows)
-        total = np.maximum(t.milli_total[rows], 1)
+        total = np.maximum(t.milli_total.take(rows), 1)
         u = 100.0 * (busy + req.count * WHOLE_GPU_MILLI) / total
         target = self.target_pct
         rising = (100.0 - target) * u / target + target
         falling = target * (100.0 - u) / (100.0 - target)
-        return np.asarray(np.floor(np.clip(np.where(u <= target, rising, falling), 0, 100)),
+        return np.asarray(np.floor(np.where(u <= target, rising, falling).clip(0.0, 100.0)),
                           np.float64)
 
 
@@ -210,29 +237,37 @@ class MeasuredCards:
         if load is None or req.kind not in (GpuKind.SLICE, GpuKind.WHOLE):
             return BestFitCards().choose_cards(cs, task, row)
         t = cs.table
-        one = np.asarray([row], np.int64)
         if req.kind is GpuKind.WHOLE:
-            idle = [int(g) for g in np.flatnonzero(_whole_cells(cs, load, req, one)[0])]
+            ok = (t.free_milli[row] == WHOLE_GPU_MILLI) & (t.used_mib[row] == 0) \
+                & load.idle[row]
+            allowed = card_mask(cs, req)
+            if allowed is not None:
+                ok &= allowed[row]
+            idle = np.flatnonzero(ok).tolist()
             if len(idle) < req.count:
                 return None
             peers = {g.index: frozenset(g.nvlink_peers) for g in t.nodes[row].gpus
                      if g.nvlink_peers}
             return tuple(GpuShare(g, WHOLE_GPU_MILLI, int(t.gpu_mem_cap[row, g]))
                          for g in nvlink_group(idle, peers, req.count))
-        fits = _slice_cells(cs, load, req, one)[0]
+        fits = _slice_cells(cs, load, req, np.asarray([row], np.int64))[0]
         cands = [int(g) for g in np.flatnonzero(fits)]
         if len(cands) < req.cards:
             return None
-        pred = load.load(t, one)[0] + req.gpu_milli
+        # one row: its cells as Python lists (numpy's per-call cost would dominate)
+        pred = (load.load_offset[row] + t.used_milli[row] + req.gpu_milli).tolist()
         hot = self.hot_pct * WHOLE_GPU_MILLI / 100.0
         cool = [g for g in cands if pred[g] <= hot]
         if len(cool) >= req.cards:
             # A clean card (free by request and idle as measured) is broken last: whole-GPU
             # work can use it, while a card holding memory outside the requests cannot.
-            clean = set(np.flatnonzero(_whole_cells(cs, load, GpuRequest(count=1), one)[0])
-                        .tolist())
-            chosen = sorted(cool, key=lambda g: (g in clean, t.free_milli[row, g],
-                                                 t.free_mib[row, g], g))
+            free_milli = t.free_milli[row].tolist()
+            free_mib = t.free_mib[row].tolist()
+            used_mib = t.used_mib[row].tolist()
+            idle = load.idle[row].tolist()
+            chosen = sorted(cool, key=lambda g: (
+                free_milli[g] == WHOLE_GPU_MILLI and used_mib[g] == 0 and idle[g],
+                free_milli[g], free_mib[g], g))
         else:
             chosen = sorted(cands, key=lambda g: (pred[g], g))
         picked = sorted(chosen[: req.cards])
