@@ -18,6 +18,7 @@ from gpupool.core.errors import InvalidJobError
 from gpupool.core.model import GpuRequest, GpuShare, Node, NodeName, Placement, TaskId
 from gpupool.k8s.hami.mig import (
     MigAllocation,
+    MigCard,
     choose_placement,
     decode_mig_allocations,
     instances,
@@ -92,6 +93,12 @@ def pod(*containers: dict[str, Any], init: list[dict[str, Any]] | None = None,
                      "containers": [ctr(i, c) for i, c in enumerate(containers)]}}
 
 
+def mig_cards(node: Node, register: str = REGISTER_MIG) -> list[MigCard]:
+    """The node's MIG-mode cards with the profiles ``register`` gives them, empty."""
+    profiles = {d.id: d.mig_profiles for d in parse_hami_register(register)}
+    return [MigCard(g, profiles[g.uuid]) for g in node.gpus if g.mig]
+
+
 def place(state: ClusterState, req: PodRequest, name: str) -> Placement | None:
     job = Job(JobId(name), (PodSet("main", 1, req.cpu_milli, req.memory_mib, req.gpu),))
     p, _ = place_task(next(job.tasks()), state.snapshot(), default_profile())
@@ -164,7 +171,8 @@ def test_a_mig_pod_gets_the_smallest_profile_and_hamis_annotations() -> None:
     node = node_from_k8s(hami_node("mig", REGISTER_MIG))
     mig_pod = pod({"nvidia.com/gpu": 1, "nvidia.com/gpumem": 8000},
                   annotations={"nvidia.com/vgpu-mode": "mig"})
-    req = mig_request(pod_request(mig_pod), mig_pod["metadata"]["annotations"], node.gpus)
+    req = mig_request(pod_request(mig_pod), mig_pod["metadata"]["annotations"],
+                      mig_cards(node))
     assert req.gpu.mig_profile == "2g.10gb"
     placement = Placement(TaskId("t"), JobId("j"), NodeName("mig"), 1000, 1024,
                           (GpuShare(0, 290, 9856, "2g.10gb"),))
@@ -179,11 +187,11 @@ def test_a_mig_pod_gets_the_smallest_profile_and_hamis_annotations() -> None:
     big = pod({"nvidia.com/gpu": 1, "nvidia.com/gpumem": 30000},
               annotations={"nvidia.com/vgpu-mode": "mig"})
     with pytest.raises(InvalidJobError, match="largest holds 19968 MiB"):
-        mig_request(pod_request(big), big["metadata"]["annotations"], node.gpus)
+        mig_request(pod_request(big), big["metadata"]["annotations"], mig_cards(node))
     two = pod({"nvidia.com/gpu": 2, "nvidia.com/gpumem": 4000},
               annotations={"nvidia.com/vgpu-mode": "mig"})
     with pytest.raises(InvalidJobError, match="one instance"):
-        mig_request(pod_request(two), two["metadata"]["annotations"], node.gpus)
+        mig_request(pod_request(two), two["metadata"]["annotations"], mig_cards(node))
 
 
 def test_the_core_follows_a_mig_cards_counts_as_instances_land_on_it() -> None:
@@ -195,7 +203,8 @@ def test_the_core_follows_a_mig_cards_counts_as_instances_land_on_it() -> None:
     state = ClusterState([node])
     mig_pod = pod({"nvidia.com/gpu": 1, "nvidia.com/gpumem": 15000},
                   annotations={"nvidia.com/vgpu-mode": "mig"})
-    req = mig_request(pod_request(mig_pod), mig_pod["metadata"]["annotations"], node.gpus)
+    req = mig_request(pod_request(mig_pod), mig_pod["metadata"]["annotations"],
+                      mig_cards(node))
     first = place(state, req, "a")
     assert first is not None and first.shares[0].mig_profile == "3g.20gb"
     # the 3g went to slices 4..7, and a 1g another scheduler placed sits at slice 0

@@ -29,7 +29,8 @@ from gpupool.k8s.constraints import (
     pod_constraints,
     scheduling_gates,
 )
-from gpupool.k8s.hami.mig import mig_request
+from gpupool.k8s.hami.mig import VGPU_MODE, allows, mig_request
+from gpupool.k8s.hami.register import MIG_MODE
 from gpupool.k8s.jobs import JobInfo, job_for_pods
 from gpupool.k8s.kube import ApiError
 from gpupool.k8s.parts import ControllerParts
@@ -57,11 +58,16 @@ class PodAdmission(ControllerParts):
         if self._inventory is None:
             nodes = self.nodes_by_name.values()
             self._inventory = (card_floor(nodes),
-                               frozenset(g.model for n in nodes for g in n.gpus))
-        floor, models = self._inventory
+                               frozenset(g.model for n in nodes for g in n.gpus),
+                               frozenset(g.model for n in nodes for g in n.gpus
+                                         if not g.mig and g.vendor == "nvidia"))
+        floor, models, core_models = self._inventory
         req = pod_request(pod, self.opt.names, card_memory_mib=floor, models=models)
-        req = mig_request(req, (pod.get("metadata") or {}).get("annotations") or {},
-                          (g for n in self.nodes_by_name.values() for g in n.gpus))
+        annotations = (pod.get("metadata") or {}).get("annotations") or {}
+        mode = annotations.get(VGPU_MODE)
+        if allows(mode, MIG_MODE) and (mode is not None or self.mig.profiles):
+            req = mig_request(req, annotations, self.mig.cards(self.nodes_by_name),
+                              core_models)
         if req.gpu.kind.value == "none":  # another vendor's cards, by its resource names
             req = vendor_pod_request(pod, req, self._vendor_models()) or req
         elif not req.gpu.models:  # NVIDIA's resource names: NVIDIA's cards only

@@ -166,6 +166,7 @@ class Controller(PodEvents, PodAdmission, NodeEvents, Decisions, NodeResources, 
                                             p.capacity_cores, p.capacity_memory) if r))
         self.extended_asks: dict[str, dict[str, int]] = {}  # pod key -> what it asks
         self.mig = MigLedger()  # the instances on MIG-mode cards, whoever placed them
+        self._mig_recheck = False  # instances changed: pending MIG pods chosen again
         self.stats = Stats()
         self.measured: MeasuredUse | None = None if options.prometheus is None else MeasuredUse(
             PrometheusReader(options.prometheus), options.measured, options.measured_interval_s)
@@ -189,7 +190,7 @@ class Controller(PodEvents, PodAdmission, NodeEvents, Decisions, NodeResources, 
         self._leader_ready = asyncio.Event()
         # (smallest card MiB, GPU models): what pod requests are read against; cleared
         # whenever the nodes change
-        self._inventory: tuple[int, frozenset[str]] | None = None
+        self._inventory: tuple[int, frozenset[str], frozenset[str]] | None = None
         self.status = StatusWriter(
             kube, component=options.scheduler_name, identity=options.identity, pod=self.pod,
             is_leader=self.is_leader, still_waiting=self._still_waiting,

@@ -22,6 +22,9 @@ class Decisions(ControllerParts):
 
     def cycle(self) -> None:
         assert self.sched is not None
+        if self._mig_recheck:
+            self._mig_recheck = False
+            self._choose_mig_again()
         self._apply_usage()
         self._report_binds_in_flight()
         now = self.clock()

@@ -54,6 +54,8 @@ class NodeEvents(ControllerParts):
         else:
             self.sched.update_node(node)
         self.nodes_by_name[name] = node
+        if any(g.mig for g in node.gpus):
+            self._mig_recheck = True  # pending pods' MIG profiles are chosen again
         if known is None:
             self._apply_usage([name])  # pods seen on it before the node
         self._inventory = None
