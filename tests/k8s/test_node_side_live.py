@@ -295,6 +295,47 @@ def test_mig_pods_get_non_overlapping_placements_in_hamis_format(
     live(control_plane, body)
 
 
+# An A100-80GB in MIG mode beside the 40GB card: its own profiles, the smallest a 1g.10gb.
+MIG_CARD_80 = {
+    "id": "GPU-dyn-80", "index": 1, "count": 7, "devmem": 81920, "devcore": 100,
+    "type": "NVIDIA-A100-SXM4-80GB", "mode": "mig", "health": True,
+    "migProfiles": [
+        {"name": "1g.10gb", "memoryMB": 9856, "core": 15, "sliceCount": 1,
+         "placements": [{"start": i, "size": 1} for i in range(7)]},
+        {"name": "2g.20gb", "memoryMB": 19968, "core": 29, "sliceCount": 2,
+         "placements": [{"start": i, "size": 2} for i in (0, 2, 4)]},
+        {"name": "3g.40gb", "memoryMB": 40192, "core": 43, "sliceCount": 3,
+         "placements": [{"start": 0, "size": 4}, {"start": 4, "size": 4}]}]}
+
+
+def test_mig_profiles_per_card_model_with_hamis_fallback_for_pods_without_vgpu_mode(
+        control_plane: ControlPlane) -> None:
+    """No card outside MIG mode: pods without ``nvidia.com/vgpu-mode`` take MIG-mode cards
+    (HAMi lets them take any card). Eight pods asking 4000 MiB: a 1g.5gb on the A100-40GB
+    while a 1g placement is free there (seven), then the eighth the A100-80GB's own
+    smallest profile, a 1g.10gb, instead of waiting for a 1g.5gb."""
+    async def body(kube: Kube) -> None:
+        await make_node(kube, "dyn-1", gpus=2, form="none")
+        await kube.request("PATCH", "/api/v1/nodes/dyn-1", {"metadata": {"annotations": {
+            "hami.io/node-nvidia-register": json.dumps([MIG_CARD, MIG_CARD_80])}}},
+            content_type=MERGE_PATCH)
+        for i in range(8):
+            await make_pod(kube, f"small-{i}", ns=NS, cpu="100m", memory="128Mi",
+                           limits={"nvidia.com/gpu": 1, "nvidia.com/gpumem": 4000})
+        async with fleet(kube) as f, running(kube, default_config()):
+            await all_running(kube, f, 8)
+            await f.settle()
+            made = [a for p in await list_pods(kube, NS) for a in json.loads(
+                p["metadata"]["annotations"]["hami.io/vgpu-mig-allocations"])]
+            assert all(a["migUUID"] for a in made), made
+            got = sorted((a["gpuUUID"], a["profile"]) for a in made)
+            assert got == [("GPU-dyn-0", "1g.5gb")] * 7 + [("GPU-dyn-80", "1g.10gb")], got
+            clean_run(f)
+            assert sum(a.plugin.mig_created for a in f.agents.values()) == 8
+
+    live(control_plane, body)
+
+
 def test_nodes_at_ninety_percent_cpu_from_other_pods(control_plane: ControlPlane) -> None:
     async def body(kube: Kube) -> None:
         for i in range(2):

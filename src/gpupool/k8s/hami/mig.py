@@ -264,7 +264,8 @@ def mig_request(req: PodRequest, annotations: Mapping[str, str], cards: Iterable
               if (p := select_profile(c.profiles, c.occupied, need)) is not None]
     if not chosen:  # no room anywhere: wait for the smallest profile that holds it
         chosen = [p for c, need in zip(usable, needs, strict=True)
-                  if (p := select_profile(c.profiles, (), need)) is not None]
+                  if (p := min((q for q in c.profiles if q.memory_mib >= need), key=_order,
+                               default=None)) is not None]
     if not chosen:
         largest = max((p for c in usable for p in c.profiles), key=_order)
         raise InvalidJobError("spec.containers[].resources.limits[nvidia.com/gpumem]",
