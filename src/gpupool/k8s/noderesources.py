@@ -1,6 +1,7 @@
 """What a node has besides CPU, memory and whole cards, as the controller keeps it: the
 extended resources gpupool's own pods ask for (``k8s/extended.py``) and the MIG instances on
-MIG-mode cards (``k8s/migledger.py``, ``k8s/hami/mig.py``). Mixed into
+MIG-mode cards (``k8s/migledger.py``, ``k8s/hami/mig.py``), and the profiles of pending
+MIG pods chosen again when those instances change. Mixed into
 :class:`~gpupool.k8s.controller.Controller`."""
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gpupool.core.errors import InvalidJobError, NotFoundError
-from gpupool.core.model import Placement
+from gpupool.core.model import JobId, Placement
 from gpupool.k8s.hami.mig import (
     MIG_ALLOCATIONS,
     MigAllocation,
@@ -76,8 +77,8 @@ class NodeResources(ControllerParts):
         again) is withdrawn and submitted again with it."""
         again = []
         for key, req in list(self.requests.items()):
-            job = self.pod_job.get(key)
-            if not req.gpu.mig_profile or job is None or self.jobs[job].running:
+            info = self.jobs.get(self.pod_job.get(key, JobId("")))
+            if not req.gpu.mig_profile or info is None or info.running:
                 continue
             pod = self.own_pod(key)
             if pod is None:
