@@ -188,10 +188,31 @@ def test_a_mig_pod_gets_the_smallest_profile_and_hamis_annotations() -> None:
               annotations={"nvidia.com/vgpu-mode": "mig"})
     with pytest.raises(InvalidJobError, match="largest holds 19968 MiB"):
         mig_request(pod_request(big), big["metadata"]["annotations"], mig_cards(node))
-    two = pod({"nvidia.com/gpu": 2, "nvidia.com/gpumem": 4000},
+
+
+def test_a_mig_container_asking_two_gpus_gets_two_instances_in_hamis_format() -> None:
+    """HAMi gives a container ``nvidia.com/gpu: 2`` two MIG devices, on one card while it
+    has room: the core places two instances on the MIG-mode card, each at its own
+    placement, written as two devices of the container."""
+    node = node_from_k8s(hami_node("mig", REGISTER_MIG))
+    state = ClusterState([node])
+    two = pod({"nvidia.com/gpu": 2, "nvidia.com/gpumem": 15000},
               annotations={"nvidia.com/vgpu-mode": "mig"})
-    with pytest.raises(InvalidJobError, match="one instance"):
-        mig_request(pod_request(two), two["metadata"]["annotations"], mig_cards(node))
+    req = mig_request(pod_request(two), two["metadata"]["annotations"], mig_cards(node))
+    assert (req.gpu.mig_profile, req.gpu.mig_instances) == ("3g.20gb", 2)
+    p = place(state, req, "a")
+    assert p is not None and [(s.index, s.mig_profile) for s in p.shares] == [
+        (0, "3g.20gb"), (0, "3g.20gb")]
+    chosen = [MigAllocation(0, 0, "GPU-mig-0", "3g.20gb", 4, 4),
+              MigAllocation(0, 1, "GPU-mig-0", "3g.20gb", 0, 4)]
+    ann = hami_annotations(req, p, node, 0.0, chosen)
+    assert ann["hami.io/vgpu-devices-to-allocate"] == (
+        "GPU-mig-0,NVIDIA,19968,43:GPU-mig-0,NVIDIA,19968,43:;")
+    assert place(state, req, "b") is None  # both 3g instances are held
+    one = replace(req, gpu=replace(req.gpu, mig_instances=1))
+    assert place(state, one, "c") is None
+    three = replace(req, gpu=replace(req.gpu, mig_profile="1g.5gb", mig_instances=8))
+    assert place(ClusterState([node]), three, "d") is None  # seven 1g on the card
 
 
 def test_the_core_follows_a_mig_cards_counts_as_instances_land_on_it() -> None:

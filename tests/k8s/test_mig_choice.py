@@ -117,8 +117,16 @@ def test_a_pod_without_vgpu_mode_takes_mig_cards_where_no_other_card_holds_it() 
     req = pod_request(typed, models=frozenset({A40, A80}))
     out = mig_request(req, typed["metadata"]["annotations"], cards, frozenset({A80}))
     assert out.gpu.mig_profile == "1g.5gb"
-    # two devices: left as written when the pod may take other cards, refused for mig
+
+
+def test_a_container_asking_several_gpus_gets_as_many_instances() -> None:
+    """HAMi's ``Fit`` gives a container ``nvidia.com/gpu: n`` n MIG devices; gpupool asks
+    the core for n instances of the profile chosen; several containers are refused."""
+    cards = [card("GPU-40", A40, 40960, P40)]
     two = pod({"nvidia.com/gpu": 2, "nvidia.com/gpumem": 4000})
-    assert chosen(two, cards) == (None, frozenset())
-    with pytest.raises(InvalidJobError, match="one instance"):
-        chosen(pod({"nvidia.com/gpu": 2, "nvidia.com/gpumem": 4000}, "mig"), cards)
+    req = mig_request(pod_request(two), {}, cards)
+    assert (req.gpu.mig_profile, req.gpu.mig_instances) == ("1g.5gb", 2)
+    both = pod({"nvidia.com/gpu": 1, "nvidia.com/gpumem": 4000}, "mig")
+    both["spec"]["containers"].append(dict(both["spec"]["containers"][0], name="d"))
+    with pytest.raises(InvalidJobError, match="one container"):
+        mig_request(pod_request(both), both["metadata"]["annotations"], cards)

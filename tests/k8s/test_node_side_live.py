@@ -336,6 +336,42 @@ def test_mig_profiles_per_card_model_with_hamis_fallback_for_pods_without_vgpu_m
     live(control_plane, body)
 
 
+def test_a_container_asking_two_gpus_gets_two_mig_instances(
+        control_plane: ControlPlane) -> None:
+    """HAMi gives a container ``nvidia.com/gpu: 2`` two MIG devices: both 3g.20gb of the
+    A100-40GB, made by the device plugin at the two placements gpupool recorded; a second
+    such pod waits with the reason."""
+    async def body(kube: Kube) -> None:
+        await make_node(kube, "dyn-2", gpus=1, form="none")
+        await kube.request("PATCH", "/api/v1/nodes/dyn-2", {"metadata": {"annotations": {
+            "hami.io/node-nvidia-register": json.dumps([MIG_CARD])}}},
+            content_type=MERGE_PATCH)
+        for name in ("pair-0", "pair-1"):
+            await make_pod(kube, name, ns=NS, cpu="100m", memory="128Mi",
+                           annotations=MIG_MODE,
+                           limits={"nvidia.com/gpu": 2, "nvidia.com/gpumem": 15000})
+        async with fleet(kube) as f, running(kube, default_config()):
+            async def one_running() -> bool:
+                return sum(v == "Running" for v in (await phases(kube)).values()) == 1
+
+            await wait_for(one_running, 30, "one pod of two MIG instances running")
+            await f.settle()
+            pods = {p["metadata"]["name"]: p for p in await list_pods(kube, NS)}
+            (run,) = [n for n, p in pods.items() if p["status"].get("phase") == "Running"]
+            made = json.loads(pods[run]["metadata"]["annotations"][
+                "hami.io/vgpu-mig-allocations"])
+            assert sorted((a["deviceIndex"], a["profile"], a["placement"]["start"])
+                          for a in made) == [(0, "3g.20gb", 4), (1, "3g.20gb", 0)], made
+            assert all(a["migUUID"] for a in made), made
+            (waiting,) = [n for n in pods if n != run]
+            cond = await wait_for(lambda: condition(kube, NS, waiting), 20, "a reason")
+            assert "MIG" in cond["message"], cond
+            clean_run(f)
+            assert sum(a.plugin.mig_created for a in f.agents.values()) == 2
+
+    live(control_plane, body)
+
+
 def test_nodes_at_ninety_percent_cpu_from_other_pods(control_plane: ControlPlane) -> None:
     async def body(kube: Kube) -> None:
         for i in range(2):

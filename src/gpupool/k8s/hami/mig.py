@@ -214,10 +214,9 @@ def allows(mode: str | None, card_mode: str) -> bool:
 
 
 def _mig_shape_refusal(req: PodRequest) -> str | None:
-    gpus = [g for g in req.containers if not g.init]
-    if len(gpus) != 1 or gpus[0].count != 1 or len(req.containers) != 1:
-        return ("gpupool gives a MIG pod one instance: one container asking "
-                "nvidia.com/gpu: 1")
+    if len(req.containers) != 1 or req.containers[0].init:
+        return ("gpupool gives MIG instances to one container of a pod: one container "
+                "asking for GPUs, no init container asking for them")
     return None
 
 
@@ -228,7 +227,7 @@ def mig_request(req: PodRequest, annotations: Mapping[str, str], cards: Iterable
     Which cards a pod may take follows ``nvidia.com/vgpu-mode`` (:func:`allows`): ``mig``
     only MIG-mode cards, ``hami-core`` only the others, absent either. A pod that may take
     both keeps its request while the cluster has a card not in MIG mode of a model it
-    allows (``core_models``); else, with a GPU request of one instance, it goes to MIG.
+    allows (``core_models``); else, with one container asking for GPUs, it goes to MIG.
 
     The profile is chosen per card as HAMi chooses it (:func:`select_profile`: the
     container's memory, in MiB or as its percentage of that card, on that card's own
@@ -239,8 +238,12 @@ def mig_request(req: PodRequest, annotations: Mapping[str, str], cards: Iterable
     controller chooses again when the instances on the cards change, so a pod waiting for
     a profile with no free placement left takes the next larger one, as HAMi would.
 
-    InvalidJobError naming the field for a pod gpupool cannot give MIG (more than one MIG
-    device, no MIG-mode card, or memory no profile holds)."""
+    A container asking ``nvidia.com/gpu: n`` gets n instances (HAMi's ``Fit`` takes a
+    MIG-mode card again for the next device until it has no room, then the next card), all
+    of the one profile chosen here (HAMi chooses each device's profile in turn).
+
+    InvalidJobError naming the field for a pod gpupool cannot give MIG (several containers
+    asking for GPUs, no MIG-mode card, or memory no profile holds)."""
     mode = annotations.get(VGPU_MODE)
     if not allows(mode, "mig") or req.gpu.kind.value == "none":
         return req
@@ -277,4 +280,4 @@ def mig_request(req: PodRequest, annotations: Mapping[str, str], cards: Iterable
                               for p in c.profiles))
     return replace(req, gpu=replace(req.gpu, count=0, gpu_milli=0, memory_mib=0,
                                     memory_percent=0, cards=1, mig_profile=pick.name,
-                                    models=models))
+                                    models=models, mig_instances=g.count))
