@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from gpupool.core import ClusterState, Job, JobId, PodSet, default_profile, place_task
-from gpupool.core.errors import InvalidJobError
+from gpupool.core.errors import ConflictError, InvalidJobError
 from gpupool.core.model import GpuRequest, GpuShare, Node, NodeName, Placement, TaskId
 from gpupool.k8s.hami.mig import (
     MigAllocation,
@@ -213,6 +213,10 @@ def test_a_mig_container_asking_two_gpus_gets_two_instances_in_hamis_format() ->
     assert place(state, one, "c") is None
     three = replace(req, gpu=replace(req.gpu, mig_profile="1g.5gb", mig_instances=8))
     assert place(ClusterState([node]), three, "d") is None  # seven 1g on the card
+    # the card's room is checked for each instance a placement puts on it
+    over = replace(p, task=TaskId("e"), job=JobId("e"), shares=p.shares * 2)
+    with pytest.raises(ConflictError, match=r"fewer than 4 free 3g\.20gb"):
+        ClusterState([node]).assume(over)
 
 
 def test_the_core_follows_a_mig_cards_counts_as_instances_land_on_it() -> None:
