@@ -14,10 +14,11 @@ from typing import Any
 import pytest
 
 from gpupool.core import ClusterState, Job, JobId, PodSet, default_profile, place_task
-from gpupool.core.errors import InvalidJobError
+from gpupool.core.errors import ConflictError, InvalidJobError
 from gpupool.core.model import GpuRequest, GpuShare, Node, NodeName, Placement, TaskId
 from gpupool.k8s.hami.mig import (
     MigAllocation,
+    MigCard,
     choose_placement,
     decode_mig_allocations,
     instances,
@@ -92,6 +93,12 @@ def pod(*containers: dict[str, Any], init: list[dict[str, Any]] | None = None,
                      "containers": [ctr(i, c) for i, c in enumerate(containers)]}}
 
 
+def mig_cards(node: Node, register: str = REGISTER_MIG) -> list[MigCard]:
+    """The node's MIG-mode cards with the profiles ``register`` gives them, empty."""
+    profiles = {d.id: d.mig_profiles for d in parse_hami_register(register)}
+    return [MigCard(g, profiles[g.uuid]) for g in node.gpus if g.mig]
+
+
 def place(state: ClusterState, req: PodRequest, name: str) -> Placement | None:
     job = Job(JobId(name), (PodSet("main", 1, req.cpu_milli, req.memory_mib, req.gpu),))
     p, _ = place_task(next(job.tasks()), state.snapshot(), default_profile())
@@ -164,7 +171,8 @@ def test_a_mig_pod_gets_the_smallest_profile_and_hamis_annotations() -> None:
     node = node_from_k8s(hami_node("mig", REGISTER_MIG))
     mig_pod = pod({"nvidia.com/gpu": 1, "nvidia.com/gpumem": 8000},
                   annotations={"nvidia.com/vgpu-mode": "mig"})
-    req = mig_request(pod_request(mig_pod), mig_pod["metadata"]["annotations"], node.gpus)
+    req = mig_request(pod_request(mig_pod), mig_pod["metadata"]["annotations"],
+                      mig_cards(node))
     assert req.gpu.mig_profile == "2g.10gb"
     placement = Placement(TaskId("t"), JobId("j"), NodeName("mig"), 1000, 1024,
                           (GpuShare(0, 290, 9856, "2g.10gb"),))
@@ -179,11 +187,36 @@ def test_a_mig_pod_gets_the_smallest_profile_and_hamis_annotations() -> None:
     big = pod({"nvidia.com/gpu": 1, "nvidia.com/gpumem": 30000},
               annotations={"nvidia.com/vgpu-mode": "mig"})
     with pytest.raises(InvalidJobError, match="largest holds 19968 MiB"):
-        mig_request(pod_request(big), big["metadata"]["annotations"], node.gpus)
-    two = pod({"nvidia.com/gpu": 2, "nvidia.com/gpumem": 4000},
+        mig_request(pod_request(big), big["metadata"]["annotations"], mig_cards(node))
+
+
+def test_a_mig_container_asking_two_gpus_gets_two_instances_in_hamis_format() -> None:
+    """HAMi gives a container ``nvidia.com/gpu: 2`` two MIG devices, on one card while it
+    has room: the core places two instances on the MIG-mode card, each at its own
+    placement, written as two devices of the container."""
+    node = node_from_k8s(hami_node("mig", REGISTER_MIG))
+    state = ClusterState([node])
+    two = pod({"nvidia.com/gpu": 2, "nvidia.com/gpumem": 15000},
               annotations={"nvidia.com/vgpu-mode": "mig"})
-    with pytest.raises(InvalidJobError, match="one instance"):
-        mig_request(pod_request(two), two["metadata"]["annotations"], node.gpus)
+    req = mig_request(pod_request(two), two["metadata"]["annotations"], mig_cards(node))
+    assert (req.gpu.mig_profile, req.gpu.mig_instances) == ("3g.20gb", 2)
+    p = place(state, req, "a")
+    assert p is not None and [(s.index, s.mig_profile) for s in p.shares] == [
+        (0, "3g.20gb"), (0, "3g.20gb")]
+    chosen = [MigAllocation(0, 0, "GPU-mig-0", "3g.20gb", 4, 4),
+              MigAllocation(0, 1, "GPU-mig-0", "3g.20gb", 0, 4)]
+    ann = hami_annotations(req, p, node, 0.0, chosen)
+    assert ann["hami.io/vgpu-devices-to-allocate"] == (
+        "GPU-mig-0,NVIDIA,19968,43:GPU-mig-0,NVIDIA,19968,43:;")
+    assert place(state, req, "b") is None  # both 3g instances are held
+    one = replace(req, gpu=replace(req.gpu, mig_instances=1))
+    assert place(state, one, "c") is None
+    three = replace(req, gpu=replace(req.gpu, mig_profile="1g.5gb", mig_instances=8))
+    assert place(ClusterState([node]), three, "d") is None  # seven 1g on the card
+    # the card's room is checked for each instance a placement puts on it
+    over = replace(p, task=TaskId("e"), job=JobId("e"), shares=p.shares * 2)
+    with pytest.raises(ConflictError, match=r"fewer than 4 free 3g\.20gb"):
+        ClusterState([node]).assume(over)
 
 
 def test_the_core_follows_a_mig_cards_counts_as_instances_land_on_it() -> None:
@@ -195,7 +228,8 @@ def test_the_core_follows_a_mig_cards_counts_as_instances_land_on_it() -> None:
     state = ClusterState([node])
     mig_pod = pod({"nvidia.com/gpu": 1, "nvidia.com/gpumem": 15000},
                   annotations={"nvidia.com/vgpu-mode": "mig"})
-    req = mig_request(pod_request(mig_pod), mig_pod["metadata"]["annotations"], node.gpus)
+    req = mig_request(pod_request(mig_pod), mig_pod["metadata"]["annotations"],
+                      mig_cards(node))
     first = place(state, req, "a")
     assert first is not None and first.shares[0].mig_profile == "3g.20gb"
     # the 3g went to slices 4..7, and a 1g another scheduler placed sits at slice 0

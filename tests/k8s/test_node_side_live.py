@@ -295,6 +295,83 @@ def test_mig_pods_get_non_overlapping_placements_in_hamis_format(
     live(control_plane, body)
 
 
+# An A100-80GB in MIG mode beside the 40GB card: its own profiles, the smallest a 1g.10gb.
+MIG_CARD_80 = {
+    "id": "GPU-dyn-80", "index": 1, "count": 7, "devmem": 81920, "devcore": 100,
+    "type": "NVIDIA-A100-SXM4-80GB", "mode": "mig", "health": True,
+    "migProfiles": [
+        {"name": "1g.10gb", "memoryMB": 9856, "core": 15, "sliceCount": 1,
+         "placements": [{"start": i, "size": 1} for i in range(7)]},
+        {"name": "2g.20gb", "memoryMB": 19968, "core": 29, "sliceCount": 2,
+         "placements": [{"start": i, "size": 2} for i in (0, 2, 4)]},
+        {"name": "3g.40gb", "memoryMB": 40192, "core": 43, "sliceCount": 3,
+         "placements": [{"start": 0, "size": 4}, {"start": 4, "size": 4}]}]}
+
+
+def test_mig_profiles_per_card_model_with_hamis_fallback_for_pods_without_vgpu_mode(
+        control_plane: ControlPlane) -> None:
+    """No card outside MIG mode: pods without ``nvidia.com/vgpu-mode`` take MIG-mode cards
+    (HAMi lets them take any card). Eight pods asking 4000 MiB: a 1g.5gb on the A100-40GB
+    while a 1g placement is free there (seven), then the eighth the A100-80GB's own
+    smallest profile, a 1g.10gb, instead of waiting for a 1g.5gb."""
+    async def body(kube: Kube) -> None:
+        await make_node(kube, "dyn-1", gpus=2, form="none")
+        await kube.request("PATCH", "/api/v1/nodes/dyn-1", {"metadata": {"annotations": {
+            "hami.io/node-nvidia-register": json.dumps([MIG_CARD, MIG_CARD_80])}}},
+            content_type=MERGE_PATCH)
+        for i in range(8):
+            await make_pod(kube, f"small-{i}", ns=NS, cpu="100m", memory="128Mi",
+                           limits={"nvidia.com/gpu": 1, "nvidia.com/gpumem": 4000})
+        async with fleet(kube) as f, running(kube, default_config()):
+            await all_running(kube, f, 8)
+            await f.settle()
+            made = [a for p in await list_pods(kube, NS) for a in json.loads(
+                p["metadata"]["annotations"]["hami.io/vgpu-mig-allocations"])]
+            assert all(a["migUUID"] for a in made), made
+            got = sorted((a["gpuUUID"], a["profile"]) for a in made)
+            assert got == [("GPU-dyn-0", "1g.5gb")] * 7 + [("GPU-dyn-80", "1g.10gb")], got
+            clean_run(f)
+            assert sum(a.plugin.mig_created for a in f.agents.values()) == 8
+
+    live(control_plane, body)
+
+
+def test_a_container_asking_two_gpus_gets_two_mig_instances(
+        control_plane: ControlPlane) -> None:
+    """HAMi gives a container ``nvidia.com/gpu: 2`` two MIG devices: both 3g.20gb of the
+    A100-40GB, made by the device plugin at the two placements gpupool recorded; a second
+    such pod waits with the reason."""
+    async def body(kube: Kube) -> None:
+        await make_node(kube, "dyn-2", gpus=1, form="none")
+        await kube.request("PATCH", "/api/v1/nodes/dyn-2", {"metadata": {"annotations": {
+            "hami.io/node-nvidia-register": json.dumps([MIG_CARD])}}},
+            content_type=MERGE_PATCH)
+        for name in ("pair-0", "pair-1"):
+            await make_pod(kube, name, ns=NS, cpu="100m", memory="128Mi",
+                           annotations=MIG_MODE,
+                           limits={"nvidia.com/gpu": 2, "nvidia.com/gpumem": 15000})
+        async with fleet(kube) as f, running(kube, default_config()):
+            async def one_running() -> bool:
+                return sum(v == "Running" for v in (await phases(kube)).values()) == 1
+
+            await wait_for(one_running, 30, "one pod of two MIG instances running")
+            await f.settle()
+            pods = {p["metadata"]["name"]: p for p in await list_pods(kube, NS)}
+            (run,) = [n for n, p in pods.items() if p["status"].get("phase") == "Running"]
+            made = json.loads(pods[run]["metadata"]["annotations"][
+                "hami.io/vgpu-mig-allocations"])
+            assert sorted((a["deviceIndex"], a["profile"], a["placement"]["start"])
+                          for a in made) == [(0, "3g.20gb", 4), (1, "3g.20gb", 0)], made
+            assert all(a["migUUID"] for a in made), made
+            (waiting,) = [n for n in pods if n != run]
+            cond = await wait_for(lambda: condition(kube, NS, waiting), 20, "a reason")
+            assert "MIG" in cond["message"], cond
+            clean_run(f)
+            assert sum(a.plugin.mig_created for a in f.agents.values()) == 2
+
+    live(control_plane, body)
+
+
 def test_nodes_at_ninety_percent_cpu_from_other_pods(control_plane: ControlPlane) -> None:
     async def body(kube: Kube) -> None:
         for i in range(2):

@@ -39,9 +39,10 @@ def share_milli(share: GpuShare, gpu: Gpu) -> int:
 
 
 def request_milli(request: GpuRequest, gpus: Iterable[Gpu]) -> int:
-    """The compute one replica asks for: whole cards and slices by their milli-GPU, a MIG
-    instance by the share the first card of ``gpus`` offering its profile declares."""
+    """The compute one replica asks for: whole cards and slices by their milli-GPU, MIG
+    instances by the share the first card of ``gpus`` offering their profile declares."""
     if request.kind is not GpuKind.MIG or request.mig_profile is None:
         return request.total_milli
     profile = request.mig_profile
-    return next((m for g in gpus if (m := instance_milli(g, profile))), 0)
+    return request.mig_instances * next((m for g in gpus if (m := instance_milli(g, profile))),
+                                        0)

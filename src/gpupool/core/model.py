@@ -122,7 +122,8 @@ class GpuRequest:
       distinct cards (usually one). The memory of a card is ``memory_mib``, or
       ``memory_percent`` of that card's own memory, whichever is larger; a slice asking no
       compute (``gpu_milli`` 0) still needs a card whose compute is not all taken;
-    - a MIG instance: ``mig_profile``, one instance of that profile.
+    - MIG instances: ``mig_profile``, ``mig_instances`` instances of that profile (1 by
+      default), on one card or several of one node.
 
     ``models`` lists the GPU models allowed (empty: any); ``uuids``, when not empty, the only
     cards allowed, and ``excluded_uuids`` cards never to use.
@@ -137,6 +138,7 @@ class GpuRequest:
     memory_percent: int = 0
     uuids: frozenset[str] = frozenset()
     excluded_uuids: frozenset[str] = frozenset()
+    mig_instances: int = 1
 
     @property
     def kind(self) -> GpuKind:

@@ -323,8 +323,11 @@ class NodeTable:
                 raise ConflictError(f"{where}: the node has no GPU {s.index}")
             if s.mig_profile is not None:
                 pool = self.mig_free.get(s.mig_profile)
-                if pool is None or pool[i, s.index] < 1:
-                    raise ConflictError(f"{where}: GPU {s.index} has no free {s.mig_profile}")
+                asked = sum(1 for o in p.shares
+                            if o.index == s.index and o.mig_profile == s.mig_profile)
+                if pool is None or pool[i, s.index] < asked:
+                    raise ConflictError(f"{where}: GPU {s.index} has fewer than {asked} free "
+                                        f"{s.mig_profile}")
                 continue
             if s.index in seen:
                 raise ConflictError(f"{where}: GPU {s.index} listed twice")

@@ -4,8 +4,11 @@ Facts come from two informers (Nodes, and every Pod) and go into the core
 :class:`~gpupool.core.scheduler.Scheduler`; its decisions come back out. The work is split
 by concept:
 
-- ``k8s/pods.py``: pod events into core jobs and gangs (gates, bind backoff, foreign pods;
-  every other pod counted against its node's CPU and memory through ``k8s/podview.py``);
+- ``k8s/pods.py``: pod events (foreign pods; every other pod counted against its node's
+  CPU and memory through ``k8s/podview.py``); ``k8s/admit.py``: pending pods read and
+  submitted as core jobs and gangs (gates, bind backoff);
+- ``k8s/nodes.py``: node events into the core's nodes;
+- ``k8s/decisions.py``: the cycle, and what each of its decisions does;
 - ``k8s/binding.py``: binds (UID-fenced, under HAMi's node lock, pipelined across nodes)
   and evictions, with their one retry policy; ``k8s/bindhost.py``: what a bind writes and
   what its outcome means for the core;
@@ -13,34 +16,33 @@ by concept:
 - ``k8s/rebuild.py``: the core rebuilt from the API server alone when this replica leads;
 - ``k8s/hooks.py``: the typed seams Elastic GPU objects and queued provisioning attach by.
 
-This module ties them together: leadership, nodes, the cycle, and what each decision does.
-``Bind`` goes to the binder; ``Park`` to the status writer; ``Evict`` evicts a job's pods,
-and binds onto their nodes wait until they are gone. A job's cards are held until every pod
-of it has ended (Succeeded, Failed or deleted).
+This module ties them together: the shared state, leadership and the cycle loop. A job's
+cards are held until every pod of it has ended (Succeeded, Failed or deleted).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import socket
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from gpupool.core.decisions import Bind
-from gpupool.core.errors import ConfigError, GpupoolError, NotFoundError
-from gpupool.core.model import JobId, Node, NodeName
+from gpupool.core.errors import ConfigError, GpupoolError
+from gpupool.core.model import JobId, Node
 from gpupool.core.quota import QueueConfig
 from gpupool.core.scheduler import Scheduler
 from gpupool.core.usage import LoadSettings
 from gpupool.k8s import projection, slim
+from gpupool.k8s.admit import PodAdmission
 from gpupool.k8s.bindhost import BindHost
 from gpupool.k8s.binding import Binder, RetryPolicy
 from gpupool.k8s.constraints import Constraints
+from gpupool.k8s.decisions import Decisions
 from gpupool.k8s.extended import ExtendedLedger
 from gpupool.k8s.hooks import ElasticHook, ProvisioningHook
 from gpupool.k8s.informer import Informer
@@ -51,6 +53,7 @@ from gpupool.k8s.migledger import MigLedger
 from gpupool.k8s.namespaces import NAMESPACES, Namespaces, listable
 from gpupool.k8s.nodelock import LOCK_EXPIRE_S, NodeLocks
 from gpupool.k8s.noderesources import NodeResources
+from gpupool.k8s.nodes import NodeEvents
 from gpupool.k8s.pods import PodEvents
 from gpupool.k8s.podview import NodeUsage, reduce
 from gpupool.k8s.rebuild import Rebuild
@@ -60,7 +63,6 @@ from gpupool.k8s.translate import (
     PodRequest,
     RecordedPlacement,
     ResourceNames,
-    TranslateError,
 )
 from gpupool.k8s.vendors import PROTOCOLS
 from gpupool.k8s.vendors.switch import FormSwitcher
@@ -130,7 +132,8 @@ class Stats:
     bound_at: dict[str, float] = field(default_factory=dict)  # pod key -> wall time bound
 
 
-class Controller(PodEvents, NodeResources, Rebuild, BindHost):
+class Controller(PodEvents, PodAdmission, NodeEvents, Decisions, NodeResources, Rebuild,
+                 BindHost):
     def __init__(self, kube: Kube, config: QueueConfig, options: Options = Options(), *,
                  clock: Callable[[], float] = time.time) -> None:
         self.kube = kube
@@ -164,6 +167,7 @@ class Controller(PodEvents, NodeResources, Rebuild, BindHost):
                                             p.capacity_cores, p.capacity_memory) if r))
         self.extended_asks: dict[str, dict[str, int]] = {}  # pod key -> what it asks
         self.mig = MigLedger()  # the instances on MIG-mode cards, whoever placed them
+        self._mig_recheck = False  # instances changed: pending MIG pods chosen again
         self.stats = Stats()
         self.measured: MeasuredUse | None = None if options.prometheus is None else MeasuredUse(
             PrometheusReader(options.prometheus), options.measured, options.measured_interval_s)
@@ -187,7 +191,7 @@ class Controller(PodEvents, NodeResources, Rebuild, BindHost):
         self._leader_ready = asyncio.Event()
         # (smallest card MiB, GPU models): what pod requests are read against; cleared
         # whenever the nodes change
-        self._inventory: tuple[int, frozenset[str]] | None = None
+        self._inventory: tuple[int, frozenset[str], frozenset[str]] | None = None
         self.status = StatusWriter(
             kube, component=options.scheduler_name, identity=options.identity, pod=self.pod,
             is_leader=self.is_leader, still_waiting=self._still_waiting,
@@ -293,159 +297,6 @@ class Controller(PodEvents, NodeResources, Rebuild, BindHost):
                 self.cycle()
             except GpupoolError:
                 log.exception("scheduling cycle failed")
-
-    # -- nodes -----------------------------------------------------------------------------
-
-    def _apply_usage(self, names: Iterable[str] | None = None) -> None:
-        """Nodes whose other pods changed: the core learns what those pods hold."""
-        assert self.sched is not None
-        for name in self.usage.take_changed() if names is None else names:
-            if name in self.nodes_by_name:
-                used = self.usage.of(name)
-                self.sched.set_outside(NodeName(name), used.get("cpu", 0),
-                                       used.get("memory", 0))
-
-    def _on_node(self, event: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
-        name = str((obj.get("metadata") or {}).get("name"))
-        self.binder.node_changed(name)  # its lock may have been released
-        self.extended.set_node(name, None if event == "DELETED" else obj)
-        if self.sched is None:
-            return
-        if event == "DELETED":
-            self._remove_node(name)
-            return
-        try:
-            node = self._node_from(obj)
-        except TranslateError as exc:
-            self._bad_node(obj, str(exc))
-            self._remove_node(name)
-            return
-        self.bad_nodes.pop(name, None)
-        known = self.nodes_by_name.get(name)
-        if known == node:
-            return
-        if known is None:
-            self.sched.add_node(node)
-        else:
-            self.sched.update_node(node)
-        self.nodes_by_name[name] = node
-        if known is None:
-            self._apply_usage([name])  # pods seen on it before the node
-        self._inventory = None
-        self._dirty.set()
-
-    def _remove_node(self, name: str) -> None:
-        assert self.sched is not None
-        if name not in self.nodes_by_name:
-            return
-        del self.nodes_by_name[name]
-        self._inventory = None
-        for job_id in self.sched.remove_node(NodeName(name), self.clock()):
-            # Its pods stay bound to the node that left; they will not run anywhere else.
-            self.sched.cancel(job_id, self.clock())
-            info = self.jobs.pop(job_id, None)
-            for key in info.pods if info else ():
-                self.pod_job.pop(key, None)
-        self._dirty.set()
-
-    def _bad_node(self, obj: Mapping[str, Any], reason: str) -> None:
-        name = str((obj.get("metadata") or {}).get("name"))
-        if self.bad_nodes.get(name) == reason:
-            return
-        self.bad_nodes[name] = reason
-        log.warning("node %s ignored: %s", name, reason)
-        if self.is_leader():
-            self._spawn(self.status.event(obj, "Warning", "InvalidNode", reason))
-
-    # -- a cycle ---------------------------------------------------------------------------
-
-    def cycle(self) -> None:
-        assert self.sched is not None
-        self._apply_usage()
-        self._report_binds_in_flight()
-        now = self.clock()
-        result = self.sched.cycle(now)
-        self.stats.cycles += 1
-        if self.provisioning is not None:
-            self.provisioning.handle(result)
-        for bind in result.binds:
-            info = self.jobs.get(bind.job)
-            if info is None:
-                continue
-            info.running = True
-            self._dispatch(bind, info, now)
-        for park in result.parks:
-            info = self.jobs.get(park.job)
-            if info is None:
-                continue
-            message = park.status.message or "waiting"
-            for key in info.pods:
-                self.status.park(key, message)
-        for key, form in self.switcher.due(self, result.parks):
-            self._spawn(self.switcher.switch(self.kube, self, key, form))
-        for ev in result.evicts:
-            self._evict_job(ev.job, f"preempted by {ev.preemptor} ({ev.reason})")
-
-    def _evict_job(self, job_id: JobId, reason: str) -> None:
-        """The core took a job's cards back for a preemptor: its pods are evicted (they do
-        not come back; a Job controller makes new ones, scheduled as new jobs). Binds onto
-        their nodes wait until they are gone (see ``_dispatch``), so the preemptor never
-        shares a card with a victim still running."""
-        assert self.sched is not None
-        info = self.jobs.pop(job_id, None)
-        with contextlib.suppress(NotFoundError):
-            self.sched.cancel(job_id, self.clock())  # the core queued it again
-        if info is None:
-            return
-        for key in info.pods:
-            self.pod_job.pop(key, None)
-            if key in info.ended:
-                continue
-            pod = self.pod(key)
-            node = str(((pod or {}).get("spec") or {}).get("nodeName") or "")
-            self.evicting[key] = node
-            self._spawn(self._evict(key, reason))
-
-    async def _evict(self, key: str, reason: str) -> None:
-        if await self.binder.evict(key, reason, self._victim_gone):
-            self.stats.evictions += 1
-
-    def _dispatch(self, bind: Bind, info: JobInfo, now: float) -> None:
-        busy = set(self.evicting.values())
-        if any(p.node in busy for p in bind.placements):
-            self.deferred[bind.job] = (bind, now)
-            return
-        for p in bind.placements:
-            key = info.task_pod[p.task]
-            asked = self.extended_asks.get(key)
-            if asked:  # the core does not count them: two pods of a cycle may share the room
-                short = self.extended.shortfall(str(p.node), asked, skip=key)
-                if short is not None:
-                    self._back_off(key)
-                    self._bind_failed(key, f"not bound to {p.node}: {short}")
-                    continue
-                self.extended.take(key, str(p.node), asked)
-            if any(s.mig_profile for s in p.shares):
-                chosen = self._mig_placements(key, p)
-                if isinstance(chosen, str):
-                    self._back_off(key)
-                    self._bind_failed(key, f"not bound to {p.node}: {chosen}")
-                    continue
-                if self.mig.take(key, str(p.node), chosen, True):
-                    self._mig_changed(str(p.node))
-            self.status.bound(key)
-            self.binder.submit(self._bind_item(key, p, info, bind.flavor, now, self.pod(key)))
-
-    def _victim_gone(self, key: str) -> None:
-        self.evicting.pop(key, None)
-        busy = set(self.evicting.values())
-        for job_id, (bind, now) in list(self.deferred.items()):
-            info = self.jobs.get(job_id)
-            if info is None:
-                del self.deferred[job_id]
-            elif not any(p.node in busy for p in bind.placements):
-                del self.deferred[job_id]
-                self._dispatch(bind, info, now)
 
     # -- views -----------------------------------------------------------------------------
 

@@ -12,11 +12,11 @@ it placed) plus how many more fit beside every instance on the card.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from gpupool.core.model import Node
-from gpupool.k8s.hami.mig import MigAllocation, Span, instances
+from gpupool.k8s.hami.mig import MigAllocation, MigCard, Span, instances
 from gpupool.k8s.hami.register import MIG_MODE, HamiDevice, HamiMigProfile
 
 __all__ = ["MigLedger"]
@@ -84,3 +84,12 @@ class MigLedger:
                                      held.get(g.uuid, {}), usable=g.healthy))
             if g.uuid in mine else g for g in node.gpus)
         return replace(node, gpus=gpus)
+
+    def cards(self, nodes: Mapping[str, Node]) -> Iterator[MigCard]:
+        """Every healthy MIG-mode card of ``nodes``, with the placements its instances take
+        (what the choice of a pod's profile reads), made as they are read."""
+        for name, per in self.profiles.items():
+            node = nodes.get(name)
+            for g in node.gpus if node is not None else ():
+                if g.healthy and per.get(g.uuid):
+                    yield MigCard(g, per[g.uuid], tuple(self.occupied(name, g.uuid)))

@@ -1,6 +1,7 @@
 """What a node has besides CPU, memory and whole cards, as the controller keeps it: the
 extended resources gpupool's own pods ask for (``k8s/extended.py``) and the MIG instances on
-MIG-mode cards (``k8s/migledger.py``, ``k8s/hami/mig.py``). Mixed into
+MIG-mode cards (``k8s/migledger.py``, ``k8s/hami/mig.py``), and the profiles of pending
+MIG pods chosen again when those instances change. Mixed into
 :class:`~gpupool.k8s.controller.Controller`."""
 
 from __future__ import annotations
@@ -9,7 +10,8 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from gpupool.core.model import Placement
+from gpupool.core.errors import InvalidJobError, NotFoundError
+from gpupool.core.model import JobId, Placement
 from gpupool.k8s.hami.mig import (
     MIG_ALLOCATIONS,
     MigAllocation,
@@ -61,10 +63,39 @@ class NodeResources(ControllerParts):
         node = self.nodes_by_name.get(name)
         if node is None or self.sched is None:
             return
+        self._mig_recheck = True  # pending pods' profiles are chosen again
         counted = self.mig.counted(node)
         if counted != node:
             self.nodes_by_name[name] = counted
             self.sched.update_node(counted)
+            self._dirty.set()
+
+    def _choose_mig_again(self) -> None:
+        """Pending pods given a MIG profile are read again once the instances on the cards
+        changed: a pod whose choice is now another profile (the one it waited for has no
+        free placement left, as HAMi's scheduler would find, or a smaller one is free
+        again) is withdrawn and submitted again with it."""
+        again = []
+        for key, req in list(self.requests.items()):
+            info = self.jobs.get(self.pod_job.get(key, JobId("")))
+            if not req.gpu.mig_profile or info is None or info.running:
+                continue
+            pod = self.own_pod(key)
+            if pod is None:
+                continue
+            try:
+                new = self.read_request(pod)
+            except (InvalidJobError, NotFoundError, TranslateError):
+                continue  # read again, and refused with the reason, at its admission
+            if (new.gpu.mig_profile, new.gpu.models) != (req.gpu.mig_profile,
+                                                         req.gpu.models):
+                again.append(key)
+        for key in again:
+            self._pod_ended(key)
+        for key in again:
+            if key not in self.pod_job and not self._in_gang(key):
+                self._admit(key)
+        if again:
             self._dirty.set()
 
     def _mig_placements(self, key: str, p: Placement) -> list[MigAllocation] | str:

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from gpupool.k8s.binding import Binder, BindItem
     from gpupool.k8s.constraints import Constraints
     from gpupool.k8s.extended import ExtendedLedger
+    from gpupool.k8s.hami.mig import MigAllocation
     from gpupool.k8s.hooks import ElasticHook, ProvisioningHook
     from gpupool.k8s.informer import Informer
     from gpupool.k8s.jobs import JobInfo
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
     from gpupool.k8s.podview import NodeUsage
     from gpupool.k8s.status import StatusWriter
     from gpupool.k8s.translate import GangRef, PodRequest, RecordedPlacement
+    from gpupool.k8s.vendors.switch import FormSwitcher
 
 
 __all__ = ["ControllerParts"]
@@ -61,6 +63,7 @@ class ControllerParts:
         namespaces: Namespaces
         extended: ExtendedLedger
         mig: MigLedger
+        _mig_recheck: bool
         extended_asks: dict[str, dict[str, int]]
         node_informer: Informer
         pod_informer: Informer
@@ -68,8 +71,9 @@ class ControllerParts:
         binder: Binder
         elastic: ElasticHook | None
         provisioning: ProvisioningHook | None
+        switcher: FormSwitcher
         _dirty: asyncio.Event
-        _inventory: tuple[int, frozenset[str]] | None
+        _inventory: tuple[int, frozenset[str], frozenset[str]] | None
 
         def _spawn(self, coro: Any) -> None: ...
         def _bind_item(self, key: str, p: Placement, info: JobInfo, flavor: str, now: float,
@@ -95,3 +99,9 @@ class ControllerParts:
         def recorded(self, pod: Mapping[str, Any]) -> RecordedPlacement | None: ...
         def read_request(self, pod: Mapping[str, Any]) -> PodRequest: ...
         def resolve_queue(self, pod: Mapping[str, Any]) -> str: ...
+        def _in_gang(self, key: str) -> bool: ...
+        def _choose_mig_again(self) -> None: ...
+        def _node_from(self, obj: Mapping[str, Any]) -> Node: ...
+        def _report_binds_in_flight(self) -> None: ...
+        def _bind_failed(self, key: str, reason: str | None) -> None: ...
+        def _mig_placements(self, key: str, p: Placement) -> list[MigAllocation] | str: ...

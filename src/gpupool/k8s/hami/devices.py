@@ -102,7 +102,9 @@ def container_cards(request: PodRequest, placement: Placement
     shares = list(placement.shares)
     need = max(sum(g.count for g in request.containers if not g.init),
                max((g.count for g in request.containers if g.init), default=0))
-    if len(shares) != need or len({s.index for s in shares}) != need:
+    distinct = len({s.index for s in shares}) if not any(s.mig_profile for s in shares) \
+        else need  # MIG: several instances may share a card
+    if len(shares) != need or distinct != need:
         raise TranslateError(f"placement {placement.task} holds {len(shares)} cards; the "
                              f"pod's containers ask for {need} distinct cards")
     out = []

@@ -5,19 +5,20 @@ it to the pod, and the device plugin creates exactly that instance.
 - The card (``hami.io/node-nvidia-register``, ``mode: mig``): ``migProfiles[]`` = ``{name,
   memoryMB, core, sliceCount, placements: [{start, size}]}``. A placement holds the slices
   ``[start, start + size)``; two instances may not overlap.
-- The choice (HAMi's ``selectMigCandidate``): profiles by memory, then slice count; the first
-  whose memory holds the container's ``gpumem``, at the first free placement in HAMi's order
-  (``orderedMigPlacements``: ``1g.`` and ``3g.`` profiles from the highest start, the others
-  from the lowest). gpupool settles the profile when it reads the pod (the smallest that
-  holds the memory on any MIG-mode card of the cluster) and waits for it; HAMi would take a
-  larger profile when the smallest has no free placement.
+- The choice (HAMi's ``selectMigCandidate``, per card): profiles by memory, then slice
+  count; the first whose memory holds the container's ``gpumem`` *and* has a free
+  placement, at the first free placement in HAMi's order (``orderedMigPlacements``: ``1g.``
+  and ``3g.`` profiles from the highest start, the others from the lowest). gpupool gives
+  the pod the smallest of the cards' choices (:func:`mig_request`) and chooses again when
+  instances come or go.
 - The record (``hami.io/vgpu-mig-allocations``): a JSON list, one entry per MIG device,
   ``{containerIndex, deviceIndex, gpuUUID, profile, placement: {start, size}}``; the device
   plugin adds ``migUUID``, ``gpuInstanceID`` and ``computeInstanceID`` once the instance
   exists (all three or none). The device annotation carries the card's UUID with the
   profile's memory and core (HAMi's ``AddResourceUsage``).
-- A pod asks for MIG with the annotation ``nvidia.com/vgpu-mode: mig`` (HAMi's); only such
-  pods go to MIG-mode cards here.
+- ``nvidia.com/vgpu-mode`` (HAMi's ``checkType``): ``mig`` only MIG-mode cards,
+  ``hami-core`` only the others, absent any card; gpupool sends a pod without it to MIG
+  only when no card outside MIG mode of a model it allows exists.
 
 The core counts instances per profile; :func:`instances` gives each profile's count as the
 instances of it the core holds plus how many more fit beside every instance on the card
@@ -43,12 +44,15 @@ __all__ = [
     "MIG_ALLOCATIONS",
     "VGPU_MODE",
     "MigAllocation",
+    "MigCard",
+    "allows",
     "choose_placement",
     "decode_mig_allocations",
     "encode_mig_allocations",
     "instances",
     "mig_request",
     "overlaps",
+    "select_profile",
 ]
 
 MIG_ALLOCATIONS = "hami.io/vgpu-mig-allocations"
@@ -178,32 +182,102 @@ def instances(profiles: Sequence[HamiMigProfile], occupied: Sequence[Span],
         for p in profiles)
 
 
-def mig_request(req: PodRequest, annotations: Mapping[str, str],
-                cards: Iterable[Gpu]) -> PodRequest:
-    """The pod's request when it asks for MIG (``nvidia.com/vgpu-mode: mig``): one instance
-    of the smallest profile (by memory, then compute) that any MIG-mode card of ``cards``
-    offers with the memory its container asks (MiB, or its percentage of the card); the
-    request unchanged otherwise. InvalidJobError naming the field for a pod gpupool cannot
-    give MIG (more than one MIG device, or memory no profile holds)."""
+@dataclass(frozen=True, slots=True)
+class MigCard:
+    """A MIG-mode card as the choice of a profile sees it: the card, the profiles it
+    registers, and the placements the instances on it take (whoever placed them)."""
+
+    gpu: Gpu
+    profiles: tuple[HamiMigProfile, ...]
+    occupied: tuple[Span, ...] = ()
+
+
+def _order(p: HamiMigProfile) -> tuple[int, int, str]:
+    return (p.memory_mib, p.slice_count, p.name)
+
+
+def select_profile(profiles: Sequence[HamiMigProfile], occupied: Sequence[Span],
+                   need_mib: int) -> HamiMigProfile | None:
+    """HAMi's ``selectMigCandidate`` on one card: profiles by memory, then slice count;
+    the first that holds ``need_mib`` and has a free placement beside ``occupied`` (a
+    larger profile when the smaller ones have no room); None when none has."""
+    return next((p for p in sorted(profiles, key=_order)
+                 if p.memory_mib >= need_mib and choose_placement(p, occupied) is not None),
+                None)
+
+
+def allows(mode: str | None, card_mode: str) -> bool:
+    """Whether a pod whose ``nvidia.com/vgpu-mode`` is ``mode`` may take a card in
+    ``card_mode``: any card when the annotation is absent, else the cards whose mode the
+    value contains (HAMi's ``checkType``: ``strings.Contains(mode, card.Mode)``)."""
+    return mode is None or card_mode in mode
+
+
+def _mig_shape_refusal(req: PodRequest) -> str | None:
+    if len(req.containers) != 1 or req.containers[0].init:
+        return ("gpupool gives MIG instances to one container of a pod: one container "
+                "asking for GPUs, no init container asking for them")
+    return None
+
+
+def mig_request(req: PodRequest, annotations: Mapping[str, str], cards: Iterable[MigCard],
+                core_models: frozenset[str] = frozenset()) -> PodRequest:
+    """The pod's request on MIG-mode cards, or unchanged.
+
+    Which cards a pod may take follows ``nvidia.com/vgpu-mode`` (:func:`allows`): ``mig``
+    only MIG-mode cards, ``hami-core`` only the others, absent either. A pod that may take
+    both keeps its request while the cluster has a card not in MIG mode of a model it
+    allows (``core_models``); else, with one container asking for GPUs, it goes to MIG.
+
+    The profile is chosen per card as HAMi chooses it (:func:`select_profile`: the
+    container's memory, in MiB or as its percentage of that card, on that card's own
+    profiles, beside the instances already there), and the pod is given the smallest of
+    these choices across the cards it may use (several card models each offer their own
+    profiles), on the models where that profile holds its memory. When no card has room
+    for any profile that holds it, the pod waits for the smallest such profile. The
+    controller chooses again when the instances on the cards change, so a pod waiting for
+    a profile with no free placement left takes the next larger one, as HAMi would.
+
+    A container asking ``nvidia.com/gpu: n`` gets n instances (HAMi's ``Fit`` takes a
+    MIG-mode card again for the next device until it has no room, then the next card), all
+    of the one profile chosen here (HAMi chooses each device's profile in turn).
+
+    InvalidJobError naming the field for a pod gpupool cannot give MIG (several containers
+    asking for GPUs, no MIG-mode card, or memory no profile holds)."""
     mode = annotations.get(VGPU_MODE)
-    if mode != "mig":
+    if not allows(mode, "mig") or req.gpu.kind.value == "none":
         return req
     field = f"metadata.annotations[{VGPU_MODE}]"
-    gpus = [g for g in req.containers if not g.init]
-    if len(gpus) != 1 or gpus[0].count != 1 or len(req.containers) != 1:
-        raise InvalidJobError(field, mode, "gpupool gives a MIG pod one instance: one "
-                              "container asking nvidia.com/gpu: 1")
-    mig_cards = [c for c in cards if c.mig]
-    if not mig_cards:
-        raise InvalidJobError(field, mode, "no card of the cluster is in MIG mode")
-    g = gpus[0]
-    need = g.used_mib(mig_cards[0].memory_mib)
-    offered = sorted({(m.memory_mib, m.gpu_milli, m.profile) for c in mig_cards
-                      for m in c.mig})
-    pick = next((name for mib, _, name in offered if mib >= need), None)
-    if pick is None:
-        raise InvalidJobError("spec.containers[].resources.limits[nvidia.com/gpumem]", need,
-                              "no MIG profile holds it; the largest holds "
-                              f"{offered[-1][0]} MiB ({offered[-1][2]})")
+    refusal = _mig_shape_refusal(req)
+    allowed_core = core_models & req.gpu.models if req.gpu.models else core_models
+    if allows(mode, "hami-core") and (allowed_core or refusal is not None):
+        return req  # the cards not in MIG mode take it as written
+    if refusal is not None:
+        raise InvalidJobError(field, mode, refusal)
+    g = next(c for c in req.containers if not c.init)
+    usable = [c for c in cards
+              if (not req.gpu.models or c.gpu.model in req.gpu.models)
+              and (not req.gpu.uuids or c.gpu.uuid in req.gpu.uuids)
+              and c.gpu.uuid not in req.gpu.excluded_uuids]
+    if not usable:
+        raise InvalidJobError(field, mode or "(absent)",
+                              "no card of the cluster the pod may use is in MIG mode")
+    needs = [g.used_mib(c.gpu.memory_mib) for c in usable]
+    chosen = [p for c, need in zip(usable, needs, strict=True)
+              if (p := select_profile(c.profiles, c.occupied, need)) is not None]
+    if not chosen:  # no room anywhere: wait for the smallest profile that holds it
+        chosen = [p for c, need in zip(usable, needs, strict=True)
+                  if (p := min((q for q in c.profiles if q.memory_mib >= need), key=_order,
+                               default=None)) is not None]
+    if not chosen:
+        largest = max((p for c in usable for p in c.profiles), key=_order)
+        raise InvalidJobError("spec.containers[].resources.limits[nvidia.com/gpumem]",
+                              max(needs), "no MIG profile holds it; the largest holds "
+                              f"{largest.memory_mib} MiB ({largest.name})")
+    pick = min(chosen, key=_order)
+    models = frozenset(c.gpu.model for c, need in zip(usable, needs, strict=True)
+                       if any(p.name == pick.name and p.memory_mib >= need
+                              for p in c.profiles))
     return replace(req, gpu=replace(req.gpu, count=0, gpu_milli=0, memory_mib=0,
-                                    memory_percent=0, cards=1, mig_profile=pick))
+                                    memory_percent=0, cards=1, mig_profile=pick.name,
+                                    models=models, mig_instances=g.count))

@@ -67,7 +67,8 @@ class BestFitCards:
     """Slices go to the fitting cards with the least compute free (then least memory), so
     fully free cards stay whole, each taking its memory of the card it lands on; whole GPUs
     take NVLink-connected cards when the node declares peers, else the lowest indices; MIG
-    instances go to the card with fewest of them free."""
+    instances go to the card with fewest of them free (several: those cards, each filled in
+    turn)."""
 
     name: ClassVar[str] = "best-fit-cards"
 
@@ -92,8 +93,14 @@ class BestFitCards:
             if not cands:
                 return None
             pool = t.mig_free[req.mig_profile or ""]
-            g = min(cands, key=lambda i: (pool[row, i], i))
-            return (GpuShare(g, 0, 0, req.mig_profile),)
+            if req.mig_instances == 1:
+                g = min(cands, key=lambda i: (pool[row, i], i))
+                return (GpuShare(g, 0, 0, req.mig_profile),)
+            out: list[GpuShare] = []  # the cards with fewest free first, each filled in turn
+            for g in sorted(cands, key=lambda i: (pool[row, i], i)):
+                take = min(int(pool[row, g]), req.mig_instances - len(out))
+                out.extend(GpuShare(g, 0, 0, req.mig_profile) for _ in range(take))
+            return tuple(out) if len(out) == req.mig_instances else None
         if len(cands) < req.count:
             return None
         node = t.nodes[row]

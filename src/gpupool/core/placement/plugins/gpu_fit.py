@@ -17,8 +17,8 @@ class GpuFit:
 
     Whole GPUs: ``count`` usable cards, each entirely free (no slice on them). A slice: on
     each of ``cards`` distinct cards, both the milli-GPU (at least one) and the MiB free, the
-    memory taken of that card when it is a percentage. MIG: one card with a free instance of
-    the profile. Unhealthy cards, and cards at their split count, have nothing free.
+    memory taken of that card when it is a percentage. MIG: cards with as many free instances of
+    the profile as it asks. Unhealthy cards, and cards at their split count, have nothing free.
     """
 
     name: ClassVar[str] = "gpu-fit"
@@ -52,6 +52,11 @@ class GpuFit:
             pool = t.mig_free.get(req.mig_profile or "")
             if pool is None:
                 return np.zeros(rows.size, np.bool_)
+            if req.mig_instances > 1:  # several instances, on one card or several
+                free = np.asarray(pool[rows])
+                if allowed is not None:
+                    free = free * allowed[rows]
+                return np.asarray(free.sum(axis=1) >= req.mig_instances)
             out = np.ones(rows.size, np.bool_)
             cand = rows
             fits = np.asarray(pool[rows] >= 1)
@@ -66,6 +71,8 @@ class GpuFit:
         if kind is GpuKind.WHOLE:
             return f"fewer than {req.count} whole GPUs free"
         if kind is GpuKind.MIG:
+            if req.mig_instances > 1:
+                return f"fewer than {req.mig_instances} free MIG {req.mig_profile} instances"
             return f"no free MIG {req.mig_profile} instance"
         asked = [said.card_share(req.gpu_milli)] if req.gpu_milli else []
         if req.memory_percent:
