@@ -207,7 +207,8 @@ class Service:
                                    if res == Resource.GPU_MILLI},
                 fragmentation_ratio=view["fragmentation"]["ratio"],
                 nodes={s: view["nodes"][s] for s in ("ready", "cordoned", "failed")},
-                queue_share={q.name: sched.share(q.name) for q in plane.config.cluster_queues})
+                queue_share={q.name: sched.share(q.name) for q in plane.config.cluster_queues},
+                pending_reasons=sched.pending_reasons())
 
     # -- threads -----------------------------------------------------------------------------
 

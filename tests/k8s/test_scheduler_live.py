@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from gpupool.config import load_queue_config
+from gpupool.k8s.extender import metrics_text
 from gpupool.k8s.kube import ApiError, Kube
 from gpupool.k8s.main import default_config
 from tests.k8s.conftest import ControlPlane
@@ -118,13 +119,15 @@ def test_annotations_patched_first_mode(control_plane: ControlPlane) -> None:
 def test_pending_pod_gets_condition_and_event_with_numbers(control_plane: ControlPlane) -> None:
     async def body(kube: Kube) -> None:
         await make_node(kube, "gpu-1", gpus=2)
-        async with running(kube, default_config()):
+        async with running(kube, default_config()) as ctl:
             await make_pod(kube, "big", ns=NS, limits={"nvidia.com/gpu": 2})
             await wait_for(lambda: bound(kube, NS, "big"), what="big bound")
             await make_pod(kube, "waits", ns=NS, limits={"nvidia.com/gpu": 1})
             cond = await wait_for(lambda: condition(kube, NS, "waits"), what="condition")
             assert cond["reason"] == "Unschedulable"
             assert any(ch.isdigit() for ch in cond["message"]), cond["message"]
+            # counted by the plugin that holds it back: no card free on the one node
+            assert 'gpupool_pending_reasons{plugin="gpu-fit"} 1\n' in metrics_text(ctl)
             events = await wait_for(lambda: events_for(kube, NS, "waits"), what="event")
             assert events[0]["reason"] == "FailedScheduling"
             assert events[0]["message"] == cond["message"]

@@ -100,7 +100,7 @@ def _carry_out(plane: ControlPlane, result: CycleResult, now: float, changes: Ch
     for p in result.parks:
         parked = plane.jobs.get(p.job)
         if parked is not None:
-            message = owner_reason(p.status.message, _usable(plane, parked),
+            message = owner_reason(p.status, _usable(plane, parked),
                                    plane.config.flavors)
             parked.message = for_owner(message, parked.request.namespace, plane.jobs)
             out.parked += 1

@@ -24,6 +24,7 @@ from gpupool.core.placement.place import place_job
 from gpupool.core.provisioning import admit
 from gpupool.core.queueing import AdmissionOrder, Pending
 from gpupool.core.quota import QueueingStrategy
+from gpupool.core.reasons import Step, step
 from gpupool.core.snapshot import Reservation, Snapshot
 
 __all__ = ["SHARE_HALF_LIFE_S", "Context", "admission_order", "dominant", "fair_key",
@@ -147,9 +148,10 @@ def _try(ctx: Context, snap: Snapshot, p: Pending, now_s: float, result: CycleRe
     res = ctx.reservation
     if res is not None and res.holds_quota and res.queue == q \
             and not res.admits(job.id, job.run_limit_s, now_s):
-        status = Status(Code.UNSCHEDULABLE, (
+        status = Status(Code.UNSCHEDULABLE, (step(
+            Step.RESERVATION,
             f"waiting behind gang {res.job} of queue {q}, which holds room from "
-            f"t={res.start_s:.0f}s (a job with a run limit ending before then may backfill)",))
+            f"t={res.start_s:.0f}s (a job with a run limit ending before then may backfill)"),))
         ctx.queues.park(job.id, status)
         result.parks.append(Park(job.id, status))
         return False
@@ -182,8 +184,8 @@ def _try(ctx: Context, snap: Snapshot, p: Pending, now_s: float, result: CycleRe
             ctx.nominated.append(job.id)
             failed.clear()
             no_victims.clear()
-            ctx.queues.note(job.id, Status(Code.WAIT, (
-                f"preempting {len(victims)} job(s) to start",)))
+            ctx.queues.note(job.id, Status(Code.WAIT, (step(
+                Step.PREEMPTION, f"preempting {len(victims)} job(s) to start"),)))
             return False
     if ctx.reservation is None and _gpus(job) >= ctx.reserve_min_gpus \
             and _next_in_fair_order(ctx, q):
@@ -230,8 +232,8 @@ def _evict(ctx: Context, snap: Snapshot, v: preemption.Victim, preemptor: JobId,
     release(ctx, r.job.id, now_s, snap=snap, wake=False)
     ctx.queues.add(r.job, preemptions=r.preemptions + 1)
     # Parked until the next event that frees capacity: not re-admitted in this same cycle.
-    ctx.queues.park(r.job.id, Status(Code.UNSCHEDULABLE, (
-        f"evicted ({v.kind}) by {preemptor}; waiting to be admitted again",)))
+    ctx.queues.park(r.job.id, Status(Code.UNSCHEDULABLE, (step(
+        Step.EVICTION, f"evicted ({v.kind}) by {preemptor}; waiting to be admitted again"),)))
     ctx.preempted_by.setdefault(r.job.id, {})[preemptor] = now_s
     result.evicts.append(Evict(r.job.id, r.queue, v.kind, preemptor,
                                f"{v.kind}: preempted by {preemptor}"))

@@ -322,7 +322,7 @@ class Scheduler(ProvisioningFacts, SchedulerQueries):
                 if rec.job.id in self.queues:
                     continue
                 code = Code.UNRESOLVABLE if rec.state is CheckState.REJECTED else Code.WAIT
-                out.append(Pending(rec.job, rec.queue, 0, Status(code, (ac.status(rec),)),
+                out.append(Pending(rec.job, rec.queue, 0, Status(code, (ac.reason(rec),)),
                                    parked=True, preemptions=rec.preemptions))
         return out
 

@@ -4,6 +4,7 @@ GPU binders on its cards, and what an outside scheduler (the extender) asks of i
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from gpupool.core.admission import QuotaTree, Vec, try_admit
 from gpupool.core.cluster import ClusterState
@@ -17,6 +18,7 @@ from gpupool.core.placement.place import feasible, normalized_scores
 from gpupool.core.preemption import Running
 from gpupool.core.queueing import Pending, Queues
 from gpupool.core.quota import QueueConfig, ResourceFlavor
+from gpupool.core.reasons import plugins
 from gpupool.core.snapshot import Reservation
 from gpupool.core.validation import Validator
 
@@ -30,6 +32,9 @@ class SchedulerQueries:
     config: QueueConfig
     validator: Validator
     _ctx: Context
+
+    if TYPE_CHECKING:
+        def pending(self) -> list[Pending]: ...
 
     # -- questions adapters ask ------------------------------------------------------------
 
@@ -49,6 +54,20 @@ class SchedulerQueries:
 
     def pending_count(self) -> int:
         return len(self.queues)
+
+    def pending_reasons(self) -> dict[str, int]:
+        """Pending jobs by what holds them back: for each plugin (a filter's name or a step
+        of the core, ``core.reasons``), the jobs with at least one reason it gave; a job
+        held back by two plugins counts under both (kube-scheduler's
+        ``unschedulable_pods{plugin}``). Jobs not yet tried have no reason and are not
+        counted."""
+        out: dict[str, int] = {}
+        for p in self.pending():
+            if p.reason is None:
+                continue
+            for plugin in plugins(p.reason.reasons):
+                out[plugin] = out.get(plugin, 0) + 1
+        return out
 
     @property
     def profile(self) -> Profile:

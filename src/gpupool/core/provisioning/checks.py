@@ -27,6 +27,7 @@ from gpupool.core.provisioning.request import (
     ProvisioningRequest,
     request_name,
 )
+from gpupool.core.reasons import Reason, Step, step
 from gpupool.core.validation import check_request
 
 if TYPE_CHECKING:
@@ -210,6 +211,11 @@ class AdmissionChecks:
     @staticmethod
     def status(rec: CheckRecord) -> str:
         return f"admission check {rec.check.name} {rec.state.value}: {rec.message}"
+
+    @staticmethod
+    def reason(rec: CheckRecord) -> Reason:
+        """``status`` as the reason a job of the check waits."""
+        return step(Step.ADMISSION_CHECK, AdmissionChecks.status(rec))
 
     # -- facts from the cloud ------------------------------------------------------------------
 
