@@ -18,6 +18,7 @@ import numpy as np
 from gpupool.control.codec import node_from_json
 from gpupool.control.plane import ACTIVE, ControlPlane, JobRecord
 from gpupool.control.wire import camel, rfc3339, times
+from gpupool.core import mig
 from gpupool.core.admission import ENTITLEMENT_BASIS
 from gpupool.core.elastic import TASK_PREFIX
 from gpupool.core.errors import NotFoundError
@@ -70,8 +71,9 @@ def cluster_view(plane: ControlPlane) -> dict[str, Any]:
             f["nodes"] += 1
             f["gpus"] += int(t.gpu_count[i])
             f["gpuMilliUsed"] += int(t.used_milli[i][t.gpu_usable[i]].sum()) + sum(
-                (m.count - int(t.mig_free[m.profile][i, g.index])) * m.gpu_milli
-                for g in node.gpus for m in g.mig)
+                mig.taken_milli(g, {m.profile: m.count - int(t.mig_free[m.profile][i, g.index])
+                                    for m in g.mig})
+                for g in node.gpus if g.mig)
         all_gpus = sum(f["gpus"] for f in flavors.values())
         all_used = sum(f["gpuMilliUsed"] for f in flavors.values())
         last = plane.last_tick
@@ -143,8 +145,6 @@ def node_view(plane: ControlPlane, name: str, visible: Visible = everyone) -> di
         if row is not None:
             cpu_used = int(t.cpu_cap[row] - t.cpu_free[row])
             mem_used = int(t.mem_cap[row] - t.mem_free[row])
-            mig_size = {(g.index, m.profile): (m.gpu_milli, m.memory_mib)
-                        for g in node.gpus for m in g.mig}
             for p in sched.state.placements_on(NodeName(name)):
                 ns = p.job.split("/", 1)[0]
                 if p.job.startswith(TASK_PREFIX):  # an ElasticGPU's: elasticgpu/<claim key>
@@ -152,8 +152,8 @@ def node_view(plane: ControlPlane, name: str, visible: Visible = everyone) -> di
                         else ""  # elasticgpu/static: made by an operator, no claim yet
                 shown = visible(ns) or not ns
                 for s in p.shares:
-                    milli, mib = (mig_size.get((s.index, s.mig_profile), (0, 0))
-                                  if s.mig_profile else (s.gpu_milli, s.memory_mib))
+                    card = node.gpus[s.index]
+                    milli, mib = mig.share_milli(s, card), mig.share_mib(s, card)
                     holders[s.index].append({
                         "job": p.job if shown else HIDDEN, "namespace": ns if shown else "",
                         "task": p.task if shown else "", "gpuMilli": milli,
@@ -165,19 +165,19 @@ def node_view(plane: ControlPlane, name: str, visible: Visible = everyone) -> di
         for g in node.gpus:
             used_milli = int(t.used_milli[row, g.index]) if row is not None else 0
             used_mib = int(t.used_mib[row, g.index]) if row is not None else 0
-            mig = []
+            instances = []
             for m in g.mig:
                 free = int(t.mig_free[m.profile][row, g.index]) if row is not None else m.count
-                mig.append({"profile": m.profile, "count": m.count, "free": free,
-                            "gpuMilli": m.gpu_milli, "memoryMib": m.memory_mib})
-            if g.mig:
-                used_milli = sum(h["gpuMilli"] or 0 for h in holders[g.index])
+                instances.append({"profile": m.profile, "count": m.count, "free": free,
+                                  "gpuMilli": m.gpu_milli, "memoryMib": m.memory_mib})
+            if g.mig:  # the instances held, each by its declared share (core.mig)
+                used_milli = min(1000, sum(h["gpuMilli"] or 0 for h in holders[g.index]))
                 used_mib = sum(h["memoryMib"] or 0 for h in holders[g.index])
             cards.append({"index": g.index, "model": g.model, "memoryMib": g.memory_mib,
                           "vendor": g.vendor, "division": str(g.device.division),
                           "relativeCapacity": g.device.relative_capacity,
                           "uuid": g.uuid, "healthy": g.healthy, "nvlinkPeers":
-                          list(g.nvlink_peers), "mig": mig, "usedMilli": used_milli,
+                          list(g.nvlink_peers), "mig": instances, "usedMilli": used_milli,
                           "usedMib": used_mib, "holders": holders[g.index]})
             r = readings.get(g.index)
             if r is not None:  # measured beside requested
