@@ -246,7 +246,7 @@ def test_queue_quota_end_to_end(control_plane: ControlPlane) -> None:
             done = next(f"a{i}" for i in range(3) if f"a{i}" != waiting)
             await set_phase(kube, "team-a", done, "Succeeded")
             await wait_for(lambda: bound(kube, "team-a", waiting), what="third bound")
-            usage = ctl.sched.tree.usage("team-a") if ctl.sched else {}
+            usage = ctl.sched.usage("team-a") if ctl.sched else {}
             assert sum(v for (_, r), v in usage.items() if str(r) == "gpu_milli") == 2000
 
     live(control_plane, body, namespaces=("team-a", "team-b"))

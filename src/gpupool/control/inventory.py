@@ -10,7 +10,7 @@ from gpupool.config.cluster import nodes_from_documents
 from gpupool.config.documents import Document
 from gpupool.control.codec import node_from_json, node_to_json
 from gpupool.control.journal import Changes
-from gpupool.control.records import MAX_NODE_GPUS, MAX_POOL_NODES
+from gpupool.control.records import MAX_NODE_GPUS, MAX_POOL_NODES, JobPhase
 from gpupool.core.errors import ConfigError, ConflictError, NotFoundError
 from gpupool.core.model import JobId, Node, NodeName
 
@@ -58,10 +58,10 @@ def requeue(plane: ControlPlane, hit: Sequence[JobId], why: str,  # noqa: PLR091
     for jid in hit:
         rec = plane.jobs[jid]
         plane.backend.stop(rec.key)
-        rec.phase, rec.placements, rec.started_s, rec.flavor = "Pending", (), None, ""
+        rec.phase, rec.placements, rec.started_s, rec.flavor = JobPhase.PENDING, (), None, ""
         rec.alternative = ""
         rec.message = f"{why}; back in its queue"
-        changes.job(rec.key, phase="Pending", placements=[], started_s=None, flavor="",
+        changes.job(rec.key, phase=JobPhase.PENDING, placements=[], started_s=None, flavor="",
                     message=rec.message)
         changes.event(now_s, reason, "Job", rec.key, rec.message, rec.request.namespace,
                       warning=True)
@@ -143,7 +143,7 @@ def drain_node(plane: ControlPlane, name: str) -> list[str]:
             return []
         now = plane.clock.now()
         hit = sorted({p.job for p in plane.scheduler.placements_on(NodeName(name))
-                      if p.job in plane.jobs and plane.jobs[p.job].phase == "Running"})
+                      if p.job in plane.jobs and plane.jobs[p.job].phase == JobPhase.RUNNING})
         for job in hit:
             plane.scheduler.requeue(job, now)
         changes = Changes()

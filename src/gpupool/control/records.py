@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol
 
 from gpupool.config.jobs import JobRequest
@@ -18,8 +19,21 @@ if TYPE_CHECKING:
 QUEUE_KINDS = ("ResourceFlavor", "Cohort", "ClusterQueue", "LocalQueue",
                "WorkloadPriorityClass", "PriorityClass", "QueueSettings", "AdmissionCheck",
                "ProvisioningRequestConfig")
-ACTIVE = ("Pending", "Running")
-TERMINAL = ("Succeeded", "Failed", "Cancelled")
+
+
+class JobPhase(StrEnum):
+    """Where a job of ``serve`` stands; the value is what the API, the state file and the
+    dashboard say."""
+
+    PENDING = "Pending"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    CANCELLED = "Cancelled"
+
+
+ACTIVE = (JobPhase.PENDING, JobPhase.RUNNING)
+TERMINAL = (JobPhase.SUCCEEDED, JobPhase.FAILED, JobPhase.CANCELLED)
 ESTIMATE_EVERY_S = 1.0  # wall seconds between wait-estimate runs
 EVENTS_KEPT = 50_000
 HISTORY_EVERY_S = 1.0  # wall seconds between samples of queue usage
@@ -62,7 +76,7 @@ class Watcher(Protocol):
 class JobRecord:
     uid: int
     request: JobRequest
-    phase: str
+    phase: JobPhase
     submitted_s: float
     started_s: float | None = None
     finished_s: float | None = None

@@ -17,8 +17,8 @@ from gpupool.core.context import (
     start,
     weighted_share,
 )
-from gpupool.core.decisions import Bind, CycleResult, Evict, Park, Reserve
-from gpupool.core.model import GpuKind, Job, JobId, Placement
+from gpupool.core.decisions import Bind, CycleResult, Evict, Hold, Park
+from gpupool.core.model import ClusterQueueName, GpuKind, Job, JobId, Placement
 from gpupool.core.placement.framework import Code, Profile, Status
 from gpupool.core.placement.place import place_job
 from gpupool.core.provisioning import admit
@@ -192,7 +192,7 @@ def _try(ctx: Context, snap: Snapshot, p: Pending, now_s: float, result: CycleRe
         ctx.reservation = _reserve(ctx, snap, p, now_s)                     # 5.
         if ctx.reservation is not None:
             snap.reservation = ctx.reservation
-            result.reservations.append(Reserve(job.id, tuple(
+            result.holds.append(Hold(job.id, tuple(
                 snap.table.nodes[int(r)].name for r in ctx.reservation.rows),
                 ctx.reservation.start_s))
     ctx.queues.park(job.id, status)
@@ -235,7 +235,7 @@ def _evict(ctx: Context, snap: Snapshot, v: preemption.Victim, preemptor: JobId,
     ctx.queues.park(r.job.id, Status(Code.UNSCHEDULABLE, (step(
         Step.EVICTION, f"evicted ({v.kind}) by {preemptor}; waiting to be admitted again"),)))
     ctx.preempted_by.setdefault(r.job.id, {})[preemptor] = now_s
-    result.evicts.append(Evict(r.job.id, r.queue, v.kind, preemptor,
+    result.evicts.append(Evict(r.job.id, ClusterQueueName(r.queue), v.kind, preemptor,
                                f"{v.kind}: preempted by {preemptor}"))
 
 
@@ -250,7 +250,7 @@ def _reserve(ctx: Context, snap: Snapshot, p: Pending, now_s: float) -> Reservat
         with snap.trial():
             for r in ends[:k]:
                 for pl in r.placements:
-                    snap.release(pl)
+                    snap.forget(pl)
                 ctx.tree.add(r.queue, r.demand, -1)
             try:
                 fit = try_admit(job, q, ctx.tree, snap, ctx.profile)[0]

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from gpupool.core.admission import Vec, flavor_job, placement_demand, request_demand
 from gpupool.core.context import start
 from gpupool.core.decisions import Bind, CycleResult, Park
+from gpupool.core.model import ClusterQueueName
 from gpupool.core.placement.framework import Code, Status
 from gpupool.core.placement.place import place_job
 from gpupool.core.provisioning.checks import AdmissionChecks, CheckRecord, CheckState
@@ -144,5 +145,6 @@ def _start_booked(ctx: Context, ac: AdmissionChecks, snap: Snapshot, rec: CheckR
         ctx.tree.add(rec.queue, rec.demand, -1)
     start(ctx, snap, job, rec.queue, rec.flavor, placements, demand, now_s, rec.preemptions)
     ac.start_booked(job.id, now_s)
-    result.binds.append(Bind(job.id, tuple(placements), rec.queue, rec.flavor))
+    result.binds.append(Bind(job.id, tuple(placements), ClusterQueueName(rec.queue),
+                            rec.flavor))
     return True
