@@ -20,7 +20,6 @@ def feasible(task: Task, snap: Snapshot, profile: Profile) -> tuple[Rows, Status
     rows = t.live()
     total = int(rows.size)
     rejected: list[Reason] = []
-    gpu = "" if task.request.kind is GpuKind.NONE else task.request.kind.value
     for f in profile.filters:
         if rows.size == 0:
             break
@@ -28,7 +27,7 @@ def feasible(task: Task, snap: Snapshot, profile: Profile) -> tuple[Rows, Status
         kept = int(np.count_nonzero(mask))
         if kept < rows.size:
             rejected.append(Reason(f.name, f.reason(task), int(rows.size) - kept,
-                                   resolvable=f.resolvable, gpu=gpu))
+                                   resolvable=f.resolvable, gpu=_gpu_kind(task)))
             rows = rows[mask]
     res = snap.reservation
     if rows.size and res is not None and not res.admits(task.job, task.run_limit_s, snap.now_s):
@@ -41,6 +40,11 @@ def feasible(task: Task, snap: Snapshot, profile: Profile) -> tuple[Rows, Status
     if rows.size:
         return rows, Status.ok()
     return rows, fit_error(total, rejected)
+
+
+def _gpu_kind(task: Task) -> str:
+    kind = task.request.kind
+    return "" if kind is GpuKind.NONE else kind.value
 
 
 def fit_error(total: int, rejected: Sequence[Reason]) -> Status:
