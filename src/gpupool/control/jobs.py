@@ -8,7 +8,7 @@ from gpupool.config.jobs import parse_job
 from gpupool.control import provisioning
 from gpupool.control.journal import Changes
 from gpupool.control.limits import check_metadata
-from gpupool.control.records import TERMINAL, JobPhase, JobRecord, in_document_terms
+from gpupool.control.records import TERMINAL, EventReason, JobPhase, JobRecord, in_document_terms
 from gpupool.core.errors import ConflictError, InvalidJobError, NotFoundError
 from gpupool.core.model import JobId
 from gpupool.store.sqlite import NewEvent
@@ -99,7 +99,7 @@ def _cancel(plane: ControlPlane, rec: JobRecord, now: float) -> None:
     key = rec.key
     written = Changes()  # on disk first: a failed write cancels nothing
     written.job(key, phase=JobPhase.CANCELLED, finished_s=now, message="cancelled")
-    written.event(now, "Cancelled", "Job", key, f"cancelled while {rec.phase.lower()}",
+    written.event(now, EventReason.CANCELLED, "Job", key, f"cancelled while {rec.phase.lower()}",
                   rec.request.namespace)
     plane.journal.commit(written)
     if rec.phase == JobPhase.RUNNING:

@@ -10,7 +10,14 @@ from gpupool.control import history, provisioning, recovery
 from gpupool.control.codec import placement_to_json
 from gpupool.control.journal import Changes
 from gpupool.control.reasons import owner_reason
-from gpupool.control.records import HISTORY_EVERY_S, JobPhase, JobRecord, TickResult, for_owner
+from gpupool.control.records import (
+    HISTORY_EVERY_S,
+    EventReason,
+    JobPhase,
+    JobRecord,
+    TickResult,
+    for_owner,
+)
 from gpupool.core.decisions import CycleResult
 from gpupool.core.model import JobId
 
@@ -36,8 +43,9 @@ def tick(plane: ControlPlane) -> TickResult:
             rec.message = (f"stopped at its run limit ({limit:g} s)"
                            if limited else "completed")
             changes.job(key, phase=rec.phase, finished_s=now, message=rec.message)
-            changes.event(now, "RunLimitReached" if limited else "Completed", "Job", key,
-                          rec.message, rec.request.namespace, warning=limited)
+            reason = EventReason.RUN_LIMIT_REACHED if limited else EventReason.COMPLETED
+            changes.event(now, reason, "Job", key, rec.message, rec.request.namespace,
+                          warning=limited)
             out.finished += 1
         plane._tick_changes = changes
         try:
@@ -75,7 +83,7 @@ def _carry_out(plane: ControlPlane, result: CycleResult, now: float, changes: Ch
         rec.message = for_owner(ev.message, ns, plane.jobs)
         changes.job(rec.key, phase=JobPhase.PENDING, placements=[], started_s=None, flavor="",
                     preemptions=rec.preemptions, message=rec.message)
-        changes.event(now, "Preempted", "Job", rec.key, for_owner(
+        changes.event(now, EventReason.PREEMPTED, "Job", rec.key, for_owner(
             f"{ev.reason}: preempted by {ev.preemptor}; back in its queue", ns,
             plane.jobs), ns, warning=True)
         plane.metrics.preempted(ev.queue, ev.reason)
@@ -90,7 +98,7 @@ def _carry_out(plane: ControlPlane, result: CycleResult, now: float, changes: Ch
         nodes = sorted({pl.node for pl in b.placements})
         changes.job(rec.key, phase=JobPhase.RUNNING, started_s=now, flavor=b.flavor, message="",
                     placements=[placement_to_json(pl) for pl in b.placements])
-        changes.event(now, "Admitted", "Job", rec.key,
+        changes.event(now, EventReason.ADMITTED, "Job", rec.key,
                       f"admitted by ClusterQueue {b.queue} (flavor {b.flavor or '-'}) "
                       f"after {now - rec.submitted_s:.0f} s; bound to "
                       f"{', '.join(nodes[:4])}{' ...' if len(nodes) > 4 else ''}",

@@ -32,6 +32,32 @@ class JobPhase(StrEnum):
     CANCELLED = "Cancelled"
 
 
+class EventReason(StrEnum):
+    """Why ``serve`` recorded an event (its ``reason``, as Kubernetes events have one); a
+    ProvisioningRequest's condition types are events' reasons too, as the cloud says them."""
+
+    CREATED = "Created"
+    DELETED = "Deleted"
+    CANCELLED = "Cancelled"
+    RUN_LIMIT_REACHED = "RunLimitReached"
+    COMPLETED = "Completed"
+    PREEMPTED = "Preempted"
+    ADMITTED = "Admitted"
+    RECOVERED = "Recovered"
+    RESTORE_CONFLICT = "RestoreConflict"
+    CLOUD_RESET = "CloudReset"
+    NODE_PROVISIONED = "NodeProvisioned"
+    NODE_DEPROVISIONED = "NodeDeprovisioned"
+    NODE_LOST = "NodeLost"
+    NODE_ADDED = "NodeAdded"
+    CORDONED = "Cordoned"
+    UNCORDONED = "Uncordoned"
+    NODE_FAILED = "NodeFailed"
+    NODE_RECOVERED = "NodeRecovered"
+    DRAINED = "Drained"
+    NODE_REMOVED = "NodeRemoved"
+
+
 ACTIVE = (JobPhase.PENDING, JobPhase.RUNNING)
 TERMINAL = (JobPhase.SUCCEEDED, JobPhase.FAILED, JobPhase.CANCELLED)
 ESTIMATE_EVERY_S = 1.0  # wall seconds between wait-estimate runs

@@ -27,6 +27,7 @@ from gpupool.control.records import (
     CLOUD_KIND,
     QUEUE_KINDS,
     REQUEST_KIND,
+    EventReason,
     JobPhase,
     JobRecord,
     key_of,
@@ -78,15 +79,15 @@ def open_state(plane: ControlPlane, nodes: Sequence[Node],
                 spec, why = plane._cloud_spec, repr(exc)
                 plane.cloud = Cloud(spec, plane, plane._cloud_seed, CLOUD_HORIZON_S)
                 plane.journal.record(lambda c: c.event(
-                    plane.clock.now(), "CloudReset", "Cloud", spec.name,
+                    plane.clock.now(), EventReason.CLOUD_RESET, "Cloud", spec.name,
                     f"the saved cloud state does not fit this cloud's spec ({why}); it "
                     "starts afresh", warning=True))
     recovered = Counter(r.phase for r in plane.jobs.values())
     if recovered:
-        plane.journal.record(lambda c: c.event(plane.clock.now(), "Recovered", "Cluster", "",
-                                       "state file read: " + ", ".join(
-                                           f"{n} {p.lower()}" for p, n in
-                                           sorted(recovered.items()))))
+        said = "state file read: " + ", ".join(f"{n} {p.lower()}"
+                                               for p, n in sorted(recovered.items()))
+        plane.journal.record(lambda c: c.event(plane.clock.now(), EventReason.RECOVERED,
+                                               "Cluster", "", said))
 
 
 def config_of(docs: Mapping[tuple[str, str], Mapping[str, Any]]) -> QueueConfig:
@@ -167,7 +168,7 @@ def _requeue_conflict(rec: JobRecord, why: str, now: float, changes: Changes) ->
                    f"({why}); back in its queue")
     changes.job(rec.key, phase=JobPhase.PENDING, placements=[], started_s=None, flavor="",
                 message=rec.message)
-    changes.event(now, "RestoreConflict", "Job", rec.key, rec.message,
+    changes.event(now, EventReason.RESTORE_CONFLICT, "Job", rec.key, rec.message,
                   rec.request.namespace, warning=True)
 
 
