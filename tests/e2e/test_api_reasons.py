@@ -37,7 +37,7 @@ def test_usable_only_keeps_the_clauses_of_usable_flavors() -> None:
     assert sentence(usable_only(everything, {"a100-mig"})) == \
         "a100-mig: 0/1 nodes fit: 1 no free MIG 1g.5gb instance"
     assert usable_only(everything, set()) == everything  # nothing would be left: kept whole
-    behind = (Reason("reservation", "waiting behind gang x"),)
+    behind = (Reason("hold", "waiting behind gang x"),)
     assert usable_only(behind, {"a100"}) == behind
 
 

@@ -149,7 +149,7 @@ def _try(ctx: Context, snap: Snapshot, p: Pending, now_s: float, result: CycleRe
     if res is not None and res.holds_quota and res.queue == q \
             and not res.admits(job.id, job.run_limit_s, now_s):
         status = Status(Code.UNSCHEDULABLE, (step(
-            Step.RESERVATION,
+            Step.HOLD,
             f"waiting behind gang {res.job} of queue {q}, which holds room from "
             f"t={res.start_s:.0f}s (a job with a run limit ending before then may backfill)"),))
         ctx.queues.park(job.id, status)

@@ -34,7 +34,7 @@ def feasible(task: Task, snap: Snapshot, profile: Profile) -> tuple[Rows, Status
         keep = ~np.isin(rows, res.rows)
         held = int(rows.size - np.count_nonzero(keep))
         if held:
-            rejected.append(Reason(str(Step.RESERVATION),
+            rejected.append(Reason(str(Step.HOLD),
                                    f"held for gang {res.job} from t={res.start_s:.0f}s", held))
             rows = rows[keep]
     if rows.size:
