@@ -27,6 +27,7 @@ from gpupool.cloud.spec import load_cloud
 from gpupool.config import load_cluster, load_documents
 from gpupool.control import Clock, ControlPlane
 from gpupool.control.elastic import ElasticService, parse_classes
+from gpupool.control.records import JobPhase
 from gpupool.control.statelock import StateLock
 from gpupool.control.views import cluster_view
 from gpupool.core.errors import AdapterError, ConfigError, GpupoolError
@@ -187,9 +188,9 @@ class Service:
             running: dict[str, int] = dict.fromkeys(queues, 0)
             alloc: dict[tuple[str, str], int] = {}
             for rec in plane.jobs.values():
-                if rec.phase == "Pending":
+                if rec.phase == JobPhase.PENDING:
                     pending[rec.cluster_queue] = pending.get(rec.cluster_queue, 0) + 1
-                elif rec.phase == "Running":
+                elif rec.phase == JobPhase.RUNNING:
                     running[rec.cluster_queue] = running.get(rec.cluster_queue, 0) + 1
                     k = (rec.flavor, rec.cluster_queue)
                     alloc[k] = alloc.get(k, 0) + sum(p.gpu_milli for p in rec.placements)
@@ -207,7 +208,8 @@ class Service:
                                    if res == Resource.GPU_MILLI},
                 fragmentation_ratio=view["fragmentation"]["ratio"],
                 nodes={s: view["nodes"][s] for s in ("ready", "cordoned", "failed")},
-                queue_share={q.name: sched.share(q.name) for q in plane.config.cluster_queues})
+                queue_share={q.name: sched.share(q.name) for q in plane.config.cluster_queues},
+                pending_reasons=sched.pending_reasons())
 
     # -- threads -----------------------------------------------------------------------------
 
@@ -226,7 +228,7 @@ class Service:
 
     def _measured_view(self) -> tuple[Any, float]:
         with self.plane.lock:
-            return self.plane.scheduler.state.table, self.plane.clock.now()
+            return self.plane.scheduler.node_table(), self.plane.clock.now()
 
     def poll_measured(self) -> int:
         """One read of Prometheus (outside the plane's lock), its samples handed to the model
@@ -235,7 +237,7 @@ class Service:
         assert feed is not None
         plane = self.plane
         with plane.lock:
-            nodes = plane.scheduler.state.nodes()
+            nodes = plane.scheduler.node_list()
         resolve = inventory_resolver((n.name, g.index, g.uuid or f"GPU-{n.name}-{g.index}")
                                      for n in nodes for g in n.gpus)
         try:
@@ -303,8 +305,8 @@ class Service:
         (``gpupool.io/actual-use``), as dcgm-exporter on the node would report it."""
         plane = self.plane
         with plane.lock:
-            nodes = plane.scheduler.state.nodes()
-            running = [r for r in plane.jobs.values() if r.phase == "Running"]
+            nodes = plane.scheduler.node_list()
+            running = [r for r in plane.jobs.values() if r.phase == JobPhase.RUNNING]
             profiles = {str(r.job.id): self._profile(r.key, r.request.document)
                         for r in running}
             use = card_use([p for r in running for p in r.placements], profiles)

@@ -23,18 +23,42 @@ def test_a_reason_leaves_out_flavors_the_job_cannot_use(tmp_path: Path) -> None:
 
 def test_usable_only_keeps_the_clauses_of_usable_flavors() -> None:
     from gpupool.control.reasons import usable_only
+    from gpupool.core.reasons import Reason, sentence
 
-    msg = ("queue llm at quota for h100 GPUs (16/12 GPUs used, 8 asked, 0 available with "
-           "borrowing); queue llm at quota for a100 GPUs (12.6/8 GPUs used, 8 asked, 2.4 "
-           "available with borrowing); a100-mig: 0/1 nodes fit: no MIG 1g.5gb free")
-    flavors = ["h100", "a100", "a100-mig", "cpu"]
-    assert usable_only(msg, {"a100"}, flavors) == (
+    h100 = Reason("quota", "queue llm at quota for h100 GPUs (16/12 GPUs used, 8 asked, 0 "
+                  "available with borrowing)", flavor="h100")
+    a100 = Reason("quota", "queue llm at quota for a100 GPUs (12.6/8 GPUs used, 8 asked, 2.4 "
+                  "available with borrowing)", flavor="a100")
+    mig = Reason("gpu-fit", "no free MIG 1g.5gb instance", 1, 1, ("a100-mig",), "a100-mig")
+    everything = (h100, a100, mig)
+    assert sentence(usable_only(everything, {"a100"})) == (
         "queue llm at quota for a100 GPUs (12.6/8 GPUs used, 8 asked, 2.4 available with "
         "borrowing)")
-    assert usable_only(msg, {"a100-mig"}, flavors) == "a100-mig: 0/1 nodes fit: no MIG " \
-        "1g.5gb free"
-    assert usable_only(msg, set(), flavors) == msg  # nothing would be left: kept whole
-    assert usable_only("waiting behind gang x", {"a100"}, flavors) == "waiting behind gang x"
+    assert sentence(usable_only(everything, {"a100-mig"})) == \
+        "a100-mig: 0/1 nodes fit: 1 no free MIG 1g.5gb instance"
+    assert usable_only(everything, set()) == everything  # nothing would be left: kept whole
+    behind = (Reason("hold", "waiting behind gang x"),)
+    assert usable_only(behind, {"a100"}) == behind
+
+
+def test_a_flavors_clause_drops_only_the_nodes_of_other_flavors() -> None:
+    from gpupool.control.reasons import flavor_nodes_only
+    from gpupool.core.quota import ResourceFlavor
+    from gpupool.core.reasons import Reason, nodes_fit, sentence
+
+    flavors = [ResourceFlavor("a100", {"gpupool.io/flavor": "a100"}),
+               ResourceFlavor("h100", {"gpupool.io/flavor": "h100"})]
+    other = Reason("node-selector", "labels do not match gpupool.io/flavor=a100", 9,
+                   resolvable=False)
+    short = Reason("gpu-fit", "fewer than 8 whole GPUs free", 3, gpu="whole")
+    attempt = tuple(r.within("a100", flavor="a100") for r in nodes_fit(12, [other, short]))
+    assert sentence(attempt).startswith("a100: 0/12 nodes fit: 9 labels do not match")
+    assert sentence(flavor_nodes_only(attempt, flavors)) == \
+        "a100: 0/3 nodes fit: 3 fewer than 8 whole GPUs free"
+    only = tuple(nodes_fit(9, [other]))  # nothing else to say: kept as it was
+    assert flavor_nodes_only(only, flavors) == only
+    zone = (Reason("node-selector", "labels do not match zone=x", 2, 5),)  # not a flavor's
+    assert flavor_nodes_only(zone, flavors) == zone
 
 
 def test_quota_clauses_are_in_the_users_units() -> None:

@@ -578,7 +578,12 @@ def test_render_pieces() -> None:
     assert card_mark({"usedMilli": 250}) == "3"
     assert card_mark({"usedMilli": 1000}) == "#"
     assert card_mark({"usedMilli": 0, "healthy": False}) == "x"
-    assert card_mark({"usedMilli": 0, "mig": [{"count": 7, "free": 0}]}) == "#"
+    assert card_mark({"usedMilli": 1000, "mig": [{"count": 7, "free": 0}]}) == "#"
+    # a MIG card shows the server's figure (core.mig): its one 1g instance of a 1g and a 3g
+    # taken is its declared 140, not half the card
+    assert card_mark({"usedMilli": 140, "mig": [{"profile": "1g.10gb", "count": 1, "free": 0},
+                                                {"profile": "3g.40gb", "count": 1,
+                                                 "free": 1}]}) == "2"
     assert job_gpus({"podSets": [{"count": 2, "gpu": {"count": 4}},
                                  {"count": 1, "gpu": {"mig": "1g.5gb"}}]}) == "8+1x1g.5gb"
     assert table(("A", "LONG"), [("xx", None), ("", "y z")]) == "A    LONG\nxx   -\n-    y z"

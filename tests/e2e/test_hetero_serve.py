@@ -67,7 +67,7 @@ def test_jobs_fall_back_across_vendors_and_cards_keep_their_vendor(tmp_path: Pat
     view = client(again).get("/api/v1/nodes/dcu-0", headers=auth(ADMIN)).json()
     assert {(g["vendor"], g["division"], g["relativeCapacity"]) for g in view["gpus"]} == {
         ("hygon", "free", 0.5)}
-    assert again.scheduler.state.table.plain is False
+    assert again.scheduler.node_table().plain is False
     again.store.close()
 
 

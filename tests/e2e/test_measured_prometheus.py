@@ -148,13 +148,13 @@ def test_placement_reads_dcgm_metrics_back_from_prometheus_and_degrades_when_it_
         assert feed.poll(resolve, now) > 0
         assert reader.requests >= 2
 
-        readings = {r.gpu: r for r in feed.model.readings(sched.state.table, NodeName("n1"),
+        readings = {r.gpu: r for r in feed.model.readings(sched.node_table(), NodeName("n1"),
                                                           now)}
         assert readings[0].measured and readings[0].util_pct is not None
         assert readings[0].util_pct >= 90  # the slice asks half a card and keeps it busy
         assert readings[1].measured and readings[1].util_pct == 0
         assert readings[0].used_mib == 10240
-        n2 = {r.gpu: r for r in feed.model.readings(sched.state.table, NodeName("n2"), now)}
+        n2 = {r.gpu: r for r in feed.model.readings(sched.node_table(), NodeName("n2"), now)}
         assert n2[1].free_mib == CARD_MIB - 30720
 
         # A notebook: by requests it would share n1's card 0 (best fit); measured, it goes to
@@ -169,7 +169,7 @@ def test_placement_reads_dcgm_metrics_back_from_prometheus_and_degrades_when_it_
         # Prometheus stops: the next read fails, placement goes on by requests with a reason.
         stop(proc)
         assert feed.poll(resolve, now + 1) == -1
-        view = feed.model.view(sched.state.table, now + 1)
+        view = feed.model.view(sched.node_table(), now + 1)
         assert view.measured_cards == 0
         assert "unreachable" in view.reasons[NodeName("n1")]
         assert view.reasons[NodeName("n1")].endswith("placed by requests")
@@ -203,8 +203,8 @@ def test_a_card_whose_samples_stop_falls_back_to_requests(
         sched = Scheduler(cluster.nodes, queue_config({"default": 4}), measured_profile())
         now = time.time()
         assert feed.poll(resolve, now) > 0
-        view = feed.model.view(sched.state.table, now)
-        assert view.measured[sched.state.table.row(NodeName("n1"))].sum() == 2
+        view = feed.model.view(sched.node_table(), now)
+        assert view.measured[sched.node_table().row(NodeName("n1"))].sum() == 2
         assert "stale" in view.reasons[NodeName("n2")]
         assert NodeName("n1") not in view.reasons
     finally:

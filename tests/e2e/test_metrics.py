@@ -43,6 +43,7 @@ FAMILIES = {
     "gpupool_api_request_duration_seconds": {"method", "route", "code"},
     "gpupool_nodes": {"state"},
     "gpupool_queue_dominant_share": {"queue"},
+    "gpupool_pending_reasons": {"plugin"},
     "gpupool_process_resident_memory_bytes": set(),
 }
 
@@ -151,6 +152,13 @@ def test_gpus_allocated_and_total_by_flavor_and_queue(families: dict[str, Any]) 
 def test_preemptions_by_reason(families: dict[str, Any]) -> None:
     assert value(families, "gpupool_preemptions", "gpupool_preemptions_total",
                  queue="llm", reason="within-queue") == 1
+
+
+def test_pending_jobs_by_the_plugin_holding_them_back(families: dict[str, Any]) -> None:
+    # the one pending job is the preempted one, parked by its eviction until capacity frees
+    assert value(families, "gpupool_pending_reasons", plugin="eviction") == 1
+    _, samples = families["gpupool_pending_reasons"]
+    assert sum(samples.values()) == 1
 
 
 def test_admission_wait_histogram(families: dict[str, Any]) -> None:

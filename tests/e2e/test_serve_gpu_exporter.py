@@ -58,7 +58,7 @@ def test_the_exporter_serves_actual_use_not_requests(tmp_path: Path) -> None:
         proc, url = start_prometheus(tmp_path, exporter, [node])
         try:
             reader = PrometheusReader(PrometheusSettings(url=url, lookback_s=30))
-            nodes = svc.plane.scheduler.state.nodes()
+            nodes = svc.plane.scheduler.node_list()
             resolve = inventory_resolver((n.name, g.index, g.uuid or f"GPU-{n.name}-{g.index}")
                                          for n in nodes for g in n.gpus)
             deadline = time.monotonic() + 60
@@ -104,7 +104,7 @@ def test_serve_places_by_what_prometheus_reads_back_and_degrades_when_it_stops(
         node, gpu = running_job(svc, "ft", "compute=190%,memory=50%", milli=500,
                                 gpu_memory="20Gi", models=["A100-80GB"])
         exporter = svc.start_exporter("127.0.0.1", free_port())
-        nodes = [n.name for n in svc.plane.scheduler.state.nodes()]
+        nodes = [n.name for n in svc.plane.scheduler.node_list()]
         proc, _ = start_prometheus(tmp_path, exporter, nodes, port)
         try:
             deadline = time.monotonic() + 60
@@ -113,7 +113,7 @@ def test_serve_places_by_what_prometheus_reads_back_and_degrades_when_it_stops(
                 svc.poll_measured()
                 with svc.plane.lock:
                     readings = svc.measured.model.readings(  # type: ignore[union-attr]
-                        svc.plane.scheduler.state.table, NodeName(node), svc.plane.clock.now())
+                        svc.plane.scheduler.node_table(), NodeName(node), svc.plane.clock.now())
                 if readings[gpu].measured:
                     break
                 time.sleep(0.5)

@@ -157,7 +157,7 @@ def test_claims_bound_recorded_restored_and_released(control_plane: ControlPlane
             async with elastic_running(kube) as (ctl, el):
                 assert ctl.sched is not None
                 for name, card in held.items():
-                    p = ctl.sched.state.placement(TaskId(f"elasticgpu/{name}"))
+                    p = ctl.sched._state.placement(TaskId(f"elasticgpu/{name}"))
                     assert p is not None and p.node == "gpu-1" and p.shares[0].index == card
                 assert {c.key: c.phase.value for c in el.ready().claims()} == {
                     f"{NS}/whole": "Bound", f"{NS}/part": "Bound"}

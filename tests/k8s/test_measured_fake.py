@@ -58,7 +58,7 @@ def test_a_slice_pod_goes_to_the_cool_card() -> None:
 
     asyncio.run(body())
     assert ctl.sched is not None
-    [held] = ctl.sched.state.placements_on(NodeName("n1"))
+    [held] = ctl.sched.placements_on(NodeName("n1"))
     assert held.shares[0].index == 1  # card 0 is 97 % busy; card 1 has 10960 MiB free
 
 
@@ -78,7 +78,7 @@ def test_unreachable_prometheus_places_by_requests_with_a_reason_and_a_metric() 
     asyncio.run(body())
     assert ctl.measured is not None and ctl.measured.reads_failed >= 1
     assert ctl.sched is not None
-    view = ctl.measured.model.view(ctl.sched.state.table, ctl.clock())
+    view = ctl.measured.model.view(ctl.sched.node_table(), ctl.clock())
     assert "unreachable" in view.reasons[NodeName("n1")]
     text = metrics_text(ctl)
     assert "gpupool_measured_source_up 0.0" in text

@@ -47,7 +47,7 @@ def test_a_slice_goes_to_the_card_prometheus_shows_cool(control_plane: ControlPl
 
             async def both_cards_measured() -> bool:
                 assert ctl.sched is not None
-                view = ctl.measured.model.view(ctl.sched.state.table, ctl.clock())  # type: ignore[union-attr]
+                view = ctl.measured.model.view(ctl.sched.node_table(), ctl.clock())  # type: ignore[union-attr]
                 return view.measured_cards == 2
 
             await wait_for(both_cards_measured, 60, "samples of both cards read back")
@@ -73,7 +73,7 @@ def test_a_slice_goes_to_the_card_prometheus_shows_cool(control_plane: ControlPl
                                                        "nvidia.com/gpucores": 30})
             await wait_for(lambda: bound(kube, NS, "nb2"), what="nb2 bound")
             assert ctl.sched is not None
-            view = ctl.measured.model.view(ctl.sched.state.table, ctl.clock())
+            view = ctl.measured.model.view(ctl.sched.node_table(), ctl.clock())
             assert "unreachable" in view.reasons[NODE]  # type: ignore[index]
             assert "gpupool_measured_source_up 0.0" in metrics_text(ctl)
             await asyncio.sleep(0)

@@ -254,7 +254,7 @@ def test_a_rebuilt_controller_takes_its_requests_back() -> None:
         assert ac.request(f"{NS}/by-hand") is None
         assert ad2.made == {f"{NS}/prov-gang-{x}" for x in ("a-1", "b-2", "c-1")}
         # the quota: a runs, b and c hold theirs
-        assert s.tree.usage("train")[("h100", Resource.GPU_MILLI)] == 48_000
+        assert s.usage("train")[("h100", Resource.GPU_MILLI)] == 48_000
         ctl2.cycle()
         await settle()
         assert api.created == []  # nothing asked again

@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from gpupool.config import load_queue_config
+from gpupool.k8s.extender import metrics_text
 from gpupool.k8s.kube import Kube, KubeError
 from gpupool.k8s.main import default_config
 from tests.k8s.conftest import ControlPlane
@@ -118,13 +119,15 @@ def test_annotations_patched_first_mode(control_plane: ControlPlane) -> None:
 def test_pending_pod_gets_condition_and_event_with_numbers(control_plane: ControlPlane) -> None:
     async def body(kube: Kube) -> None:
         await make_node(kube, "gpu-1", gpus=2)
-        async with running(kube, default_config()):
+        async with running(kube, default_config()) as ctl:
             await make_pod(kube, "big", ns=NS, limits={"nvidia.com/gpu": 2})
             await wait_for(lambda: bound(kube, NS, "big"), what="big bound")
             await make_pod(kube, "waits", ns=NS, limits={"nvidia.com/gpu": 1})
             cond = await wait_for(lambda: condition(kube, NS, "waits"), what="condition")
             assert cond["reason"] == "Unschedulable"
             assert any(ch.isdigit() for ch in cond["message"]), cond["message"]
+            # counted by the plugin that holds it back: no card free on the one node
+            assert 'gpupool_pending_reasons{plugin="gpu-fit"} 1\n' in metrics_text(ctl)
             events = await wait_for(lambda: events_for(kube, NS, "waits"), what="event")
             assert events[0]["reason"] == "FailedScheduling"
             assert events[0]["message"] == cond["message"]
@@ -243,7 +246,7 @@ def test_queue_quota_end_to_end(control_plane: ControlPlane) -> None:
             done = next(f"a{i}" for i in range(3) if f"a{i}" != waiting)
             await set_phase(kube, "team-a", done, "Succeeded")
             await wait_for(lambda: bound(kube, "team-a", waiting), what="third bound")
-            usage = ctl.sched.tree.usage("team-a") if ctl.sched else {}
+            usage = ctl.sched.usage("team-a") if ctl.sched else {}
             assert sum(v for (_, r), v in usage.items() if str(r) == "gpu_milli") == 2000
 
     live(control_plane, body, namespaces=("team-a", "team-b"))

@@ -113,7 +113,7 @@ class PlaneMachine(RuleBasedStateMachine):
 
     @invariant()
     def no_card_over_committed(self) -> None:
-        t = self.plane.scheduler.state.table
+        t = self.plane.scheduler.node_table()
         live = t.live()
         assert (t.used_milli[live] <= 1000).all()
         assert (t.used_mib[live] <= t.gpu_mem_cap[live]).all()

@@ -92,9 +92,9 @@ def drive(config: QueueConfig, stream: list[tuple[float, Job]], finish: list[int
             with contextlib.suppress(InvalidJobError):  # no flavor could ever admit it
                 s.submit(j, now)
         before = {
-            "order": {q: [p.job.id for p in s.queues.ordered(q, now)] for q in s.queues.queues()},
+            "order": {q: [p.job.id for p in s._queues.ordered(q, now)] for q in s._queues.queues()},
             "nominated": set(s.nominated()),
-            "priority": {p.job.id: p.job.priority for p in s.queues.all()},
+            "priority": {p.job.id: p.job.priority for p in s._queues.all()},
         }
         result = s.cycle(now)
         check(s, result, before)  # type: ignore[operator]
@@ -107,9 +107,9 @@ def drive(config: QueueConfig, stream: list[tuple[float, Job]], finish: list[int
 def no_victim_outranks_and_guaranteed_quota_stays(s: Scheduler, result: CycleResult,
                                                   before: dict) -> None:  # type: ignore[type-arg]
     for e in result.evicts:
-        preemptor = s.queues.get(e.preemptor)
+        preemptor = s.pending_job(e.preemptor)
         assert preemptor is not None, "the preemptor waits for its room"
-        victim = s.queues.get(e.job)
+        victim = s.pending_job(e.job)
         assert victim is not None
         victim_priority = victim.job.priority
         if e.queue == preemptor.queue:
@@ -123,11 +123,11 @@ def no_victim_outranks_and_guaranteed_quota_stays(s: Scheduler, result: CycleRes
         # and all its evictions counted) the victim's queue is still at or above nominal,
         # once what the queue gave up to its own preemptors in the same cycle is counted
         # back (a within-queue preemption is the owner's own choice, not quota taken).
-        nominal = s.tree.nominal(e.queue).get(G, 0)
+        nominal = s.nominal(e.queue).get(G, 0)
         own = sum(request_demand(v.job, "gpu").get(G, 0) for x in result.evicts
                   if x.queue == e.queue and x.reason == "within-queue"
-                  and (v := s.queues.get(x.job)) is not None)
-        used = s.tree.usage(e.queue).get(G, 0) + own
+                  and (v := s.pending_job(x.job)) is not None)
+        used = s.usage(e.queue).get(G, 0) + own
         assert used >= nominal, (
             f"{e.job} of {e.queue} evicted ({e.reason}) by {e.preemptor} of {preemptor.queue}: "
             f"{e.queue} now uses {used} (with {own} given to its own preemptors) < nominal "
@@ -138,14 +138,14 @@ def no_card_overcommitted(s: Scheduler, result: CycleResult, before: dict) -> No
     milli: dict[tuple[str, int], int] = defaultdict(int)
     mib: dict[tuple[str, int], int] = defaultdict(int)
     migs: dict[tuple[str, int, str], int] = defaultdict(int)
-    for p in s.state.placements():
+    for p in s._state.placements():
         for sh in p.shares:
             if sh.mig_profile is not None:
                 migs[(str(p.node), sh.index, sh.mig_profile)] += 1
             else:
                 milli[(str(p.node), sh.index)] += sh.gpu_milli
                 mib[(str(p.node), sh.index)] += sh.memory_mib
-    cards = {(str(n.name), g.index): g for n in s.state.table.nodes for g in n.gpus}
+    cards = {(str(n.name), g.index): g for n in s.node_table().nodes for g in n.gpus}
     for key, used in milli.items():
         gpu = cards[key]
         assert not gpu.mig, f"{key}: a MIG card also holds a whole card or a slice"
@@ -156,7 +156,7 @@ def no_card_overcommitted(s: Scheduler, result: CycleResult, before: dict) -> No
         assert used <= have, f"{n}/{i}: {used} {prof} instances placed, {have} exist"
     # Quota books follow what is placed, preemption or not.
     charged = sum(sum(v for k, v in r.demand.items() if k == G) for r in s.running())
-    assert charged == sum(s.tree.usage(q).get(G, 0) for q in s.tree.queues)
+    assert charged == sum(s.usage(q).get(G, 0) for q in s.tree.queues)
 
 
 def strict_head_blocks(s: Scheduler, result: CycleResult, before: dict) -> None:  # type: ignore[type-arg]

@@ -76,8 +76,8 @@ def run(config: QueueConfig, stream: list[tuple[float, Job]], finish: list[int])
         for e in result.evicts:
             assert (e.preemptor, e.job) not in pairs, "two jobs preempted each other"
             pairs.add((e.job, e.preemptor))
-            assert s.queues.get(e.job) is not None, "a victim was lost instead of requeued"
-            assert s.queues.get(e.job).preemptions <= config.settings.max_preemptions_per_job
+            assert s.pending_job(e.job) is not None, "a victim was lost instead of requeued"
+            assert s.pending_job(e.job).preemptions <= config.settings.max_preemptions_per_job
         check_quota(s)
         running = sorted(r.job.id for r in s.running())
         if finish and running and step % 3 == 2:
@@ -88,19 +88,19 @@ def run(config: QueueConfig, stream: list[tuple[float, Job]], finish: list[int])
 def check_quota(s: Scheduler) -> None:
     for q in s.tree.queues.values():
         quota = q.flavors[0].resources[Resource.GPU_MILLI]
-        used = s.tree.usage(q.name).get(G, 0)
+        used = s.usage(q.name).get(G, 0)
         if quota.borrowing_limit is not None:
             assert used <= quota.nominal + quota.borrowing_limit, f"{q.name} over its limit"
     # Cohort-wide: no tree uses more than its queues' nominal quotas together.
     for root in {s.tree.cohort_root(q) for q in s.tree.queues}:
         members = [q for q in s.tree.queues if s.tree.cohort_root(q) == root]
-        used = sum(s.tree.usage(q).get(G, 0) for q in members)
+        used = sum(s.usage(q).get(G, 0) for q in members)
         nominal = sum(s.tree.queues[q].flavors[0].resources[Resource.GPU_MILLI].nominal
                       for q in members)
         assert used <= nominal
     # And the accounting matches what is placed.
-    placed = sum(p.gpu_milli for p in s.state.placements())
-    assert placed == sum(s.tree.usage(q).get(G, 0) for q in s.tree.queues)
+    placed = sum(p.gpu_milli for p in s._state.placements())
+    assert placed == sum(s.usage(q).get(G, 0) for q in s.tree.queues)
 
 
 @given(data=st.data())

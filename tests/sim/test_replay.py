@@ -4,11 +4,18 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from gpupool.core import ConfigError, JobId, TraceError
+from gpupool.core.cluster import ClusterState
+from gpupool.core.cycle import run_cycle
+from gpupool.core.model import GpuRequest, Node
+from gpupool.core.placement.place import place_job
+from gpupool.core.placement.registry import default_profile
+from gpupool.core.reasons import Reason
 from gpupool.sim.engine import JobOutcome
 from gpupool.sim.replay import (
     PLOT_FILE,
@@ -22,6 +29,7 @@ from gpupool.sim.replay import (
     write_outputs,
 )
 from gpupool.sim.traces.openb import load_pods
+from tests.builders import job, mig, mig_node, node, share, whole
 
 NODE_HEADER = "sn,cpu_milli,memory_mib,gpu,model"
 POD_HEADER = ("name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,"
@@ -158,28 +166,52 @@ def test_outputs_are_written(trace: tuple[Path, Path], tmp_path: Path) -> None:
     assert (tmp_path / "out" / PLOT_FILE).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def _why(nodes: list[Node], gpu: GpuRequest, busy: bool = False) -> tuple[Reason, ...]:
+    """The reasons the default profile gives for one task of ``gpu`` on ``nodes`` (with
+    ``busy``, after as many such tasks as there are nodes took their place)."""
+    state = ClusterState(nodes)
+    if busy:
+        run_cycle(state, [job(f"b{i}", gpu=gpu) for i in range(len(nodes))], default_profile())
+    placements, status = place_job(job("j", gpu=gpu), state.snapshot(), default_profile())
+    assert not placements
+    return status.reasons
+
+
 def test_reason_kinds_name_what_was_short() -> None:
-    msg = ("0/9 nodes fit: 5 fewer than 4 whole GPUs free, 3 less than 8 CPUs and 100Mi "
-           "memory free, 1 cordoned or not ready")
-    assert reason_kinds(msg) == ["whole GPUs", "CPU or memory", "cordoned"]
-    gang = ("gang g: 1/2 tasks fit; g/main-1: 0/3 nodes fit: 2 no A100 GPU, "
-            "1 no GPU with 50% of a card and 20000Mi free")
-    assert reason_kinds(gang) == ["GPU model", "room on one GPU"]
-    assert reason_kinds("0/2 nodes fit: 2 no free MIG 1g.10gb instance") == ["MIG instance"]
-    percent = "0/1 nodes fit: 1 no GPU with 25% of a card and 10% of its memory free"
-    assert reason_kinds(percent) == ["room on one GPU"]
-    assert reason_kinds("something 12 else") == ["something # else"]
-    assert reason_kinds("") == []
+    cordoned = replace(node("c", gpu=4), schedulable=False)
+    small = node("s", gpu=4, cpu=500)
+    busy = node("b", gpu=2)
+    kinds = reason_kinds(_why([node("a", gpu=2), busy, small, cordoned], whole(4)))
+    assert kinds == ["whole GPUs", "cordoned", "CPU or memory"]  # most nodes first
+    assert reason_kinds(_why([node("a", gpu=1, gpu_mem=10000), node("h", model="H100")],
+                             share(500, 20000, ["A100"]))) == ["GPU model", "room on one GPU"]
+    assert reason_kinds(_why([mig_node("m", "1g.10gb", per_card=1, cards=1),
+                              mig_node("n", "1g.10gb", per_card=1, cards=1)],
+                             mig("1g.10gb"), busy=True)) == ["MIG instance"]
+    # a slice with memory only is short of room on one card, not of a GPU model
+    assert reason_kinds(_why([node("a", gpu=1, gpu_mem=10000)], share(0, 20000))) == \
+        ["room on one GPU"]
+    assert reason_kinds([Reason("quota", "queue a at quota (6/6 GPUs)")]) == ["quota"]
+    assert reason_kinds(()) == []
+
+
+def test_a_gangs_kinds_are_its_failing_tasks() -> None:
+    state = ClusterState([node("a", gpu=2), node("b", gpu=2, model="H100")])
+    placements, status = place_job(job("g", tasks=2, gpu=whole(2, models=["A100"])),
+                                   state.snapshot(), default_profile())
+    assert not placements and status.message.startswith("gang g: 1/2 tasks fit")
+    assert reason_kinds(status.reasons) == ["GPU model", "whole GPUs"]
 
 
 def test_wait_reasons_group_by_usage_not_inventory() -> None:
-    def rec(name: str, reason: str) -> JobOutcome:
-        return JobOutcome(JobId(name), 0.0, 1, 1000, parks=1, first_reason=reason)
+    def rec(name: str, *reasons: Reason) -> JobOutcome:
+        return JobOutcome(JobId(name), 0.0, 1, 1000, parks=1, first_reasons=reasons)
 
+    model = Reason("gpu-model", "no A100 GPU", 2, 3, resolvable=False)
     records = [
-        rec("a", "0/3 nodes fit: 2 no A100 GPU, 1 fewer than 1 whole GPUs free"),
-        rec("b", "0/3 nodes fit: 1 fewer than 2 whole GPUs free, 2 no A100 GPU"),
-        rec("c", "0/3 nodes fit: 3 no A100 GPU"),
+        rec("a", model, Reason("gpu-fit", "fewer than 1 whole GPUs free", 1, 3, gpu="whole")),
+        rec("b", Reason("gpu-fit", "fewer than 2 whole GPUs free", 1, 3, gpu="whole"), model),
+        rec("c", replace(model, nodes=3)),
         JobOutcome(JobId("d"), 0.0, 1, 0),  # never parked
     ]
     assert wait_reasons(records) == {"whole GPUs": 2, "GPU model": 1}

@@ -43,7 +43,7 @@ def _run(measured: bool) -> tuple[Scheduler, SimMeasuredUse | None]:
 
 
 def _cards(sched: Scheduler) -> dict[str, int]:
-    return {p.job: p.shares[0].index for p in sched.state.placements()}
+    return {p.job: p.shares[0].index for p in sched._state.placements()}
 
 
 def test_a_sim_run_places_a_notebook_off_the_card_a_fine_tune_keeps_busy() -> None:
@@ -56,7 +56,7 @@ def test_a_sim_run_places_a_notebook_off_the_card_a_fine_tune_keeps_busy() -> No
     assert hook is not None and hook.hot_card_gpu_s == 0.0
     assert hook.use_of("ft").compute_pct == 190.0
     assert 10.0 <= hook.use_of("nb").compute_pct <= 40.0
-    reading = hook.model.readings(sched.state.table, node("n1").name, 60.0)
+    reading = hook.model.readings(sched._state.table, node("n1").name, 60.0)
     assert reading[cards["ft"]].util_pct == pytest.approx(95.0)
 
 
@@ -68,7 +68,7 @@ def test_hot_card_time_is_integrated_between_samples() -> None:
     sched.submit(job("a", gpu=share(500, 1000)), 0.0)
     sched.submit(job("b", gpu=share(500, 1000)), 0.0)
     sched.cycle(0.0)
-    assert len(list(sched.state.placements())) == 2
+    assert len(list(sched._state.placements())) == 2
     hook.sample(sched, 0.0)
     hook.sample(sched, 15.0)
     hook.sample(sched, 45.0)

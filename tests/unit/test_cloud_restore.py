@@ -78,7 +78,7 @@ def test_a_restored_cloud_goes_on_as_the_original() -> None:
     a.run(2 * 3600.0, 12 * 3600.0)
     b.run(2 * 3600.0, 12 * 3600.0)
     assert b.log == a.log and len(a.log) >= 6
-    names = [sorted(n.name for n in s.state.nodes()) for s in (sched, sched2)]
+    names = [sorted(n.name for n in s.node_list()) for s in (sched, sched2)]
     assert names[0] == names[1]
     assert {k: asdict(r) for k, r in cloud2.run.requests.items()} == \
         {k: asdict(r) for k, r in cloud.run.requests.items()}

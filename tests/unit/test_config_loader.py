@@ -68,7 +68,7 @@ def test_examples_load_cleanly() -> None:
     assert queues.settings.usage_half_life_s == 7 * 86400
 
     scheduler = Scheduler(nodes, queues)  # what the core needs, it accepts
-    assert scheduler.queues.resolve("research/llm") == "llm"
+    assert scheduler.resolve_queue("research/llm") == "llm"
 
 
 def test_one_file_may_hold_cluster_and_queues(tmp_path: Path) -> None:

@@ -147,7 +147,7 @@ def test_a_gang_reserves_only_when_its_queue_is_first_in_the_fair_order() -> Non
     s.submit(job("a-gang", gpu=whole(8), queue="a", submit=1.0), 1)
     s.submit(job("b-more", gpu=whole(1), queue="b", submit=1.0), 1)
     r = s.cycle(1)
-    assert not r.reservations, "a is above its share: its gang may not hold nodes"
+    assert not r.holds, "a is above its share: its gang may not hold nodes"
     assert s.reservation() is None
 
 

@@ -71,7 +71,7 @@ def test_normalised_compute_is_charged_by_each_cards_relative_capacity() -> None
     s.submit(job("on-gpu", gpu=whole(2, models=["H100"]), queue="a"), 0)
     s.submit(job("on-npu", gpu=whole(4, models=["910B"]), queue="a"), 0)
     s.cycle(0)
-    usage = s.tree.usage("a")
+    usage = s.usage("a")
     assert usage[("h100", Resource.NORMALIZED_MILLI)] == 2000
     assert usage[("ascend", Resource.NORMALIZED_MILLI)] == 2000  # 4 cards at 0.5
     assert usage[NORM] == 4000
@@ -88,7 +88,7 @@ def test_normalised_quota_across_flavors_limits_every_vendor_together() -> None:
     assert sorted(b.job for b in r.binds) == ["g4", "n2"]
     park = next(p for p in r.parks if p.job == "n4")
     assert "all flavors normalised GPUs" in park.status.message
-    assert s.tree.usage("a")[NORM] == 4000
+    assert s.usage("a")[NORM] == 4000
 
 
 def test_without_normalised_quota_nothing_normalised_is_charged() -> None:
@@ -96,7 +96,7 @@ def test_without_normalised_quota_nothing_normalised_is_charged() -> None:
     s.submit(job("j", gpu=whole(2), queue="a"), 0)
     s.cycle(0)
     assert not s.tree.normalized
-    assert all(r is not Resource.NORMALIZED_MILLI for _, r in s.tree.usage("a"))
+    assert all(r is not Resource.NORMALIZED_MILLI for _, r in s.usage("a"))
 
 
 def test_shares_in_normalised_units_do_not_count_slow_cards_as_fast_ones() -> None:
@@ -110,10 +110,10 @@ def test_shares_in_normalised_units_do_not_count_slow_cards_as_fast_ones() -> No
         s.submit(job("b", gpu=whole(4, models=["H100"]), queue="b"), 0)
         s.cycle(0)
         if expect_equal:
-            assert s.tree.share("a") == pytest.approx(s.tree.share("b"))
+            assert s.share("a") == pytest.approx(s.share("b"))
         else:
-            assert s.tree.share("a") == pytest.approx(0.25)
-            assert s.tree.share("b") == pytest.approx(0.5)
+            assert s.share("a") == pytest.approx(0.25)
+            assert s.share("b") == pytest.approx(0.5)
 
 
 def test_a_job_falls_back_to_its_alternative_on_the_next_flavor() -> None:
@@ -127,7 +127,7 @@ def test_a_job_falls_back_to_its_alternative_on_the_next_flavor() -> None:
     for j in ("j1", "j2"):
         assert (by_job[j].flavor, by_job[j].alternative) == ("ascend", "ascend")
         assert len(by_job[j].placements[0].shares) == 2  # the alternative's 2 cards
-    assert s.tree.usage("a")[("ascend", Resource.GPU)] == 4
+    assert s.usage("a")[("ascend", Resource.GPU)] == 4
 
 
 def test_a_pinned_job_waits_where_its_fallback_would_run() -> None:

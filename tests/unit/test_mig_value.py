@@ -1,9 +1,17 @@
 """How much of a card a MIG instance counts for has one rule (``core.mig``), read by the
-simulator's accounting, the demo's card view and the DRA reader alike."""
+simulator's accounting, the demo's card view, the DRA reader and serve's views alike; the
+client shows the server's figure."""
 
 from __future__ import annotations
 
-from gpupool.core.mig import instance_milli, profile_milli, request_milli, share_milli
+from gpupool.core.mig import (
+    instance_milli,
+    profile_milli,
+    request_milli,
+    share_mib,
+    share_milli,
+    taken_milli,
+)
 from gpupool.core.model import Gpu, GpuRequest, GpuShare, MigInstance
 
 
@@ -24,3 +32,14 @@ def test_an_instance_counts_for_the_share_its_card_declares() -> None:
 def test_a_profile_name_gives_the_share_when_nothing_is_declared() -> None:
     assert [profile_milli(p) for p in ("1g.10gb", "3g.40gb", "7g.80gb", "odd")] == \
         [143, 429, 1000, 0]
+
+
+def test_a_cards_taken_instances_count_for_their_declared_shares() -> None:
+    g = mixed()
+    assert taken_milli(g, {"1g.10gb": 1}) == 140
+    assert taken_milli(g, {"1g.10gb": 2, "3g.40gb": 1}) == 700
+    assert share_mib(GpuShare(0, 0, 0, "3g.40gb"), g) == 40960
+    assert share_mib(GpuShare(0, 250, 1024), g) == 1024
+    full = Gpu(0, "A100-40GB", 40960, mig=(MigInstance("1g.5gb", 7, 143, 5120),))
+    assert taken_milli(full, {"1g.5gb": 7}) == 1000  # never more than a whole card
+

@@ -24,9 +24,9 @@ from gpupool.core.provisioning import (
     REQUEST_LABEL,
     AdmissionCheck,
     ConditionType,
-    ProvisioningBook,
     ProvisioningRequest,
     ProvisioningRequestConfig,
+    RequestLedger,
     RetryStrategy,
     request_name,
 )
@@ -83,7 +83,7 @@ def test_a_request_holds_up_to_32_pod_sets_of_1000_pods_in_all() -> None:
 
 
 def test_conditions_through_a_booking() -> None:
-    book = ProvisioningBook()
+    book = RequestLedger()
     r = book.create(req(max_run_duration_s=3600.0), 0.0)
     assert r.conditions == () and not r.ended
     r = book.accept(r.key, 5.0)
@@ -104,7 +104,7 @@ def test_conditions_through_a_booking() -> None:
 
 
 def test_a_booking_expires_ten_minutes_after_provisioned() -> None:
-    book = ProvisioningBook()
+    book = RequestLedger()
     r = book.create(req(), 0.0)
     book.provisioned(r.key, ["n1"], 50.0)
     (expired,) = book.expire(50.0 + 600.0)
@@ -113,7 +113,7 @@ def test_a_booking_expires_ten_minutes_after_provisioned() -> None:
 
 
 def test_deletion_cancels_and_a_project_holds_at_most_100_active() -> None:
-    book = ProvisioningBook()
+    book = RequestLedger()
     for i in range(100):
         assert not book.create(req(f"r{i}"), 0.0).ended
     refused = book.create(req("r100"), 0.0)
@@ -187,7 +187,7 @@ def test_quota_reserved_request_made_then_admitted_pinned_to_its_nodes() -> None
     assert r.job == "g" and r.queue == "train" and r.namespace == "ml"
     assert r.pod_set.count == 2 and r.pod_set.node_selector == {"pool": "h100"}
     assert r.max_run_duration_s == 7200.0
-    assert s.tree.usage("train")[("h100", Resource.GPU_MILLI)] == 16_000  # reserved
+    assert s.usage("train")[("h100", Resource.GPU_MILLI)] == 16_000  # reserved
     (p,) = s.pending()
     assert p.reason is not None and "admission check dws Pending" in p.reason.message
     # a node of the pool that is not the request's takes nothing of the job
@@ -204,7 +204,7 @@ def test_quota_reserved_request_made_then_admitted_pinned_to_its_nodes() -> None
     assert live is not None and live.consumed_s == 300.0
     s.finished(JobId("g"), 1000.0)
     assert s.cycle(1010.0).deprovision == [r.key]
-    assert s.tree.usage("train").get(("h100", Resource.GPU_MILLI), 0) == 0
+    assert s.usage("train").get(("h100", Resource.GPU_MILLI), 0) == 0
 
 
 def test_the_run_limit_is_cut_to_what_is_left_of_the_booking() -> None:
@@ -228,7 +228,7 @@ def test_failure_releases_quota_backs_off_retries_and_finally_rejects() -> None:
         s.provisioning_failed(r.key, "stock-out in every zone", t + 5)
         out = s.cycle(t + 10)
         assert r.key in out.deprovision
-        assert s.tree.usage("train").get(("h100", Resource.GPU_MILLI), 0) == 0
+        assert s.usage("train").get(("h100", Resource.GPU_MILLI), 0) == 0
         (park,) = out.parks
         if attempt == 3:
             assert park.status.code is Code.UNRESOLVABLE
@@ -280,7 +280,7 @@ def test_cancel_before_provisioning_deletes_the_request_and_frees_quota() -> Non
     (r,) = s.cycle(0.0).provision
     s.cancel(JobId("g"), 5.0)
     assert s.cycle(10.0).deprovision == [r.key]
-    assert s.tree.usage("train").get(("h100", Resource.GPU_MILLI), 0) == 0
+    assert s.usage("train").get(("h100", Resource.GPU_MILLI), 0) == 0
     assert s.pending() == []
 
 
@@ -464,7 +464,7 @@ def test_requests_checks_and_bookings_are_taken_back_after_a_restart() -> None:
     s.cycle(400.0)  # a starts on its booking; c backs off; b waits for its request
     t = _rebuilt(s, nodes, jobs, 400.0, cfg)
     for sched in (s, t):
-        assert sched.tree.usage("train")[("h100", Resource.GPU_MILLI)] == 32_000  # a + b
+        assert sched.usage("train")[("h100", Resource.GPU_MILLI)] == 32_000  # a + b
         assert sched.run_limit_s(JobId("a")) == pytest.approx(6900.0)
         assert {p.job.id: p.reason.message if p.reason else "" for p in sched.pending()} \
             .keys() == {"b", "c"}

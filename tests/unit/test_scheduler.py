@@ -16,7 +16,7 @@ G = ("gpu", Resource.GPU_MILLI)
 
 
 def gpus_used(s: Scheduler, q: str) -> float:
-    return s.tree.usage(q).get(G, 0) / 1000
+    return s.usage(q).get(G, 0) / 1000
 
 
 def sched(nodes: int = 2, **quotas: int) -> Scheduler:
@@ -95,7 +95,7 @@ def test_gangs_start_whole_and_evict_whole() -> None:
     s.submit(job("gang", tasks=3, gpu=whole(8), queue="a"), 0)
     r = s.cycle(0)
     assert not r.binds and "gang gang: 2/3 tasks fit" in r.parks[0].status.message
-    assert s.state.totals()["gpu_milli_used"] == 0
+    assert s.totals()["gpu_milli_used"] == 0
 
 
 def test_per_user_decayed_usage_orders_jobs_inside_a_queue() -> None:
@@ -123,7 +123,7 @@ def test_backfill_uses_held_room_only_when_it_ends_in_time() -> None:
     s.cycle(0)  # 4 of 8 cards busy until t=1000 (declared default runtime)
     s.submit(job("big", gpu=whole(8), queue="a", submit=1.0), 1)
     r = s.cycle(1)
-    assert r.reservations and r.reservations[0].start_s == pytest.approx(1000.0)
+    assert r.holds and r.holds[0].start_s == pytest.approx(1000.0)
     short = job("short", gpu=whole(1), queue="a", submit=2.0)
     long = job("long", gpu=whole(1), queue="a", submit=2.0)
     s.submit(short.__class__(**{**_fields(short), "run_limit_s": 500.0}), 2)
@@ -143,12 +143,12 @@ def test_other_queues_may_not_take_the_nodes_held_for_a_gang() -> None:
     s.cycle(0.5)  # n1 half used by b-fill
     s.submit(job("big", gpu=whole(8), queue="a"), 1)
     r = s.cycle(1)
-    assert r.reservations, "the gang waits for n0 or n1 and holds it"
+    assert r.holds, "the gang waits for n0 or n1 and holds it"
     s.submit(job("b-more", gpu=whole(1), queue="b"), 2)
     r = s.cycle(2)
     res = s.reservation()
     assert res is not None and res.job == "big"
-    held = {s.state.table.nodes[int(i)].name for i in res.rows}
+    held = {s.node_table().nodes[int(i)].name for i in res.rows}
     for b in r.binds:
         assert not {p.node for p in b.placements} & held
 
@@ -185,16 +185,16 @@ def test_restore_takes_the_same_cards_and_quota_back() -> None:
         assert r is not None
         fresh.restore(r.job, b.placements, start_s=0.0, flavor=b.flavor)
     assert gpus_used(fresh, "a") == 6
-    assert fresh.state.totals() == s.state.totals()
+    assert fresh.totals() == s.totals()
     # a card held twice is refused and nothing changes
     r0 = s.running_job(binds[0].job)
     assert r0 is not None
     clash = job("clash", gpu=whole(2), queue="b")
     moved = tuple(replace_job(p, clash) for p in r0.placements)
-    before = fresh.state.totals()
+    before = fresh.totals()
     with pytest.raises(ConflictError):
         fresh.restore(clash, moved, start_s=0.0, flavor=binds[0].flavor)
-    assert fresh.state.totals() == before and gpus_used(fresh, "b") == 0
+    assert fresh.totals() == before and gpus_used(fresh, "b") == 0
 
 
 def replace_job(p: Placement, j: Job) -> Placement:

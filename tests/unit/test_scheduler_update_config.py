@@ -15,7 +15,7 @@ G = ("gpu", Resource.GPU_MILLI)
 
 
 def used(s: Scheduler, q: str) -> int:
-    return s.tree.usage(q).get(G, 0) // 1000
+    return s.usage(q).get(G, 0) // 1000
 
 
 def test_a_quota_raise_admits_pending_jobs_without_a_rebuild() -> None:
@@ -23,12 +23,12 @@ def test_a_quota_raise_admits_pending_jobs_without_a_rebuild() -> None:
     for i in range(4):
         s.submit(job(f"a{i}", gpu=whole(1), queue="a"), 0)
     assert len(s.cycle(0).binds) == 2
-    state, ledger = s.state, s.ledger
+    state, ledger = s._state, s.ledger
     before = ledger.value("a", "default", 1)
     dropped = s.update_config(queue_config({"a": 4, "b": 2}, cohort=None))
     assert dropped == []
     # the same cluster state and ledger: nothing rebuilt, usage kept
-    assert s.state is state and s.ledger is ledger
+    assert s._state is state and s.ledger is ledger
     assert ledger.value("a", "default", 1) == before
     assert used(s, "a") == 2  # the running jobs are charged to the new tree
     assert {str(r.job.id) for r in s.running()} == {"a0", "a1"}

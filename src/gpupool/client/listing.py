@@ -169,7 +169,7 @@ def _watch_jobs(client: Client, args: argparse.Namespace, out: Out) -> int:
                 _print(line, out)
             continue
         headers = (*render.JOB_HEADERS, *(render.JOB_WIDE if wide else ()), "REASON")
-        rows = [[render._cell(c) for c in render.job_row(j, now, wide)] for j in changed]
+        rows = [[render.cell(c) for c in render.job_row(j, now, wide)] for j in changed]
         if widths is None:
             widths = [max([len(h)] + [len(r[i]) for r in rows])
                       for i, h in enumerate(headers)]

@@ -10,7 +10,7 @@ from gpupool.config.cluster import nodes_from_documents
 from gpupool.config.documents import Document
 from gpupool.control.codec import node_from_json, node_to_json
 from gpupool.control.journal import Changes
-from gpupool.control.records import MAX_NODE_GPUS, MAX_POOL_NODES
+from gpupool.control.records import MAX_NODE_GPUS, MAX_POOL_NODES, EventReason, JobPhase
 from gpupool.core.errors import ConfigError, ConflictError, NotFoundError
 from gpupool.core.model import JobId, Node, NodeName
 
@@ -25,7 +25,7 @@ def add_node(plane: ControlPlane, node: Node, now_s: float) -> None:
     plane.scheduler.add_node(node)
     changes = plane._tick_changes or Changes()
     changes.objects[("Node", node.name)] = body
-    changes.event(now_s, "NodeProvisioned", "Node", node.name,
+    changes.event(now_s, EventReason.NODE_PROVISIONED, "Node", node.name,
                   f"made by the cloud: {node.gpu_count} GPU(s) "
                   f"{node.gpus[0].model if node.gpus else ''}".strip())
     if plane._tick_changes is None:
@@ -42,10 +42,10 @@ def remove_node(plane: ControlPlane, name: NodeName, now_s: float) -> list[JobId
             for w in plane.watchers:
                 w.node_failed(name)
         requeue(plane, hit, f"node {name} was taken back by the cloud", now_s, changes,
-                      "NodeLost")
+                      EventReason.NODE_LOST)
         del plane.node_status[name]
     changes.objects[("Node", name)] = None
-    changes.event(now_s, "NodeDeprovisioned", "Node", name,
+    changes.event(now_s, EventReason.NODE_DEPROVISIONED, "Node", name,
                   f"taken back by the cloud; {len(hit)} job(s) requeued")
     if plane._tick_changes is None:
         plane.journal.commit(changes)
@@ -53,15 +53,15 @@ def remove_node(plane: ControlPlane, name: NodeName, now_s: float) -> list[JobId
 
 
 def requeue(plane: ControlPlane, hit: Sequence[JobId], why: str,  # noqa: PLR0913
-            now_s: float, changes: Changes, reason: str) -> None:
+            now_s: float, changes: Changes, reason: EventReason) -> None:
     """Jobs whose node went: back in their queues, whole, with ``why``."""
     for jid in hit:
         rec = plane.jobs[jid]
         plane.backend.stop(rec.key)
-        rec.phase, rec.placements, rec.started_s, rec.flavor = "Pending", (), None, ""
+        rec.phase, rec.placements, rec.started_s, rec.flavor = JobPhase.PENDING, (), None, ""
         rec.alternative = ""
         rec.message = f"{why}; back in its queue"
-        changes.job(rec.key, phase="Pending", placements=[], started_s=None, flavor="",
+        changes.job(rec.key, phase=JobPhase.PENDING, placements=[], started_s=None, flavor="",
                     alternative="", message=rec.message)
         changes.event(now_s, reason, "Job", rec.key, rec.message, rec.request.namespace,
                       warning=True)
@@ -88,7 +88,7 @@ def add_nodes(plane: ControlPlane, pool: Mapping[str, Any]) -> list[Node]:
         changes = Changes()
         for n in nodes:
             changes.objects[("Node", n.name)] = {"node": node_to_json(n), "failed": False}
-            changes.event(now, "NodeAdded", "Node", n.name,
+            changes.event(now, EventReason.NODE_ADDED, "Node", n.name,
                           f"{n.gpu_count} GPU(s) {n.gpus[0].model if n.gpus else ''}".strip())
         plane.journal.commit(changes)
         for n in nodes:
@@ -112,21 +112,21 @@ def set_node(plane: ControlPlane, name: str, *, unschedulable: bool | None = Non
             body["node"]["schedulable"] = not unschedulable
             if not body["failed"]:
                 plane.scheduler.update_node(node_from_json(body["node"]))
-            changes.event(now, "Cordoned" if unschedulable else "Uncordoned", "Node",
-                          name, "marked unschedulable" if unschedulable else
-                          "schedulable again")
+            reason = EventReason.CORDONED if unschedulable else EventReason.UNCORDONED
+            changes.event(now, reason, "Node", name,
+                          "marked unschedulable" if unschedulable else "schedulable again")
         if failed is not None and failed != body["failed"]:
             body["failed"] = failed
             if failed:
                 hit = plane.scheduler.remove_node(NodeName(name), now)
                 for w in plane.watchers:
                     w.node_failed(name)
-                requeue(plane, hit, f"node {name} failed", now, changes, "NodeFailed")
-                changes.event(now, "NodeFailed", "Node", name,
+                requeue(plane, hit, f"node {name} failed", now, changes, EventReason.NODE_FAILED)
+                changes.event(now, EventReason.NODE_FAILED, "Node", name,
                               f"node failed; {len(hit)} job(s) requeued", warning=True)
             else:
                 plane.scheduler.add_node(node_from_json(body["node"]))
-                changes.event(now, "NodeRecovered", "Node", name, "node is back")
+                changes.event(now, EventReason.NODE_RECOVERED, "Node", name, "node is back")
         changes.objects[("Node", name)] = body
         plane.journal.commit(changes)
         plane.node_status[name] = body
@@ -143,12 +143,12 @@ def drain_node(plane: ControlPlane, name: str) -> list[str]:
             return []
         now = plane.clock.now()
         hit = sorted({p.job for p in plane.scheduler.placements_on(NodeName(name))
-                      if p.job in plane.jobs and plane.jobs[p.job].phase == "Running"})
+                      if p.job in plane.jobs and plane.jobs[p.job].phase == JobPhase.RUNNING})
         for job in hit:
             plane.scheduler.requeue(job, now)
         changes = Changes()
-        requeue(plane, hit, f"node {name} was drained", now, changes, "Drained")
-        changes.event(now, "Drained", "Node", name,
+        requeue(plane, hit, f"node {name} was drained", now, changes, EventReason.DRAINED)
+        changes.event(now, EventReason.DRAINED, "Node", name,
                       f"drained: {len(hit)} job(s) back in their queues")
         plane.journal.commit(changes)
         return [str(j) for j in hit]
@@ -163,6 +163,6 @@ def delete_node(plane: ControlPlane, name: str) -> None:
             plane.set_node(name, failed=True)
         gone = Changes()
         gone.objects[("Node", name)] = None
-        gone.event(plane.clock.now(), "NodeRemoved", "Node", name, "node removed")
+        gone.event(plane.clock.now(), EventReason.NODE_REMOVED, "Node", name, "node removed")
         plane.journal.commit(gone)
         del plane.node_status[name]

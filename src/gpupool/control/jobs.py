@@ -8,7 +8,7 @@ from gpupool.config.jobs import parse_job
 from gpupool.control import provisioning
 from gpupool.control.journal import Changes
 from gpupool.control.limits import check_metadata
-from gpupool.control.records import TERMINAL, JobRecord, in_document_terms
+from gpupool.control.records import TERMINAL, EventReason, JobPhase, JobRecord, in_document_terms
 from gpupool.core.errors import ConflictError, InvalidJobError, NotFoundError
 from gpupool.core.model import JobId
 from gpupool.store.sqlite import NewEvent
@@ -56,7 +56,7 @@ def _submit(plane: ControlPlane, body: object, namespace: str | None) -> JobReco
         except BaseException:
             sched.cancel(request.job.id, now)  # not on disk, so not accepted
             raise
-        rec = JobRecord(uid, request, "Pending", now, cluster_queue=cq)
+        rec = JobRecord(uid, request, JobPhase.PENDING, now, cluster_queue=cq)
         plane.jobs[request.key] = rec
         plane.metrics.submitted(cq)
         return rec
@@ -100,14 +100,14 @@ def delete(plane: ControlPlane, key: str) -> JobRecord:
 def _cancel(plane: ControlPlane, rec: JobRecord, now: float) -> None:
     key = rec.key
     written = Changes()  # on disk first: a failed write cancels nothing
-    written.job(key, phase="Cancelled", finished_s=now, message="cancelled")
-    written.event(now, "Cancelled", "Job", key, f"cancelled while {rec.phase.lower()}",
+    written.job(key, phase=JobPhase.CANCELLED, finished_s=now, message="cancelled")
+    written.event(now, EventReason.CANCELLED, "Job", key, f"cancelled while {rec.phase.lower()}",
                   rec.request.namespace)
     plane.journal.commit(written)
-    if rec.phase == "Running":
+    if rec.phase == JobPhase.RUNNING:
         plane.backend.stop(key)
     plane.scheduler.cancel(JobId(key), now)
-    rec.phase, rec.finished_s, rec.message = "Cancelled", now, "cancelled"
+    rec.phase, rec.finished_s, rec.message = JobPhase.CANCELLED, now, "cancelled"
     changes = Changes()
     provisioning.save_provisioning(plane, changes)
     plane.journal.commit(changes)

@@ -10,7 +10,14 @@ from gpupool.control import history, provisioning, recovery
 from gpupool.control.codec import placement_to_json
 from gpupool.control.journal import Changes
 from gpupool.control.reasons import owner_reason
-from gpupool.control.records import HISTORY_EVERY_S, JobRecord, TickResult, for_owner
+from gpupool.control.records import (
+    HISTORY_EVERY_S,
+    EventReason,
+    JobPhase,
+    JobRecord,
+    TickResult,
+    for_owner,
+)
 from gpupool.core.decisions import CycleResult
 from gpupool.core.model import JobId
 
@@ -26,18 +33,19 @@ def tick(plane: ControlPlane) -> TickResult:
         changes = Changes()
         for key in plane.backend.due(now):
             rec = plane.jobs.get(key)
-            if rec is None or rec.phase != "Running":
+            if rec is None or rec.phase != JobPhase.RUNNING:
                 continue
             limit = plane.scheduler.run_limit_s(JobId(key))
             plane.scheduler.finished(JobId(key), now)
             limited = limit is not None and (rec.job.duration_s or 0.0) > limit
-            rec.phase = "Failed" if limited else "Succeeded"
+            rec.phase = JobPhase.FAILED if limited else JobPhase.SUCCEEDED
             rec.finished_s = now
             rec.message = (f"stopped at its run limit ({limit:g} s)"
                            if limited else "completed")
             changes.job(key, phase=rec.phase, finished_s=now, message=rec.message)
-            changes.event(now, "RunLimitReached" if limited else "Completed", "Job", key,
-                          rec.message, rec.request.namespace, warning=limited)
+            reason = EventReason.RUN_LIMIT_REACHED if limited else EventReason.COMPLETED
+            changes.event(now, reason, "Job", key, rec.message, rec.request.namespace,
+                          warning=limited)
             out.finished += 1
         plane._tick_changes = changes
         try:
@@ -68,14 +76,14 @@ def _carry_out(plane: ControlPlane, result: CycleResult, now: float, changes: Ch
     for ev in result.evicts:
         rec = plane.jobs[ev.job]
         plane.backend.stop(rec.key)
-        rec.phase, rec.placements, rec.started_s, rec.flavor = "Pending", (), None, ""
+        rec.phase, rec.placements, rec.started_s, rec.flavor = JobPhase.PENDING, (), None, ""
         rec.alternative = ""
         rec.preemptions += 1
         ns = rec.request.namespace
         rec.message = for_owner(ev.message, ns, plane.jobs)
-        changes.job(rec.key, phase="Pending", placements=[], started_s=None, flavor="",
+        changes.job(rec.key, phase=JobPhase.PENDING, placements=[], started_s=None, flavor="",
                     alternative="", preemptions=rec.preemptions, message=rec.message)
-        changes.event(now, "Preempted", "Job", rec.key, for_owner(
+        changes.event(now, EventReason.PREEMPTED, "Job", rec.key, for_owner(
             f"{ev.reason}: preempted by {ev.preemptor}; back in its queue", ns,
             plane.jobs), ns, warning=True)
         plane.metrics.preempted(ev.queue, ev.reason)
@@ -83,15 +91,15 @@ def _carry_out(plane: ControlPlane, result: CycleResult, now: float, changes: Ch
     for b in result.binds:
         rec = plane.jobs[b.job]
         plane.scheduler.confirm(b.placements)
-        rec.phase, rec.placements, rec.started_s = "Running", b.placements, now
+        rec.phase, rec.placements, rec.started_s = JobPhase.RUNNING, b.placements, now
         rec.flavor, rec.cluster_queue, rec.message = b.flavor, b.queue, ""
         rec.alternative = b.alternative
         plane.backend.start(rec.key, b.placements, now, recovery.end_s(plane, rec))
         nodes = sorted({pl.node for pl in b.placements})
-        changes.job(rec.key, phase="Running", started_s=now, flavor=b.flavor, message="",
+        changes.job(rec.key, phase=JobPhase.RUNNING, started_s=now, flavor=b.flavor, message="",
                     alternative=b.alternative,
                     placements=[placement_to_json(pl) for pl in b.placements])
-        changes.event(now, "Admitted", "Job", rec.key,
+        changes.event(now, EventReason.ADMITTED, "Job", rec.key,
                       f"admitted by ClusterQueue {b.queue} (flavor {b.flavor or '-'}) "
                       f"after {now - rec.submitted_s:.0f} s; bound to "
                       f"{', '.join(nodes[:4])}{' ...' if len(nodes) > 4 else ''}",
@@ -101,7 +109,7 @@ def _carry_out(plane: ControlPlane, result: CycleResult, now: float, changes: Ch
     for p in result.parks:
         parked = plane.jobs.get(p.job)
         if parked is not None:
-            message = owner_reason(p.status.message, _usable(plane, parked),
+            message = owner_reason(p.status, _usable(plane, parked),
                                    plane.config.flavors)
             parked.message = for_owner(message, parked.request.namespace, plane.jobs)
             out.parked += 1

@@ -13,6 +13,7 @@ from gpupool.control.records import (
     CLOUD_KIND,
     CLOUD_REQUESTS_KEPT,
     REQUEST_KIND,
+    EventReason,
 )
 from gpupool.core.errors import NotFoundError
 from gpupool.core.provisioning import ProvisioningRequest
@@ -69,7 +70,7 @@ def request_events(key: str, old: Mapping[str, Any] | None, new: Mapping[str, An
     if old is None:
         who = f" for job {new['job']}" if new["job"] else ""
         count = new["pod_sets"][0]["count"]
-        changes.event(now, "Created", "ProvisioningRequest", key,
+        changes.event(now, EventReason.CREATED, "ProvisioningRequest", key,
                       f"asks the cloud for {count} pod(s) at once{who}", ns)
     before = {(c["type"], c["status"]) for c in (old or {}).get("conditions", ())}
     for c in new["conditions"]:
@@ -101,7 +102,7 @@ def delete_provisioning_request(plane: ControlPlane, key: str) -> ProvisioningRe
         now = plane.clock.now()
         plane.scheduler.delete_provisioning_request(key, now)
         changes = Changes()
-        changes.event(now, "Deleted", "ProvisioningRequest", key, "deleted (cancelled)",
+        changes.event(now, EventReason.DELETED, "ProvisioningRequest", key, "deleted (cancelled)",
                       req.namespace)
         save_provisioning(plane, changes)
         plane.journal.commit(changes)

@@ -1,14 +1,14 @@
 """A pending reason as the job's owner should read it: only about the flavors the job may use,
 and the cause that blocks it first.
 
-The core explains a job that waits with one clause per flavor of its ClusterQueue, in the
-queue's order (``queue llm at quota for h100 GPUs (...); a100: 0/12 nodes fit: ...``), each in
-the user's units (``core.said``). Two things here make that sentence about the job:
+The core explains a job that waits with ``Reason``s (``core.reasons``), one attempt per flavor
+of its ClusterQueue in the queue's order, each naming the flavor it is about. Two things here
+make the sentence about the job:
 
 - A flavor whose nodes could never hold the job (an H100 flavor for a job that asks for
   A100s, a CPU flavor for a GPU job: ``core.feasibility``) is no part of why it waits, and its
-  clause opening the sentence hides the one that is. Such clauses are left out; when that
-  would leave nothing, the sentence is kept whole.
+  clause opening the sentence hides the one that is. Such reasons are left out; when that
+  would leave nothing, they are all kept.
 - The core tries a flavor by adding its node labels to the job's node selector, so the nodes
   of every *other* flavor count as "labels do not match gpupool.io/flavor=a100" in that
   flavor's clause, and, being most nodes, lead it (``0/12 nodes fit: 9 labels do not match
@@ -19,53 +19,55 @@ the user's units (``core.said``). Two things here make that sentence about the j
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
+from dataclasses import replace
 
+from gpupool.core.placement.framework import Status
+from gpupool.core.placement.plugins.node_selector import NodeSelector, mismatch
 from gpupool.core.quota import ResourceFlavor
-
-_FIT = re.compile(r"0/(?P<total>\d+) nodes fit: (?P<parts>[^;]*)")
-_PART = re.compile(r"(?P<n>\d+) (?P<why>.*)")
+from gpupool.core.reasons import Reason, sentence
 
 
-def _flavor_of(clause: str, flavors: Iterable[str]) -> str | None:
-    for f in flavors:
-        if f" for {f} " in clause or clause.startswith(f"{f}: "):
-            return f
-    return None
+def usable_only(reasons: Sequence[Reason], usable: set[str]) -> tuple[Reason, ...]:
+    """``reasons`` without those about flavors not in ``usable`` (all of them when that
+    would leave none)."""
+    kept = tuple(r for r in reasons if r.flavor is None or r.flavor in usable)
+    return kept or tuple(reasons)
 
 
-def usable_only(message: str, usable: set[str], flavors: Iterable[str]) -> str:
-    """``message`` without its clauses about flavors (of ``flavors``) not in ``usable``."""
-    names = sorted(flavors, key=len, reverse=True)  # a100-mig before a100
-    clauses = message.split("; ")
-    kept = [c for c in clauses if (f := _flavor_of(c, names)) is None or f in usable]
-    return "; ".join(kept) if kept else message
+def flavor_nodes_only(reasons: Sequence[Reason],
+                      flavors: Sequence[ResourceFlavor]) -> tuple[Reason, ...]:
+    """``reasons`` with the nodes outside a flavor taken out of that flavor's node counts:
+    a ``node-selector`` reason whose selector is exactly a flavor's labels. An attempt with
+    nothing else left is kept as it was."""
+    outside = {mismatch(f.node_labels) for f in flavors if f.node_labels}
+    out: list[Reason] = []
+    i = 0
+    while i < len(reasons):
+        r = reasons[i]
+        j = i + 1
+        if r.of is not None:
+            while j < len(reasons) and reasons[j].of == r.of and reasons[j].scope == r.scope:
+                j += 1
+        attempt = reasons[i:j]
+        foreign = [x for x in attempt
+                   if x.plugin == NodeSelector.name and x.message in outside]
+        left = [x for x in attempt if x not in foreign]
+        total = (r.of or 0) - sum(x.nodes for x in foreign)
+        if foreign and left and total > 0:
+            out.extend(replace(x, of=total) for x in left)
+        else:
+            out.extend(attempt)
+        i = j
+    return tuple(out)
 
 
-def flavor_nodes_only(message: str, flavors: Sequence[ResourceFlavor]) -> str:
-    """``message`` with the nodes outside a flavor taken out of that flavor's node counts:
-    a ``labels do not match <selector>`` part whose selector is exactly a flavor's labels."""
-    selectors = {",".join(f"{k}={v}" for k, v in sorted(f.node_labels.items()))
-                 for f in flavors if f.node_labels}
-
-    def narrowed(m: re.Match[str]) -> str:
-        total = int(m["total"])
-        parts = []
-        for part in m["parts"].split(", "):
-            p = _PART.fullmatch(part)
-            if p and p["why"].startswith("labels do not match ") and \
-                    p["why"][len("labels do not match "):] in selectors:
-                total -= int(p["n"])
-                continue
-            parts.append(part)
-        if not parts or total <= 0:
-            return m[0]
-        return f"0/{total} nodes fit: {', '.join(parts)}"
-
-    return _FIT.sub(narrowed, message)
+def owner_reasons(status: Status, usable: set[str],
+                  flavors: Sequence[ResourceFlavor]) -> tuple[Reason, ...]:
+    """The reasons as a job's owner reads them (both rules of the module docstring)."""
+    return flavor_nodes_only(usable_only(status.reasons, usable), flavors)
 
 
-def owner_reason(message: str, usable: set[str], flavors: Sequence[ResourceFlavor]) -> str:
-    """The reason as a job's owner reads it (both rules of the module docstring)."""
-    return flavor_nodes_only(usable_only(message, usable, (f.name for f in flavors)), flavors)
+def owner_reason(status: Status, usable: set[str], flavors: Sequence[ResourceFlavor]) -> str:
+    """``owner_reasons`` as the one sentence users read."""
+    return sentence(owner_reasons(status, usable, flavors))

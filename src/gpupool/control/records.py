@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol
 
 from gpupool.config.jobs import JobRequest
@@ -18,8 +19,47 @@ if TYPE_CHECKING:
 QUEUE_KINDS = ("ResourceFlavor", "Cohort", "ClusterQueue", "LocalQueue",
                "WorkloadPriorityClass", "PriorityClass", "QueueSettings", "AdmissionCheck",
                "ProvisioningRequestConfig")
-ACTIVE = ("Pending", "Running")
-TERMINAL = ("Succeeded", "Failed", "Cancelled")
+
+
+class JobPhase(StrEnum):
+    """Where a job of ``serve`` stands; the value is what the API, the state file and the
+    dashboard say."""
+
+    PENDING = "Pending"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    CANCELLED = "Cancelled"
+
+
+class EventReason(StrEnum):
+    """Why ``serve`` recorded an event (its ``reason``, as Kubernetes events have one); a
+    ProvisioningRequest's condition types are events' reasons too, as the cloud says them."""
+
+    CREATED = "Created"
+    DELETED = "Deleted"
+    CANCELLED = "Cancelled"
+    RUN_LIMIT_REACHED = "RunLimitReached"
+    COMPLETED = "Completed"
+    PREEMPTED = "Preempted"
+    ADMITTED = "Admitted"
+    RECOVERED = "Recovered"
+    RESTORE_CONFLICT = "RestoreConflict"
+    CLOUD_RESET = "CloudReset"
+    NODE_PROVISIONED = "NodeProvisioned"
+    NODE_DEPROVISIONED = "NodeDeprovisioned"
+    NODE_LOST = "NodeLost"
+    NODE_ADDED = "NodeAdded"
+    CORDONED = "Cordoned"
+    UNCORDONED = "Uncordoned"
+    NODE_FAILED = "NodeFailed"
+    NODE_RECOVERED = "NodeRecovered"
+    DRAINED = "Drained"
+    NODE_REMOVED = "NodeRemoved"
+
+
+ACTIVE = (JobPhase.PENDING, JobPhase.RUNNING)
+TERMINAL = (JobPhase.SUCCEEDED, JobPhase.FAILED, JobPhase.CANCELLED)
 ESTIMATE_EVERY_S = 1.0  # wall seconds between wait-estimate runs
 EVENTS_KEPT = 50_000
 HISTORY_EVERY_S = 1.0  # wall seconds between samples of queue usage
@@ -62,7 +102,7 @@ class Watcher(Protocol):
 class JobRecord:
     uid: int
     request: JobRequest
-    phase: str
+    phase: JobPhase
     submitted_s: float
     started_s: float | None = None
     finished_s: float | None = None

@@ -27,6 +27,8 @@ from gpupool.control.records import (
     CLOUD_KIND,
     QUEUE_KINDS,
     REQUEST_KIND,
+    EventReason,
+    JobPhase,
     JobRecord,
     key_of,
 )
@@ -58,7 +60,7 @@ def open_state(plane: ControlPlane, nodes: Sequence[Node],
     for row in plane.store.jobs():
         request = parse_job(row.document, plane.config, submit_time_s=row.submitted_s,
                             check_queue=row.phase in ACTIVE)
-        rec = JobRecord(row.uid, request, row.phase, row.submitted_s, row.started_s,
+        rec = JobRecord(row.uid, request, JobPhase(row.phase), row.submitted_s, row.started_s,
                         row.finished_s, row.flavor, "",
                         tuple(placement_from_json(row.key, p) for p in row.placements),
                         row.preemptions, row.message, row.alternative)
@@ -77,15 +79,15 @@ def open_state(plane: ControlPlane, nodes: Sequence[Node],
                 spec, why = plane._cloud_spec, repr(exc)
                 plane.cloud = Cloud(spec, plane, plane._cloud_seed, CLOUD_HORIZON_S)
                 plane.journal.record(lambda c: c.event(
-                    plane.clock.now(), "CloudReset", "Cloud", spec.name,
+                    plane.clock.now(), EventReason.CLOUD_RESET, "Cloud", spec.name,
                     f"the saved cloud state does not fit this cloud's spec ({why}); it "
                     "starts afresh", warning=True))
     recovered = Counter(r.phase for r in plane.jobs.values())
     if recovered:
-        plane.journal.record(lambda c: c.event(plane.clock.now(), "Recovered", "Cluster", "",
-                                       "state file read: " + ", ".join(
-                                           f"{n} {p.lower()}" for p, n in
-                                           sorted(recovered.items()))))
+        said = "state file read: " + ", ".join(f"{n} {p.lower()}"
+                                               for p, n in sorted(recovered.items()))
+        plane.journal.record(lambda c: c.event(plane.clock.now(), EventReason.RECOVERED,
+                                               "Cluster", "", said))
 
 
 def config_of(docs: Mapping[tuple[str, str], Mapping[str, Any]]) -> QueueConfig:
@@ -111,7 +113,7 @@ def build(plane: ControlPlane) -> None:
     if requests:
         sched.restore_provisioning(requests)
     checks = {n: b for (k, n), b in rows.items() if k == CHECK_KIND}
-    running = sorted((r for r in plane.jobs.values() if r.phase == "Running"),
+    running = sorted((r for r in plane.jobs.values() if r.phase == JobPhase.RUNNING),
                      key=lambda r: (r.started_s or 0.0, r.uid))
     conflicts = Changes()
     for rec in running:
@@ -130,7 +132,7 @@ def build(plane: ControlPlane) -> None:
                 sched.restore_booking(JobId(rec.key), str(booking))
         plane.backend.start(rec.key, rec.placements, rec.started_s or now,
                            end_s(plane, rec, sched))
-    for rec in sorted((r for r in plane.jobs.values() if r.phase == "Pending"),
+    for rec in sorted((r for r in plane.jobs.values() if r.phase == JobPhase.PENDING),
                       key=lambda r: r.uid):
         try:
             sched.submit(rec.job, rec.submitted_s)
@@ -160,13 +162,13 @@ def build(plane: ControlPlane) -> None:
 def _requeue_conflict(rec: JobRecord, why: str, now: float, changes: Changes) -> None:
     """A running job whose cards another running job, started earlier, holds: back to
     Pending (it queues below, in submission order) with a Warning event."""
-    rec.phase, rec.placements, rec.started_s, rec.flavor = "Pending", (), None, ""
+    rec.phase, rec.placements, rec.started_s, rec.flavor = JobPhase.PENDING, (), None, ""
     rec.alternative = ""
     rec.message = (f"its cards were held by another job when the state file was read "
                    f"({why}); back in its queue")
-    changes.job(rec.key, phase="Pending", placements=[], started_s=None, flavor="",
+    changes.job(rec.key, phase=JobPhase.PENDING, placements=[], started_s=None, flavor="",
                 alternative="", message=rec.message)
-    changes.event(now, "RestoreConflict", "Job", rec.key, rec.message,
+    changes.event(now, EventReason.RESTORE_CONFLICT, "Job", rec.key, rec.message,
                   rec.request.namespace, warning=True)
 
 

@@ -13,11 +13,11 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-import numpy as np
-
 from gpupool.control.codec import node_from_json
 from gpupool.control.plane import ACTIVE, ControlPlane, JobRecord
+from gpupool.control.records import JobPhase
 from gpupool.control.wire import camel, rfc3339, times
+from gpupool.core import mig
 from gpupool.core.admission import ENTITLEMENT_BASIS
 from gpupool.core.elastic import TASK_PREFIX
 from gpupool.core.errors import NotFoundError
@@ -50,28 +50,20 @@ def _node_state(body: Mapping[str, Any]) -> str:
 def cluster_view(plane: ControlPlane) -> dict[str, Any]:
     with plane.lock:
         sched = plane.scheduler
-        totals = sched.state.totals()
-        t = sched.state.table
-        live = t.live()
-        usable = t.gpu_usable[live]
-        free = np.where(usable, 1000 - t.used_milli[live], 0)
-        partly = usable & (t.used_milli[live] > 0)
-        starved = (t.cpu_free[live] <= 0) | (t.mem_free[live] <= 0)
-        fragmented = int(free[partly].sum() + free[~partly & starved[:, None]].sum())
-        free_total = int(free.sum())
+        totals = sched.totals()
+        free_total, fragmented = sched.fragmentation()
         states = Counter(_node_state(b) for b in plane.node_status.values())
         phases = Counter(r.phase for r in plane.jobs.values())
         milli_used = totals["gpu_milli_used"]
         flavors: dict[str, dict[str, int]] = defaultdict(lambda: {"nodes": 0, "gpus": 0,
                                                                   "gpuMilliUsed": 0})
-        for i in live:
-            node = t.nodes[int(i)]
-            f = flavors[flavor_of(plane, node) or "(none)"]
+        partitioned = 0
+        for use in sched.nodes_use():
+            f = flavors[flavor_of(plane, use.node) or "(none)"]
             f["nodes"] += 1
-            f["gpus"] += int(t.gpu_count[i])
-            f["gpuMilliUsed"] += int(t.used_milli[i][t.gpu_usable[i]].sum()) + sum(
-                (m.count - int(t.mig_free[m.profile][i, g.index])) * m.gpu_milli
-                for g in node.gpus for m in g.mig)
+            f["gpus"] += len(use.node.gpus)
+            f["gpuMilliUsed"] += use.gpu_milli_used
+            partitioned += sum(1 for g in use.node.gpus if g.is_mig)
         all_gpus = sum(f["gpus"] for f in flavors.values())
         all_used = sum(f["gpuMilliUsed"] for f in flavors.values())
         last = plane.last_tick
@@ -83,7 +75,7 @@ def cluster_view(plane: ControlPlane) -> dict[str, Any]:
                                                           ("ready", "cordoned", "failed")}},
             # every card, MIG-partitioned ones too (as the flavors' figures count them); the
             # cards' compute in gpuMilli below leaves the partitioned ones out
-            "gpus": {"total": all_gpus, "migPartitioned": int(t.gpu_mig[live].sum()),
+            "gpus": {"total": all_gpus, "migPartitioned": partitioned,
                      "allocated": round(all_used / 1000, 3),
                      "allocatedPct": round(100 * all_used / max(1, all_gpus * 1000), 2)},
             "gpuMilli": {"total": totals["gpu_milli_total"], "used": milli_used},
@@ -96,7 +88,7 @@ def cluster_view(plane: ControlPlane) -> dict[str, Any]:
                 "rule": "free compute on partly used cards, or on nodes with no CPU or "
                         "memory left, over all free compute"},
             "jobs": {p: phases.get(p, 0) for p in
-                     ("Pending", "Running", "Succeeded", "Failed", "Cancelled")},
+                     JobPhase},
             "flavors": [{"name": k, **v} for k, v in sorted(flavors.items())],
             "cycles": plane.cycles,
             "lastCycle": None if last is None else {
@@ -136,49 +128,40 @@ def node_view(plane: ControlPlane, name: str, visible: Visible = everyone) -> di
             raise NotFoundError(f"node {name} not found")
         node = node_from_json(body["node"])
         sched = plane.scheduler
-        t = sched.state.table
-        row = t.row(NodeName(name)) if not body.get("failed") else None
+        use = sched.node_use(NodeName(name)) if not body.get("failed") else None
         holders: dict[int, list[dict[str, Any]]] = defaultdict(list)
-        cpu_used = mem_used = 0
-        if row is not None:
-            cpu_used = int(t.cpu_cap[row] - t.cpu_free[row])
-            mem_used = int(t.mem_cap[row] - t.mem_free[row])
-            mig_size = {(g.index, m.profile): (m.gpu_milli, m.memory_mib)
-                        for g in node.gpus for m in g.mig}
-            for p in sched.state.placements_on(NodeName(name)):
+        if use is not None:
+            for p in sched.placements_on(NodeName(name)):
                 ns = p.job.split("/", 1)[0]
                 if p.job.startswith(TASK_PREFIX):  # an ElasticGPU's: elasticgpu/<claim key>
                     ns = p.job[len(TASK_PREFIX):].split("/", 1)[0] if p.job.count("/") > 1 \
                         else ""  # elasticgpu/static: made by an operator, no claim yet
                 shown = visible(ns) or not ns
                 for s in p.shares:
-                    milli, mib = (mig_size.get((s.index, s.mig_profile), (0, 0))
-                                  if s.mig_profile else (s.gpu_milli, s.memory_mib))
+                    card = node.gpus[s.index]
                     holders[s.index].append({
                         "job": p.job if shown else HIDDEN, "namespace": ns if shown else "",
-                        "task": p.task if shown else "", "gpuMilli": milli,
-                        "memoryMib": mib, "migProfile": s.mig_profile})
+                        "task": p.task if shown else "", "gpuMilli": mig.share_milli(s, card),
+                        "memoryMib": mig.share_mib(s, card), "migProfile": s.mig_profile})
         usage = sched.measured_use  # measured use, when placement reads it
-        readings = {r.gpu: r for r in usage.readings(t, NodeName(name), plane.clock.now())} \
-            if usage is not None and row is not None else {}
+        now = plane.clock.now()
+        readings = {r.gpu: r for r in usage.readings(sched.node_table(), NodeName(name), now)} \
+            if usage is not None and use is not None else {}
         cards = []
         for g in node.gpus:
-            used_milli = int(t.used_milli[row, g.index]) if row is not None else 0
-            used_mib = int(t.used_mib[row, g.index]) if row is not None else 0
-            mig = []
-            for m in g.mig:
-                free = int(t.mig_free[m.profile][row, g.index]) if row is not None else m.count
-                mig.append({"profile": m.profile, "count": m.count, "free": free,
-                            "gpuMilli": m.gpu_milli, "memoryMib": m.memory_mib})
-            if g.mig:
-                used_milli = sum(h["gpuMilli"] or 0 for h in holders[g.index])
-                used_mib = sum(h["memoryMib"] or 0 for h in holders[g.index])
+            card_use = use.cards[g.index] if use is not None else None
+            free = dict(card_use.mig_free) if card_use is not None else {}
+            instances = [{"profile": m.profile, "count": m.count,
+                          "free": free.get(m.profile, m.count), "gpuMilli": m.gpu_milli,
+                          "memoryMib": m.memory_mib} for m in g.mig]
             cards.append({"index": g.index, "model": g.model, "memoryMib": g.memory_mib,
                           "vendor": g.vendor, "division": str(g.device.division),
                           "relativeCapacity": g.device.relative_capacity,
                           "uuid": g.uuid, "healthy": g.healthy, "nvlinkPeers":
-                          list(g.nvlink_peers), "mig": mig, "usedMilli": used_milli,
-                          "usedMib": used_mib, "holders": holders[g.index]})
+                          list(g.nvlink_peers), "mig": instances,
+                          "usedMilli": card_use.used_milli if card_use else 0,
+                          "usedMib": card_use.used_mib if card_use else 0,
+                          "holders": holders[g.index]})
             r = readings.get(g.index)
             if r is not None:  # measured beside requested
                 cards[-1]["measured"] = {
@@ -186,8 +169,8 @@ def node_view(plane: ControlPlane, name: str, visible: Visible = everyone) -> di
                     "usedMib": r.used_mib, "freeMib": r.free_mib, "ageSeconds": r.age_s,
                     "estimateMilli": r.estimate_milli}
         extra: dict[str, Any] = {}
-        if usage is not None and row is not None:
-            why = usage.view(t, plane.clock.now()).reasons.get(NodeName(name), "")
+        if usage is not None and use is not None:
+            why = usage.view(sched.node_table(), now).reasons.get(NodeName(name), "")
             extra["measuredReason"] = why
         return {**extra,
             "name": name, "state": _node_state(body), "unschedulable": not node.schedulable,
@@ -195,8 +178,9 @@ def node_view(plane: ControlPlane, name: str, visible: Visible = everyone) -> di
             "labels": {k: _owned(k, v, visible) for k, v in node.labels.items()},
             "taints": [{"key": x.key, "value": _owned(x.key, x.value, visible),
                         "effect": str(x.effect)} for x in node.taints],
-            "cpuMilli": {"total": node.cpu_milli, "used": cpu_used},
-            "memoryMib": {"total": node.memory_mib, "used": mem_used},
+            "cpuMilli": {"total": node.cpu_milli, "used": use.cpu_used_milli if use else 0},
+            "memoryMib": {"total": node.memory_mib,
+                          "used": use.memory_used_mib if use else 0},
             "gpus": cards,
         }
 
@@ -226,14 +210,14 @@ def _status(plane: ControlPlane, rec: JobRecord,
             estimates: Mapping[JobId, tuple[int, float | None]]) -> dict[str, Any]:
     now = plane.clock.now()
     wall_of = plane.clock.wall_of
-    pending = rec.phase == "Pending"
+    pending = rec.phase == JobPhase.PENDING
     pos, start = estimates.get(JobId(rec.key), (None, None)) if pending else (None, None)
     if pending:
         wait: float | None = now - rec.submitted_s
     else:
         wait = None if rec.started_s is None else rec.started_s - rec.submitted_s
     end = getattr(plane.backend, "end_of", lambda _: None)(rec.key) \
-        if rec.phase == "Running" else None
+        if rec.phase == JobPhase.RUNNING else None
     return {
         "phase": rec.phase, "clusterQueue": rec.cluster_queue, "flavor": rec.flavor,
         **times("submitTime", rec.submitted_s, wall_of),
@@ -257,7 +241,7 @@ def job_view(plane: ControlPlane, rec: JobRecord,
              ) -> dict[str, Any]:
     with plane.lock:
         est = estimates if estimates is not None else (
-            plane.estimates() if rec.phase == "Pending" else {})
+            plane.estimates() if rec.phase == JobPhase.PENDING else {})
         doc = rec.request.document
         meta = dict(doc.get("metadata", {}))
         meta["uid"] = rec.uid
@@ -276,7 +260,7 @@ def event_view(e: Event) -> dict[str, Any]:
 def jobs_view(plane: ControlPlane, records: Iterable[JobRecord]) -> list[dict[str, Any]]:
     with plane.lock:
         recs = list(records)
-        est = plane.estimates() if any(r.phase == "Pending" for r in recs) else {}
+        est = plane.estimates() if any(r.phase == JobPhase.PENDING for r in recs) else {}
         return [job_view(plane, r, est) for r in recs]
 
 
@@ -291,15 +275,15 @@ def _vec(v: Mapping[tuple[str, Resource], int]) -> dict[str, dict[str, int]]:
 
 def cluster_queue_status(plane: ControlPlane, name: str) -> dict[str, Any]:
     with plane.lock:
-        tree = plane.scheduler.tree
+        sched = plane.scheduler
         pending = sum(1 for r in plane.jobs.values()
-                      if r.phase == "Pending" and r.cluster_queue == name)
+                      if r.phase == JobPhase.PENDING and r.cluster_queue == name)
         running = sum(1 for r in plane.jobs.values()
-                      if r.phase == "Running" and r.cluster_queue == name)
-        return {"usage": _vec(tree.usage(name)), "nominal": _vec(tree.nominal(name)),
-                "borrowed": _vec(tree.borrowed(name)),
-                "share": round(tree.share(name), 4),
-                "entitledGpus": round(tree.entitled_gpus(name), 3),
+                      if r.phase == JobPhase.RUNNING and r.cluster_queue == name)
+        return {"usage": _vec(sched.usage(name)), "nominal": _vec(sched.nominal(name)),
+                "borrowed": _vec(sched.borrowed(name)),
+                "share": round(sched.share(name), 4),
+                "entitledGpus": round(sched.entitled_gpus(name), 3),
                 "shareBasis": ENTITLEMENT_BASIS, "pendingJobs": pending,
                 "runningJobs": running}
 
@@ -308,19 +292,17 @@ def local_queue_status(plane: ControlPlane, key: str) -> dict[str, Any]:
     with plane.lock:
         phases = Counter(r.phase for r in plane.jobs.values()
                          if r.request.queue == key and r.phase in ACTIVE)
-        return {"pendingJobs": phases.get("Pending", 0),
-                "runningJobs": phases.get("Running", 0)}
+        return {"pendingJobs": phases.get(JobPhase.PENDING, 0),
+                "runningJobs": phases.get(JobPhase.RUNNING, 0)}
 
 
 def flavor_status(plane: ControlPlane, name: str) -> dict[str, Any]:
     with plane.lock:
         nodes = gpus = 0
-        t = plane.scheduler.state.table
-        for i in t.live():
-            node = t.nodes[int(i)]
+        for node in plane.scheduler.node_list():
             if flavor_of(plane, node) == name:
                 nodes += 1
-                gpus += int(t.gpu_count[i])
+                gpus += len(node.gpus)
         return {"nodes": nodes, "gpus": gpus}
 
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from gpupool.core.cluster import ClusterState
     from gpupool.core.cycle import run_cycle
-    from gpupool.core.decisions import Bind, CycleResult, Park
+    from gpupool.core.decisions import Bind, CycleResult, Evict, Hold, Park, Preemption
     from gpupool.core.errors import (
         AdapterError,
         ConfigError,
@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     )
     from gpupool.core.model import (
         WHOLE_GPU_MILLI,
+        ClusterQueueName,
         Gpu,
         GpuKind,
         GpuRequest,
@@ -46,6 +47,8 @@ if TYPE_CHECKING:
     from gpupool.core.placement.framework import Code, Profile, Registry, Status
     from gpupool.core.placement.place import place_job, place_task
     from gpupool.core.placement.registry import builtin_registry, default_profile
+    from gpupool.core.reasons import Reason, Step
+    from gpupool.core.scheduler import Scheduler
     from gpupool.core.snapshot import Snapshot
     from gpupool.core.validation import Validator, check_request
 
@@ -55,6 +58,13 @@ _WHERE: dict[str, str] = {
     "Bind": "gpupool.core.decisions",
     "CycleResult": "gpupool.core.decisions",
     "Park": "gpupool.core.decisions",
+    "Evict": "gpupool.core.decisions",
+    "Hold": "gpupool.core.decisions",
+    "Preemption": "gpupool.core.decisions",
+    "ClusterQueueName": "gpupool.core.model",
+    "Reason": "gpupool.core.reasons",
+    "Step": "gpupool.core.reasons",
+    "Scheduler": "gpupool.core.scheduler",
     "AdapterError": "gpupool.core.errors",
     "ConfigError": "gpupool.core.errors",
     "ConflictError": "gpupool.core.errors",
@@ -108,11 +118,11 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
-    "WHOLE_GPU_MILLI", "AdapterError", "Bind", "ClusterState", "Code", "ConfigError",
-    "ConflictError", "CycleResult", "Gpu", "GpuKind", "GpuRequest", "GpuShare", "GpupoolError",
-    "InvalidJobError", "Job", "JobId", "MigInstance", "Node", "NodeName", "NotFoundError",
-    "Park", "Placement", "PodSet", "Profile", "QueueName", "Registry", "Snapshot", "Status",
-    "Taint", "TaintEffect", "Task", "TaskId", "Toleration", "TraceError", "Validator",
-    "builtin_registry", "check_request", "default_profile", "place_job", "place_task",
-    "run_cycle",
+    "WHOLE_GPU_MILLI", "AdapterError", "Bind", "ClusterQueueName", "ClusterState", "Code",
+    "ConfigError", "ConflictError", "CycleResult", "Evict", "Gpu", "GpuKind", "GpuRequest",
+    "GpuShare", "GpupoolError", "Hold", "InvalidJobError", "Job", "JobId", "MigInstance", "Node",
+    "NodeName", "NotFoundError", "Park", "Placement", "PodSet", "Preemption", "Profile",
+    "QueueName", "Reason", "Registry", "Scheduler", "Snapshot", "Status", "Step", "Taint",
+    "TaintEffect", "Task", "TaskId", "Toleration", "TraceError", "Validator", "builtin_registry",
+    "check_request", "default_profile", "place_job", "place_task", "run_cycle",
 ]

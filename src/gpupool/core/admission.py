@@ -28,6 +28,7 @@ from gpupool.core.quota import (
     Resource,
     ResourceFlavor,
 )
+from gpupool.core.reasons import Reason, Step, step
 from gpupool.core.snapshot import Snapshot
 from gpupool.core.table import NodeTable
 
@@ -190,6 +191,11 @@ class QuotaTree:
 
     def shortfall(self, cq: str, demand: Mapping[Key, int]) -> list[str]:
         """Why ``demand`` does not fit the queue's quota now; empty when it fits."""
+        return [r.message for r in self.short_reasons(cq, demand)]
+
+    def short_reasons(self, cq: str, demand: Mapping[Key, int]) -> list[Reason]:
+        """``shortfall`` as ``quota`` reasons, each naming the flavor it is about (none for
+        the normalised total across flavors)."""
         n = self.node(cq)
         out = []
         # GPUs first, then GPU memory, CPU, memory: what the job is about leads the sentence
@@ -199,8 +205,9 @@ class QuotaTree:
                 continue
             free = self._available(n, key)
             if amount > free:
-                out.append(_describe_short(cq, key, n.usage.get(key, 0), n.nominal[key], amount,
-                                           free))
+                out.append(step(Step.QUOTA, _describe_short(
+                    cq, key, n.usage.get(key, 0), n.nominal[key], amount, free),
+                    flavor=None if key[0] == ACROSS_FLAVORS else key[0]))
         return out
 
     def borrows(self, cq: str, demand: Mapping[Key, int]) -> bool:
@@ -451,7 +458,7 @@ def try_admit(job: Job, cq: str, tree: QuotaTree, snap: Snapshot, profile: Profi
         flavors = [f for f in flavors if (f or "") == only[0]]
         forms = [(name, vj) for name, vj in forms if name == only[1]]
     try_next = queue.fungibility.when_can_borrow is Fungibility.TRY_NEXT
-    reasons: list[str] = []
+    reasons: list[Reason] = []
     code = Code.UNSCHEDULABLE
     borrowing: Fit | None = None
     for fname in flavors:
@@ -459,13 +466,14 @@ def try_admit(job: Job, cq: str, tree: QuotaTree, snap: Snapshot, profile: Profi
         key = fname or ""
         for form, vj in forms:
             said = fname if not form else f"{fname or 'any flavor'} as {form}"
-            short = tree.shortfall(cq, request_demand(vj, key))
+            short = tree.short_reasons(cq, request_demand(vj, key))
             if short:
                 reasons.extend(short)
                 continue
             fj = flavor_job(vj, flavor)
             if fj is None:
-                reasons.append(f"node selector conflicts with flavor {fname}")
+                reasons.append(step(Step.FLAVOR, f"node selector conflicts with flavor {fname}",
+                                    flavor=fname, resolvable=False))
                 continue
             shape = (key, tuple(_shape(ps) for ps in fj.pod_sets), fj.min_member)
             status = failed.get(shape) if failed is not None else None
@@ -475,12 +483,13 @@ def try_admit(job: Job, cq: str, tree: QuotaTree, snap: Snapshot, profile: Profi
             if not placements:
                 if failed is not None:
                     failed[shape] = status
-                reasons.append(status.message if said is None else f"{said}: {status.message}")
+                scope = () if said is None else (said,)
+                reasons.extend(r.within(*scope, flavor=fname) for r in status.reasons)
                 code = status.code if status.code is Code.UNRESOLVABLE and code is not \
                     Code.UNSCHEDULABLE else Code.UNSCHEDULABLE
                 continue
             demand = placement_demand(placements, key, snap.table, tree.normalized)
-            short = tree.shortfall(cq, demand)
+            short = tree.short_reasons(cq, demand)
             if short:
                 reasons.extend(short)
                 continue
@@ -491,7 +500,7 @@ def try_admit(job: Job, cq: str, tree: QuotaTree, snap: Snapshot, profile: Profi
                 borrowing = fit
     if borrowing is not None:
         return borrowing, Status.ok()
-    return None, Status(code, ("; ".join(reasons),))
+    return None, Status(code, tuple(reasons))
 
 
 def _shape(ps: PodSet) -> Hashable:

@@ -102,7 +102,7 @@ def release(ctx: Context, job: JobId, now_s: float, snap: Snapshot | None = None
     for pl in r.placements:
         ctx.state.forget(pl.task)
         if snap is not None:
-            snap.release(pl)
+            snap.forget(pl)
         if ctx.usage is not None:  # it still shows in the samples until the next one
             ctx.usage.released(pl, now_s)
     ctx.tree.add(r.queue, r.demand, -1)

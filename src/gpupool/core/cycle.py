@@ -17,13 +17,14 @@ from gpupool.core.context import (
     start,
     weighted_share,
 )
-from gpupool.core.decisions import Bind, CycleResult, Evict, Park, Reserve
-from gpupool.core.model import GpuKind, Job, JobId, Placement
+from gpupool.core.decisions import Bind, CycleResult, Evict, Hold, Park
+from gpupool.core.model import ClusterQueueName, GpuKind, Job, JobId, Placement
 from gpupool.core.placement.framework import Code, Profile, Status
 from gpupool.core.placement.place import place_job
 from gpupool.core.provisioning import admit
 from gpupool.core.queueing import AdmissionOrder, Pending
 from gpupool.core.quota import QueueingStrategy
+from gpupool.core.reasons import Step, step
 from gpupool.core.snapshot import Reservation, Snapshot
 
 __all__ = ["SHARE_HALF_LIFE_S", "Context", "admission_order", "dominant", "fair_key",
@@ -147,9 +148,10 @@ def _try(ctx: Context, snap: Snapshot, p: Pending, now_s: float, result: CycleRe
     res = ctx.reservation
     if res is not None and res.holds_quota and res.queue == q \
             and not res.admits(job.id, job.run_limit_s, now_s):
-        status = Status(Code.UNSCHEDULABLE, (
+        status = Status(Code.UNSCHEDULABLE, (step(
+            Step.HOLD,
             f"waiting behind gang {res.job} of queue {q}, which holds room from "
-            f"t={res.start_s:.0f}s (a job with a run limit ending before then may backfill)",))
+            f"t={res.start_s:.0f}s (a job with a run limit ending before then may backfill)"),))
         ctx.queues.park(job.id, status)
         result.parks.append(Park(job.id, status))
         return False
@@ -182,7 +184,7 @@ def _try(ctx: Context, snap: Snapshot, p: Pending, now_s: float, result: CycleRe
         ctx.reservation = _reserve(ctx, snap, p, now_s)                     # 5.
         if ctx.reservation is not None:
             snap.reservation = ctx.reservation
-            result.reservations.append(Reserve(job.id, tuple(
+            result.holds.append(Hold(job.id, tuple(
                 snap.table.nodes[int(r)].name for r in ctx.reservation.rows),
                 ctx.reservation.start_s))
     ctx.queues.park(job.id, status)
@@ -223,8 +225,8 @@ def _preempt(ctx: Context, snap: Snapshot, job: Job, q: str, victims: list[preem
     ctx.nominated.append(job.id)
     failed.clear()
     no_victims.clear()
-    ctx.queues.note(job.id, Status(Code.WAIT, (
-        f"preempting {len(victims)} job(s) to start",)))
+    ctx.queues.note(job.id, Status(Code.WAIT, (step(
+        Step.PREEMPTION, f"preempting {len(victims)} job(s) to start"),)))
 
 
 def _next_in_fair_order(ctx: Context, q: str) -> bool:
@@ -259,10 +261,10 @@ def _evict(ctx: Context, snap: Snapshot, v: preemption.Victim, preemptor: JobId,
     release(ctx, r.job.id, now_s, snap=snap, wake=False)
     ctx.queues.add(r.job, preemptions=r.preemptions + 1)
     # Parked until the next event that frees capacity: not re-admitted in this same cycle.
-    ctx.queues.park(r.job.id, Status(Code.UNSCHEDULABLE, (
-        f"evicted ({v.kind}) by {preemptor}; waiting to be admitted again",)))
+    ctx.queues.park(r.job.id, Status(Code.UNSCHEDULABLE, (step(
+        Step.EVICTION, f"evicted ({v.kind}) by {preemptor}; waiting to be admitted again"),)))
     ctx.preempted_by.setdefault(r.job.id, {})[preemptor] = now_s
-    result.evicts.append(Evict(r.job.id, r.queue, v.kind, preemptor,
+    result.evicts.append(Evict(r.job.id, ClusterQueueName(r.queue), v.kind, preemptor,
                                f"{v.kind}: preempted by {preemptor}"))
 
 
@@ -277,7 +279,7 @@ def _reserve(ctx: Context, snap: Snapshot, p: Pending, now_s: float) -> Reservat
         with snap.trial():
             for r in ends[:k]:
                 for pl in r.placements:
-                    snap.release(pl)
+                    snap.forget(pl)
                 ctx.tree.add(r.queue, r.demand, -1)
             try:
                 fit = try_admit(job, q, ctx.tree, snap, ctx.profile)[0]

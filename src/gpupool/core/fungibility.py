@@ -35,6 +35,7 @@ from gpupool.core.model import Job
 from gpupool.core.placement.framework import Code, Profile, Status
 from gpupool.core.preemption import Victim
 from gpupool.core.quota import FlavorFungibility, Fungibility, Preference
+from gpupool.core.reasons import Reason
 from gpupool.core.snapshot import Snapshot
 
 Planner = Callable[[tuple[str, str]], "tuple[list[Victim], Fit] | None"]
@@ -88,7 +89,7 @@ def choose(job: Job, cq: str, tree: QuotaTree, snap: Snapshot, profile: Profile,
     f = queue.fungibility
     keys = [fq.flavor for fq in queue.flavors] or [""]
     best: Choice | None = None
-    reasons: list[str] = []
+    reasons: list[Reason] = []
     unresolvable = True
     for key in keys:
         for form, _ in variants(job):
@@ -97,7 +98,7 @@ def choose(job: Job, cq: str, tree: QuotaTree, snap: Snapshot, profile: Profile,
             if fit is not None:
                 c = Choice(fit)
             else:
-                reasons.extend(m for m in status.reasons if m)
+                reasons.extend(status.reasons)
                 unresolvable = unresolvable and status.code is Code.UNRESOLVABLE
                 planned = None if status.code is Code.UNRESOLVABLE else plan(only)
                 if planned is None:
@@ -110,4 +111,4 @@ def choose(job: Job, cq: str, tree: QuotaTree, snap: Snapshot, profile: Profile,
     if best is not None:
         return best, Status.ok()
     code = Code.UNRESOLVABLE if unresolvable and reasons else Code.UNSCHEDULABLE
-    return None, Status(code, ("; ".join(reasons),))
+    return None, Status(code, tuple(reasons))

@@ -9,7 +9,7 @@ declares no share (a DRA ResourceSlice without ``cores``), the profile's name gi
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from gpupool.core.model import WHOLE_GPU_MILLI, Gpu, GpuKind, GpuRequest, GpuShare
 
@@ -29,6 +29,25 @@ def profile_milli(profile: str) -> int:
 def instance_milli(gpu: Gpu, profile: str) -> int:
     """The share one instance of ``profile`` on ``gpu`` counts for (0 if the card has none)."""
     return next((inst.gpu_milli for inst in gpu.mig if inst.profile == profile), 0)
+
+
+def instance_mib(gpu: Gpu, profile: str) -> int:
+    """The memory one instance of ``profile`` on ``gpu`` holds (0 if the card has none)."""
+    return next((inst.memory_mib for inst in gpu.mig if inst.profile == profile), 0)
+
+
+def share_mib(share: GpuShare, gpu: Gpu) -> int:
+    """The memory a placement's share of ``gpu`` holds: its MiB, or for a MIG instance the
+    memory its card declares for the profile."""
+    return share.memory_mib if share.mig_profile is None else instance_mib(gpu,
+                                                                            share.mig_profile)
+
+
+def taken_milli(gpu: Gpu, taken: Mapping[str, int]) -> int:
+    """The compute a MIG card's taken instances count for (``taken``: instances held, by
+    profile): the sum of their declared shares, at most a whole card."""
+    return min(WHOLE_GPU_MILLI, sum(n * instance_milli(gpu, profile)
+                                    for profile, n in taken.items()))
 
 
 def share_milli(share: GpuShare, gpu: Gpu) -> int:

@@ -19,6 +19,10 @@ NodeName = NewType("NodeName", str)
 JobId = NewType("JobId", str)
 TaskId = NewType("TaskId", str)
 QueueName = NewType("QueueName", str)
+"""The queue a job names: a LocalQueue (``namespace/name`` or ``name``) or a ClusterQueue."""
+ClusterQueueName = NewType("ClusterQueueName", str)
+"""A ClusterQueue, the queue that holds quota: what ``Scheduler.resolve_queue`` gives for a
+``QueueName``, and what decisions, pending jobs and quota questions speak of."""
 
 WHOLE_GPU_MILLI = 1000
 """A whole GPU is 1000 milli-GPU; a slice asks for 1..999 of one card."""

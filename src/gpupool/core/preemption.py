@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 from gpupool.core.admission import Fit, Key, QuotaTree, Vec, request_demand, try_admit
 from gpupool.core.alternatives import chosen
+from gpupool.core.decisions import Preemption
 from gpupool.core.model import Job, JobId, Placement
 from gpupool.core.placement.framework import Profile
 from gpupool.core.quota import QueueSettings, Reclaim, WithinQueue
@@ -54,7 +55,7 @@ class Running:
 @dataclass(frozen=True, slots=True)
 class Victim:
     running: Running
-    kind: str  # "within-queue" | "reclaim" | "fair-share"
+    kind: Preemption
 
 
 def _within_nominal(tree: QuotaTree, cq: str, demand: Vec) -> bool:
@@ -95,17 +96,17 @@ def candidates(job: Job, cq: str, tree: QuotaTree, running: Mapping[JobId, Runni
         if r.queue == cq:
             if policy.within_cluster_queue is WithinQueue.LOWER_PRIORITY \
                     and r.job.priority < job.priority:
-                out.append(Victim(r, "within-queue"))
+                out.append(Victim(r, Preemption.WITHIN_QUEUE))
             continue
         if tree.cohort_root(r.queue) != root or not tree.borrowed(r.queue):
             continue
         reclaim = policy.reclaim_within_cohort
         if within_nominal and (reclaim is Reclaim.ANY or (
                 reclaim is Reclaim.LOWER_PRIORITY and r.job.priority < job.priority)):
-            out.append(Victim(r, "reclaim"))
+            out.append(Victim(r, Preemption.RECLAIM))
         elif policy.fair_share and my_share < tree.share(
                 r.queue, {k: -v for k, v in r.demand.items()}) + past.get(r.queue, 0.0):
-            out.append(Victim(r, "fair-share"))
+            out.append(Victim(r, Preemption.FAIR_SHARE))
     out.sort(key=lambda v: (v.kind == "within-queue", v.running.job.priority,
                             -v.running.start_s, v.running.job.id))
     return out

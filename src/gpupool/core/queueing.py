@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from gpupool.core.errors import NotFoundError
 from gpupool.core.fairshare import UsageLedger
-from gpupool.core.model import Job, JobId
+from gpupool.core.model import ClusterQueueName, Job, JobId
 from gpupool.core.placement.framework import Status
 from gpupool.core.quota import QueueConfig
 
@@ -23,7 +23,7 @@ from gpupool.core.quota import QueueConfig
 @dataclass(slots=True)
 class Pending:
     job: Job
-    queue: str  # the ClusterQueue
+    queue: ClusterQueueName
     seq: int  # arrival order, the last tie-break
     reason: Status | None = None  # set while parked
     parked: bool = False
@@ -67,13 +67,13 @@ class Queues:
             self._by_queue[cq][p.job.id] = p
         return dropped
 
-    def resolve(self, queue: str) -> str:
+    def resolve(self, queue: str) -> ClusterQueueName:
         """The ClusterQueue behind a LocalQueue name (``ns/name`` or ``name``) or a CQ name."""
         cq = self._local.get(queue)
         if cq is not None:
-            return cq
+            return ClusterQueueName(cq)
         if queue in self._cq:
-            return queue
+            return ClusterQueueName(queue)
         known = sorted({*self._local, *self._cq})
         raise NotFoundError(f"queue {queue!r} does not exist; known: {', '.join(known)}")
 

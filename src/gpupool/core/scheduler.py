@@ -20,7 +20,7 @@ from gpupool.core.errors import ConfigError, ConflictError, InvalidJobError, Not
 from gpupool.core.estimate import Estimate, estimate
 from gpupool.core.fairshare import UsageLedger
 from gpupool.core.feasibility import never_admitted
-from gpupool.core.model import Job, JobId, Node, NodeName, Placement
+from gpupool.core.model import ClusterQueueName, Job, JobId, Node, NodeName, Placement
 from gpupool.core.placement.framework import Code, Profile, Status
 from gpupool.core.placement.registry import default_profile
 from gpupool.core.preemption import Running
@@ -50,21 +50,29 @@ class Scheduler(ProvisioningFacts, SchedulerQueries):
         config.validate()
         settings = config.settings
         self.config = config
-        self.state = ClusterState(nodes)
-        self.tree = QuotaTree(config)
+        self._state = ClusterState(nodes)
+        self._tree = QuotaTree(config)
         self._idle = QuotaTree(config)  # nothing charged: the most a queue could ever have
         self.ledger = UsageLedger(settings.usage_half_life_s)
-        self.queues = Queues(config, self.ledger)
+        self._queues = Queues(config, self.ledger)
         self.validator = Validator()
 
         self._ctx = Context(
-            state=self.state, tree=self.tree, queues=self.queues, ledger=self.ledger,
+            state=self._state, tree=self._tree, queues=self._queues, ledger=self.ledger,
             settings=settings, profile=profile or default_profile(),
             runtimes=Runtimes(settings.default_runtime_s), reserve_min_gpus=reserve_min_gpus,
         )
         self._max_requests = max_requests_per_project
         checks = AdmissionChecks(config, max_requests_per_project)
         self._ctx.checks = checks if checks.configured else None
+
+    @property
+    def tree(self) -> QuotaTree:
+        """The quota tree itself, for the scenario simulator's entitlement figures and quota
+        check only, until they move to queries (issue 12, item 6). Adapters ask ``usage``,
+        ``nominal``, ``borrowed``, ``share`` and ``entitled``; a test keeps other callers
+        out."""
+        return self._tree
 
     # -- configuration ---------------------------------------------------------------------
 
@@ -102,9 +110,9 @@ class Scheduler(ProvisioningFacts, SchedulerQueries):
         if ac is not None:
             for queue, demand in ac.held():
                 tree.add(queue, demand)
-        dropped = self.queues.reconfigure(config)
+        dropped = self._queues.reconfigure(config)
         self.config = config
-        self.tree = self._ctx.tree = tree
+        self._tree = self._ctx.tree = tree
         self._idle = QuotaTree(config)
         self._ctx.settings = config.settings
         self._ctx.runtimes.default_runtime_s = config.settings.default_runtime_s
@@ -127,9 +135,9 @@ class Scheduler(ProvisioningFacts, SchedulerQueries):
         flavor's nodes unable to hold it) is refused too (``feasibility.never_admitted``):
         every mode refuses it rather than queue it forever."""
         self.check(job)
-        if job.id in self.queues or job.id in self._ctx.running or self._checked(job.id):
+        if job.id in self._queues or job.id in self._ctx.running or self._checked(job.id):
             raise ConflictError(f"job {job.id} already exists")
-        p = self.queues.add(job)
+        p = self._queues.add(job)
         self._ctx.arrivals.record(p.queue, job, now_s)
 
     def check(self, job: Job) -> str:
@@ -139,9 +147,9 @@ class Scheduler(ProvisioningFacts, SchedulerQueries):
         if provisioned is not None and self._ctx.checks is not None:
             self._ctx.checks.validate(job, provisioned)
         else:
-            self.validator.check(job, self.state.table)
-        cq = self.queues.resolve(job.queue)
-        refused = never_admitted(job, cq, self._idle, self.state.table,
+            self.validator.check(job, self._state.table)
+        cq = self._queues.resolve(job.queue)
+        refused = never_admitted(job, cq, self._idle, self._state.table,
                                  nodes=provisioned is None)
         if refused is not None:
             raise refused
@@ -151,7 +159,7 @@ class Scheduler(ProvisioningFacts, SchedulerQueries):
         """A job accepted before a restart that the checks of ``submit`` would refuse now
         (the nodes it needs are away): it waits in its queue, parked with its reason, until
         they are back."""
-        return self.queues.add(job, preemptions=preemptions)
+        return self._queues.add(job, preemptions=preemptions)
 
     def _provisioned_queue(self, queue: str) -> str | None:
         """The ClusterQueue behind ``queue`` when it has a provisioning check, else None (also
@@ -159,7 +167,7 @@ class Scheduler(ProvisioningFacts, SchedulerQueries):
         if self._ctx.checks is None:
             return None
         try:
-            cq = self.queues.resolve(queue)
+            cq = self._queues.resolve(queue)
         except NotFoundError:
             return None
         return cq if self._ctx.checks.check_for(cq) is not None else None
@@ -193,12 +201,12 @@ class Scheduler(ProvisioningFacts, SchedulerQueries):
         rec = ac.cancel(job) if ac is not None else None
         if rec is not None:
             if rec.demand:
-                self.tree.add(rec.queue, rec.demand, -1)
-                self.queues.wake()
-            if job not in self.queues:
+                self._tree.add(rec.queue, rec.demand, -1)
+                self._queues.wake()
+            if job not in self._queues:
                 return
-        if job in self.queues:
-            self.queues.remove(job)
+        if job in self._queues:
+            self._queues.remove(job)
             if self._ctx.reservation is not None and self._ctx.reservation.job == job:
                 self._ctx.reservation = None
             return
@@ -213,63 +221,63 @@ class Scheduler(ProvisioningFacts, SchedulerQueries):
         if alternative and all(a.name != alternative for a in job.alternatives):
             raise InvalidJobError("alternative", alternative, "must name one of the job's "
                                   f"alternatives {[a.name for a in job.alternatives]}", job.id)
-        self.validator.check(job, self.state.table)
-        q = self.queues.resolve(job.queue)
-        if job.id in self.queues or job.id in self._ctx.running:
+        self.validator.check(job, self._state.table)
+        q = self._queues.resolve(job.queue)
+        if job.id in self._queues or job.id in self._ctx.running:
             raise ConflictError(f"job {job.id} already exists")
         held = tuple(placements)
         done: list[Placement] = []
         try:
             for pl in held:
-                self.state.assume(pl)
-                self.state.confirm(pl.task)
+                self._state.assume(pl)
+                self._state.confirm(pl.task)
                 done.append(pl)
         except Exception:
             for pl in done:
-                self.state.forget(pl.task)
+                self._state.forget(pl.task)
             raise
-        demand = placement_demand(held, flavor, self.state.table, self.tree.normalized)
-        self.tree.add(q, demand)
+        demand = placement_demand(held, flavor, self._state.table, self._tree.normalized)
+        self._tree.add(q, demand)
         r = Running(job, q, flavor, held, demand, start_s, preemptions, alternative=alternative)
         self._ctx.running[job.id] = r
         self._ctx.runtimes.started(job, start_s)
         return r
 
     def add_node(self, node: Node) -> None:
-        self.state.add_node(node)
-        self.queues.wake()
+        self._state.add_node(node)
+        self._queues.wake()
 
     def update_node(self, node: Node) -> None:
-        self.state.update_node(node)
-        self.queues.wake()
+        self._state.update_node(node)
+        self._queues.wake()
 
     def requeue(self, job: JobId, now_s: float) -> None:
         """A running job goes back to its queue, whole, its cards freed (its node is being
         drained); as for a node that left, with the node kept."""
         submitted = self._unbook(job)
         r = release(self._ctx, job, now_s)
-        self.queues.add(submitted or r.job, preemptions=r.preemptions)
+        self._queues.add(submitted or r.job, preemptions=r.preemptions)
 
     def set_outside(self, name: NodeName, cpu_milli: int, memory_mib: int) -> None:
         """What pods this scheduler does not place (DaemonSets, other schedulers' pods)
         hold of a node's CPU and memory; less than before wakes the parked jobs."""
-        t = self.state.table
+        t = self._state.table
         i = t.row(name)
         freed = cpu_milli < t.cpu_outside[i] or memory_mib < t.mem_outside[i]
-        self.state.set_outside(name, cpu_milli, memory_mib)
+        self._state.set_outside(name, cpu_milli, memory_mib)
         if freed:
-            self.queues.wake()
+            self._queues.wake()
 
     def set_binds_in_flight(self, name: NodeName, count: int) -> None:
         """How many GPU placements on the node are still being bound (an adapter whose binds
         go one at a time per node, as under HAMi's node lock, says so before each cycle);
         read by the ``bind-queue`` score."""
-        self.state.set_binds_in_flight(name, max(0, count))
+        self._state.set_binds_in_flight(name, max(0, count))
 
     def binds_in_flight(self) -> dict[NodeName, int]:
         """The nodes whose count of GPU binds in flight is not 0, with it (what the adapter
         last said plus the GPU placements taken since)."""
-        t = self.state.table
+        t = self._state.table
         live = t.live()
         rows = live[t.binds_in_flight[live] > 0]
         return {t.nodes[i].name: int(t.binds_in_flight[i]) for i in rows.tolist()}
@@ -278,20 +286,20 @@ class Scheduler(ProvisioningFacts, SchedulerQueries):
         """A pod this scheduler does not place, on ``node`` with ``meta`` (its namespace,
         labels, anti-affinity), as pod affinity and topology spread count it; ``node`` None:
         it left. A change wakes the parked jobs (an affinity or a spread may now hold)."""
-        before = self.state.pods.version
-        self.state.set_pod(key, node, meta)
-        if self.state.pods.version != before:
-            self.queues.wake()
+        before = self._state.pods.version
+        self._state.set_pod(key, node, meta)
+        if self._state.pods.version != before:
+            self._queues.wake()
 
     def remove_node(self, name: NodeName, now_s: float) -> list[JobId]:
         """A node left: every job with a task there goes back to its queue, whole."""
-        hit = sorted({p.job for p in self.state.placements_on(name)
+        hit = sorted({p.job for p in self._state.placements_on(name)
                       if p.job in self._ctx.running})
         for job in hit:
             submitted = self._unbook(job)
             r = release(self._ctx, job, now_s)
-            self.queues.add(submitted or r.job, preemptions=r.preemptions)
-        self.state.remove_node(name)
+            self._queues.add(submitted or r.job, preemptions=r.preemptions)
+        self._state.remove_node(name)
         self._ctx.reservation = None
         return hit
 
@@ -318,15 +326,16 @@ class Scheduler(ProvisioningFacts, SchedulerQueries):
     def pending(self) -> list[Pending]:
         """Pending jobs: those in the queues, then those past quota waiting on an admission
         check (parked, with the check's state as the reason)."""
-        out = self.queues.all()
+        out = self._queues.all()
         ac = self._ctx.checks
         if ac is not None:
             for rec in ac.records():
-                if rec.job.id in self.queues:
+                if rec.job.id in self._queues:
                     continue
                 code = Code.UNRESOLVABLE if rec.state is CheckState.REJECTED else Code.WAIT
-                out.append(Pending(rec.job, rec.queue, 0, Status(code, (ac.status(rec),)),
-                                   parked=True, preemptions=rec.preemptions))
+                out.append(Pending(rec.job, ClusterQueueName(rec.queue), 0,
+                                   Status(code, (ac.reason(rec),)), parked=True,
+                                   preemptions=rec.preemptions))
         return out
 
     def run_limit_s(self, job: JobId) -> float | None:
@@ -354,12 +363,12 @@ class Scheduler(ProvisioningFacts, SchedulerQueries):
         out = estimate(self._ctx, now_s, limit)
         ac = self._ctx.checks
         if ac is not None:
-            for p in self.queues.all():
+            for p in self._queues.all():
                 if ac.check_for(p.queue) is not None and p.job.id in out:
                     out[p.job.id] = Estimate(out[p.job.id].position, None,
                                              "waits for its ProvisioningRequest")
             for rec in ac.records():
-                if rec.job.id not in self.queues:
+                if rec.job.id not in self._queues:
                     req = ac.request(rec.request) if rec.request else None
                     booked = req is not None and req.booked
                     out[rec.job.id] = Estimate(

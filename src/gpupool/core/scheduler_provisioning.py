@@ -27,9 +27,9 @@ from gpupool.core.validation import Validator
 class ProvisioningFacts:
     """Part of ``Scheduler``: its provisioning admission checks, facts in and state back."""
 
-    state: ClusterState
-    tree: QuotaTree
-    queues: Queues
+    _state: ClusterState
+    _tree: QuotaTree
+    _queues: Queues
     config: QueueConfig
     validator: Validator
     _ctx: Context
@@ -73,7 +73,7 @@ class ProvisioningFacts:
         the job starts once they are there). The job waiting for it starts at the next
         cycle."""
         req = self._book().provisioned(key, nodes, now_s)
-        self.queues.wake()
+        self._queues.wake()
         return req
 
     def provisioning_failed(self, key: str, message: str, now_s: float,
@@ -111,9 +111,9 @@ class ProvisioningFacts:
         when the job is not pending or its queue has no check; the request must be restored
         first (``restore_provisioning``)."""
         ac = self._ctx.checks
-        if ac is None or job not in self.queues:
+        if ac is None or job not in self._queues:
             raise NotFoundError(f"job {job} is not pending in a queue with an admission check")
-        p = self.queues.get(job)
+        p = self._queues.get(job)
         assert p is not None
         check = ac.check_for(p.queue)
         if check is None:
@@ -124,9 +124,9 @@ class ProvisioningFacts:
             request_demand(p.job, flavor) if holds else {}, attempts=attempts,
             retry_at_s=retry_at_s, message=message, preemptions=p.preemptions), made)
         if holds:
-            self.tree.add(p.queue, rec.demand)
+            self._tree.add(p.queue, rec.demand)
         if holds or state in (CheckState.RETRY, CheckState.REJECTED):
-            self.queues.remove(job)
+            self._queues.remove(job)
         return rec
 
     def restore_requests_made(self, job: JobId, made: int) -> None:

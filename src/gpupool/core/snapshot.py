@@ -79,17 +79,21 @@ class Snapshot:
         if self._trial_log:
             self._trial_log[-1].append(p)
 
-    def release(self, p: Placement) -> None:
-        """Give back ``p``'s resources in this snapshot (a victim leaving, in a what-if)."""
+    def forget(self, p: Placement) -> None:
+        """Give back ``p``'s resources in this snapshot (a victim leaving, in a what-if), as
+        ``ClusterState.forget`` does in the state."""
         i = self.table.apply(p, -1)
         self._src_gen[i] = -1
         self.pods.remove(p)
         if self._trial_log:
             self._trial_log[-1].append(_Released(p))
 
+    release = forget
+    """The former name, for callers not moved yet (``preemption``, ``estimate``)."""
+
     @contextmanager
     def trial(self) -> Iterator[Snapshot]:
-        """What-if: every assume/release inside the block is undone when it ends."""
+        """What-if: every assume/forget inside the block is undone when it ends."""
         self._trial_log.append([])
         try:
             yield self

@@ -321,12 +321,21 @@ def metrics_text(controller: Controller) -> str:
         "# TYPE gpupool_k8s_leader gauge", f"gpupool_k8s_leader {int(controller.is_leader())}",
         f"# generated {time.time():.0f}",
     ]
+    lines[-1:-1] = _pending_reasons(sched.pending_reasons() if sched else {})
     text = "\n".join(lines) + "\n"
     if controller.measured is not None:
         from gpupool.k8s.measured import metrics_text as measured_text
 
         text += measured_text(controller, controller.measured)
     return text
+
+
+def _pending_reasons(by_plugin: dict[str, int]) -> list[str]:
+    """``gpupool_pending_reasons{plugin}``, as ``gpupool serve`` reports it."""
+    return ["# HELP gpupool_pending_reasons Pending jobs by the plugin (a filter, or a step "
+            "of the core such as quota) that holds them back; a job held back by two counts "
+            "under both.", "# TYPE gpupool_pending_reasons gauge",
+            *(f'gpupool_pending_reasons{{plugin="{p}"}} {n}' for p, n in sorted(by_plugin.items()))]
 
 
 def _metrics_handler(controller: Controller) -> Any:

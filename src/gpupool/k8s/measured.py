@@ -49,7 +49,7 @@ def metrics_text(c: Controller, feed: MeasuredUse) -> str:
     registry = CollectorRegistry()
 
     def view() -> tuple[object, float] | None:
-        return None if c.sched is None else (c.sched.state.table, c.clock())
+        return None if c.sched is None else (c.sched.node_table(), c.clock())
 
     feed.register(registry, view)  # type: ignore[arg-type]
     return generate_latest(registry).decode()

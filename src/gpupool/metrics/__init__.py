@@ -1,9 +1,10 @@
 """Prometheus metrics of gpupool, ``gpupool_`` prefix, base units.
 
 Counters and histograms are fed as things happen (a job admitted, a preemption, a cycle); the
-gauges (jobs pending and running per queue, GPUs allocated and total per flavor and queue,
-fragmentation) are read from the service when Prometheus scrapes, through one callback, so
-they are never stale and cost nothing between scrapes. Each ``Metrics`` has its own registry:
+gauges (jobs pending and running per queue, pending jobs by the plugin holding them back, GPUs
+allocated and total per flavor and queue, fragmentation) are read from the service when
+Prometheus scrapes, through one callback, so they are never stale and cost nothing between
+scrapes. Each ``Metrics`` has its own registry:
 two services in one process (tests) do not share counters.
 """
 
@@ -42,6 +43,7 @@ class Gauges:
     fragmentation_ratio: float = 0.0
     nodes: Mapping[str, int] = field(default_factory=dict)  # by state
     queue_share: Mapping[str, float] = field(default_factory=dict)
+    pending_reasons: Mapping[str, int] = field(default_factory=dict)  # by plugin
 
 
 class _Live(Collector):
@@ -84,6 +86,9 @@ class _Live(Collector):
         yield family("gpupool_queue_dominant_share", "Weighted dominant-resource share of "
                      "each ClusterQueue (1 is exactly its fair share).", ["queue"],
                      g.queue_share)
+        yield family("gpupool_pending_reasons", "Pending jobs by the plugin (a filter, or a "
+                     "step of the core such as quota) that holds them back; a job held back "
+                     "by two counts under both.", ["plugin"], g.pending_reasons)
         frag = GaugeMetricFamily("gpupool_fragmentation_ratio", "Share of free GPU compute "
                                  "that sits on partly used cards or on nodes whose CPU or "
                                  "memory is used up.")

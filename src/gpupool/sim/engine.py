@@ -344,6 +344,7 @@ class Engine:
             rec.last_reason = park.status.message
             if not rec.first_reason:
                 rec.first_reason = rec.last_reason
+                rec.first_reasons = park.status.reasons
             if job.task_count == 1 and len(job.pod_sets) == 1:
                 self._parked.add(job)
             else:

@@ -17,6 +17,7 @@ from gpupool.core.model import (
     Node,
     NodeName,
 )
+from gpupool.core.reasons import Reason
 
 
 class EventKind(StrEnum):
@@ -58,6 +59,7 @@ class JobOutcome:
     nodes: tuple[str, ...] = ()  # nodes of the last run
     parks: int = 0  # cycles in which the job was offered and did not fit
     first_reason: str = ""  # why it waited, as the first cycle that parked it said
+    first_reasons: tuple[Reason, ...] = ()  # the same, as data (``core.reasons``)
     last_reason: str = ""
     restarts: int = 0  # runs cut short by a node leaving
     rejected: str = ""  # why validation refused the job at submission ("" = accepted)

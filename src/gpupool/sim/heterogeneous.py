@@ -73,13 +73,14 @@ class _Measured(ScenarioRun):
         self.forms: dict[str, int] = {}
 
     def _bind(self, bind: Any) -> None:
-        t = self.sched.state.table
         for p in bind.placements:
-            row = t.row(p.node)
+            node = self.sched.node(p.node)
+            assert node is not None
             for s in p.shares:
                 self.shares += 1
-                if s.mig_profile is None and not t.device(row, s.index).allows(
-                        s.gpu_milli, s.memory_mib, int(t.gpu_mem_cap[row, s.index])):
+                card = node.gpus[s.index]
+                if s.mig_profile is None and not card.device.allows(
+                        s.gpu_milli, s.memory_mib, card.memory_mib):
                     self.forbidden += 1
         running = self.sched.running_job(JobId(bind.job))
         norm = int(running.demand.get(NORM, 0)) if running is not None else 0
@@ -158,7 +159,7 @@ def measure(scenario: Scenario, seed: int) -> ModeResult:
     util_norm = float(held.sum()) / max(1.0, capacity)
     shares: dict[str, float] = {}
     for i, q in enumerate(run.queues):
-        ent = run.sched.tree.entitled(q).get(NORM, 0.0)
+        ent = run.sched.entitled(q).get(NORM, 0.0)
         if ent > 0:
             shares[q] = float(held[i]) / ent
     xs = np.asarray(list(shares.values()), np.float64)

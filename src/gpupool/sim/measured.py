@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 import random
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -52,17 +52,12 @@ class _Source(Protocol):
     def stream(self) -> str: ...
 
 
-class _State(Protocol):
-    def placements(self) -> Iterable[Placement]: ...
-
-    def nodes(self) -> list[Node]: ...
-
-
 class _Scheduler(Protocol):
     def use_measurements(self, model: LoadModel | None) -> None: ...
 
-    @property
-    def state(self) -> _State: ...
+    def node_list(self) -> list[Node]: ...
+
+    def placements_on(self, node: NodeName) -> list[Placement]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,7 +171,8 @@ class SimMeasuredUse:
     def sample(self, scheduler: _Scheduler, now_s: float) -> int:
         """One reading of every card at ``now_s``: what its running placements actually use.
         Returns how many samples the model took."""
-        placements: list[Placement] = list(scheduler.state.placements())
+        nodes = scheduler.node_list()
+        placements = [p for n in nodes for p in scheduler.placements_on(n.name)]
         use = card_use(placements, {p.job: self.use_of(p.job) for p in placements})
         if self._last_s is not None and now_s > self._last_s:
             step = now_s - self._last_s
@@ -185,7 +181,7 @@ class SimMeasuredUse:
         self._last_s = now_s
         out = []
         hot = over = 0
-        cards = [(n.name, g.index, g.memory_mib) for n in scheduler.state.nodes()
+        cards = [(n.name, g.index, g.memory_mib) for n in nodes
                  for g in n.gpus if g.healthy and not g.mig]  # nodes come and go (cloud)
         for node, gpu, card_mib in cards:
             u = use.get((NodeName(node), gpu))

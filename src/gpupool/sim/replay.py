@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -37,6 +36,7 @@ from gpupool.core.placement.registry import (
     OPENB_CARDS,
     builtin_registry,
 )
+from gpupool.core.reasons import Reason
 from gpupool.sim.engine import Engine, JobOutcome, ProgressFn, SimResult, percentiles
 from gpupool.sim.openb import trace_typical_pods
 from gpupool.sim.traces.openb import POD_COLUMNS, POD_COLUMNS_SHORT, TracePod, to_job
@@ -190,46 +190,34 @@ def summarise(result: SimResult, *, nodes: Sequence[Node], trace: str, policy: s
     }
 
 
-_CATEGORIES = (
-    ("% of a card", "room on one GPU"),
-    ("memory free", "CPU or memory"),
-    ("whole GPUs free", "whole GPUs"),
-    ("MIG", "MIG instance"),
-    ("cordoned", "cordoned"),
-    ("taint", "taints"),
-    ("labels do not match", "node selector"),
-    (" GPU", "GPU model"),
-)
+_PLUGIN_KINDS = {
+    "node-resources": "CPU or memory",
+    "node-schedulable": "cordoned",
+    "taint-toleration": "taints",
+    "node-selector": "node selector",
+    "gpu-model": "GPU model",
+}
+_GPU_FIT_KINDS = {"whole": "whole GPUs", "mig": "MIG instance"}
+_KIND_ORDER = ("room on one GPU", "CPU or memory", "whole GPUs", "MIG instance", "cordoned",
+               "taints", "node selector", "GPU model")
 
 
-def reason_kinds(message: str) -> list[str]:
-    """What was short, in words, in the order of the reason's parts (most nodes first).
+def reason_kind(reason: Reason) -> str:
+    """What one reason says was short, in words: from the plugin that gave it (and, for
+    ``gpu-fit``, the kind of GPU request it could not serve); any other plugin by its name."""
+    if reason.plugin == "gpu-fit":
+        return _GPU_FIT_KINDS.get(reason.gpu, "room on one GPU")
+    return _PLUGIN_KINDS.get(reason.plugin, reason.plugin)
 
-    ``"0/9 nodes fit: 5 fewer than 4 whole GPUs free, 4 less than 8 CPUs and 100Mi memory
-    free"`` gives ``["whole GPUs", "CPU or memory"]``; a gang's reason gives its
-    failing task's parts. A part of no known kind keeps its text, numbers replaced by ``#``.
-    """
-    _, sep, rest = message.rpartition("nodes fit: ")
-    if not sep:
-        return [_DIGITS.sub("#", message)] if message else []
-    kinds: list[str] = []
-    for part in rest.split(", "):
-        text = _COUNT.sub("", part.strip())
-        if not text:
-            continue
-        kind = next((name for key, name in _CATEGORIES if key in text), _DIGITS.sub("#", text))
-        if kind not in kinds:
-            kinds.append(kind)
-    return kinds
+
+def reason_kinds(reasons: Sequence[Reason]) -> list[str]:
+    """What was short, in words, each once, in the order of the reasons (most nodes first
+    within a clause); a gang's reasons are its failing task's."""
+    return list(dict.fromkeys(reason_kind(r) for r in reasons))
 
 
 def category_rank(kind: str) -> tuple[int, str]:
-    names = [name for _, name in _CATEGORIES]
-    return (names.index(kind) if kind in names else len(names)), kind
-
-
-_COUNT = re.compile(r"^\d+ ")
-_DIGITS = re.compile(r"\d+")
+    return (_KIND_ORDER.index(kind) if kind in _KIND_ORDER else len(_KIND_ORDER)), kind
 
 
 INVENTORY_KINDS = frozenset({"GPU model", "node selector", "taints"})
@@ -244,8 +232,8 @@ def wait_reasons(records: Sequence[JobOutcome]) -> Counter[str]:
     """
     counts: Counter[str] = Counter()
     for r in records:
-        if r.parks and r.first_reason:
-            kinds = reason_kinds(r.first_reason)
+        if r.parks and r.first_reasons:
+            kinds = reason_kinds(r.first_reasons)
             kinds = [k for k in kinds if k not in INVENTORY_KINDS] or kinds
             counts[" + ".join(sorted(kinds, key=category_rank))] += 1
     return counts

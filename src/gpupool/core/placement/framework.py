@@ -21,6 +21,7 @@ import numpy.typing as npt
 from gpupool.core.errors import ConfigError
 from gpupool.core.model import GpuShare, Task
 from gpupool.core.podindex import PodIndex
+from gpupool.core.reasons import Reason, sentence
 from gpupool.core.table import NodeTable
 from gpupool.core.usage import CardLoad
 
@@ -39,19 +40,22 @@ class Code(IntEnum):
 
 @dataclass(frozen=True, slots=True)
 class Status:
+    """A code and every reason behind it, as data (``core.reasons``); ``message`` is the one
+    sentence users read, rendered from them."""
+
     code: Code = Code.OK
-    reasons: tuple[str, ...] = ()
+    reasons: tuple[Reason, ...] = ()
 
     @staticmethod
     def ok() -> Status:
         return _OK
 
     @staticmethod
-    def unschedulable(*reasons: str) -> Status:
+    def unschedulable(*reasons: Reason) -> Status:
         return Status(Code.UNSCHEDULABLE, reasons)
 
     @staticmethod
-    def unresolvable(*reasons: str) -> Status:
+    def unresolvable(*reasons: Reason) -> Status:
         return Status(Code.UNRESOLVABLE, reasons)
 
     @property
@@ -60,7 +64,7 @@ class Status:
 
     @property
     def message(self) -> str:
-        return "; ".join(self.reasons)
+        return sentence(self.reasons)
 
 
 _OK = Status()

@@ -7,8 +7,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from gpupool.core.affinity import PodMeta
-from gpupool.core.model import Job, Placement, Task
+from gpupool.core.model import GpuKind, Job, Placement, Task
 from gpupool.core.placement.framework import Code, CycleState, Profile, Rows, Status
+from gpupool.core.reasons import Reason, Step, nodes_fit, step
 from gpupool.core.snapshot import Snapshot
 
 
@@ -18,32 +19,39 @@ def feasible(task: Task, snap: Snapshot, profile: Profile) -> tuple[Rows, Status
     cs = CycleState(t, snap.cache, pods=snap.pods, load=snap.load)
     rows = t.live()
     total = int(rows.size)
-    rejected: list[tuple[str, int, bool]] = []
+    rejected: list[Reason] = []
     for f in profile.filters:
         if rows.size == 0:
             break
         mask = f.filter(cs, task, rows)
         kept = int(np.count_nonzero(mask))
         if kept < rows.size:
-            rejected.append((f.reason(task), int(rows.size) - kept, f.resolvable))
+            rejected.append(Reason(f.name, f.reason(task), int(rows.size) - kept,
+                                   resolvable=f.resolvable, gpu=_gpu_kind(task)))
             rows = rows[mask]
     res = snap.reservation
     if rows.size and res is not None and not res.admits(task.job, task.run_limit_s, snap.now_s):
         keep = ~np.isin(rows, res.rows)
         held = int(rows.size - np.count_nonzero(keep))
         if held:
-            rejected.append((f"held for gang {res.job} from t={res.start_s:.0f}s", held, True))
+            rejected.append(Reason(str(Step.HOLD),
+                                   f"held for gang {res.job} from t={res.start_s:.0f}s", held))
             rows = rows[keep]
     if rows.size:
         return rows, Status.ok()
     return rows, fit_error(total, rejected)
 
 
-def fit_error(total: int, rejected: Sequence[tuple[str, int, bool]]) -> Status:
-    parts = ", ".join(f"{n} {why}" for why, n, _ in sorted(rejected, key=lambda r: -r[1]))
-    msg = f"0/{total} nodes fit: {parts}" if parts else f"0/{total} nodes fit"
-    code = Code.UNSCHEDULABLE if any(r for _, _, r in rejected) else Code.UNRESOLVABLE
-    return Status(code, (msg,))
+def _gpu_kind(task: Task) -> str:
+    kind = task.request.kind
+    return "" if kind is GpuKind.NONE else kind.value
+
+
+def fit_error(total: int, rejected: Sequence[Reason]) -> Status:
+    """kube-scheduler's FitError: each filter's count of the nodes it was the first to reject.
+    UNRESOLVABLE when only inventory filters (which freeing capacity cannot change) did."""
+    code = Code.UNSCHEDULABLE if any(r.resolvable for r in rejected) else Code.UNRESOLVABLE
+    return Status(code, nodes_fit(total, rejected))
 
 
 def place_task(task: Task, snap: Snapshot, profile: Profile) -> tuple[Placement | None, Status]:
@@ -62,9 +70,9 @@ def place_task(task: Task, snap: Snapshot, profile: Profile) -> tuple[Placement 
     row = int(rows[np.argmin(t.rank[rows])]) if rows.size > 1 else int(rows[0])
     shares = profile.cards.choose_cards(cs, task, row)
     if shares is None:
-        return None, Status(Code.ERROR, (
-            f"card choice {profile.cards.name!r} found no cards on {t.nodes[row].name} "
-            "although its filters passed",))
+        return None, Status(Code.ERROR, (step(
+            Step.CARDS, f"card choice {profile.cards.name!r} found no cards on "
+            f"{t.nodes[row].name} although its filters passed"),))
     shares = t.shaped(row, shares)  # slices take the shape each card's division rule gives
     return Placement(
         task=task.id, job=task.job, node=t.nodes[row].name, cpu_milli=task.cpu_milli,
@@ -122,9 +130,9 @@ def place_job(job: Job, snap: Snapshot, profile: Profile) -> tuple[list[Placemen
                     continue
                 if job.task_count == 1:
                     return [], status
-                return [], Status(status.code, (
-                    f"gang {job.id}: {len(placements)}/{need} tasks fit; {task.id}: "
-                    f"{status.message}",))
+                return [], Status(status.code, tuple(
+                    r.within(f"gang {job.id}: {len(placements)}/{need} tasks fit; {task.id}")
+                    for r in status.reasons))
             snap.assume(p)
             placements.append(p)
     return placements, Status.ok()

@@ -40,13 +40,12 @@ imposes is the job's run limit, which backfill and wait estimates read.
 
 Nothing here reads a clock: times are plain numbers passed in by the adapter.
 
-The package: ``request`` (the object, its conditions and limits), ``book`` (every request),
+The package: ``request`` (the object, its conditions and limits), ``ledger`` (every request),
 ``config`` (AdmissionCheck, ProvisioningRequestConfig, RetryStrategy), ``checks`` (each job's
 way through the check, private behind verbs) and ``admit`` (the cycle's steps for checked
 queues).
 """
 
-from gpupool.core.provisioning.book import ProvisioningBook
 from gpupool.core.provisioning.checks import (
     AdmissionChecks,
     CheckRecord,
@@ -59,6 +58,7 @@ from gpupool.core.provisioning.config import (
     ProvisioningRequestConfig,
     RetryStrategy,
 )
+from gpupool.core.provisioning.ledger import RequestLedger
 from gpupool.core.provisioning.request import (
     BEST_EFFORT_ATOMIC_CLASS,
     BOOKING_S,
@@ -100,10 +100,10 @@ __all__ = [
     "Condition",
     "ConditionType",
     "Failure",
-    "ProvisioningBook",
     "ProvisioningRequest",
     "ProvisioningRequestConfig",
     "ProvisioningState",
+    "RequestLedger",
     "RetryStrategy",
     "request_name",
 ]

@@ -17,10 +17,12 @@ from typing import TYPE_CHECKING
 from gpupool.core.admission import Vec, flavor_job, placement_demand, request_demand
 from gpupool.core.context import start
 from gpupool.core.decisions import Bind, CycleResult, Park
+from gpupool.core.model import ClusterQueueName
 from gpupool.core.placement.framework import Code, Status
 from gpupool.core.placement.place import place_job
 from gpupool.core.provisioning.checks import AdmissionChecks, CheckRecord, CheckState
 from gpupool.core.provisioning.request import ConditionType
+from gpupool.core.reasons import Reason, Step, step
 
 if TYPE_CHECKING:
     from gpupool.core.context import Context
@@ -69,7 +71,7 @@ def _fail(ctx: Context, ac: AdmissionChecks, rec: CheckRecord, why: str, now_s: 
     if failure.deleted:
         result.deprovision.append(failure.deleted)
     code = Code.UNRESOLVABLE if failure.record.state is CheckState.REJECTED else Code.WAIT
-    result.parks.append(Park(rec.job.id, Status(code, (ac.status(failure.record),))))
+    result.parks.append(Park(rec.job.id, Status(code, (ac.reason(failure.record),))))
 
 
 def request_capacity(ctx: Context, ac: AdmissionChecks, snap: Snapshot, p: Pending,
@@ -92,19 +94,20 @@ def request_capacity(ctx: Context, ac: AdmissionChecks, snap: Snapshot, p: Pendi
         rec = ac.take_booking(job.id, req.key, flavor)
         ctx.queues.remove(job.id)
         return _start_booked(ctx, ac, snap, rec, now_s, result)
-    reasons: list[str] = []
+    reasons: list[Reason] = []
     chosen: tuple[str, Vec] | None = None
     for f in flavors:
         demand = request_demand(job, f)
-        short = ctx.tree.shortfall(q, demand)
+        short = ctx.tree.short_reasons(q, demand)
         if not short:
             chosen = (f, demand)
             break
         reasons.extend(short)
     limit = ac.limit_reason(rec.namespace) if chosen is not None else None
     if chosen is None or limit is not None:
-        why = "; ".join(reasons) if chosen is None else f"{limit}; waiting for one to end"
-        status = Status(Code.UNSCHEDULABLE, (why,))
+        why = tuple(reasons) if chosen is None else (
+            step(Step.ADMISSION_CHECK, f"{limit}; waiting for one to end"),)
+        status = Status(Code.UNSCHEDULABLE, why)
         ctx.queues.park(job.id, status)
         result.parks.append(Park(job.id, status))
         return False
@@ -115,7 +118,7 @@ def request_capacity(ctx: Context, ac: AdmissionChecks, snap: Snapshot, p: Pendi
     ctx.queues.remove(job.id)
     result.provision.append(req)
     rec = ac.record(job.id) or rec
-    result.parks.append(Park(job.id, Status(Code.WAIT, (ac.status(rec),))))
+    result.parks.append(Park(job.id, Status(Code.WAIT, (ac.reason(rec),))))
     return False
 
 
@@ -142,5 +145,6 @@ def _start_booked(ctx: Context, ac: AdmissionChecks, snap: Snapshot, rec: CheckR
         ctx.tree.add(rec.queue, rec.demand, -1)
     start(ctx, snap, job, rec.queue, rec.flavor, placements, demand, now_s, rec.preemptions)
     ac.start_booked(job.id, now_s)
-    result.binds.append(Bind(job.id, tuple(placements), rec.queue, rec.flavor))
+    result.binds.append(Bind(job.id, tuple(placements), ClusterQueueName(rec.queue),
+                            rec.flavor))
     return True

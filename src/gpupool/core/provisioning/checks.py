@@ -1,5 +1,5 @@
 """The provisioning admission check's state: each job's way through the check, the bookings
-running jobs consume, and the book of requests, all private behind verbs.
+running jobs consume, and the ledger of requests, all private behind verbs.
 
 The cycle drives it (``core.provisioning.admit``): ``reserve`` (quota reserved, a request
 made), ``take_booking`` (a booking a former job left), ``start_booked`` (the job runs on the
@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING
 
 from gpupool.core.errors import InvalidJobError, NotFoundError
 from gpupool.core.model import Job, JobId, PodSet
-from gpupool.core.provisioning.book import ProvisioningBook
 from gpupool.core.provisioning.config import AdmissionCheck
+from gpupool.core.provisioning.ledger import RequestLedger
 from gpupool.core.provisioning.request import (
     MAX_ACTIVE_PER_PROJECT,
     MAX_NODES,
@@ -27,6 +27,7 @@ from gpupool.core.provisioning.request import (
     ProvisioningRequest,
     request_name,
 )
+from gpupool.core.reasons import Reason, Step, step
 from gpupool.core.validation import check_request
 
 if TYPE_CHECKING:
@@ -93,7 +94,7 @@ class AdmissionChecks:
     def __init__(self, config: QueueConfig,
                  max_active_per_project: int = MAX_ACTIVE_PER_PROJECT) -> None:
         self.reconfigure(config)
-        self._book = ProvisioningBook(max_active_per_project)
+        self._ledger = RequestLedger(max_active_per_project)
         self._records: dict[JobId, CheckRecord] = {}
         self._made: dict[JobId, int] = {}  # requests made per job, ever: their names' suffix
         self._booked: dict[JobId, str] = {}  # running job -> the request it consumed
@@ -151,10 +152,10 @@ class AdmissionChecks:
     # -- reading -------------------------------------------------------------------------------
 
     def request(self, key: str) -> ProvisioningRequest | None:
-        return self._book.find(key)
+        return self._ledger.find(key)
 
     def requests(self) -> list[ProvisioningRequest]:
-        return list(self._book)
+        return list(self._ledger)
 
     def record(self, job: JobId) -> CheckRecord | None:
         """The job's place in its check while it has not started (None otherwise)."""
@@ -182,21 +183,21 @@ class AdmissionChecks:
 
     def next_deadline(self) -> float | None:
         """The earliest time a booking expires, if any waits."""
-        return self._book.next_deadline()
+        return self._ledger.next_deadline()
 
     def limit_reason(self, namespace: str) -> str | None:
         """Why the project may not make another request now (None: it may)."""
-        if not self._book.at_limit(namespace):
+        if not self._ledger.at_limit(namespace):
             return None
-        return (f"project {namespace} has {self._book.active(namespace)} active "
-                f"ProvisioningRequests, the most allowed ({self._book.max_active_per_project})")
+        return (f"project {namespace} has {self._ledger.active(namespace)} active "
+                f"ProvisioningRequests, the most allowed ({self._ledger.max_active_per_project})")
 
     def orphans(self, queue: str) -> list[ProvisioningRequest]:
         """Bookings a check made for a job of ``queue`` that no longer waits for them, the one
         that expires first first: the next job that fits their nodes takes them."""
         mine = {r.request for r in self._records.values() if r.request}
         taken = set(self._booked.values())
-        out = [r for r in self._book if r.booked and r.queue == queue and r.job
+        out = [r for r in self._ledger if r.booked and r.queue == queue and r.job
                and r.key not in mine and r.key not in taken]
         out.sort(key=lambda r: (r.booking_expires_s or 0.0, r.key))
         return out
@@ -204,38 +205,43 @@ class AdmissionChecks:
     def ready(self) -> list[CheckRecord]:
         """Jobs whose request is Provisioned, the booking that expires first first."""
         out = [r for r in self._records.values() if r.state is CheckState.READY]
-        out.sort(key=lambda r: (self._book.get(r.request).booking_expires_s or 0.0, r.request))
+        out.sort(key=lambda r: (self._ledger.get(r.request).booking_expires_s or 0.0, r.request))
         return out
 
     @staticmethod
     def status(rec: CheckRecord) -> str:
         return f"admission check {rec.check.name} {rec.state.value}: {rec.message}"
 
+    @staticmethod
+    def reason(rec: CheckRecord) -> Reason:
+        """``status`` as the reason a job of the check waits."""
+        return step(Step.ADMISSION_CHECK, AdmissionChecks.status(rec))
+
     # -- facts from the cloud ------------------------------------------------------------------
 
     def create(self, req: ProvisioningRequest, now_s: float) -> ProvisioningRequest:
-        """A request made by hand, for no job (see ``ProvisioningBook.create``)."""
-        return self._book.create(req, now_s)
+        """A request made by hand, for no job (see ``RequestLedger.create``)."""
+        return self._ledger.create(req, now_s)
 
     def accept(self, key: str, now_s: float) -> ProvisioningRequest:
-        return self._book.accept(key, now_s)
+        return self._ledger.accept(key, now_s)
 
     def provisioned(self, key: str, nodes: Iterable[str], now_s: float) -> ProvisioningRequest:
-        return self._book.provisioned(key, nodes, now_s)
+        return self._ledger.provisioned(key, nodes, now_s)
 
     def request_failed(self, key: str, message: str, now_s: float,
                        reason: str = "ProvisioningFailed") -> ProvisioningRequest:
-        return self._book.fail(key, message, now_s, reason)
+        return self._ledger.fail(key, message, now_s, reason)
 
     def revoke(self, key: str, message: str, now_s: float) -> ProvisioningRequest:
-        return self._book.revoke(key, message, now_s)
+        return self._ledger.revoke(key, message, now_s)
 
     def consume(self, key: str, now_s: float) -> ProvisioningRequest:
-        return self._book.consume(key, now_s)
+        return self._ledger.consume(key, now_s)
 
     def delete(self, key: str) -> ProvisioningRequest:
         """Delete (cancel) a request; the next cycle passes the deletion on."""
-        req = self._book.delete(key)
+        req = self._ledger.delete(key)
         self._outbox.append(key)
         return req
 
@@ -249,7 +255,7 @@ class AdmissionChecks:
     def expire(self, now_s: float) -> list[str]:
         """Bookings past their expiry expire; returns those nobody waits for (their nodes may
         go)."""
-        return [r.key for r in self._book.expire(now_s) if self.record_of(r.key) is None]
+        return [r.key for r in self._ledger.expire(now_s) if self.record_of(r.key) is None]
 
     def mark_ready(self, job: JobId, message: str) -> CheckRecord:
         rec = self._records[job] = replace(self._records[job], state=CheckState.READY,
@@ -291,11 +297,11 @@ class AdmissionChecks:
         while True:
             made += 1
             name = request_name(str(job), made)
-            if f"{rec.namespace}/{name}" not in self._book:
+            if f"{rec.namespace}/{name}" not in self._ledger:
                 break
         self._made[job] = made
         cfg = rec.check.config
-        req = self._book.create(ProvisioningRequest(
+        req = self._ledger.create(ProvisioningRequest(
             name=name, pod_sets=pod_sets, namespace=rec.namespace,
             provisioning_class_name=cfg.provisioning_class_name,
             max_run_duration_s=cfg.max_run_duration_s, job=str(job), queue=rec.queue), now_s)
@@ -318,7 +324,7 @@ class AdmissionChecks:
         job ends. Returns the record it had (its ``demand`` is the reserved quota to give
         back)."""
         rec = self._records.pop(job)
-        self._book.consume(rec.request, now_s)
+        self._ledger.consume(rec.request, now_s)
         self._booked[job] = rec.request
         self._submitted[job] = rec.job
         return rec
@@ -330,8 +336,8 @@ class AdmissionChecks:
         rec = self._records[job]
         deleted = ""
         if rec.request:
-            if rec.request in self._book:
-                self._book.delete(rec.request)
+            if rec.request in self._ledger:
+                self._ledger.delete(rec.request)
             deleted = rec.request
         retry = rec.check.config.retry
         if rec.attempts > retry.backoff_limit_count:
@@ -352,8 +358,8 @@ class AdmissionChecks:
         key = self._booked.pop(job, None)
         if key is None:
             return None
-        if key in self._book:
-            self._book.delete(key)
+        if key in self._ledger:
+            self._ledger.delete(key)
         self._outbox.append(key)
         return self._submitted.pop(job, None)
 
@@ -362,8 +368,8 @@ class AdmissionChecks:
         back its ``demand``) and its request deleted, unless it is Provisioned already: the
         booking is then kept until it expires, for the next job of the queue that fits."""
         rec = self._records.pop(job, None)
-        if rec is not None and rec.request and rec.request in self._book \
-                and not self._book.get(rec.request).booked:
+        if rec is not None and rec.request and rec.request in self._ledger \
+                and not self._ledger.get(rec.request).booked:
             self.delete(rec.request)
         return rec
 
@@ -374,23 +380,23 @@ class AdmissionChecks:
     # -- kept across a restart -----------------------------------------------------------------
 
     def export(self) -> ProvisioningState:
-        return ProvisioningState(tuple(self._book), tuple(self._records.values()),
+        return ProvisioningState(tuple(self._ledger), tuple(self._records.values()),
                                  dict(self._booked), dict(self._submitted), dict(self._made))
 
     def restore(self, requests: Iterable[ProvisioningRequest]) -> None:
         """ProvisioningRequests as they stood before a restart, with their conditions, nodes
         and consumption (no rule is applied: they were accepted then)."""
         for req in requests:
-            self._book.restore(req)
+            self._ledger.restore(req)
 
     def restore_record(self, rec: CheckRecord, made: int) -> CheckRecord:
-        if rec.request and rec.request not in self._book:
+        if rec.request and rec.request not in self._ledger:
             raise NotFoundError(f"ProvisioningRequest {rec.request!r} does not exist")
         self.restore_made(rec.job.id, made)
         return self._set(rec)
 
     def restore_booking(self, job: JobId, request: str, submitted: Job) -> ProvisioningRequest:
-        req = self._book.get(request)
+        req = self._ledger.get(request)
         self._booked[job] = request
         self._submitted[job] = submitted
         return req

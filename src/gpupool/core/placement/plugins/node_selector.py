@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -33,5 +34,11 @@ class NodeSelector:
         return result
 
     def reason(self, task: Task) -> str:
-        sel = ",".join(f"{k}={v}" for k, v in sorted(task.pod_set.node_selector.items()))
-        return f"labels do not match {sel}"
+        return mismatch(task.pod_set.node_selector)
+
+
+def mismatch(selector: Mapping[str, str]) -> str:
+    """The reason a node lacking ``selector``'s labels is given: ``labels do not match
+    k=v,...``, keys in order."""
+    sel = ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
+    return f"labels do not match {sel}"

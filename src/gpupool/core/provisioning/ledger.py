@@ -1,4 +1,4 @@
-"""The book of ProvisioningRequests: every request and its conditions, the per-project limit,
+"""The ledger of ProvisioningRequests: every request and its conditions, the per-project limit,
 and the booking's expiry (``BOOKING_S`` after ``Provisioned``)."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from gpupool.core.provisioning.request import (
 )
 
 
-class ProvisioningBook:
+class RequestLedger:
     """Every ProvisioningRequest and its conditions. The cloud's answers come in as facts
     (``accept``, ``provisioned``, ``fail``, ``revoke``), pods starting on the nodes as
     ``consume``; the booking's expiry is derived from the time given to ``expire``."""
