@@ -16,16 +16,29 @@ alone is biased short: the learned runtime is therefore never below the mean age
 same queue and user's runs still going (runs that have not ended count as at least their
 age). The scheduler uses the expectation for the usage it
 charges at admission, for reservations, and for wait estimates.
+
+Besides the average, the last ``SAMPLES`` runtimes per key are kept: the wait estimates spread
+the expected ends of the runs going by that distribution (``residuals``, ``quantile``) instead
+of ending them all at the mean, which ends a crowd of runs at one instant while in truth they
+end one after another from the first minute on.
 """
 
 from __future__ import annotations
 
+import bisect
+from collections import deque
 from dataclasses import dataclass
 
 from gpupool.core.model import Job
 
 EMA_WEIGHT = 0.2
 """Weight of each new runtime in the average: about the last ten jobs count."""
+
+SAMPLES = 64
+"""Runtimes kept per key for their distribution: about the last hour of a busy queue."""
+
+MIN_SAMPLES = 8
+"""Runtimes seen before their distribution is used; fewer: the mean alone."""
 
 PRIOR_JOBS = 3
 """The runtime assumed before any job ended (the run limit, else the default runtime) counts
@@ -75,6 +88,8 @@ class Runtimes:
         self._by_queue: dict[str, _Ema] = {}
         self._going_user: dict[tuple[str, str], _Going] = {}
         self._going_queue: dict[str, _Going] = {}
+        self._samples_user: dict[tuple[str, str], deque[float]] = {}
+        self._samples_queue: dict[str, deque[float]] = {}
 
     def started(self, job: Job, now_s: float, sign: int = 1) -> None:
         """A run began (``sign`` -1: a run that began at ``now_s`` stopped). Only runs of
@@ -98,6 +113,44 @@ class Runtimes:
         self._by_user[user_key] = self._step(self._by_user.get(user_key), runtime_s)
         self._by_queue[str(job.queue)] = self._step(self._by_queue.get(str(job.queue)),
                                                     runtime_s)
+        for d in (self._samples_user.setdefault(user_key, deque(maxlen=SAMPLES)),
+                  self._samples_queue.setdefault(str(job.queue), deque(maxlen=SAMPLES))):
+            d.append(runtime_s)
+
+    def samples(self, job: Job) -> list[float] | None:
+        """The recent runtimes (sorted) the job's expectation is learned from, when its
+        runtime is learned (nothing declared) and at least ``MIN_SAMPLES`` were seen: its
+        queue and user's, else its queue's."""
+        if job.duration_s is not None:
+            return None
+        for d in (self._samples_user.get((str(job.queue), job.user)),
+                  self._samples_queue.get(str(job.queue))):
+            if d is not None and len(d) >= MIN_SAMPLES:
+                return sorted(d)
+        return None
+
+    def residuals(self, job: Job, age_s: float) -> list[float] | None:
+        """What is left of a learned run that has gone ``age_s``, as a distribution: the
+        recent runtimes longer than its age, less its age (each as likely), cut at its run
+        limit. None when its runtime is not learned, or fewer than ``MIN_SAMPLES`` // 2 of
+        those runtimes are longer (a run past most of them: ``remaining`` says)."""
+        got = self.samples(job)
+        if got is None:
+            return None
+        longer = got[bisect.bisect_right(got, age_s):]
+        if len(longer) < MIN_SAMPLES // 2:
+            return None
+        cap = job.run_limit_s - age_s if job.run_limit_s is not None else None
+        return [r - age_s if cap is None else min(cap, r - age_s) for r in longer]
+
+    def quantile(self, job: Job, u: float) -> float | None:
+        """The ``u``-quantile (0..1) of the job's learned runtimes, cut at its run limit;
+        None when not learned from enough runs (see ``samples``)."""
+        got = self.samples(job)
+        if got is None:
+            return None
+        x = got[min(len(got) - 1, int(u * len(got)))]
+        return x if job.run_limit_s is None else min(job.run_limit_s, x)
 
     def _step(self, ema: _Ema | None, runtime_s: float) -> _Ema:
         if ema is None:
