@@ -5,7 +5,7 @@ distribution (``estimate.spread_ends``, ``Runtimes.residuals``)."""
 from __future__ import annotations
 
 from gpupool.core.estimate import spread_ends
-from gpupool.core.runtimes import MIN_SAMPLES, Runtimes
+from gpupool.core.runtimes import MIN_SAMPLES, Runtimes, survival
 from gpupool.core.scheduler import Scheduler
 from tests.builders import job, node, queue_config, whole
 
@@ -57,7 +57,8 @@ def test_a_gang_that_would_borrow_waits_until_its_queue_has_made_up_for_the_last
     """d's 8-GPU gang (nominal 4) ran for 90 minutes at twice d's share and just ended, so d
     holds nothing now: by its share now d would go first and take 8 again, while a and b
     (below their nominal quota) wait. d held more than its share lately: a and b go first,
-    and d's next gang borrows once d's share held lately is back to 1."""
+    and d's next gang borrows once d's share held lately, run on halfway through the gang at
+    twice its share, is 1 or less."""
     s = Scheduler([node("n0", gpu=8), node("n1", gpu=8)],
                   queue_config({"a": 6, "b": 6, "d": 4}))
     s.submit(job("d-gang", tasks=2, gpu=whole(4), queue="d", duration=5400.0), 0.0)
@@ -84,29 +85,35 @@ def test_a_gang_that_would_borrow_waits_until_its_queue_has_made_up_for_the_last
     for i in range(4):
         s.finished(f"a{i}", 9000.0)
         s.finished(f"b{i}", 9000.0)
-    r = s.cycle(9000.0)  # d's share held lately is below 1 again: its gang goes
+    r = s.cycle(9000.0)  # d held 0.65 of its share lately, 1.04 halfway through the gang
+    assert not r.binds
+    r = s.cycle(12_600.0)  # 0.32 lately, 0.81 halfway: the gang goes
     assert [b.job for b in r.binds] == ["d-gang2"]
 
 
 def test_spread_ends_ends_a_crowd_one_after_another_not_all_at_the_mean() -> None:
     """Ten runs whose remaining time is uniform on 0..1000 s: ended at their mean they would
     all end at 500 s; spread, the first ends near the start and the last near the end."""
-    residuals = [[float(x) for x in range(0, 1001, 50)] for _ in range(10)]
-    ends = sorted(spread_ends(residuals))
+    uniform = [(float(x), 1 / 21) for x in range(0, 1001, 50)]
+    ends = sorted(spread_ends([uniform] * 10))
     assert ends[0] <= 100 and ends[-1] >= 900
     # The run with the shortest remaining times ends first.
-    short = [[float(x) for x in range(0, 101, 10)], *residuals[:3]]
-    out = spread_ends(short)
+    out = spread_ends([[(float(x), 1 / 11) for x in range(0, 101, 10)], *[uniform] * 3])
     assert out[0] == min(out)
 
 
-def test_learned_residuals_are_the_runtimes_longer_than_the_age() -> None:
+def test_learned_runtimes_count_the_runs_still_going_as_at_least_their_age() -> None:
+    """Four short runs ended (10 min) while four others have run 50 minutes and go on: the
+    runtime is not "10 minutes" but half 10 minutes, half at least 50 (put at the prior, the
+    1 h default runtime); a run of age 30 minutes has 30 minutes left."""
     r = Runtimes(3600.0)
     j = job("x", queue="a")
     for k in range(MIN_SAMPLES):
-        r.observe(j, 600.0 + 300.0 * k)  # 600 .. 2700 s
-    assert r.residuals(j, 0.0) == [600.0 + 300.0 * k for k in range(MIN_SAMPLES)]
-    assert r.residuals(j, 1000.0) == [300.0 * k - 400.0 for k in range(2, MIN_SAMPLES)]
-    assert r.residuals(j, 2000.0) is None  # past most of them: the mean's rule says
-    assert r.residuals(job("d", queue="a", duration=100.0), 0.0) is None  # declared
-    assert r.quantile(j, 0.0) == 600.0 and r.quantile(j, 0.99) == 2700.0
+        r.started(job(f"long{k}", queue="a"), 0.0)
+        r.observe(j, 600.0)
+    assert r.distribution(j, 3000.0) == [(600.0, 0.5), (3600.0, 0.5)]
+    assert r.residuals(j, 1800.0, 3000.0) == [(1800.0, 1.0)]
+    assert r.residuals(j, 3600.0, 3000.0) is None  # past all of it: the mean's rule says
+    assert r.residuals(job("d", queue="a", duration=100.0), 0.0, 3000.0) is None  # declared
+    assert r.quantile(j, 0.2, 3000.0) == 600.0 and r.quantile(j, 0.7, 3000.0) == 3600.0
+    assert survival([1.0, 2.0], [], 9.0) == [(1.0, 0.5), (2.0, 0.5)]

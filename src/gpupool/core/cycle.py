@@ -155,9 +155,9 @@ def _try(ctx: Context, snap: Snapshot, p: Pending, now_s: float, result: CycleRe
         result.parks.append(Park(job.id, status))
         return False
     turn = borrowing_turn(ctx, q, job)
-    if turn is not None:
+    if turn is not None:  # not parked: its turn comes with time alone
         status = Status(Code.UNSCHEDULABLE, (turn,))
-        ctx.queues.park(job.id, status)
+        ctx.queues.note(job.id, status)
         result.parks.append(Park(job.id, status))
         return False
     fit, status = try_admit(job, q, ctx.tree, snap, ctx.profile, failed)  # 3.
@@ -215,12 +215,14 @@ def borrowing_turn(ctx: Context, q: str, job: Job) -> str | None:
     """None when ``job`` may be offered now; else why it waits for its queue's turn.
 
     A large job (``reserve_min_gpus`` or more) that would take its queue above its nominal
-    quota by itself may borrow only while its queue has held no more than its fair share
-    lately (``ShareHistory`` average at most 1): such a job keeps its queue far above its
-    share for as long as it runs, so it goes once the queue has made up for the last one. The
-    fair order alone does not see it: a queue whose 32-GPU gang just ended holds nothing now
-    and comes first at once, and two such gangs back to back at the top priority took team-d
-    three points over its share (issue 15). Counting the job in the queue's key instead
+    quota by itself may borrow only if its queue's share held lately (``ShareHistory``), with
+    the job holding the queue at its share with the job for half its expected runtime, is
+    still at most 1 (its fair share): such a job keeps its queue far above its share for as
+    long as it runs, so it goes once the queue has made up for the last one. The fair order
+    alone does not see it: a queue whose 32-GPU gang just ended holds nothing now and comes
+    first at once, and two such gangs back to back at the top priority took team-d three
+    points over its share (issue 15); letting it borrow whenever its share held lately is 1
+    or less still gave 1 to 2 points over. Counting the whole job in the queue's key instead
     (Kueue's share with the workload considered) starves the large jobs' queue: it compares
     the queue plus a whole gang with the others plus nothing. A large job within its nominal
     quota is entitled to go as any job."""
@@ -230,11 +232,13 @@ def borrowing_turn(ctx: Context, q: str, job: Job) -> str | None:
     demand = request_demand(job, queue.flavors[0].flavor if queue.flavors else "")
     if not ctx.tree.borrows(q, demand):
         return None
-    lately = ctx.history.average(q)
-    if lately <= 1.0:
+    runtime = ctx.runtimes.expected(job).runtime_s
+    midway = ctx.history.projected(q, ctx.tree.share(q, demand), runtime / 2)
+    if midway <= 1.0:
         return None
-    return (f"waiting for queue {q}'s turn to borrow: it held {lately:.2f} of its share "
-            "lately (a job this large borrows once that is 1.00 or less)")
+    return (f"waiting for queue {q}'s turn to borrow: it held {ctx.history.average(q):.2f} "
+            f"of its share lately, {midway:.2f} halfway through this job (a job this large "
+            "borrows once that is 1.00 or less)")
 
 
 def _held_for(ctx: Context) -> Job | None:

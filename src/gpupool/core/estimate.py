@@ -36,6 +36,7 @@ from gpupool.core import lending, preemption
 from gpupool.core.admission import Fit, Vec, try_admit
 from gpupool.core.model import Job, JobId, Placement
 from gpupool.core.placement.framework import Code, Status
+from gpupool.core.runtimes import Dist
 
 if TYPE_CHECKING:
     from collections.abc import Hashable, Set
@@ -163,9 +164,9 @@ class _End:
 
 def _ending(ctx: Context, now_s: float) -> list[tuple[float, int, _End]]:
     out = []
-    spread: list[tuple[int, Running, list[float]]] = []
+    spread: list[tuple[int, Running, Dist]] = []
     for i, r in enumerate(ctx.running.values()):
-        res = ctx.runtimes.residuals(r.job, now_s - r.start_s)
+        res = ctx.runtimes.residuals(r.job, now_s - r.start_s, now_s)
         if res is not None:
             spread.append((i, r, res))
             continue
@@ -181,15 +182,15 @@ def _ending(ctx: Context, now_s: float) -> list[tuple[float, int, _End]]:
     return out
 
 
-def spread_ends(residuals: list[list[float]]) -> list[float]:
+def spread_ends(residuals: list[Dist]) -> list[float]:
     """Forecast ends for runs whose remaining time is known only as a distribution (each
-    run's list of equally likely residuals): the k-th end of n at the time by which k - 1/2
+    run's (seconds, probability) points): the k-th end of n at the time by which k - 1/2
     ends are expected (the sum of the runs' distribution functions), the earliest ends given
     to the runs with the shortest median residual. Ending every run at its mean instead ends
     a crowd of them at one instant, and a job waiting for the first few of them is forecast
     far too late."""
     n = len(residuals)
-    points = sorted((x, 1.0 / len(r)) for r in residuals for x in r)
+    points = sorted(pt for r in residuals for pt in r)
     times: list[float] = []
     acc = 0.0
     for x, w in points:
@@ -198,7 +199,16 @@ def spread_ends(residuals: list[list[float]]) -> list[float]:
             times.append(x)
     while len(times) < n:
         times.append(points[-1][0])
-    order = sorted(range(n), key=lambda i: (sorted(residuals[i])[len(residuals[i]) // 2], i))
+
+    def median(r: Dist) -> float:
+        acc = 0.0
+        for x, w in sorted(r):
+            acc += w
+            if acc >= 0.5:
+                return x
+        return max(r)[0]
+
+    order = sorted(range(n), key=lambda i: (median(residuals[i]), i))
     out = [0.0] * n
     for t, i in zip(times, order, strict=True):
         out[i] = t
@@ -304,7 +314,7 @@ def _forecast(ctx: Context, snap: Snapshot, now_s: float, out: dict[JobId, Estim
                     # Runs started here end by the spread of the learned runtimes (quantiles
                     # in a low-discrepancy sequence), not all at their mean.
                     drawn += 1
-                    run_s = ctx.runtimes.quantile(p.job, (drawn * GOLDEN) % 1.0)
+                    run_s = ctx.runtimes.quantile(p.job, (drawn * GOLDEN) % 1.0, now_s)
                     if run_s is None:
                         run_s = exp.runtime_s
                     ctx.ledger.charge(p.queue, p.job.user, charge, now_s)

@@ -18,14 +18,14 @@ age). The scheduler uses the expectation for the usage it
 charges at admission, for reservations, and for wait estimates.
 
 Besides the average, the last ``SAMPLES`` runtimes per key are kept: the wait estimates spread
-the expected ends of the runs going by that distribution (``residuals``, ``quantile``) instead
-of ending them all at the mean, which ends a crowd of runs at one instant while in truth they
-end one after another from the first minute on.
+the expected ends of the runs going by that distribution (``distribution``, with the runs
+still going counted as at least their age; ``residuals``, ``quantile``) instead of ending them
+all at the mean, which ends a crowd of runs at one instant while in truth they end one after
+another from the first minute on.
 """
 
 from __future__ import annotations
 
-import bisect
 from collections import deque
 from dataclasses import dataclass
 
@@ -37,8 +37,38 @@ EMA_WEIGHT = 0.2
 SAMPLES = 64
 """Runtimes kept per key for their distribution: about the last hour of a busy queue."""
 
-MIN_SAMPLES = 8
-"""Runtimes seen before their distribution is used; fewer: the mean alone."""
+MIN_SAMPLES = 4
+"""Runtimes seen ended before their distribution is used; fewer: the mean alone."""
+
+Dist = list[tuple[float, float]]
+"""A distribution of durations: (seconds, probability) points in order, summing to 1."""
+
+
+def survival(ended: list[float], going: list[float], tail_at: float) -> Dist:
+    """Kaplan-Meier: the distribution of runtimes from runs that ``ended`` after their
+    runtime and runs still ``going`` at their age (censored: they take at least that long).
+    The probability left past the last end is put at ``tail_at`` or the longest time seen,
+    whichever is later."""
+    events = sorted([(t, 1) for t in ended] + [(t, 0) for t in going])
+    at_risk = len(events)
+    left = 1.0
+    out: Dist = []
+    i = 0
+    while i < len(events):
+        t = events[i][0]
+        done = gone = 0
+        while i < len(events) and events[i][0] == t:
+            done += events[i][1]
+            gone += 1 - events[i][1]
+            i += 1
+        if done:
+            drop = left * done / at_risk
+            out.append((t, drop))
+            left -= drop
+        at_risk -= done + gone
+    if left > 1e-9:
+        out.append((max(tail_at, events[-1][0]), left))
+    return out
 
 PRIOR_JOBS = 3
 """The runtime assumed before any job ended (the run limit, else the default runtime) counts
@@ -90,6 +120,8 @@ class Runtimes:
         self._going_queue: dict[str, _Going] = {}
         self._samples_user: dict[tuple[str, str], deque[float]] = {}
         self._samples_queue: dict[str, deque[float]] = {}
+        self._starts_user: dict[tuple[str, str], dict[str, float]] = {}
+        self._starts_queue: dict[str, dict[str, float]] = {}
 
     def started(self, job: Job, now_s: float, sign: int = 1) -> None:
         """A run began (``sign`` -1: a run that began at ``now_s`` stopped). Only runs of
@@ -100,6 +132,12 @@ class Runtimes:
                   self._going_queue.setdefault(str(job.queue), _Going())):
             g.count += sign
             g.starts += sign * now_s
+        for d in (self._starts_user.setdefault((str(job.queue), job.user), {}),
+                  self._starts_queue.setdefault(str(job.queue), {})):
+            if sign > 0:
+                d[str(job.id)] = now_s
+            else:
+                d.pop(str(job.id), None)
 
     def stopped(self, job: Job, started_s: float) -> None:
         self.started(job, started_s, -1)
@@ -117,39 +155,55 @@ class Runtimes:
                   self._samples_queue.setdefault(str(job.queue), deque(maxlen=SAMPLES))):
             d.append(runtime_s)
 
-    def samples(self, job: Job) -> list[float] | None:
-        """The recent runtimes (sorted) the job's expectation is learned from, when its
-        runtime is learned (nothing declared) and at least ``MIN_SAMPLES`` were seen: its
-        queue and user's, else its queue's."""
+    def distribution(self, job: Job, now_s: float | None = None) -> Dist | None:
+        """The job's runtime as a distribution, when it is learned (nothing declared) from
+        ``MIN_SAMPLES`` ends or more: its queue and user's, else its queue's. The recent
+        runtimes that ended and the runs of the same key still going (each at least its age)
+        make a Kaplan-Meier estimate (``survival``): early on only the short runs have ended,
+        and the runs going say how much longer the rest take. What is left past them is put
+        at the run limit, else the default runtime (the prior), or at the longest seen."""
         if job.duration_s is not None:
             return None
-        for d in (self._samples_user.get((str(job.queue), job.user)),
-                  self._samples_queue.get(str(job.queue))):
-            if d is not None and len(d) >= MIN_SAMPLES:
-                return sorted(d)
+        user_key = (str(job.queue), job.user)
+        prior = job.run_limit_s if job.run_limit_s is not None else self.default_runtime_s
+        for ended, going in ((self._samples_user.get(user_key), self._starts_user.get(user_key)),
+                             (self._samples_queue.get(str(job.queue)),
+                              self._starts_queue.get(str(job.queue)))):
+            if ended is None or len(ended) < MIN_SAMPLES:
+                continue
+            ages = [max(0.0, now_s - t) for t in going.values()] \
+                if going and now_s is not None else []
+            return survival(list(ended), ages, prior)
         return None
 
-    def residuals(self, job: Job, age_s: float) -> list[float] | None:
+    def residuals(self, job: Job, age_s: float, now_s: float | None = None) -> Dist | None:
         """What is left of a learned run that has gone ``age_s``, as a distribution: the
-        recent runtimes longer than its age, less its age (each as likely), cut at its run
-        limit. None when its runtime is not learned, or fewer than ``MIN_SAMPLES`` // 2 of
-        those runtimes are longer (a run past most of them: ``remaining`` says)."""
-        got = self.samples(job)
+        ``distribution`` past its age, less its age, cut at its run limit. None when its
+        runtime is not learned, or nothing of it is left past the age (a run past all of it:
+        ``remaining`` says)."""
+        got = self.distribution(job, now_s)
         if got is None:
             return None
-        longer = got[bisect.bisect_right(got, age_s):]
-        if len(longer) < MIN_SAMPLES // 2:
+        left = [(t - age_s, p) for t, p in got if t > age_s]
+        total = sum(p for _, p in left)
+        if total <= 0:
             return None
         cap = job.run_limit_s - age_s if job.run_limit_s is not None else None
-        return [r - age_s if cap is None else min(cap, r - age_s) for r in longer]
+        return [(x if cap is None else min(cap, x), p / total) for x, p in left]
 
-    def quantile(self, job: Job, u: float) -> float | None:
-        """The ``u``-quantile (0..1) of the job's learned runtimes, cut at its run limit;
-        None when not learned from enough runs (see ``samples``)."""
-        got = self.samples(job)
+    def quantile(self, job: Job, u: float, now_s: float | None = None) -> float | None:
+        """The ``u``-quantile (0..1) of the job's learned runtime ``distribution``, cut at its
+        run limit; None when not learned."""
+        got = self.distribution(job, now_s)
         if got is None:
             return None
-        x = got[min(len(got) - 1, int(u * len(got)))]
+        acc = 0.0
+        x = got[-1][0]
+        for t, p in got:
+            acc += p
+            if acc > u:
+                x = t
+                break
         return x if job.run_limit_s is None else min(job.run_limit_s, x)
 
     def _step(self, ema: _Ema | None, runtime_s: float) -> _Ema:
