@@ -6,7 +6,7 @@ from collections.abc import Hashable, Iterable, Mapping, Set
 
 import numpy as np
 
-from gpupool.core import fungibility, preemption
+from gpupool.core import fungibility, lending, preemption
 from gpupool.core.admission import Fit, request_demand, try_admit
 from gpupool.core.cluster import ClusterState
 from gpupool.core.context import (
@@ -27,8 +27,8 @@ from gpupool.core.quota import QueueingStrategy
 from gpupool.core.reasons import Step, step
 from gpupool.core.snapshot import Reservation, Snapshot
 
-__all__ = ["SHARE_HALF_LIFE_S", "Context", "admission_order", "dominant", "fair_key",
-           "release", "request_share", "run_cycle", "schedule"]
+__all__ = ["SHARE_HALF_LIFE_S", "Context", "admission_order", "borrowing_turn", "dominant",
+           "fair_key", "release", "request_share", "run_cycle", "schedule"]
 
 
 def run_cycle(state: ClusterState, pending: Iterable[Job], profile: Profile) -> CycleResult:
@@ -74,7 +74,8 @@ def schedule(ctx: Context, now_s: float) -> CycleResult:
     snap.now_s = now_s
     for q in ctx.queues.queues():
         ctx.history.advance(q, now_s)
-    if ctx.reservation is not None and not _next_in_fair_order(ctx, ctx.reservation.queue):
+    if ctx.reservation is not None and not _next_in_fair_order(ctx, ctx.reservation.queue,
+                                                               _held_for(ctx)):
         ctx.reservation = None  # its queue is no longer first in the fair order: room freed
     snap.reservation = ctx.reservation
     snap.load = ctx.usage.view(snap.table, now_s) if ctx.usage is not None else None
@@ -155,13 +156,18 @@ def _try(ctx: Context, snap: Snapshot, p: Pending, now_s: float, result: CycleRe
         ctx.queues.park(job.id, status)
         result.parks.append(Park(job.id, status))
         return False
+    turn = borrowing_turn(ctx, q, job)
+    if turn is not None:  # not parked: its turn comes with time alone
+        status = Status(Code.UNSCHEDULABLE, (step(Step.QUOTA, turn),))
+        ctx.queues.note(job.id, status)
+        result.parks.append(Park(job.id, status))
+        return False
     if preempt and ctx.tree.queues[q].fungibility.searches_with_preemption:
         choice, status = fungibility.choose(                                # 3. and 4.
             job, q, ctx.tree, snap, ctx.profile, failed,
             lambda only: _plan(ctx, snap, job, q, now_s, no_victims, only))
         if choice is not None and not choice.victims:
-            _admit(ctx, snap, p, choice.fit, now_s, result)                  # 6.
-            return True
+            return _admit_unless_reclaimed(ctx, snap, p, choice.fit, now_s, result)  # 6.
         if choice is not None:
             _preempt(ctx, snap, job, q, list(choice.victims), choice.fit, now_s, result,
                      failed, no_victims)
@@ -169,8 +175,7 @@ def _try(ctx: Context, snap: Snapshot, p: Pending, now_s: float, result: CycleRe
     else:
         fit, status = try_admit(job, q, ctx.tree, snap, ctx.profile, failed)  # 3.
         if fit is not None:
-            _admit(ctx, snap, p, fit, now_s, result)                        # 6.
-            return True
+            return _admit_unless_reclaimed(ctx, snap, p, fit, now_s, result)  # 6.
         if preempt and status.code is not Code.UNRESOLVABLE:                # 4.
             planned = _plan(ctx, snap, job, q, now_s, no_victims)
             if planned is None:
@@ -180,7 +185,7 @@ def _try(ctx: Context, snap: Snapshot, p: Pending, now_s: float, result: CycleRe
                          no_victims)
                 return False
     if ctx.reservation is None and _gpus(job) >= ctx.reserve_min_gpus \
-            and _next_in_fair_order(ctx, q):
+            and _next_in_fair_order(ctx, q, job):
         ctx.reservation = _reserve(ctx, snap, p, now_s)                     # 5.
         if ctx.reservation is not None:
             snap.reservation = ctx.reservation
@@ -189,6 +194,20 @@ def _try(ctx: Context, snap: Snapshot, p: Pending, now_s: float, result: CycleRe
                 ctx.reservation.start_s))
     ctx.queues.park(job.id, status)
     result.parks.append(Park(job.id, status))
+    return False
+
+
+def _admit_unless_reclaimed(ctx: Context, snap: Snapshot, p: Pending, fit: Fit, now_s: float,
+                            result: CycleResult) -> bool:
+    """Admits ``p`` with ``fit`` unless the quota it would borrow is its lender's again soon
+    (``lending.reclaimed_soon``): then it is parked with that reason. True when admitted."""
+    soon = lending.reclaimed_soon(ctx, p, fit, now_s)
+    if soon is None:
+        _admit(ctx, snap, p, fit, now_s, result)
+        return True
+    status = Status(Code.UNSCHEDULABLE, (step(Step.QUOTA, soon),))
+    ctx.queues.park(p.job.id, status)
+    result.parks.append(Park(p.job.id, status))
     return False
 
 
@@ -229,12 +248,51 @@ def _preempt(ctx: Context, snap: Snapshot, job: Job, q: str, victims: list[preem
         Step.PREEMPTION, f"preempting {len(victims)} job(s) to start"),)))
 
 
-def _next_in_fair_order(ctx: Context, q: str) -> bool:
+def borrowing_turn(ctx: Context, q: str, job: Job) -> str | None:
+    """None when ``job`` may be offered now; else why it waits for its queue's turn.
+
+    A large job (``reserve_min_gpus`` or more) that would take its queue above its nominal
+    quota by itself may borrow only if its queue's share held lately (``ShareHistory``), with
+    the job holding the queue at its share with the job for half its expected runtime, is
+    still at most 1 (its fair share): such a job keeps its queue far above its share for as
+    long as it runs, so it goes once the queue has made up for the last one. The fair order
+    alone does not see it: a queue whose 32-GPU gang just ended holds nothing now and comes
+    first at once, and two such gangs back to back at the top priority took team-d three
+    points over its share (issue 15); letting it borrow whenever its share held lately is 1
+    or less still gave 1 to 2 points over. Counting the whole job in the queue's key instead
+    (Kueue's share with the workload considered) starves the large jobs' queue: it compares
+    the queue plus a whole gang with the others plus nothing. A large job within its nominal
+    quota is entitled to go as any job."""
+    if _gpus(job) < ctx.reserve_min_gpus:
+        return None
+    queue = ctx.tree.queues[q]
+    demand = request_demand(job, queue.flavors[0].flavor if queue.flavors else "")
+    if not ctx.tree.borrows(q, demand):
+        return None
+    runtime = ctx.runtimes.expected(job).runtime_s
+    midway = ctx.history.projected(q, ctx.tree.share(q, demand), runtime / 2)
+    if midway <= 1.0:
+        return None
+    return (f"waiting for queue {q}'s turn to borrow: it held {ctx.history.average(q):.2f} "
+            f"of its share lately, {midway:.2f} halfway through this job (a job this large "
+            "borrows once that is 1.00 or less)")
+
+
+def _held_for(ctx: Context) -> Job | None:
+    res = ctx.reservation
+    p = ctx.queues.get(res.job) if res is not None else None
+    return p.job if p is not None else None
+
+
+def _next_in_fair_order(ctx: Context, q: str, job: Job | None = None) -> bool:
     """Whether queue ``q`` comes first in the fair order (lowest ``fair_key``) of the queues
-    with pending jobs in its cohort tree. Only such a queue's gang may hold nodes for later:
+    with pending jobs in its cohort tree, and it is ``job``'s turn if it would borrow
+    (``borrowing_turn``). Only such a queue's gang may hold nodes for later:
     a reservation makes room that nobody else may take, so granting it to a queue above its
     share would let a large job buy capacity beyond the share by waiting (priority orders
     work inside the queue, it never buys room against other queues)."""
+    if job is not None and borrowing_turn(ctx, q, job) is not None:
+        return False
     mine = fair_key(ctx, q)
     root = ctx.tree.cohort_root(q)
     return all(mine <= fair_key(ctx, o) for o in ctx.queues.queues()

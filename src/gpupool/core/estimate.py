@@ -32,15 +32,17 @@ from collections import deque
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from gpupool.core import preemption
+from gpupool.core import lending, preemption
 from gpupool.core.admission import Fit, Vec, try_admit
 from gpupool.core.model import Job, JobId, Placement
 from gpupool.core.placement.framework import Code, Status
+from gpupool.core.runtimes import Dist
 
 if TYPE_CHECKING:
-    from collections.abc import Hashable
+    from collections.abc import Hashable, Set
 
     from gpupool.core.cycle import Context
+    from gpupool.core.preemption import Running
     from gpupool.core.queueing import Pending
     from gpupool.core.snapshot import Snapshot
 
@@ -73,6 +75,9 @@ Arrivals at a steady rate (Poisson) are that quiet by chance less than 1 % of th
 (e^-5); at two gaps it is 14 %, and a queue wrongly taken to have stopped leaves its
 capacity to the others in the forecast, which then start early."""
 
+GOLDEN = 0.6180339887498949
+"""The golden ratio's fraction: ``k * GOLDEN mod 1`` spreads quantiles evenly for any k."""
+
 MAX_EXPECTED_ARRIVALS = 100
 """Expected arrivals a forecast adds per queue at most."""
 
@@ -97,25 +102,37 @@ class Arrivals:
         while d and d[0].submit_time_s < now_s - self.window_s:
             d.popleft()
 
+    def stream(self, queue: str, now_s: float) -> tuple[float, list[Job]] | None:
+        """The mean gap between the queue's recent arrivals and those jobs, when it is
+        submitting steadily (at ``MIN_ARRIVALS`` distinct times or more, spread over a third
+        of the window at least, and not quiet for ``STOPPED_GAPS`` of its gaps); else None."""
+        d = self._recent.get(queue)
+        if not d:
+            return None
+        self._trim(d, now_s)
+        recent = list(d)
+        if len({j.submit_time_s for j in recent}) < MIN_ARRIVALS:
+            return None  # a burst or a few jobs: nothing says more are coming
+        first, last = recent[0].submit_time_s, recent[-1].submit_time_s
+        if last - first < self.window_s / 3:
+            return None
+        # The rate between the first and the last arrival; a queue quiet for longer than
+        # ``STOPPED_GAPS`` of its mean gaps has stopped submitting.
+        gap = (last - first) / sum(1 for j in recent if j.submit_time_s > first)
+        if now_s - last > STOPPED_GAPS * gap:
+            return None
+        return gap, recent
+
     def expected(self, now_s: float, horizon_s: float) -> list[Job]:
         """Jobs expected to arrive from ``now_s`` to ``horizon_s``, per queue evenly spaced at
         its recent rate, each a copy of one of its recent jobs in turn (ids end in ``~k``),
         all in order of arrival."""
         out: list[Job] = []
         for queue in sorted(self._recent):
-            d = self._recent[queue]
-            self._trim(d, now_s)
-            recent = list(d)
-            if len({j.submit_time_s for j in recent}) < MIN_ARRIVALS:
-                continue  # a burst or a few jobs: nothing says more are coming
-            first, last = recent[0].submit_time_s, recent[-1].submit_time_s
-            if last - first < self.window_s / 3:
+            got = self.stream(queue, now_s)
+            if got is None:
                 continue
-            # The rate between the first and the last arrival; a queue quiet for longer than
-            # ``STOPPED_GAPS`` of its mean gaps has stopped submitting.
-            gap = (last - first) / sum(1 for j in recent if j.submit_time_s > first)
-            if now_s - last > STOPPED_GAPS * gap:
-                continue
+            gap, recent = got
             k = 0
             t = now_s + gap
             while t < horizon_s and k < MAX_EXPECTED_ARRIVALS:
@@ -147,11 +164,54 @@ class _End:
 
 def _ending(ctx: Context, now_s: float) -> list[tuple[float, int, _End]]:
     out = []
+    spread: list[tuple[int, Running, Dist]] = []
     for i, r in enumerate(ctx.running.values()):
+        res = ctx.runtimes.residuals(r.job, now_s - r.start_s, now_s)
+        if res is not None:
+            spread.append((i, r, res))
+            continue
         left = ctx.runtimes.remaining(r.job, now_s - r.start_s, now_s)
         at = now_s + left.runtime_s
         out.append((at, i, _End(at, r.job.id, r.queue, r.placements, r.demand, left.basis)))
+    for (i, r, _), left_s in zip(spread, spread_ends([res for _, _, res in spread]),
+                                   strict=True):
+        at = now_s + left_s
+        basis = f"{ctx.runtimes.expected(r.job, now_s).basis}, spread by its recent runtimes"
+        out.append((at, i, _End(at, r.job.id, r.queue, r.placements, r.demand, basis)))
     heapq.heapify(out)
+    return out
+
+
+def spread_ends(residuals: list[Dist]) -> list[float]:
+    """Forecast ends for runs whose remaining time is known only as a distribution (each
+    run's (seconds, probability) points): the k-th end of n at the time by which k - 1/2
+    ends are expected (the sum of the runs' distribution functions), the earliest ends given
+    to the runs with the shortest median residual. Ending every run at its mean instead ends
+    a crowd of them at one instant, and a job waiting for the first few of them is forecast
+    far too late."""
+    n = len(residuals)
+    points = sorted(pt for r in residuals for pt in r)
+    times: list[float] = []
+    acc = 0.0
+    for x, w in points:
+        acc += w
+        while len(times) < n and acc >= len(times) + 0.5:
+            times.append(x)
+    while len(times) < n:
+        times.append(points[-1][0])
+
+    def median(r: Dist) -> float:
+        acc = 0.0
+        for x, w in sorted(r):
+            acc += w
+            if acc >= 0.5:
+                return x
+        return max(r)[0]
+
+    order = sorted(range(n), key=lambda i: (median(residuals[i]), i))
+    out = [0.0] * n
+    for t, i in zip(times, order, strict=True):
+        out[i] = t
     return out
 
 
@@ -194,7 +254,7 @@ def _forecast(ctx: Context, snap: Snapshot, now_s: float, out: dict[JobId, Estim
               coming: list[Job]) -> dict[JobId, Estimate]:
     """The walk over expected ends (see the module), with ``coming`` jobs pending from their
     expected arrival on."""
-    from gpupool.core.cycle import admission_order
+    from gpupool.core.cycle import admission_order, borrowing_turn
     from gpupool.core.cycle import dominant as request_charge
 
     tree = ctx.tree
@@ -207,6 +267,7 @@ def _forecast(ctx: Context, snap: Snapshot, now_s: float, out: dict[JobId, Estim
     t, why = now_s, "fits now"
     steps = 0
     no_victims: dict[str, int] = {}
+    drawn = 0
     try:
         with snap.trial():
             while left and steps < MAX_STEPS:
@@ -219,9 +280,17 @@ def _forecast(ctx: Context, snap: Snapshot, now_s: float, out: dict[JobId, Estim
                     ctx.history.advance(q, t)
                 failed: dict[Hashable, Status] = {}
                 walk = admission_order(ctx, t, active_only=False, only=left | arrived)
+                waiting = _queues_of(ctx, left | arrived)
                 misses = 0
                 while misses < MISSES_PER_STEP and (p := walk.next()) is not None:
+                    if borrowing_turn(ctx, p.queue, p.job) is not None:
+                        misses += 1
+                        walk.offered(False)
+                        continue
                     fit, status = try_admit(p.job, p.queue, tree, snap, ctx.profile, failed)
+                    if fit is not None and lending.reclaimed_soon(
+                            ctx, p, fit, now_s, waiting) is not None:
+                        fit = None  # the cycle does not borrow what is claimed back soon
                     basis = why
                     if fit is None and t == now_s and p.job.id in left \
                             and status.code is not Code.UNRESOLVABLE \
@@ -242,17 +311,24 @@ def _forecast(ctx: Context, snap: Snapshot, now_s: float, out: dict[JobId, Estim
                     # turns in the forecast as they do in the cycles ahead.
                     exp = ctx.runtimes.expected(p.job, now_s)
                     charge = request_charge(ctx, p.queue, fit.demand) * exp.runtime_s
+                    # Runs started here end by the spread of the learned runtimes (quantiles
+                    # in a low-discrepancy sequence), not all at their mean.
+                    drawn += 1
+                    run_s = ctx.runtimes.quantile(p.job, (drawn * GOLDEN) % 1.0, now_s)
+                    if run_s is None:
+                        run_s = exp.runtime_s
                     ctx.ledger.charge(p.queue, p.job.user, charge, now_s)
                     charged.append((p.queue, p.job.user, charge))
                     left.discard(p.job.id)
                     arrived.discard(p.job.id)
+                    waiting = _queues_of(ctx, left | arrived)
                     if ctx.reservation is not None and ctx.reservation.job == p.job.id:
                         snap.reservation = None
                     if p.job.id in out:
                         out[p.job.id] = replace(out[p.job.id], start_s=t, basis=basis)
                     seq += 1
-                    heapq.heappush(ends, (t + exp.runtime_s, seq, _End(
-                        t + exp.runtime_s, p.job.id, p.queue, fit.placements, fit.demand,
+                    heapq.heappush(ends, (t + run_s, seq, _End(
+                        t + run_s, p.job.id, p.queue, fit.placements, fit.demand,
                         f"{exp.basis}, started in this forecast")))
                     walk.offered(True)
                 for q in ctx.queues.queues():
@@ -278,6 +354,16 @@ def _forecast(ctx: Context, snap: Snapshot, now_s: float, out: dict[JobId, Estim
             tree.add(q, d, -1)
         for q, user, charge in reversed(charged):
             ctx.ledger.charge(q, user, -charge, now_s)
+    return out
+
+
+def _queues_of(ctx: Context, jobs: Set[JobId]) -> set[str]:
+    """The queues with a job among ``jobs`` pending in the forecast."""
+    out: set[str] = set()
+    for j in jobs:
+        p = ctx.queues.get(j)
+        if p is not None:
+            out.add(p.queue)
     return out
 
 

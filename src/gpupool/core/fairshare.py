@@ -88,6 +88,11 @@ class ShareHistory:
     def average(self, queue: str) -> float:
         return self._avg.get(queue, 0.0)
 
+    def projected(self, queue: str, share: float, after_s: float) -> float:
+        """The queue's average ``after_s`` from now if it holds ``share`` all that time."""
+        keep = math.exp(-self._rate * max(0.0, after_s))
+        return self.average(queue) * keep + share * (1.0 - keep)
+
     def averages(self) -> dict[str, float]:
         return dict(self._avg)
 

@@ -16,16 +16,59 @@ alone is biased short: the learned runtime is therefore never below the mean age
 same queue and user's runs still going (runs that have not ended count as at least their
 age). The scheduler uses the expectation for the usage it
 charges at admission, for reservations, and for wait estimates.
+
+Besides the average, the last ``SAMPLES`` runtimes per key are kept: the wait estimates spread
+the expected ends of the runs going by that distribution (``distribution``, with the runs
+still going counted as at least their age; ``residuals``, ``quantile``) instead of ending them
+all at the mean, which ends a crowd of runs at one instant while in truth they end one after
+another from the first minute on.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 
 from gpupool.core.model import Job
 
 EMA_WEIGHT = 0.2
 """Weight of each new runtime in the average: about the last ten jobs count."""
+
+SAMPLES = 64
+"""Runtimes kept per key for their distribution: about the last hour of a busy queue."""
+
+MIN_SAMPLES = 4
+"""Runtimes seen ended before their distribution is used; fewer: the mean alone."""
+
+Dist = list[tuple[float, float]]
+"""A distribution of durations: (seconds, probability) points in order, summing to 1."""
+
+
+def survival(ended: list[float], going: list[float], tail_at: float) -> Dist:
+    """Kaplan-Meier: the distribution of runtimes from runs that ``ended`` after their
+    runtime and runs still ``going`` at their age (censored: they take at least that long).
+    The probability left past the last end is put at ``tail_at`` or the longest time seen,
+    whichever is later."""
+    events = sorted([(t, 1) for t in ended] + [(t, 0) for t in going])
+    at_risk = len(events)
+    left = 1.0
+    out: Dist = []
+    i = 0
+    while i < len(events):
+        t = events[i][0]
+        done = gone = 0
+        while i < len(events) and events[i][0] == t:
+            done += events[i][1]
+            gone += 1 - events[i][1]
+            i += 1
+        if done:
+            drop = left * done / at_risk
+            out.append((t, drop))
+            left -= drop
+        at_risk -= done + gone
+    if left > 1e-9:
+        out.append((max(tail_at, events[-1][0]), left))
+    return out
 
 PRIOR_JOBS = 3
 """The runtime assumed before any job ended (the run limit, else the default runtime) counts
@@ -75,6 +118,10 @@ class Runtimes:
         self._by_queue: dict[str, _Ema] = {}
         self._going_user: dict[tuple[str, str], _Going] = {}
         self._going_queue: dict[str, _Going] = {}
+        self._samples_user: dict[tuple[str, str], deque[float]] = {}
+        self._samples_queue: dict[str, deque[float]] = {}
+        self._starts_user: dict[tuple[str, str], dict[str, float]] = {}
+        self._starts_queue: dict[str, dict[str, float]] = {}
 
     def started(self, job: Job, now_s: float, sign: int = 1) -> None:
         """A run began (``sign`` -1: a run that began at ``now_s`` stopped). Only runs of
@@ -85,6 +132,12 @@ class Runtimes:
                   self._going_queue.setdefault(str(job.queue), _Going())):
             g.count += sign
             g.starts += sign * now_s
+        for d in (self._starts_user.setdefault((str(job.queue), job.user), {}),
+                  self._starts_queue.setdefault(str(job.queue), {})):
+            if sign > 0:
+                d[str(job.id)] = now_s
+            else:
+                d.pop(str(job.id), None)
 
     def stopped(self, job: Job, started_s: float) -> None:
         self.started(job, started_s, -1)
@@ -98,6 +151,60 @@ class Runtimes:
         self._by_user[user_key] = self._step(self._by_user.get(user_key), runtime_s)
         self._by_queue[str(job.queue)] = self._step(self._by_queue.get(str(job.queue)),
                                                     runtime_s)
+        for d in (self._samples_user.setdefault(user_key, deque(maxlen=SAMPLES)),
+                  self._samples_queue.setdefault(str(job.queue), deque(maxlen=SAMPLES))):
+            d.append(runtime_s)
+
+    def distribution(self, job: Job, now_s: float | None = None) -> Dist | None:
+        """The job's runtime as a distribution, when it is learned (nothing declared) from
+        ``MIN_SAMPLES`` ends or more: its queue and user's, else its queue's. The recent
+        runtimes that ended and the runs of the same key still going (each at least its age)
+        make a Kaplan-Meier estimate (``survival``): early on only the short runs have ended,
+        and the runs going say how much longer the rest take. What is left past them is put
+        at the run limit, else the default runtime (the prior), or at the longest seen."""
+        if job.duration_s is not None:
+            return None
+        user_key = (str(job.queue), job.user)
+        prior = job.run_limit_s if job.run_limit_s is not None else self.default_runtime_s
+        for ended, going in ((self._samples_user.get(user_key), self._starts_user.get(user_key)),
+                             (self._samples_queue.get(str(job.queue)),
+                              self._starts_queue.get(str(job.queue)))):
+            if ended is None or len(ended) < MIN_SAMPLES:
+                continue
+            ages = [max(0.0, now_s - t) for t in going.values()] \
+                if going and now_s is not None else []
+            return survival(list(ended), ages, prior)
+        return None
+
+    def residuals(self, job: Job, age_s: float, now_s: float | None = None) -> Dist | None:
+        """What is left of a learned run that has gone ``age_s``, as a distribution: the
+        ``distribution`` past its age, less its age, cut at its run limit. None when its
+        runtime is not learned, or nothing of it is left past the age (a run past all of it:
+        ``remaining`` says)."""
+        got = self.distribution(job, now_s)
+        if got is None:
+            return None
+        left = [(t - age_s, p) for t, p in got if t > age_s]
+        total = sum(p for _, p in left)
+        if total <= 0:
+            return None
+        cap = job.run_limit_s - age_s if job.run_limit_s is not None else None
+        return [(x if cap is None else min(cap, x), p / total) for x, p in left]
+
+    def quantile(self, job: Job, u: float, now_s: float | None = None) -> float | None:
+        """The ``u``-quantile (0..1) of the job's learned runtime ``distribution``, cut at its
+        run limit; None when not learned."""
+        got = self.distribution(job, now_s)
+        if got is None:
+            return None
+        acc = 0.0
+        x = got[-1][0]
+        for t, p in got:
+            acc += p
+            if acc > u:
+                x = t
+                break
+        return x if job.run_limit_s is None else min(job.run_limit_s, x)
 
     def _step(self, ema: _Ema | None, runtime_s: float) -> _Ema:
         if ema is None:

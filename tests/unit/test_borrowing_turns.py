@@ -1,0 +1,119 @@
+"""When borrowing is worth a later reclaim (``core.lending``), whose turn it is to borrow
+with a large job (``cycle.borrowing_turn``), and forecast ends spread by the learned runtime
+distribution (``estimate.spread_ends``, ``Runtimes.residuals``)."""
+
+from __future__ import annotations
+
+from gpupool.core.estimate import spread_ends
+from gpupool.core.runtimes import MIN_SAMPLES, Runtimes, survival
+from gpupool.core.scheduler import Scheduler
+from tests.builders import job, node, queue_config, whole
+
+
+def _stream(s: Scheduler, queue: str, times: list[float]) -> None:
+    """One-GPU jobs of ``queue`` submitted at ``times``, each admitted in a cycle at its
+    arrival, the one before ending then."""
+    for i, t in enumerate(times):
+        if i:
+            s.finished(f"{queue}-s{i - 1}", t)
+        s.submit(job(f"{queue}-s{i}", gpu=whole(1), queue=queue, submit=t, duration=290.0), t)
+        s.cycle(t)
+
+
+def test_no_borrowing_of_quota_a_steady_owner_will_claim_back_before_the_job_ends() -> None:
+    """a submits a job every 5 minutes and holds 1 of its 2 GPUs, with nothing pending for
+    the moment; b (at its nominal quota) would borrow a's free GPU for an hour. a's next job,
+    due within minutes, would reclaim it: b waits, and says why."""
+    s = Scheduler([node("n0", gpu=4)], queue_config({"a": 2, "b": 2}))
+    _stream(s, "a", [i * 300.0 for i in range(8)])
+    for i in range(2):
+        s.submit(job(f"b{i}", gpu=whole(1), queue="b", submit=2100.0, duration=3600.0), 2100.0)
+    s.cycle(2100.0)
+    s.submit(job("b-more", gpu=whole(1), queue="b", submit=2110.0, duration=3600.0), 2110.0)
+    r = s.cycle(2110.0)
+    assert not r.binds
+    assert [p.job for p in r.parks] == ["b-more"]
+    assert "a submit for steadily and would reclaim" in r.parks[0].status.message
+
+
+def test_quota_of_an_owner_that_stopped_or_comes_in_bursts_is_lent() -> None:
+    """The same borrower, when the owner submitted one burst (nothing says more is coming):
+    it borrows."""
+    s = Scheduler([node("n0", gpu=4)], queue_config({"a": 2, "b": 2}))
+    for i in range(8):  # a burst at one instant: nothing says more is coming
+        s.submit(job(f"a{i}", gpu=whole(1), queue="a", submit=0.0, duration=10.0), 0.0)
+    for t in (0.0, 60.0, 120.0, 180.0):
+        for jid in list(s._ctx.running):
+            s.finished(jid, t)
+        s.cycle(t)
+    assert not s.queues.has_pending("a")
+    for i in range(3):
+        s.submit(job(f"b{i}", gpu=whole(1), queue="b", submit=200.0, duration=3600.0), 200.0)
+    r = s.cycle(200.0)
+    assert sorted(b.job for b in r.binds) == ["b0", "b1", "b2"]
+
+
+def test_a_gang_that_would_borrow_waits_until_its_queue_has_made_up_for_the_last() -> None:
+    """d's 8-GPU gang (nominal 4) ran for 90 minutes at twice d's share and just ended, so d
+    holds nothing now: by its share now d would go first and take 8 again, while a and b
+    (below their nominal quota) wait. d held more than its share lately: a and b go first,
+    and d's next gang borrows once d's share held lately, run on halfway through the gang at
+    twice its share, is 1 or less."""
+    s = Scheduler([node("n0", gpu=8), node("n1", gpu=8)],
+                  queue_config({"a": 6, "b": 6, "d": 4}))
+    s.submit(job("d-gang", tasks=2, gpu=whole(4), queue="d", duration=5400.0), 0.0)
+    r = s.cycle(0.0)
+    assert [b.job for b in r.binds] == ["d-gang"]
+    for q in ("a", "b"):
+        for i in range(4):
+            s.submit(job(f"{q}{i}", gpu=whole(1), queue=q, submit=1.0, duration=9000.0), 1.0)
+    s.cycle(1.0)
+    s.submit(job("d-gang2", tasks=2, gpu=whole(4), queue="d", submit=3000.0,
+                 duration=3600.0), 3000.0)
+    for q in ("a", "b"):
+        for i in range(4, 6):
+            s.submit(job(f"{q}{i}", gpu=whole(1), queue=q, submit=3000.0, duration=9000.0),
+                     3000.0)
+    s.finished("d-gang", 5400.0)
+    r = s.cycle(5400.0)
+    bound = {b.job for b in r.binds}
+    assert "d-gang2" not in bound
+    assert {"a4", "a5", "b4", "b5"} <= bound
+    parked = {p.job: p.status.message for p in r.parks}
+    assert "waiting for queue d's turn to borrow: it held 1.29 of its share" in \
+        parked["d-gang2"]
+    for i in range(4):
+        s.finished(f"a{i}", 9000.0)
+        s.finished(f"b{i}", 9000.0)
+    r = s.cycle(9000.0)  # d held 0.65 of its share lately, 1.04 halfway through the gang
+    assert not r.binds
+    r = s.cycle(12_600.0)  # 0.32 lately, 0.81 halfway: the gang goes
+    assert [b.job for b in r.binds] == ["d-gang2"]
+
+
+def test_spread_ends_ends_a_crowd_one_after_another_not_all_at_the_mean() -> None:
+    """Ten runs whose remaining time is uniform on 0..1000 s: ended at their mean they would
+    all end at 500 s; spread, the first ends near the start and the last near the end."""
+    uniform = [(float(x), 1 / 21) for x in range(0, 1001, 50)]
+    ends = sorted(spread_ends([uniform] * 10))
+    assert ends[0] <= 100 and ends[-1] >= 900
+    # The run with the shortest remaining times ends first.
+    out = spread_ends([[(float(x), 1 / 11) for x in range(0, 101, 10)], *[uniform] * 3])
+    assert out[0] == min(out)
+
+
+def test_learned_runtimes_count_the_runs_still_going_as_at_least_their_age() -> None:
+    """Four short runs ended (10 min) while four others have run 50 minutes and go on: the
+    runtime is not "10 minutes" but half 10 minutes, half at least 50 (put at the prior, the
+    1 h default runtime); a run of age 30 minutes has 30 minutes left."""
+    r = Runtimes(3600.0)
+    j = job("x", queue="a")
+    for k in range(MIN_SAMPLES):
+        r.started(job(f"long{k}", queue="a"), 0.0)
+        r.observe(j, 600.0)
+    assert r.distribution(j, 3000.0) == [(600.0, 0.5), (3600.0, 0.5)]
+    assert r.residuals(j, 1800.0, 3000.0) == [(1800.0, 1.0)]
+    assert r.residuals(j, 3600.0, 3000.0) is None  # past all of it: the mean's rule says
+    assert r.residuals(job("d", queue="a", duration=100.0), 0.0, 3000.0) is None  # declared
+    assert r.quantile(j, 0.2, 3000.0) == 600.0 and r.quantile(j, 0.7, 3000.0) == 3600.0
+    assert survival([1.0, 2.0], [], 9.0) == [(1.0, 0.5), (2.0, 0.5)]
