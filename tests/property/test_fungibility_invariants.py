@@ -70,7 +70,7 @@ def streams(draw: st.DrawFn, queues: int) -> list[tuple[float, Job]]:
 
 def check(s: Scheduler, result: CycleResult, jobs: dict[str, Job]) -> None:
     milli: dict[tuple[str, int], int] = defaultdict(int)
-    for p in s.state.placements():
+    for p in s._state.placements():
         for sh in p.shares:
             milli[(str(p.node), sh.index)] += sh.gpu_milli
     assert all(v <= 1000 for v in milli.values()), milli
@@ -91,7 +91,7 @@ def check(s: Scheduler, result: CycleResult, jobs: dict[str, Job]) -> None:
         form = chosen(jobs[b.job], b.alternative)  # KeyError: not one of its forms
         cards = sum(len(p.shares) for p in b.placements)
         assert cards == form.pod_sets[0].gpu.count, (b.job, b.alternative, cards)
-        models = {s.state.table.nodes[s.state.table.row(p.node)].gpus[sh.index].model
+        models = {s._state.table.nodes[s._state.table.row(p.node)].gpus[sh.index].model
                   for p in b.placements for sh in p.shares}
         assert models <= form.pod_sets[0].gpu.models, (b.job, models)
     for e in result.evicts:

@@ -46,7 +46,7 @@ def test_quota_of_an_owner_that_stopped_or_comes_in_bursts_is_lent() -> None:
         for jid in list(s._ctx.running):
             s.finished(jid, t)
         s.cycle(t)
-    assert not s.queues.has_pending("a")
+    assert not s._queues.has_pending("a")
     for i in range(3):
         s.submit(job(f"b{i}", gpu=whole(1), queue="b", submit=200.0, duration=3600.0), 200.0)
     r = s.cycle(200.0)

@@ -62,8 +62,6 @@ def test_node_use_values_cards_as_the_core_does() -> None:
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "gpupool"
 INSIDE = re.compile(r"\b(?:sched|scheduler|sched2)\.(tree|_state|_tree|_queues|_ctx)\b")
-STILL_READS_THE_TREE = {"sim/scenario.py"}
-"""Callers not yet moved to the queries (issue 12, item 6 moves the scenario's quota check)."""
 
 
 def test_adapters_ask_the_scheduler_and_do_not_reach_inside() -> None:
@@ -77,5 +75,4 @@ def test_adapters_ask_the_scheduler_and_do_not_reach_inside() -> None:
         hits = sorted({m.group(1) for m in INSIDE.finditer(path.read_text())})
         if hits:
             found[rel] = hits
-    assert {f for f, h in found.items() if h != ["tree"]} == set(), found
-    assert set(found) <= STILL_READS_THE_TREE, found
+    assert found == {}, found

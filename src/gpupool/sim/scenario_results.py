@@ -3,13 +3,14 @@ each queue and user over time. The report (``scenario_report.py``) turns it into
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
-from gpupool.core.admission import QuotaTree
+from gpupool.core.admission import Key
 from gpupool.core.model import WHOLE_GPU_MILLI, Job, JobId
 from gpupool.core.quota import Resource
 from gpupool.sim.scenario_model import Scenario
@@ -109,7 +110,16 @@ class RunResult:
 
 
 
-def gpu_entitlement(tree: QuotaTree, cq: str) -> tuple[float, int]:
+class QuotaFigures(Protocol):
+    """Where a ClusterQueue's entitlement and nominal quota are read: the Scheduler's
+    queries (or a quota tree)."""
+
+    def entitled(self, cq: str, /) -> Mapping[Key, float]: ...
+
+    def nominal(self, cq: str, /) -> Mapping[Key, int]: ...
+
+
+def gpu_entitlement(tree: QuotaFigures, cq: str) -> tuple[float, int]:
     """(weighted fair share, nominal) of GPUs of a ClusterQueue, summed over flavors, in
     milli-GPU. A flavor whose quota names ``gpu_milli`` and not ``gpu`` counts that."""
     entitled = tree.entitled(cq)

@@ -110,12 +110,12 @@ class ScenarioRun:
         self.used_flavor: dict[tuple[str, str], int] = {}  # GPU milli per (queue, flavor)
         self.nominal_flavor: dict[tuple[str, str], int] = {}
         for q in self.queues:
-            for (f, res), v in self.sched.tree.nominal(q).items():
+            for (f, res), v in self.sched.nominal(q).items():
                 milli = v * WHOLE_GPU_MILLI if res is Resource.GPU else \
                     v if res is Resource.GPU_MILLI else 0
                 self.nominal_flavor[(q, f)] = max(self.nominal_flavor.get((q, f), 0), milli)
         for q in self.queues:
-            e, n = gpu_entitlement(self.sched.tree, q)
+            e, n = gpu_entitlement(self.sched, q)
             self.entitled[q] = e
             self.nominal[q] = n
         self.first_submit: dict[str, float] = {}
