@@ -15,6 +15,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from gpupool.api.models.base import SCHEMAS, name_schemas, schema_names
 from gpupool.cloud.spec import load_cloud
 from gpupool.config import load_cluster, load_documents
 from gpupool.control import Clock, ControlPlane
@@ -153,3 +156,38 @@ def test_every_route_declares_the_shape_it_answers_with(tmp_path: Path) -> None:
     assert {"submitTime", "submitTimeSeconds", "pendingReason", "placements"} <= set(job)
     assert spec["components"]["schemas"]["Card"]["required"][:3] == ["index", "model",
                                                                      "memoryMib"]
+
+
+def _refs(value: Any) -> list[str]:
+    if isinstance(value, dict):
+        own = [value["$ref"]] if isinstance(value.get("$ref"), str) else []
+        return own + [r for v in value.values() for r in _refs(v)]
+    if isinstance(value, list):
+        return [r for v in value for r in _refs(v)]
+    return []
+
+
+def test_models_named_apart_from_the_core_keep_their_names_in_the_document(
+        tmp_path: Path) -> None:
+    """``JobView`` (the core has ``Job``) and the other models named apart are still ``Job``,
+    ``ClusterQueue``, ... in ``/openapi.json``, as docs/serve.md names them; every reference
+    leads to a schema of the document."""
+    apart = schema_names()
+    assert {"JobView": "Job", "ClusterQueueView": "ClusterQueue", "TaintView": "Taint",
+            "CloudView": "Cloud", "ClaimRequestsView": "ClaimRequests"}.items() <= apart.items()
+    plane = _plane(tmp_path, Wall(START), speed=1.0)
+    spec = client(plane).get("/openapi.json", headers=auth(ADMIN)).json()
+    schemas = spec["components"]["schemas"]
+    assert set(apart) & set(schemas) == set()
+    assert set(apart.values()) <= set(schemas)
+    assert all(schemas[name]["title"] == name for name in apart.values())
+    dangling = {r for r in _refs(spec) if r.removeprefix(SCHEMAS) not in schemas}
+    assert dangling == set()
+    assert schemas["NodeView"]["properties"]["taints"]["items"] == {"$ref": SCHEMAS + "Taint"}
+
+
+def test_two_schemas_for_one_document_name_are_refused() -> None:
+    spec = {"components": {"schemas": {"Job": {"title": "Job"},
+                                       "JobView": {"title": "JobView"}}}}
+    with pytest.raises(ValueError, match="'JobView' would be named 'Job'"):
+        name_schemas(spec)

@@ -9,7 +9,7 @@ import asyncio
 import time
 from typing import Any
 
-from gpupool.k8s.binding import Binder, BindItem, BindOutcome
+from gpupool.k8s.binding import BindItem, BindOutcome, PodBinder
 from gpupool.k8s.hami.devices import VGPU_NODE
 from gpupool.k8s.kube import KubeError
 from gpupool.k8s.nodelock import LOCK_ANNOTATION, NodeLocks, format_lock
@@ -52,7 +52,7 @@ def test_the_label_is_written_while_the_pod_waits_not_under_the_lock() -> None:
         kube = ScriptedKube(lambda m, p, b: node())
         locks = NodeLocks(kube, lambda name: node(), exists, clock=time.time)  # type: ignore[arg-type]
         host = Host()
-        binder = Binder(kube, locks, host, lock_poll_s=30)  # type: ignore[arg-type]
+        binder = PodBinder(kube, locks, host, lock_poll_s=30)  # type: ignore[arg-type]
         binder.submit(item("p"))
         await asyncio.sleep(0.05)
         assert binder.lock_waits == 1
@@ -89,7 +89,7 @@ def test_a_label_patch_refused_ahead_is_the_binds_answer() -> None:
         kube = ScriptedKube(answer)
         locks = NodeLocks(kube, lambda name: None, exists, clock=time.time)  # type: ignore[arg-type]
         host = Host()
-        binder = Binder(kube, locks, host)  # type: ignore[arg-type]
+        binder = PodBinder(kube, locks, host)  # type: ignore[arg-type]
         binder.submit(item("p"))
         await asyncio.sleep(0.05)
         assert host.outcomes == {"team-a/p": BindOutcome.GONE}
@@ -121,7 +121,7 @@ def test_a_locked_bind_does_not_wait_behind_other_writes_permits() -> None:
         kube = StuckKube()
         locks = NodeLocks(kube, lambda name: None, exists, clock=time.time)  # type: ignore[arg-type]
         host = Host()
-        binder = Binder(kube, locks, host, concurrency=1)  # type: ignore[arg-type]
+        binder = PodBinder(kube, locks, host, concurrency=1)  # type: ignore[arg-type]
         binder.submit(BindItem("team-a/stuck", "uid-s", "n2", {}, lock=False))
         await asyncio.sleep(0.02)
         binder.submit(BindItem("team-a/p", "uid-p", "n1", {}, lock=True))
@@ -151,7 +151,7 @@ def test_the_next_pods_label_is_written_while_the_one_before_holds_the_lock() ->
         locks = NodeLocks(kube, lambda name: locked_node(state["lock"]), exists,  # type: ignore[arg-type]
                           clock=time.time)
         host = Host()
-        binder = Binder(kube, locks, host, lock_poll_s=30)  # type: ignore[arg-type]
+        binder = PodBinder(kube, locks, host, lock_poll_s=30)  # type: ignore[arg-type]
         for name in ("a", "b", "c", "d"):
             binder.submit(item(name))
         await asyncio.sleep(0.05)

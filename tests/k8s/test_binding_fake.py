@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from gpupool.k8s.binding import Binder, BindItem, BindOutcome
+from gpupool.k8s.binding import BindItem, BindOutcome, PodBinder
 from gpupool.k8s.controller import Controller, Options
 from gpupool.k8s.kube import KubeError
 from gpupool.k8s.main import default_config
@@ -174,7 +174,7 @@ def test_eviction_uses_policy_v1_where_discovery_lists_it() -> None:
 
     async def body() -> None:
         kube = ScriptedKube(answer)
-        binder = Binder(kube, None, None)  # type: ignore[arg-type]
+        binder = PodBinder(kube, None, None)  # type: ignore[arg-type]
         assert await binder.evict("team-a/v", "test", lambda key: None)
         (eviction,) = kube.posts("/eviction")
         assert eviction["apiVersion"] == "policy/v1"
@@ -270,7 +270,7 @@ def test_binder_waits_for_the_lock_then_binds() -> None:
         kube = ScriptedKube(lambda m, p, b: node())
         locks = NodeLocks(kube, lambda name: node(), exists, clock=time.time)  # type: ignore[arg-type]
         host = RecordingHost()
-        binder = Binder(kube, locks, host, lock_poll_s=30)  # type: ignore[arg-type]
+        binder = PodBinder(kube, locks, host, lock_poll_s=30)  # type: ignore[arg-type]
         binder.submit(BindItem("team-a/p", "uid-p", "n1"))
         await asyncio.sleep(0.05)
         assert kube.posts("/binding") == [] and binder.lock_waits == 1

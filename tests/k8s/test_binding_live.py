@@ -20,7 +20,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from gpupool.k8s.binding import Binder
+from gpupool.k8s.binding import PodBinder
 from gpupool.k8s.kube import Kube, KubeError
 from gpupool.k8s.main import default_config
 from gpupool.k8s.nodelock import LOCK_ANNOTATION, NodeLocks
@@ -218,12 +218,12 @@ def test_required_node_affinity_is_honoured(control_plane: ControlPlane) -> None
     live(control_plane, body)
 
 
-async def _binder(kube: Kube) -> Binder:
+async def _binder(kube: Kube) -> PodBinder:
     async def exists(ns: str, name: str) -> bool:
         return True
 
     locks = NodeLocks(kube, lambda n: None, exists, clock=time.time)
-    return Binder(kube, locks, RecordingHost())
+    return PodBinder(kube, locks, RecordingHost())
 
 
 def test_same_name_replacement_pod_is_never_bound_with_a_stale_decision(

@@ -16,7 +16,7 @@ from gpupool.k8s.kube import KubeError
 from gpupool.k8s.nodeagent import hami
 from gpupool.k8s.nodeagent.hami import Device
 from gpupool.k8s.nodeagent.kubelet import admit, node_affinity_matches, pod_requests
-from gpupool.k8s.nodeagent.ledger import Card, ContainerAllocation, Ledger
+from gpupool.k8s.nodeagent.ledger import ContainerAllocation, Ledger, RegisteredCard
 from gpupool.k8s.nodeagent.plugin import AllocateError, HamiDevicePlugin, cards_of
 
 NODE = "gpu-1"
@@ -277,7 +277,7 @@ def alloc(pod: str, uuid: str, mib: int, served: str | None = None) -> Container
 
 def test_ledger_counts_swaps_misdirections_and_cards_over_their_limits() -> None:
     ledger = Ledger()
-    ledger.set_cards(NODE, [Card("GPU-0", 2, 10000), Card("GPU-1", 10, 10000)])
+    ledger.set_cards(NODE, [RegisteredCard("GPU-0", 2, 10000), RegisteredCard("GPU-1", 10, 10000)])
     ledger.begin("p", "ns/p", NODE, frozenset({"GPU-0"}))
     ledger.allocated(alloc("p", "GPU-0", 4000))
     ledger.admit("p")
@@ -297,7 +297,7 @@ def test_ledger_counts_swaps_misdirections_and_cards_over_their_limits() -> None
 
 def test_ended_pods_free_their_share_of_a_card() -> None:
     ledger = Ledger()
-    ledger.set_cards(NODE, [Card("GPU-0", 1, 10000)])
+    ledger.set_cards(NODE, [RegisteredCard("GPU-0", 1, 10000)])
     for name in ("a", "b"):
         ledger.begin(name, f"ns/{name}", NODE, frozenset({"GPU-0"}))
         ledger.allocated(alloc(name, "GPU-0", 5000))
@@ -309,10 +309,10 @@ def test_ended_pods_free_their_share_of_a_card() -> None:
 def test_cards_are_read_from_either_register_form() -> None:
     reg = json.dumps([{"id": "GPU-a", "count": 10, "devmem": 40960}])
     assert cards_of({"metadata": {"annotations": {hami.REGISTER: reg}}}) == [
-        Card("GPU-a", 10, 40960)]
+        RegisteredCard("GPU-a", 10, 40960)]
     colon = "GPU-a,10,40960,100,A100,0,true:GPU-b,4,81920,100,H100,0,true:"
     assert cards_of({"metadata": {"annotations": {hami.REGISTER: colon}}}) == [
-        Card("GPU-a", 10, 40960), Card("GPU-b", 4, 81920)]
+        RegisteredCard("GPU-a", 10, 40960), RegisteredCard("GPU-b", 4, 81920)]
 
 
 @pytest.mark.parametrize(("kwargs", "text"), [
@@ -331,7 +331,7 @@ def test_bench_refuses_bad_node_side_options(kwargs: dict[str, Any], text: str) 
 
 def test_init_containers_hold_a_card_only_before_the_app_containers() -> None:
     ledger = Ledger()
-    ledger.set_cards(NODE, [Card("GPU-0", 2, 10000)])
+    ledger.set_cards(NODE, [RegisteredCard("GPU-0", 2, 10000)])
     ledger.begin("p", "ns/p", NODE, frozenset({"GPU-0"}))
     for name, mib, init in (("warm", 8000, True), ("c0", 4000, False), ("c1", 4000, False)):
         ledger.allocated(ContainerAllocation(

@@ -34,6 +34,7 @@ from gpupool.api.auth import Tokens
 from gpupool.api.body import MAX_BODY_BYTES
 from gpupool.api.errors import RESPONSES, install
 from gpupool.api.headers import SecurityHeaders
+from gpupool.api.models.base import name_schemas
 from gpupool.api.observe import Observe
 from gpupool.api.routers import (
     cluster,
@@ -86,6 +87,7 @@ def _declare_request_models(app: FastAPI) -> None:
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
             spec = build()
+            name_schemas(spec)  # the document keeps its names (``Wire.schema_name``)
             spec.setdefault("components", {}).setdefault("schemas", {}).update(jobs.COMPONENTS)
         return app.openapi_schema or build()
 

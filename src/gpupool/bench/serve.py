@@ -63,7 +63,9 @@ SERVER_COMMAND = (sys.executable, "-m", "gpupool.cli")
 
 
 @dataclass(slots=True)
-class Sample:
+class BacklogSample:
+    """The server's backlog at one instant of the run (seconds from its start)."""
+
     t: float
     pending: int
     admissible: int
@@ -83,7 +85,7 @@ class ServeBenchResult:
     load_wall_s: float
     latencies_ms: np.ndarray
     queued_ms: np.ndarray
-    samples: list[Sample]
+    samples: list[BacklogSample]
     admitted: int
     cycles: int
     decision_ms_p99: float | None
@@ -366,7 +368,7 @@ async def _drive(server: Server, bodies: list[bytes], rate: float, concurrency: 
     latencies = np.full(n, np.nan)
     queued = np.zeros(n)
     codes: dict[str, int] = {}
-    samples: list[Sample] = []
+    samples: list[BacklogSample] = []
     done = 0
     # idle connections are dropped well before the server's keep-alive timeout (5 s), so a
     # request never races the server closing its connection
@@ -394,13 +396,13 @@ async def _drive(server: Server, bodies: list[bytes], rate: float, concurrency: 
             codes[kind] = codes.get(kind, 0) + 1
             done += 1
 
-        async def backlog() -> Sample | None:
+        async def backlog() -> BacklogSample | None:
             try:
                 r = await client.get("/api/v1/clusterqueues")
                 pending, admissible = admissible_backlog(r.json()["items"])
             except (httpx.HTTPError, KeyError, ValueError):
                 return None
-            return Sample(loop.time() - start, pending, admissible)
+            return BacklogSample(loop.time() - start, pending, admissible)
 
         async def sample_loop(stop: asyncio.Event) -> None:
             while True:

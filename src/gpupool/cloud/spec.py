@@ -9,7 +9,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BeforeValidator, Field
 
-from gpupool.config.cluster import GpuSpec, NodePoolSpec, TaintSpec, pool_nodes
+from gpupool.config.cluster import NodeGpuSpec, NodePoolSpec, TaintSpec, pool_nodes
 from gpupool.config.documents import (
     NAME_RULE,
     Document,
@@ -55,7 +55,7 @@ class CloudPoolSpec(Strict):
     memory: Quantity
     labels: dict[str, str] = Field(default_factory=dict)
     taints: list[TaintSpec] = Field(default_factory=list)
-    gpus: GpuSpec
+    gpus: NodeGpuSpec
 
 
 class StockoutSpec(Strict):

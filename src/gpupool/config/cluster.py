@@ -100,7 +100,9 @@ class TemplateSpec(Strict):
     memory: Quantity
 
 
-class GpuSpec(Strict):
+class NodeGpuSpec(Strict):
+    """A node's cards in the cluster file (a job's GPU request is ``config.jobs.GpuSpec``)."""
+
     model: str = Field(min_length=1)
     count: int = Field(ge=1)
     memory: Quantity
@@ -123,7 +125,7 @@ class NodePoolSpec(Strict):
     memory: Quantity
     labels: dict[str, str] = Field(default_factory=dict)
     taints: list[TaintSpec] = Field(default_factory=list)
-    gpus: GpuSpec | None = None
+    gpus: NodeGpuSpec | None = None
     schedulable: bool = True
 
 
@@ -218,7 +220,7 @@ def pool_nodes(doc: Document, at: str, pool: NodePoolSpec) -> list[Node]:
     return nodes
 
 
-def _device(doc: Document, at: str, gpus: GpuSpec) -> DeviceClass:
+def _device(doc: Document, at: str, gpus: NodeGpuSpec) -> DeviceClass:
     """The vendor's default class with the fields the pool states put over it."""
     try:
         base = vendor_class(gpus.vendor)
@@ -257,7 +259,7 @@ def _device(doc: Document, at: str, gpus: GpuSpec) -> DeviceClass:
     return device
 
 
-def _nvlink(doc: Document, at: str, gpus: GpuSpec) -> list[tuple[int, ...]]:
+def _nvlink(doc: Document, at: str, gpus: NodeGpuSpec) -> list[tuple[int, ...]]:
     count = gpus.count
     if gpus.nvlink == "mesh":
         return [tuple(p for p in range(count) if p != g) for g in range(count)]
@@ -269,7 +271,7 @@ def _nvlink(doc: Document, at: str, gpus: GpuSpec) -> list[tuple[int, ...]]:
     return [() for _ in range(count)]
 
 
-def _mig(doc: Document, at: str, gpus: GpuSpec, card_mib: int) -> tuple[MigInstance, ...]:
+def _mig(doc: Document, at: str, gpus: NodeGpuSpec, card_mib: int) -> tuple[MigInstance, ...]:
     if not gpus.mig:
         return ()
     out: list[MigInstance] = []

@@ -24,7 +24,7 @@ from gpupool.core.errors import NotFoundError
 from gpupool.core.model import JobId, Node, NodeName, Placement
 from gpupool.core.provisioning import REQUEST_LABEL
 from gpupool.core.quota import Resource
-from gpupool.store import Event
+from gpupool.store import EventRow
 
 Visible = Callable[[str], bool]
 HIDDEN = "(another tenant)"
@@ -249,7 +249,7 @@ def job_view(plane: ControlPlane, rec: JobRecord,
                 "spec": doc.get("spec", {}), "status": _status(plane, rec, est)}
 
 
-def event_view(e: Event) -> dict[str, Any]:
+def event_view(e: EventRow) -> dict[str, Any]:
     """One event: when it was written (RFC 3339, the wall clock) and the cluster's seconds
     then."""
     return {"seq": e.seq, "time": rfc3339(e.wall), "timeSeconds": round(e.time_s, 3),

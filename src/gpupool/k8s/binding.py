@@ -59,7 +59,7 @@ from gpupool.k8s.kube import MERGE_PATCH, Kube, KubeError
 from gpupool.k8s.nodelock import LockBusy, NodeLocks
 from gpupool.k8s.wakeup import wait_event
 
-__all__ = ["BindItem", "BindOutcome", "Binder", "BinderHost", "RetryPolicy"]
+__all__ = ["BindItem", "BindOutcome", "BinderHost", "PodBinder", "RetryPolicy"]
 
 log = logging.getLogger("gpupool.k8s.binding")
 
@@ -120,7 +120,11 @@ class BinderHost(Protocol):
         informer last saw it."""
 
 
-class Binder:
+class PodBinder:
+    """Binds pods for the scheduler: the Binding subresource and HAMi's annotations, one
+    allocating pod per node under HAMi's node lock (the core's ``elastic.Binder`` binds
+    ElasticGPUClaims, another thing)."""
+
     def __init__(self, kube: Kube, locks: NodeLocks, host: BinderHost, *,
                  concurrency: int = 64, retry: RetryPolicy = RetryPolicy(),
                  annotate_first: bool = False, lock_poll_s: float = 1.0) -> None:

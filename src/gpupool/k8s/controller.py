@@ -40,7 +40,7 @@ from gpupool.core.usage import LoadSettings
 from gpupool.k8s import projection, slim
 from gpupool.k8s.admit import PodAdmission
 from gpupool.k8s.bindhost import BindHost
-from gpupool.k8s.binding import Binder, RetryPolicy
+from gpupool.k8s.binding import PodBinder, RetryPolicy
 from gpupool.k8s.constraints import Constraints
 from gpupool.k8s.decisions import Decisions
 from gpupool.k8s.extended import ExtendedLedger
@@ -52,7 +52,7 @@ from gpupool.k8s.lease_thread import LeaseThread
 from gpupool.k8s.migledger import MigLedger
 from gpupool.k8s.namespaces import NAMESPACES, Namespaces, listable
 from gpupool.k8s.nodelock import LOCK_EXPIRE_S, NodeLocks
-from gpupool.k8s.noderesources import NodeResources
+from gpupool.k8s.noderesources import ExtendedAndMigResources
 from gpupool.k8s.nodes import NodeEvents
 from gpupool.k8s.pods import PodEvents
 from gpupool.k8s.podview import NodeUsage, reduce
@@ -132,8 +132,8 @@ class Stats:
     bound_at: dict[str, float] = field(default_factory=dict)  # pod key -> wall time bound
 
 
-class Controller(PodEvents, PodAdmission, NodeEvents, Decisions, NodeResources, Rebuild,
-                 BindHost):
+class Controller(PodEvents, PodAdmission, NodeEvents, Decisions, ExtendedAndMigResources,
+                 Rebuild, BindHost):
     def __init__(self, kube: Kube, config: QueueConfig, options: Options = Options(), *,
                  clock: Callable[[], float] = time.time) -> None:
         self.kube = kube
@@ -198,7 +198,7 @@ class Controller(PodEvents, PodAdmission, NodeEvents, Decisions, NodeResources, 
             writes_per_s=options.status_writes_per_s, concurrency=options.status_concurrency)
         self.locks = NodeLocks(kube, self.node_informer.cache.get, self._pod_exists,
                                expire_s=options.lock_expire_s, clock=clock)
-        self.binder = Binder(kube, self.locks, self, concurrency=options.bind_concurrency,
+        self.binder = PodBinder(kube, self.locks, self, concurrency=options.bind_concurrency,
                              retry=RetryPolicy(deadline_s=options.bind_retry_s),
                              annotate_first=options.annotate_first)
         # attached by k8s/main.py (attach): Elastic GPU objects, queued provisioning

@@ -22,12 +22,12 @@ from gpupool.k8s.parts import ControllerParts
 from gpupool.k8s.podview import pod_usage
 from gpupool.k8s.translate import TranslateError
 
-__all__ = ["NodeResources"]
+__all__ = ["ExtendedAndMigResources"]
 
 log = logging.getLogger("gpupool.k8s")
 
 
-class NodeResources(ControllerParts):
+class ExtendedAndMigResources(ControllerParts):
     """Extended resources and MIG instances (mixed into the controller)."""
 
     def _asks(self, key: str, pod: Mapping[str, Any]) -> dict[str, int]:

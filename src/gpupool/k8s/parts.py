@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from gpupool.core.model import JobId, Node, Placement
     from gpupool.core.quota import QueueConfig
     from gpupool.core.scheduler import Scheduler
-    from gpupool.k8s.binding import Binder, BindItem
+    from gpupool.k8s.binding import BindItem, PodBinder
     from gpupool.k8s.constraints import Constraints
     from gpupool.k8s.extended import ExtendedLedger
     from gpupool.k8s.hami.mig import MigAllocation
@@ -68,7 +68,7 @@ class ControllerParts:
         node_informer: Informer
         pod_informer: Informer
         status: StatusWriter
-        binder: Binder
+        binder: PodBinder
         elastic: ElasticHook | None
         provisioning: ProvisioningHook | None
         switcher: FormSwitcher

@@ -36,7 +36,7 @@ from gpupool.k8s.replay_objects import (
     CARD_MIB,
     SENTINEL,
     SENTINEL_UID,
-    Template,
+    JsonTemplate,
     realistic_node,
     realistic_pod,
 )
@@ -81,7 +81,7 @@ class ReplayServer:
                                                                       "pods": set()}
         self.lease: dict[str, Any] | None = None
         self.events: dict[str, dict[str, Any]] = {}
-        self._templates: dict[str, Template] = {}
+        self._templates: dict[str, JsonTemplate] = {}
         self._node_text: dict[int, bytes] = {}
         own_bound = (pods - pending) // 4
         self.own_bound = min(own_bound, nodes * max(0, gpus - 2))
@@ -134,7 +134,7 @@ class ReplayServer:
         if tpl is None:
             sample = self._make_pod_as(kind, SENTINEL, node and "@NODE@",
                                        place and "@PLACE@")
-            tpl = self._templates[kind] = Template(_dumps(sample))
+            tpl = self._templates[kind] = JsonTemplate(_dumps(sample))
         return tpl.fill({"pod-999999": name, "team-49": ns, SENTINEL_UID: str(uuid.UUID(
             int=i + 1)), "@NODE@": node, "@PLACE@": json.dumps(place)[1:-1]}).encode()
 

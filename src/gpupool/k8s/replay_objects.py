@@ -5,7 +5,7 @@ The objects are shaped as a kubelet, kube-controller-manager and ``kubectl apply
 containers with env, mounts, probes and ports, projected volumes, container statuses): a
 Pod is about 29 KB of JSON, a Node about 19 KB (images, addresses, nodeInfo, HAMi's
 register annotation). The replay server builds them from one template per kind
-(:class:`Template`), with the name, namespace, UID, node and placement put in.
+(:class:`JsonTemplate`), with the name, namespace, UID, node and placement put in.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import re
 import uuid
 from typing import Any
 
-__all__ = ["CARD_MIB", "GPU_MODEL", "SENTINEL", "SENTINEL_UID", "Template", "realistic_node",
+__all__ = ["CARD_MIB", "GPU_MODEL", "SENTINEL", "SENTINEL_UID", "JsonTemplate", "realistic_node",
            "realistic_pod"]
 
 GPU_MODEL = "NVIDIA-A100-SXM4-80GB"
@@ -165,7 +165,7 @@ SENTINEL = 999999
 SENTINEL_UID = str(uuid.UUID(int=SENTINEL + 1))
 
 
-class Template:
+class JsonTemplate:
     """A JSON text cut at its placeholders once, filled by one join per object."""
 
     def __init__(self, text: str) -> None:

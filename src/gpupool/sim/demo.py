@@ -175,7 +175,9 @@ def describe_request(job: Job) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class Holder:
+class CardHold:
+    """One job's hold on a card at one of the demo's moments."""
+
     job: str
     milli: int
     mib: int
@@ -188,7 +190,7 @@ class CardView:
     model: str
     memory_mib: int
     mig_slots: int  # instances a MIG card offers (0: not partitioned)
-    holders: tuple[Holder, ...]
+    holders: tuple[CardHold, ...]
 
     @property
     def used_milli(self) -> int:
@@ -197,7 +199,9 @@ class CardView:
 
 
 @dataclass(frozen=True, slots=True)
-class NodeView:
+class NodeMoment:
+    """One node at one of the demo's moments: its cards, CPU and jobs."""
+
     name: str
     cards: tuple[CardView, ...]
     cpu_used_milli: int
@@ -212,7 +216,7 @@ class Moment:
     gpu_total_milli: int
     running: int
     pending: tuple[tuple[str, str], ...]  # (job, its latest reason)
-    nodes: tuple[NodeView, ...]
+    nodes: tuple[NodeMoment, ...]
     label: str = ""
 
 
@@ -257,20 +261,20 @@ def _moment(engine: Engine) -> Moment:
     views = []
     for node in state.nodes():
         placements = state.placements_on(node.name)
-        by_card: dict[int, list[Holder]] = {g.index: [] for g in node.gpus}
+        by_card: dict[int, list[CardHold]] = {g.index: [] for g in node.gpus}
         cpu = 0
         jobs: dict[str, int] = {}
         for p in sorted(placements, key=lambda p: p.task):
             cpu += p.cpu_milli
             jobs[p.job] = jobs.get(p.job, 0) + p.cpu_milli
             for s in p.shares:
-                by_card[s.index].append(Holder(p.job, share_milli(s, node.gpus[s.index]),
+                by_card[s.index].append(CardHold(p.job, share_milli(s, node.gpus[s.index]),
                                                s.memory_mib, s.mig_profile))
         cards = tuple(
             CardView(g.index, g.model, g.memory_mib, sum(i.count for i in g.mig),
                      tuple(by_card[g.index]))
             for g in node.gpus)
-        views.append(NodeView(node.name, cards, cpu, node.cpu_milli, tuple(jobs.items())))
+        views.append(NodeMoment(node.name, cards, cpu, node.cpu_milli, tuple(jobs.items())))
     pending = tuple((j.id, engine.records[j.id].last_reason) for j in engine.pending_jobs())
     return Moment(engine.now, used, total, engine.running, pending, tuple(views))
 

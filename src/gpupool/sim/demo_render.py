@@ -22,7 +22,7 @@ from gpupool.sim.demo import (
     CardView,
     DemoRun,
     Moment,
-    NodeView,
+    NodeMoment,
     describe_request,
     kind_of,
     summary,
@@ -235,7 +235,7 @@ def _card_cells(c: CardView) -> Any:
     return Text("█" * full, style=color) + Text("░" * (width - full), style="grey35")
 
 
-def _holding_detail(n: NodeView, job_id: str) -> str:
+def _holding_detail(n: NodeMoment, job_id: str) -> str:
     """Which cards a job holds on this node and how much: ``#0-3`` four whole cards,
     ``#6 25%`` a quarter of card 6, ``#0 1g`` a MIG instance on card 0; "" without GPUs."""
     shares = [(c, h) for c in n.cards for h in c.holders if h.job == job_id]

@@ -58,7 +58,7 @@ def pinned(scenario: Scenario) -> Scenario:
     return dataclasses.replace(scenario, tenants=tenants)
 
 
-class _Measured(ScenarioRun):
+class _NormalisedRun(ScenarioRun):
     """A scenario run that also follows normalised compute per queue and checks every share
     it binds against its card's division rule."""
 
@@ -145,7 +145,7 @@ class ModeResult:
 def measure(scenario: Scenario, seed: int) -> ModeResult:
     """Run ``scenario`` once and take the figures (module docstring)."""
     jobs, sources = generate_jobs(scenario, seed)
-    run = _Measured(scenario, seed, jobs, sources, None, 64)
+    run = _NormalisedRun(scenario, seed, jobs, sources, None, 64)
     result: RunResult = run.loop()
     end = scenario.duration_s
     window = scenario.window

@@ -82,7 +82,10 @@ class JobRow:
 
 
 @dataclass(frozen=True, slots=True)
-class Event:
+class EventRow:
+    """One event of the event log as the state file keeps it (``NewEvent`` is one to write);
+    ``/api/v1/events`` shows it as an ``EventView``."""
+
     seq: int
     wall: float
     time_s: float
@@ -273,7 +276,7 @@ class Store:
         return None if row is None else _job(row)
 
     def events(self, since: int = 0, limit: int = 200,
-               namespaces: Sequence[str] | None = None) -> list[Event]:
+               namespaces: Sequence[str] | None = None) -> list[EventRow]:
         """Events after ``since`` (oldest first), at most ``limit``; with ``namespaces``, only
         theirs and the cluster's own (namespace '')."""
         with self._lock:
@@ -285,10 +288,10 @@ class Store:
                 rows = self._db.execute(
                     f"SELECT * FROM events WHERE seq>? AND namespace IN ({marks}) "
                     "ORDER BY seq LIMIT ?", (since, "", *namespaces, limit))
-            return [Event(*r) for r in rows.fetchall()]
+            return [EventRow(*r) for r in rows.fetchall()]
 
     def last_events(self, limit: int = 200,
-                    namespaces: Sequence[str] | None = None) -> list[Event]:
+                    namespaces: Sequence[str] | None = None) -> list[EventRow]:
         """The newest ``limit`` events, oldest first."""
         with self._lock:
             if namespaces is None:
@@ -299,7 +302,7 @@ class Store:
                 rows = self._db.execute(
                     f"SELECT * FROM events WHERE namespace IN ({marks}) ORDER BY seq DESC "
                     "LIMIT ?", ("", *namespaces, limit))
-            return [Event(*r) for r in reversed(rows.fetchall())]
+            return [EventRow(*r) for r in reversed(rows.fetchall())]
 
     def counts(self) -> dict[str, int]:
         with self._lock:
@@ -368,7 +371,7 @@ class _Tx:
     def delete_job(self, key: str) -> None:
         self.execute("DELETE FROM jobs WHERE key=?", (key,))
 
-    def add_events(self, events: Sequence[NewEvent]) -> list[Event]:
+    def add_events(self, events: Sequence[NewEvent]) -> list[EventRow]:
         wall = float(self._wall())
         out = []
         for e in events:
@@ -376,7 +379,7 @@ class _Tx:
                 "INSERT INTO events(wall, time_s, type, reason, kind, object, namespace, "
                 "message) VALUES(?, ?, ?, ?, ?, ?, ?, ?)",
                 (wall, e.time_s, e.type, e.reason, e.kind, e.object, e.namespace, e.message))
-            out.append(Event(int(cur.lastrowid or 0), wall, e.time_s, e.type, e.reason,
+            out.append(EventRow(int(cur.lastrowid or 0), wall, e.time_s, e.type, e.reason,
                              e.kind, e.object, e.namespace, e.message))
         return out
 

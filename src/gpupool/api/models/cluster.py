@@ -134,7 +134,9 @@ class Card(Wire):
     measured: MeasuredCard | None = None
 
 
-class Taint(Wire):
+class TaintView(Wire):
+    schema_name = "Taint"
+
     key: str
     value: str
     effect: str
@@ -147,7 +149,7 @@ class NodeView(Wire):
     failed: bool
     flavor: str
     labels: dict[str, str]
-    taints: list[Taint]
+    taints: list[TaintView]
     cpu_milli: Used
     memory_mib: Used
     gpus: list[Card]

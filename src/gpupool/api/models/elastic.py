@@ -23,13 +23,17 @@ class ElasticClass(ElasticObject):
     binding_mode: str
 
 
-class Capacity(Wire):
+class CapacityView(Wire):
+    schema_name = "Capacity"
+
     gpu_milli: int
     memory_mib: int
     tflops: float | None
 
 
-class ClaimRef(Wire):
+class ClaimRefView(Wire):
+    schema_name = "ClaimRef"
+
     namespace: str
     name: str
 
@@ -37,7 +41,7 @@ class ClaimRef(Wire):
 class ElasticGpu(ElasticObject):
     source: str
     model: str
-    capacity: Capacity
+    capacity: CapacityView
     node: str
     card: int
     uuid: str
@@ -46,12 +50,14 @@ class ElasticGpu(ElasticObject):
     endpoint: str
     class_name: str
     reclaim_policy: str
-    claim_ref: ClaimRef | None
+    claim_ref: ClaimRefView | None
     phase: str
     message: str
 
 
-class ClaimRequests(Wire):
+class ClaimRequestsView(Wire):
+    schema_name = "ClaimRequests"
+
     cards: int
     gpu_milli: int
     memory_mib: int
@@ -59,7 +65,9 @@ class ClaimRequests(Wire):
     models: list[str]
 
 
-class ServingModel(Wire):
+class ServingModelView(Wire):
+    schema_name = "ServingModel"
+
     model: str
     peak_tflops: float
     cards: int
@@ -69,12 +77,12 @@ class ServingModel(Wire):
 
 class ElasticClaim(ElasticObject):
     namespace: str
-    requests: ClaimRequests
+    requests: ClaimRequestsView
     class_name: str
     phase: str
     elastic_gpus: list[str] = Field(alias="elasticGPUs")
     node: str
-    serving_models: list[ServingModel]
+    serving_models: list[ServingModelView]
     message: str
 
 

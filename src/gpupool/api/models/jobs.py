@@ -53,8 +53,10 @@ class JobStatus(Wire):
     placements: list[PlacementView]
 
 
-class Job(Wire):
+class JobView(Wire):
     """The document as submitted (``metadata`` gains ``uid``) and the server's status."""
+
+    schema_name = "Job"
 
     api_version: str | None
     kind: str
@@ -66,7 +68,7 @@ class Job(Wire):
 class JobList(Wire):
     """One page; ``continue`` is the ``after`` of the next page, null on the last."""
 
-    items: list[Job]
+    items: list[JobView]
     continue_: int | None = Field(alias="continue")
     remaining_item_count: int
     time: str

@@ -8,7 +8,9 @@ from typing import Any
 from gpupool.api.models.base import Wire
 
 
-class Condition(Wire):
+class ConditionView(Wire):
+    schema_name = "Condition"
+
     type: str
     status: str
     reason: str
@@ -30,7 +32,7 @@ class RequestSpec(Wire):
 
 class RequestStatus(Wire):
     phase: str
-    conditions: list[Condition]
+    conditions: list[ConditionView]
     nodes: list[str]
     create_time: str
     create_time_seconds: float
@@ -91,7 +93,9 @@ class CloudRequest(Wire):
     idle_booking_gpu_seconds: float
 
 
-class Cloud(Wire):
+class CloudView(Wire):
+    schema_name = "Cloud"
+
     name: str
     region: str
     time: str

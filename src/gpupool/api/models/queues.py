@@ -37,11 +37,15 @@ class CohortStatus(Wire):
     cohorts: list[str]
 
 
-class ClusterQueue(KubeObject):
+class ClusterQueueView(KubeObject):
+    schema_name = "ClusterQueue"
+
     status: ClusterQueueStatus
 
 
-class LocalQueue(KubeObject):
+class LocalQueueView(KubeObject):
+    schema_name = "LocalQueue"
+
     status: LocalQueueStatus
 
 
@@ -49,16 +53,18 @@ class Flavor(KubeObject):
     status: FlavorStatus
 
 
-class Cohort(KubeObject):
+class CohortView(KubeObject):
+    schema_name = "Cohort"
+
     status: CohortStatus
 
 
 class ClusterQueueList(Wire):
-    items: list[ClusterQueue]
+    items: list[ClusterQueueView]
 
 
 class LocalQueueList(Wire):
-    items: list[LocalQueue]
+    items: list[LocalQueueView]
 
 
 class FlavorList(Wire):
@@ -66,12 +72,13 @@ class FlavorList(Wire):
 
 
 class CohortList(Wire):
-    items: list[Cohort]
+    items: list[CohortView]
 
 
 STATUS_MODELS: dict[str, tuple[type[KubeObject], type[Wire]]] = {
-    "ClusterQueue": (ClusterQueue, ClusterQueueList), "LocalQueue": (LocalQueue, LocalQueueList),
-    "ResourceFlavor": (Flavor, FlavorList), "Cohort": (Cohort, CohortList)}
+    "ClusterQueue": (ClusterQueueView, ClusterQueueList),
+    "LocalQueue": (LocalQueueView, LocalQueueList),
+    "ResourceFlavor": (Flavor, FlavorList), "Cohort": (CohortView, CohortList)}
 """Per kind: the object with its status, and a list of them."""
 
 Written = KubeObject

@@ -10,7 +10,7 @@ from starlette.concurrency import run_in_threadpool
 
 from gpupool.api.body import body_schema, model_schema, object_body
 from gpupool.api.deps import Plane, VisibleJob, Who, writable_namespace
-from gpupool.api.models.jobs import Job, JobList
+from gpupool.api.models.jobs import JobList, JobView
 from gpupool.config.jobs import JobDocument
 from gpupool.control import views
 from gpupool.control.plane import JobRecord
@@ -26,7 +26,7 @@ COMPONENTS: dict[str, Any] = {}
 _JOB_BODY = body_schema(model_schema(JobDocument, COMPONENTS))
 
 
-@router.post("", status_code=201, response_model=Job, openapi_extra=_JOB_BODY)
+@router.post("", status_code=201, response_model=JobView, openapi_extra=_JOB_BODY)
 async def submit(doc: Body, who: Who, plane: Plane) -> dict[str, Any]:
     ns = writable_namespace(who, doc, "submit to")
 
@@ -73,18 +73,18 @@ def list_jobs(who: Who, plane: Plane,
                 **times("time", plane.clock.now(), plane.clock.wall_of)}
 
 
-@router.get("/{namespace}/{name}", response_model=Job)
+@router.get("/{namespace}/{name}", response_model=JobView)
 def get_job(job: VisibleJob, plane: Plane) -> dict[str, Any]:
     return views.job_view(plane, job)
 
 
-@router.post("/{namespace}/{name}/cancel", response_model=Job)
+@router.post("/{namespace}/{name}/cancel", response_model=JobView)
 def cancel_job(job: VisibleJob, plane: Plane) -> dict[str, Any]:
     """Cancel a pending or running job; a job that has ended is answered as it is."""
     return views.job_view(plane, plane.cancel(job.key), {})
 
 
-@router.delete("/{namespace}/{name}", response_model=Job)
+@router.delete("/{namespace}/{name}", response_model=JobView)
 def delete_job(job: VisibleJob, plane: Plane) -> dict[str, Any]:
     """Delete a job (cancelled first if it has not ended): its record goes, its name may be
     used again. Answers the job as it was last."""

@@ -23,7 +23,7 @@ from gpupool.api.auth import Principal
 from gpupool.api.deps import Plane, Who, seen
 from gpupool.api.models.base import Deleted
 from gpupool.api.models.provisioning import (
-    Cloud,
+    CloudView,
     ProvisioningRequestList,
     ProvisioningRequestView,
 )
@@ -120,6 +120,6 @@ def delete_request(namespace: str, name: str, who: Who, plane: Plane) -> dict[st
     return {"deleted": plane.delete_provisioning_request(key).key}
 
 
-@router.get("/cloud", response_model=Cloud)
+@router.get("/cloud", response_model=CloudView)
 def get_cloud(who: Who, plane: Plane) -> dict[str, Any]:
     return cloud_view(plane, who)

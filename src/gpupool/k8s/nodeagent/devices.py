@@ -24,7 +24,7 @@ from typing import Any
 
 from gpupool.k8s.hami.errors import TranslateError
 from gpupool.k8s.nodeagent import hami
-from gpupool.k8s.nodeagent.ledger import Card
+from gpupool.k8s.nodeagent.ledger import RegisteredCard
 from gpupool.k8s.vendors.inventory import node_protocol, vendor_gpus
 
 __all__ = ["NVIDIA_DEVICES", "AgentDevices", "agent_cards", "devices_of"]
@@ -49,7 +49,7 @@ def devices_of(node: Mapping[str, Any]) -> AgentDevices:
     return AgentDevices(p.count, p.register, p.to_allocate, p.device_type)
 
 
-def agent_cards(node: Mapping[str, Any]) -> list[Card]:
+def agent_cards(node: Mapping[str, Any]) -> list[RegisteredCard]:
     """The node's cards as its device plugin has them: its register annotation's, or those
     its capacity makes (empty when it cannot be read)."""
     from gpupool.k8s.nodeagent.plugin import cards_of  # the plugin imports this module
@@ -58,6 +58,6 @@ def agent_cards(node: Mapping[str, Any]) -> list[Card]:
     if devices == NVIDIA_DEVICES:
         return cards_of(node, devices.register)
     try:
-        return [Card(g.uuid, g.max_holders, g.memory_mib) for g in vendor_gpus(node)]
+        return [RegisteredCard(g.uuid, g.max_holders, g.memory_mib) for g in vendor_gpus(node)]
     except TranslateError:
         return []

@@ -25,11 +25,11 @@ from typing import Any
 from gpupool.k8s.nodeagent.hami import Device
 from gpupool.k8s.nodeagent.kubelet import Rejection
 
-__all__ = ["Card", "ContainerAllocation", "Ledger", "physical"]
+__all__ = ["ContainerAllocation", "Ledger", "RegisteredCard", "physical"]
 
 
 @dataclass(frozen=True, slots=True)
-class Card:
+class RegisteredCard:
     """A card as the node's register annotation declares it."""
 
     uuid: str
@@ -85,7 +85,7 @@ def _pod_use(allocations: Iterable[ContainerAllocation]) -> dict[str, tuple[int,
 
 class Ledger:
     def __init__(self) -> None:
-        self.cards: dict[str, dict[str, Card]] = {}  # node -> uuid -> card
+        self.cards: dict[str, dict[str, RegisteredCard]] = {}  # node -> uuid -> card
         self.pods: dict[str, _Pod] = {}  # by uid
         self.rejections: list[tuple[str, Rejection]] = []
         self.swaps: list[ContainerAllocation] = []
@@ -94,7 +94,7 @@ class Ledger:
         self.over_memory: set[str] = set()
         self.admitted = 0
 
-    def set_cards(self, node: str, cards: Iterable[Card]) -> None:
+    def set_cards(self, node: str, cards: Iterable[RegisteredCard]) -> None:
         self.cards[node] = {c.uuid: c for c in cards}
 
     def begin(self, uid: str, key: str, node: str, expected: frozenset[str] | None) -> None:

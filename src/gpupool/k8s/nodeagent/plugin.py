@@ -38,7 +38,7 @@ from gpupool.k8s.kube import MERGE_PATCH, STRATEGIC_PATCH, Kube, KubeError
 from gpupool.k8s.nodeagent import hami
 from gpupool.k8s.nodeagent.devices import NVIDIA_DEVICES, AgentDevices
 from gpupool.k8s.nodeagent.hami import Device
-from gpupool.k8s.nodeagent.ledger import Card
+from gpupool.k8s.nodeagent.ledger import RegisteredCard
 
 __all__ = ["AllocateError", "HamiDevicePlugin", "PlainDevicePlugin", "cards_of"]
 
@@ -56,19 +56,19 @@ def _key(pod: Mapping[str, Any]) -> tuple[str, str]:
     return str(meta.get("namespace", "")), str(meta.get("name", ""))
 
 
-def cards_of(node: Mapping[str, Any], register: str = hami.REGISTER) -> list[Card]:
+def cards_of(node: Mapping[str, Any], register: str = hami.REGISTER) -> list[RegisteredCard]:
     """The cards HAMi's register annotation declares (JSON, or the older colon form)."""
     text = _ann(node).get(register, "")
     if not text:
         return []
     if text.lstrip().startswith("["):
-        return [Card(str(d.get("id", "")), int(d.get("count", 0) or 0),
+        return [RegisteredCard(str(d.get("id", "")), int(d.get("count", 0) or 0),
                      int(d.get("devmem", 0) or 0)) for d in json.loads(text)]
     out = []
     for entry in text.split(":"):
         f = entry.split(",")
         if len(f) >= 3:
-            out.append(Card(f[0], int(f[1]), int(f[2])))
+            out.append(RegisteredCard(f[0], int(f[1]), int(f[2])))
     return out
 
 
