@@ -90,7 +90,7 @@ def parse_profile(doc: object, where: str = "actualUse",
 
 
 @dataclass(frozen=True, slots=True)
-class CardUse:
+class ActualCardUse:
     """What one card does: its holders' summed demand and memory, and what runs outside."""
 
     node: NodeName
@@ -107,7 +107,7 @@ class CardUse:
 
 def card_use(placements: Iterable[Placement], profiles: Mapping[str, UseProfile],
              outside: Mapping[tuple[NodeName, int], tuple[float, float]] | None = None,
-             ) -> dict[tuple[NodeName, int], CardUse]:
+             ) -> dict[tuple[NodeName, int], ActualCardUse]:
     """Every card some placement or outside work uses: ``profiles`` by job id (FULL when
     absent), ``outside``: (demand milli, memory MiB) of work no request accounts for."""
     demand: dict[tuple[NodeName, int], list[float]] = {}
@@ -121,7 +121,7 @@ def card_use(placements: Iterable[Placement], profiles: Mapping[str, UseProfile]
             cell = demand.setdefault((p.node, s.index), [0.0, 0.0])
             cell[0] += prof.demand(s.gpu_milli)
             cell[1] += prof.memory(s.memory_mib)
-    return {k: CardUse(k[0], k[1], v[0], v[1]) for k, v in demand.items()}
+    return {k: ActualCardUse(k[0], k[1], v[0], v[1]) for k, v in demand.items()}
 
 
 ANNOTATION = "gpupool.io/actual-use"
