@@ -68,6 +68,21 @@ def test_readings_need_the_slice_alone_settled_and_enough_of_them() -> None:
     assert w.expected_of(task_of("ft-2")) == 500.0
 
 
+def test_a_slice_no_decision_asked_about_holds_its_card_and_teaches_nothing() -> None:
+    w = WorkloadUse(quantile=0.9, settle_s=30.0)
+    unknown = task_of("ft-1")
+    w.placed(on(unknown, 0), 0.0)  # placed while the cycle read no measured load
+    for i in range(10):
+        w.read(N1, 0, 30.0 + 15 * i, 95.0)
+    assert w.expected_of(task_of("ft-2")) == 500.0
+    known = task_of("ft-3")
+    w.expected_of(known)
+    w.placed(on(known, 0), 0.0)
+    for i in range(10):
+        w.read(N1, 0, 30.0 + 15 * i, 95.0)  # two holders: still nobody's reading
+    assert w.expected_of(task_of("ft-2")) == 500.0
+
+
 def test_a_workload_is_its_app_label_else_its_shape() -> None:
     base = task_of("a")
     labelled = replace(base, pod_set=replace(base.pod_set, pod=PodMeta(

@@ -29,10 +29,12 @@ from dataclasses import dataclass
 
 from gpupool.core.model import WHOLE_GPU_MILLI, NodeName, Placement, Task, TaskId
 
-__all__ = ["MIN_READINGS", "READINGS_KEPT", "WorkloadUse", "workload_of"]
+__all__ = ["MIN_READINGS", "READINGS_KEPT", "WORKLOADS_KEPT", "WorkloadUse", "workload_of"]
 
 READINGS_KEPT = 64
 """Readings kept per workload (the newest)."""
+WORKLOADS_KEPT = 4096
+"""Workloads with readings kept (past this, the one whose readings started first goes)."""
 MIN_READINGS = 3
 """Readings a workload needs before its learned use replaces the request."""
 _LABELS = ("app.kubernetes.io/name", "app")
@@ -90,7 +92,10 @@ class WorkloadUse:
     def placed(self, p: Placement, now_s: float) -> list[float]:
         """A placement bound at ``now_s``; returns what each share is counted at until it
         shows in samples (its workload's expected use for a slice, else its request)."""
-        key = self._workload.get(p.task) or f"{p.job}"
+        # A task no decision asked about (placed while the cycle read no measured load) has
+        # no workload known here: it still holds its card (so no one else is read as alone
+        # there), and teaches nothing.
+        key = self._workload.get(p.task, "")
         self._workload[p.task] = key
         out = []
         for s in p.shares:
@@ -120,10 +125,12 @@ class WorkloadUse:
         if cell is None or len(cell) != 1:
             return
         h = next(iter(cell.values()))
-        if time_s < h.since_s + self.settle_s:
+        if not h.workload or time_s < h.since_s + self.settle_s:
             return
         got = self._readings.get(h.workload)
         if got is None:
+            if len(self._readings) >= WORKLOADS_KEPT:  # the least recently started goes
+                self._readings.pop(next(iter(self._readings)))
             got = self._readings[h.workload] = deque(maxlen=READINGS_KEPT)
         got.append(util_pct * 10.0 / h.milli)
 
