@@ -3,13 +3,18 @@ jobs actually use, sampled before each cycle, and the hook integrates hot-card t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 
 import pytest
 
 from gpupool.core import ConfigError, JobId
 from gpupool.core.scheduler import Scheduler
 from gpupool.sim.measured import SimMeasuredUse, parse_measured_use
+from gpupool.sim.scenario import Scenario, ScenarioRun, generate_jobs, load_scenario, simulate
+from gpupool.sim.scenario_aggregate import summarise
+from gpupool.sim.scenario_summary import summarise_run
+from gpupool.sim.scenario_tables import render_report
 from tests.builders import job, node, queue_config, share
 
 
@@ -83,8 +88,73 @@ def test_hot_card_time_is_integrated_between_samples() -> None:
     ({"actualUse": {"x": {"compute": "abc"}}}, "spec.measuredUse.actualUse.x.compute"),
     ({"actualUse": {"x": {"power": 3}}}, "unknown field(s) power"),
     ({"hot": 3}, "unknown field(s) hot"),
+    ({"placeBy": "both"}, "spec.measuredUse.placeBy"),
 ])
 def test_a_bad_measured_use_names_the_field(doc: dict[str, object], field: str) -> None:
     with pytest.raises(ConfigError) as info:
         parse_measured_use(doc)
     assert field in str(info.value)
+
+
+# -- the hook in scenario runs (spec.measuredUse) --------------------------------------------
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "scenarios" / "measured-use.yaml"
+
+
+def _by(scenario: Scenario, place_by: str) -> Scenario:
+    assert scenario.measured is not None
+    return replace(scenario, measured=replace(scenario.measured, place_by=place_by))
+
+
+def test_the_example_scenario_reads_its_measured_use() -> None:
+    s = load_scenario(EXAMPLE)
+    assert s.measured is not None
+    assert s.measured.places_by_measured
+    assert set(s.measured.actual_use) == {"notebooks", "inference", "finetune", "*"}
+    assert s.measured.settings.stale_after_s == 120.0
+
+
+def test_a_measured_scenario_run_keeps_cards_cooler_than_the_same_run_by_requests() -> None:
+    s = load_scenario(EXAMPLE).shortened(5400.0)
+    by_requests = summarise_run(simulate(_by(s, "requests"), 1))
+    measured = summarise_run(simulate(_by(s, "measured"), 1))
+    req, meas = by_requests["measured_use"], measured["measured_use"]
+    assert (req["place_by"], meas["place_by"]) == ("requests", "measured")
+    assert req["samples"] > 0 and meas["samples"] > 0  # both runs read every card
+    assert req["hot_card_gpu_s"] > 0  # by requests, fine-tunes and slices share cards
+    assert meas["hot_card_gpu_s"] < req["hot_card_gpu_s"]
+    assert meas["memory_over_card_s"] == 0.0
+    assert measured["jobs"]["submitted"] == by_requests["jobs"]["submitted"]
+
+
+def test_a_scenario_without_measured_use_places_by_requests_and_reports_nothing_measured() \
+        -> None:
+    s = load_scenario(EXAMPLE).shortened(1800.0)
+    plain = replace(s, measured=None)
+    run = ScenarioRun(plain, 1, *generate_jobs(plain, 1), None, 64)
+    assert run.measured is None
+    assert run.sched.measured_use is None
+    assert "measured_use" not in summarise_run(run.loop())
+    hooked = ScenarioRun(s, 1, *generate_jobs(s, 1), None, 64)
+    assert hooked.sched.measured_use is hooked.measured.model  # type: ignore[union-attr]
+
+
+def test_the_report_carries_hot_card_time() -> None:
+    s = load_scenario(EXAMPLE).shortened(1800.0)
+    summary = summarise(s, [simulate(s, 1), simulate(s, 2)])
+    agg = summary["aggregate"]["measured_use"]
+    assert agg["place_by"] == "measured"
+    assert set(agg["hot_card_gpu_s"]) >= {"mean", "min", "max"}
+    text = render_report(summary)
+    assert "## Measured use" in text and "hot-card time" in text
+
+
+def test_a_bad_measured_use_in_a_scenario_file_names_the_file_and_the_field(
+        tmp_path: Path) -> None:
+    bad = EXAMPLE.read_text().replace("placeBy: measured", "placeBy: guessed")
+    path = tmp_path / "bad.yaml"
+    path.write_text(bad)
+    with pytest.raises(ConfigError) as info:
+        load_scenario(path)
+    text = str(info.value)
+    assert "bad.yaml" in text and "spec.measuredUse.placeBy" in text and "guessed" in text

@@ -7,6 +7,8 @@ import pytest
 
 from gpupool.core import ClusterState, ConfigError, NodeName, place_task
 from gpupool.core.model import GpuShare, JobId, Placement, TaskId
+from gpupool.core.placement.framework import CycleState
+from gpupool.core.placement.plugins.measured import TargetLoadPacking
 from gpupool.core.placement.registry import default_profile, measured_profile
 from gpupool.core.usage import CardSample, LoadModel, LoadSettings
 from tests.builders import job, node, share, whole
@@ -155,7 +157,8 @@ def test_hot_card_spread_prefers_the_node_with_a_cool_card() -> None:
     assert p is not None and p.node == N2
 
 
-def test_target_load_packing_fills_a_node_up_to_the_target_not_beyond() -> None:
+def test_target_load_packing_packs_whole_gpus_past_the_target_where_the_load_is_not_shared(
+        ) -> None:
     s = ClusterState([node("n1", gpu=4), node("n2", gpu=4), node("n3", gpu=4)])
     m = LoadModel()
     # n1: 3 cards busy 100 % (outside work or whole GPUs measured), n2: 1 card busy, n3 idle
@@ -166,8 +169,14 @@ def test_target_load_packing_fills_a_node_up_to_the_target_not_beyond() -> None:
     task = next(job("train", gpu=whole(1)).tasks())
     prof = measured_profile(scores={"target-load-packing": 1.0}, target_pct=60)
     p, _ = place_task(task, snap, prof)
-    # after placement: n1 100 % (past the target), n2 50 % (nearest below 60), n3 25 %
-    assert p is not None and p.node == NodeName("n2")
+    # after placement: n1 100 % (past the target), n2 50 %, n3 25 %. The card it takes on
+    # n1 is idle and held alone; the busy cards beside it are load it does not share, so the
+    # fullest node is no worse than one at the target (Trimaran's falling side would pick n2).
+    assert p is not None and p.node == NodeName("n1")
+    rows = np.asarray([snap.table.row(NodeName(n)) for n in ("n1", "n2", "n3")], np.int64)
+    cs = CycleState(snap.table, {}, load=snap.load)
+    scores = TargetLoadPacking(target_pct=60).score(cs, task, rows)
+    assert scores.tolist() == [100.0, 93.0, 76.0]  # rising to the target, then flat
 
 
 def test_measured_profile_without_a_load_places_as_the_default_profile() -> None:

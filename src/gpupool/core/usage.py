@@ -17,6 +17,9 @@ The load of one card (design note: docs/policies.md, "Measured use"):
   aggregate may already hold a peak higher than both). A pod that left since the last sample
   takes its requested compute off the same way (it still shows in the sample); its memory
   stays until a sample shows it gone, as it may have held less than it asked;
+* a new slice's estimate is not always its request: a slice without a core limit uses what
+  its work makes it, so each workload's slices are measured where they hold a card alone and
+  a new one is counted at what they were measured to use (``core/usage_workload.py``);
 * memory is the newest sample's framebuffer use, with the same estimates (a window's peak
   would keep a departed pod's memory for the whole window);
 * a card whose newest sample is older than ``stale_after_s`` (or that was never measured, or
@@ -45,6 +48,7 @@ from gpupool.core.errors import ConfigError
 from gpupool.core.model import WHOLE_GPU_MILLI, NodeName, Placement
 from gpupool.core.table import NodeTable
 from gpupool.core.usage_view import IDLE_FREE_PCT, CardLoad
+from gpupool.core.usage_workload import WorkloadUse
 
 __all__ = ["IDLE_FREE_PCT", "CardLoad", "CardReading", "CardSample", "LoadModel",
            "LoadSettings", "hot_milli"]
@@ -154,7 +158,7 @@ class LoadModel:
         self.settings = (settings or LoadSettings()).validate()
         self._cards: dict[tuple[NodeName, int], _Card] = {}
         self._keys: list[tuple[NodeName, int]] = []
-        self._recent: dict[tuple[NodeName, int], list[tuple[float, int, int]]] = {}
+        self._recent: dict[tuple[NodeName, int], list[tuple[float, float, int]]] = {}
         self._cap = 0
         self._grow(64)
         self.source_down = ""
@@ -162,6 +166,8 @@ class LoadModel:
         self.revision = 0
         """Bumped by every change that moves every card's view (a read, a failure)."""
         self._views: dict[int, CardLoad] = {}
+        self.workloads = WorkloadUse(self.settings.quantile, self.settings.settle_s)
+        """What each workload's slices were measured to use (``core/usage_workload.py``)."""
         self.samples_total = 0
         self.last_read_s: float | None = None
 
@@ -210,6 +216,8 @@ class LoadModel:
             self.last_util[k] = card.utils[-1]
             self.last_used[k] = card.used[-1]
             self.last_free[k] = math.nan if s.free_mib is None else float(s.free_mib)
+            if s.util_pct is not None:
+                self.workloads.read(s.node, s.gpu, s.time_s, float(s.util_pct))
             touched[card.slot] = card
             new += 1
         for card in touched.values():
@@ -249,20 +257,23 @@ class LoadModel:
         self.est_mib[k] = float(sum(r[2] for r in kept))
 
     def placed(self, p: Placement, now_s: float, sign: int = 1) -> None:
-        """A placement bound at ``now_s``: its request is its estimate until it shows
-        (``sign`` -1: a placement that left, whose requested compute comes off until it is
-        gone from the samples)."""
-        for s in p.shares:
+        """A placement bound at ``now_s``: its estimate (its request, or for a slice what its
+        workload's slices were measured to use, ``core/usage_workload.py``) stands in for it
+        until it shows (``sign`` -1: a placement that left, whose estimate comes off until
+        it is gone from the samples)."""
+        counted = self.workloads.placed(p, now_s) if sign > 0 else \
+            self.workloads.released(p)
+        for s, est in zip(p.shares, counted, strict=True):
             if s.mig_profile is None and (s.gpu_milli or s.memory_mib):
                 key = (p.node, s.index)
                 # A pod that left takes its compute off, not its memory: it may have held
                 # less than it asked, and taking off its request would free memory that
                 # others hold (work outside the requests); the next sample shows it gone.
                 mib = s.memory_mib if sign > 0 else 0
-                self._recent.setdefault(key, []).append((now_s, sign * s.gpu_milli, mib))
+                self._recent.setdefault(key, []).append((now_s, sign * est, mib))
                 card = self._cards.get(key)
                 if card is not None:
-                    self.est_milli[card.slot] += sign * s.gpu_milli
+                    self.est_milli[card.slot] += sign * est
                     self.est_mib[card.slot] += mib
                     for v in self._views.values():  # each view takes the card's new measure
                         v.card_moved(card.slot)

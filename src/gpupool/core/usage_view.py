@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
-from gpupool.core.model import WHOLE_GPU_MILLI, NodeName
+from gpupool.core.model import WHOLE_GPU_MILLI, NodeName, Task
 from gpupool.core.table import NodeTable
 
 if TYPE_CHECKING:
@@ -222,6 +222,11 @@ class CardLoad:
         return np.asarray(np.minimum(self.free_offset.take(rows, 0)
                                      - table.used_mib.take(rows, 0),
                                      table.free_mib.take(rows, 0)), np.int64)
+
+    def expected_milli(self, task: Task) -> float:
+        """Compute ``task``'s slice is expected to add to its card: its request, or more where
+        its workload's slices were measured using more (``core/usage_workload.py``)."""
+        return self._model.workloads.expected_of(task)
 
     def node_load(self, table: NodeTable, rows: Rows) -> F64:
         """[len(rows)] summed load of each node's usable cards now (each card counted up to a

@@ -14,6 +14,7 @@ actual memory is above the card's.
 A scenario names it under ``spec.measuredUse`` (:func:`parse_measured_use`)::
 
     measuredUse:
+      placeBy: measured     # or requests: place by requests, measure all the same
       hotPct: 80            # slices keep a card at or below this share of compute
       targetPct: 80         # whole GPUs pack nodes up to this measured compute
       window: 5m            # the p90 aggregate's window (seconds or a duration)
@@ -22,8 +23,9 @@ A scenario names it under ``spec.measuredUse`` (:func:`parse_measured_use`)::
         notebooks: {compute: [10%, 40%], memory: [30%, 90%]}
         "*": {compute: 100%}
 
-The run loop calls ``attach`` once with its Scheduler (built with ``profile``) and ``sample``
-before each of its cycles.
+The run loop calls ``attach`` once with its Scheduler (built with ``profile``), ``sample``
+before each of its cycles, and ``sample(..., feed=False)`` wherever placements change (after
+a cycle, after events), so the integrated figures follow every change.
 """
 
 from __future__ import annotations
@@ -42,7 +44,10 @@ from gpupool.core.placement.registry import measured_profile
 from gpupool.core.usage import CardSample, LoadModel, LoadSettings
 from gpupool.usage.profile import FULL, UseProfile, card_use, parse_profile
 
-_KEYS = ("hotPct", "targetPct", "window", "staleAfter", "settle", "actualUse")
+_KEYS = ("placeBy", "hotPct", "targetPct", "window", "staleAfter", "settle", "actualUse")
+PLACE_BY = ("measured", "requests")
+"""``placeBy``: place by the measured use, or by requests alone while still measuring (the
+same run's hot-card time, for comparison)."""
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _UNIT_S = {None: 1.0, "ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 
@@ -69,6 +74,13 @@ class MeasuredSpec:
     hot_pct: float = 80.0
     target_pct: float = 80.0
     settings: LoadSettings = field(default_factory=LoadSettings)
+    place_by: str = "measured"
+    """``measured``: the scheduler places with the measured profile; ``requests``: it places
+    by requests alone and the run only measures."""
+
+    @property
+    def places_by_measured(self) -> bool:
+        return self.place_by == "measured"
 
 
 def _seconds(where: str, value: object) -> float:
@@ -112,6 +124,10 @@ def parse_measured_use(doc: object, where: str = "spec.measuredUse") -> Measured
     checker = random.Random(0)
     for stream, body in use.items():
         parse_profile(body, f"{where}.actualUse.{stream}", checker)  # fails on a bad field
+    place_by = doc.get("placeBy", "measured")
+    if place_by not in PLACE_BY:
+        raise ConfigError(f"{where}.placeBy: {place_by!r} must be one of "
+                          f"{', '.join(PLACE_BY)}")
     hot = _pct(f"{where}.hotPct", doc.get("hotPct", 80))
     target = _pct(f"{where}.targetPct", doc.get("targetPct", 80))
     if target >= 100:
@@ -127,7 +143,8 @@ def parse_measured_use(doc: object, where: str = "spec.measuredUse") -> Measured
         settings.validate()
     except ConfigError as exc:
         raise ConfigError(f"{where}: {exc}") from None
-    return MeasuredSpec({str(k): v for k, v in use.items()}, hot, target, settings)
+    return MeasuredSpec({str(k): v for k, v in use.items()}, hot, target, settings,
+                        str(place_by))
 
 
 class SimMeasuredUse:
@@ -137,23 +154,31 @@ class SimMeasuredUse:
                  ) -> None:
         self.spec = spec
         self.model = LoadModel(spec.settings)
-        self.profile: Profile = measured_profile(hot_pct=spec.hot_pct,
-                                                 target_pct=spec.target_pct)
+        self.profile: Profile | None = measured_profile(
+            hot_pct=spec.hot_pct, target_pct=spec.target_pct) \
+            if spec.places_by_measured else None
+        """The scheduler's profile; None (the default, by requests) with ``placeBy:
+        requests``."""
         self._sources = sources
         self._seed = seed
         self._use: dict[str, UseProfile] = {}
         self._last_s: float | None = None
         self._hot = 0
         self._over = 0
+        self._busy = 0.0
         self.hot_card_gpu_s = 0.0
         """Card-seconds with summed actual compute demand above a whole card."""
         self.memory_over_card_s = 0.0
         """Card-seconds with actual memory above the card's."""
+        self.busy_gpu_s = 0.0
+        """GPU-seconds of compute the cards actually delivered (each card at most 1)."""
         self.samples = 0
 
     def attach(self, scheduler: _Scheduler) -> None:
-        """Make ``scheduler`` place by this run's measured use from its next cycle on."""
-        scheduler.use_measurements(self.model)
+        """Make ``scheduler`` place by this run's measured use from its next cycle on
+        (nothing with ``placeBy: requests``: the run only measures)."""
+        if self.spec.places_by_measured:
+            scheduler.use_measurements(self.model)
 
     def use_of(self, job: str) -> UseProfile:
         """The job's actual-use profile: its stream's, drawn once per job."""
@@ -168,9 +193,11 @@ class SimMeasuredUse:
             self._use[job] = got
         return got
 
-    def sample(self, scheduler: _Scheduler, now_s: float) -> int:
+    def sample(self, scheduler: _Scheduler, now_s: float, *, feed: bool = True) -> int:
         """One reading of every card at ``now_s``: what its running placements actually use.
-        Returns how many samples the model took."""
+        The time since the last reading is integrated with what the cards did then; with
+        ``feed`` false the reading only marks a change of placements for that integration
+        (the load model sees nothing). Returns how many samples the model took."""
         nodes = scheduler.node_list()
         placements = [p for n in nodes for p in scheduler.placements_on(n.name)]
         use = card_use(placements, {p.job: self.use_of(p.job) for p in placements})
@@ -178,26 +205,35 @@ class SimMeasuredUse:
             step = now_s - self._last_s
             self.hot_card_gpu_s += self._hot * step
             self.memory_over_card_s += self._over * step
+            self.busy_gpu_s += self._busy * step
         self._last_s = now_s
         out = []
         hot = over = 0
+        busy = 0.0
         cards = [(n.name, g.index, g.memory_mib) for n in nodes
                  for g in n.gpus if g.healthy and not g.mig]  # nodes come and go (cloud)
         for node, gpu, card_mib in cards:
             u = use.get((NodeName(node), gpu))
             util = u.util_pct if u is not None else 0.0
+            busy += util / 100.0
             used = min(card_mib, round(u.memory_mib)) if u is not None else 0
             if u is not None and u.demand_milli > WHOLE_GPU_MILLI:
                 hot += 1
             if u is not None and u.memory_mib > card_mib:
                 over += 1
             out.append(CardSample(NodeName(node), gpu, now_s, util, used, card_mib - used))
-        self._hot, self._over = hot, over
+        self._hot, self._over, self._busy = hot, over, busy
+        if not feed:
+            return 0
         taken = self.model.add(out, now_s=now_s)
         self.samples += taken
         return taken
 
-    def summary(self) -> dict[str, float]:
-        return {"hot_card_gpu_s": round(self.hot_card_gpu_s, 1),
+    def summary(self) -> dict[str, float | str]:
+        """What the run measured: hot-card time, card-seconds of memory above a card,
+        GPU-seconds of compute delivered, and how many samples the model took."""
+        return {"place_by": self.spec.place_by,
+                "hot_card_gpu_s": round(self.hot_card_gpu_s, 1),
                 "memory_over_card_s": round(self.memory_over_card_s, 1),
+                "busy_gpu_s": round(self.busy_gpu_s, 1),
                 "samples": self.samples}

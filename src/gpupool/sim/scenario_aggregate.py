@@ -131,6 +131,13 @@ def aggregate(per_seed: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             "stopped_at_run_limit": sum(pv["stopped_at_run_limit"] for pv in prov),
             "never_started": sum(pv["never_started"] for pv in prov),
         }
+    measured = [p["measured_use"] for p in per_seed if "measured_use" in p]
+    if measured:
+        extra["measured_use"] = {
+            "place_by": measured[0]["place_by"],
+            **{k: stats([m[k] for m in measured], 1)
+               for k in ("hot_card_gpu_s", "memory_over_card_s", "busy_gpu_s")},
+        }
     return {**extra,
         "jain_index": stats([p["jain_index"] for p in per_seed]),
         "utilization": stats([p["utilization"] for p in per_seed]),

@@ -15,6 +15,7 @@ from gpupool.config.fields import Where, fmt_s
 from gpupool.core.errors import ConfigError
 from gpupool.core.model import Node
 from gpupool.core.quota import QueueConfig
+from gpupool.sim.measured import parse_measured_use
 from gpupool.sim.scenario_model import (
     DEFAULT_ESTIMATE_EVERY_S,
     DEFAULT_GRACE_S,
@@ -59,9 +60,15 @@ def parse_scenario(doc: Mapping[str, Any], *, where: str, nodes: Sequence[Node],
     targets = parse_targets(Where(where), "spec.targets", spec.targets,
                             {q.name for q in config.cluster_queues}) \
         if spec.targets is not None else Targets()
+    measured = None
+    if spec.measured_use is not None:
+        try:
+            measured = parse_measured_use(spec.measured_use)
+        except ConfigError as exc:
+            raise r.placed(exc) from None
     return Scenario(model.metadata.name, path, duration, interval, grace, window, tenants,
                     tuple(nodes), config, spec.description.strip(), estimate_every,
-                    targets=targets)
+                    targets=targets, measured=measured)
 
 
 def _optional(r: Reader, path: str, value: str | int | float | None, default: float) -> float:

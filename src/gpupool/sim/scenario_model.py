@@ -18,6 +18,7 @@ from gpupool.sim.scenario_targets import Targets
 
 if TYPE_CHECKING:
     from gpupool.cloud.spec import CloudSpec
+    from gpupool.sim.measured import MeasuredSpec
 
 __all__ = ["DEFAULT_ESTIMATE_EVERY_S", "DEFAULT_GRACE_S", "DEFAULT_INTERVAL_S", "SCENARIO_KIND",
            "ExplicitJob", "Scenario", "Shape", "Stream", "Tenant"]
@@ -107,6 +108,7 @@ class Scenario:
     estimate_every_s: float = DEFAULT_ESTIMATE_EVERY_S  # 0: after every cycle
     cloud: CloudSpec | None = None  # a simulated cloud for queues with provisioning checks
     targets: Targets = field(default_factory=Targets)  # checked by the report, every seed
+    measured: MeasuredSpec | None = None  # spec.measuredUse: actual use sampled every cycle
 
     @property
     def gpus(self) -> int:

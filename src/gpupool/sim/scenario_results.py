@@ -106,6 +106,7 @@ class RunResult:
     max_preemptions_allowed: int
     wall_s: float = 0.0
     cloud: CloudRun | None = None
+    measured: dict[str, float | str] | None = None  # SimMeasuredUse.summary(), when measured
 
 
 

@@ -13,6 +13,9 @@ In simulated seconds, on the simulation kernel's event queue (:class:`gpupool.ke
   once it has passed, and none before. The core has already taken the victims off its books,
   so a cycle inside the grace period would bind onto cards that, in a real cluster, are still
   busy;
+- with ``spec.measuredUse`` (``sim/measured.py``), every card is sampled for what its
+  running jobs actually use before each cycle, and the scheduler places by that measure
+  (``placeBy: requests``: by requests, measured all the same); the run carries hot-card time;
 - every ``estimateEvery`` (default 5 minutes; 0 after every cycle) the jobs that arrived since
   the last estimate and still wait are asked about (``Scheduler.estimates``), to compare with
   their actual start later.
@@ -40,6 +43,7 @@ from gpupool.sim.scenario_results import Eviction, JobRun, QueueSeries, RunResul
 if TYPE_CHECKING:
     from gpupool.cloud.region import Cloud
     from gpupool.core.scheduler import Scheduler
+    from gpupool.sim.measured import SimMeasuredUse
 
 __all__ = ["CycleObserver", "ProgressFn", "ScenarioRun", "simulate"]
 
@@ -78,7 +82,15 @@ class ScenarioRun:
 
         self.s = scenario
         self.seed = seed
-        self.sched = Scheduler(list(scenario.nodes), scenario.config)
+        self.measured: SimMeasuredUse | None = None
+        if scenario.measured is not None:
+            from gpupool.sim.measured import SimMeasuredUse
+
+            self.measured = SimMeasuredUse(scenario.measured, sources, seed)
+        self.sched = Scheduler(list(scenario.nodes), scenario.config,
+                               profile=self.measured.profile if self.measured else None)
+        if self.measured is not None:
+            self.measured.attach(self.sched)
         self.queues = sorted(q.name for q in scenario.config.cluster_queues)
         self.qindex = {q: i for i, q in enumerate(self.queues)}
         self.progress = progress
@@ -179,11 +191,15 @@ class ScenarioRun:
         if self.cloud is not None and cloud_due:  # after the jobs' own events
             for jid in self.cloud.advance(t):
                 self._revoked(jid)
+        if self.measured is not None:  # runs that ended stop counting from now on
+            self.measured.sample(self.sched, t, feed=False)
         self._sample()
 
     def _finish(self, end: float) -> RunResult:
         """Runs still going are cut at the end; what happened, as a RunResult."""
         self.now = end
+        if self.measured is not None:
+            self.measured.sample(self.sched, end, feed=False)  # hot-card time up to the end
         for jid in sorted(self.running):
             self._close_run(jid, end)
         self._sample()
@@ -199,7 +215,8 @@ class ScenarioRun:
         return RunResult(
             self.s, self.seed, self.jobs, self.series, self.evictions, self.partial,
             self.cycles, self.entitled, self.nominal, ttn,
-            self.s.config.settings.max_preemptions_per_job, cloud=cloud)
+            self.s.config.settings.max_preemptions_per_job, cloud=cloud,
+            measured=self.measured.summary() if self.measured is not None else None)
 
     @property
     def n_pending(self) -> int:
@@ -256,6 +273,8 @@ class ScenarioRun:
     # -- the cycle ----------------------------------------------------------------------
 
     def _cycle(self) -> bool:
+        if self.measured is not None:  # every card read before the cycle places
+            self.measured.sample(self.sched, self.now)
         result = self.sched.cycle(self.now)
         self.cycles += 1
         # A queue's use as the evictions found it: before the cycle, plus what the cycle
@@ -291,6 +310,8 @@ class ScenarioRun:
             self.cloud.on_cycle(result, self.now)
         if self.observe is not None:
             self.observe(self.now, self.sched)
+        if self.measured is not None:  # what the cycle bound runs from now on
+            self.measured.sample(self.sched, self.now, feed=False)
         self._sample()
         for q in self.queues:
             if q not in self.at_nominal and q in self.first_submit and \

@@ -157,6 +157,8 @@ class SpecDoc(Strict):
     description: str = ""
     targets: dict[str, Any] | None = None
     """Read by ``scenario_targets.parse_targets``, which knows its fields."""
+    measured_use: dict[str, Any] | None = None
+    """Read by ``measured.parse_measured_use``, which knows its fields."""
 
 
 class ScenarioDoc(Strict):

@@ -220,6 +220,7 @@ def summarise_run(r: RunResult) -> dict[str, Any]:
         "gangs": gang_rows,
         "wall_s": rounded(r.wall_s, 3),
         **({"provisioning": provisioning_summary(r)} if r.cloud is not None else {}),
+        **({"measured_use": dict(r.measured)} if r.measured is not None else {}),
     }
 
 

@@ -8,7 +8,7 @@ from typing import Any
 from gpupool.config.fields import fmt_s
 from gpupool.sim.scenario_plots import SHARES_PLOT, USERS_PLOT, WAITS_PLOT
 
-__all__ = ["render_provisioning", "render_report", "render_targets"]
+__all__ = ["render_measured", "render_provisioning", "render_report", "render_targets"]
 
 
 def _pct(x: float | None, digits: int = 1) -> str:
@@ -74,6 +74,7 @@ def render_report(summary: Mapping[str, Any], plots: Sequence[str] = ()) -> str:
         f"{_mmm(a['wait_estimate_median_abs_error_s'], _dur)} | small |",
         "",
     ]
+    lines += render_measured(a)
     lines += render_targets(s)
     lines += [
         "## Queues",
@@ -235,3 +236,27 @@ def render_provisioning(s: Mapping[str, Any]) -> list[str]:
     lines.append("")
     return lines
 
+
+
+def render_measured(a: Mapping[str, Any]) -> list[str]:
+    """The measured-use figures of a scenario with ``spec.measuredUse``; nothing otherwise."""
+    m = a.get("measured_use")
+    if not m:
+        return []
+
+    def hours(x: float) -> str:
+        return f"{x / 3600:,.1f} h"
+
+    how = "measured use" if m["place_by"] == "measured" else "requests (measured only)"
+    return [
+        "## Measured use", "",
+        f"Placed by {how}; every card sampled for what its jobs actually use before each "
+        "cycle.", "",
+        "| figure | value |", "|---|---|",
+        f"| hot-card time (card-time with actual compute demand above the card) | "
+        f"{_mmm(m['hot_card_gpu_s'], hours)} |",
+        f"| card-time with actual memory above the card | "
+        f"{_mmm(m['memory_over_card_s'], hours)} |",
+        f"| GPU-time of compute actually delivered | {_mmm(m['busy_gpu_s'], hours)} |",
+        "",
+    ]

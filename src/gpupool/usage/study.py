@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpupool.core import ClusterState, Gpu, GpuRequest, Job, JobId, Node, NodeName, PodSet
+from gpupool.core.affinity import PodMeta
 from gpupool.core.model import WHOLE_GPU_MILLI, Placement
 from gpupool.core.placement.framework import Profile
 from gpupool.core.placement.place import place_task
@@ -100,7 +101,8 @@ def workload(nodes: int, hours: float, seed: int, load: float = 0.9) -> list[Stu
             use = UseProfile(rng.uniform(90, 100), rng.uniform(60, 90))
             dur = rng.uniform(0.5, 1.5) * 5400
         cpu = 4000 * max(1, gpu.count)
-        job = Job(JobId(f"{kind}-{i}"), (PodSet("main", 1, cpu, 16_384, gpu),))
+        job = Job(JobId(f"{kind}-{i}"), (PodSet("main", 1, cpu, 16_384, gpu,
+                                                pod=PodMeta("study", {"app": kind})),))
         out.append(StudyJob(job, kind, t, dur, use))
         i += 1
 

@@ -8,9 +8,11 @@ alone until a signal source is configured:
   framebuffer is below what it asks, even where the requests on the card say it fits (work
   outside the requests, a leaked CUDA context, a pod using more than it declared);
 * ``hot-card-spread`` (score): a slice prefers a node where it can land on a card that stays
-  at or below ``hot_pct`` of its compute once the slice's request is added to the card's load;
+  at or below ``hot_pct`` of its compute once the slice's expected use (its request, or what
+  its workload's slices were measured to use, ``core/usage_workload.py``) is added;
 * ``target-load-packing`` (score): whole-GPU work packs onto nodes up to ``target_pct`` of
-  their measured compute, and no further (Trimaran's TargetLoadPacking curve, for GPUs);
+  their measured compute (Trimaran's TargetLoadPacking curve, for GPUs), and beyond it is
+  indifferent: the load there is on cards the task does not share;
 * ``measured-cards`` (card choice): a slice takes the fullest-by-request card among those that
   stay cool, else the coolest; whole GPUs take cards idle as measured; MIG as ``best-fit-cards``.
 
@@ -164,21 +166,22 @@ class HotCardSpread:
         t = cs.table
         fits = _slice_cells(cs, load, req, rows)
         hot = self.hot_pct * WHOLE_GPU_MILLI / 100.0
+        add = load.expected_milli(task)  # the request, or what its workload uses
         load_now = load.load(t, rows)
         out = np.full(rows.size, 100.0)
         if req.cards <= 1:
             # A node with a fitting card that stays cool scores 100 whatever its other cards
             # do: only the others need their coolest fitting card found.
-            cool = _any(fits & (load_now <= hot - req.gpu_milli))
+            cool = _any(fits & (load_now <= hot - add))
             rest = np.flatnonzero(~cool)
             if not rest.size:
                 return out
             coolest = _row_min(np.where(fits.take(rest, 0), load_now.take(rest, 0),
-                                        np.inf)) + req.gpu_milli
+                                        np.inf)) + add
         else:
             rest = np.arange(rows.size)
             pred = np.where(fits, load_now, np.inf)
-            coolest = np.sort(pred, axis=1)[:, req.cards - 1] + req.gpu_milli
+            coolest = np.sort(pred, axis=1)[:, req.cards - 1] + add
         over = ((coolest - hot) / WHOLE_GPU_MILLI).clip(0.0, 1.0)
         out[rest] = np.where(np.isfinite(coolest), np.floor(100.0 * (1.0 - over)), 0.0)
         return out
@@ -189,8 +192,15 @@ class TargetLoadPacking:
     """Whole-GPU work packs onto nodes up to ``target_pct`` of their measured compute.
 
     The score of a node whose measured compute, with the task's cards added at full use, is
-    U % of what its usable cards can do: ``(100 - T) * U / T + T`` up to the target T, then
-    ``T * (100 - U) / (100 - T)`` down to 0 at 100 % (Trimaran's TargetLoadPacking curve).
+    U % of what its usable cards can do: ``(100 - T) * U / T + T`` up to the target T
+    (Trimaran's TargetLoadPacking curve, rising side), then 100.
+
+    Trimaran's falling side (``T * (100 - U) / (100 - T)`` down to 0 at 100 %) is left out:
+    it spreads work away from load the task would share. A whole card is held alone, and the
+    task takes only cards free by request and idle as measured, so the load of the node's
+    other cards is load it does not share; penalising it spread 1-, 2- and 4-card jobs over
+    more nodes and left fewer nodes with enough free cards for the next one (BENCHMARKS.md,
+    "Placement by measured GPU use", third round).
     """
 
     name: ClassVar[str] = "target-load-packing"
@@ -213,9 +223,7 @@ class TargetLoadPacking:
         u = 100.0 * (busy + req.count * WHOLE_GPU_MILLI) / total
         target = self.target_pct
         rising = (100.0 - target) * u / target + target
-        falling = target * (100.0 - u) / (100.0 - target)
-        return np.asarray(np.floor(np.where(u <= target, rising, falling).clip(0.0, 100.0)),
-                          np.float64)
+        return np.asarray(np.floor(rising.clip(0.0, 100.0)), np.float64)
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,7 +263,7 @@ class MeasuredCards:
         if len(cands) < req.cards:
             return None
         # one row: its cells as Python lists (numpy's per-call cost would dominate)
-        pred = (load.load_offset[row] + t.used_milli[row] + req.gpu_milli).tolist()
+        pred = (load.load_offset[row] + t.used_milli[row] + load.expected_milli(task)).tolist()
         hot = self.hot_pct * WHOLE_GPU_MILLI / 100.0
         cool = [g for g in cands if pred[g] <= hot]
         if len(cool) >= req.cards:

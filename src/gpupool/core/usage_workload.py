@@ -1,0 +1,142 @@
+"""What pods of one workload were measured to use, learned from cards they held alone.
+
+A slice's request is a floor of what it will use, not an estimate: a slice without a core
+limit (HAMi enforces ``nvidia.com/gpucores`` only where it is set) keeps its card as busy as
+its work makes it. Until the first sample after it lands, the load model counts a new pod at
+its estimate, and the placement plugins ask whether a card stays cool with it; with the
+request as the estimate, a fine-tune asking half a card and using all of it is placed as
+"cool" beside other work, and nothing moves it once the card runs hot (BENCHMARKS.md,
+"Placement by measured GPU use", second round).
+
+So the load model learns, per **workload**, what its pods use over what they request: from
+every sample of a card that one slice holds alone (placed at least ``settle_s`` before the
+sample, so the sample shows it), the ratio of the card's measured compute to the slice's
+requested compute. A new slice of a workload with enough such readings is estimated at the
+ratio's ``quantile`` (p90) times its request, never below its request and never above a
+whole card. With a core limit the ratio stays at or below 1 and the request stands.
+
+A workload is named by the pod's ``app.kubernetes.io/name`` label, else its ``app`` label
+(in its namespace), else by what it asks: namespace, pod set and request (pods of one
+Deployment, Job or scenario stream ask alike).
+
+Pure: no clock; the model passes times in.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from gpupool.core.model import WHOLE_GPU_MILLI, NodeName, Placement, Task, TaskId
+
+__all__ = ["MIN_READINGS", "READINGS_KEPT", "WORKLOADS_KEPT", "WorkloadUse", "workload_of"]
+
+READINGS_KEPT = 64
+"""Readings kept per workload (the newest)."""
+WORKLOADS_KEPT = 4096
+"""Workloads with readings kept (past this, the one whose readings started first goes)."""
+MIN_READINGS = 3
+"""Readings a workload needs before its learned use replaces the request."""
+_LABELS = ("app.kubernetes.io/name", "app")
+_ASKED_KEPT = 1 << 20
+"""Tasks whose workload is kept between a decision and the placement (cleared past this)."""
+
+
+def workload_of(task: Task) -> str:
+    """The workload ``task``'s pod belongs to (see the module docstring)."""
+    ps = task.pod_set
+    pod = ps.pod
+    for label in _LABELS:
+        name = pod.labels.get(label)
+        if name:
+            return f"{pod.namespace}/{name}"
+    req = ps.gpu
+    return f"{ps.pod.namespace}/{ps.name}:{req.gpu_milli}m:{req.memory_mib}Mi:{req.cards}"
+
+
+@dataclass(frozen=True, slots=True)
+class _Holder:
+    workload: str
+    since_s: float
+    milli: int  # requested compute on this card
+    estimate: float  # what it was counted at when placed
+
+
+class WorkloadUse:
+    """The slices holding each card, and each workload's readings (measured / requested)."""
+
+    def __init__(self, quantile: float, settle_s: float) -> None:
+        self.quantile = quantile
+        self.settle_s = settle_s
+        self._holders: dict[tuple[NodeName, int], dict[TaskId, _Holder]] = {}
+        self._readings: dict[str, deque[float]] = {}
+        self._workload: dict[TaskId, str] = {}
+
+    def expected(self, workload: str, milli: int) -> float:
+        """Compute a new slice of ``workload`` asking ``milli`` is expected to use."""
+        got = self._readings.get(workload)
+        if got is None or len(got) < MIN_READINGS or milli <= 0:
+            return float(milli)
+        ratio = _quantile(sorted(got), self.quantile)
+        return float(min(WHOLE_GPU_MILLI, max(milli, ratio * milli)))
+
+    def expected_of(self, task: Task) -> float:
+        """:meth:`expected` of ``task``'s slice; the task's workload is kept for its
+        placement (a placement names its task, not its pod set)."""
+        key = workload_of(task)
+        if len(self._workload) >= _ASKED_KEPT:
+            self._workload.clear()
+        self._workload[task.id] = key
+        return self.expected(key, task.request.gpu_milli)
+
+    def placed(self, p: Placement, now_s: float) -> list[float]:
+        """A placement bound at ``now_s``; returns what each share is counted at until it
+        shows in samples (its workload's expected use for a slice, else its request)."""
+        # A task no decision asked about (placed while the cycle read no measured load) has
+        # no workload known here: it still holds its card (so no one else is read as alone
+        # there), and teaches nothing.
+        key = self._workload.get(p.task, "")
+        self._workload[p.task] = key
+        out = []
+        for s in p.shares:
+            est = self.expected(key, s.gpu_milli) if 0 < s.gpu_milli < WHOLE_GPU_MILLI \
+                else float(s.gpu_milli)
+            out.append(est)
+            if s.mig_profile is None and 0 < s.gpu_milli < WHOLE_GPU_MILLI:
+                self._holders.setdefault((p.node, s.index), {})[p.task] = _Holder(
+                    key, now_s, s.gpu_milli, est)
+        return out
+
+    def released(self, p: Placement) -> list[float]:
+        """A placement that left; returns what each share was counted at when placed."""
+        out = []
+        for s in p.shares:
+            cell = self._holders.get((p.node, s.index))
+            h = cell.pop(p.task, None) if cell is not None else None
+            if cell is not None and not cell:
+                del self._holders[(p.node, s.index)]
+            out.append(h.estimate if h is not None else float(s.gpu_milli))
+        self._workload.pop(p.task, None)
+        return out
+
+    def read(self, node: NodeName, gpu: int, time_s: float, util_pct: float) -> None:
+        """A sample of one card: a reading for the workload of the one slice holding it."""
+        cell = self._holders.get((node, gpu))
+        if cell is None or len(cell) != 1:
+            return
+        h = next(iter(cell.values()))
+        if not h.workload or time_s < h.since_s + self.settle_s:
+            return
+        got = self._readings.get(h.workload)
+        if got is None:
+            if len(self._readings) >= WORKLOADS_KEPT:  # the least recently started goes
+                self._readings.pop(next(iter(self._readings)))
+            got = self._readings[h.workload] = deque(maxlen=READINGS_KEPT)
+        got.append(util_pct * 10.0 / h.milli)
+
+
+def _quantile(values: list[float], q: float) -> float:
+    pos = q * (len(values) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(values) - 1)
+    return values[lo] + (values[hi] - values[lo]) * (pos - lo)

@@ -1,0 +1,147 @@
+"""core/usage_workload: a new slice is counted at what its workload's slices were measured to
+use (learned on cards one slice holds alone), not at a request that is only its floor."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from gpupool.core import ClusterState, NodeName, place_task
+from gpupool.core.affinity import PodMeta
+from gpupool.core.model import GpuShare, Placement, Task
+from gpupool.core.placement.registry import measured_profile
+from gpupool.core.usage import CardSample, LoadModel, LoadSettings
+from gpupool.core.usage_workload import MIN_READINGS, WorkloadUse, workload_of
+from tests.builders import job, node, share
+
+N1 = NodeName("n1")
+
+
+def task_of(name: str, milli: int = 500, mib: int = 20_000) -> Task:
+    return next(job(name, gpu=share(milli, mib)).tasks())
+
+
+def on(task: Task, gpu: int, node_name: NodeName = N1) -> Placement:
+    req = task.request
+    return Placement(task.id, task.job, node_name, 1000, 1024,
+                     (GpuShare(gpu, req.gpu_milli, req.memory_mib),))
+
+
+def learned(ratio_pct: float, readings: int = MIN_READINGS) -> WorkloadUse:
+    """A workload of 500-milli slices measured at ``ratio_pct`` of a card, alone on card 0."""
+    w = WorkloadUse(quantile=0.9, settle_s=30.0)
+    first = task_of("ft-1")
+    w.expected_of(first)
+    w.placed(on(first, 0), 0.0)
+    for i in range(readings):
+        w.read(N1, 0, 30.0 + 15 * i, ratio_pct)
+    return w
+
+
+def test_a_slice_measured_using_more_than_it_asks_teaches_its_workload() -> None:
+    w = learned(95.0)  # 950 milli of a card for a 500-milli request
+    assert w.expected_of(task_of("ft-2")) == pytest.approx(950.0)
+    # another workload (another request) is still counted at its request
+    assert w.expected_of(task_of("nb-1", 300, 8192)) == 300.0
+
+
+@pytest.mark.parametrize("pct,want", [(20.0, 500.0), (100.0, 1000.0)])
+def test_the_estimate_is_never_below_the_request_nor_above_a_card(pct: float,
+                                                                 want: float) -> None:
+    w = learned(pct)  # a core limit keeps use at or below the request: the request stands
+    assert w.expected_of(task_of("ft-2")) == pytest.approx(want)
+
+
+def test_readings_need_the_slice_alone_settled_and_enough_of_them() -> None:
+    assert learned(95.0, readings=MIN_READINGS - 1).expected_of(task_of("ft-2")) == 500.0
+    w = WorkloadUse(quantile=0.9, settle_s=30.0)
+    a, b = task_of("ft-1"), task_of("nb-1", 300, 8192)
+    for t in (a, b):
+        w.expected_of(t)
+        w.placed(on(t, 0), 0.0)
+    for i in range(10):
+        w.read(N1, 0, 30.0 + 15 * i, 95.0)  # two holders: nobody's reading
+    assert w.expected_of(task_of("ft-2")) == 500.0
+    w.released(on(b, 0))
+    w.read(N1, 0, 10.0, 95.0)  # alone now, but a sample before it settled does not count
+    assert w.expected_of(task_of("ft-2")) == 500.0
+
+
+def test_a_slice_no_decision_asked_about_holds_its_card_and_teaches_nothing() -> None:
+    w = WorkloadUse(quantile=0.9, settle_s=30.0)
+    unknown = task_of("ft-1")
+    w.placed(on(unknown, 0), 0.0)  # placed while the cycle read no measured load
+    for i in range(10):
+        w.read(N1, 0, 30.0 + 15 * i, 95.0)
+    assert w.expected_of(task_of("ft-2")) == 500.0
+    known = task_of("ft-3")
+    w.expected_of(known)
+    w.placed(on(known, 0), 0.0)
+    for i in range(10):
+        w.read(N1, 0, 30.0 + 15 * i, 95.0)  # two holders: still nobody's reading
+    assert w.expected_of(task_of("ft-2")) == 500.0
+
+
+def test_a_workload_is_its_app_label_else_its_shape() -> None:
+    base = task_of("a")
+    labelled = replace(base, pod_set=replace(base.pod_set, pod=PodMeta(
+        namespace="lab", labels={"app.kubernetes.io/name": "finetune", "app": "x"})))
+    assert workload_of(labelled) == "lab/finetune"
+    app = replace(base, pod_set=replace(base.pod_set, pod=PodMeta(labels={"app": "x"})))
+    assert workload_of(app) == "/x"
+    assert workload_of(base) == workload_of(task_of("b")) != workload_of(task_of("c", 300))
+
+
+def samples(gpu: int, pct: float, start: float, n: int = 4) -> list[CardSample]:
+    return [CardSample(N1, gpu, start + 15 * i, pct, 20_000, 60_000) for i in range(n)]
+
+
+def test_the_load_model_counts_a_new_slice_at_its_workloads_use_until_it_shows() -> None:
+    s = ClusterState([node("n1", gpu=4)])
+    m = LoadModel(LoadSettings(settle_s=15.0, stale_after_s=600))
+    first = task_of("ft-1")
+    m.workloads.expected_of(first)
+    p1 = on(first, 0)
+    s.assume(p1)
+    m.placed(p1, 0.0)
+    m.add(samples(0, 95.0, 15.0) + samples(1, 0.0, 15.0), now_s=60.0)
+    second = task_of("ft-2")
+    m.workloads.expected_of(second)
+    p2 = on(second, 1)
+    s.assume(p2)
+    m.placed(p2, 61.0)
+    view = m.view(s.table, 62.0)
+    assert view.milli[s.table.row(N1), 1] == pytest.approx(950.0)  # not its 500 request
+    s.forget(p2.task)
+    m.released(p2, 70.0)  # what was counted comes off, not the request
+    assert m.view(s.table, 71.0).milli[s.table.row(N1), 1] == pytest.approx(0.0)
+
+
+def test_a_fine_tune_is_kept_off_a_card_its_request_would_call_cool() -> None:
+    """Card 0: a fine-tune measured 95 % busy (its workload learned); card 1: a notebook at
+    40 %. By its 500-milli request a second fine-tune on card 1 reaches 90 %, hot; by what its
+    workload uses it cannot stay cool anywhere shared, so it takes the idle card 2."""
+    s = ClusterState([node("n1", gpu=3)])
+    m = LoadModel(LoadSettings(settle_s=15.0, stale_after_s=600))
+    ft, nb = task_of("ft-1"), task_of("nb-1", 300, 8192)
+    for t, g in ((ft, 0), (nb, 1)):
+        m.workloads.expected_of(t)
+        p = on(t, g)
+        s.assume(p)
+        m.placed(p, 0.0)
+    m.add(samples(0, 95.0, 15.0) + samples(1, 40.0, 15.0) + samples(2, 0.0, 15.0, n=4),
+          now_s=60.0)
+    snap = s.snapshot()
+    snap.load = m.view(snap.table, 61.0)
+    p, _ = place_task(task_of("ft-2"), snap, measured_profile(hot_pct=95))
+    assert p is not None and p.shares[0].index == 2
+    plain = LoadModel(LoadSettings(settle_s=15.0, stale_after_s=600))  # nothing learned
+    for t, g in ((ft, 0), (nb, 1)):
+        plain.placed(on(t, g), 0.0)
+    plain.add(samples(0, 95.0, 15.0) + samples(1, 40.0, 15.0) + samples(2, 0.0, 15.0, n=4),
+              now_s=60.0)
+    snap2 = s.snapshot()
+    snap2.load = plain.view(snap2.table, 61.0)
+    p2, _ = place_task(task_of("ft-2"), snap2, measured_profile(hot_pct=95))
+    assert p2 is not None and p2.shares[0].index == 1  # by its request: "cool" beside 40 %
