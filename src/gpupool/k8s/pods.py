@@ -60,7 +60,7 @@ from gpupool.k8s.translate import (
     pod_request,
     read_placement,
 )
-from gpupool.k8s.vendors import vendor_pod_request
+from gpupool.k8s.vendors import card_memory, vendor_pod_request
 
 __all__ = ["ended", "is_reduced"]
 
@@ -254,7 +254,8 @@ class PodEvents(ControllerParts):
         req = mig_request(req, (pod.get("metadata") or {}).get("annotations") or {},
                           (g for n in self.nodes_by_name.values() for g in n.gpus))
         if req.gpu.kind.value == "none":  # another vendor's cards, by its resource names
-            req = vendor_pod_request(pod, req, self._vendor_models()) or req
+            req = vendor_pod_request(pod, req, self._vendor_models(),
+                                     card_memory(self.nodes_by_name.values())) or req
         elif not req.gpu.models:  # NVIDIA's resource names: NVIDIA's cards only
             vendors = self._vendor_models()
             if set(vendors) - {"nvidia"}:

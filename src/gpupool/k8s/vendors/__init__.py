@@ -7,7 +7,7 @@ annotations its device plugin reads (:mod:`.allocation`). NVIDIA's protocol is
 from gpupool.k8s.vendors.allocation import vendor_annotations
 from gpupool.k8s.vendors.inventory import vendor_gpus
 from gpupool.k8s.vendors.protocols import PROTOCOLS, VendorProtocol, protocol_for
-from gpupool.k8s.vendors.requests import vendor_pod_request
+from gpupool.k8s.vendors.requests import card_memory, vendor_pod_request
 
-__all__ = ["PROTOCOLS", "VendorProtocol", "protocol_for", "vendor_annotations", "vendor_gpus",
-           "vendor_pod_request"]
+__all__ = ["PROTOCOLS", "VendorProtocol", "card_memory", "protocol_for",
+           "vendor_annotations", "vendor_gpus", "vendor_pod_request"]
