@@ -19,6 +19,7 @@ from gpupool.k8s.vendors.switch import (
     original_pod,
     remade,
 )
+from tests.k8s.hami_examples import HYGON_DEFAULT
 from tests.k8s.test_vendors import alt_pod
 
 
@@ -51,7 +52,7 @@ def test_a_pod_made_again_keeps_what_its_user_wrote_and_nothing_the_server_set()
     assert body["metadata"]["labels"] == pod["metadata"]["labels"]
     notes = body["metadata"]["annotations"]
     assert (notes[ALTERNATIVE], notes[SWITCHES]) == ("dcu", "1")
-    assert body["spec"]["containers"][1]["image"] == "app:dtk24"
+    assert body["spec"]["containers"][1]["image"] == HYGON_DEFAULT["image"]
     back = remade(as_stored(body), None)  # and back to its own form, counted again
     assert back["spec"] == pod["spec"]
     assert ALTERNATIVE not in back["metadata"]["annotations"]
