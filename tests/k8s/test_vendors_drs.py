@@ -200,3 +200,44 @@ def test_the_minor_written_is_the_cards_own_from_the_capacity_annotation() -> No
         out = vendor_annotations(req, p, node, now_s=1.0, pod=pod)
         minors[out["enflame.com/gcu-assigned-index"]] = out["enflame.com/gcu-assigned-minor"]
     assert minors == {"0": "4", "1": "1"}
+
+
+def test_drs_binds_on_a_node_are_made_in_order_each_stamped_at_its_own_bind() -> None:
+    """Enflame's plugin serves the oldest ``enflame.com/gcu-assigned-time`` first, so on one
+    node the Bindings must be made in the order of those times: one after another, each
+    stamped when it is made (a slow first Binding must not let the second overtake it)."""
+    import asyncio
+
+    from gpupool.k8s.binding import Binder, BindItem
+    from gpupool.k8s.vendors import BIND_ORDER_STAMP
+    from tests.k8s.kit import RecordingHost
+
+    class SlowFirstKube:
+        def __init__(self) -> None:
+            self.bound: list[tuple[str, str]] = []  # (pod, stamp) in the order made
+
+        async def request(self, method: str, path: str, body: Any = None,
+                          **_: Any) -> dict[str, Any]:
+            if path.endswith("/binding"):
+                name = body["metadata"]["name"]
+                await asyncio.sleep(0.05 if name == "p0" else 0)
+                self.bound.append((name, body["metadata"]["annotations"][BIND_ORDER_STAMP]))
+            return {}
+
+    async def body() -> None:
+        kube = SlowFirstKube()
+        binder = Binder(kube, None, RecordingHost())  # type: ignore[arg-type]
+        for i in range(3):
+            binder.submit(BindItem(f"team/p{i}", f"u{i}", "drs-0",
+                                   {BIND_ORDER_STAMP: "1"}, lock=False, ordered=True,
+                                   stamp=BIND_ORDER_STAMP))
+        for _ in range(50):
+            await asyncio.sleep(0.01)
+            if len(kube.bound) == 3:
+                break
+        await binder.close()
+        assert [n for n, _ in kube.bound] == ["p0", "p1", "p2"]
+        stamps = [int(s) for _, s in kube.bound]
+        assert stamps == sorted(stamps) and len(set(stamps)) == 3 and stamps[0] > 1
+
+    asyncio.run(body())
