@@ -18,14 +18,30 @@ frees capacity too. A quota raised by reconfiguration is seen at the next capaci
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import numpy as np
 import numpy.typing as npt
 
-from gpupool.core.table import NodeTable
-
 __all__ = ["FreedEpochs"]
 
-_Columns = dict[str, npt.NDArray[np.int64]]
+_I64 = npt.NDArray[np.int64]
+_Columns = dict[str, _I64]
+
+
+class NodeTable(Protocol):
+    """The columns of the scheduler's node table read here (``core/table.py``, which
+    adapters do not import)."""
+
+    version: int
+    n: int
+    cpu_free: _I64
+    mem_free: _I64
+    free_milli: _I64
+    free_mib: _I64
+    holders: _I64
+    holder_cap: _I64
+    mig_free: dict[str, _I64]
 
 
 def _free(t: NodeTable) -> _Columns:
