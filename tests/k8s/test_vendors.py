@@ -208,24 +208,27 @@ def test_a_register_annotation_that_cannot_be_read_names_the_node_and_key() -> N
 # -- alternatives on Kubernetes: the pod made in the chosen form ------------------------------
 
 def alt_pod() -> dict[str, Any]:
+    """A pod written for NVIDIA (HAMi's examples/nvidia/default_use.yaml limits, and CPU) with
+    HAMi's Hygon example (examples/hygon/default_use.yaml) as its alternative."""
     from gpupool.k8s.vendors.overlay import ALTERNATIVES
-    pod = pod_obj({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "8000", "cpu": "2"})
+    from tests.k8s.hami_examples import HYGON_DEFAULT, NVIDIA_DEFAULT, alternative
+    pod = pod_obj({**NVIDIA_DEFAULT["limits"], "cpu": "2"})
     pod["spec"]["containers"][1]["env"] = [{"name": "KEEP", "value": "1"},
                                            {"name": "VISIBLE", "value": "old"}]
     pod["metadata"]["annotations"] = {ALTERNATIVES: json.dumps([
-        {"name": "dcu", "limits": {"hygon.com/dcunum": "2"}, "image": "app:dtk24",
-         "env": {"VISIBLE": "new"}}])}
+        alternative("dcu", HYGON_DEFAULT, env={"VISIBLE": "new"})])}
     return pod
 
 
 def test_a_pod_in_an_alternative_form_keeps_everything_but_its_accelerator() -> None:
     from gpupool.k8s.vendors.overlay import ALTERNATIVE, pod_alternatives, pod_in_form
+    from tests.k8s.hami_examples import HYGON_DEFAULT
     pod = alt_pod()
     (alt,) = pod_alternatives(pod)
     out = pod_in_form(pod, alt)
     main = out["spec"]["containers"][1]
-    assert main["resources"]["limits"] == {"cpu": "2", "hygon.com/dcunum": "2"}
-    assert main["image"] == "app:dtk24"
+    assert main["resources"]["limits"] == {"cpu": "2", **HYGON_DEFAULT["limits"]}
+    assert main["image"] == HYGON_DEFAULT["image"]
     assert main["env"] == [{"name": "KEEP", "value": "1"}, {"name": "VISIBLE", "value": "new"}]
     assert out["spec"]["containers"][0] == pod["spec"]["containers"][0]  # no accelerator
     assert out["metadata"]["annotations"][ALTERNATIVE] == "dcu"

@@ -16,7 +16,7 @@ from gpupool.core.model import Job, JobId, Node, PodSet
 from gpupool.k8s.hami.errors import TranslateError
 from gpupool.k8s.hami.requests import PodRequest, pod_request
 from gpupool.k8s.translate import node_from_k8s
-from gpupool.k8s.vendors import vendor_annotations, vendor_gpus, vendor_pod_request
+from gpupool.k8s.vendors import card_memory, vendor_annotations, vendor_gpus, vendor_pod_request
 from tests.k8s.test_vendors import node_obj, pod_obj
 
 # HAMi's DRS card: 6 slices, three profiles (its drsCard of drs_reconstruction_test.go)
@@ -40,7 +40,7 @@ def models(*nodes: Node) -> dict[str, frozenset[str]]:
 
 def request(limits: dict[str, str], *nodes: Node) -> PodRequest:
     pod = pod_obj(limits)
-    req = vendor_pod_request(pod, pod_request(pod), models(*nodes))
+    req = vendor_pod_request(pod, pod_request(pod), models(*nodes), card_memory(nodes))
     assert req is not None
     return req
 
@@ -64,14 +64,23 @@ def test_the_cards_and_profiles_of_the_capacity_annotation() -> None:
     ({"enflame.com/gcu-memory": "6"}, (170, 6144)),
     ({"enflame.com/gcu-core": "20"}, (500, 20480)),  # 1g.6gb is 17 %
     ({"enflame.com/gcu-memory": "4", "enflame.com/gcu-core": "10"}, (170, 6144)),
+    # over twice the largest profile's 40 GB: MiB, rounded up to GB (normalizeMemoryRequestToGB)
+    ({"enflame.com/gcu-memory": "81"}, (170, 6144)),  # 81 MiB: 1 GB
+    # HAMi's own example (examples/enflame/vgcu_use.yaml, "drs-pod-by-spec"): 20480 MiB, 40 %
+    ({"enflame.com/gcu-memory": "20480", "enflame.com/gcu-core": "40"}, (500, 20480)),
+    ({"enflame.com/gcu-memory": "6145"}, (500, 20480)),  # 7 GB: past 1g.6gb
+    ({"enflame.com/gcu-memory": "80"}, None),  # twice 40 exactly: still GB, over any profile
 ])
 def test_a_request_takes_the_profile_hami_selects(limits: dict[str, str],
-                                                  shape: tuple[int, int]) -> None:
+                                                  shape: tuple[int, int] | None) -> None:
     node = node_from_k8s(drs_node())
     req = request(limits, node)
     state = ClusterState([node])
     job = Job(JobId("team/p"), (PodSet("p", cpu_milli=0, memory_mib=0, gpu=req.gpu),))
     p, status = place_task(next(job.tasks()), state.snapshot(), default_profile())
+    if shape is None:
+        assert p is None
+        return
     assert p is not None, status.message
     ((share),) = p.shares
     assert (share.gpu_milli, share.memory_mib) == shape
@@ -169,3 +178,66 @@ def test_a_capacity_annotation_that_cannot_be_read_names_node_and_key(text: str,
     with pytest.raises(TranslateError) as e:
         vendor_gpus(drs_node(text=text))
     assert "node drs-0: enflame.com/gcu-drs-capacity" in str(e.value) and words in str(e.value)
+
+
+def test_the_minor_written_is_the_cards_own_from_the_capacity_annotation() -> None:
+    """HAMi's ``GetNodeDevices`` keeps each device's ``minor`` (its index when empty) and
+    ``PatchAnnotations`` writes it as ``enflame.com/gcu-assigned-minor``."""
+    text = json.dumps({"devices": [{"index": "0", "minor": "4", "capacity": 6},
+                                   {"index": "1", "minor": "", "capacity": 6}],
+                       "profiles": json.loads(DRS)["profiles"]})
+    node = node_from_k8s(drs_node(text=text))
+    assert [g.device.card_ref for g in node.gpus] == ["4", "1"]
+    pod = pod_obj({"enflame.com/drs-gcu": "3"})
+    req = request({"enflame.com/drs-gcu": "3"}, node)
+    state = ClusterState([node])
+    minors = {}
+    for i in range(4):  # two 3-slice profiles per card: both cards used
+        job = Job(JobId(f"team/p{i}"), (PodSet("p", cpu_milli=0, memory_mib=0, gpu=req.gpu),))
+        p, _ = place_task(next(job.tasks()), state.snapshot(), default_profile())
+        assert p is not None
+        state.assume(p)
+        out = vendor_annotations(req, p, node, now_s=1.0, pod=pod)
+        minors[out["enflame.com/gcu-assigned-index"]] = out["enflame.com/gcu-assigned-minor"]
+    assert minors == {"0": "4", "1": "1"}
+
+
+def test_drs_binds_on_a_node_are_made_in_order_each_stamped_at_its_own_bind() -> None:
+    """Enflame's plugin serves the oldest ``enflame.com/gcu-assigned-time`` first, so on one
+    node the Bindings must be made in the order of those times: one after another, each
+    stamped when it is made (a slow first Binding must not let the second overtake it)."""
+    import asyncio
+
+    from gpupool.k8s.binding import Binder, BindItem
+    from gpupool.k8s.vendors import BIND_ORDER_STAMP
+    from tests.k8s.kit import RecordingHost
+
+    class SlowFirstKube:
+        def __init__(self) -> None:
+            self.bound: list[tuple[str, str]] = []  # (pod, stamp) in the order made
+
+        async def request(self, method: str, path: str, body: Any = None,
+                          **_: Any) -> dict[str, Any]:
+            if path.endswith("/binding"):
+                name = body["metadata"]["name"]
+                await asyncio.sleep(0.05 if name == "p0" else 0)
+                self.bound.append((name, body["metadata"]["annotations"][BIND_ORDER_STAMP]))
+            return {}
+
+    async def body() -> None:
+        kube = SlowFirstKube()
+        binder = Binder(kube, None, RecordingHost())  # type: ignore[arg-type]
+        for i in range(3):
+            binder.submit(BindItem(f"team/p{i}", f"u{i}", "drs-0",
+                                   {BIND_ORDER_STAMP: "1"}, lock=False, ordered=True,
+                                   stamp=BIND_ORDER_STAMP))
+        for _ in range(50):
+            await asyncio.sleep(0.01)
+            if len(kube.bound) == 3:
+                break
+        await binder.close()
+        assert [n for n, _ in kube.bound] == ["p0", "p1", "p2"]
+        stamps = [int(s) for _, s in kube.bound]
+        assert stamps == sorted(stamps) and len(set(stamps)) == 3 and stamps[0] > 1
+
+    asyncio.run(body())

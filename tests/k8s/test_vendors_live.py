@@ -21,6 +21,7 @@ from gpupool.k8s.kube import MERGE_PATCH, Kube, KubeError
 from gpupool.k8s.main import default_config
 from gpupool.k8s.tls import make_certificates
 from tests.k8s.conftest import ControlPlane
+from tests.k8s.hami_examples import HYGON_DEFAULT, alternative, same_limits
 from tests.k8s.kit import (
     clean,
     device_plugins,
@@ -163,9 +164,8 @@ def test_the_webhook_makes_a_pod_in_the_form_its_queue_admits(
             "namespaceSelector": {"matchLabels": {"gpupool.io/webhook-test": "vendors"}},
         }],
     }
-    alternatives = json.dumps([{"name": "dcu", "limits": {"hygon.com/dcunum": "1"},
-                                "image": "example.invalid/train:dtk24",
-                                "env": {"HIP_VISIBLE_DEVICES": "auto"}}])
+    alternatives = json.dumps([alternative("dcu", HYGON_DEFAULT,
+                                           env={"HIP_VISIBLE_DEVICES": "auto"})])
 
     async def body(kube: Kube) -> None:
         with contextlib.suppress(KubeError):
@@ -198,8 +198,8 @@ def test_the_webhook_makes_a_pod_in_the_form_its_queue_admits(
                 c = p2["spec"]["containers"][0]
                 assert p2["spec"]["nodeName"] == "w-dcu"
                 assert p2["metadata"]["annotations"]["gpupool.io/alternative"] == "dcu"
-                assert c["image"] == "example.invalid/train:dtk24"
-                assert c["resources"]["limits"].get("hygon.com/dcunum") == "1"
+                assert c["image"] == HYGON_DEFAULT["image"]
+                assert same_limits(c["resources"]["limits"], HYGON_DEFAULT["limits"])
                 assert "nvidia.com/gpu" not in c["resources"]["limits"]
                 assert {"name": "HIP_VISIBLE_DEVICES", "value": "auto"} in c["env"]
                 ((uuid, _, _),) = slots(

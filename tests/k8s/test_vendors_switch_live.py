@@ -20,6 +20,7 @@ from gpupool.k8s.kube import MERGE_PATCH, Kube, KubeError
 from gpupool.k8s.main import default_config
 from gpupool.k8s.tls import make_certificates
 from tests.k8s.conftest import ControlPlane
+from tests.k8s.hami_examples import HYGON_DEFAULT, alternative, same_limits
 from tests.k8s.kit import delete_pod, get_pod, pod_body, running, wait_for
 from tests.k8s.test_vendors_live import NS, bound, live, node, slots
 
@@ -27,9 +28,8 @@ pytestmark = pytest.mark.k8s
 
 WEBHOOKS = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
 NAME = "gpupool-switch-test"
-ALTERNATIVES = json.dumps([{"name": "dcu", "limits": {"hygon.com/dcunum": "1"},
-                            "image": "example.invalid/train:dtk24",
-                            "env": {"HIP_VISIBLE_DEVICES": "auto"}}])
+ALTERNATIVES = json.dumps([alternative("dcu", HYGON_DEFAULT,
+                                       env={"HIP_VISIBLE_DEVICES": "auto"})])
 
 
 def webhook(port: int, ca_pem: bytes) -> dict[str, Any]:
@@ -118,8 +118,8 @@ def test_a_waiting_pod_is_made_again_in_the_form_that_fits_now(
                 assert p["spec"]["nodeName"] == "s-dcu"
                 assert notes["gpupool.io/alternative"] == "dcu"
                 assert notes["gpupool.io/form-switches"] == "1"
-                assert c["image"] == "example.invalid/train:dtk24"
-                assert c["resources"]["limits"].get("hygon.com/dcunum") == "1"
+                assert c["image"] == HYGON_DEFAULT["image"]
+                assert same_limits(c["resources"]["limits"], HYGON_DEFAULT["limits"])
                 assert "nvidia.com/gpu" not in c["resources"]["limits"]
                 assert {"name": "HIP_VISIBLE_DEVICES", "value": "auto"} in c["env"]
                 ((uuid, _, _),) = slots(notes["hami.io/dcu-devices-to-allocate"], "DCU")[0]

@@ -163,3 +163,22 @@ def test_kueues_flavor_fungibility_is_read_and_acted_on(tmp_path: Path, spec: st
     read = read_queue_config(path)
     assert read.config.cluster_queues[0].fungibility == expect
     assert read.ignored == ()
+
+
+@pytest.mark.parametrize(("preempt", "basis"), [
+    (NEXT, "fits now"),  # Kueue's default: the Ascend form starts now, nothing preempted
+    (STOP, "preempting 1 job(s) (within-queue) in flavor h100"),
+])
+def test_the_wait_estimate_follows_the_flavor_walk(preempt: Fungibility, basis: str) -> None:
+    """The estimate foresees what the cycle then does: with ``whenCanPreempt:
+    MayStopSearch`` the urgent job preempts in the first flavor, not starting on the second
+    one as the two passes without the walk would foresee."""
+    s = Scheduler([gpu_node("g"), npu_node("n")],
+                  config({"a": {"h100": 8, "ascend": 8}}, FlavorFungibility(STOP, preempt)))
+    s.submit(job("low", gpu=whole(8, models=["H100"]), queue="a"), 0)
+    s.cycle(0)
+    s.submit(urgent("hi"), 10)  # type: ignore[arg-type]
+    est = s.estimate_details(10)["hi"]  # type: ignore[index]
+    assert (est.start_s, est.basis) == (10, basis)
+    r = s.cycle(10)
+    assert [e.job for e in r.evicts] == (["low"] if preempt is STOP else [])

@@ -59,6 +59,8 @@ class DeviceClass:
     ``compute_units``: the card's SMs, CUs or AI cores, as the vendor counts them (shown only).
     ``whole``: the template the whole card is, where the node names one (Enflame's DRS
     profile of every slice): its name and ``ref`` are written when a whole card is given.
+    ``card_ref``: the node's own name for this very card, where its device plugin needs one
+    (Enflame's DRS ``minor``); empty for classes shared by many cards.
     """
 
     vendor: str = "nvidia"
@@ -70,6 +72,7 @@ class DeviceClass:
     relative_capacity: float = 1.0
     compute_units: int = 0
     whole: Template | None = None
+    card_ref: str = ""
 
     @property
     def is_plain(self) -> bool:

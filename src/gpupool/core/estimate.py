@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 
 from gpupool.core import lending, preemption
 from gpupool.core.admission import Fit, Vec, try_admit
+from gpupool.core.forecast_walk import Books, admit_by_walk, walks_flavors
 from gpupool.core.model import Job, JobId, Placement
 from gpupool.core.placement.framework import Code, Status
 from gpupool.core.runtimes import Dist
@@ -287,11 +288,20 @@ def _forecast(ctx: Context, snap: Snapshot, now_s: float, out: dict[JobId, Estim
                         misses += 1
                         walk.offered(False)
                         continue
-                    fit, status = try_admit(p.job, p.queue, tree, snap, ctx.profile, failed)
+                    if t == now_s and p.job.id in left and walks_flavors(tree, p.queue) \
+                            and p.job.priority > no_victims.get(p.queue, -(1 << 62)):
+                        fit, basis = admit_by_walk(ctx, snap, p, now_s, Books(
+                            gone, changes, failed))  # as the cycle does: core/forecast_walk.py
+                        basis = basis or why
+                        status = Status.ok() if fit is not None else Status(Code.UNRESOLVABLE)
+                        if fit is None:
+                            no_victims[p.queue] = p.job.priority
+                    else:
+                        fit, status = try_admit(p.job, p.queue, tree, snap, ctx.profile, failed)
+                        basis = why
                     if fit is not None and lending.reclaimed_soon(
                             ctx, p, fit, now_s, waiting) is not None:
                         fit = None  # the cycle does not borrow what is claimed back soon
-                    basis = why
                     if fit is None and t == now_s and p.job.id in left \
                             and status.code is not Code.UNRESOLVABLE \
                             and p.job.priority > no_victims.get(p.queue, -(1 << 62)):

@@ -44,7 +44,7 @@ from gpupool.k8s.translate import (
     pod_queue,
     pod_request,
 )
-from gpupool.k8s.vendors import vendor_pod_request
+from gpupool.k8s.vendors import card_memory, vendor_pod_request
 
 __all__ = ["PodAdmission"]
 
@@ -69,7 +69,8 @@ class PodAdmission(ControllerParts):
             req = mig_request(req, annotations, self.mig.cards(self.nodes_by_name),
                               core_models)
         if req.gpu.kind.value == "none":  # another vendor's cards, by its resource names
-            req = vendor_pod_request(pod, req, self._vendor_models()) or req
+            req = vendor_pod_request(pod, req, self._vendor_models(),
+                                     card_memory(self.nodes_by_name.values())) or req
         elif not req.gpu.models:  # NVIDIA's resource names: NVIDIA's cards only
             vendors = self._vendor_models()
             if set(vendors) - {"nvidia"}:

@@ -40,7 +40,7 @@ from gpupool.k8s.translate import (
     hami_annotations,
     placement_annotation,
 )
-from gpupool.k8s.vendors import vendor_annotations
+from gpupool.k8s.vendors import BIND_ORDER_STAMP, vendor_annotations
 
 __all__ = ["BIND_QUEUE_WEIGHT", "BindHost", "scheduling_profile"]
 
@@ -95,8 +95,10 @@ class BindHost(ControllerParts):
         # whose cards HAMi did not register (no plugin there would release it)
         devices = DEVICES_TO_ALLOCATE in annotations or any(
             k.endswith("-devices-to-allocate") for k in annotations)
+        stamp = BIND_ORDER_STAMP if BIND_ORDER_STAMP in annotations else ""
         return BindItem(key=key, uid=uid, node=str(p.node), annotations=annotations,
-                        lock=self.opt.node_lock and devices, job=str(info.id))
+                        lock=self.opt.node_lock and devices, job=str(info.id),
+                        ordered=bool(stamp), stamp=stamp)
 
     def _report_binds_in_flight(self) -> None:
         """Before a cycle: each node's locked binds still to make, for the ``bind-queue``

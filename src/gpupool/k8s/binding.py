@@ -14,7 +14,11 @@ allocating pod per node, so the device plugin's ``Allocate`` finds the right pod
 **pipelined across nodes**: each node has its own queue worked one pod at a time (a gang's
 pods on one node go one after another: the next waits until the device plugin released the
 lock, or it went stale), while every node's queue runs at once. Pods without devices take no
-lock and bind at once.
+lock and bind at once. A pod whose device plugin takes no lock but finds its pod by the
+order pods were given their cards (Enflame's DRS plugin: the oldest
+``enflame.com/gcu-assigned-time`` first) is **ordered**: it goes through its node's queue,
+one bind after another, without the lock, and its ``stamp`` annotation is given the time of
+its own bind (ns), so those times are in the order the node's kubelet receives the pods.
 
 While a node's lock is held nothing else may slow its queue, since every write under it
 delays the node's next pod:
@@ -50,7 +54,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any, Protocol
 
@@ -102,6 +106,8 @@ class BindItem:
     annotations: Mapping[str, str] = field(default_factory=dict)
     lock: bool = True
     job: str = ""  # the decision's job, for the host to tell a stale answer
+    ordered: bool = False  # through the node's queue even without the lock (above)
+    stamp: str = ""  # an annotation written with the time of the bind, in ns
     watched: bool = True  # the informer's copy of the pod fences the bind (below)
 
 
@@ -186,7 +192,7 @@ class PodBinder:
 
     def submit(self, item: BindItem) -> None:
         """Bind in the background: behind the node's queue when it takes the lock."""
-        if not item.lock:
+        if not item.lock and not item.ordered:
             self._spawn(self._finish(item))
             return
         self._queues.setdefault(item.node, deque()).append(item)
@@ -199,7 +205,7 @@ class PodBinder:
         try:
             while queue:
                 item = queue.popleft()
-                if queue:  # the next pod's label, while this one holds the lock
+                if queue and queue[0].lock:  # the next pod's label, while this one holds it
                     self._label_ahead(queue[0])
                 await self._finish(item)
         finally:
@@ -262,6 +268,9 @@ class PodBinder:
                     ) -> tuple[BindOutcome, str, Mapping[str, Any] | None]:
         ns, name = item.key.split("/", 1)
         labelled = None
+        if item.stamp:
+            item = replace(item, annotations={**item.annotations,
+                                              item.stamp: str(time.time_ns())})
         if item.lock:
             self._label_ahead(item)  # (started already while the one before held the lock)
             labelled = self._take_label(item)

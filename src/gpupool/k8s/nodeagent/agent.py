@@ -33,6 +33,8 @@ from typing import TYPE_CHECKING, Any
 from gpupool.core.errors import GpupoolError
 from gpupool.k8s.kube import MERGE_PATCH, KubeError
 from gpupool.k8s.nodeagent.devices import devices_of
+from gpupool.k8s.nodeagent.enflame import DEVICE_TYPE as DRS_TYPE
+from gpupool.k8s.nodeagent.enflame import DrsDevicePlugin
 from gpupool.k8s.nodeagent.kubelet import (
     Rejection,
     Requests,
@@ -106,9 +108,10 @@ class NodeAgent:
         self.kube = fleet.kube
         self.name = name
         self.devices = devices_of(fleet.nodes.get(name) or {})  # NVIDIA's, or the vendor's
+        plugin = DrsDevicePlugin if self.devices.device_type == DRS_TYPE else HamiDevicePlugin
         self.plugin: HamiDevicePlugin = (PlainDevicePlugin(fleet.kube, name)
                                          if fleet.device_plugin == "nvidia"
-                                         else HamiDevicePlugin(fleet.kube, name, self.devices))
+                                         else plugin(fleet.kube, name, self.devices))
         self.queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         self.seen: set[str] = set()
         self.active: dict[str, Requests] = {}  # uid -> what it holds

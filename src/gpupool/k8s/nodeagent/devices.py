@@ -12,7 +12,11 @@ inventory (``k8s/vendors/protocols.py``):
   HAMi's ``GetNodeDevices`` makes of the capacity (``<node>-cambricon-mlu-<i>``, ...), each
   split 100 ways (one for Enflame's), the memory shared out evenly.
 
-Every vendor's plugin shares HAMi's node lock and the pod's ``hami.io/vgpu-node`` and
+Enflame's DRS nodes (``enflame.com/gcu-drs-capacity``) count ``enflame.com/drs-gcu`` and run
+Enflame's own plugin (``nodeagent/enflame.py``), which takes no lock and reads
+``assigned-containers``.
+
+Every other vendor's plugin shares HAMi's node lock and the pod's ``hami.io/vgpu-node`` and
 ``hami.io/bind-phase``; each reads its own ``hami.io/<x>-devices-to-allocate`` entries of its
 device type (``MLU``, ``Mthreads``, ``GCU``, ...)."""
 

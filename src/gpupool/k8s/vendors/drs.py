@@ -10,27 +10,31 @@ writes it.
   percent for it, so a card never holds more profiles than HAMi's core check lets it.
   The card's model is ``Enflame-DRS-<largest slices>``.
 - **Requests**: ``enflame.com/drs-gcu: N`` asks for the profile of N slices on one card;
-  ``enflame.com/gcu-memory`` (GB) and ``enflame.com/gcu-core`` (%) ask for the smallest
-  profile holding both (HAMi's unified API); either way one card per container.
+  ``enflame.com/gcu-memory`` and ``enflame.com/gcu-core`` (%) ask for the smallest profile
+  holding both (HAMi's unified API); either way one card per container. The memory is GB,
+  unless it is over twice the largest profile's GB: then it is MiB, rounded up to whole GB
+  (HAMi's ``normalizeMemoryRequestToGB``; its own example asks ``gcu-memory: 20480``).
 - **Allocation**: ``hami.io/enflame-vgpu-devices-allocated`` (HAMi's ``EncodePodSingleDevice``
   of type ``Enflame``, the profile's MiB and core percent), ``enflame.com/gcu-assigned``
   (``false``: for the device plugin to set), ``enflame.com/gcu-assigned-time`` (ns),
   ``enflame.com/gcu-assigned-index`` and ``-id`` (the first card's index),
-  ``enflame.com/gcu-assigned-minor``, ``enflame.com/gcu-request-size`` (its slices) and
+  ``enflame.com/gcu-assigned-minor`` (the card's ``minor`` in the capacity annotation, its
+  index when none is given), ``enflame.com/gcu-request-size`` (its slices) and
   ``assigned-containers`` (per container name ``{"allocated": false, "request": slices,
   "profileID", "profileName"}``). HAMi writes no ``-to-allocate`` annotation for DRS.
 
-Where gpupool differs: a memory request is read in GB only (HAMi also takes a value over twice
-the largest profile's GB as MiB); the minor written is the card's index (HAMi's default when
-the node names none).
+Where gpupool differs: HAMi judges GB or MiB against the largest profile of the node it
+tries; gpupool reads a request once for the cluster, against the smallest card's largest
+profile when DRS cards differ.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from gpupool.core.devices import DeviceClass, Division, Template
@@ -39,7 +43,7 @@ from gpupool.core.model import WHOLE_GPU_MILLI, Gpu
 from gpupool.k8s.hami.errors import TranslateError
 
 __all__ = ["CAPACITY", "DEVICE_TYPE", "MODEL_PREFIX", "drs_extras", "drs_gpus", "drs_slices",
-           "profile_of"]
+           "memory_gb", "profile_of"]
 
 CAPACITY = "enflame.com/gcu-drs-capacity"
 DEVICE_TYPE = "Enflame"
@@ -101,9 +105,10 @@ def drs_gpus(node: str, text: str, at: str) -> tuple[Gpu, ...]:
         if capacity <= 0:
             raise TranslateError(f"{where}.capacity={d.get('capacity')!r}: must be a whole "
                                  "number of slices, 1 or more")
+        minor = str(d.get("minor") or "").strip() or str(index)
         out.append(Gpu(index=index, model=f"{MODEL_PREFIX}{largest}", memory_mib=card_mib,
                        uuid=f"{node}-enflame-drs-{index}", max_holders=capacity,
-                       device=device))
+                       device=dataclasses.replace(device, card_ref=minor)))
     return tuple(sorted(out, key=lambda g: g.index))
 
 
@@ -113,6 +118,17 @@ def drs_slices(models: frozenset[str]) -> int:
     sizes = [int(m[len(MODEL_PREFIX):]) for m in models
              if m.startswith(MODEL_PREFIX) and m[len(MODEL_PREFIX):].isdigit()]
     return min(sizes, default=0)
+
+
+def memory_gb(raw: int, card_mib: Iterable[int]) -> int:
+    """``enflame.com/gcu-memory: raw`` in GB: ``raw`` itself, or, when it is over twice the
+    largest profile's GB (a card's memory), ``raw`` MiB rounded up to whole GB (HAMi's
+    ``normalizeMemoryRequestToGB``). ``card_mib``: the DRS cards' memory in the cluster;
+    the smallest decides when they differ."""
+    largest_gb = min((m // 1024 for m in card_mib if m > 0), default=0)
+    if raw <= 0 or largest_gb <= 0 or raw <= 2 * largest_gb:
+        return raw
+    return math.ceil(raw / 1024)
 
 
 def direct_percent(slices: int, whole: int, where: str) -> int:
@@ -160,7 +176,7 @@ def drs_extras(pod: Mapping[str, Any], used: list[tuple[int, Gpu, int, int]],
         assigned[names[slot] if slot < len(names) else f"container-{slot}"] = info
         out.setdefault(ASSIGNED_INDEX, str(card.index))
         out.setdefault(ASSIGNED_ID, str(card.index))
-        out.setdefault(ASSIGNED_MINOR, str(card.index))
+        out.setdefault(ASSIGNED_MINOR, card.device.card_ref or str(card.index))
         out.setdefault(REQUEST_SIZE, str(slices))
     if assigned:
         out[ASSIGNED_CONTAINERS] = json.dumps(assigned, sort_keys=True, separators=(",", ":"))

@@ -16,17 +16,18 @@ of that vendor the cluster has, so a ``hygon.com/dcunum`` pod never lands on ano
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from gpupool.config.quantity import whole_number
 from gpupool.core.errors import ConfigError, InvalidJobError
-from gpupool.core.model import GpuRequest
+from gpupool.core.model import GpuRequest, Node
 from gpupool.k8s.hami.requests import FULL_CORES, ContainerGpu, PodRequest, gpu_request
 from gpupool.k8s.vendors import drs
 from gpupool.k8s.vendors.protocols import PROTOCOLS, VendorProtocol
 
-__all__ = ["pod_protocol", "vendor_pod_request"]
+__all__ = ["card_memory", "pod_protocol", "vendor_pod_request"]
 
 
 def _read(c: Mapping[str, Any], name: str, where: str) -> int | None:
@@ -52,16 +53,27 @@ def pod_protocol(pod: Mapping[str, Any]) -> VendorProtocol | None:
     return None
 
 
+@dataclass(frozen=True, slots=True)
+class _Drs:
+    """The cluster's DRS cards, for reading a DRS request: a whole card's slices, and each
+    card model's memory (MiB)."""
+
+    whole: int = 0
+    card_mib: tuple[int, ...] = ()
+
+
 def _container(c: Mapping[str, Any], slot: int, init: bool, p: VendorProtocol,
-               where: str, drs_whole: int = 0) -> ContainerGpu | None:
+               where: str, drs_cards: _Drs = _Drs()) -> ContainerGpu | None:
     at = f"{where}.resources.limits"
     count = _read(c, p.count, f"{at}[{p.count}]")
     mem = _read(c, p.memory, f"{at}[{p.memory}]") if p.memory else None
     cores = _read(c, p.cores, f"{at}[{p.cores}]") if p.cores else None
     if p.device_type == drs.DEVICE_TYPE:  # slices of one card, or memory and cores
         if count is not None and count > 0:
-            cores, mem = drs.direct_percent(count, drs_whole, f"{at}[{p.count}]"), None
-        elif cores is None and mem is not None:
+            cores, mem = drs.direct_percent(count, drs_cards.whole, f"{at}[{p.count}]"), None
+        elif mem is not None:
+            mem = drs.memory_gb(mem, drs_cards.card_mib)
+        if cores is None and mem is not None:
             cores = 1  # memory alone: the smallest profile holding it, whatever its cores
         count = None
     if count is None:
@@ -95,11 +107,22 @@ def _models(p: VendorProtocol, models: Mapping[str, frozenset[str]]) -> frozense
     return have or frozenset({p.device_type})
 
 
+def card_memory(nodes: Iterable[Node]) -> dict[str, int]:
+    """Card model -> the least memory (MiB) a card of that model has among ``nodes``."""
+    out: dict[str, int] = {}
+    for n in nodes:
+        for g in n.gpus:
+            out[g.model] = min(out.get(g.model, g.memory_mib), g.memory_mib)
+    return out
+
+
 def vendor_pod_request(pod: Mapping[str, Any], base: PodRequest,
-                       models: Mapping[str, frozenset[str]]) -> PodRequest | None:
+                       models: Mapping[str, frozenset[str]],
+                       card_mib: Mapping[str, int] | None = None) -> PodRequest | None:
     """``base`` (the pod as read for NVIDIA) with the GPU request of the vendor it names;
     None when it names no vendor's resources. ``models``: vendor -> the card models of that
-    vendor the cluster has."""
+    vendor the cluster has; ``card_mib``: model -> its cards' memory (:func:`card_memory`),
+    which decides whether a DRS memory request is GB or MiB."""
     p = pod_protocol(pod)
     if p is None:
         return None
@@ -108,9 +131,10 @@ def vendor_pod_request(pod: Mapping[str, Any], base: PodRequest,
     listed = [("initContainers", i, c, True) for i, c in enumerate(inits)]
     listed += [("containers", i, c, False) for i, c in enumerate(spec.get("containers") or ())]
     mine = _models(p, models)
+    cards = _Drs(drs.drs_slices(mine), tuple((card_mib or {}).get(m, 0) for m in sorted(mine)
+                                             if m.startswith(drs.MODEL_PREFIX)))
     gpus = [g for slot, (kind, i, c, init) in enumerate(listed)
-            if (g := _container(c, slot, init, p, f"spec.{kind}[{i}]",
-                                drs.drs_slices(mine))) is not None]
+            if (g := _container(c, slot, init, p, f"spec.{kind}[{i}]", cards)) is not None]
     request: GpuRequest = gpu_request(gpus)
     request = dataclasses.replace(request, models=mine)
     return dataclasses.replace(base, gpu=request, containers=tuple(gpus))

@@ -42,6 +42,7 @@ from gpupool.k8s.hami.requests import ResourceNames
 from gpupool.k8s.jobs import job_for_pods
 from gpupool.k8s.kube import Kube, KubeError
 from gpupool.k8s.translate import pod_job_id
+from gpupool.k8s.vendors.freed import FreedEpochs
 from gpupool.k8s.vendors.overlay import (
     ALTERNATIVE,
     ALTERNATIVES,
@@ -149,24 +150,38 @@ def may_switch(pod: Mapping[str, Any]) -> bool:
 
 class FormSwitcher:
     """The controller's part: after each cycle, the parked pods another form of which fits
-    now are made again in it (each at most once at a time)."""
+    now are made again in it (each at most once at a time).
+
+    The check (a what-if admission of every form over a snapshot) is made for a pod only when
+    capacity was freed or a node changed since its last check found nothing to switch to
+    (``k8s/vendors/freed.py``): parked pods are tried again on every pod event, and with
+    nothing freed their other forms cannot fit now either."""
 
     def __init__(self) -> None:
         self.in_flight: set[str] = set()
         self.switched = 0
+        self.checks = 0  # admission checks made
+        self.epochs = FreedEpochs()
+        self.checked: dict[str, int] = {}  # pod key -> epoch of its last check
 
     def due(self, ctl: ControllerParts, parks: Iterable[Park]
             ) -> list[tuple[str, PodAlternative | None]]:
         """(pod key, form) for each parked pod to make again, in the order parked."""
         out: list[tuple[str, PodAlternative | None]] = []
+        epoch = self.epochs.look(ctl.sched.node_table()) if ctl.sched is not None else 0
+        for key in [k for k in self.checked if ctl.own_pod(k) is None]:
+            del self.checked[key]
         for park in parks:
             info = ctl.jobs.get(park.job)
             if info is None or len(info.pods) != 1:
                 continue
             key = info.pods[0]
             pod = ctl.own_pod(key)
-            if key in self.in_flight or pod is None or not may_switch(pod):
+            if key in self.in_flight or pod is None or not may_switch(pod) \
+                    or self.checked.get(key) == epoch:
                 continue
+            self.checked[key] = epoch
+            self.checks += 1
             try:
                 alternatives = pod_alternatives(pod)
                 fits, alt = admissible(ctl, original_pod(pod), alternatives)
@@ -175,6 +190,7 @@ class FormSwitcher:
                 continue
             if fits and (alt.name if alt else "") != current_form(pod):
                 self.in_flight.add(key)
+                del self.checked[key]  # made again: the new pod is checked afresh
                 out.append((key, alt))
         return out
 
