@@ -30,8 +30,9 @@ def main() -> None:
     queues = [("research", "llm"), ("serving", "serving"), ("research", "vision")]
     for i in range(500):
         ns, q = queues[i % 3]
-        c.post("/api/v1/jobs", json=job_doc(f"j{i}", ns, q, duration="10h", **shapes[i % 3]),
-               headers=h)
+        c.post(
+            "/api/v1/jobs", json=job_doc(f"j{i}", ns, q, duration="10h", **shapes[i % 3]), headers=h
+        )
     plane.tick()
     plane.tick()
     for path in ("/api/v1/jobs?limit=500", "/api/v1/nodes", "/api/v1/cluster"):
@@ -43,8 +44,10 @@ def main() -> None:
             r = c.get(path, headers=h)
             spent.append(time.process_time() - t0)
             assert r.status_code == 200, r.text
-        print(f"{path}: CPU per request median {1000 * statistics.median(spent):.1f} ms, "
-              f"p90 {1000 * sorted(spent)[35]:.1f} ms, {len(r.content)} bytes")
+        print(
+            f"{path}: CPU per request median {1000 * statistics.median(spent):.1f} ms, "
+            f"p90 {1000 * sorted(spent)[35]:.1f} ms, {len(r.content)} bytes"
+        )
 
 
 if __name__ == "__main__":

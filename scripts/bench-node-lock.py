@@ -78,8 +78,13 @@ def chain(steps: dict[str, list[tuple[str, float]]]) -> dict[str, float]:
     for marks in steps.values():
         last: dict[str, float] = {}
         for step, t in marks:
-            prev = {"bound": "locked", "seen": "bound", "released": "seen",
-                    "woken": "released", "locked": "woken"}.get(step)
+            prev = {
+                "bound": "locked",
+                "seen": "bound",
+                "released": "seen",
+                "woken": "released",
+                "locked": "woken",
+            }.get(step)
             if prev in last and (step != "woken" or "released" in last):
                 gaps.setdefault(f"{prev}->{step}", []).append((t - last[prev]) * 1000)
                 if step == "woken":
@@ -105,8 +110,9 @@ async def one(kube: Kube, nodes: int, gpus: int, pods: int, lock: bool) -> dict[
     done = asyncio.Event()
 
     async def watch() -> None:
-        async for ev in kube.watch(f"/api/v1/namespaces/{NS}/pods",
-                                   {"resourceVersion": rv, "timeoutSeconds": "600"}):
+        async for ev in kube.watch(
+            f"/api/v1/namespaces/{NS}/pods", {"resourceVersion": rv, "timeoutSeconds": "600"}
+        ):
             obj = ev.get("object") or {}
             name = obj.get("metadata", {}).get("name")
             if name and obj.get("spec", {}).get("nodeName") and name not in bound:
@@ -121,8 +127,13 @@ async def one(kube: Kube, nodes: int, gpus: int, pods: int, lock: bool) -> dict[
     async def create(i: int) -> None:
         async with sem:
             name = f"p{i:05d}"
-            body = pod_body(name, ns=NS, cpu="100m", memory="128Mi", limits={
-                "nvidia.com/gpu": 1, "nvidia.com/gpucores": 50, "nvidia.com/gpumem": 16000})
+            body = pod_body(
+                name,
+                ns=NS,
+                cpu="100m",
+                memory="128Mi",
+                limits={"nvidia.com/gpu": 1, "nvidia.com/gpucores": 50, "nvidia.com/gpumem": 16000},
+            )
             created[name] = time.perf_counter()
             await kube.request("POST", f"/api/v1/namespaces/{NS}/pods", body)
 
@@ -136,10 +147,15 @@ async def one(kube: Kube, nodes: int, gpus: int, pods: int, lock: bool) -> dict[
         t.cancel()
     await asyncio.gather(watcher, *tasks, return_exceptions=True)
     return {
-        "node_lock": lock, "nodes": nodes, "pods": pods, "bound": len(bound),
+        "node_lock": lock,
+        "nodes": nodes,
+        "pods": pods,
+        "bound": len(bound),
         "pods_per_s": round(len(bound) / wall, 1) if wall > 0 else 0.0,
-        "create_to_bound_ms": {"p50": round(float(np.percentile(lat, 50)), 1),
-                               "p99": round(float(np.percentile(lat, 99)), 1)},
+        "create_to_bound_ms": {
+            "p50": round(float(np.percentile(lat, 50)), 1),
+            "p99": round(float(np.percentile(lat, 99)), 1),
+        },
         "lock_allocations": len(plugin.released),
         "allocating_overlaps": len(plugin.allocating_overlaps()),
         "max_locked_binds_per_node": max(ctl.binder.max_in_flight.values(), default=0),
@@ -152,8 +168,7 @@ async def main(args: argparse.Namespace) -> None:
     try:
         await ensure_namespace(kube, NS)
         for lock in [m == "lock" for m in args.modes.split(",")]:
-            print(json.dumps(await one(kube, args.nodes, args.gpus, args.pods, lock)),
-                  flush=True)
+            print(json.dumps(await one(kube, args.nodes, args.gpus, args.pods, lock)), flush=True)
     finally:
         with contextlib.suppress(KubeError):
             await clean(kube, [NS])
@@ -166,6 +181,9 @@ if __name__ == "__main__":
     parser.add_argument("--nodes", type=int, default=100)
     parser.add_argument("--gpus", type=int, default=8)
     parser.add_argument("--pods", type=int, default=1000)
-    parser.add_argument("--modes", default="lock,open",
-                        help="comma-separated: lock (HAMi's node lock), open (no lock)")
+    parser.add_argument(
+        "--modes",
+        default="lock,open",
+        help="comma-separated: lock (HAMi's node lock), open (no lock)",
+    )
     asyncio.run(main(parser.parse_args()))

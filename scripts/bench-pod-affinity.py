@@ -29,16 +29,29 @@ ZONE = "topology.kubernetes.io/zone"
 
 
 def build(args: argparse.Namespace) -> ClusterState:
-    nodes = [Node(NodeName(f"n{i:05d}"), 256_000, 2_048_000, gpus(8),
-                  labels={HOST: f"n{i:05d}", ZONE: f"z{i % args.zones}"})
-             for i in range(args.nodes)]
+    nodes = [
+        Node(
+            NodeName(f"n{i:05d}"),
+            256_000,
+            2_048_000,
+            gpus(8),
+            labels={HOST: f"n{i:05d}", ZONE: f"z{i % args.zones}"},
+        )
+        for i in range(args.nodes)
+    ]
     state = ClusterState(nodes)
     for k in range(args.pods):
         app = f"app{k % args.apps}"
-        anti = (PodAffinityTerm(HOST, LabelSelector((("app", app),)), frozenset({"ns"})),) \
-            if k % 10 == 0 else ()
-        state.set_pod(f"ns/p{k}", NodeName(f"n{(k * 7919) % args.nodes:05d}"),
-                      PodMeta("ns", {"app": app}, anti))
+        anti = (
+            (PodAffinityTerm(HOST, LabelSelector((("app", app),)), frozenset({"ns"})),)
+            if k % 10 == 0
+            else ()
+        )
+        state.set_pod(
+            f"ns/p{k}",
+            NodeName(f"n{(k * 7919) % args.nodes:05d}"),
+            PodMeta("ns", {"app": app}, anti),
+        )
     return state
 
 
@@ -49,8 +62,11 @@ def jobs(args: argparse.Namespace, rules: bool) -> list[Job]:
         sel = LabelSelector((("app", app),))
         ps = PodSet("ps0", 1, 1000, 1024, GpuRequest(count=1), pod=PodMeta("ns", {"app": app}))
         if rules:
-            ps = replace(ps, pod_anti_affinity=(PodAffinityTerm(HOST, sel, frozenset({"ns"})),),
-                         spread=(SpreadConstraint(1, ZONE, sel),))
+            ps = replace(
+                ps,
+                pod_anti_affinity=(PodAffinityTerm(HOST, sel, frozenset({"ns"})),),
+                spread=(SpreadConstraint(1, ZONE, sel),),
+            )
         out.append(Job(JobId(f"j{i}"), (ps,)))
     return out
 
@@ -71,11 +87,17 @@ def run(args: argparse.Namespace, rules: bool) -> dict[str, object]:
     zones: dict[str, Counter[str]] = {}
     for app, node in placed:
         zones.setdefault(app, Counter())[state.node(node).labels[ZONE]] += 1
-    skew = max((max(c.values()) - (min(c.values()) if len(c) == args.zones else 0))
-               for c in zones.values())
-    return {"rules": rules, "tasks": args.tasks, "placed": len(placed),
-            "us_per_task": round(1e6 * took / args.tasks, 1),
-            "max_same_app_per_node": max(per_node.values()), "max_zone_skew": skew}
+    skew = max(
+        (max(c.values()) - (min(c.values()) if len(c) == args.zones else 0)) for c in zones.values()
+    )
+    return {
+        "rules": rules,
+        "tasks": args.tasks,
+        "placed": len(placed),
+        "us_per_task": round(1e6 * took / args.tasks, 1),
+        "max_same_app_per_node": max(per_node.values()),
+        "max_zone_skew": skew,
+    }
 
 
 def main() -> None:

@@ -23,8 +23,10 @@ REAL_FIXTURES = ("control_plane",)  # fixtures that start one
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
-        "markers", f"{MARKER}(name): needs a real component (browser, API server, Prometheus); "
-        "skipping it fails the run when CI is set")
+        "markers",
+        f"{MARKER}(name): needs a real component (browser, API server, Prometheus); "
+        "skipping it fails the run when CI is set",
+    )
 
 
 def in_ci() -> bool:
@@ -39,7 +41,7 @@ def needs_real_component(item: pytest.Item) -> bool:
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(
-        item: pytest.Item, call: pytest.CallInfo[None]
+    item: pytest.Item, call: pytest.CallInfo[None]
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     report = yield
     if not report.skipped or not in_ci() or not needs_real_component(item):
@@ -49,6 +51,8 @@ def pytest_runtest_makereport(
     longrepr = report.longrepr
     reason = longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else longrepr
     report.outcome = "failed"
-    report.longrepr = (f"{item.nodeid} needs a real component and was skipped under CI "
-                       f"(CI={os.environ.get('CI')!r}): {reason}")
+    report.longrepr = (
+        f"{item.nodeid} needs a real component and was skipped under CI "
+        f"(CI={os.environ.get('CI')!r}): {reason}"
+    )
     return report

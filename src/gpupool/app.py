@@ -55,6 +55,7 @@ DEMO_SPEED = 60.0
 def _number(low: float, high: float, *, low_open: bool = True) -> Any:
     """An argparse type: a finite number in (low, high] (or [low, high]), else a message
     naming the value and the rule (argparse puts the flag in front)."""
+
     def parse(text: str) -> float:
         try:
             value = float(text)
@@ -63,8 +64,10 @@ def _number(low: float, high: float, *, low_open: bool = True) -> Any:
         above = value > low if low_open else value >= low
         if not (math.isfinite(value) and above and value <= high):
             raise argparse.ArgumentTypeError(
-                f"{text!r} must be {'>' if low_open else '>='} {low:g} and <= {high:g}")
+                f"{text!r} must be {'>' if low_open else '>='} {low:g} and <= {high:g}"
+            )
         return value
+
     return parse
 
 
@@ -77,76 +80,144 @@ def _integer(low: int, high: int) -> Any:
         if not low <= value <= high:
             raise argparse.ArgumentTypeError(f"{text!r} must be between {low} and {high}")
         return value
+
     return parse
 
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser(
-        "serve", help="run the control plane on an embedded virtual cluster",
+        "serve",
+        help="run the control plane on an embedded virtual cluster",
         description="Run gpupool's control plane: REST API, dashboard and metrics, scheduling "
-                    "jobs onto a virtual cluster of nodes read from a YAML spec. State is kept "
-                    "in a SQLite file; restarting with the same --state carries on where it "
-                    "stopped.")
-    p.add_argument("--cluster", metavar="FILE",
-                   help="nodes of the virtual cluster (default: the example cluster installed "
-                        "with gpupool, a copy of examples/cluster.yaml); read only when the "
-                        "state file is new")
-    p.add_argument("--queues", metavar="FILE",
-                   help="flavors, cohorts, queues (Kueue YAML; default: the example queues "
-                        "installed with gpupool, a copy of examples/queues.yaml); read only "
-                        "when the state file is new")
-    p.add_argument("--elastic", metavar="FILE",
-                   help="ElasticGPUClass documents (e.g. examples/elastic.yaml); read only "
-                        "when the state file is new")
-    p.add_argument("--cloud", metavar="FILE",
-                   help="a simulated cloud (one kind: Cloud document, e.g. examples/cloud.yaml) "
-                        "that provisions nodes for the ProvisioningRequests of queues with a "
-                        "provisioning admission check; give the same file on every start")
-    p.add_argument("--state", default=DEFAULT_STATE, metavar="PATH",
-                   help=f"SQLite state file (default {DEFAULT_STATE})")
-    p.add_argument("--tokens", metavar="FILE",
-                   help=f"bearer tokens (YAML); else ${ENV}; else tokens are generated "
-                        "into tokens.yaml beside the state file")
+        "jobs onto a virtual cluster of nodes read from a YAML spec. State is kept "
+        "in a SQLite file; restarting with the same --state carries on where it "
+        "stopped.",
+    )
+    p.add_argument(
+        "--cluster",
+        metavar="FILE",
+        help="nodes of the virtual cluster (default: the example cluster installed "
+        "with gpupool, a copy of examples/cluster.yaml); read only when the "
+        "state file is new",
+    )
+    p.add_argument(
+        "--queues",
+        metavar="FILE",
+        help="flavors, cohorts, queues (Kueue YAML; default: the example queues "
+        "installed with gpupool, a copy of examples/queues.yaml); read only "
+        "when the state file is new",
+    )
+    p.add_argument(
+        "--elastic",
+        metavar="FILE",
+        help="ElasticGPUClass documents (e.g. examples/elastic.yaml); read only "
+        "when the state file is new",
+    )
+    p.add_argument(
+        "--cloud",
+        metavar="FILE",
+        help="a simulated cloud (one kind: Cloud document, e.g. examples/cloud.yaml) "
+        "that provisions nodes for the ProvisioningRequests of queues with a "
+        "provisioning admission check; give the same file on every start",
+    )
+    p.add_argument(
+        "--state",
+        default=DEFAULT_STATE,
+        metavar="PATH",
+        help=f"SQLite state file (default {DEFAULT_STATE})",
+    )
+    p.add_argument(
+        "--tokens",
+        metavar="FILE",
+        help=f"bearer tokens (YAML); else ${ENV}; else tokens are generated "
+        "into tokens.yaml beside the state file",
+    )
     p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=_integer(0, 65_535), default=8080,
-                   help="TCP port (default 8080; 0: any free port, printed at start)")
-    p.add_argument("--speed", type=_number(0, 1e6), default=None,
-                   help="cluster seconds per wall second, > 0 (default 1; --demo uses "
-                        f"{DEMO_SPEED:g} unless given)")
-    p.add_argument("--interval", type=_number(0.01, 86_400, low_open=False), default=0.1,
-                   help="wall seconds between scheduling cycles, 0.01 to 86400 (default 0.1)")
-    p.add_argument("--demo", action="store_true",
-                   help="also submit a stream of example jobs")
-    p.add_argument("--demo-rate", type=_number(0, 1000), default=0.8, metavar="JOBS_PER_S",
-                   help="arrival rate of the example jobs, per wall second, > 0 (default 0.8)")
-    p.add_argument("--seed", type=int, default=7,
-                   help="seed of the example job stream and of the cloud's delays")
-    p.add_argument("--max-body-bytes", type=_integer(1024, 1 << 30), default=1 << 20,
-                   help="largest request body accepted (default 1 MiB)")
-    p.add_argument("--dcgm-exporter-port", type=_integer(0, 65_535), default=None,
-                   metavar="PORT",
-                   help="also serve each virtual node's cards in DCGM exporter's format at "
-                        "/nodes/<node>/metrics on this port (0: any free port, printed), "
-                        "each running job using what its gpupool.io/actual-use annotation "
-                        "declares (default: what it requests), for a Prometheus to scrape")
-    p.add_argument("--prometheus", default="", metavar="URL",
-                   help="place by measured GPU use read from this Prometheus (e.g. one "
-                        "scraping --dcgm-exporter-port); unset: by requests")
-    p.add_argument("--measured-interval", type=_number(0, 86_400), default=15.0, metavar="S",
-                   help="wall seconds between reads of --prometheus (default 15)")
-    p.add_argument("--log-level", default="warning",
-                   choices=("critical", "error", "warning", "info", "debug"))
+    p.add_argument(
+        "--port",
+        type=_integer(0, 65_535),
+        default=8080,
+        help="TCP port (default 8080; 0: any free port, printed at start)",
+    )
+    p.add_argument(
+        "--speed",
+        type=_number(0, 1e6),
+        default=None,
+        help="cluster seconds per wall second, > 0 (default 1; --demo uses "
+        f"{DEMO_SPEED:g} unless given)",
+    )
+    p.add_argument(
+        "--interval",
+        type=_number(0.01, 86_400, low_open=False),
+        default=0.1,
+        help="wall seconds between scheduling cycles, 0.01 to 86400 (default 0.1)",
+    )
+    p.add_argument("--demo", action="store_true", help="also submit a stream of example jobs")
+    p.add_argument(
+        "--demo-rate",
+        type=_number(0, 1000),
+        default=0.8,
+        metavar="JOBS_PER_S",
+        help="arrival rate of the example jobs, per wall second, > 0 (default 0.8)",
+    )
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=7,
+        help="seed of the example job stream and of the cloud's delays",
+    )
+    p.add_argument(
+        "--max-body-bytes",
+        type=_integer(1024, 1 << 30),
+        default=1 << 20,
+        help="largest request body accepted (default 1 MiB)",
+    )
+    p.add_argument(
+        "--dcgm-exporter-port",
+        type=_integer(0, 65_535),
+        default=None,
+        metavar="PORT",
+        help="also serve each virtual node's cards in DCGM exporter's format at "
+        "/nodes/<node>/metrics on this port (0: any free port, printed), "
+        "each running job using what its gpupool.io/actual-use annotation "
+        "declares (default: what it requests), for a Prometheus to scrape",
+    )
+    p.add_argument(
+        "--prometheus",
+        default="",
+        metavar="URL",
+        help="place by measured GPU use read from this Prometheus (e.g. one "
+        "scraping --dcgm-exporter-port); unset: by requests",
+    )
+    p.add_argument(
+        "--measured-interval",
+        type=_number(0, 86_400),
+        default=15.0,
+        metavar="S",
+        help="wall seconds between reads of --prometheus (default 15)",
+    )
+    p.add_argument(
+        "--log-level", default="warning", choices=("critical", "error", "warning", "info", "debug")
+    )
     p.set_defaults(func=serve)
 
 
 class Service:
     """Everything ``serve`` runs, built but not started."""
 
-    def __init__(self, *, state: str | Path, cluster: str | Path | None,
-                 queues: str | Path | None, speed: float,
-                 elastic: str | Path | None = None, cloud: str | Path | None = None,
-                 seed: int = 7, prometheus: PrometheusSettings | None = None,
-                 measured: LoadSettings | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        state: str | Path,
+        cluster: str | Path | None,
+        queues: str | Path | None,
+        speed: float,
+        elastic: str | Path | None = None,
+        cloud: str | Path | None = None,
+        seed: int = 7,
+        prometheus: PrometheusSettings | None = None,
+        measured: LoadSettings | None = None,
+    ) -> None:
         """``prometheus``: place by measured GPU use read from it (``measured``: the load
         model's settings); None: by requests."""
         store = Store(state)
@@ -156,13 +227,20 @@ class Service:
         classes = parse_classes(load_documents(elastic)) if new and elastic else []
         self.metrics = Metrics()
         self.backend = VirtualCluster()
-        self.measured = None if prometheus is None else MeasuredUse(
-            PrometheusReader(prometheus), measured)
-        self.plane = ControlPlane(store, self.backend, Clock(speed), nodes=nodes,
-                                  queue_docs=queue_docs, metrics=self.metrics,
-                                  profile=None if prometheus is None else measured_profile(),
-                                  cloud=load_cloud(str(cloud)) if cloud else None,
-                                  cloud_seed=seed)
+        self.measured = (
+            None if prometheus is None else MeasuredUse(PrometheusReader(prometheus), measured)
+        )
+        self.plane = ControlPlane(
+            store,
+            self.backend,
+            Clock(speed),
+            nodes=nodes,
+            queue_docs=queue_docs,
+            metrics=self.metrics,
+            profile=None if prometheus is None else measured_profile(),
+            cloud=load_cloud(str(cloud)) if cloud else None,
+            cloud_seed=seed,
+        )
         if self.measured is not None:
             model = self.measured.model
             self.plane.scheduler.use_measurements(model)
@@ -197,19 +275,23 @@ class Service:
             view = cluster_view(plane)
             sched = plane.scheduler
             return Gauges(
-                pending=pending, running=running,
+                pending=pending,
+                running=running,
                 gpus_allocated={k: v / 1000 for k, v in alloc.items()},
                 gpu_milli_allocated=alloc,
                 gpus_total={f["name"]: f["gpus"] for f in view["flavors"]},
                 gpu_milli_total={f["name"]: f["gpus"] * 1000 for f in view["flavors"]},
-                gpu_milli_nominal={(flavor, q.name): amount
-                                   for q in plane.config.cluster_queues
-                                   for (flavor, res), amount in sched.nominal(q.name).items()
-                                   if res == Resource.GPU_MILLI},
+                gpu_milli_nominal={
+                    (flavor, q.name): amount
+                    for q in plane.config.cluster_queues
+                    for (flavor, res), amount in sched.nominal(q.name).items()
+                    if res == Resource.GPU_MILLI
+                },
                 fragmentation_ratio=view["fragmentation"]["ratio"],
                 nodes={s: view["nodes"][s] for s in ("ready", "cordoned", "failed")},
                 queue_share={q.name: sched.share(q.name) for q in plane.config.cluster_queues},
-                pending_reasons=sched.pending_reasons())
+                pending_reasons=sched.pending_reasons(),
+            )
 
     # -- threads -----------------------------------------------------------------------------
 
@@ -224,6 +306,7 @@ class Service:
                         last_trim = time.monotonic()
                 except Exception:  # a failed cycle is logged; the next one tries again
                     log.exception("scheduling cycle failed")
+
         self._spawn(loop, "gpupool-loop")
 
     def _measured_view(self) -> tuple[Any, float]:
@@ -238,8 +321,9 @@ class Service:
         plane = self.plane
         with plane.lock:
             nodes = plane.scheduler.node_list()
-        resolve = inventory_resolver((n.name, g.index, g.uuid or f"GPU-{n.name}-{g.index}")
-                                     for n in nodes for g in n.gpus)
+        resolve = inventory_resolver(
+            (n.name, g.index, g.uuid or f"GPU-{n.name}-{g.index}") for n in nodes for g in n.gpus
+        )
         try:
             samples = feed.reader.read(resolve)
         except AdapterError as exc:
@@ -259,6 +343,7 @@ class Service:
                 except Exception:  # logged; the next read tries again
                     log.exception("reading measured use failed")
                 self._stop.wait(interval)
+
         self._spawn(loop, "gpupool-measured")
 
     def demo_stream(self, rate: float, seed: int) -> DemoStream:
@@ -266,9 +351,14 @@ class Service:
         restart neither repeats their names nor waits for them)."""
         plane = self.plane
         with plane.lock:
-            return DemoStream(plane.config, plane.scheduler.node_list(), seed, rate,
-                              burst=plane.cloud is not None,
-                              start=demo_count([r.request.name for r in plane.jobs.values()]))
+            return DemoStream(
+                plane.config,
+                plane.scheduler.node_list(),
+                seed,
+                rate,
+                burst=plane.cloud is not None,
+                start=demo_count([r.request.name for r in plane.jobs.values()]),
+            )
 
     def start_demo(self, rate: float, seed: int) -> None:
         plane = self.plane
@@ -280,6 +370,7 @@ class Service:
                     plane.submit(stream.next_job())
                 except GpupoolError as exc:
                     log.warning("demo job refused: %s", exc)
+
         self._spawn(demo, "gpupool-demo")
 
     def _spawn(self, fn: Any, name: str) -> None:
@@ -307,8 +398,7 @@ class Service:
         with plane.lock:
             nodes = plane.scheduler.node_list()
             running = [r for r in plane.jobs.values() if r.phase == JobPhase.RUNNING]
-            profiles = {str(r.job.id): self._profile(r.key, r.request.document)
-                        for r in running}
+            profiles = {str(r.job.id): self._profile(r.key, r.request.document) for r in running}
             use = card_use([p for r in running for p in r.placements], profiles)
         out: dict[str, list[CardMetrics]] = {}
         for node in nodes:
@@ -316,9 +406,16 @@ class Service:
             for g in node.gpus:
                 u = use.get((node.name, g.index))
                 used = min(g.memory_mib, round(u.memory_mib)) if u else 0
-                cards.append(CardMetrics(g.index, g.uuid or f"GPU-{node.name}-{g.index}",
-                                         g.model, u.util_pct if u else 0.0, used,
-                                         g.memory_mib - used))
+                cards.append(
+                    CardMetrics(
+                        g.index,
+                        g.uuid or f"GPU-{node.name}-{g.index}",
+                        g.model,
+                        u.util_pct if u else 0.0,
+                        used,
+                        g.memory_mib - used,
+                    )
+                )
             out[node.name] = cards
         return out
 
@@ -386,15 +483,24 @@ def listen(host: str, port: int) -> socket.socket:
 def serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s "
-                        "%(name)s: %(message)s")
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     speed = args.speed if args.speed is not None else DEMO_SPEED if args.demo else 1.0
     state = Path(args.state)
     cluster, queues = Path(args.cluster or DEFAULT_CLUSTER), Path(args.queues or DEFAULT_QUEUES)
-    for flag, path in (("--cluster", cluster), ("--queues", queues), ("--elastic", args.elastic),
-                       ("--cloud", args.cloud), ("--tokens", args.tokens)):
-        if path and not Path(path).is_file() and (flag in ("--cloud", "--tokens") or
-                                                   not state.exists()):
+    for flag, path in (
+        ("--cluster", cluster),
+        ("--queues", queues),
+        ("--elastic", args.elastic),
+        ("--cloud", args.cloud),
+        ("--tokens", args.tokens),
+    ):
+        if (
+            path
+            and not Path(path).is_file()
+            and (flag in ("--cloud", "--tokens") or not state.exists())
+        ):
             raise ConfigError(f"{flag} {path}: no such file (give the path of a YAML spec)")
     # Checked in this order, before anything is written: the port, then the state file's lock.
     sock = listen(args.host, args.port)
@@ -411,19 +517,34 @@ def serve(args: argparse.Namespace) -> int:
         lock.release()
 
 
-def _serve(args: argparse.Namespace, uvicorn: Any, sock: socket.socket, state: Path,
-           cluster: Path, queues: Path, speed: float) -> int:
+def _serve(
+    args: argparse.Namespace,
+    uvicorn: Any,
+    sock: socket.socket,
+    state: Path,
+    cluster: Path,
+    queues: Path,
+    speed: float,
+) -> int:
     prometheus = None
     if args.prometheus:
-        prometheus = PrometheusSettings(url=args.prometheus,
-                                        lookback_s=4 * args.measured_interval).validate()
-    service = Service(state=state, cluster=cluster, queues=queues, speed=speed,
-                      elastic=args.elastic, cloud=args.cloud, seed=args.seed,
-                      prometheus=prometheus,
-                      measured=LoadSettings(stale_after_s=max(120.0, 4 * args.measured_interval
-                                                              * speed),
-                                            window_s=max(300.0, 20 * args.measured_interval
-                                                         * speed)))
+        prometheus = PrometheusSettings(
+            url=args.prometheus, lookback_s=4 * args.measured_interval
+        ).validate()
+    service = Service(
+        state=state,
+        cluster=cluster,
+        queues=queues,
+        speed=speed,
+        elastic=args.elastic,
+        cloud=args.cloud,
+        seed=args.seed,
+        prometheus=prometheus,
+        measured=LoadSettings(
+            stale_after_s=max(120.0, 4 * args.measured_interval * speed),
+            window_s=max(300.0, 20 * args.measured_interval * speed),
+        ),
+    )
     namespaces = [lq.namespace for lq in service.plane.config.local_queues]
     tokens, admin = _tokens(args, state, namespaces)
     if not len(tokens):
@@ -440,23 +561,32 @@ def _serve(args: argparse.Namespace, uvicorn: Any, sock: socket.socket, state: P
         try:
             exporter = service.start_exporter(args.host, args.dcgm_exporter_port)
         except OSError as exc:
-            raise ConfigError(f"--dcgm-exporter-port {args.dcgm_exporter_port}: cannot be "
-                              f"bound: {exc.strerror}") from None
-        print(f"  GPU exporter: http://{exporter.address}/nodes/<node>/metrics "
-              "(DCGM exporter's format)", flush=True)
+            raise ConfigError(
+                f"--dcgm-exporter-port {args.dcgm_exporter_port}: cannot be bound: {exc.strerror}"
+            ) from None
+        print(
+            f"  GPU exporter: http://{exporter.address}/nodes/<node>/metrics "
+            "(DCGM exporter's format)",
+            flush=True,
+        )
     view = cluster_view(service.plane)
-    print(f"gpupool serve: {view['nodes']['total']} nodes, {view['gpus']['total']} GPUs, "
-          f"{len(service.plane.config.cluster_queues)} cluster queues; state {state}; "
-          f"speed x{speed:g}" + ("; example jobs flowing" if args.demo else ""), flush=True)
+    print(
+        f"gpupool serve: {view['nodes']['total']} nodes, {view['gpus']['total']} GPUs, "
+        f"{len(service.plane.config.cluster_queues)} cluster queues; state {state}; "
+        f"speed x{speed:g}" + ("; example jobs flowing" if args.demo else ""),
+        flush=True,
+    )
     if admin:
         print(f"  dashboard: {url}#token={admin}", flush=True)
-        print(f"  tokens:    {state.parent / 'tokens.yaml'} (admin and one per namespace)",
-              flush=True)
+        print(
+            f"  tokens:    {state.parent / 'tokens.yaml'} (admin and one per namespace)", flush=True
+        )
         print(f"  CLI:       export GPUPOOL_SERVER={url} GPUPOOL_TOKEN={admin}", flush=True)
     else:
         print(f"  dashboard: {url} (paste a token from your tokens file)", flush=True)
-    config = uvicorn.Config(app, host=args.host, port=port,
-                            log_level=args.log_level, access_log=False)
+    config = uvicorn.Config(
+        app, host=args.host, port=port, log_level=args.log_level, access_log=False
+    )
     try:
         uvicorn.Server(config).run(sockets=[sock])
     finally:

@@ -30,9 +30,27 @@ GROUPS: dict[str, tuple[str, str]] = {
     "client": ("gpupool.client.commands", "add_parsers"),
 }
 COMMANDS: dict[str, str] = {  # each command's group
-    "sim": "sim", "demo": "sim", "bench": "bench", "k8s": "k8s", "serve": "serve",
-    **dict.fromkeys(("submit", "get", "describe", "cancel", "delete", "apply", "cordon",
-                     "uncordon", "drain", "completion", "config"), "client"),
+    "sim": "sim",
+    "demo": "sim",
+    "bench": "bench",
+    "k8s": "k8s",
+    "serve": "serve",
+    **dict.fromkeys(
+        (
+            "submit",
+            "get",
+            "describe",
+            "cancel",
+            "delete",
+            "apply",
+            "cordon",
+            "uncordon",
+            "drain",
+            "completion",
+            "config",
+        ),
+        "client",
+    ),
 }
 
 
@@ -52,7 +70,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gpupool",
         description="GPU scheduler for shared AI clusters: fair queues, GPU slices, gangs and "
-                    "fragmentation-aware placement.",
+        "fragmentation-aware placement.",
     )
     parser.add_argument("--version", action="version", version=f"gpupool {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
@@ -68,6 +86,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
                 added = add(sub)
                 if name == "bench":  # a bench whose code is the simulator's
                     from gpupool.sim.heterogeneous_cli import add_bench_parser
+
                     add_bench_parser(added)
     return parser
 

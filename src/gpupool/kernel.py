@@ -111,12 +111,15 @@ class EventQueue(Generic[T]):
 
     def entries(self) -> list[tuple[float, int, T]]:
         """The events still due, as (time, id, item), in the order they will come out."""
-        return sorted(((t, seq, item) for t, seq, item in self._heap if seq in self._live),
-                      key=lambda e: (e[0], e[1]))
+        return sorted(
+            ((t, seq, item) for t, seq, item in self._heap if seq in self._live),
+            key=lambda e: (e[0], e[1]),
+        )
 
     @classmethod
-    def restored(cls, entries: Iterable[tuple[float, int, T]], last_id: int,
-                 now: float = 0.0) -> EventQueue[T]:
+    def restored(
+        cls, entries: Iterable[tuple[float, int, T]], last_id: int, now: float = 0.0
+    ) -> EventQueue[T]:
         """A queue holding ``entries()``'s output again; new ids follow ``last_id``."""
         queue: EventQueue[T] = cls(now)
         queue._heap = list(entries)
@@ -126,8 +129,9 @@ class EventQueue(Generic[T]):
             raise ValueError("two events share an id: ids must stay unique")
         top = max((seq for _, seq, _ in queue._heap), default=0)
         if top > last_id:
-            raise ValueError(f"last_id={last_id} is below an event's id ({top}): ids must "
-                             "stay unique")
+            raise ValueError(
+                f"last_id={last_id} is below an event's id ({top}): ids must stay unique"
+            )
         queue._last = last_id
         return queue
 

@@ -46,8 +46,9 @@ RESEARCH = "research-token-0123456789ab"
 SERVING = "serving-token-0123456789abc"
 NOTEBOOKS = "notebooks-token-0123456789a"
 TENANTS = {"research": RESEARCH, "serving": SERVING, "notebooks": NOTEBOOKS}
-TOKENS_ENV = ";".join([f"{ADMIN},admin,admin"] +
-                      [f"{tok},{ns},tenant,{ns}" for ns, tok in TENANTS.items()])
+TOKENS_ENV = ";".join(
+    [f"{ADMIN},admin,admin"] + [f"{tok},{ns},tenant,{ns}" for ns, tok in TENANTS.items()]
+)
 
 
 def camel_keys(value: Any) -> Any:
@@ -87,22 +88,38 @@ def make_plane(state: str | Path, wall: Wall, speed: float = 1.0) -> ControlPlan
     """A control plane on the example cluster and queues (seeded only if ``state`` is new)."""
     store = Store(state, wall=wall)
     new = store.meta("created") is None
-    return ControlPlane(store, VirtualCluster(), Clock(speed, wall=wall),
-                        nodes=load_cluster(CLUSTER) if new else [],
-                        queue_docs=load_documents(QUEUES) if new else [])
+    return ControlPlane(
+        store,
+        VirtualCluster(),
+        Clock(speed, wall=wall),
+        nodes=load_cluster(CLUSTER) if new else [],
+        queue_docs=load_documents(QUEUES) if new else [],
+    )
 
 
 def client(plane: ControlPlane, max_body_bytes: int = 1 << 20) -> TestClient:
     """An in-process client; server errors come back as 500 responses, not exceptions."""
-    return TestClient(create_app(plane, tokens(), max_body_bytes=max_body_bytes),
-                      raise_server_exceptions=False)
+    return TestClient(
+        create_app(plane, tokens(), max_body_bytes=max_body_bytes), raise_server_exceptions=False
+    )
 
 
-def job_doc(name: str, namespace: str = "research", queue: str = "llm", *,
-            gpus: int | None = 1, milli: int | None = None, gpu_memory: str | None = None,
-            mig: str | None = None, models: list[str] | None = None, count: int = 1,
-            cpu: Any = 4, memory: Any = "16Gi", duration: str = "10m",
-            **spec: Any) -> dict[str, Any]:
+def job_doc(
+    name: str,
+    namespace: str = "research",
+    queue: str = "llm",
+    *,
+    gpus: int | None = 1,
+    milli: int | None = None,
+    gpu_memory: str | None = None,
+    mig: str | None = None,
+    models: list[str] | None = None,
+    count: int = 1,
+    cpu: Any = 4,
+    memory: Any = "16Gi",
+    duration: str = "10m",
+    **spec: Any,
+) -> dict[str, Any]:
     """A Job document with one pod set of ``count`` replicas."""
     gpu: dict[str, Any] | None = None
     if mig is not None:
@@ -116,9 +133,12 @@ def job_doc(name: str, namespace: str = "research", queue: str = "llm", *,
     pod_set: dict[str, Any] = {"name": "main", "count": count, "cpu": cpu, "memory": memory}
     if gpu is not None:
         pod_set["gpu"] = gpu
-    return {"apiVersion": "gpupool.io/v1alpha1", "kind": "Job",
-            "metadata": {"name": name, "namespace": namespace},
-            "spec": {"queue": queue, "duration": duration, "podSets": [pod_set], **spec}}
+    return {
+        "apiVersion": "gpupool.io/v1alpha1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"queue": queue, "duration": duration, "podSets": [pod_set], **spec},
+    }
 
 
 def with_changes(doc: Mapping[str, Any], path: str, value: Any) -> dict[str, Any]:
@@ -139,9 +159,13 @@ def dump(state: str | Path) -> dict[str, list[tuple[Any, ...]]]:
     """Every row of every table of a state file, read through a second connection."""
     db = sqlite3.connect(f"file:{state}?mode=ro", uri=True)
     try:
-        tables = [r[0] for r in db.execute(
-            "SELECT name FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite_%' "
-            "ORDER BY name")]
+        tables = [
+            r[0]
+            for r in db.execute(
+                "SELECT name FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite_%' "
+                "ORDER BY name"
+            )
+        ]
         return {t: db.execute(f"SELECT * FROM {t} ORDER BY rowid").fetchall() for t in tables}
     finally:
         db.close()
@@ -168,8 +192,9 @@ def holders_ok(nodes: list[dict[str, Any]]) -> list[str]:
             milli = sum(h["gpuMilli"] or 0 for h in g["holders"])
             mib = sum(h["memoryMib"] or 0 for h in g["holders"])
             if milli > 1000 or mib > g["memoryMib"]:
-                problems.append(f"{n['name']} card {g['index']}: {milli} milli, {mib} MiB "
-                                f"of {g['memoryMib']}")
+                problems.append(
+                    f"{n['name']} card {g['index']}: {milli} milli, {mib} MiB of {g['memoryMib']}"
+                )
             for h in g["holders"]:
                 where = seen.setdefault(h["task"], n["name"])
                 if h["task"] and where != n["name"]:
@@ -189,32 +214,55 @@ def free_port() -> int:
 class Server:
     """``gpupool serve`` as a child process on a free port, with the test's tokens."""
 
-    def __init__(self, state: Path, *, speed: float = 1.0, interval: float = 0.05,
-                 extra: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        state: Path,
+        *,
+        speed: float = 1.0,
+        interval: float = 0.05,
+        extra: tuple[str, ...] = (),
+    ) -> None:
         self.state = state
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = state.parent / f"serve-{self.port}.log"
         env = {**os.environ, "GPUPOOL_TOKENS": TOKENS_ENV}
-        cmd = [sys.executable, "-m", "gpupool.cli", "serve", "--cluster", str(CLUSTER),
-               "--queues", str(QUEUES), "--state", str(state), "--port", str(self.port),
-               "--speed", str(speed), "--interval", str(interval), *extra]
+        cmd = [
+            sys.executable,
+            "-m",
+            "gpupool.cli",
+            "serve",
+            "--cluster",
+            str(CLUSTER),
+            "--queues",
+            str(QUEUES),
+            "--state",
+            str(state),
+            "--port",
+            str(self.port),
+            "--speed",
+            str(speed),
+            "--interval",
+            str(interval),
+            *extra,
+        ]
         self._out = self.log.open("w")
-        self.proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=self._out,
-                                     stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(
+            cmd, cwd=REPO, env=env, stdout=self._out, stderr=subprocess.STDOUT
+        )
 
     def wait_ready(self, timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise AssertionError(f"gpupool serve exited with {self.proc.returncode}:\n"
-                                     f"{self.log.read_text()}")
+                raise AssertionError(
+                    f"gpupool serve exited with {self.proc.returncode}:\n{self.log.read_text()}"
+                )
             with contextlib.suppress(httpx.HTTPError):
                 if httpx.get(f"{self.url}/healthz", timeout=1.0).status_code == 200:
                     return
             time.sleep(0.1)
-        raise AssertionError(f"gpupool serve not ready after {timeout} s:\n"
-                             f"{self.log.read_text()}")
+        raise AssertionError(f"gpupool serve not ready after {timeout} s:\n{self.log.read_text()}")
 
     def client(self, token: str = ADMIN) -> httpx.Client:
         return httpx.Client(base_url=self.url, headers=auth(token), timeout=10.0)

@@ -47,8 +47,7 @@ class Svc:
     plane: ControlPlane
     http: TestClient
 
-    def submit(self, doc: dict[str, Any], token: str = ADMIN, code: int = 201
-               ) -> dict[str, Any]:
+    def submit(self, doc: dict[str, Any], token: str = ADMIN, code: int = 201) -> dict[str, Any]:
         r = self.http.post("/api/v1/jobs", json=doc, headers=auth(token))
         assert r.status_code == code, r.text
         out: dict[str, Any] = r.json()
@@ -59,8 +58,9 @@ class Svc:
         assert r.status_code == code, r.text
         return r.json()
 
-    def send(self, method: str, path: str, body: Any = None, token: str = ADMIN,
-             code: int = 200) -> Any:
+    def send(
+        self, method: str, path: str, body: Any = None, token: str = ADMIN, code: int = 200
+    ) -> Any:
         r = self.http.request(method, path, json=body, headers=auth(token))
         assert r.status_code == code, r.text
         return r.json()
@@ -97,8 +97,9 @@ def cards(svc: Svc, node: str) -> dict[int, list[str]]:
 
 
 def busy_nodes(svc: Svc) -> set[str]:
-    return {n["name"] for n in svc.get("/api/v1/nodes")["items"]
-            if any(g["holders"] for g in n["gpus"])}
+    return {
+        n["name"] for n in svc.get("/api/v1/nodes")["items"] if any(g["holders"] for g in n["gpus"])
+    }
 
 
 # -- service routes ----------------------------------------------------------------------------
@@ -107,8 +108,11 @@ def busy_nodes(svc: Svc) -> set[str]:
 def test_health_needs_no_token_and_whoami_names_the_caller(svc: Svc) -> None:
     assert svc.http.get("/healthz").json()["status"] == "ok"
     assert svc.get("/api/v1/whoami") == {"name": "admin", "role": "admin", "namespaces": None}
-    assert svc.get("/api/v1/whoami", RESEARCH) == {"name": "research", "role": "tenant",
-                                                   "namespaces": ["research"]}
+    assert svc.get("/api/v1/whoami", RESEARCH) == {
+        "name": "research",
+        "role": "tenant",
+        "namespaces": ["research"],
+    }
 
 
 def test_the_spec_and_the_dashboard_are_served(svc: Svc) -> None:
@@ -121,11 +125,16 @@ def test_the_spec_and_the_dashboard_are_served(svc: Svc) -> None:
 
 
 def test_the_dashboard_and_the_api_carry_security_headers(svc: Svc) -> None:
-    for path, token in (("/", None), ("/static/app.js", None), ("/api/v1/cluster", ADMIN),
-                        ("/api/v1/nope", ADMIN)):
+    for path, token in (
+        ("/", None),
+        ("/static/app.js", None),
+        ("/api/v1/cluster", ADMIN),
+        ("/api/v1/nope", ADMIN),
+    ):
         r = svc.http.get(path, headers=auth(token) if token else {})
-        csp = dict(part.strip().split(" ", 1) for part in
-                   r.headers["content-security-policy"].split(";"))
+        csp = dict(
+            part.strip().split(" ", 1) for part in r.headers["content-security-policy"].split(";")
+        )
         assert csp["script-src"] == "'self'" and csp["default-src"] == "'none'", path
         assert csp["frame-ancestors"] == "'none'" and csp["connect-src"] == "'self'"
         assert r.headers["x-frame-options"] == "DENY"
@@ -144,7 +153,11 @@ def test_submit_answers_201_only_once_the_job_is_on_disk(svc: Svc) -> None:
     row = job_row(svc.state, "research/train")
     assert row is not None
     assert (row["phase"], row["queue"], row["namespace"], row["uid"]) == (
-        "Pending", "research/llm", "research", 1)
+        "Pending",
+        "research/llm",
+        "research",
+        1,
+    )
     assert '"count": 2' in row["document"]
     events = dump(svc.state)["events"]
     assert any(e[4] == "Submitted" and e[6] == "research/train" for e in events)
@@ -156,8 +169,11 @@ def test_submit_answers_201_only_once_the_job_is_on_disk(svc: Svc) -> None:
 def test_submit_accepts_yaml_and_fills_the_namespace_from_a_tenant_token(svc: Svc) -> None:
     doc = job_doc("from-yaml", gpus=1)
     del doc["metadata"]["namespace"]
-    r = svc.http.post("/api/v1/jobs", content=yaml.safe_dump(doc),
-                      headers={**auth(RESEARCH), "Content-Type": "application/yaml"})
+    r = svc.http.post(
+        "/api/v1/jobs",
+        content=yaml.safe_dump(doc),
+        headers={**auth(RESEARCH), "Content-Type": "application/yaml"},
+    )
     assert r.status_code == 201, r.text
     assert r.json()["metadata"]["namespace"] == "research"
 
@@ -187,17 +203,34 @@ def test_a_bound_job_shows_its_placement_and_expected_end(svc: Svc) -> None:
     assert [(g["gpuMilli"], g["migProfile"]) for g in p["gpus"]] == [(1000, None)] * 2
     held = cards(svc, p["node"])
     assert sorted(i for i, jobs in held.items() if jobs == ["research/one"]) == sorted(
-        g["index"] for g in p["gpus"])
+        g["index"] for g in p["gpus"]
+    )
     row = job_row(svc.state, "research/one")
     assert row is not None and row["phase"] == "Running" and row["flavor"] == "h100"
 
 
 def test_a_job_over_its_queues_quota_waits_and_says_so_with_numbers(svc: Svc) -> None:
     # serving: 8 T4s with 64Gi of card memory, 4 A6000s; it never borrows
-    svc.submit(job_doc("a", "serving", "serving", gpus=4, duration="1h",  # all T4 memory
-                       runLimit="10m"))
-    svc.submit(job_doc("b", "serving", "serving", gpus=4, duration="1h",  # all A6000s
-                       runLimit="20m"))
+    svc.submit(
+        job_doc(
+            "a",
+            "serving",
+            "serving",
+            gpus=4,
+            duration="1h",  # all T4 memory
+            runLimit="10m",
+        )
+    )
+    svc.submit(
+        job_doc(
+            "b",
+            "serving",
+            "serving",
+            gpus=4,
+            duration="1h",  # all A6000s
+            runLimit="20m",
+        )
+    )
     svc.tick()
     assert svc.status("serving/a")["flavor"] == "t4"
     assert svc.status("serving/b")["flavor"] == "a6000"
@@ -272,8 +305,7 @@ def test_list_filters_by_namespace_queue_and_phase_and_pages(svc: Svc) -> None:
             break
         after = page["continue"]
     assert seen == names()
-    assert svc.get("/api/v1/jobs", code=422, phase="Sleeping")["details"]["field"] == \
-        "query.phase"
+    assert svc.get("/api/v1/jobs", code=422, phase="Sleeping")["details"]["field"] == "query.phase"
     assert svc.get("/api/v1/jobs", code=422, limit=0)["details"]["field"] == "query.limit"
 
 
@@ -323,8 +355,11 @@ def test_delete_stops_a_running_job_and_frees_its_cards(svc: Svc) -> None:
     assert deleted["status"]["phase"] == "Cancelled"
     assert not any(cards(svc, node).values())
     assert job_row(svc.state, "research/runs") is None
-    reasons = [e["reason"] for e in svc.get("/api/v1/events?limit=50")["items"]
-               if e["object"] == "research/runs"]
+    reasons = [
+        e["reason"]
+        for e in svc.get("/api/v1/events?limit=50")["items"]
+        if e["object"] == "research/runs"
+    ]
     assert reasons[-2:] == ["Cancelled", "Deleted"]
 
 
@@ -337,33 +372,66 @@ def test_a_duplicate_job_name_is_a_conflict_while_the_job_exists(svc: Svc) -> No
 
 # -- queue objects -----------------------------------------------------------------------------
 
-CQ = {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ClusterQueue",
-      "metadata": {"name": "batch"},
-      "spec": {"namespaceSelector": {}, "resourceGroups": [{
-          "coveredResources": ["nvidia.com/gpu"],
-          "flavors": [{"name": "a100", "resources": [
-              {"name": "nvidia.com/gpu", "nominalQuota": 4}]}]}]}}
-LQ = {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "LocalQueue",
-      "metadata": {"name": "batch", "namespace": "research"}, "spec": {"clusterQueue": "batch"}}
+CQ = {
+    "apiVersion": "kueue.x-k8s.io/v1beta1",
+    "kind": "ClusterQueue",
+    "metadata": {"name": "batch"},
+    "spec": {
+        "namespaceSelector": {},
+        "resourceGroups": [
+            {
+                "coveredResources": ["nvidia.com/gpu"],
+                "flavors": [
+                    {"name": "a100", "resources": [{"name": "nvidia.com/gpu", "nominalQuota": 4}]}
+                ],
+            }
+        ],
+    },
+}
+LQ = {
+    "apiVersion": "kueue.x-k8s.io/v1beta1",
+    "kind": "LocalQueue",
+    "metadata": {"name": "batch", "namespace": "research"},
+    "spec": {"clusterQueue": "batch"},
+}
 
 
 def test_queue_objects_are_created_updated_and_deleted_by_the_admin(svc: Svc) -> None:
-    assert svc.send("POST", "/api/v1/clusterqueues", CQ, code=201)["metadata"]["name"] == \
-        "batch"
+    assert svc.send("POST", "/api/v1/clusterqueues", CQ, code=201)["metadata"]["name"] == "batch"
     svc.send("POST", "/api/v1/localqueues", LQ, code=201)
     cq = svc.get("/api/v1/clusterqueues/batch")
     assert cq["status"]["nominal"] == {"a100": {"gpuMilli": 4000}}
     assert [q["metadata"]["name"] for q in svc.get("/api/v1/clusterqueues")["items"]] == [
-        "llm", "vision", "serving", "notebooks", "burst", "batch"]
+        "llm",
+        "vision",
+        "serving",
+        "notebooks",
+        "burst",
+        "batch",
+    ]
     lq = svc.get("/api/v1/localqueues/research/batch")
     assert lq["spec"]["clusterQueue"] == "batch" and lq["status"]["pendingJobs"] == 0
 
     svc.submit(job_doc("in-batch", queue="batch", gpus=4))
     svc.tick()
     assert svc.status("research/in-batch")["flavor"] == "a100"
-    more = {**CQ, "spec": {**CQ["spec"], "resourceGroups": [{
-        "coveredResources": ["nvidia.com/gpu"], "flavors": [{"name": "a100", "resources": [
-            {"name": "nvidia.com/gpu", "nominalQuota": 6}]}]}]}}
+    more = {
+        **CQ,
+        "spec": {
+            **CQ["spec"],
+            "resourceGroups": [
+                {
+                    "coveredResources": ["nvidia.com/gpu"],
+                    "flavors": [
+                        {
+                            "name": "a100",
+                            "resources": [{"name": "nvidia.com/gpu", "nominalQuota": 6}],
+                        }
+                    ],
+                }
+            ],
+        },
+    }
     svc.send("PUT", "/api/v1/clusterqueues/batch", more)
     st = svc.get("/api/v1/clusterqueues/batch")["status"]
     assert st["nominal"]["a100"]["gpuMilli"] == 6000 and st["runningJobs"] == 1
@@ -376,17 +444,24 @@ def test_queue_objects_are_created_updated_and_deleted_by_the_admin(svc: Svc) ->
     svc.send("DELETE", "/api/v1/localqueues/research/batch")
     svc.send("DELETE", "/api/v1/clusterqueues/batch")
     svc.get("/api/v1/clusterqueues/batch", code=404)
-    assert not [o for o in dump(svc.state)["objects"]
-                if o[:2] in (("ClusterQueue", "batch"), ("LocalQueue", "research/batch"))]
+    assert not [
+        o
+        for o in dump(svc.state)["objects"]
+        if o[:2] in (("ClusterQueue", "batch"), ("LocalQueue", "research/batch"))
+    ]
     kinds = [e[4] for e in dump(svc.state)["events"] if e[5] == "Queue"]
     assert kinds == ["QueuesChanged"] * 5
 
 
 def test_yaml_timestamps_stay_strings_as_kubernetes_reads_them(svc: Svc) -> None:
     doc = yaml.safe_dump({**CQ, "metadata": {"name": "dated"}}).replace(
-        "name: dated", "name: dated\n  creationTimestamp: 2024-01-01T00:00:00Z")
-    r = svc.http.post("/api/v1/clusterqueues", content=doc,
-                      headers={**auth(ADMIN), "Content-Type": "application/yaml"})
+        "name: dated", "name: dated\n  creationTimestamp: 2024-01-01T00:00:00Z"
+    )
+    r = svc.http.post(
+        "/api/v1/clusterqueues",
+        content=doc,
+        headers={**auth(ADMIN), "Content-Type": "application/yaml"},
+    )
     assert r.status_code == 201, r.text
     assert r.json()["metadata"]["creationTimestamp"] == "2024-01-01T00:00:00Z"
     assert svc.reopen().get("/api/v1/clusterqueues/dated")["metadata"]["name"] == "dated"
@@ -395,12 +470,28 @@ def test_yaml_timestamps_stay_strings_as_kubernetes_reads_them(svc: Svc) -> None
 def test_queue_objects_survive_a_restart(svc: Svc) -> None:
     svc.send("POST", "/api/v1/clusterqueues", CQ, code=201)
     svc.send("POST", "/api/v1/localqueues", LQ, code=201)
-    svc.send("POST", "/api/v1/flavors", {"apiVersion": "kueue.x-k8s.io/v1beta1",
-                                         "kind": "ResourceFlavor", "metadata": {"name": "new"},
-                                         "spec": {"nodeLabels": {"pool": "new"}}}, code=201)
-    svc.send("POST", "/api/v1/cohorts", {"apiVersion": "kueue.x-k8s.io/v1beta1",
-                                         "kind": "Cohort", "metadata": {"name": "extra"},
-                                         "spec": {"parent": "org"}}, code=201)
+    svc.send(
+        "POST",
+        "/api/v1/flavors",
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta1",
+            "kind": "ResourceFlavor",
+            "metadata": {"name": "new"},
+            "spec": {"nodeLabels": {"pool": "new"}},
+        },
+        code=201,
+    )
+    svc.send(
+        "POST",
+        "/api/v1/cohorts",
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta1",
+            "kind": "Cohort",
+            "metadata": {"name": "extra"},
+            "spec": {"parent": "org"},
+        },
+        code=201,
+    )
     again = svc.reopen()
     assert again.get("/api/v1/clusterqueues/batch")["spec"] == CQ["spec"]
     assert again.get("/api/v1/localqueues/research/batch")["spec"] == LQ["spec"]
@@ -413,15 +504,23 @@ def test_tenants_may_read_queues_but_not_change_them(svc: Svc) -> None:
     assert svc.get("/api/v1/clusterqueues", RESEARCH)["items"]
     mine = svc.get("/api/v1/localqueues", RESEARCH)["items"]
     assert [(q["metadata"]["namespace"], q["metadata"]["name"]) for q in mine] == [
-        ("research", "llm"), ("research", "vision"), ("research", "burst")]
+        ("research", "llm"),
+        ("research", "vision"),
+        ("research", "burst"),
+    ]
     before = dump(svc.state)
     for method, path, body in (
-            ("POST", "/api/v1/clusterqueues", CQ), ("PUT", "/api/v1/clusterqueues/llm", CQ),
-            ("DELETE", "/api/v1/clusterqueues/llm", None), ("POST", "/api/v1/localqueues", LQ),
-            ("PUT", "/api/v1/localqueues/research/llm", LQ),
-            ("DELETE", "/api/v1/localqueues/research/llm", None),
-            ("POST", "/api/v1/flavors", {}), ("DELETE", "/api/v1/flavors/h100", None),
-            ("POST", "/api/v1/cohorts", {}), ("DELETE", "/api/v1/cohorts/org", None)):
+        ("POST", "/api/v1/clusterqueues", CQ),
+        ("PUT", "/api/v1/clusterqueues/llm", CQ),
+        ("DELETE", "/api/v1/clusterqueues/llm", None),
+        ("POST", "/api/v1/localqueues", LQ),
+        ("PUT", "/api/v1/localqueues/research/llm", LQ),
+        ("DELETE", "/api/v1/localqueues/research/llm", None),
+        ("POST", "/api/v1/flavors", {}),
+        ("DELETE", "/api/v1/flavors/h100", None),
+        ("POST", "/api/v1/cohorts", {}),
+        ("DELETE", "/api/v1/cohorts/org", None),
+    ):
         err = svc.send(method, path, body, RESEARCH, code=403)
         assert err["error"] == "Forbidden" and "admin" in err["message"]
     assert dump(svc.state) == before
@@ -429,9 +528,14 @@ def test_tenants_may_read_queues_but_not_change_them(svc: Svc) -> None:
 
 # -- nodes -------------------------------------------------------------------------------------
 
-POOL = {"name": "l4", "count": 2, "cpu": 32, "memory": "128Gi",
-        "labels": {"gpupool.io/flavor": "a6000"},
-        "gpus": {"model": "L4", "count": 2, "memory": "24Gi"}}
+POOL = {
+    "name": "l4",
+    "count": 2,
+    "cpu": 32,
+    "memory": "128Gi",
+    "labels": {"gpupool.io/flavor": "a6000"},
+    "gpus": {"model": "L4", "count": 2, "memory": "24Gi"},
+}
 
 
 def test_nodes_show_every_card_and_who_holds_how_much(svc: Svc) -> None:
@@ -442,9 +546,16 @@ def test_nodes_show_every_card_and_who_holds_how_much(svc: Svc) -> None:
     assert node["state"] == "ready" and node["flavor"] in ("t4", "a6000")
     card = node["gpus"][p["gpus"][0]["index"]]
     assert card["usedMilli"] == 300 and card["usedMib"] == 4096
-    assert card["holders"] == [{"job": "serving/slice", "namespace": "serving",
-                                "task": "serving/slice/main-0", "gpuMilli": 300,
-                                "memoryMib": 4096, "migProfile": None}]
+    assert card["holders"] == [
+        {
+            "job": "serving/slice",
+            "namespace": "serving",
+            "task": "serving/slice/main-0",
+            "gpuMilli": 300,
+            "memoryMib": 4096,
+            "migProfile": None,
+        }
+    ]
     assert node["cpuMilli"]["used"] == 4000
     svc.get("/api/v1/nodes/nowhere", code=404)
     items = svc.get("/api/v1/nodes")["items"]
@@ -495,7 +606,10 @@ def test_a_failed_node_sends_its_jobs_back_whole_and_recovers(svc: Svc) -> None:
     assert not any(cards(svc, "h100-0").values())  # the gang's other half is freed too
     row = job_row(svc.state, "research/gang")
     assert row is not None and (row["phase"], row["placements"], row["flavor"]) == (
-        "Pending", "[]", "")
+        "Pending",
+        "[]",
+        "",
+    )
     svc.tick()
     assert svc.status("research/gang")["phase"] == "Pending"  # one H100 node: not enough
     assert svc.get("/api/v1/cluster")["nodes"]["failed"] == 1
@@ -576,9 +690,12 @@ def test_events_follow_a_job_and_page_by_sequence(svc: Svc) -> None:
     assert [e["seq"] for e in items] == sorted(e["seq"] for e in items)
     first = items[0]["seq"]
     assert [e["seq"] for e in svc.get("/api/v1/events", since=first, limit=2)["items"]] == [
-        first + 1, first + 2]
-    assert [e["object"] for e in svc.get("/api/v1/events", namespace="serving")["items"]] \
-        == [""] * len(svc.get("/api/v1/events", namespace="serving")["items"])
+        first + 1,
+        first + 2,
+    ]
+    assert [e["object"] for e in svc.get("/api/v1/events", namespace="serving")["items"]] == [
+        ""
+    ] * len(svc.get("/api/v1/events", namespace="serving")["items"])
     svc.get("/api/v1/events", code=422, limit=0)
 
 
@@ -596,9 +713,17 @@ def test_a_cohort_may_name_a_parent_that_is_not_defined(svc: Svc) -> None:
     # Kueue makes such a parent implicitly: deleting org leaves research and product under an
     # implicit org; a new cohort may name a parent nobody defined
     svc.send("DELETE", "/api/v1/cohorts/org")
-    svc.send("POST", "/api/v1/cohorts", {"apiVersion": "kueue.x-k8s.io/v1beta1",
-                                         "kind": "Cohort", "metadata": {"name": "kid"},
-                                         "spec": {"parent": "ghost"}}, code=201)
+    svc.send(
+        "POST",
+        "/api/v1/cohorts",
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta1",
+            "kind": "Cohort",
+            "metadata": {"name": "kid"},
+            "spec": {"parent": "ghost"},
+        },
+        code=201,
+    )
     svc.submit(job_doc("still-runs", gpus=1))
     svc.tick()
     assert svc.status("research/still-runs")["phase"] == "Running"
@@ -607,8 +732,9 @@ def test_a_cohort_may_name_a_parent_that_is_not_defined(svc: Svc) -> None:
 # -- a state file that cannot be written -------------------------------------------------------
 
 
-def test_a_change_the_state_file_cannot_take_is_not_made(svc: Svc,
-                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_change_the_state_file_cannot_take_is_not_made(
+    svc: Svc, monkeypatch: pytest.MonkeyPatch
+) -> None:
     svc.submit(job_doc("runs", gpus=1, duration="1h"))
     svc.submit(job_doc("waits", gpus=8, count=2, models=["H100-80GB"]))
     svc.tick()
@@ -621,13 +747,15 @@ def test_a_change_the_state_file_cannot_take_is_not_made(svc: Svc,
 
     monkeypatch.setattr(svc.plane.store, "transaction", full)
     bigger = {**CQ, "metadata": {"name": "llm"}}
-    for method, path, body in (("POST", "/api/v1/clusterqueues", CQ),
-                               ("PUT", "/api/v1/clusterqueues/llm", bigger),
-                               ("DELETE", "/api/v1/cohorts/research", None),
-                               ("DELETE", "/api/v1/jobs/research/runs", None),
-                               ("DELETE", "/api/v1/jobs/research/waits", None),
-                               ("POST", "/api/v1/jobs", job_doc("new")),
-                               ("POST", "/api/v1/nodes", POOL)):
+    for method, path, body in (
+        ("POST", "/api/v1/clusterqueues", CQ),
+        ("PUT", "/api/v1/clusterqueues/llm", bigger),
+        ("DELETE", "/api/v1/cohorts/research", None),
+        ("DELETE", "/api/v1/jobs/research/runs", None),
+        ("DELETE", "/api/v1/jobs/research/waits", None),
+        ("POST", "/api/v1/jobs", job_doc("new")),
+        ("POST", "/api/v1/nodes", POOL),
+    ):
         err = svc.send(method, path, body, code=503)
         assert err["error"] == "AdapterError" and "disk full" in err["message"]
     monkeypatch.undo()
@@ -648,8 +776,7 @@ def test_a_change_the_state_file_cannot_take_is_not_made(svc: Svc,
 
 def test_a_restart_puts_running_jobs_back_on_their_cards(svc: Svc) -> None:
     svc.submit(job_doc("run", gpus=3, duration="1h"))
-    svc.submit(job_doc("slice", "serving", "serving", milli=400, gpu_memory="8Gi",
-                       duration="1h"))
+    svc.submit(job_doc("slice", "serving", "serving", milli=400, gpu_memory="8Gi", duration="1h"))
     svc.submit(job_doc("mig", "notebooks", "notebooks", mig="1g.5gb", duration="1h"))
     svc.tick()
     svc.submit(job_doc("waiting", gpus=8, count=2, models=["H100-80GB"]))
@@ -674,11 +801,15 @@ def test_a_restart_puts_running_jobs_back_on_their_cards(svc: Svc) -> None:
 
 
 def test_smoke_through_a_real_gpupool_serve(tmp_path: Path) -> None:
-    with serving(tmp_path / "state.db", speed=600.0, interval=0.05) as server, \
-            server.client() as admin, server.client(SERVING) as tenant:
+    with (
+        serving(tmp_path / "state.db", speed=600.0, interval=0.05) as server,
+        server.client() as admin,
+        server.client(SERVING) as tenant,
+    ):
         assert httpx.get(f"{server.url}/healthz").status_code == 200
-        r = tenant.post("/api/v1/jobs", json=job_doc("smoke", "serving", "serving", gpus=1,
-                                                     duration="10m"))
+        r = tenant.post(
+            "/api/v1/jobs", json=job_doc("smoke", "serving", "serving", gpus=1, duration="10m")
+        )
         assert r.status_code == 201, r.text
         deadline = time.monotonic() + 20
         while tenant.get("/api/v1/jobs/serving/smoke").json()["status"]["phase"] == "Pending":
@@ -688,14 +819,19 @@ def test_smoke_through_a_real_gpupool_serve(tmp_path: Path) -> None:
         assert job["status"]["phase"] in ("Running", "Succeeded")
         node = job["status"]["placements"][0]["node"]
         assert node.startswith(("t4", "a6000"))
-        while tenant.get("/api/v1/jobs/serving/smoke").json()["status"]["phase"] != \
-                "Succeeded":  # 10 minutes at x600: one second
+        while (
+            tenant.get("/api/v1/jobs/serving/smoke").json()["status"]["phase"] != "Succeeded"
+        ):  # 10 minutes at x600: one second
             assert time.monotonic() < deadline, "did not end"
             time.sleep(0.05)
         assert [j["metadata"]["name"] for j in tenant.get("/api/v1/jobs").json()["items"]] == [
-            "smoke"]
-        reasons = [e["reason"] for e in admin.get("/api/v1/events").json()["items"]
-                   if e["object"] == "serving/smoke"]
+            "smoke"
+        ]
+        reasons = [
+            e["reason"]
+            for e in admin.get("/api/v1/events").json()["items"]
+            if e["object"] == "serving/smoke"
+        ]
         assert reasons == ["Submitted", "Admitted", "Completed"]
         assert admin.get("/metrics").text.count("gpupool_") > 10
         assert tenant.post("/api/v1/nodes", json=POOL).status_code == 403
@@ -710,10 +846,21 @@ def test_concurrent_clients_never_get_a_server_error(tmp_path: Path) -> None:
     import random
     import threading
 
-    cq = {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ClusterQueue",
-          "metadata": {"name": "spare"}, "spec": {"resourceGroups": [{
-              "coveredResources": ["nvidia.com/gpu"], "flavors": [{"name": "t4", "resources": [
-                  {"name": "nvidia.com/gpu", "nominalQuota": 1}]}]}]}}
+    cq = {
+        "apiVersion": "kueue.x-k8s.io/v1beta1",
+        "kind": "ClusterQueue",
+        "metadata": {"name": "spare"},
+        "spec": {
+            "resourceGroups": [
+                {
+                    "coveredResources": ["nvidia.com/gpu"],
+                    "flavors": [
+                        {"name": "t4", "resources": [{"name": "nvidia.com/gpu", "nominalQuota": 1}]}
+                    ],
+                }
+            ]
+        },
+    }
     failures: list[str] = []
     counts: dict[int, int] = {}
     with serving(tmp_path / "state.db", speed=120.0, interval=0.02) as server:
@@ -728,11 +875,23 @@ def test_concurrent_clients_never_get_a_server_error(tmp_path: Path) -> None:
                     op = rnd.randrange(10)
                     try:
                         if op < 3:
-                            ns, q = rnd.choice([("research", "llm"), ("serving", "serving"),
-                                                ("notebooks", "notebooks")])
-                            r = c.post("/api/v1/jobs", json=job_doc(
-                                f"w{seed}-{n}", ns, q, gpus=rnd.choice([1, 2]),
-                                duration=rnd.choice(["1m", "5m"])))
+                            ns, q = rnd.choice(
+                                [
+                                    ("research", "llm"),
+                                    ("serving", "serving"),
+                                    ("notebooks", "notebooks"),
+                                ]
+                            )
+                            r = c.post(
+                                "/api/v1/jobs",
+                                json=job_doc(
+                                    f"w{seed}-{n}",
+                                    ns,
+                                    q,
+                                    gpus=rnd.choice([1, 2]),
+                                    duration=rnd.choice(["1m", "5m"]),
+                                ),
+                            )
                         elif op == 3:
                             items = c.get("/api/v1/jobs", params={"limit": 20}).json()["items"]
                             if not items:
@@ -741,13 +900,21 @@ def test_concurrent_clients_never_get_a_server_error(tmp_path: Path) -> None:
                             r = c.delete(f"/api/v1/jobs/{m['namespace']}/{m['name']}")
                         elif op == 4:
                             node = rnd.choice(["t4-0", "t4-1", "a6000-0", "h100-1", "a100-2"])
-                            r = c.patch(f"/api/v1/nodes/{node}", json={
-                                rnd.choice(["failed", "unschedulable"]): rnd.random() < 0.5})
+                            r = c.patch(
+                                f"/api/v1/nodes/{node}",
+                                json={rnd.choice(["failed", "unschedulable"]): rnd.random() < 0.5},
+                            )
                         elif op == 5:
-                            r = c.post("/api/v1/nodes", json={
-                                "name": f"p{seed}x{n}", "cpu": 8, "memory": "32Gi",
-                                "labels": {"gpupool.io/flavor": "t4"},
-                                "gpus": {"model": "T4", "count": 2, "memory": "16Gi"}})
+                            r = c.post(
+                                "/api/v1/nodes",
+                                json={
+                                    "name": f"p{seed}x{n}",
+                                    "cpu": 8,
+                                    "memory": "32Gi",
+                                    "labels": {"gpupool.io/flavor": "t4"},
+                                    "gpus": {"model": "T4", "count": 2, "memory": "16Gi"},
+                                },
+                            )
                             if r.status_code == 201:
                                 r = c.delete(f"/api/v1/nodes/p{seed}x{n}-0")
                         elif op == 6:
@@ -755,9 +922,18 @@ def test_concurrent_clients_never_get_a_server_error(tmp_path: Path) -> None:
                             if r.status_code in (201, 409):
                                 r = c.delete("/api/v1/clusterqueues/spare")
                         else:
-                            r = c.get(rnd.choice(["/api/v1/nodes", "/api/v1/cluster",
-                                                  "/api/v1/events", "/api/v1/clusterqueues",
-                                                  "/api/v1/localqueues", "/metrics"]))
+                            r = c.get(
+                                rnd.choice(
+                                    [
+                                        "/api/v1/nodes",
+                                        "/api/v1/cluster",
+                                        "/api/v1/events",
+                                        "/api/v1/clusterqueues",
+                                        "/api/v1/localqueues",
+                                        "/metrics",
+                                    ]
+                                )
+                            )
                     except httpx.HTTPError as exc:
                         failures.append(f"op {op}: {exc!r}")
                         continue

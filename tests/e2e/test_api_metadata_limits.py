@@ -37,17 +37,21 @@ def with_meta(**meta: Any) -> dict[str, Any]:
     return doc
 
 
-@pytest.mark.parametrize(("labels", "field", "rule"), [
-    ({"a" * 64: "x"}, "metadata.labels", "at most 63 characters (it has 64)"),
-    ({"bad key": "x"}, "metadata.labels['bad key']", "alphanumeric at both ends"),
-    ({"-x": "x"}, "metadata.labels['-x']", "alphanumeric at both ends"),
-    ({"/x": "x"}, "metadata.labels['/x']", "prefix before '/' must not be empty"),
-    ({"Example.COM/x": "x"}, "metadata.labels['Example.COM/x']", "DNS subdomain"),
-    ({"team": "v" * 64}, "metadata.labels['team']", "at most 63 characters (it has 64)"),
-    ({"team": "a b"}, "metadata.labels['team']", "empty or alphanumeric"),
-])
-def test_labels_over_the_limits_are_refused(post: Any, labels: dict[str, str], field: str,
-                                            rule: str) -> None:
+@pytest.mark.parametrize(
+    ("labels", "field", "rule"),
+    [
+        ({"a" * 64: "x"}, "metadata.labels", "at most 63 characters (it has 64)"),
+        ({"bad key": "x"}, "metadata.labels['bad key']", "alphanumeric at both ends"),
+        ({"-x": "x"}, "metadata.labels['-x']", "alphanumeric at both ends"),
+        ({"/x": "x"}, "metadata.labels['/x']", "prefix before '/' must not be empty"),
+        ({"Example.COM/x": "x"}, "metadata.labels['Example.COM/x']", "DNS subdomain"),
+        ({"team": "v" * 64}, "metadata.labels['team']", "at most 63 characters (it has 64)"),
+        ({"team": "a b"}, "metadata.labels['team']", "empty or alphanumeric"),
+    ],
+)
+def test_labels_over_the_limits_are_refused(
+    post: Any, labels: dict[str, str], field: str, rule: str
+) -> None:
     err = post(with_meta(labels=labels), 422)
     assert err["error"] == "InvalidJobError"
     assert err["details"]["field"].startswith(field) and rule in err["details"]["rule"], err

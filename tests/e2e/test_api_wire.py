@@ -28,8 +28,18 @@ from tests.e2e.test_provisioning_api import CLOUD
 
 NAME = re.compile(r"^[a-z][a-zA-Z0-9]*$")
 RFC3339 = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)$")
-DATA_MAPS = {"labels", "annotations", "nodeSelector", "parameters", "spec", "queues", "usage",
-             "nominal", "borrowed", "jobs"}  # keys are data: names, phases, flavors
+DATA_MAPS = {
+    "labels",
+    "annotations",
+    "nodeSelector",
+    "parameters",
+    "spec",
+    "queues",
+    "usage",
+    "nominal",
+    "borrowed",
+    "jobs",
+}  # keys are data: names, phases, flavors
 START = 1_800_000_000.0  # 2027-01-15T08:00:00Z
 
 
@@ -64,10 +74,15 @@ def times(value: Any, path: str = "") -> list[tuple[str, Any, Any]]:
 
 def _plane(tmp: Path, wall: Wall, speed: float) -> ControlPlane:
     (tmp / "cloud.yaml").write_text(CLOUD)
-    return ControlPlane(Store(tmp / "state.db", wall=wall), VirtualCluster(),
-                        Clock(speed, wall=wall), nodes=load_cluster(CLUSTER),
-                        queue_docs=load_documents(QUEUES),
-                        cloud=load_cloud(str(tmp / "cloud.yaml")), cloud_seed=3)
+    return ControlPlane(
+        Store(tmp / "state.db", wall=wall),
+        VirtualCluster(),
+        Clock(speed, wall=wall),
+        nodes=load_cluster(CLUSTER),
+        queue_docs=load_documents(QUEUES),
+        cloud=load_cloud(str(tmp / "cloud.yaml")),
+        cloud_seed=3,
+    )
 
 
 def _answers(tmp: Path) -> tuple[dict[str, Any], float]:
@@ -82,24 +97,47 @@ def _answers(tmp: Path) -> tuple[dict[str, Any], float]:
 
     post("/api/v1/jobs", job_doc("ends", gpus=1, duration="1m"))
     post("/api/v1/jobs", job_doc("runs", gpus=1, duration="10h"))
-    post("/api/v1/jobs", job_doc("slice", "serving", "serving", gpus=None, milli=300,
-                                 gpu_memory="4Gi", duration="10h"))
+    post(
+        "/api/v1/jobs",
+        job_doc(
+            "slice", "serving", "serving", gpus=None, milli=300, gpu_memory="4Gi", duration="10h"
+        ),
+    )
     post("/api/v1/jobs", job_doc("waits", "serving", "serving", gpus=4, duration="1h"))
-    post("/api/v1/jobs", job_doc("burst", queue="burst", gpus=8, count=2, cpu=16,
-                                 memory="64Gi", duration="1h"))
+    post(
+        "/api/v1/jobs",
+        job_doc("burst", queue="burst", gpus=8, count=2, cpu=16, memory="64Gi", duration="1h"),
+    )
     post("/api/v1/elasticgpuclasses", {"name": "cards", "provisioner": "physical"})
-    post("/api/v1/elasticgpuclaims", {"name": "c1", "namespace": "research",
-                                      "className": "cards", "requests": {"cards": 1}})
+    post(
+        "/api/v1/elasticgpuclaims",
+        {"name": "c1", "namespace": "research", "className": "cards", "requests": {"cards": 1}},
+    )
     plane.tick()
     wall.advance(2)  # two cluster minutes: "ends" ends
     plane.tick()
-    paths = ["/api/v1/cluster", "/api/v1/cluster/history", "/api/v1/nodes",
-             "/api/v1/nodes/h100-0", "/api/v1/jobs", "/api/v1/jobs/research/runs",
-             "/api/v1/jobs/research/ends", "/api/v1/jobs/serving/waits", "/api/v1/events",
-             "/api/v1/flavors", "/api/v1/clusterqueues", "/api/v1/cohorts",
-             "/api/v1/localqueues", "/api/v1/elasticgpuclasses", "/api/v1/elasticgpuclaims",
-             "/api/v1/elasticgpus", "/api/v1/provisioningrequests", "/api/v1/cloud",
-             "/api/v1/whoami", "/healthz"]
+    paths = [
+        "/api/v1/cluster",
+        "/api/v1/cluster/history",
+        "/api/v1/nodes",
+        "/api/v1/nodes/h100-0",
+        "/api/v1/jobs",
+        "/api/v1/jobs/research/runs",
+        "/api/v1/jobs/research/ends",
+        "/api/v1/jobs/serving/waits",
+        "/api/v1/events",
+        "/api/v1/flavors",
+        "/api/v1/clusterqueues",
+        "/api/v1/cohorts",
+        "/api/v1/localqueues",
+        "/api/v1/elasticgpuclasses",
+        "/api/v1/elasticgpuclaims",
+        "/api/v1/elasticgpus",
+        "/api/v1/provisioningrequests",
+        "/api/v1/cloud",
+        "/api/v1/whoami",
+        "/healthz",
+    ]
     out = {}
     for p in paths:
         r = http.get(p, headers=a)
@@ -108,13 +146,16 @@ def _answers(tmp: Path) -> tuple[dict[str, Any], float]:
     return out, plane.clock.now()
 
 
-def test_every_name_is_camel_case_and_every_time_rfc3339_with_its_seconds(
-        tmp_path: Path) -> None:
+def test_every_name_is_camel_case_and_every_time_rfc3339_with_its_seconds(tmp_path: Path) -> None:
     answers, now = _answers(tmp_path)
     assert answers["/api/v1/provisioningrequests"]["items"], "no ProvisioningRequest to read"
     assert answers["/api/v1/jobs/research/ends"]["status"]["phase"] == "Succeeded"
-    bad = [(p, where, k) for p, body in answers.items() for where, k in names(body)
-           if not NAME.match(k)]
+    bad = [
+        (p, where, k)
+        for p, body in answers.items()
+        for where, k in names(body)
+        if not NAME.match(k)
+    ]
     assert bad == [], bad
     seen = 0
     for p, body in answers.items():
@@ -129,8 +170,12 @@ def test_every_name_is_camel_case_and_every_time_rfc3339_with_its_seconds(
                 # the wall-clock instant the cluster clock read that many seconds, at x60
                 wall = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
                 assert wall.tzinfo is not None and wall.utcoffset() == UTC.utcoffset(None)
-                assert abs(wall.timestamp() - (START + seconds / 60.0)) < 0.002, \
-                    (p, where, stamp, seconds)
+                assert abs(wall.timestamp() - (START + seconds / 60.0)) < 0.002, (
+                    p,
+                    where,
+                    stamp,
+                    seconds,
+                )
     assert seen > 20
     job = answers["/api/v1/jobs/research/ends"]["status"]
     assert job["submitTime"] == "2027-01-15T08:00:00.000Z" and job["submitTimeSeconds"] == 0
@@ -154,8 +199,7 @@ def test_every_route_declares_the_shape_it_answers_with(tmp_path: Path) -> None:
     assert untyped == []
     job = spec["components"]["schemas"]["JobStatus"]["properties"]
     assert {"submitTime", "submitTimeSeconds", "pendingReason", "placements"} <= set(job)
-    assert spec["components"]["schemas"]["Card"]["required"][:3] == ["index", "model",
-                                                                     "memoryMib"]
+    assert spec["components"]["schemas"]["Card"]["required"][:3] == ["index", "model", "memoryMib"]
 
 
 def _refs(value: Any) -> list[str]:
@@ -167,14 +211,18 @@ def _refs(value: Any) -> list[str]:
     return []
 
 
-def test_models_named_apart_from_the_core_keep_their_names_in_the_document(
-        tmp_path: Path) -> None:
+def test_models_named_apart_from_the_core_keep_their_names_in_the_document(tmp_path: Path) -> None:
     """``JobView`` (the core has ``Job``) and the other models named apart are still ``Job``,
     ``ClusterQueue``, ... in ``/openapi.json``, as docs/serve.md names them; every reference
     leads to a schema of the document."""
     apart = schema_names()
-    assert {"JobView": "Job", "ClusterQueueView": "ClusterQueue", "TaintView": "Taint",
-            "CloudView": "Cloud", "ClaimRequestsView": "ClaimRequests"}.items() <= apart.items()
+    assert {
+        "JobView": "Job",
+        "ClusterQueueView": "ClusterQueue",
+        "TaintView": "Taint",
+        "CloudView": "Cloud",
+        "ClaimRequestsView": "ClaimRequests",
+    }.items() <= apart.items()
     plane = _plane(tmp_path, Wall(START), speed=1.0)
     spec = client(plane).get("/openapi.json", headers=auth(ADMIN)).json()
     schemas = spec["components"]["schemas"]
@@ -187,7 +235,6 @@ def test_models_named_apart_from_the_core_keep_their_names_in_the_document(
 
 
 def test_two_schemas_for_one_document_name_are_refused() -> None:
-    spec = {"components": {"schemas": {"Job": {"title": "Job"},
-                                       "JobView": {"title": "JobView"}}}}
+    spec = {"components": {"schemas": {"Job": {"title": "Job"}, "JobView": {"title": "JobView"}}}}
     with pytest.raises(ValueError, match="'JobView' would be named 'Job'"):
         name_schemas(spec)

@@ -11,13 +11,26 @@ from gpupool.cli import main
 
 
 def test_bench_serve_runs_end_to_end(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["bench", "serve", "--rate", "20", "--duration", "3", "--nodes", "12",
-                 "--json"]) == 0
+    assert (
+        main(["bench", "serve", "--rate", "20", "--duration", "3", "--nodes", "12", "--json"]) == 0
+    )
     captured = capsys.readouterr()
     out = json.loads(captured.out)
-    for key in ("rate", "duration_s", "submitted", "accepted", "errors", "achieved_rate",
-                "latency_ms", "backlog", "admitted", "server_peak_rss_mib", "cycles",
-                "decision_ms", "targets"):
+    for key in (
+        "rate",
+        "duration_s",
+        "submitted",
+        "accepted",
+        "errors",
+        "achieved_rate",
+        "latency_ms",
+        "backlog",
+        "admitted",
+        "server_peak_rss_mib",
+        "cycles",
+        "decision_ms",
+        "targets",
+    ):
         assert key in out, key
     assert set(out["latency_ms"]) == {"p50", "p99", "max"}
     assert {"pending_admissible_start", "pending_admissible_end", "max"} <= set(out["backlog"])
@@ -39,10 +52,20 @@ def test_bench_serve_prints_a_summary(capsys: pytest.CaptureFixture[str]) -> Non
 
 
 def test_admissible_backlog_counts_pending_jobs_of_queues_with_room() -> None:
-    roomy = {"status": {"pendingJobs": 3, "nominal": {"a": {"gpuMilli": 8000}},
-                        "usage": {"a": {"gpuMilli": 1000}}}}
-    full = {"status": {"pendingJobs": 5, "nominal": {"a": {"gpuMilli": 8000}},
-                       "usage": {"a": {"gpuMilli": 7000}}}}
+    roomy = {
+        "status": {
+            "pendingJobs": 3,
+            "nominal": {"a": {"gpuMilli": 8000}},
+            "usage": {"a": {"gpuMilli": 1000}},
+        }
+    }
+    full = {
+        "status": {
+            "pendingJobs": 5,
+            "nominal": {"a": {"gpuMilli": 8000}},
+            "usage": {"a": {"gpuMilli": 7000}},
+        }
+    }
     assert admissible_backlog([roomy, full]) == (8, 3)
 
 

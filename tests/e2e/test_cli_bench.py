@@ -10,8 +10,22 @@ from gpupool.cli import main
 
 
 def test_bench_placement_prints_the_fixed_json_shape(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["bench", "placement", "--nodes", "50", "--gpus-per-node", "4", "--pods", "400",
-                 "--json"]) == 0
+    assert (
+        main(
+            [
+                "bench",
+                "placement",
+                "--nodes",
+                "50",
+                "--gpus-per-node",
+                "4",
+                "--pods",
+                "400",
+                "--json",
+            ]
+        )
+        == 0
+    )
     out = json.loads(capsys.readouterr().out)
     for key in ("nodes", "pods", "placed", "placements_per_s", "decision_us", "peak_rss_mib"):
         assert key in out
@@ -34,8 +48,22 @@ def test_bench_rejects_a_non_positive_count(capsys: pytest.CaptureFixture[str]) 
 
 
 def test_bench_admission_prints_the_fixed_json_shape(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["bench", "admission", "--queues", "20", "--cohorts", "4", "--workloads", "300",
-                 "--json"]) == 0
+    assert (
+        main(
+            [
+                "bench",
+                "admission",
+                "--queues",
+                "20",
+                "--cohorts",
+                "4",
+                "--workloads",
+                "300",
+                "--json",
+            ]
+        )
+        == 0
+    )
     out = json.loads(capsys.readouterr().out)
     for key in ("queues", "workloads", "admitted", "admissions_per_s", "wall_s", "peak_rss_mib"):
         assert key in out

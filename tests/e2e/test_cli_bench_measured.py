@@ -10,7 +10,8 @@ from gpupool.cli import main
 
 
 def test_measured_use_prints_both_runs_and_measured_keeps_cards_cooler(
-        capsys: pytest.CaptureFixture[str]) -> None:
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     assert main(["bench", "measured-use", "--nodes", "4", "--hours", "1.5", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     for run in ("request_only", "measured"):

@@ -37,11 +37,18 @@ EXAMPLES = REPO / "examples" / "jobs"
 ADMIN = "cli-admin-token-0123456789"
 RESEARCH = "cli-research-token-012345"
 SERVING = "cli-serving-token-0123456"
-TOKENS_ENV = (f"{ADMIN},admin,admin;{RESEARCH},research,tenant,research;"
-              f"{SERVING},serving,tenant,serving")
-EXAMPLE_JOBS = {"research/llama-ft", "notebooks/jupyter-bob", "notebooks/mig-experiment",
-                "serving/embed-api", "research/vit-sweep-lr1e-4", "research/vit-sweep-lr3e-4",
-                "research/vit-sweep-lr1e-3"}
+TOKENS_ENV = (
+    f"{ADMIN},admin,admin;{RESEARCH},research,tenant,research;{SERVING},serving,tenant,serving"
+)
+EXAMPLE_JOBS = {
+    "research/llama-ft",
+    "notebooks/jupyter-bob",
+    "notebooks/mig-experiment",
+    "serving/embed-api",
+    "research/vit-sweep-lr1e-4",
+    "research/vit-sweep-lr3e-4",
+    "research/vit-sweep-lr1e-3",
+}
 
 Run = Callable[..., tuple[int, str, str]]
 
@@ -59,10 +66,24 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     url = f"http://127.0.0.1:{port}"
     log = state.parent / "serve.log"
     env = {**os.environ, "GPUPOOL_TOKENS": TOKENS_ENV}
-    cmd = [sys.executable, "-m", "gpupool.cli", "serve",
-           "--cluster", str(REPO / "examples" / "cluster.yaml"),
-           "--queues", str(REPO / "examples" / "queues.yaml"),
-           "--state", str(state), "--port", str(port), "--speed", "60", "--interval", "0.05"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "gpupool.cli",
+        "serve",
+        "--cluster",
+        str(REPO / "examples" / "cluster.yaml"),
+        "--queues",
+        str(REPO / "examples" / "queues.yaml"),
+        "--state",
+        str(state),
+        "--port",
+        str(port),
+        "--speed",
+        "60",
+        "--interval",
+        "0.05",
+    ]
     with log.open("w") as out:
         proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
         try:
@@ -88,8 +109,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 def run(server: str, capsys: pytest.CaptureFixture[str]) -> Run:
     """``gpupool ARGS --server URL --token TOKEN`` in-process: (exit code, stdout, stderr)."""
 
-    def go(*args: str, token: str | None = ADMIN, server_url: str | None = None
-           ) -> tuple[int, str, str]:
+    def go(
+        *args: str, token: str | None = ADMIN, server_url: str | None = None
+    ) -> tuple[int, str, str]:
         capsys.readouterr()
         argv = [*args, "--server", server_url or server]
         if token is not None:
@@ -128,21 +150,26 @@ def wait_for(predicate: Callable[[], bool], timeout: float = 20.0) -> None:
 
 def phases(url: str, token: str = ADMIN) -> dict[str, str]:
     with Client(url, token) as c:
-        return {f"{j['metadata']['namespace']}/{j['metadata']['name']}": j["status"]["phase"]
-                for j in c.jobs()}
+        return {
+            f"{j['metadata']['namespace']}/{j['metadata']['name']}": j["status"]["phase"]
+            for j in c.jobs()
+        }
 
 
-def job_file(tmp_path: Path, name: str, namespace: str | None = "research",
-             **spec: Any) -> Path:
+def job_file(tmp_path: Path, name: str, namespace: str | None = "research", **spec: Any) -> Path:
     body: dict[str, Any] = {
-        "queue": "llm", "duration": "2h",
-        "podSets": [{"name": "main", "count": 1, "cpu": 2, "memory": "8Gi",
-                     "gpu": {"count": 1}}]}
+        "queue": "llm",
+        "duration": "2h",
+        "podSets": [{"name": "main", "count": 1, "cpu": 2, "memory": "8Gi", "gpu": {"count": 1}}],
+    }
     body.update(spec)
     meta = {"name": name, **({"namespace": namespace} if namespace else {})}
     path = tmp_path / f"{name}.yaml"
-    path.write_text(yaml.safe_dump({"apiVersion": "gpupool.io/v1alpha1", "kind": "Job",
-                                    "metadata": meta, "spec": body}))
+    path.write_text(
+        yaml.safe_dump(
+            {"apiVersion": "gpupool.io/v1alpha1", "kind": "Job", "metadata": meta, "spec": body}
+        )
+    )
     return path
 
 
@@ -178,41 +205,57 @@ class _Lines:
 def test_example_files_are_accepted_and_run(submitted: dict[str, str]) -> None:
     said = {f: taken(text) for f, text in submitted.items()}
     assert said["training-gang.yaml"] == "job research/llama-ft submitted (Pending, queue llm)\n"
-    assert said["mig-pod.yaml"] == \
-        "job notebooks/mig-experiment submitted (Pending, queue notebooks)\n"
-    assert said["notebook-slice.yaml"] == \
-        "job notebooks/jupyter-bob submitted (Pending, queue notebooks)\n"
+    assert (
+        said["mig-pod.yaml"]
+        == "job notebooks/mig-experiment submitted (Pending, queue notebooks)\n"
+    )
+    assert (
+        said["notebook-slice.yaml"]
+        == "job notebooks/jupyter-bob submitted (Pending, queue notebooks)\n"
+    )
     assert said["inference.yaml"] == "job serving/embed-api submitted (Pending, queue serving)\n"
     assert said["sweep.yaml"].splitlines() == [
         f"job research/vit-sweep-{lr} submitted (Pending, queue vision)"
-        for lr in ("lr1e-4", "lr3e-4", "lr1e-3")]
+        for lr in ("lr1e-4", "lr3e-4", "lr1e-3")
+    ]
 
 
-def test_submit_reads_stdin_and_the_environment(server: str, submitted: dict[str, str],
-                                                tmp_path: Path) -> None:
-    docs = "\n---\n".join(job_file(tmp_path, f"stdin-{i}", namespace=None,
-                                   queue="vision").read_text() for i in range(2))
+def test_submit_reads_stdin_and_the_environment(
+    server: str, submitted: dict[str, str], tmp_path: Path
+) -> None:
+    docs = "\n---\n".join(
+        job_file(tmp_path, f"stdin-{i}", namespace=None, queue="vision").read_text()
+        for i in range(2)
+    )
     env = {**os.environ, "GPUPOOL_SERVER": server, "GPUPOOL_TOKEN": RESEARCH}
-    proc = subprocess.run([sys.executable, "-m", "gpupool.cli", "submit", "-f", "-"],
-                          input=docs, env=env, capture_output=True, text=True, timeout=60,
-                          check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpupool.cli", "submit", "-f", "-"],
+        input=docs,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
     assert taken(proc.stdout).splitlines() == [
         "job research/stdin-0 submitted (Pending, queue vision)",
-        "job research/stdin-1 submitted (Pending, queue vision)"]
+        "job research/stdin-1 submitted (Pending, queue vision)",
+    ]
 
 
-def test_submit_json_file_with_namespace_flag(run: Run, tmp_path: Path,
-                                              submitted: dict[str, str]) -> None:
-    doc = yaml.safe_load(job_file(tmp_path, "from-json", namespace=None,
-                                  queue="vision").read_text())
+def test_submit_json_file_with_namespace_flag(
+    run: Run, tmp_path: Path, submitted: dict[str, str]
+) -> None:
+    doc = yaml.safe_load(
+        job_file(tmp_path, "from-json", namespace=None, queue="vision").read_text()
+    )
     path = tmp_path / "job.json"
     path.write_text(json.dumps(doc))
     code, out, err = run("submit", "-f", str(path), "-n", "research", "-o", "json")
     assert code == 0, err
     job = json.loads(out)
-    assert job["metadata"] == {**job["metadata"], "name": "from-json",
-                               "namespace": "research"}
+    assert job["metadata"] == {**job["metadata"], "name": "from-json", "namespace": "research"}
     assert job["status"]["phase"] in ("Pending", "Running")
     # the namespace in the file and the flag must agree
     doc["metadata"]["namespace"] = "serving"
@@ -261,8 +304,18 @@ def test_one_bad_document_among_several(run: Run, tmp_path: Path, server: str) -
 def test_get_jobs_table(run: Run, submitted: dict[str, str]) -> None:
     code, out, _ = run("get", "jobs")
     assert code == 0
-    assert out.splitlines()[0].split() == ["NAMESPACE", "NAME", "QUEUE", "PHASE", "GPUS", "AGE",
-                                           "WAIT", "POSITION", "EST.START", "REASON"]
+    assert out.splitlines()[0].split() == [
+        "NAMESPACE",
+        "NAME",
+        "QUEUE",
+        "PHASE",
+        "GPUS",
+        "AGE",
+        "WAIT",
+        "POSITION",
+        "EST.START",
+        "REASON",
+    ]
     table_ = {f"{r['NAMESPACE']}/{r['NAME']}": r for r in rows(out)}
     assert set(table_) >= EXAMPLE_JOBS
     gang = table_["research/llama-ft"]
@@ -331,13 +384,19 @@ def test_get_queues_and_queue_objects(run: Run, submitted: dict[str, str]) -> No
 
     code, out, _ = run("get", "localqueues", "-n", "research")
     assert {(r["NAME"], r["CLUSTERQUEUE"]) for r in rows(out)} == {
-        ("llm", "llm"), ("vision", "vision"), ("burst", "burst")}
+        ("llm", "llm"),
+        ("vision", "vision"),
+        ("burst", "burst"),
+    }
     code, out, _ = run("get", "flavors")
     flavors = {r["NAME"]: r for r in rows(out)}
     assert flavors["a100"]["GPUS"] == "24" and flavors["h100"]["NODES"] == "2"
     code, out, _ = run("get", "cohorts")
-    assert {r["NAME"]: r["PARENT"] for r in rows(out)} == {"org": "-", "research": "org",
-                                                           "product": "org"}
+    assert {r["NAME"]: r["PARENT"] for r in rows(out)} == {
+        "org": "-",
+        "research": "org",
+        "product": "org",
+    }
 
 
 def test_get_events(run: Run, submitted: dict[str, str]) -> None:
@@ -350,12 +409,28 @@ def test_get_events(run: Run, submitted: dict[str, str]) -> None:
     assert len(json.loads(out)["items"]) == 3
 
 
-def test_watch_prints_jobs_as_they_change(server: str, submitted: dict[str, str],
-                                          run: Run, tmp_path: Path) -> None:
+def test_watch_prints_jobs_as_they_change(
+    server: str, submitted: dict[str, str], run: Run, tmp_path: Path
+) -> None:
     env = {**os.environ, "GPUPOOL_SERVER": server, "GPUPOOL_TOKEN": ADMIN}
-    proc = subprocess.Popen([sys.executable, "-m", "gpupool.cli", "get", "jobs", "-w",
-                             "-n", "research", "--interval", "0.2"],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gpupool.cli",
+            "get",
+            "jobs",
+            "-w",
+            "-n",
+            "research",
+            "--interval",
+            "0.2",
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert proc.stdout is not None
         assert proc.stdout.readline().split()[:2] == ["NAMESPACE", "NAME"]
@@ -377,8 +452,7 @@ def test_watch_prints_jobs_as_they_change(server: str, submitted: dict[str, str]
 # -- describe --------------------------------------------------------------------------------
 
 
-def test_describe_job_shows_placements_card_by_card(run: Run,
-                                                    submitted: dict[str, str]) -> None:
+def test_describe_job_shows_placements_card_by_card(run: Run, submitted: dict[str, str]) -> None:
     code, out, _ = run("describe", "job", "llama-ft")
     assert code == 0
     assert "Namespace:    research" in out
@@ -386,12 +460,12 @@ def test_describe_job_shows_placements_card_by_card(run: Run,
     assert "Gang:         2 of 2 replicas start together" in out
     # each time: its age, the instant (RFC 3339) and the cluster seconds
     started = next(ln for ln in out.splitlines() if ln.strip().startswith("Started:"))
-    assert re.search(r"ago \(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z, t=[\d.]+s\)$",
-                     started), started
+    assert re.search(r"ago \(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z, t=[\d.]+s\)$", started), (
+        started
+    )
     placements = out.split("Placements:\n", 1)[1].split("Events:", 1)[0]
     lines = placements.strip().splitlines()
-    assert lines[0].split() == ["TASK", "NODE", "CPU", "MEMORY", "CARD", "GPU", "GPU-MEMORY",
-                                "MIG"]
+    assert lines[0].split() == ["TASK", "NODE", "CPU", "MEMORY", "CARD", "GPU", "GPU-MEMORY", "MIG"]
     assert len(lines) == 1 + 8  # one line per card
     workers = [ln.split() for ln in lines[1:] if ln.split()[0].startswith("workers-")]
     assert [w[0] for w in workers] == ["workers-0", "workers-1"]
@@ -400,22 +474,54 @@ def test_describe_job_shows_placements_card_by_card(run: Run,
     assert "Submitted" in events and "Admitted" in events
 
 
-def test_describe_pending_job_gives_the_reason_then_cancel(run: Run, tmp_path: Path,
-                                                           server: str) -> None:
+def test_describe_pending_job_gives_the_reason_then_cancel(
+    run: Run, tmp_path: Path, server: str
+) -> None:
     # 4 x 8 H100 is more than queue llm could ever hold, even borrowing: refused outright
-    never = job_file(tmp_path, "never-fits", podSets=[
-        {"name": "workers", "count": 4, "cpu": 8, "memory": "64Gi",
-         "gpu": {"count": 8, "models": ["H100-80GB"]}}])
+    never = job_file(
+        tmp_path,
+        "never-fits",
+        podSets=[
+            {
+                "name": "workers",
+                "count": 4,
+                "cpu": 8,
+                "memory": "64Gi",
+                "gpu": {"count": 8, "models": ["H100-80GB"]},
+            }
+        ],
+    )
     code, _, err = run("submit", "-f", str(never))
     assert code == 2 and "can never be admitted by ClusterQueue llm" in err, err
     # every H100 the queue may hold, with borrowing, for days; then 8 more must wait
-    hold = job_file(tmp_path, "h100-holder", duration="100h", podSets=[
-        {"name": "workers", "count": 2, "cpu": 8, "memory": "64Gi",
-         "gpu": {"count": 8, "models": ["H100-80GB"]}}])
+    hold = job_file(
+        tmp_path,
+        "h100-holder",
+        duration="100h",
+        podSets=[
+            {
+                "name": "workers",
+                "count": 2,
+                "cpu": 8,
+                "memory": "64Gi",
+                "gpu": {"count": 8, "models": ["H100-80GB"]},
+            }
+        ],
+    )
     assert run("submit", "-f", str(hold))[0] == 0
-    big = job_file(tmp_path, "huge-pretrain", podSets=[
-        {"name": "workers", "count": 1, "cpu": 8, "memory": "64Gi",
-         "gpu": {"count": 8, "models": ["H100-80GB"]}}])
+    big = job_file(
+        tmp_path,
+        "huge-pretrain",
+        podSets=[
+            {
+                "name": "workers",
+                "count": 1,
+                "cpu": 8,
+                "memory": "64Gi",
+                "gpu": {"count": 8, "models": ["H100-80GB"]},
+            }
+        ],
+    )
     code, out, _ = run("submit", "-f", str(big))
     assert out == "job research/huge-pretrain submitted (Pending, queue llm)\n"
 
@@ -440,8 +546,10 @@ def test_describe_pending_job_gives_the_reason_then_cancel(run: Run, tmp_path: P
     assert rows(out)[0]["PHASE"] == "Cancelled"
     # cancelling again changes nothing: the record stays
     code, out, _ = run("cancel", "job", "research/huge-pretrain")
-    assert (code, out) == (0, "job research/huge-pretrain had ended already (Cancelled): "
-                              "left as it is\n")
+    assert (code, out) == (
+        0,
+        "job research/huge-pretrain had ended already (Cancelled): left as it is\n",
+    )
     assert rows(run("get", "job", "research/huge-pretrain")[1])[0]["PHASE"] == "Cancelled"
     # delete takes the form -o name prints, and removes the record
     code, out, _ = run("delete", "job/research/huge-pretrain", "-o", "name")
@@ -453,8 +561,9 @@ def test_describe_pending_job_gives_the_reason_then_cancel(run: Run, tmp_path: P
 def test_cancel_a_running_job_frees_its_cards(run: Run, tmp_path: Path, server: str) -> None:
     code, _, _ = run("submit", "-f", str(job_file(tmp_path, "short-lived", queue="vision")))
     wait_for(lambda: phases(server).get("research/short-lived") == "Running")
-    node = json.loads(run("get", "job", "research/short-lived", "-o", "json")[1]
-                      )["status"]["placements"][0]["node"]
+    node = json.loads(run("get", "job", "research/short-lived", "-o", "json")[1])["status"][
+        "placements"
+    ][0]["node"]
     assert "research/short-lived" in run("describe", "node", node)[1]
     code, out, _ = run("cancel", "job", "research/short-lived")
     assert (code, out) == (0, "job research/short-lived cancelled (was Running)\n")
@@ -493,9 +602,9 @@ def test_unreachable_server_exits_1(run: Run) -> None:
     assert len(err.strip().splitlines()) == 1
 
 
-def test_tenants_see_and_cancel_only_their_own_jobs(run: Run, server: str,
-                                                    submitted: dict[str, str],
-                                                    tmp_path: Path) -> None:
+def test_tenants_see_and_cancel_only_their_own_jobs(
+    run: Run, server: str, submitted: dict[str, str], tmp_path: Path
+) -> None:
     code, out, _ = run("get", "jobs", token=RESEARCH)
     assert code == 0 and {r["NAMESPACE"] for r in rows(out)} == {"research"}
     code, _, err = run("get", "job", "serving/embed-api", token=RESEARCH)
@@ -538,19 +647,33 @@ def test_unknown_names(run: Run) -> None:
 def test_errors_map_status_and_name_to_classes() -> None:
     from gpupool.core import errors as core
 
-    e = errors.from_response(422, {"error": "InvalidJobError", "message": "a.b=1: rule",
-                                   "details": {"field": "a.b", "value": 1, "rule": "rule"}},
-                             "POST x")
+    e = errors.from_response(
+        422,
+        {
+            "error": "InvalidJobError",
+            "message": "a.b=1: rule",
+            "details": {"field": "a.b", "value": 1, "rule": "rule"},
+        },
+        "POST x",
+    )
     assert isinstance(e, core.InvalidJobError) and isinstance(e, errors.InvalidJobError)
     assert (e.field, e.value, e.rule, str(e)) == ("a.b", 1, "rule", "a.b=1: rule")
-    assert isinstance(errors.from_response(404, {"error": "NotFoundError", "message": "m"}, ""),
-                      core.NotFoundError)
-    assert isinstance(errors.from_response(409, {"error": "ConflictError", "message": "m"}, ""),
-                      core.ConflictError)
-    assert type(errors.from_response(401, {"error": "Unauthorized", "message": "m"}, "")) is \
-        errors.Unauthorized
-    assert type(errors.from_response(403, {"error": "Forbidden", "message": "m"}, "")) is \
-        errors.Forbidden
+    assert isinstance(
+        errors.from_response(404, {"error": "NotFoundError", "message": "m"}, ""),
+        core.NotFoundError,
+    )
+    assert isinstance(
+        errors.from_response(409, {"error": "ConflictError", "message": "m"}, ""),
+        core.ConflictError,
+    )
+    assert (
+        type(errors.from_response(401, {"error": "Unauthorized", "message": "m"}, ""))
+        is errors.Unauthorized
+    )
+    assert (
+        type(errors.from_response(403, {"error": "Forbidden", "message": "m"}, ""))
+        is errors.Forbidden
+    )
     e = errors.from_response(413, {"error": "PayloadTooLarge", "message": "big"}, "")
     assert type(e) is errors.BadRequest and str(e) == "PayloadTooLarge: big"
     e = errors.from_response(500, {"error": "InternalError", "message": "boom"}, "")
@@ -560,8 +683,12 @@ def test_errors_map_status_and_name_to_classes() -> None:
 
 
 def test_every_error_response_is_a_response_error_and_the_old_name_warns() -> None:
-    for status, name in ((400, "BadRequest"), (404, "NotFoundError"), (422, "InvalidRequest"),
-                         (503, "AdapterError")):
+    for status, name in (
+        (400, "BadRequest"),
+        (404, "NotFoundError"),
+        (422, "InvalidRequest"),
+        (503, "AdapterError"),
+    ):
         e = errors.from_response(status, {"error": name, "message": "m"}, "")
         assert isinstance(e, errors.ResponseError) and e.status == status
     with pytest.warns(DeprecationWarning, match="ResponseError"):
@@ -572,8 +699,9 @@ def test_every_error_response_is_a_response_error_and_the_old_name_warns() -> No
 
 
 def test_render_pieces() -> None:
-    assert [age(s) for s in (5, 130, 600, 3 * 3600 + 60, 30 * 3600, 3 * 86400 + 7200,
-                             20 * 86400)] == ["5s", "2m10s", "10m", "3h1m", "30h", "3d2h", "20d"]
+    assert [
+        age(s) for s in (5, 130, 600, 3 * 3600 + 60, 30 * 3600, 3 * 86400 + 7200, 20 * 86400)
+    ] == ["5s", "2m10s", "10m", "3h1m", "30h", "3d2h", "20d"]
     assert card_mark({"usedMilli": 0}) == "."
     assert card_mark({"usedMilli": 250}) == "3"
     assert card_mark({"usedMilli": 1000}) == "#"
@@ -581,17 +709,31 @@ def test_render_pieces() -> None:
     assert card_mark({"usedMilli": 1000, "mig": [{"count": 7, "free": 0}]}) == "#"
     # a MIG card shows the server's figure (core.mig): its one 1g instance of a 1g and a 3g
     # taken is its declared 140, not half the card
-    assert card_mark({"usedMilli": 140, "mig": [{"profile": "1g.10gb", "count": 1, "free": 0},
-                                                {"profile": "3g.40gb", "count": 1,
-                                                 "free": 1}]}) == "2"
-    assert job_gpus({"podSets": [{"count": 2, "gpu": {"count": 4}},
-                                 {"count": 1, "gpu": {"mig": "1g.5gb"}}]}) == "8+1x1g.5gb"
+    assert (
+        card_mark(
+            {
+                "usedMilli": 140,
+                "mig": [
+                    {"profile": "1g.10gb", "count": 1, "free": 0},
+                    {"profile": "3g.40gb", "count": 1, "free": 1},
+                ],
+            }
+        )
+        == "2"
+    )
+    assert (
+        job_gpus(
+            {"podSets": [{"count": 2, "gpu": {"count": 4}}, {"count": 1, "gpu": {"mig": "1g.5gb"}}]}
+        )
+        == "8+1x1g.5gb"
+    )
     assert table(("A", "LONG"), [("xx", None), ("", "y z")]) == "A    LONG\nxx   -\n-    y z"
 
 
 def test_get_jobs_hides_ended_jobs_unless_asked(run: Run, tmp_path: Path, server: str) -> None:
-    code, _, _ = run("submit", "-f", str(job_file(tmp_path, "quick-one", queue="vision",
-                                                  duration="1m")))
+    code, _, _ = run(
+        "submit", "-f", str(job_file(tmp_path, "quick-one", queue="vision", duration="1m"))
+    )
     assert code == 0
     wait_for(lambda: phases(server).get("research/quick-one") == "Succeeded")
     names = {r["NAME"] for r in rows(run("get", "jobs", "-n", "research")[1])}
@@ -607,8 +749,14 @@ def test_get_jobs_hides_ended_jobs_unless_asked(run: Run, tmp_path: Path, server
 def test_a_long_reason_is_printed_whole() -> None:
     from gpupool.client.render import jobs_table
 
-    reason = ("0/12 nodes fit: " + "8 no GPU with 500 milli and 20000 MiB free, " * 4 +
-              "4 cordoned; queue llm at quota (6/6 GPUs)")
-    job = {"metadata": {"namespace": "research", "name": "waits"}, "spec": {},
-           "status": {"phase": "Pending", "pendingReason": reason, "submitTimeSeconds": 0.0}}
+    reason = (
+        "0/12 nodes fit: "
+        + "8 no GPU with 500 milli and 20000 MiB free, " * 4
+        + "4 cordoned; queue llm at quota (6/6 GPUs)"
+    )
+    job = {
+        "metadata": {"namespace": "research", "name": "waits"},
+        "spec": {},
+        "status": {"phase": "Pending", "pendingReason": reason, "submitTimeSeconds": 0.0},
+    }
     assert jobs_table([job], 10.0).splitlines()[1].endswith(reason)

@@ -31,13 +31,25 @@ def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     return code, out.out, out.err
 
 
-def test_contexts_give_server_token_and_namespace(cfg: Path, server: str,  # noqa: F811
-                                                  capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli(capsys, "config", "set-context", "lab", "--server", server, "--token",
-               ADMIN)[0] == 0
+def test_contexts_give_server_token_and_namespace(
+    cfg: Path,
+    server: str,  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert cli(capsys, "config", "set-context", "lab", "--server", server, "--token", ADMIN)[0] == 0
     assert stat.S_IMODE(cfg.stat().st_mode) == 0o600  # it holds tokens
-    cli(capsys, "config", "set-context", "mine", "--server", server, "--token", RESEARCH,
-        "--namespace", "research")
+    cli(
+        capsys,
+        "config",
+        "set-context",
+        "mine",
+        "--server",
+        server,
+        "--token",
+        RESEARCH,
+        "--namespace",
+        "research",
+    )
     code, out, _ = cli(capsys, "config", "get-contexts")
     lines = out.splitlines()
     assert lines[0].split() == ["CURRENT", "NAME", "SERVER", "NAMESPACE"]
@@ -60,11 +72,15 @@ def test_contexts_give_server_token_and_namespace(cfg: Path, server: str,  # noq
     assert cli(capsys, "config", "current-context")[1] == ""
 
 
-def test_a_hand_written_yaml_config_is_read(cfg: Path, server: str,  # noqa: F811
-                                             capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_hand_written_yaml_config_is_read(
+    cfg: Path,
+    server: str,  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     cfg.parent.mkdir(parents=True)
-    cfg.write_text(f"current-context: y\ncontexts:\n- name: y\n  server: {server}\n"
-                   f"  token: {ADMIN}\n")
+    cfg.write_text(
+        f"current-context: y\ncontexts:\n- name: y\n  server: {server}\n  token: {ADMIN}\n"
+    )
     code, out, _ = cli(capsys, "get", "nodes", "-o", "name")
     assert code == 0 and "node/t4-0" in out
     cfg.write_text("contexts: [1, 2]\n")
@@ -76,6 +92,13 @@ def test_completion_bash_is_a_script_bash_reads(capsys: pytest.CaptureFixture[st
     code, out, _ = cli(capsys, "completion", "bash")
     assert code == 0 and "complete -o default -F _gpupool gpupool" in out
     assert " drain " in out and " cordon " in out
-    check = subprocess.run(["bash", "-n"], input=out, capture_output=True, text=True,
-                           timeout=30, check=False, env={**os.environ})
+    check = subprocess.run(
+        ["bash", "-n"],
+        input=out,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+        env={**os.environ},
+    )
     assert check.returncode == 0, check.stderr

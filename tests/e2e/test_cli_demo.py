@@ -13,8 +13,10 @@ from gpupool.cli import main
 from gpupool.sim.demo import demo_cluster, demo_jobs, run_demo, summary
 
 NODE_HEADER = "sn,cpu_milli,memory_mib,gpu,model"
-POD_HEADER = ("name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,"
-              "creation_time,deletion_time,scheduled_time")
+POD_HEADER = (
+    "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,"
+    "creation_time,deletion_time,scheduled_time"
+)
 
 
 # -- demo ----------------------------------------------------------------------------------
@@ -69,8 +71,16 @@ def test_demo_cluster_and_stream_shape() -> None:
 def test_demo_text_output(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["demo", "--jobs", "80", "--seed", "2"]) == 0
     out = capsys.readouterr().out
-    for phrase in ("gpupool demo", "The cluster", "The workload", "a100-0", "mig-0",
-                   "Results", "GPU allocated", "scheduling cycles"):
+    for phrase in (
+        "gpupool demo",
+        "The cluster",
+        "The workload",
+        "a100-0",
+        "mig-0",
+        "Results",
+        "GPU allocated",
+        "scheduling cycles",
+    ):
         assert phrase in out, phrase
 
 
@@ -81,8 +91,13 @@ def test_demo_bad_job_count_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_demo_runs_as_a_program() -> None:
-    proc = subprocess.run([sys.executable, "-m", "gpupool.cli", "demo", "--jobs", "40"],
-                          capture_output=True, text=True, timeout=120, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpupool.cli", "demo", "--jobs", "40"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "Results" in proc.stdout
 
@@ -95,18 +110,34 @@ def trace(tmp_path: Path) -> tuple[Path, Path]:
     nodes = tmp_path / "nodes.csv"
     nodes.write_text(f"{NODE_HEADER}\nn0,16000,65536,2,T4\nn1,32000,131072,4,V100M32\n")
     pods = tmp_path / "openb_pod_list_tiny.csv"
-    rows = [f"p{i},2000,4096,{1 + i % 2},1000,,LS,Running,{10 * i},{10 * i + 300},{10 * i}"
-            for i in range(12)]
+    rows = [
+        f"p{i},2000,4096,{1 + i % 2},1000,,LS,Running,{10 * i},{10 * i + 300},{10 * i}"
+        for i in range(12)
+    ]
     pods.write_text("\n".join([POD_HEADER, *rows]) + "\n")
     return nodes, pods
 
 
-def test_replay_cli_writes_outputs_and_json(trace: tuple[Path, Path], tmp_path: Path,
-                                            capsys: pytest.CaptureFixture[str]) -> None:
+def test_replay_cli_writes_outputs_and_json(
+    trace: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     nodes, pods = trace
     out = tmp_path / "out"
-    code = main(["sim", "replay", "--nodes", str(nodes), "--pods", str(pods), "--out", str(out),
-                 "--policy", "spread", "--json"])
+    code = main(
+        [
+            "sim",
+            "replay",
+            "--nodes",
+            str(nodes),
+            "--pods",
+            str(pods),
+            "--out",
+            str(out),
+            "--policy",
+            "spread",
+            "--json",
+        ]
+    )
     assert code == 0
     printed = json.loads(capsys.readouterr().out)
     assert printed == json.loads((out / "summary.json").read_text())
@@ -115,34 +146,69 @@ def test_replay_cli_writes_outputs_and_json(trace: tuple[Path, Path], tmp_path: 
     assert (out / "report.md").exists() and (out / "utilisation.png").exists()
 
 
-def test_replay_cli_human_output(trace: tuple[Path, Path], tmp_path: Path,
-                                 capsys: pytest.CaptureFixture[str]) -> None:
+def test_replay_cli_human_output(
+    trace: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     nodes, pods = trace
-    code = main(["sim", "replay", "--nodes", str(nodes), "--pods", str(pods), "--out",
-                 str(tmp_path / "o"), "--limit", "5", "--time-scale", "2", "--no-plot"])
+    code = main(
+        [
+            "sim",
+            "replay",
+            "--nodes",
+            str(nodes),
+            "--pods",
+            str(pods),
+            "--out",
+            str(tmp_path / "o"),
+            "--limit",
+            "5",
+            "--time-scale",
+            "2",
+            "--no-plot",
+        ]
+    )
     assert code == 0
     out = capsys.readouterr().out
     assert "replay of openb_pod_list_tiny.csv" in out and "5 submitted" in out
     assert not (tmp_path / "o" / "utilisation.png").exists()
 
 
-@pytest.mark.parametrize(("extra", "message"), [
-    (["--time-scale", "-1"], "ConfigError: --time-scale"),
-    (["--policy", "nope"], "ConfigError: --policy: unknown policy 'nope'"),
-    (["--limit", "0"], "ConfigError: --limit 0"),
-])
-def test_replay_cli_bad_flags_exit_2(trace: tuple[Path, Path], tmp_path: Path,
-                                     capsys: pytest.CaptureFixture[str], extra: list[str],
-                                     message: str) -> None:
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--time-scale", "-1"], "ConfigError: --time-scale"),
+        (["--policy", "nope"], "ConfigError: --policy: unknown policy 'nope'"),
+        (["--limit", "0"], "ConfigError: --limit 0"),
+    ],
+)
+def test_replay_cli_bad_flags_exit_2(
+    trace: tuple[Path, Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    extra: list[str],
+    message: str,
+) -> None:
     nodes, pods = trace
-    code = main(["sim", "replay", "--nodes", str(nodes), "--pods", str(pods), "--out",
-                 str(tmp_path / "o"), *extra])
+    code = main(
+        [
+            "sim",
+            "replay",
+            "--nodes",
+            str(nodes),
+            "--pods",
+            str(pods),
+            "--out",
+            str(tmp_path / "o"),
+            *extra,
+        ]
+    )
     assert code == 2
     assert message in capsys.readouterr().err
 
 
-def test_replay_cli_bad_files_exit_2(trace: tuple[Path, Path], tmp_path: Path,
-                                     capsys: pytest.CaptureFixture[str]) -> None:
+def test_replay_cli_bad_files_exit_2(
+    trace: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     nodes, _ = trace
     short = tmp_path / "openb_pod_list_multigpu50.csv"
     short.write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli\np0,1000,1024,1,1000\n")

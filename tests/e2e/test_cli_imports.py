@@ -10,9 +10,24 @@ import sys
 
 import pytest
 
-HEAVY = ("numpy", "fastapi", "starlette", "uvicorn", "httpx", "yaml", "prometheus_client",
-         "kubernetes_asyncio", "gpupool.core.cycle", "gpupool.control", "gpupool.app",
-         "gpupool.sim", "gpupool.k8s", "gpupool.bench", "rich", "matplotlib")
+HEAVY = (
+    "numpy",
+    "fastapi",
+    "starlette",
+    "uvicorn",
+    "httpx",
+    "yaml",
+    "prometheus_client",
+    "kubernetes_asyncio",
+    "gpupool.core.cycle",
+    "gpupool.control",
+    "gpupool.app",
+    "gpupool.sim",
+    "gpupool.k8s",
+    "gpupool.bench",
+    "rich",
+    "matplotlib",
+)
 
 PROBE = """
 import contextlib, io, json, sys
@@ -27,20 +42,25 @@ print(json.dumps({"code": code, "modules": sorted(sys.modules)}))
 
 
 def loaded(*argv: str) -> tuple[int, set[str]]:
-    out = subprocess.run([sys.executable, "-c", PROBE, *argv], capture_output=True, text=True,
-                         timeout=60, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE, *argv], capture_output=True, text=True, timeout=60, check=True
+    )
     data = json.loads(out.stdout)
-    return data["code"], {m for m in data["modules"]
-                          if any(m == h or m.startswith(h + ".") for h in HEAVY)}
+    return data["code"], {
+        m for m in data["modules"] if any(m == h or m.startswith(h + ".") for h in HEAVY)
+    }
 
 
-@pytest.mark.parametrize("argv", [
-    ("--version",),
-    ("get", "jobs", "--server", "http://127.0.0.1:9"),
-    ("describe", "job", "x/y", "--server", "http://127.0.0.1:9"),
-    ("cancel", "job", "x/y", "--server", "http://127.0.0.1:9"),
-    ("delete", "job/x/y", "--server", "http://127.0.0.1:9"),
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("--version",),
+        ("get", "jobs", "--server", "http://127.0.0.1:9"),
+        ("describe", "job", "x/y", "--server", "http://127.0.0.1:9"),
+        ("cancel", "job", "x/y", "--server", "http://127.0.0.1:9"),
+        ("delete", "job/x/y", "--server", "http://127.0.0.1:9"),
+    ],
+)
 def test_a_client_command_loads_no_server_and_no_scheduler(argv: tuple[str, ...]) -> None:
     code, heavy = loaded(*argv)
     assert code in (0, 1), code  # 1: nothing listens on port 9

@@ -30,17 +30,17 @@ def node_of(go: Run, key: str) -> str:
 
 def test_cordon_uncordon_and_drain(run: Run, tmp_path: Path, server: str) -> None:  # noqa: F811
     assert run("cordon", "t4-0") == (0, "node/t4-0 cordoned\n", "")
-    assert rows(run("get", "node", "t4-0")[1])[0]["STATE"] \
-        == "cordoned"
+    assert rows(run("get", "node", "t4-0")[1])[0]["STATE"] == "cordoned"
     assert run("uncordon", "node/t4-0")[1] == "node/t4-0 uncordoned\n"
 
-    assert run("submit", "-f", str(job_file(tmp_path, "drained", queue="vision",
-                                            duration="10h")))[0] == 0
+    assert (
+        run("submit", "-f", str(job_file(tmp_path, "drained", queue="vision", duration="10h")))[0]
+        == 0
+    )
     wait_for(lambda: phases(server).get("research/drained") == "Running")
     node = node_of(run, "research/drained")
     code, out, _ = run("drain", node)
-    assert code == 0 and out.startswith(f"node/{node} drained (") and "back in their queues" \
-        in out
+    assert code == 0 and out.startswith(f"node/{node} drained (") and "back in their queues" in out
     assert rows(run("get", "node", node)[1])[0]["STATE"] == "cordoned"
     # back in its queue, whole, then placed again elsewhere (its node takes nothing new)
     wait_for(lambda: phases(server).get("research/drained") == "Running")
@@ -81,8 +81,11 @@ def test_apply_creates_then_configures_queue_objects(run: Run, tmp_path: Path) -
     path.write_text(QUEUES)
     code, out, err = run("apply", "-f", str(path))
     assert code == 0, err
-    assert out.splitlines() == ["resourceflavor/t4-spare created", "clusterqueue/batch created",
-                                "localqueue/research/batch created"]
+    assert out.splitlines() == [
+        "resourceflavor/t4-spare created",
+        "clusterqueue/batch created",
+        "localqueue/research/batch created",
+    ]
     docs = list(yaml.safe_load_all(QUEUES))
     docs[1]["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]["nominalQuota"] = 3
     path.write_text(yaml.safe_dump_all(docs))
@@ -91,8 +94,16 @@ def test_apply_creates_then_configures_queue_objects(run: Run, tmp_path: Path) -
     got = json.loads(run("get", "clusterqueue", "batch", "-o", "json")[1])
     assert got["status"]["nominal"]["t4-spare"]["gpuMilli"] == 3000
     job = tmp_path / "job.yaml"
-    job.write_text(yaml.safe_dump({"apiVersion": "gpupool.io/v1alpha1", "kind": "Job",
-                                   "metadata": {"name": "x"}, "spec": {}}))
+    job.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "gpupool.io/v1alpha1",
+                "kind": "Job",
+                "metadata": {"name": "x"},
+                "spec": {},
+            }
+        )
+    )
     code, _, err = run("apply", "-f", str(job))
     assert code == 2 and "kind='Job': apply takes" in err
 
@@ -113,18 +124,39 @@ def test_describe_queue(run: Run) -> None:  # noqa: F811
 def test_selectors_sorting_and_templates(run: Run) -> None:  # noqa: F811
     code, out, _ = run("get", "nodes", "-l", "gpupool.io/flavor=t4", "-o", "name")
     assert out.splitlines() == ["node/t4-0", "node/t4-1"]
-    code, out, _ = run("get", "nodes", "-l", "gpupool.io/flavor in (t4,a6000),"
-                       "kubernetes.io/hostname!=t4-0", "-o", "name")
+    code, out, _ = run(
+        "get",
+        "nodes",
+        "-l",
+        "gpupool.io/flavor in (t4,a6000),kubernetes.io/hostname!=t4-0",
+        "-o",
+        "name",
+    )
     assert sorted(out.splitlines()) == ["node/a6000-0", "node/a6000-1", "node/t4-1"]
-    code, out, _ = run("get", "nodes", "-o", "custom-columns=NAME:.name,CARDS:.gpus[*].index",
-                       "--sort-by", "{.name}", "--no-headers", "-l", "gpupool.io/flavor=t4")
-    assert [ln.split() for ln in out.splitlines()] == [["t4-0", "0,1,2,3"],
-                                                       ["t4-1", "0,1,2,3"]]
-    code, out, _ = run("get", "nodes", "-l", "gpupool.io/flavor=a6000",
-                       "-o", "jsonpath={range .items[*]}{.name}{\"\\n\"}{end}")
+    code, out, _ = run(
+        "get",
+        "nodes",
+        "-o",
+        "custom-columns=NAME:.name,CARDS:.gpus[*].index",
+        "--sort-by",
+        "{.name}",
+        "--no-headers",
+        "-l",
+        "gpupool.io/flavor=t4",
+    )
+    assert [ln.split() for ln in out.splitlines()] == [["t4-0", "0,1,2,3"], ["t4-1", "0,1,2,3"]]
+    code, out, _ = run(
+        "get",
+        "nodes",
+        "-l",
+        "gpupool.io/flavor=a6000",
+        "-o",
+        'jsonpath={range .items[*]}{.name}{"\\n"}{end}',
+    )
     assert out == "a6000-0\na6000-1\n"
-    code, out, _ = run("get", "nodes", "-l", "gpupool.io/flavor=a6000",
-                       "-o", "jsonpath={.items[*].name}")
+    code, out, _ = run(
+        "get", "nodes", "-l", "gpupool.io/flavor=a6000", "-o", "jsonpath={.items[*].name}"
+    )
     assert out == "a6000-0 a6000-1\n"
     code, out, _ = run("get", "jobs", "-A", "--sort-by", ".metadata.name", "--no-headers")
     names = [ln.split()[1] for ln in out.splitlines()]
@@ -133,11 +165,19 @@ def test_selectors_sorting_and_templates(run: Run) -> None:  # noqa: F811
     assert code == 2 and ("cannot read the selector" in err or "expected ','" in err)
 
 
-@pytest.mark.parametrize(("text", "labels", "want"), [
-    ("a=b", {"a": "b"}, True), ("a==b", {"a": "c"}, False), ("a!=b", {}, True),
-    ("a", {"a": ""}, True), ("!a", {"a": "x"}, False), ("a in (x, y)", {"a": "y"}, True),
-    ("a notin (x)", {"a": "x"}, False), ("a=b,c", {"a": "b"}, False),
-])
+@pytest.mark.parametrize(
+    ("text", "labels", "want"),
+    [
+        ("a=b", {"a": "b"}, True),
+        ("a==b", {"a": "c"}, False),
+        ("a!=b", {}, True),
+        ("a", {"a": ""}, True),
+        ("!a", {"a": "x"}, False),
+        ("a in (x, y)", {"a": "y"}, True),
+        ("a notin (x)", {"a": "x"}, False),
+        ("a=b,c", {"a": "b"}, False),
+    ],
+)
 def test_label_selectors(text: str, labels: dict[str, str], want: bool) -> None:
     assert output.selector(text)(labels) is want
 

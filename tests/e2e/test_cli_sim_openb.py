@@ -20,8 +20,10 @@ from gpupool.sim.progress import experiment_bar
 
 experiment = pytest.importorskip("gpupool.sim.openb")
 
-POD_HEADER = ("name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,"
-              "creation_time,deletion_time,scheduled_time")
+POD_HEADER = (
+    "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,"
+    "creation_time,deletion_time,scheduled_time"
+)
 NODES = [  # 4 nodes, 16 GPUs
     ("openb-node-0000", 96000, 786432, 8, "G2"),
     ("openb-node-0001", 32000, 131072, 4, "V100M16"),
@@ -29,31 +31,50 @@ NODES = [  # 4 nodes, 16 GPUs
     ("openb-node-0003", 64000, 262144, 2, "P100"),
 ]
 PODS = [  # (cpu_milli, memory_mib, num_gpu, gpu_milli): 12.5 GPUs of demand over 20 pods
-    (4000, 8192, 0, 0), (2000, 4096, 0, 0),
-    (3150, 8192, 1, 810), (3150, 8192, 1, 810), (6000, 12288, 1, 460), (6000, 12288, 1, 460),
-    (4000, 8192, 1, 220), (4000, 8192, 1, 350), (8000, 16384, 1, 550), (2000, 4096, 1, 50),
-    (11300, 32768, 1, 1000), (11300, 32768, 1, 1000), (11400, 32768, 1, 1000),
-    (11400, 32768, 1, 1000), (12000, 16384, 1, 1000), (12000, 16384, 1, 1000),
-    (16000, 65536, 2, 1000), (16000, 65536, 2, 1000), (4000, 8192, 1, 440), (4000, 8192, 1, 650),
+    (4000, 8192, 0, 0),
+    (2000, 4096, 0, 0),
+    (3150, 8192, 1, 810),
+    (3150, 8192, 1, 810),
+    (6000, 12288, 1, 460),
+    (6000, 12288, 1, 460),
+    (4000, 8192, 1, 220),
+    (4000, 8192, 1, 350),
+    (8000, 16384, 1, 550),
+    (2000, 4096, 1, 50),
+    (11300, 32768, 1, 1000),
+    (11300, 32768, 1, 1000),
+    (11400, 32768, 1, 1000),
+    (11400, 32768, 1, 1000),
+    (12000, 16384, 1, 1000),
+    (12000, 16384, 1, 1000),
+    (16000, 65536, 2, 1000),
+    (16000, 65536, 2, 1000),
+    (4000, 8192, 1, 440),
+    (4000, 8192, 1, 650),
 ]
 
 
 @pytest.fixture
 def trace(tmp_path: Path) -> tuple[Path, Path]:
     nodes = tmp_path / "openb_node_list_gpu_node.csv"
-    nodes.write_text("sn,cpu_milli,memory_mib,gpu,model\n"
-                     + "".join(",".join(map(str, n)) + "\n" for n in NODES))
+    nodes.write_text(
+        "sn,cpu_milli,memory_mib,gpu,model\n" + "".join(",".join(map(str, n)) + "\n" for n in NODES)
+    )
     pods = tmp_path / "openb_pod_list_tiny.csv"
-    pods.write_text(POD_HEADER + "\n" + "".join(
-        f"openb-pod-{i:04d},{c},{m},{g},{milli},,LS,Running,{i},{i + 100},{i}\n"
-        for i, (c, m, g, milli) in enumerate(PODS)))
+    pods.write_text(
+        POD_HEADER
+        + "\n"
+        + "".join(
+            f"openb-pod-{i:04d},{c},{m},{g},{milli},,LS,Running,{i},{i + 100},{i}\n"
+            for i, (c, m, g, milli) in enumerate(PODS)
+        )
+    )
     return nodes, pods
 
 
 def sim(trace: tuple[Path, Path], out: Path, *extra: str) -> list[str]:
     nodes, pods = trace
-    return ["sim", "openb", "--nodes", str(nodes), "--pods", str(pods), "--out", str(out),
-            *extra]
+    return ["sim", "openb", "--nodes", str(nodes), "--pods", str(pods), "--out", str(out), *extra]
 
 
 def one_line_error(capsys: pytest.CaptureFixture[str]) -> str:
@@ -66,7 +87,9 @@ def one_line_error(capsys: pytest.CaptureFixture[str]) -> str:
 
 
 def test_writes_summary_report_and_plots(
-    trace: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    trace: tuple[Path, Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     out = tmp_path / "out"
     code = main(sim(trace, out, "--policy", "fgd,bestfit", "--seeds", "42-43", "--json"))
@@ -87,8 +110,13 @@ def test_writes_summary_report_and_plots(
         assert p["decisions"] > len(PODS)  # tuned up to 1.3x capacity, both seeds
         assert set(p["decision_us"]) >= {"p50", "p99"}
         assert "published" not in p  # figures exist for the default trace only
-    for name in (report.REPORT_FILE, report.CURVES_FILE, report.PLOT_UNALLOCATED,
-                 report.PLOT_BARS, report.PLOT_FRAG):
+    for name in (
+        report.REPORT_FILE,
+        report.CURVES_FILE,
+        report.PLOT_UNALLOCATED,
+        report.PLOT_BARS,
+        report.PLOT_FRAG,
+    ):
         assert (out / name).stat().st_size > 0
 
 
@@ -104,15 +132,25 @@ def _without_timing(summary: dict[str, object]) -> dict[str, object]:
 
 
 def test_same_inputs_same_outputs_with_or_without_workers(
-    trace: tuple[Path, Path], tmp_path: Path,
+    trace: tuple[Path, Path],
+    tmp_path: Path,
 ) -> None:
     flags = ("--policy", "random,gpupool", "--seeds", "7,9", "--quiet", "--no-plots")
     assert main(sim(trace, tmp_path / "a", *flags)) == 0
     # A real process, as users run it: the spawned workers import gpupool afresh.
     proc = subprocess.run(
-        [sys.executable, "-m", "gpupool.cli", *sim(trace, tmp_path / "b", *flags),
-         "--workers", "2"],
-        capture_output=True, text=True, timeout=120, check=False,
+        [
+            sys.executable,
+            "-m",
+            "gpupool.cli",
+            *sim(trace, tmp_path / "b", *flags),
+            "--workers",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
         env={**os.environ, "PYTHONPATH": str(Path(openb_cli.__file__).parents[2])},
     )
     assert proc.returncode == 0, proc.stderr
@@ -125,11 +163,24 @@ def test_same_inputs_same_outputs_with_or_without_workers(
 
 
 def test_default_trace_is_compared_with_published_figures(
-    trace: tuple[Path, Path], tmp_path: Path,
+    trace: tuple[Path, Path],
+    tmp_path: Path,
 ) -> None:
     out = tmp_path / "out"
-    code = main(sim(trace, out, "--policy", "fgd,gpupool", "--seeds", "1", "--trace",
-                    "default", "--quiet", "--no-plots"))
+    code = main(
+        sim(
+            trace,
+            out,
+            "--policy",
+            "fgd,gpupool",
+            "--seeds",
+            "1",
+            "--trace",
+            "default",
+            "--quiet",
+            "--no-plots",
+        )
+    )
     assert code == 0
     summary = json.loads((out / report.SUMMARY_FILE).read_text())
     fgd = summary["policies"]["fgd"]
@@ -142,25 +193,31 @@ def test_default_trace_is_compared_with_published_figures(
 # --- flags --------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("text", "seeds"), [
-    ("42-51", list(range(42, 52))),
-    ("42,43,50", [42, 43, 50]),
-    ("42", [42]),
-    ("50, 42-44", [42, 43, 44, 50]),
-    ("0", [0]),
-])
+@pytest.mark.parametrize(
+    ("text", "seeds"),
+    [
+        ("42-51", list(range(42, 52))),
+        ("42,43,50", [42, 43, 50]),
+        ("42", [42]),
+        ("50, 42-44", [42, 43, 44, 50]),
+        ("0", [0]),
+    ],
+)
 def test_seeds(text: str, seeds: list[int]) -> None:
     assert openb_cli.parse_seeds(text) == seeds
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    ("", "expected a range"),
-    ("42,", "expected a range"),
-    ("x", "'x' is not a seed"),
-    ("-3", "'-3' is not a seed"),
-    ("51-42", "runs backwards"),
-    ("42-44,43", "seed 43 is given twice"),
-])
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("", "expected a range"),
+        ("42,", "expected a range"),
+        ("x", "'x' is not a seed"),
+        ("-3", "'-3' is not a seed"),
+        ("51-42", "runs backwards"),
+        ("42-44,43", "seed 43 is given twice"),
+    ],
+)
 def test_bad_seeds(text: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         openb_cli.parse_seeds(text)
@@ -179,7 +236,9 @@ def test_trace_name_from_the_pods_file() -> None:
 
 
 def test_unknown_policy_is_refused_before_any_work(
-    trace: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    trace: tuple[Path, Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     out = tmp_path / "out"
     assert main(sim(trace, out, "--policy", "fgd,tetris")) == 2
@@ -189,16 +248,22 @@ def test_unknown_policy_is_refused_before_any_work(
     assert not out.exists()
 
 
-@pytest.mark.parametrize(("flags", "message"), [
-    (("--seeds", "9-1"), "--seeds '9-1': range '9-1' runs backwards"),
-    (("--workers", "0"), "--workers '0': expected a whole number"),
-    (("--workers", "two"), "--workers 'two'"),
-    (("--tune", "0"), "--tune '0': expected a positive number"),
-    (("--tune", "abc"), "--tune 'abc'"),
-])
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (("--seeds", "9-1"), "--seeds '9-1': range '9-1' runs backwards"),
+        (("--workers", "0"), "--workers '0': expected a whole number"),
+        (("--workers", "two"), "--workers 'two'"),
+        (("--tune", "0"), "--tune '0': expected a positive number"),
+        (("--tune", "abc"), "--tune 'abc'"),
+    ],
+)
 def test_bad_flags_exit_2_with_one_line(
-    trace: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str],
-    flags: tuple[str, ...], message: str,
+    trace: tuple[Path, Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    flags: tuple[str, ...],
+    message: str,
 ) -> None:
     out = tmp_path / "out"
     assert main(sim(trace, out, "--policy", "fgd", *flags)) == 2
@@ -208,7 +273,9 @@ def test_bad_flags_exit_2_with_one_line(
 
 
 def test_missing_and_unreadable_files(
-    trace: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    trace: tuple[Path, Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     nodes, pods = trace
     out = tmp_path / "out"
@@ -225,7 +292,9 @@ def test_missing_and_unreadable_files(
 
 
 def test_out_must_be_a_folder(
-    trace: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    trace: tuple[Path, Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     afile = tmp_path / "afile"
     afile.write_text("")

@@ -96,8 +96,9 @@ def one_line_error(capsys: pytest.CaptureFixture[str]) -> str:
     return err[0]
 
 
-def test_writes_summary_report_and_plots(scenario: Path, tmp_path: Path,
-                                         capsys: pytest.CaptureFixture[str]) -> None:
+def test_writes_summary_report_and_plots(
+    scenario: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "out"
     assert main(sim(scenario, out, "--seeds", "1-2", "--json")) == 0
     captured = capsys.readouterr()
@@ -111,12 +112,24 @@ def test_writes_summary_report_and_plots(scenario: Path, tmp_path: Path,
     for r in summary["runs"].values():
         assert set(r["queues"]) == {"a", "b"}
         for row in r["queues"].values():
-            assert {"gpu_seconds", "share", "entitled_share", "nominal_share", "wait_s",
-                    "preempted"} <= set(row)
+            assert {
+                "gpu_seconds",
+                "share",
+                "entitled_share",
+                "nominal_share",
+                "wait_s",
+                "preempted",
+            } <= set(row)
             assert set(row["wait_s"]) == {"p50", "p99", "max", "n"}
         assert set(r["users"]) == {"a1", "a2", "b"}
-        for key in ("jain_index", "utilization", "partial_gang_placements",
-                    "max_preemptions_per_job", "preemptions", "wait_estimate"):
+        for key in (
+            "jain_index",
+            "utilization",
+            "partial_gang_placements",
+            "max_preemptions_per_job",
+            "preemptions",
+            "wait_estimate",
+        ):
             assert key in r
         assert r["partial_gang_placements"] == 0
         assert r["gangs"][0]["tasks"] == 2
@@ -146,8 +159,9 @@ def test_same_file_and_seed_same_summary(scenario: Path, tmp_path: Path) -> None
     assert not (tmp_path / "a" / report.SHARES_PLOT).exists()
 
 
-def test_duration_shortens_the_run(scenario: Path, tmp_path: Path,
-                                   capsys: pytest.CaptureFixture[str]) -> None:
+def test_duration_shortens_the_run(
+    scenario: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "out"
     assert main(sim(scenario, out, "--duration", "1h", "--quiet", "--no-plots")) == 0
     assert capsys.readouterr().out == ""  # --quiet: no table
@@ -156,22 +170,31 @@ def test_duration_shortens_the_run(scenario: Path, tmp_path: Path,
     assert summary["window"] == {"start_s": 1800.0, "end_s": 3600.0}
 
 
-def test_prints_a_table_by_default(scenario: Path, tmp_path: Path,
-                                   capsys: pytest.CaptureFixture[str]) -> None:
+def test_prints_a_table_by_default(
+    scenario: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(sim(scenario, tmp_path / "out", "--no-plots")) == 0
     text = capsys.readouterr().out
     assert "scenario two-teams" in text and "jain_index" in text and "wrote" in text
 
 
-@pytest.mark.parametrize(("flags", "needle"), [
-    (("--seeds", "3-1"), "--seeds '3-1': range '3-1' runs backwards"),
-    (("--seeds", "x"), "--seeds 'x'"),
-    (("--duration", "soon"), "--duration 'soon'"),
-    (("--duration", "0s"), "--duration '0s': must be positive"),
-    (("--duration", "10m"), "ends before the saturated window"),
-])
-def test_bad_flags_exit_2(scenario: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                          flags: tuple[str, ...], needle: str) -> None:
+@pytest.mark.parametrize(
+    ("flags", "needle"),
+    [
+        (("--seeds", "3-1"), "--seeds '3-1': range '3-1' runs backwards"),
+        (("--seeds", "x"), "--seeds 'x'"),
+        (("--duration", "soon"), "--duration 'soon'"),
+        (("--duration", "0s"), "--duration '0s': must be positive"),
+        (("--duration", "10m"), "ends before the saturated window"),
+    ],
+)
+def test_bad_flags_exit_2(
+    scenario: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    flags: tuple[str, ...],
+    needle: str,
+) -> None:
     out = tmp_path / "out"
     assert main(sim(scenario, out, *flags)) == 2
     line = one_line_error(capsys)
@@ -179,24 +202,41 @@ def test_bad_flags_exit_2(scenario: Path, tmp_path: Path, capsys: pytest.Capture
     assert not out.exists()  # checked before anything is written
 
 
-@pytest.mark.parametrize(("old", "new", "needle"), [
-    ("      gpus: 1\n      duration: {uniform: {min: 10m, max: 30m}}\n  - name: b",
-     "      gpus: one\n      duration: {uniform: {min: 10m, max: 30m}}\n  - name: b",
-     "document 7 (Scenario two-teams, line 37): spec.tenants[0].streams[0].gpus=\"one\" "
-     "should be a valid integer"),
-    ("queue: b\n", "queue: c\n",
-     "spec.tenants[1].queue=\"c\" is not a LocalQueue of this file; known: a, b, default/a, "
-     "default/b"),
-    ("nominalQuota: 8}]}]\n---\nkind: LocalQueue\nmetadata: {name: a}",
-     "nominalQuota: -8}]}]\n---\nkind: LocalQueue\nmetadata: {name: a}",
-     "document 4 (ClusterQueue b, line 21): spec.resourceGroups[0].flavors[0].resources[0]."
-     "nominalQuota=-8 must be zero or more"),
-    ("  duration: 2h\n", "  duration: 2h\n  speed: 3\n",
-     "spec.speed: unknown field; known fields here: duration, schedulingInterval"),
-    ("kind: Scenario", "kind: Scenari0", "kind=\"Scenari0\" is not a known kind"),
-])
+@pytest.mark.parametrize(
+    ("old", "new", "needle"),
+    [
+        (
+            "      gpus: 1\n      duration: {uniform: {min: 10m, max: 30m}}\n  - name: b",
+            "      gpus: one\n      duration: {uniform: {min: 10m, max: 30m}}\n  - name: b",
+            'document 7 (Scenario two-teams, line 37): spec.tenants[0].streams[0].gpus="one" '
+            "should be a valid integer",
+        ),
+        (
+            "queue: b\n",
+            "queue: c\n",
+            'spec.tenants[1].queue="c" is not a LocalQueue of this file; known: a, b, default/a, '
+            "default/b",
+        ),
+        (
+            "nominalQuota: 8}]}]\n---\nkind: LocalQueue\nmetadata: {name: a}",
+            "nominalQuota: -8}]}]\n---\nkind: LocalQueue\nmetadata: {name: a}",
+            "document 4 (ClusterQueue b, line 21): spec.resourceGroups[0].flavors[0].resources[0]."
+            "nominalQuota=-8 must be zero or more",
+        ),
+        (
+            "  duration: 2h\n",
+            "  duration: 2h\n  speed: 3\n",
+            "spec.speed: unknown field; known fields here: duration, schedulingInterval",
+        ),
+        ("kind: Scenario", "kind: Scenari0", 'kind="Scenari0" is not a known kind'),
+    ],
+)
 def test_bad_files_exit_2_naming_file_document_and_field(
-    scenario: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], old: str, new: str,
+    scenario: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    old: str,
+    new: str,
     needle: str,
 ) -> None:
     text = scenario.read_text()

@@ -62,8 +62,9 @@ class Load:
         self.lock = threading.Lock()
         self.counter = itertools.count()
         self.stop = threading.Event()
-        self.threads = [threading.Thread(target=self._run, args=(t,), daemon=True)
-                        for t in range(threads)]
+        self.threads = [
+            threading.Thread(target=self._run, args=(t,), daemon=True) for t in range(threads)
+        ]
         self.threads.append(threading.Thread(target=self._churn, daemon=True))
         self.threads.append(threading.Thread(target=self._watch, daemon=True))
         self.seen_running: dict[str, list[dict[str, Any]]] = {}  # key -> placements, as read
@@ -79,15 +80,19 @@ class Load:
         return self
 
     def _run(self, t: int) -> None:
-        clients = {ns: httpx.Client(base_url=self.url, timeout=5.0,
-                                    headers={"Authorization": f"Bearer {tok}"})
-                   for ns, tok in TENANTS.items()}
+        clients = {
+            ns: httpx.Client(
+                base_url=self.url, timeout=5.0, headers={"Authorization": f"Bearer {tok}"}
+            )
+            for ns, tok in TENANTS.items()
+        }
         try:
             while not self.stop.is_set():
                 n = next(self.counter)
                 ns, queue, shape = SHAPES[n % len(SHAPES)]
-                doc = job_doc(f"load-{n}", ns, queue, duration=DURATIONS[n % 4 if n % 7 else 1],
-                              **shape)
+                doc = job_doc(
+                    f"load-{n}", ns, queue, duration=DURATIONS[n % 4 if n % 7 else 1], **shape
+                )
                 try:
                     r = clients[ns].post("/api/v1/jobs", json=doc)
                 except httpx.HTTPError:
@@ -104,8 +109,9 @@ class Load:
     def _churn(self) -> None:
         """The admin at work meanwhile: cancelling jobs, failing and recovering a node,
         cordoning and uncordoning another."""
-        c = httpx.Client(base_url=self.url, timeout=5.0,
-                         headers={"Authorization": f"Bearer {ADMIN}"})
+        c = httpx.Client(
+            base_url=self.url, timeout=5.0, headers={"Authorization": f"Bearer {ADMIN}"}
+        )
         chosen: set[str] = set()
         try:
             for k in itertools.count():
@@ -113,8 +119,7 @@ class Load:
                     return
                 time.sleep(0.03)
                 if k % 2:
-                    node, what = ("a6000-0", "failed") if k % 4 == 1 else ("t4-0",
-                                                                           "unschedulable")
+                    node, what = ("a6000-0", "failed") if k % 4 == 1 else ("t4-0", "unschedulable")
                     value = not self.nodes.get((node, what), False)
                     self.in_flight = (node, what)
                     r = c.patch(f"/api/v1/nodes/{node}", json={what: value})
@@ -146,8 +151,9 @@ class Load:
 
     def _watch(self) -> None:
         """A reader meanwhile: every job it once saw running, and where."""
-        c = httpx.Client(base_url=self.url, timeout=5.0,
-                         headers={"Authorization": f"Bearer {ADMIN}"})
+        c = httpx.Client(
+            base_url=self.url, timeout=5.0, headers={"Authorization": f"Bearer {ADMIN}"}
+        )
         try:
             while not self.stop.is_set():
                 page = c.get("/api/v1/jobs", params={"phase": "Running", "limit": 5000})
@@ -173,8 +179,10 @@ def rows(state: Path) -> dict[str, dict[str, Any]]:
     db = sqlite3.connect(state)
     db.row_factory = sqlite3.Row
     try:
-        return {r["key"]: {**dict(r), "placements": json.loads(r["placements"])}
-                for r in db.execute("SELECT * FROM jobs")}
+        return {
+            r["key"]: {**dict(r), "placements": json.loads(r["placements"])}
+            for r in db.execute("SELECT * FROM jobs")
+        }
     finally:
         db.close()
 
@@ -204,12 +212,19 @@ def check_cards(c: httpx.Client) -> None:
     else:
         raise AssertionError("the cards changed under every read of the jobs")
     assert holders_ok(nodes) == []
-    held = sorted((n["name"], g["index"], h["task"], h["migProfile"] or (
-        h["gpuMilli"], h["memoryMib"])) for n in nodes for g in n["gpus"] for h in g["holders"])
-    placed = sorted((p["node"], s["index"], p["task"], s["migProfile"] or (
-        s["gpuMilli"], s["memoryMib"])) for j in jobs.values()
-        if j["status"]["phase"] == "Running" for p in j["status"]["placements"]
-        for s in p["gpus"])
+    held = sorted(
+        (n["name"], g["index"], h["task"], h["migProfile"] or (h["gpuMilli"], h["memoryMib"]))
+        for n in nodes
+        for g in n["gpus"]
+        for h in g["holders"]
+    )
+    placed = sorted(
+        (p["node"], s["index"], p["task"], s["migProfile"] or (s["gpuMilli"], s["memoryMib"]))
+        for j in jobs.values()
+        if j["status"]["phase"] == "Running"
+        for p in j["status"]["placements"]
+        for s in p["gpus"]
+    )
     assert held == placed
     for j in jobs.values():  # (an ended job keeps where it ran, as a record)
         if j["status"]["phase"] == "Pending":
@@ -226,7 +241,8 @@ def wait_for(predicate: Any, timeout: float, what: str) -> None:
 
 
 def test_kill_9_mid_load_loses_nothing_acknowledged_and_running_jobs_carry_on(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     state = tmp_path / "state.db"
 
     # -- load, then kill -9 while the submitters are still going ----------------------------
@@ -236,15 +252,30 @@ def test_kill_9_mid_load_loses_nothing_acknowledged_and_running_jobs_carry_on(
         with server.client() as c:  # node changes before the load: they must persist too
             assert c.patch("/api/v1/nodes/t4-1", json={"unschedulable": True}).is_success
             assert c.patch("/api/v1/nodes/a6000-1", json={"failed": True}).is_success
-            assert c.post("/api/v1/nodes", json={
-                "name": "extra", "count": 1, "cpu": 64, "memory": "256Gi",
-                "labels": {"gpupool.io/flavor": "a6000"},
-                "gpus": {"model": "RTX-A6000", "count": 4, "memory": "48Gi"}}).status_code == 201
+            assert (
+                c.post(
+                    "/api/v1/nodes",
+                    json={
+                        "name": "extra",
+                        "count": 1,
+                        "cpu": 64,
+                        "memory": "256Gi",
+                        "labels": {"gpupool.io/flavor": "a6000"},
+                        "gpus": {"model": "RTX-A6000", "count": 4, "memory": "48Gi"},
+                    },
+                ).status_code
+                == 201
+            )
         load = Load(server.url).start()
         with server.client() as c:
-            wait_for(lambda: len(load.acked) >= 300 and
-                     c.get("/api/v1/cluster").json()["jobs"]["Running"] >= 10,
-                     60, "300 jobs acknowledged and 10 running")
+            wait_for(
+                lambda: (
+                    len(load.acked) >= 300
+                    and c.get("/api/v1/cluster").json()["jobs"]["Running"] >= 10
+                ),
+                60,
+                "300 jobs acknowledged and 10 running",
+            )
         server.kill9()
     finally:
         server.stop()
@@ -278,13 +309,20 @@ def test_kill_9_mid_load_loses_nothing_acknowledged_and_running_jobs_carry_on(
         check_cards(c)
         nodes = {n["name"]: n for n in c.get("/api/v1/nodes").json()["items"]}
         assert [nodes[n]["state"] for n in ("t4-1", "a6000-1", "extra-0")] == [
-            "cordoned", "failed", "ready"]
+            "cordoned",
+            "failed",
+            "ready",
+        ]
         for (node, what), value in load.nodes.items():
             if load.in_flight != (node, what):  # (one sent as it died may have landed or not)
                 assert nodes[node][what] is value, (node, what)
         failed = {n for n, v in nodes.items() if v["failed"]}
-        assert not [j for j in jobs.values() if j["status"]["phase"] == "Running" and
-                    {p["node"] for p in j["status"]["placements"]} & failed]
+        assert not [
+            j
+            for j in jobs.values()
+            if j["status"]["phase"] == "Running"
+            and {p["node"] for p in j["status"]["placements"]} & failed
+        ]
         for key in load.cancelled:
             assert jobs[key]["status"]["phase"] == "Cancelled"
         # what a client saw running, it finds running there still, or ended, unless a
@@ -295,26 +333,37 @@ def test_kill_9_mid_load_loses_nothing_acknowledged_and_running_jobs_carry_on(
             if status is None:
                 assert key in (*load.deleted, load.job_in_flight)
                 continue
-            moved = key in (*load.cancelled, load.job_in_flight) or \
-                status["preemptions"] > 0 or any(
-                p["node"] == "a6000-0" for p in placements)
+            moved = (
+                key in (*load.cancelled, load.job_in_flight)
+                or status["preemptions"] > 0
+                or any(p["node"] == "a6000-0" for p in placements)
+            )
             if status["phase"] == "Running":
                 assert moved or status["placements"] == placements, (key, pretty(status))
             else:
                 assert moved or status["phase"] in ("Succeeded", "Failed"), (key, status)
         cluster = c.get("/api/v1/cluster").json()
         assert cluster["gpuMilli"]["used"] == sum(
-            s["gpu_milli"] for r in running_at_kill.values() for p in r["placements"]
-            for s in p["gpus"])
-        recovered = [e for e in c.get("/api/v1/events", params={"limit": 50}).json()["items"]
-                     if e["reason"] == "Recovered"]
+            s["gpu_milli"]
+            for r in running_at_kill.values()
+            for p in r["placements"]
+            for s in p["gpus"]
+        )
+        recovered = [
+            e
+            for e in c.get("/api/v1/events", params={"limit": 50}).json()["items"]
+            if e["reason"] == "Recovered"
+        ]
         assert recovered and f"{len(running_at_kill)} running" in recovered[-1]["message"]
         server.kill9()  # and once more, idle this time
 
     # -- restart with cycles: the scheduler carries on ----------------------------------------
     with serving(state, speed=SPEED, interval=0.05) as server, server.client() as c:
-        short = [k for k, r in running_at_kill.items()
-                 if r["document"] and '"duration": "1m"' in r["document"]]
+        short = [
+            k
+            for k, r in running_at_kill.items()
+            if r["document"] and '"duration": "1m"' in r["document"]
+        ]
 
         def carried_on() -> bool:
             jobs = all_jobs(c)
@@ -334,8 +383,11 @@ def test_kill_9_mid_load_loses_nothing_acknowledged_and_running_jobs_carry_on(
                 assert status["placements"] == camel_keys(row["placements"])
         check_cards(c)
         # new work is taken as before
-        r = httpx.post(f"{server.url}/api/v1/jobs", json=job_doc("after-restart"),
-                       headers={"Authorization": f"Bearer {ADMIN}"})
+        r = httpx.post(
+            f"{server.url}/api/v1/jobs",
+            json=job_doc("after-restart"),
+            headers={"Authorization": f"Bearer {ADMIN}"},
+        )
         assert r.status_code == 201, r.text
 
 
@@ -349,9 +401,13 @@ def test_serve_refuses_a_state_file_from_a_newer_gpupool_and_leaves_it(tmp_path:
     db.execute("CREATE TABLE mine (a INTEGER)")  # a table gpupool does not know
     db.commit()
     db.close()
-    out = subprocess.run([sys.executable, "-m", "gpupool.cli", "serve", "--state", str(state),
-                          "--port", "0"], capture_output=True, text=True, timeout=60,
-                         env={**os.environ, "GPUPOOL_TOKENS": TOKENS_ENV})
+    out = subprocess.run(
+        [sys.executable, "-m", "gpupool.cli", "serve", "--state", str(state), "--port", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "GPUPOOL_TOKENS": TOKENS_ENV},
+    )
     assert out.returncode == 1  # the outside world (the state file) is the problem
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "schema version 99" in lines[0] and "upgrade" in lines[0]

@@ -32,32 +32,84 @@ if TYPE_CHECKING:
 REPO = Path(__file__).resolve().parents[2]
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACT = REPO / "test-artifacts" / "dashboard.png"
-CHROMIUM_ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic",
-                 "--no-first-run", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
-pytestmark = [pytest.mark.real_component("chromium"), pytest.mark.skipif(
-    not CHROMIUM.exists(),
-    reason=f"{CHROMIUM} is absent: the dashboard test needs Debian's chromium "
-           "(`make browser`, or `apt-get install chromium`)")]
+pytestmark = [
+    pytest.mark.real_component("chromium"),
+    pytest.mark.skipif(
+        not CHROMIUM.exists(),
+        reason=f"{CHROMIUM} is absent: the dashboard test needs Debian's chromium "
+        "(`make browser`, or `apt-get install chromium`)",
+    ),
+]
 
-SLICE = {"apiVersion": "gpupool.io/v1alpha1", "kind": "Job",
-         "metadata": {"name": "t4-slice", "namespace": "serving"},
-         "spec": {"queue": "serving", "priorityClassName": "production", "duration": "100h",
-                  "podSets": [{"name": "main", "count": 1, "cpu": 1, "memory": "4Gi",
-                               "gpu": {"milli": 300, "memory": "4Gi", "models": ["T4"]}}]}}
+SLICE = {
+    "apiVersion": "gpupool.io/v1alpha1",
+    "kind": "Job",
+    "metadata": {"name": "t4-slice", "namespace": "serving"},
+    "spec": {
+        "queue": "serving",
+        "priorityClassName": "production",
+        "duration": "100h",
+        "podSets": [
+            {
+                "name": "main",
+                "count": 1,
+                "cpu": 1,
+                "memory": "4Gi",
+                "gpu": {"milli": 300, "memory": "4Gi", "models": ["T4"]},
+            }
+        ],
+    },
+}
 # serving may use 4 A6000s and never borrows: while HOLDER keeps one for days, a job asking
 # for all 4 waits at quota (one asking for more than 4 would be refused at submission).
-HOLDER = {"apiVersion": "gpupool.io/v1alpha1", "kind": "Job",
-          "metadata": {"name": "a6000-holder", "namespace": "serving"},
-          "spec": {"queue": "serving", "priorityClassName": "production", "duration": "100h",
-                   "podSets": [{"name": "main", "count": 1, "cpu": 1, "memory": "4Gi",
-                                "gpu": {"count": 1, "models": ["RTX-A6000"]}}]}}
-TOO_BIG = {"apiVersion": "gpupool.io/v1alpha1", "kind": "Job",
-           "metadata": {"name": "too-big", "namespace": "serving"},
-           "spec": {"queue": "serving", "duration": "1h",
-                    "podSets": [{"name": "workers", "count": 1, "cpu": 2, "memory": "8Gi",
-                                 "gpu": {"count": 4, "models": ["RTX-A6000"]}}]}}
+HOLDER = {
+    "apiVersion": "gpupool.io/v1alpha1",
+    "kind": "Job",
+    "metadata": {"name": "a6000-holder", "namespace": "serving"},
+    "spec": {
+        "queue": "serving",
+        "priorityClassName": "production",
+        "duration": "100h",
+        "podSets": [
+            {
+                "name": "main",
+                "count": 1,
+                "cpu": 1,
+                "memory": "4Gi",
+                "gpu": {"count": 1, "models": ["RTX-A6000"]},
+            }
+        ],
+    },
+}
+TOO_BIG = {
+    "apiVersion": "gpupool.io/v1alpha1",
+    "kind": "Job",
+    "metadata": {"name": "too-big", "namespace": "serving"},
+    "spec": {
+        "queue": "serving",
+        "duration": "1h",
+        "podSets": [
+            {
+                "name": "workers",
+                "count": 1,
+                "cpu": 2,
+                "memory": "8Gi",
+                "gpu": {"count": 4, "models": ["RTX-A6000"]},
+            }
+        ],
+    },
+}
 
 
 def free_port() -> int:
@@ -74,8 +126,9 @@ class Served:
     log: Path
 
     def client(self) -> httpx.Client:
-        return httpx.Client(base_url=self.url, timeout=10.0,
-                            headers={"Authorization": f"Bearer {self.token}"})
+        return httpx.Client(
+            base_url=self.url, timeout=10.0, headers={"Authorization": f"Bearer {self.token}"}
+        )
 
 
 def wait_for(what: str, check: Any, timeout: float = 30.0, log: Path | None = None) -> Any:
@@ -85,8 +138,9 @@ def wait_for(what: str, check: Any, timeout: float = 30.0, log: Path | None = No
         if value:
             return value
         time.sleep(0.1)
-    raise AssertionError(f"{what}: not after {timeout} s" +
-                         (f"\n{log.read_text()}" if log is not None else ""))
+    raise AssertionError(
+        f"{what}: not after {timeout} s" + (f"\n{log.read_text()}" if log is not None else "")
+    )
 
 
 def wait_js(page: Page, expression: str, timeout: float = 30000) -> None:
@@ -108,18 +162,38 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     port = free_port()
     log = tmp / "serve.log"
     env = {k: v for k, v in os.environ.items() if k != "GPUPOOL_TOKENS"}
-    cmd = [sys.executable, "-m", "gpupool.cli", "serve", "--demo", "--demo-rate", "4",
-           "--speed", "120", "--interval", "0.05", "--state", str(tmp / "state.db"),
-           "--port", str(port), "--cluster", str(REPO / "examples" / "cluster.yaml"),
-           "--queues", str(REPO / "examples" / "queues.yaml"),
-           "--cloud", str(REPO / "examples" / "cloud.yaml")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "gpupool.cli",
+        "serve",
+        "--demo",
+        "--demo-rate",
+        "4",
+        "--speed",
+        "120",
+        "--interval",
+        "0.05",
+        "--state",
+        str(tmp / "state.db"),
+        "--port",
+        str(port),
+        "--cluster",
+        str(REPO / "examples" / "cluster.yaml"),
+        "--queues",
+        str(REPO / "examples" / "queues.yaml"),
+        "--cloud",
+        str(REPO / "examples" / "cloud.yaml"),
+    ]
     with log.open("w") as out:
         proc = subprocess.Popen(cmd, cwd=tmp, env=env, stdout=out, stderr=subprocess.STDOUT)
     try:
+
         def link() -> str | None:
             if proc.poll() is not None:
-                raise AssertionError(f"gpupool serve exited with {proc.returncode}:\n"
-                                     f"{log.read_text()}")
+                raise AssertionError(
+                    f"gpupool serve exited with {proc.returncode}:\n{log.read_text()}"
+                )
             m = re.search(r"dashboard: (http://\S+#token=(\S+))", log.read_text())
             return m.group(1) if m else None
 
@@ -145,6 +219,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
 def jobs(served: Served) -> dict[str, dict[str, Any]]:
     """The test's two jobs, once the slice runs and the gang waits with a reason."""
     with served.client() as c:
+
         def job(name: str, phase: str) -> dict[str, Any] | None:
             view: dict[str, Any] = c.get(f"/api/v1/jobs/serving/{name}").json()
             return view if view["status"]["phase"] == phase else None
@@ -157,9 +232,14 @@ def jobs(served: Served) -> dict[str, dict[str, Any]]:
         assert r.status_code == 201, r.text
 
         running = wait_for("t4-slice running", lambda: job("t4-slice", "Running"))
-        pending = wait_for("too-big parked with a reason", lambda: (
-            (v := job("too-big", "Pending")) and "at quota" in v["status"]["pendingReason"]
-            and v))
+        pending = wait_for(
+            "too-big parked with a reason",
+            lambda: (
+                (v := job("too-big", "Pending"))
+                and "at quota" in v["status"]["pendingReason"]
+                and v
+            ),
+        )
     return {"slice": running, "pending": pending}
 
 
@@ -177,21 +257,28 @@ def browser(tmp_path: Path) -> Iterator[Browser]:
     errors: list[str] = []
     with sync_playwright() as p:
         context = p.chromium.launch_persistent_context(
-            str(tmp_path / "chromium-profile"), executable_path=str(CHROMIUM),
-            args=CHROMIUM_ARGS, viewport={"width": 1400, "height": 900})
+            str(tmp_path / "chromium-profile"),
+            executable_path=str(CHROMIUM),
+            args=CHROMIUM_ARGS,
+            viewport={"width": 1400, "height": 900},
+        )
         try:
             page = context.pages[0] if context.pages else context.new_page()
             page.on("pageerror", lambda e: errors.append(f"page error: {e}"))
-            page.on("console", lambda m: errors.append(f"console {m.type}: {m.text}")
-                    if m.type == "error" else None)
+            page.on(
+                "console",
+                lambda m: (
+                    errors.append(f"console {m.type}: {m.text}") if m.type == "error" else None
+                ),
+            )
             yield Browser(page, errors)
         finally:
             context.close()
 
 
 def test_dashboard_shows_cards_holders_queues_and_pending_reasons(
-        served: Served, jobs: dict[str, dict[str, Any]], browser: Browser,
-        tmp_path: Path) -> None:
+    served: Served, jobs: dict[str, dict[str, Any]], browser: Browser, tmp_path: Path
+) -> None:
     page = browser.page
     with served.client() as c:
         cluster = c.get("/api/v1/cluster").json()
@@ -210,8 +297,9 @@ def test_dashboard_shows_cards_holders_queues_and_pending_reasons(
     assert "gpupool" in page.title()
     assert page.locator(".wordmark").first.inner_text() == "gpupool"
     assert page.locator("#speed").inner_text() == "×120"
-    assert re.fullmatch(r"\d\d:\d\d:\d\d|day \d+, \d\d:\d\d:\d\d",
-                        page.locator("#clock").inner_text())
+    assert re.fullmatch(
+        r"\d\d:\d\d:\d\d|day \d+, \d\d:\d\d:\d\d", page.locator("#clock").inner_text()
+    )
 
     # Summary: GPUs allocated of the total, fragmentation, job counts.
     # (the cloud may add nodes meanwhile: the page's figure is the API's of the moment)
@@ -238,8 +326,9 @@ def test_dashboard_shows_cards_holders_queues_and_pending_reasons(
 
     # The slice held by the known job, on the card the API says, 30% of its compute.
     where = jobs["slice"]["status"]["placements"][0]
-    card = page.locator(f'.card[data-node="{where["node"]}"]'
-                        f'[data-index="{where["gpus"][0]["index"]}"]')
+    card = page.locator(
+        f'.card[data-node="{where["node"]}"][data-index="{where["gpus"][0]["index"]}"]'
+    )
     seg = card.locator('.bar:not(.mem) .seg[data-job="serving/t4-slice"]')
     assert seg.count() == 1
     box, bar = seg.bounding_box(), card.locator(".bar").first.bounding_box()
@@ -251,8 +340,7 @@ def test_dashboard_shows_cards_holders_queues_and_pending_reasons(
     tip = page.locator("#tip")
     tip.wait_for(state="visible")
     text = tip.inner_text()
-    for expected in ("serving/t4-slice", "serving", "300 milli", "4096 MiB",
-                     "a slice of the card"):
+    for expected in ("serving/t4-slice", "serving", "300 milli", "4096 MiB", "a slice of the card"):
         assert expected in text, text
 
     # Clicking pins it and adds the job's status.
@@ -263,12 +351,21 @@ def test_dashboard_shows_cards_holders_queues_and_pending_reasons(
     tip.wait_for(state="hidden")
 
     # MIG instances are drawn as slots held by their jobs.
-    held = [(n["name"], g["index"], h["job"]) for n in nodes for g in n["gpus"]
-            for h in g["holders"] if h["migProfile"]]
+    held = [
+        (n["name"], g["index"], h["job"])
+        for n in nodes
+        for g in n["gpus"]
+        for h in g["holders"]
+        if h["migProfile"]
+    ]
     if held:
         name, index, job = held[0]
-        assert page.locator(f'.card[data-node="{name}"][data-index="{index}"] '
-                            f'.slot.seg[data-job="{job}"]').count() >= 1
+        assert (
+            page.locator(
+                f'.card[data-node="{name}"][data-index="{index}"] .slot.seg[data-job="{job}"]'
+            ).count()
+            >= 1
+        )
 
     # The pending job, its reason with numbers, its position.
     row = page.locator('tr.job[data-job="serving/too-big"]')
@@ -280,25 +377,28 @@ def test_dashboard_shows_cards_holders_queues_and_pending_reasons(
     # reads, so the page's is compared with them left out
     said = jobs["pending"]["status"]["pendingReason"]
     assert re.sub(r"[\d.]+", "N", reason) == re.sub(r"[\d.]+", "N", said), (reason, said)
-    assert re.search(r"queue serving at quota for a6000 GPUs \([\d.]+/4 GPUs used, 4 asked",
-                     reason), reason
+    assert re.search(
+        r"queue serving at quota for a6000 GPUs \([\d.]+/4 GPUs used, 4 asked", reason
+    ), reason
 
     # Queues with usage against nominal quota, and their shares over time.
     for q in queues:
         assert page.locator(f'.queue[data-queue="{q}"] .qname').inner_text() == q
-    assert page.locator('.queue[data-queue="serving"] .qflavor[data-flavor="t4"] .fnum'
-                        ).inner_text().endswith("/ 8")
-    wait_js(page, "document.querySelectorAll('#chart path.line').length === 5",
-                           timeout=15000)
-    assert {page.locator("#chart path.line").nth(i).get_attribute("data-queue")
-            for i in range(5)} == set(queues)
+    assert (
+        page.locator('.queue[data-queue="serving"] .qflavor[data-flavor="t4"] .fnum')
+        .inner_text()
+        .endswith("/ 8")
+    )
+    wait_js(page, "document.querySelectorAll('#chart path.line').length === 5", timeout=15000)
+    assert {
+        page.locator("#chart path.line").nth(i).get_attribute("data-queue") for i in range(5)
+    } == set(queues)
 
     # Recent events, and the page refreshes by itself.
     assert page.locator("#events li").count() >= 5
     assert {"Submitted", "Admitted"} <= set(page.locator("#events .r").all_inner_texts())
     before = page.locator("#clock").inner_text()
-    wait_js(page, f"document.querySelector('#clock').innerText !== '{before}'",
-                           timeout=6000)
+    wait_js(page, f"document.querySelector('#clock').innerText !== '{before}'", timeout=6000)
     assert page.locator("#live").get_attribute("class") == "live ok"
 
     page.mouse.move(2, 2)
@@ -314,12 +414,20 @@ def test_dashboard_shows_cards_holders_queues_and_pending_reasons(
 
 
 def test_dashboard_shows_a_gang_waiting_for_the_cloud_then_provisioned(
-        served: Served, browser: Browser) -> None:
-    gang = {"apiVersion": "gpupool.io/v1alpha1", "kind": "Job",
-            "metadata": {"name": "cloud-gang", "namespace": "research"},
-            "spec": {"queue": "burst", "duration": "60m",
-                     "podSets": [{"name": "workers", "count": 2, "cpu": 16, "memory": "64Gi",
-                                  "gpu": {"count": 8}}]}}
+    served: Served, browser: Browser
+) -> None:
+    gang = {
+        "apiVersion": "gpupool.io/v1alpha1",
+        "kind": "Job",
+        "metadata": {"name": "cloud-gang", "namespace": "research"},
+        "spec": {
+            "queue": "burst",
+            "duration": "60m",
+            "podSets": [
+                {"name": "workers", "count": 2, "cpu": 16, "memory": "64Gi", "gpu": {"count": 8}}
+            ],
+        },
+    }
     with served.client() as c:
         r = c.post("/api/v1/jobs", json=gang)
         assert r.status_code == 201, r.text
@@ -329,9 +437,12 @@ def test_dashboard_shows_a_gang_waiting_for_the_cloud_then_provisioned(
     row.wait_for()
     assert "research/cloud-gang" in row.inner_text()
     # provisioned within the cloud's 3-8 minutes (4 s of wall time at x120), both nodes
-    wait_js(page,
+    wait_js(
+        page,
         "document.querySelector('#prov tr.prov[data-request=\"research/research-cloud-gang-1"
-        "\"]')?.dataset.phase === 'Provisioned'", timeout=20000)
+        "\"]')?.dataset.phase === 'Provisioned'",
+        timeout=20000,
+    )
     assert row.locator("td").nth(2).inner_text() == "2"
     assert page.locator("#cloud-line").inner_text().startswith("cloud region-1: ")
     assert browser.errors == []

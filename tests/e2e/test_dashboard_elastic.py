@@ -20,17 +20,29 @@ from tests.e2e.test_dashboard import (  # noqa: F401 - fixtures
     wait_js,
 )
 
-pytestmark = [pytest.mark.real_component("chromium"), pytest.mark.skipif(
-    not CHROMIUM.exists(),
-    reason=f"{CHROMIUM} is absent: the dashboard test needs Debian's chromium "
-           "(`make browser`, or `apt-get install chromium`)")]
+pytestmark = [
+    pytest.mark.real_component("chromium"),
+    pytest.mark.skipif(
+        not CHROMIUM.exists(),
+        reason=f"{CHROMIUM} is absent: the dashboard test needs Debian's chromium "
+        "(`make browser`, or `apt-get install chromium`)",
+    ),
+]
 
-CLASS = {"apiVersion": "elasticgpu.io/v1alpha1", "kind": "ElasticGPUClass",
-         "metadata": {"name": "cards"}, "provisioner": "physical",
-         "parameters": {"models": "H100-80GB"}, "reclaimPolicy": "Retain"}
-CLAIM = {"apiVersion": "elasticgpu.io/v1alpha1", "kind": "ElasticGPUClaim",
-         "metadata": {"name": "dash-claim", "namespace": "research"},
-         "spec": {"requests": {"cards": 2}, "className": "cards"}}
+CLASS = {
+    "apiVersion": "elasticgpu.io/v1alpha1",
+    "kind": "ElasticGPUClass",
+    "metadata": {"name": "cards"},
+    "provisioner": "physical",
+    "parameters": {"models": "H100-80GB"},
+    "reclaimPolicy": "Retain",
+}
+CLAIM = {
+    "apiVersion": "elasticgpu.io/v1alpha1",
+    "kind": "ElasticGPUClaim",
+    "metadata": {"name": "dash-claim", "namespace": "research"},
+    "spec": {"requests": {"cards": 2}, "className": "cards"},
+}
 
 
 @pytest.fixture(scope="module")
@@ -51,8 +63,11 @@ def bound(served: Served) -> dict[str, Any]:  # noqa: F811 - the imported fixtur
 
 
 def test_dashboard_shows_claims_elastic_gpus_and_their_cards(
-        served: Served, bound: dict[str, Any], browser: Browser,  # noqa: F811
-        tmp_path: Path) -> None:
+    served: Served,  # noqa: F811
+    bound: dict[str, Any],
+    browser: Browser,  # noqa: F811
+    tmp_path: Path,
+) -> None:
     page = browser.page
     page.goto(served.link)
     row = page.locator('tr.claim[data-claim="research/dash-claim"]')
@@ -67,13 +82,20 @@ def test_dashboard_shows_claims_elastic_gpus_and_their_cards(
         er = page.locator(f'tr.egpu[data-egpu="{g["name"]}"]')
         assert er.count() == 1
         etext = er.inner_text()
-        for expected in ("physical", f"{g['node']} GPU {g['card']}", "1000 milli", "Bound",
-                         "research/dash-claim"):
+        for expected in (
+            "physical",
+            f"{g['node']} GPU {g['card']}",
+            "1000 milli",
+            "Bound",
+            "research/dash-claim",
+        ):
             assert expected in etext, etext
 
         # Its card on the node view is drawn as held by it.
-        seg = page.locator(f'.card[data-node="{g["node"]}"][data-index="{g["card"]}"] '
-                           f'.bar:not(.mem) .seg.egpu[data-egpu="{g["name"]}"]')
+        seg = page.locator(
+            f'.card[data-node="{g["node"]}"][data-index="{g["card"]}"] '
+            f'.bar:not(.mem) .seg.egpu[data-egpu="{g["name"]}"]'
+        )
         assert seg.count() == 1
         assert seg.get_attribute("data-claim") == "research/dash-claim"
 
@@ -83,8 +105,9 @@ def test_dashboard_shows_claims_elastic_gpus_and_their_cards(
 
     # Hovering a held card names the ElasticGPU and its claim; clicking adds the claim.
     g = bound["gpus"][0]
-    seg = page.locator(f'.card[data-node="{g["node"]}"][data-index="{g["card"]}"] '
-                       f'.bar:not(.mem) .seg.egpu')
+    seg = page.locator(
+        f'.card[data-node="{g["node"]}"][data-index="{g["card"]}"] .bar:not(.mem) .seg.egpu'
+    )
     seg.scroll_into_view_if_needed()
     seg.hover()
     tip = page.locator("#tip")

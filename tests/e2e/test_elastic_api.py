@@ -34,18 +34,28 @@ ELASTIC = REPO / "examples" / "elastic.yaml"
 
 
 def klass(name: str, provisioner: str, policy: str = "Delete", **params: str) -> dict[str, Any]:
-    return {"apiVersion": "elasticgpu.io/v1alpha1", "kind": "ElasticGPUClass",
-            "metadata": {"name": name}, "provisioner": provisioner, "parameters": params,
-            "reclaimPolicy": policy}
+    return {
+        "apiVersion": "elasticgpu.io/v1alpha1",
+        "kind": "ElasticGPUClass",
+        "metadata": {"name": name},
+        "provisioner": provisioner,
+        "parameters": params,
+        "reclaimPolicy": policy,
+    }
 
 
-def claim(name: str, namespace: str = "research", class_name: str = "",
-          **requests: Any) -> dict[str, Any]:
+def claim(
+    name: str, namespace: str = "research", class_name: str = "", **requests: Any
+) -> dict[str, Any]:
     spec: dict[str, Any] = {"requests": requests}
     if class_name:
         spec["className"] = class_name
-    return {"apiVersion": "elasticgpu.io/v1alpha1", "kind": "ElasticGPUClaim",
-            "metadata": {"name": name, "namespace": namespace}, "spec": spec}
+    return {
+        "apiVersion": "elasticgpu.io/v1alpha1",
+        "kind": "ElasticGPUClaim",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": spec,
+    }
 
 
 @pytest.fixture
@@ -53,10 +63,12 @@ def setup(tmp_path: Path) -> Any:
     wall = Wall()
     plane = make_plane(tmp_path / "state.db", wall)
     c = client(plane)
-    for body in (klass("cards", "physical", models="H100-80GB"),
-                 klass("kept", "physical", "Retain", models="A100-80GB"),
-                 klass("shared", "hami-core", models="T4"),
-                 klass("mig", "mig", models="A100-40GB")):
+    for body in (
+        klass("cards", "physical", models="H100-80GB"),
+        klass("kept", "physical", "Retain", models="A100-80GB"),
+        klass("shared", "hami-core", models="T4"),
+        klass("mig", "mig", models="A100-40GB"),
+    ):
         r = c.post(CLASSES, json=body, headers=A)
         assert r.status_code == 201, r.text
     return plane, c, wall, tmp_path / "state.db"
@@ -112,8 +124,9 @@ def test_claim_binds_and_its_gpus_are_listed_with_node_and_card(setup: Any) -> N
 
 def test_slice_and_mig_claims(setup: Any) -> None:
     _, c, _, _ = setup
-    r = c.post(CLAIMS, json=claim("nb", class_name="shared", gpuMilli=250, memoryMib=4096),
-               headers=R)
+    r = c.post(
+        CLAIMS, json=claim("nb", class_name="shared", gpuMilli=250, memoryMib=4096), headers=R
+    )
     assert r.status_code == 201 and r.json()["phase"] == "Bound", r.text
     (name,) = r.json()["elasticGPUs"]
     g = c.get(f"{GPUS}/{name}", headers=R).json()
@@ -151,7 +164,8 @@ def test_delete_releases_by_the_reclaim_policy(setup: Any) -> None:
     now = c.get(f"{CLAIMS}/research/c", headers=R).json()
     assert now["phase"] == "Bound" and now["node"] == a["node"], pretty(now)
     assert {h[0]["job"] for (node, _), h in holders(c).items() if node == a["node"]} == {
-        "elasticgpu/research/c"}
+        "elasticgpu/research/c"
+    }
 
     # Retain: kept Released, still holding the card, until made Available or deleted.
     kept = c.post(CLAIMS, json=claim("k", class_name="kept", cards=1), headers=R).json()
@@ -238,10 +252,12 @@ BAD_CLASSES = [
 ]
 
 
-@pytest.mark.parametrize(("body", "field"), BAD_CLAIMS, ids=[b["metadata"]["name"]
-                                                              for b, _ in BAD_CLAIMS])
+@pytest.mark.parametrize(
+    ("body", "field"), BAD_CLAIMS, ids=[b["metadata"]["name"] for b, _ in BAD_CLAIMS]
+)
 def test_bad_claims_are_422_naming_the_field_and_nothing_is_stored(
-        setup: Any, body: dict[str, Any], field: str) -> None:
+    setup: Any, body: dict[str, Any], field: str
+) -> None:
     _, c, _, state = setup
     before = dump(state)
     r = c.post(CLAIMS, json=body, headers=R)
@@ -254,10 +270,12 @@ def test_bad_claims_are_422_naming_the_field_and_nothing_is_stored(
     assert c.get(GPUS, headers=A).json()["items"] == []
 
 
-@pytest.mark.parametrize(("body", "field"), BAD_CLASSES, ids=[b["metadata"]["name"]
-                                                               for b, _ in BAD_CLASSES])
+@pytest.mark.parametrize(
+    ("body", "field"), BAD_CLASSES, ids=[b["metadata"]["name"] for b, _ in BAD_CLASSES]
+)
 def test_bad_classes_are_422_naming_the_field_and_nothing_is_stored(
-        setup: Any, body: dict[str, Any], field: str) -> None:
+    setup: Any, body: dict[str, Any], field: str
+) -> None:
     _, c, _, state = setup
     before = dump(state)
     r = c.post(CLASSES, json=body, headers=A)
@@ -281,19 +299,20 @@ def test_a_bad_class_says_its_field_value_and_rule_as_given(setup: Any) -> None:
     assert details["rule"].startswith("is not a parameter of provisioner physical"), details
     r = c.put(f"{CLASSES}/cards", json=klass("other", "physical"), headers=A)
     assert r.status_code == 422
-    assert r.json()["details"] == {"field": "metadata.name", "value": "other",
-                                   "rule": "must match the path (cards)"}, r.text
+    assert r.json()["details"] == {
+        "field": "metadata.name",
+        "value": "other",
+        "rule": "must match the path (cards)",
+    }, r.text
 
 
 def test_conflicts_and_unknowns(setup: Any) -> None:
     _, c, _, _ = setup
     assert c.post(CLASSES, json=klass("cards", "physical"), headers=A).status_code == 409
-    assert c.put(f"{CLASSES}/none", json=klass("none", "physical"), headers=A
-                 ).status_code == 404
+    assert c.put(f"{CLASSES}/none", json=klass("none", "physical"), headers=A).status_code == 404
     r = c.put(f"{CLASSES}/cards", json=klass("cards", "physical", "Retain"), headers=A)
     assert r.status_code == 200 and r.json()["reclaimPolicy"] == "Retain", r.text
-    assert c.put(f"{CLASSES}/cards", json=klass("other", "physical"), headers=A
-                 ).status_code == 422
+    assert c.put(f"{CLASSES}/cards", json=klass("other", "physical"), headers=A).status_code == 422
     body = claim("a", class_name="cards", cards=1)
     assert c.post(CLAIMS, json=body, headers=R).status_code == 201
     assert c.post(CLAIMS, json=body, headers=R).status_code == 409
@@ -304,8 +323,15 @@ def test_conflicts_and_unknowns(setup: Any) -> None:
 
 def test_operator_gpu_by_hand(setup: Any) -> None:
     _, c, _, _ = setup
-    body = {"name": "static-t4", "source": "slice", "model": "T4", "node": "t4-1", "card": 3,
-            "capacity": {"gpuMilli": 500, "memoryMib": 8192}, "className": "shared"}
+    body = {
+        "name": "static-t4",
+        "source": "slice",
+        "model": "T4",
+        "node": "t4-1",
+        "card": 3,
+        "capacity": {"gpuMilli": 500, "memoryMib": 8192},
+        "className": "shared",
+    }
     r = c.post(GPUS, json=body, headers=A)
     assert r.status_code == 201 and r.json()["phase"] == "Available", r.text
     (h,) = holders(c, R)[("t4-1", 3)]
@@ -334,8 +360,7 @@ def test_node_failure_and_queue_change(setup: Any) -> None:
     assert c.put("/api/v1/localqueues/research/llm", json=lq, headers=A).status_code == 200
     assert any(h for (n, _), h in holders(c).items() if n == node)
     # the node fails: its ElasticGPUs fail, the claim is Lost
-    assert c.patch(f"/api/v1/nodes/{node}", json={"failed": True}, headers=A
-                   ).status_code == 200
+    assert c.patch(f"/api/v1/nodes/{node}", json={"failed": True}, headers=A).status_code == 200
     assert c.get(f"{CLAIMS}/research/a", headers=R).json()["phase"] == "Lost"
     assert c.get(f"{GPUS}/{a['elasticGPUs'][0]}", headers=R).json()["phase"] == "Failed"
     # back: the card is free; the claim stays Lost until deleted
@@ -345,10 +370,14 @@ def test_node_failure_and_queue_change(setup: Any) -> None:
 
 
 def _bindings(c: Any) -> dict[str, Any]:
-    claims = {x["name"]: (x["phase"], x["node"], x["elasticGPUs"])
-              for x in c.get(CLAIMS, headers=A).json()["items"]}
-    gpus = {g["name"]: (g["phase"], g["node"], g["card"], g["claimRef"])
-            for g in c.get(GPUS, headers=A).json()["items"]}
+    claims = {
+        x["name"]: (x["phase"], x["node"], x["elasticGPUs"])
+        for x in c.get(CLAIMS, headers=A).json()["items"]
+    }
+    gpus = {
+        g["name"]: (g["phase"], g["node"], g["card"], g["claimRef"])
+        for g in c.get(GPUS, headers=A).json()["items"]
+    }
     return {"claims": claims, "gpus": gpus}
 
 
@@ -364,14 +393,17 @@ def _cards_once(c: Any) -> None:
 
 def test_restart_keeps_every_binding_and_no_card_twice(setup: Any) -> None:
     plane, c, wall, state = setup
-    for body in (claim("a", class_name="cards", cards=4),
-                 claim("b", class_name="kept", cards=2),
-                 claim("s", class_name="shared", gpuMilli=300),
-                 claim("m", class_name="mig", gpuMilli=100)):
+    for body in (
+        claim("a", class_name="cards", cards=4),
+        claim("b", class_name="kept", cards=2),
+        claim("s", class_name="shared", gpuMilli=300),
+        claim("m", class_name="mig", gpuMilli=100),
+    ):
         assert c.post(CLAIMS, json=body, headers=R).json()["phase"] == "Bound"
     c.delete(f"{CLAIMS}/research/b", headers=R)  # Retained: Released, card held
-    r = c.post("/api/v1/jobs", json=job_doc("j", gpus=4, models=["H100-80GB"],
-                                            duration="10h"), headers=R)
+    r = c.post(
+        "/api/v1/jobs", json=job_doc("j", gpus=4, models=["H100-80GB"], duration="10h"), headers=R
+    )
     assert r.status_code == 201
     plane.tick()
     assert c.get("/api/v1/jobs/research/j", headers=R).json()["status"]["phase"] == "Running"
@@ -399,13 +431,16 @@ def test_kill9_keeps_every_binding(tmp_path: Path) -> None:
     with serving(state, extra=extra) as server:
         with server.client(RESEARCH) as c:
             assert len(c.get(CLASSES).json()["items"]) == 3  # the seed file's
-            for body in (claim("a", class_name="cards", cards=8),
-                         claim("s", class_name="shared", gpuMilli=250, memoryMib=2048),
-                         claim("m", class_name="mig", gpuMilli=100)):
+            for body in (
+                claim("a", class_name="cards", cards=8),
+                claim("s", class_name="shared", gpuMilli=250, memoryMib=2048),
+                claim("m", class_name="mig", gpuMilli=100),
+            ):
                 r = c.post(CLAIMS, json=body)
                 assert r.status_code == 201 and r.json()["phase"] == "Bound", r.text
-            r = c.post("/api/v1/jobs", json=job_doc("j", gpus=8, models=["H100-80GB"],
-                                                    duration="10h"))
+            r = c.post(
+                "/api/v1/jobs", json=job_doc("j", gpus=8, models=["H100-80GB"], duration="10h")
+            )
             assert r.status_code == 201
             for _ in range(100):
                 if c.get("/api/v1/jobs/research/j").json()["status"]["phase"] == "Running":

@@ -24,18 +24,33 @@ QUEUES = REPO / "examples" / "queues-heterogeneous.yaml"
 def plane(state: Path, wall: Wall) -> ControlPlane:
     store = Store(state, wall=wall)
     new = store.meta("created") is None
-    return ControlPlane(store, VirtualCluster(), Clock(1.0, wall=wall),
-                        nodes=load_cluster(CLUSTER) if new else [],
-                        queue_docs=load_documents(QUEUES) if new else [])
+    return ControlPlane(
+        store,
+        VirtualCluster(),
+        Clock(1.0, wall=wall),
+        nodes=load_cluster(CLUSTER) if new else [],
+        queue_docs=load_documents(QUEUES) if new else [],
+    )
 
 
 def fallback_job(name: str) -> dict[str, object]:
-    return job_doc(name, namespace="t1", queue="jobs", gpus=8, models=["H100-80GB"],
-                   duration="1h", alternatives=[
-                       {"name": "ascend", "gpu": {"count": 8, "models": ["Ascend910B3"]},
-                        "image": "train:cann8", "env": {"ASCEND_RT_VISIBLE_DEVICES": "auto"}},
-                       {"name": "dcu", "gpu": {"count": 8, "models": ["K100"]},
-                        "image": "train:dtk24"}])
+    return job_doc(
+        name,
+        namespace="t1",
+        queue="jobs",
+        gpus=8,
+        models=["H100-80GB"],
+        duration="1h",
+        alternatives=[
+            {
+                "name": "ascend",
+                "gpu": {"count": 8, "models": ["Ascend910B3"]},
+                "image": "train:cann8",
+                "env": {"ASCEND_RT_VISIBLE_DEVICES": "auto"},
+            },
+            {"name": "dcu", "gpu": {"count": 8, "models": ["K100"]}, "image": "train:dtk24"},
+        ],
+    )
 
 
 def test_jobs_fall_back_across_vendors_and_cards_keep_their_vendor(tmp_path: Path) -> None:
@@ -47,8 +62,10 @@ def test_jobs_fall_back_across_vendors_and_cards_keep_their_vendor(tmp_path: Pat
         r = http.post("/api/v1/jobs", json=fallback_job(f"j{i}"), headers=auth(ADMIN))
         assert r.status_code == 201, r.text
     p.tick()
-    status = {f"j{i}": http.get(f"/api/v1/jobs/t1/j{i}", headers=auth(ADMIN)).json()["status"]
-              for i in range(6)}
+    status = {
+        f"j{i}": http.get(f"/api/v1/jobs/t1/j{i}", headers=auth(ADMIN)).json()["status"]
+        for i in range(6)
+    }
     assert all(s["phase"] == "Running" for s in status.values()), status
     forms = sorted((s["flavor"], s.get("alternative", "")) for s in status.values())
     assert forms == [("ascend", "ascend")] * 2 + [("h100", "")] * 4
@@ -66,7 +83,8 @@ def test_jobs_fall_back_across_vendors_and_cards_keep_their_vendor(tmp_path: Pat
         assert running.alternative == status[f"j{i}"].get("alternative", "")
     view = client(again).get("/api/v1/nodes/dcu-0", headers=auth(ADMIN)).json()
     assert {(g["vendor"], g["division"], g["relativeCapacity"]) for g in view["gpus"]} == {
-        ("hygon", "free", 0.5)}
+        ("hygon", "free", 0.5)
+    }
     assert again.scheduler.node_table().plain is False
     again.store.close()
 
@@ -98,8 +116,10 @@ def test_kill_9_keeps_the_form_each_running_job_runs_as(tmp_path: Path) -> None:
         server.kill9()
     finally:
         server.stop()
-    assert sorted(before.values()) == [("Running", "ascend", "ascend")] * 2 + \
-        [("Running", "h100", "")] * 4
+    assert (
+        sorted(before.values())
+        == [("Running", "ascend", "ascend")] * 2 + [("Running", "h100", "")] * 4
+    )
     db = sqlite3.connect(state)
     try:  # on disk as the killed process left it
         on_disk = dict(db.execute("SELECT key, alternative FROM jobs").fetchall())

@@ -45,10 +45,13 @@ class Cluster:
     n2's card 1 holds 30 GiB no request accounts for."""
 
     def __init__(self) -> None:
-        self.nodes = [node(n, cards=tuple(Gpu(i, "A100", CARD_MIB, uuid=f"GPU-{n}-{i}")
-                                          for i in range(2))) for n in ("n1", "n2")]
-        self.train = Placement(TaskId("ft/main-0"), JobId("ft"), NodeName("n1"), 1000, 1024,
-                               (GpuShare(0, 500, 10240),))
+        self.nodes = [
+            node(n, cards=tuple(Gpu(i, "A100", CARD_MIB, uuid=f"GPU-{n}-{i}") for i in range(2)))
+            for n in ("n1", "n2")
+        ]
+        self.train = Placement(
+            TaskId("ft/main-0"), JobId("ft"), NodeName("n1"), 1000, 1024, (GpuShare(0, 500, 10240),)
+        )
         self.profiles = {"ft": UseProfile(190.0, 100.0)}
         self.outside = {(NodeName("n2"), 1): (5.0, 30720.0)}
 
@@ -60,8 +63,11 @@ class Cluster:
             for g in n.gpus:
                 u = use.get((n.name, g.index))
                 used = int(u.memory_mib) if u else 300
-                cards.append(CardMetrics(g.index, g.uuid, g.model, u.util_pct if u else 0.0,
-                                         used, CARD_MIB - used))
+                cards.append(
+                    CardMetrics(
+                        g.index, g.uuid, g.model, u.util_pct if u else 0.0, used, CARD_MIB - used
+                    )
+                )
             out[n.name] = cards
         return out
 
@@ -76,28 +82,38 @@ def exporter() -> Iterator[tuple[Cluster, ExporterServer]]:
         server.stop()
 
 
-def start_prometheus(tmp: Path, server: ExporterServer, nodes: list[str],
-                     port: int = 0) -> tuple[subprocess.Popen[bytes], str]:
+def start_prometheus(
+    tmp: Path, server: ExporterServer, nodes: list[str], port: int = 0
+) -> tuple[subprocess.Popen[bytes], str]:
     if PROMETHEUS is None:
         pytest.skip("no prometheus binary on PATH (make test installs Debian's prometheus)")
     port = port or free_port()
     targets = "\n".join(
         f"      - targets: ['{server.address}']\n"
         f"        labels: {{__metrics_path__: '{server.path(n)}', instance: '{n}'}}"
-        for n in nodes)  # one target a node, as the exporter's DaemonSet gives
+        for n in nodes
+    )  # one target a node, as the exporter's DaemonSet gives
     (tmp / "prometheus.yml").write_text(
         "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n"
-        "scrape_configs:\n  - job_name: dcgm\n    static_configs:\n" + targets + "\n")
+        "scrape_configs:\n  - job_name: dcgm\n    static_configs:\n" + targets + "\n"
+    )
     proc = subprocess.Popen(
-        [PROMETHEUS, f"--config.file={tmp / 'prometheus.yml'}",
-         f"--storage.tsdb.path={tmp / 'data'}", f"--web.listen-address=127.0.0.1:{port}"],
-        stdout=subprocess.DEVNULL, stderr=(tmp / "prometheus.log").open("wb"))
+        [
+            PROMETHEUS,
+            f"--config.file={tmp / 'prometheus.yml'}",
+            f"--storage.tsdb.path={tmp / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=(tmp / "prometheus.log").open("wb"),
+    )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise AssertionError("prometheus exited: "
-                                 + (tmp / "prometheus.log").read_text()[-2000:])
+            raise AssertionError(
+                "prometheus exited: " + (tmp / "prometheus.log").read_text()[-2000:]
+            )
         try:
             if httpx.get(f"{url}/-/ready", timeout=1).status_code == 200:
                 return proc, url
@@ -130,26 +146,26 @@ def wait_for_samples(feed: MeasuredUse, resolve: object, want_cards: int) -> Non
 
 
 def test_placement_reads_dcgm_metrics_back_from_prometheus_and_degrades_when_it_stops(
-        tmp_path: Path, exporter: tuple[Cluster, ExporterServer]) -> None:
+    tmp_path: Path, exporter: tuple[Cluster, ExporterServer]
+) -> None:
     cluster, server = exporter
     proc, url = start_prometheus(tmp_path, server, ["n1", "n2"])
     try:
         reader = PrometheusReader(PrometheusSettings(url=url, lookback_s=30, timeout_s=2))
         feed = MeasuredUse(reader, LoadSettings(window_s=60, stale_after_s=30, settle_s=2))
-        resolve = inventory_resolver((n.name, g.index, g.uuid)
-                                     for n in cluster.nodes for g in n.gpus)
+        resolve = inventory_resolver(
+            (n.name, g.index, g.uuid) for n in cluster.nodes for g in n.gpus
+        )
         wait_for_samples(feed, resolve, 4)
 
-        sched = Scheduler(cluster.nodes, queue_config({"default": 4}),
-                          measured_profile())
+        sched = Scheduler(cluster.nodes, queue_config({"default": 4}), measured_profile())
         sched.restore(job("ft", gpu=share(500, 10240)), [cluster.train], 0.0, "gpu")
         sched.use_measurements(feed.model)
         now = time.time()
         assert feed.poll(resolve, now) > 0
         assert reader.requests >= 2
 
-        readings = {r.gpu: r for r in feed.model.readings(sched.node_table(), NodeName("n1"),
-                                                          now)}
+        readings = {r.gpu: r for r in feed.model.readings(sched.node_table(), NodeName("n1"), now)}
         assert readings[0].measured and readings[0].util_pct is not None
         assert readings[0].util_pct >= 90  # the slice asks half a card and keeps it busy
         assert readings[1].measured and readings[1].util_pct == 0
@@ -183,15 +199,17 @@ def test_placement_reads_dcgm_metrics_back_from_prometheus_and_degrades_when_it_
 
 
 def test_a_card_whose_samples_stop_falls_back_to_requests(
-        tmp_path: Path, exporter: tuple[Cluster, ExporterServer]) -> None:
+    tmp_path: Path, exporter: tuple[Cluster, ExporterServer]
+) -> None:
     """Prometheus answers, but one node's exporter went away: its cards go stale."""
     cluster, server = exporter
     proc, url = start_prometheus(tmp_path, server, ["n1", "n2"])
     try:
         reader = PrometheusReader(PrometheusSettings(url=url, lookback_s=30, timeout_s=2))
         feed = MeasuredUse(reader, LoadSettings(window_s=60, stale_after_s=3, settle_s=1))
-        resolve = inventory_resolver((n.name, g.index, g.uuid)
-                                     for n in cluster.nodes for g in n.gpus)
+        resolve = inventory_resolver(
+            (n.name, g.index, g.uuid) for n in cluster.nodes for g in n.gpus
+        )
         wait_for_samples(feed, resolve, 4)
         full = cluster.metrics
 

@@ -52,13 +52,14 @@ def scrape(text: str) -> dict[str, Any]:
     """{family name: (type, {(sample name, frozenset(labels)): value})}."""
     out: dict[str, Any] = {}
     for fam in text_string_to_metric_families(text):
-        out[fam.name] = (fam.type, {(s.name, frozenset(s.labels.items())): s.value
-                                    for s in fam.samples})
+        out[fam.name] = (
+            fam.type,
+            {(s.name, frozenset(s.labels.items())): s.value for s in fam.samples},
+        )
     return out
 
 
-def value(families: dict[str, Any], family: str, sample: str | None = None,
-          **labels: str) -> float:
+def value(families: dict[str, Any], family: str, sample: str | None = None, **labels: str) -> float:
     _, samples = families[family]
     return float(samples[(sample or family, frozenset(labels.items()))])
 
@@ -74,19 +75,38 @@ def families(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     service.plane.clock = Clock(1.0, wall=wall)
     client = TestClient(service.api(tokens()))
     for i in range(4):
-        r = client.post("/api/v1/jobs", headers=auth(RESEARCH), json=job_doc(
-            f"low-{i}", gpus=4, models=["H100-80GB"], duration="10h",
-            priorityClassName="batch"))
+        r = client.post(
+            "/api/v1/jobs",
+            headers=auth(RESEARCH),
+            json=job_doc(
+                f"low-{i}", gpus=4, models=["H100-80GB"], duration="10h", priorityClassName="batch"
+            ),
+        )
         assert r.status_code == 201, r.text
-    r = client.post("/api/v1/jobs", headers=auth(ADMIN), json=job_doc(
-        "nb-0", namespace="notebooks", queue="notebooks", gpus=None, milli=500,
-        gpu_memory="8Gi", duration="10h"))
+    r = client.post(
+        "/api/v1/jobs",
+        headers=auth(ADMIN),
+        json=job_doc(
+            "nb-0",
+            namespace="notebooks",
+            queue="notebooks",
+            gpus=None,
+            milli=500,
+            gpu_memory="8Gi",
+            duration="10h",
+        ),
+    )
     assert r.status_code == 201, r.text
     wall.advance(30)
     assert service.plane.tick().bound == 5
     wall.advance(600)  # past the queues' minRuntime (5m)
-    r = client.post("/api/v1/jobs", headers=auth(RESEARCH), json=job_doc(
-        "high-0", gpus=4, models=["H100-80GB"], duration="1h", priorityClassName="production"))
+    r = client.post(
+        "/api/v1/jobs",
+        headers=auth(RESEARCH),
+        json=job_doc(
+            "high-0", gpus=4, models=["H100-80GB"], duration="1h", priorityClassName="production"
+        ),
+    )
     assert r.status_code == 201, r.text
     ticks = 0  # cycles after the first
     while service.plane.job("research/high-0").phase != "Running":
@@ -130,28 +150,36 @@ def test_jobs_by_queue(families: dict[str, Any]) -> None:
     assert value(families, "gpupool_jobs_pending", queue="llm") == 1  # the preempted one
     assert value(families, "gpupool_jobs_running", queue="notebooks") == 1
     assert value(families, "gpupool_jobs_pending", queue="vision") == 0  # idle queues too
-    assert value(families, "gpupool_jobs_submitted", "gpupool_jobs_submitted_total",
-                 queue="llm") == 5
-    assert value(families, "gpupool_jobs_admitted", "gpupool_jobs_admitted_total",
-                 queue="llm") == 5
+    assert (
+        value(families, "gpupool_jobs_submitted", "gpupool_jobs_submitted_total", queue="llm") == 5
+    )
+    assert value(families, "gpupool_jobs_admitted", "gpupool_jobs_admitted_total", queue="llm") == 5
 
 
 def test_gpus_allocated_and_total_by_flavor_and_queue(families: dict[str, Any]) -> None:
     assert value(families, "gpupool_gpus_allocated", flavor="h100", queue="llm") == 16
     assert value(families, "gpupool_gpu_milli_allocated", flavor="h100", queue="llm") == 16000
     assert value(families, "gpupool_gpus_allocated", flavor="a6000", queue="notebooks") == 0.5
-    assert value(families, "gpupool_gpu_milli_allocated", flavor="a6000",
-                 queue="notebooks") == 500
+    assert value(families, "gpupool_gpu_milli_allocated", flavor="a6000", queue="notebooks") == 500
     assert value(families, "gpupool_gpus_total", flavor="h100") == 16
     assert value(families, "gpupool_gpu_milli_total", flavor="a100") == 24000
     assert value(families, "gpupool_queue_nominal_gpus", flavor="h100", queue="llm") == 12
-    assert value(families, "gpupool_queue_nominal_gpu_milli", flavor="a100",
-                 queue="vision") == 12000
+    assert (
+        value(families, "gpupool_queue_nominal_gpu_milli", flavor="a100", queue="vision") == 12000
+    )
 
 
 def test_preemptions_by_reason(families: dict[str, Any]) -> None:
-    assert value(families, "gpupool_preemptions", "gpupool_preemptions_total",
-                 queue="llm", reason="within-queue") == 1
+    assert (
+        value(
+            families,
+            "gpupool_preemptions",
+            "gpupool_preemptions_total",
+            queue="llm",
+            reason="within-queue",
+        )
+        == 1
+    )
 
 
 def test_pending_jobs_by_the_plugin_holding_them_back(families: dict[str, Any]) -> None:
@@ -162,29 +190,61 @@ def test_pending_jobs_by_the_plugin_holding_them_back(families: dict[str, Any]) 
 
 
 def test_admission_wait_histogram(families: dict[str, Any]) -> None:
-    count = value(families, "gpupool_admission_wait_seconds",
-                  "gpupool_admission_wait_seconds_count", queue="llm")
+    count = value(
+        families,
+        "gpupool_admission_wait_seconds",
+        "gpupool_admission_wait_seconds_count",
+        queue="llm",
+    )
     assert count == 5
     # the four low jobs waited 30 s; the production job the cycles it took (10 s each)
     wait_high = families["_ticks"] * 10
-    total = value(families, "gpupool_admission_wait_seconds",
-                  "gpupool_admission_wait_seconds_sum", queue="llm")
+    total = value(
+        families,
+        "gpupool_admission_wait_seconds",
+        "gpupool_admission_wait_seconds_sum",
+        queue="llm",
+    )
     assert total == 4 * 30 + wait_high
-    assert value(families, "gpupool_admission_wait_seconds",
-                 "gpupool_admission_wait_seconds_bucket", queue="llm", le="30.0") >= 4
-    assert value(families, "gpupool_admission_wait_seconds",
-                 "gpupool_admission_wait_seconds_bucket", queue="llm", le="+Inf") == 5
+    assert (
+        value(
+            families,
+            "gpupool_admission_wait_seconds",
+            "gpupool_admission_wait_seconds_bucket",
+            queue="llm",
+            le="30.0",
+        )
+        >= 4
+    )
+    assert (
+        value(
+            families,
+            "gpupool_admission_wait_seconds",
+            "gpupool_admission_wait_seconds_bucket",
+            queue="llm",
+            le="+Inf",
+        )
+        == 5
+    )
 
 
 def test_decision_latency_and_api_latency(families: dict[str, Any]) -> None:
-    cycles = value(families, "gpupool_decision_latency_seconds",
-                   "gpupool_decision_latency_seconds_count")
+    cycles = value(
+        families, "gpupool_decision_latency_seconds", "gpupool_decision_latency_seconds_count"
+    )
     assert cycles == 1 + families["_ticks"]
-    assert value(families, "gpupool_decision_latency_seconds",
-                 "gpupool_decision_latency_seconds_sum") > 0
-    posts = value(families, "gpupool_api_request_duration_seconds",
-                  "gpupool_api_request_duration_seconds_count",
-                  method="POST", route="/api/v1/jobs", code="201")
+    assert (
+        value(families, "gpupool_decision_latency_seconds", "gpupool_decision_latency_seconds_sum")
+        > 0
+    )
+    posts = value(
+        families,
+        "gpupool_api_request_duration_seconds",
+        "gpupool_api_request_duration_seconds_count",
+        method="POST",
+        route="/api/v1/jobs",
+        code="201",
+    )
     assert posts == 6
 
 

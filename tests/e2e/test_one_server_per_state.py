@@ -36,10 +36,27 @@ def test_a_second_server_on_the_same_state_file_stops_naming_the_first(tmp_path:
         before = dump(state)
         port = free_port()
         out = subprocess.run(
-            [sys.executable, "-m", "gpupool.cli", "serve", "--cluster", str(CLUSTER),
-             "--queues", str(QUEUES), "--state", str(state), "--port", str(port)],
-            cwd=REPO, env={**os.environ, "GPUPOOL_TOKENS": TOKENS_ENV}, capture_output=True,
-            text=True, timeout=60, check=False)
+            [
+                sys.executable,
+                "-m",
+                "gpupool.cli",
+                "serve",
+                "--cluster",
+                str(CLUSTER),
+                "--queues",
+                str(QUEUES),
+                "--state",
+                str(state),
+                "--port",
+                str(port),
+            ],
+            cwd=REPO,
+            env={**os.environ, "GPUPOOL_TOKENS": TOKENS_ENV},
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
         assert out.returncode == 2, out.stderr
         lines = out.stderr.strip().splitlines()
         assert len(lines) == 1, out.stderr
@@ -77,9 +94,11 @@ def test_a_restore_requeues_the_later_of_two_holders_of_a_card(tmp_path: Path) -
     plane.store.close()
     # what two servers on one file leave: the later job on the first one's cards
     db = sqlite3.connect(state)
-    db.execute("UPDATE jobs SET placements=(SELECT replace(placements, ?, ?) FROM jobs "
-               "WHERE key=?) WHERE key=?",
-               ("research/first", "research/later", "research/first", "research/later"))
+    db.execute(
+        "UPDATE jobs SET placements=(SELECT replace(placements, ?, ?) FROM jobs "
+        "WHERE key=?) WHERE key=?",
+        ("research/first", "research/later", "research/first", "research/later"),
+    )
     db.commit()
     db.close()
 
@@ -90,8 +109,7 @@ def test_a_restore_requeues_the_later_of_two_holders_of_a_card(tmp_path: Path) -
     assert "held by another job" in later.message
     row = job_row(state, "research/later")
     assert row is not None and row["phase"] == "Pending" and row["placements"] == "[]"
-    warnings = [e for e in again.store.events(limit=1000)
-                if e.reason == "RestoreConflict"]
+    warnings = [e for e in again.store.events(limit=1000) if e.reason == "RestoreConflict"]
     assert len(warnings) == 1 and warnings[0].type == "Warning"
     assert warnings[0].object == "research/later"
     again.tick()  # the other H100 node is free: it runs again, on cards of its own

@@ -21,9 +21,13 @@ from tests.e2e.serve_kit import CLUSTER, QUEUES, Wall, job_doc
 
 
 def plane_on(tmp_path: Path, wall: Wall, ticks: Wall, speed: float = 60.0) -> ControlPlane:
-    return ControlPlane(Store(tmp_path / "state.db", wall=wall), VirtualCluster(),
-                        Clock(speed, wall=wall, monotonic=ticks),
-                        nodes=load_cluster(CLUSTER), queue_docs=load_documents(QUEUES))
+    return ControlPlane(
+        Store(tmp_path / "state.db", wall=wall),
+        VirtualCluster(),
+        Clock(speed, wall=wall, monotonic=ticks),
+        nodes=load_cluster(CLUSTER),
+        queue_docs=load_documents(QUEUES),
+    )
 
 
 def test_history_is_sampled_by_the_injected_clock_not_by_cluster_time(tmp_path: Path) -> None:
@@ -50,24 +54,39 @@ def test_estimates_are_refreshed_once_the_injected_clock_moves(tmp_path: Path) -
 
 
 def _h100_claim(name: str) -> dict[str, Any]:
-    return {"apiVersion": "elasticgpu.io/v1alpha1", "kind": "ElasticGPUClaim",
-            "metadata": {"name": name, "namespace": "research"},
-            "spec": {"className": "cards", "requests": {"cards": 8}}}
+    return {
+        "apiVersion": "elasticgpu.io/v1alpha1",
+        "kind": "ElasticGPUClaim",
+        "metadata": {"name": name, "namespace": "research"},
+        "spec": {"className": "cards", "requests": {"cards": 8}},
+    }
 
 
 def test_pending_claims_are_tried_again_by_the_injected_clock(tmp_path: Path) -> None:
     wall, ticks = Wall(), Wall(start=0.0)
     plane = plane_on(tmp_path, wall, ticks)
     service = ElasticService.of(plane)
-    service.put_class({"apiVersion": "elasticgpu.io/v1alpha1", "kind": "ElasticGPUClass",
-                       "metadata": {"name": "cards"}, "provisioner": "physical",
-                       "parameters": {"models": "H100-80GB"}}, create=True)
+    service.put_class(
+        {
+            "apiVersion": "elasticgpu.io/v1alpha1",
+            "kind": "ElasticGPUClass",
+            "metadata": {"name": "cards"},
+            "provisioner": "physical",
+            "parameters": {"models": "H100-80GB"},
+        },
+        create=True,
+    )
     bound = [service.submit(_h100_claim(f"c{i}")) for i in range(3)]
     assert [c.phase.value for c in bound] == ["Bound", "Bound", "Pending"]  # two H100 nodes
     plane.tick()  # the first tick tries the pending claim: still no room
-    h100 = {"name": "h100-more", "count": 1, "cpu": 192, "memory": "2Ti",
-            "labels": {"gpupool.io/flavor": "h100"},
-            "gpus": {"model": "H100-80GB", "count": 8, "memory": "80Gi"}}
+    h100 = {
+        "name": "h100-more",
+        "count": 1,
+        "cpu": 192,
+        "memory": "2Ti",
+        "labels": {"gpupool.io/flavor": "h100"},
+        "gpus": {"model": "H100-80GB", "count": 8, "memory": "80Gi"},
+    }
     plane.add_nodes(h100)  # room now, but no job ended: only the throttle tries again
     wall.advance(60)
     plane.tick()

@@ -64,10 +64,15 @@ class Serve:
     def start(self) -> None:
         store = Store(self.state, wall=self.wall)
         new = store.meta("created") is None
-        self.plane = ControlPlane(store, VirtualCluster(), Clock(1.0, wall=self.wall),
-                                  nodes=load_cluster(CLUSTER) if new else [],
-                                  queue_docs=load_documents(QUEUES) if new else [],
-                                  cloud=load_cloud(str(self.cloud)), cloud_seed=3)
+        self.plane = ControlPlane(
+            store,
+            VirtualCluster(),
+            Clock(1.0, wall=self.wall),
+            nodes=load_cluster(CLUSTER) if new else [],
+            queue_docs=load_documents(QUEUES) if new else [],
+            cloud=load_cloud(str(self.cloud)),
+            cloud_seed=3,
+        )
         self.c = client(self.plane)
 
     def restart(self) -> None:
@@ -102,12 +107,10 @@ def serve(tmp_path: Path) -> Serve:
 
 
 def gang(name: str, duration: str = "1h") -> dict[str, Any]:
-    return job_doc(name, queue="burst", gpus=8, count=2, cpu=16, memory="64Gi",
-                   duration=duration)
+    return job_doc(name, queue="burst", gpus=8, count=2, cpu=16, memory="64Gi", duration=duration)
 
 
-def test_a_gang_waits_for_its_nodes_then_starts_whole_and_they_go_when_idle(
-        serve: Serve) -> None:
+def test_a_gang_waits_for_its_nodes_then_starts_whole_and_they_go_when_idle(serve: Serve) -> None:
     r = serve.c.post("/api/v1/jobs", json=gang("pretrain"), headers=R)
     assert r.status_code == 201, r.text
     serve.tick()
@@ -148,8 +151,14 @@ def test_a_gang_waits_for_its_nodes_then_starts_whole_and_they_go_when_idle(
     (rec,) = cloud["requests"]
     assert rec["outcome"] == "consumed" and rec["nodes"] == 2 and cloud["gpusHeld"] == 0
     reasons = [e["reason"] for e in serve.get("/api/v1/events?limit=500")["items"]]
-    for reason in ("Created", "Provisioned", "NodeProvisioned", "Admitted", "Completed",
-                   "NodeDeprovisioned"):
+    for reason in (
+        "Created",
+        "Provisioned",
+        "NodeProvisioned",
+        "Admitted",
+        "Completed",
+        "NodeDeprovisioned",
+    ):
         assert reason in reasons
 
 
@@ -166,8 +175,7 @@ def test_the_run_limit_stops_a_job_on_its_booking_and_survives_a_restart(serve: 
     assert job["status"]["phase"] == "Failed" and "run limit" in job["status"]["message"]
 
 
-def test_deleting_a_request_cancels_it_and_the_job_retries_under_a_new_name(
-        serve: Serve) -> None:
+def test_deleting_a_request_cancels_it_and_the_job_retries_under_a_new_name(serve: Serve) -> None:
     assert serve.c.post("/api/v1/jobs", json=gang("retry"), headers=R).status_code == 201
     serve.tick()
     (key,) = serve.requests()
@@ -188,8 +196,10 @@ def test_deleting_a_request_cancels_it_and_the_job_retries_under_a_new_name(
     assert again == key.removesuffix("-1") + "-2"
     serve.tick(301.0)
     assert serve.job("retry")["status"]["phase"] == "Running"
-    assert [r["outcome"] for r in serve.get("/api/v1/cloud")["requests"]] == \
-        ["cancelled", "consumed"]
+    assert [r["outcome"] for r in serve.get("/api/v1/cloud")["requests"]] == [
+        "cancelled",
+        "consumed",
+    ]
 
 
 def test_a_cancelled_job_leaves_no_request_and_no_node(serve: Serve) -> None:
@@ -211,8 +221,11 @@ def test_a_queue_change_right_after_a_cancel_still_lets_the_nodes_go(serve: Serv
     assert len(serve.cloud_nodes()) == 2
     # cancelled: its request's deletion waits for the next cycle to reach the cloud
     assert serve.c.delete("/api/v1/jobs/research/brief", headers=R).status_code == 200
-    flavor = {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ResourceFlavor",
-              "metadata": {"name": "spare"}}
+    flavor = {
+        "apiVersion": "kueue.x-k8s.io/v1beta1",
+        "kind": "ResourceFlavor",
+        "metadata": {"name": "spare"},
+    }
     r = serve.c.post("/api/v1/flavors", json=flavor, headers=A)  # rebuilds the scheduler
     assert r.status_code == 201, r.text
     serve.tick(1.0)
@@ -228,8 +241,11 @@ def test_a_provisioned_nodes_request_label_names_nobody_to_other_tenants(serve: 
     assert serve.cloud_nodes()
 
     def cloud_nodes(token: dict[str, str]) -> list[dict[str, Any]]:
-        return [n for n in serve.get("/api/v1/nodes", token)["items"]
-                if n["name"].startswith("h100-cloud-")]
+        return [
+            n
+            for n in serve.get("/api/v1/nodes", token)["items"]
+            if n["name"].startswith("h100-cloud-")
+        ]
 
     for n in cloud_nodes(A) + cloud_nodes(R):  # the admin and the owner see the request
         assert n["labels"]["gpupool.io/provisioning-request"].startswith("research.")

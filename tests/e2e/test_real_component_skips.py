@@ -13,7 +13,7 @@ import pytest
 
 CONFTEST = Path(__file__).resolve().parents[1] / "conftest.py"
 
-MODULE = '''
+MODULE = """
 import pytest
 
 @pytest.mark.real_component("chromium")
@@ -37,7 +37,7 @@ def test_plain_skip():
 
 def test_passes():
     pass
-'''
+"""
 
 
 def run(tmp_path: Path, ci: str | None) -> subprocess.CompletedProcess[str]:
@@ -46,10 +46,28 @@ def run(tmp_path: Path, ci: str | None) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "CI"}
     if ci is not None:
         env["CI"] = ci
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:randomly",
-                           "-p", "no:cacheprovider", "-o", "addopts=", str(tmp_path)],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
-                          check=False)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-rA",
+            "-p",
+            "no:randomly",
+            "-p",
+            "no:cacheprovider",
+            "-o",
+            "addopts=",
+            str(tmp_path),
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 @pytest.mark.parametrize("ci", ["1", "true"])

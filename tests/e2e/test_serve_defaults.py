@@ -27,10 +27,22 @@ def test_serve_runs_outside_the_repository_with_no_spec_given(tmp_path: Path) ->
     port = free_port()
     log = tmp_path / "serve.log"
     with log.open("w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "gpupool.cli", "serve", "--port",
-                                 str(port), "--interval", "3600"],
-                                cwd=tmp_path, env={**os.environ, "GPUPOOL_TOKENS": TOKENS_ENV},
-                                stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "gpupool.cli",
+                "serve",
+                "--port",
+                str(port),
+                "--interval",
+                "3600",
+            ],
+            cwd=tmp_path,
+            env={**os.environ, "GPUPOOL_TOKENS": TOKENS_ENV},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     try:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:

@@ -26,8 +26,10 @@ SCRIPT = REPO / "scripts" / "k8s-fixture.sh"
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
-        "markers", "k8s: runs against a real kube-apiserver (scripts/k8s-fixture.sh); "
-        "skipped when it is not built")
+        "markers",
+        "k8s: runs against a real kube-apiserver (scripts/k8s-fixture.sh); "
+        "skipped when it is not built",
+    )
 
 
 @dataclass
@@ -42,22 +44,32 @@ class ControlPlane:
     def kubeconfig(self) -> str:
         return str(self.home / "kubeconfig")
 
-    def script(self, *args: str, extra: dict[str, str] | None = None,
-               timeout: float = 120) -> str:
-        proc = subprocess.run([str(SCRIPT), *args], env={**self.env, **(extra or {})},
-                              capture_output=True, text=True, timeout=timeout, check=False)
+    def script(self, *args: str, extra: dict[str, str] | None = None, timeout: float = 120) -> str:
+        proc = subprocess.run(
+            [str(SCRIPT), *args],
+            env={**self.env, **(extra or {})},
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
         if proc.returncode != 0:
             raise RuntimeError(f"k8s-fixture.sh {' '.join(args)} failed:\n{proc.stderr}")
         return proc.stdout
 
-    def kubectl(self, *args: str, stdin: str | None = None, check: bool = True,
-                timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    def kubectl(
+        self, *args: str, stdin: str | None = None, check: bool = True, timeout: float = 60
+    ) -> subprocess.CompletedProcess[str]:
         if shutil.which("kubectl") is None:
             pytest.skip("kubectl is not on PATH")
-        proc = subprocess.run(["kubectl", "--kubeconfig", self.kubeconfig,
-                               "--request-timeout=30s", *args],
-                              input=stdin, capture_output=True, text=True, timeout=timeout,
-                              check=False)
+        proc = subprocess.run(
+            ["kubectl", "--kubeconfig", self.kubeconfig, "--request-timeout=30s", *args],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
         if check and proc.returncode != 0:
             raise RuntimeError(f"kubectl {' '.join(args)}: {proc.stderr}")
         return proc
@@ -73,12 +85,23 @@ class ControlPlane:
         watch from an older version is answered 410 Gone. Returns the revision."""
         endpoint = f"127.0.0.1:{self.port + 1000}"
         env = {**self.env, "ETCDCTL_API": "3"}
-        out = subprocess.run(["etcdctl", f"--endpoints={endpoint}", "endpoint", "status",
-                              "-w", "json"], env=env, capture_output=True, text=True,
-                             check=True, timeout=30).stdout
+        out = subprocess.run(
+            ["etcdctl", f"--endpoints={endpoint}", "endpoint", "status", "-w", "json"],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=30,
+        ).stdout
         revision = int(json.loads(out)[0]["Status"]["header"]["revision"])
-        subprocess.run(["etcdctl", f"--endpoints={endpoint}", "compaction", str(revision)],
-                       env=env, capture_output=True, text=True, check=True, timeout=30)
+        subprocess.run(
+            ["etcdctl", f"--endpoints={endpoint}", "compaction", str(revision)],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=30,
+        )
         return revision
 
     def token(self, line: int) -> str:
@@ -97,16 +120,17 @@ def control_plane() -> Iterator[ControlPlane]:
     built = subprocess.run([str(SCRIPT), "built"], env=env, capture_output=True, check=False)
     if built.returncode != 0:
         cache = env.get("GPUPOOL_K8S_CACHE", "~/.cache/gpupool-k8s")
-        pytest.skip(f"kube-apiserver is not built in {cache}: run `make k8s-fixture` "
-                    "(scripts/k8s-fixture.sh install; about 10-15 minutes once)")
+        pytest.skip(
+            f"kube-apiserver is not built in {cache}: run `make k8s-fixture` "
+            "(scripts/k8s-fixture.sh install; about 10-15 minutes once)"
+        )
     index = _worker_index()
     # GPUPOOL_K8S_TEST_PORT moves the whole range, so that two test runs on one machine (two
     # checkouts) do not share an API server.
     base = int(os.environ.get("GPUPOOL_K8S_TEST_PORT", "26443"))
     port = base + 20 * index
     home = Path(f"/tmp/gpupool-k8s-test-{os.getuid()}-{port}")
-    env.update(GPUPOOL_K8S_PORT=str(port), GPUPOOL_K8S_HOME=str(home),
-               GPUPOOL_K8S_CONTROLLERS="")
+    env.update(GPUPOOL_K8S_PORT=str(port), GPUPOOL_K8S_HOME=str(home), GPUPOOL_K8S_CONTROLLERS="")
     cp = ControlPlane(port=port, home=home, env=env)
     cp.script("clean")
     try:

@@ -11,12 +11,17 @@ from typing import Any
 
 from gpupool.config.quantity import parse_quantity
 
-__all__ = ["ASCEND_910B3", "ENFLAME_DRS_3G", "HYGON_DEFAULT", "NVIDIA_DEFAULT", "alternative",
-           "same_limits"]
+__all__ = [
+    "ASCEND_910B3",
+    "ENFLAME_DRS_3G",
+    "HYGON_DEFAULT",
+    "NVIDIA_DEFAULT",
+    "alternative",
+    "same_limits",
+]
 
 HYGON_DEFAULT: dict[str, Any] = {  # examples/hygon/default_use.yaml, pod vdcu-pytorch-demo
-    "image": "image.sourcefind.cn:5000/dcu/admin/base/pytorch:2.1.0-ubuntu22.04-dtk24.04.2-"
-             "py3.10",
+    "image": "image.sourcefind.cn:5000/dcu/admin/base/pytorch:2.1.0-ubuntu22.04-dtk24.04.2-py3.10",
     "limits": {"hygon.com/dcunum": "1", "hygon.com/dcucores": "60", "hygon.com/dcumem": "2000"},
 }
 ASCEND_910B3: dict[str, Any] = {  # examples/ascend/job-910B3.yaml, pod ascend910b3-job
@@ -33,11 +38,15 @@ ENFLAME_DRS_3G: dict[str, Any] = {  # examples/enflame/vgcu_use.yaml, pod vgcu-p
 }
 
 
-def alternative(name: str, example: dict[str, Any], env: dict[str, str] | None = None
-                ) -> dict[str, Any]:
+def alternative(
+    name: str, example: dict[str, Any], env: dict[str, str] | None = None
+) -> dict[str, Any]:
     """One entry of ``gpupool.io/alternatives``: the example's limits and image."""
-    out: dict[str, Any] = {"name": name, "limits": dict(example["limits"]),
-                           "image": example["image"]}
+    out: dict[str, Any] = {
+        "name": name,
+        "limits": dict(example["limits"]),
+        "image": example["image"],
+    }
     if env:
         out["env"] = env
     return out
@@ -46,5 +55,7 @@ def alternative(name: str, example: dict[str, Any], env: dict[str, str] | None =
 def same_limits(stored: dict[str, Any], example: dict[str, str]) -> bool:
     """Whether a stored container's limits hold the example's (as quantities: the API server
     writes 2000 as ``2k``)."""
-    return all(k in stored and parse_quantity(stored[k], k) == parse_quantity(v, k)
-               for k, v in example.items())
+    return all(
+        k in stored and parse_quantity(stored[k], k) == parse_quantity(v, k)
+        for k, v in example.items()
+    )

@@ -19,51 +19,115 @@ from gpupool.k8s.wakeup import wait_event
 
 
 def register_json(node: str, gpus: int, model: str, memory_mib: int) -> str:
-    return json.dumps([{"id": f"GPU-{node}-{i}", "index": i, "count": 10, "devmem": memory_mib,
-                        "devcore": 100, "type": model, "mode": "hami-core", "health": True}
-                       for i in range(gpus)])
+    return json.dumps(
+        [
+            {
+                "id": f"GPU-{node}-{i}",
+                "index": i,
+                "count": 10,
+                "devmem": memory_mib,
+                "devcore": 100,
+                "type": model,
+                "mode": "hami-core",
+                "health": True,
+            }
+            for i in range(gpus)
+        ]
+    )
 
 
 def register_colon(node: str, gpus: int, model: str, memory_mib: int) -> str:
     return "".join(f"GPU-{node}-{i},10,{memory_mib},100,{model},0,true:" for i in range(gpus))
 
 
-async def make_node(kube: Kube, name: str, *, gpus: int = 8, model: str = "NVIDIA-A100",
-                    memory_mib: int = 40960, form: str = "json", cpu: str = "64",
-                    memory: str = "512Gi", labels: dict[str, str] | None = None) -> None:
+async def make_node(
+    kube: Kube,
+    name: str,
+    *,
+    gpus: int = 8,
+    model: str = "NVIDIA-A100",
+    memory_mib: int = 40960,
+    form: str = "json",
+    cpu: str = "64",
+    memory: str = "512Gi",
+    labels: dict[str, str] | None = None,
+) -> None:
     """A Node as a kubelet and HAMi's device plugin would leave it (Ready, untainted)."""
     annotations = {}
     if form == "json":
-        annotations["hami.io/node-nvidia-register"] = register_json(name, gpus, model,
-                                                                     memory_mib)
+        annotations["hami.io/node-nvidia-register"] = register_json(name, gpus, model, memory_mib)
     elif form == "colon":
-        annotations["hami.io/node-nvidia-register"] = register_colon(name, gpus, model,
-                                                                      memory_mib)
-    await kube.request("POST", "/api/v1/nodes", {
-        "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": name, "labels": labels or {}, "annotations": annotations}})
+        annotations["hami.io/node-nvidia-register"] = register_colon(name, gpus, model, memory_mib)
+    await kube.request(
+        "POST",
+        "/api/v1/nodes",
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": name, "labels": labels or {}, "annotations": annotations},
+        },
+    )
     alloc = {"cpu": cpu, "memory": memory, "pods": "220", "nvidia.com/gpu": str(gpus * 10)}
-    await kube.request("PATCH", f"/api/v1/nodes/{name}/status", {"status": {
-        "capacity": alloc, "allocatable": alloc,
-        "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
-                        "message": "no kubelet: a test node"}]}}, content_type=MERGE_PATCH)
+    await kube.request(
+        "PATCH",
+        f"/api/v1/nodes/{name}/status",
+        {
+            "status": {
+                "capacity": alloc,
+                "allocatable": alloc,
+                "conditions": [
+                    {
+                        "type": "Ready",
+                        "status": "True",
+                        "reason": "KubeletReady",
+                        "message": "no kubelet: a test node",
+                    }
+                ],
+            }
+        },
+        content_type=MERGE_PATCH,
+    )
     # The API server's admission taints a new node not-ready; no kubelet will lift it.
-    await kube.request("PATCH", f"/api/v1/nodes/{name}", {"spec": {"taints": None}},
-                       content_type=MERGE_PATCH)
+    await kube.request(
+        "PATCH", f"/api/v1/nodes/{name}", {"spec": {"taints": None}}, content_type=MERGE_PATCH
+    )
 
 
-def pod_body(name: str, *, ns: str = "default", limits: dict[str, Any] | None = None,
-             labels: dict[str, str] | None = None, annotations: dict[str, str] | None = None,
-             scheduler: str = "gpupool", cpu: str = "1", memory: str = "1Gi",
-             init: bool = False) -> dict[str, Any]:
+def pod_body(
+    name: str,
+    *,
+    ns: str = "default",
+    limits: dict[str, Any] | None = None,
+    labels: dict[str, str] | None = None,
+    annotations: dict[str, str] | None = None,
+    scheduler: str = "gpupool",
+    cpu: str = "1",
+    memory: str = "1Gi",
+    init: bool = False,
+) -> dict[str, Any]:
     body: dict[str, Any] = {
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "namespace": ns, "labels": labels or {},
-                     "annotations": annotations or {}},
-        "spec": {"schedulerName": scheduler, "terminationGracePeriodSeconds": 0,
-                 "containers": [{"name": "main", "image": "example.invalid/cuda:12",
-                                 "resources": {"requests": {"cpu": cpu, "memory": memory},
-                                               "limits": limits or {}}}]},
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": ns,
+            "labels": labels or {},
+            "annotations": annotations or {},
+        },
+        "spec": {
+            "schedulerName": scheduler,
+            "terminationGracePeriodSeconds": 0,
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "example.invalid/cuda:12",
+                    "resources": {
+                        "requests": {"cpu": cpu, "memory": memory},
+                        "limits": limits or {},
+                    },
+                }
+            ],
+        },
     }
     if init:
         body["spec"]["initContainers"] = [{"name": "setup", "image": "example.invalid/x"}]
@@ -86,21 +150,30 @@ async def list_pods(kube: Kube, ns: str) -> list[dict[str, Any]]:
 
 async def set_phase(kube: Kube, ns: str, name: str, phase: str) -> None:
     """What a kubelet would report: the pod ran, or finished."""
-    await kube.request("PATCH", f"/api/v1/namespaces/{ns}/pods/{name}/status",
-                       {"status": {"phase": phase}}, content_type=MERGE_PATCH)
+    await kube.request(
+        "PATCH",
+        f"/api/v1/namespaces/{ns}/pods/{name}/status",
+        {"status": {"phase": phase}},
+        content_type=MERGE_PATCH,
+    )
 
 
 async def delete_pod(kube: Kube, ns: str, name: str) -> None:
     with contextlib.suppress(KubeError):
-        await kube.request("DELETE", f"/api/v1/namespaces/{ns}/pods/{name}",
-                           {"apiVersion": "v1", "kind": "DeleteOptions",
-                            "gracePeriodSeconds": 0})
+        await kube.request(
+            "DELETE",
+            f"/api/v1/namespaces/{ns}/pods/{name}",
+            {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0},
+        )
 
 
 async def ensure_namespace(kube: Kube, ns: str) -> None:
     try:
-        await kube.request("POST", "/api/v1/namespaces",
-                           {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+        await kube.request(
+            "POST",
+            "/api/v1/namespaces",
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}},
+        )
     except KubeError as exc:
         if exc.status != 409:
             raise
@@ -110,8 +183,11 @@ async def clean(kube: Kube, namespaces: list[str]) -> None:
     """Deletes every pod of the namespaces, every Job there, and every node."""
     for ns in namespaces:
         with contextlib.suppress(KubeError):
-            await kube.request("DELETE", f"/apis/batch/v1/namespaces/{ns}/jobs",
-                               params={"propagationPolicy": "Background"})
+            await kube.request(
+                "DELETE",
+                f"/apis/batch/v1/namespaces/{ns}/jobs",
+                params={"propagationPolicy": "Background"},
+            )
         for pod in await list_pods(kube, ns):
             await delete_pod(kube, ns, pod["metadata"]["name"])
         with contextlib.suppress(KubeError):
@@ -122,8 +198,9 @@ async def clean(kube: Kube, namespaces: list[str]) -> None:
             await kube.request("DELETE", f"/api/v1/nodes/{n['metadata']['name']}")
 
 
-async def wait_for(check: Callable[[], Awaitable[Any]], timeout_s: float = 20.0,
-                   what: str = "condition") -> Any:
+async def wait_for(
+    check: Callable[[], Awaitable[Any]], timeout_s: float = 20.0, what: str = "condition"
+) -> Any:
     deadline = time.monotonic() + timeout_s
     last: Any = None
     while time.monotonic() < deadline:
@@ -135,14 +212,16 @@ async def wait_for(check: Callable[[], Awaitable[Any]], timeout_s: float = 20.0,
 
 
 async def events_for(kube: Kube, ns: str, name: str) -> list[dict[str, Any]]:
-    body = await kube.request("GET", f"/api/v1/namespaces/{ns}/events",
-                              params={"fieldSelector": f"involvedObject.name={name}"})
+    body = await kube.request(
+        "GET",
+        f"/api/v1/namespaces/{ns}/events",
+        params={"fieldSelector": f"involvedObject.name={name}"},
+    )
     return body.get("items") or []
 
 
 @contextlib.asynccontextmanager
-async def running(kube: Kube, config: QueueConfig, **options: Any
-                  ) -> AsyncIterator[Controller]:
+async def running(kube: Kube, config: QueueConfig, **options: Any) -> AsyncIterator[Controller]:
     """A controller running in this event loop for the duration of the block."""
     opts = Options(**{"leader_elect": False, **options})
     controller = Controller(kube, config, opts)
@@ -212,25 +291,37 @@ class DevicePluginLocks:
         if pod is None or pod["spec"].get("nodeName") != name:
             return  # not bound yet: the kubelet has not asked
         allocating = frozenset(
-            k for k, p in self.pods.cache.items() if p["spec"].get("nodeName") == name
-            and (p["metadata"].get("annotations") or {}).get("hami.io/bind-phase")
-            == "allocating")
+            k
+            for k, p in self.pods.cache.items()
+            if p["spec"].get("nodeName") == name
+            and (p["metadata"].get("annotations") or {}).get("hami.io/bind-phase") == "allocating"
+        )
         self._busy.add(name)
         task = asyncio.create_task(self._release(name, node, key, allocating))
         task.add_done_callback(lambda _: self._busy.discard(name))
 
-    async def _release(self, name: str, node: dict[str, Any], key: str,
-                       allocating: frozenset[str]) -> None:
+    async def _release(
+        self, name: str, node: dict[str, Any], key: str, allocating: frozenset[str]
+    ) -> None:
         ns, pod = key.split("/", 1)
         try:
             await self.kube.request(
-                "PATCH", f"/api/v1/namespaces/{ns}/pods/{pod}",
+                "PATCH",
+                f"/api/v1/namespaces/{ns}/pods/{pod}",
                 {"metadata": {"annotations": {"hami.io/bind-phase": "success"}}},
-                content_type=MERGE_PATCH)
-            await self.kube.request("PATCH", f"/api/v1/nodes/{name}", {"metadata": {
-                "annotations": {LOCK_ANNOTATION: None},
-                "resourceVersion": node["metadata"]["resourceVersion"]}},
-                content_type=MERGE_PATCH)
+                content_type=MERGE_PATCH,
+            )
+            await self.kube.request(
+                "PATCH",
+                f"/api/v1/nodes/{name}",
+                {
+                    "metadata": {
+                        "annotations": {LOCK_ANNOTATION: None},
+                        "resourceVersion": node["metadata"]["resourceVersion"],
+                    }
+                },
+                content_type=MERGE_PATCH,
+            )
         except KubeError:
             self._wake.set()  # the node or pod changed meanwhile: look again
             return
@@ -262,6 +353,5 @@ class RecordingHost:
     def pod_alive(self, key: str, uid: str) -> bool:
         return True
 
-    def bind_done(self, item: BindItem, outcome: BindOutcome, reason: str,
-                  pod: Any) -> None:
+    def bind_done(self, item: BindItem, outcome: BindOutcome, reason: str, pod: Any) -> None:
         self.outcomes.append(outcome)

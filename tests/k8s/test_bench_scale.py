@@ -20,9 +20,29 @@ REPO = Path(__file__).resolve().parents[2]
 def test_scale_bench_binds_every_pending_pod() -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
     out = subprocess.run(
-        [sys.executable, "-m", "gpupool.cli", "k8s", "bench", "--scale", "--nodes", "6",
-         "--pods", "120", "--pending", "12", "--timeout", "90", "--json"],
-        capture_output=True, text=True, timeout=240, env=env, check=True)
+        [
+            sys.executable,
+            "-m",
+            "gpupool.cli",
+            "k8s",
+            "bench",
+            "--scale",
+            "--nodes",
+            "6",
+            "--pods",
+            "120",
+            "--pending",
+            "12",
+            "--timeout",
+            "90",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=env,
+        check=True,
+    )
     got = json.loads(out.stdout)
     assert got["source"] == "replay"
     assert got["bound"] == got["pending"] == 12

@@ -26,8 +26,7 @@ class Host:
     def pod_alive(self, key: str, uid: str) -> bool:
         return True
 
-    def bind_done(self, item: BindItem, outcome: BindOutcome, reason: str,
-                  pod: Any) -> None:
+    def bind_done(self, item: BindItem, outcome: BindOutcome, reason: str, pod: Any) -> None:
         self.outcomes[item.key] = outcome
 
 
@@ -45,8 +44,11 @@ def test_the_label_is_written_while_the_pod_waits_not_under_the_lock() -> None:
     state = {"locked": True}
 
     def node() -> dict[str, Any]:
-        return locked_node(format_lock(time.time(), "team-a", "first")) if state["locked"] \
+        return (
+            locked_node(format_lock(time.time(), "team-a", "first"))
+            if state["locked"]
             else locked_node("")
+        )
 
     async def body() -> None:
         kube = ScriptedKube(lambda m, p, b: node())
@@ -63,8 +65,10 @@ def test_the_label_is_written_while_the_pod_waits_not_under_the_lock() -> None:
         binder.node_changed("n1")
         await asyncio.sleep(0.05)
         under_lock = [(m, p) for m, p, _ in kube.calls[1:]]
-        assert under_lock == [("PATCH", "/api/v1/nodes/n1"),
-                              ("POST", "/api/v1/namespaces/team-a/pods/p/binding")]
+        assert under_lock == [
+            ("PATCH", "/api/v1/nodes/n1"),
+            ("POST", "/api/v1/namespaces/team-a/pods/p/binding"),
+        ]
         lock_patch = kube.calls[1][2]["metadata"]
         assert lock_patch["annotations"][LOCK_ANNOTATION].endswith(",team-a,p")
         assert host.outcomes == {"team-a/p": BindOutcome.BOUND}
@@ -80,7 +84,7 @@ def test_a_label_patch_refused_ahead_is_the_binds_answer() -> None:
 
     def answer(method: str, path: str, body: Any) -> dict[str, Any]:
         if method == "PATCH" and "/pods/" in path:
-            raise KubeError(404, "NotFound", "pods \"p\" not found", f"PATCH {path}")
+            raise KubeError(404, "NotFound", 'pods "p" not found', f"PATCH {path}")
         if method == "PATCH" and "/nodes/" in path:
             free["held"] = body["metadata"]["annotations"][LOCK_ANNOTATION] or ""
         return locked_node(free["held"])
@@ -107,8 +111,9 @@ class StuckKube(ScriptedKube):
         super().__init__(lambda m, p, b: locked_node(""))
         self.go = asyncio.Event()
 
-    async def request(self, method: str, path: str, body: object = None,
-                      **kw: Any) -> dict[str, Any]:
+    async def request(
+        self, method: str, path: str, body: object = None, **kw: Any
+    ) -> dict[str, Any]:
         if "/pods/stuck" in path:
             await self.go.wait()
         return await super().request(method, path, body, **kw)
@@ -117,6 +122,7 @@ class StuckKube(ScriptedKube):
 def test_a_locked_bind_does_not_wait_behind_other_writes_permits() -> None:
     """With one permit, held by another pod's hanging bind, a pod under a node's lock is
     still bound: its node's lock must not stay held waiting for unrelated writes."""
+
     async def body() -> None:
         kube = StuckKube()
         locks = NodeLocks(kube, lambda name: None, exists, clock=time.time)  # type: ignore[arg-type]
@@ -148,16 +154,19 @@ def test_the_next_pods_label_is_written_while_the_one_before_holds_the_lock() ->
 
     async def body() -> None:
         kube = ScriptedKube(answer)
-        locks = NodeLocks(kube, lambda name: locked_node(state["lock"]), exists,  # type: ignore[arg-type]
-                          clock=time.time)
+        locks = NodeLocks(
+            kube,
+            lambda name: locked_node(state["lock"]),
+            exists,  # type: ignore[arg-type]
+            clock=time.time,
+        )
         host = Host()
         binder = PodBinder(kube, locks, host, lock_poll_s=30)  # type: ignore[arg-type]
         for name in ("a", "b", "c", "d"):
             binder.submit(item(name))
         await asyncio.sleep(0.05)
         assert host.outcomes == {"team-a/a": BindOutcome.BOUND}  # b waits for a's release
-        labelled = [p.rsplit("/", 1)[1] for m, p, _ in kube.calls
-                    if m == "PATCH" and "/pods/" in p]
+        labelled = [p.rsplit("/", 1)[1] for m, p, _ in kube.calls if m == "PATCH" and "/pods/" in p]
         assert sorted(labelled) == ["a", "b", "c"]
         for turn in ("b", "c", "d"):
             state["lock"] = ""  # the device plugin released it
@@ -169,7 +178,11 @@ def test_the_next_pods_label_is_written_while_the_one_before_holds_the_lock() ->
         b_lock = writes.index(("PATCH", ["nodes", "n1"]), 2)
         assert writes[b_lock + 1] == ("POST", ["b", "binding"])
         assert sorted(w[1][1] for w in writes if w[0] == "PATCH" and w[1][0] == "pods") == [
-            "a", "b", "c", "d"]  # one label each
+            "a",
+            "b",
+            "c",
+            "d",
+        ]  # one label each
         await binder.close()
 
     asyncio.run(body())

@@ -39,8 +39,9 @@ class ScriptedKube:
         self.calls: list[tuple[str, str, Any]] = []
         self.answer = answer
 
-    async def request(self, method: str, path: str, body: object = None,
-                      **_: Any) -> dict[str, Any]:
+    async def request(
+        self, method: str, path: str, body: object = None, **_: Any
+    ) -> dict[str, Any]:
         self.calls.append((method, path, body))
         await asyncio.sleep(0)
         return self.answer(method, path, body) if self.answer else {}
@@ -104,6 +105,7 @@ def conflict_on_bind(message: str, bound_to: str | None = None) -> Answer:
             pod["metadata"]["uid"] = "uid-p"
             return pod
         return {}
+
     return answer
 
 
@@ -168,8 +170,12 @@ def test_bind_carries_the_uid_the_decision_was_made_for() -> None:
 def test_eviction_uses_policy_v1_where_discovery_lists_it() -> None:
     def answer(method: str, path: str, body: Any) -> dict[str, Any]:
         if path == "/api/v1":
-            return {"resources": [{"name": "pods"}, {"name": "pods/eviction",
-                                                     "group": "policy", "version": "v1"}]}
+            return {
+                "resources": [
+                    {"name": "pods"},
+                    {"name": "pods/eviction", "group": "policy", "version": "v1"},
+                ]
+            }
         return {}
 
     async def body() -> None:
@@ -193,8 +199,9 @@ def test_lock_value_is_hamis_format() -> None:
     assert parse_lock("2023-11-14T22:13:20Z").namespace == ""  # an older HAMi's bare time
     with pytest.raises(ValueError, match="expected"):
         parse_lock("2023-11-14T22:13:20Z,team-a")
-    assert node_lock({"metadata": {"annotations": {LOCK_ANNOTATION: "junk,a,b"}}}) == \
-        parse_lock("1970-01-01T00:00:00Z,,")  # unreadable: stale at once
+    assert node_lock({"metadata": {"annotations": {LOCK_ANNOTATION: "junk,a,b"}}}) == parse_lock(
+        "1970-01-01T00:00:00Z,,"
+    )  # unreadable: stale at once
 
 
 def locked_node(value: str, version: str = "7") -> dict[str, Any]:
@@ -205,13 +212,17 @@ def locked_node(value: str, version: str = "7") -> dict[str, Any]:
     return node
 
 
-@pytest.mark.parametrize(("age_s", "exists", "taken"), [
-    (10, True, False),  # fresh, its pod exists: busy
-    (301, True, True),  # older than HAMi's 5 minutes: expired
-    (10, False, True),  # its pod is gone: dangling
-])
-def test_a_lock_is_taken_over_only_when_expired_or_dangling(age_s: float, exists: bool,
-                                                            taken: bool) -> None:
+@pytest.mark.parametrize(
+    ("age_s", "exists", "taken"),
+    [
+        (10, True, False),  # fresh, its pod exists: busy
+        (301, True, True),  # older than HAMi's 5 minutes: expired
+        (10, False, True),  # its pod is gone: dangling
+    ],
+)
+def test_a_lock_is_taken_over_only_when_expired_or_dangling(
+    age_s: float, exists: bool, taken: bool
+) -> None:
     now = 1_700_000_000.0
     node = locked_node(format_lock(now - age_s, "team-a", "other"))
 
@@ -232,10 +243,12 @@ def test_a_lock_is_taken_over_only_when_expired_or_dangling(age_s: float, exists
         await locks.acquire("n1", "team-a", "p")
         patches = [b for m, _, b in kube.calls if m == "PATCH"]
         # released without the owner check (with the version read), then taken
-        assert patches[0] == {"metadata": {"annotations": {LOCK_ANNOTATION: None},
-                                           "resourceVersion": "7"}}
-        assert patches[-1]["metadata"]["annotations"][LOCK_ANNOTATION] == \
-            format_lock(now, "team-a", "p")
+        assert patches[0] == {
+            "metadata": {"annotations": {LOCK_ANNOTATION: None}, "resourceVersion": "7"}
+        }
+        assert patches[-1]["metadata"]["annotations"][LOCK_ANNOTATION] == format_lock(
+            now, "team-a", "p"
+        )
 
     asyncio.run(body())
 
@@ -260,8 +273,11 @@ def test_binder_waits_for_the_lock_then_binds() -> None:
     state = {"locked": True}
 
     def node() -> dict[str, Any]:
-        return locked_node(format_lock(time.time(), "team-a", "first")) if state["locked"] \
+        return (
+            locked_node(format_lock(time.time(), "team-a", "first"))
+            if state["locked"]
             else locked_node("")
+        )
 
     async def exists(ns: str, name: str) -> bool:
         return True
@@ -286,13 +302,16 @@ def test_binder_waits_for_the_lock_then_binds() -> None:
 def test_lock_is_taken_only_for_pods_with_hamis_device_annotations() -> None:
     """A node whose cards HAMi did not register has no HAMi device plugin to release a
     lock: its pods bind without one; a HAMi node's pods take it first."""
+
     async def body() -> None:
         kube = ScriptedKube()
         ctl = Controller(kube, default_config(), Options(leader_elect=False))  # type: ignore[arg-type]
         gfd = node_obj("gfd", 1)
         gfd["metadata"]["annotations"] = {}
-        gfd["metadata"]["labels"] = {"nvidia.com/gpu.product": "A100",
-                                     "nvidia.com/gpu.memory": "40960"}
+        gfd["metadata"]["labels"] = {
+            "nvidia.com/gpu.product": "A100",
+            "nvidia.com/gpu.memory": "40960",
+        }
         gfd["status"]["allocatable"]["nvidia.com/gpu"] = "1"
         ctl.node_informer.cache["gfd"] = gfd
         ctl.node_informer.cache["n1"] = node_obj("n1", 1)
@@ -314,6 +333,7 @@ def test_lock_is_taken_only_for_pods_with_hamis_device_annotations() -> None:
 def test_binds_of_a_lost_term_are_dropped_not_made_later() -> None:
     """A bind waiting for a node's lock when this replica stops leading is forgotten: if
     this replica leads again, it must not bind with the old term's decision."""
+
     async def body() -> None:
         kube = ScriptedKube()
         ctl = controller(kube)
@@ -337,13 +357,20 @@ def test_required_rules_not_honoured_are_told_to_the_pod() -> None:
         kube = ScriptedKube()
         ctl = controller(kube, node_lock=False)
         pod = pod_obj("p")
-        pod["spec"]["affinity"] = {"podAntiAffinity": {
-            "requiredDuringSchedulingIgnoredDuringExecution": [
-                {"topologyKey": "kubernetes.io/hostname",
-                 "namespaceSelector": {"matchLabels": {"team": "a"}},
-                 "labelSelector": {"matchLabels": {"app": "x"}}}]}}
+        pod["spec"]["affinity"] = {
+            "podAntiAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": [
+                    {
+                        "topologyKey": "kubernetes.io/hostname",
+                        "namespaceSelector": {"matchLabels": {"team": "a"}},
+                        "labelSelector": {"matchLabels": {"app": "x"}},
+                    }
+                ]
+            }
+        }
         pod["spec"]["topologySpreadConstraints"] = [
-            {"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "ScheduleAnyway"}]
+            {"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "ScheduleAnyway"}
+        ]
         add(ctl, pod)
         await settle()
         (event,) = kube.posts("/events")
@@ -361,10 +388,14 @@ def test_a_namespace_selector_follows_the_namespaces_labels() -> None:
     """Anti-affinity to pods of namespaces labelled tier=prod keeps away from the node where
     another scheduler's pod of such a namespace runs; affinity to pods of namespaces labelled
     tier=gold waits, and goes beside that pod once its Namespace is relabelled."""
+
     async def body() -> None:
         kube = ScriptedKube()
-        ctl = Controller(kube, default_config(),  # type: ignore[arg-type]
-                         Options(leader_elect=False, node_lock=False))
+        ctl = Controller(
+            kube,
+            default_config(),  # type: ignore[arg-type]
+            Options(leader_elect=False, node_lock=False),
+        )
         for n in ("n1", "n2"):
             node = node_obj(n, 2)
             node["metadata"]["labels"] = {HOST: n}
@@ -382,16 +413,24 @@ def test_a_namespace_selector_follows_the_namespaces_labels() -> None:
 
         def wanting(name: str, kind: str, tier: str) -> dict[str, Any]:
             pod = pod_obj(name)
-            pod["spec"]["affinity"] = {kind: {"requiredDuringSchedulingIgnoredDuringExecution": [
-                {"topologyKey": HOST, "labelSelector": {"matchLabels": {"app": "db"}},
-                 "namespaceSelector": {"matchLabels": {"tier": tier}}}]}}
+            pod["spec"]["affinity"] = {
+                kind: {
+                    "requiredDuringSchedulingIgnoredDuringExecution": [
+                        {
+                            "topologyKey": HOST,
+                            "labelSelector": {"matchLabels": {"app": "db"}},
+                            "namespaceSelector": {"matchLabels": {"tier": tier}},
+                        }
+                    ]
+                }
+            }
             return pod
 
         add(ctl, wanting("away", "podAntiAffinity", "prod"))
         add(ctl, wanting("near", "podAffinity", "gold"))
+
         def targets() -> dict[str, str]:
-            return {b["metadata"]["name"]: b["target"]["name"]
-                    for b in kube.posts("/binding")}
+            return {b["metadata"]["name"]: b["target"]["name"] for b in kube.posts("/binding")}
 
         async def binds(n: int) -> None:
             for _ in range(200):  # the binder's tasks run on this loop
@@ -405,8 +444,9 @@ def test_a_namespace_selector_follows_the_namespaces_labels() -> None:
         assert targets() == {"away": "n2"}
         # nothing told as not honoured
         assert not [e for e in kube.posts("/events") if e["reason"] == "ConstraintIgnored"]
-        spaces._on_event("MODIFIED", {"metadata": {"name": "prod", "labels": {
-            "tier": "gold"}}}, None)
+        spaces._on_event(
+            "MODIFIED", {"metadata": {"name": "prod", "labels": {"tier": "gold"}}}, None
+        )
         ctl.cycle()
         await binds(2)
         assert targets() == {"away": "n2", "near": "n1"}
@@ -418,18 +458,32 @@ def test_a_pod_whose_rules_fail_does_not_park_a_pod_without_them() -> None:
     """Pods with the same request decided in one cycle: one whose node affinity, pod
     affinity or extended resources fit no node does not stand for the others (the core's
     memo of failed shapes within a cycle keeps their rules apart)."""
+
     async def body() -> None:
         kube = ScriptedKube()
         ctl = controller(kube, node_lock=False)
         picky = pod_obj("a-picky")
-        picky["spec"]["affinity"] = {"nodeAffinity": {
-            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-                {"matchFields": [{"key": "metadata.name", "operator": "In",
-                                  "values": ["elsewhere"]}]}]}}}
+        picky["spec"]["affinity"] = {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchFields": [
+                                {"key": "metadata.name", "operator": "In", "values": ["elsewhere"]}
+                            ]
+                        }
+                    ]
+                }
+            }
+        }
         lonely = pod_obj("b-lonely")
-        lonely["spec"]["affinity"] = {"podAffinity": {
-            "requiredDuringSchedulingIgnoredDuringExecution": [
-                {"topologyKey": HOST, "labelSelector": {"matchLabels": {"app": "none"}}}]}}
+        lonely["spec"]["affinity"] = {
+            "podAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": [
+                    {"topologyKey": HOST, "labelSelector": {"matchLabels": {"app": "none"}}}
+                ]
+            }
+        }
         rdma = pod_obj("c-rdma")
         rdma["spec"]["containers"][0]["resources"]["limits"]["rdma/hca"] = "1"
         for pod in (picky, lonely, rdma, pod_obj("d-plain")):
@@ -449,24 +503,50 @@ def test_a_pod_whose_rules_fail_does_not_park_a_pod_without_them() -> None:
     asyncio.run(body())
 
 
-MIG_REGISTER = json.dumps([{
-    "id": "GPU-m", "index": 0, "count": 7, "devmem": 40960, "devcore": 100,
-    "type": "NVIDIA-A100-SXM4-40GB", "mode": "mig", "health": True,
-    "migProfiles": [
-        {"name": "1g.5gb", "memoryMB": 4864, "core": 15, "sliceCount": 1,
-         "placements": [{"start": i, "size": 1} for i in range(7)]},
-        {"name": "3g.20gb", "memoryMB": 19968, "core": 43, "sliceCount": 3,
-         "placements": [{"start": 0, "size": 4}, {"start": 4, "size": 4}]}]}])
+MIG_REGISTER = json.dumps(
+    [
+        {
+            "id": "GPU-m",
+            "index": 0,
+            "count": 7,
+            "devmem": 40960,
+            "devcore": 100,
+            "type": "NVIDIA-A100-SXM4-40GB",
+            "mode": "mig",
+            "health": True,
+            "migProfiles": [
+                {
+                    "name": "1g.5gb",
+                    "memoryMB": 4864,
+                    "core": 15,
+                    "sliceCount": 1,
+                    "placements": [{"start": i, "size": 1} for i in range(7)],
+                },
+                {
+                    "name": "3g.20gb",
+                    "memoryMB": 19968,
+                    "core": 43,
+                    "sliceCount": 3,
+                    "placements": [{"start": 0, "size": 4}, {"start": 4, "size": 4}],
+                },
+            ],
+        }
+    ]
+)
 
 
 def test_mig_instances_hamis_scheduler_placed_are_left_alone() -> None:
     """Pods HAMi's own scheduler bound hold a 3g at slices 4..7 and a 1g at slice 0 (read
     from their reduced copies): a 3g pod of gpupool's waits (both 3g placements are
     blocked), a 1g pod gets the highest free slice, 3."""
+
     async def body() -> None:
         kube = ScriptedKube()
-        ctl = Controller(kube, default_config(),  # type: ignore[arg-type]
-                         Options(leader_elect=False, node_lock=False))
+        ctl = Controller(
+            kube,
+            default_config(),  # type: ignore[arg-type]
+            Options(leader_elect=False, node_lock=False),
+        )
         node = node_obj("m1", 1)
         node["metadata"]["annotations"]["hami.io/node-nvidia-register"] = MIG_REGISTER
         ctl.node_informer.cache["m1"] = node
@@ -474,10 +554,22 @@ def test_mig_instances_hamis_scheduler_placed_are_left_alone() -> None:
         for name, profile, start, size in (("h3", "3g.20gb", 4, 4), ("h1", "1g.5gb", 0, 1)):
             other = pod_body(name, ns="team-b", scheduler="hami-scheduler")
             other["spec"]["nodeName"] = "m1"
-            other["metadata"]["annotations"] = {"hami.io/vgpu-mig-allocations": json.dumps([
-                {"containerIndex": 0, "deviceIndex": 0, "gpuUUID": "GPU-m",
-                 "profile": profile, "placement": {"start": start, "size": size},
-                 "migUUID": f"MIG-{name}", "gpuInstanceID": 1, "computeInstanceID": 0}])}
+            other["metadata"]["annotations"] = {
+                "hami.io/vgpu-mig-allocations": json.dumps(
+                    [
+                        {
+                            "containerIndex": 0,
+                            "deviceIndex": 0,
+                            "gpuUUID": "GPU-m",
+                            "profile": profile,
+                            "placement": {"start": start, "size": size},
+                            "migUUID": f"MIG-{name}",
+                            "gpuInstanceID": 1,
+                            "computeInstanceID": 0,
+                        }
+                    ]
+                )
+            }
             add(ctl, reduce(other))
         for name, mib in (("want-3g", 15000), ("want-1g", 4000)):
             pod = pod_obj(name)
@@ -491,8 +583,7 @@ def test_mig_instances_hamis_scheduler_placed_are_left_alone() -> None:
             await asyncio.sleep(0.01)
         (binding,) = kube.posts("/binding")
         assert binding["metadata"]["name"] == "want-1g"
-        (chosen,) = json.loads(binding["metadata"]["annotations"][
-            "hami.io/vgpu-mig-allocations"])
+        (chosen,) = json.loads(binding["metadata"]["annotations"]["hami.io/vgpu-mig-allocations"])
         assert (chosen["profile"], chosen["placement"]) == ("1g.5gb", {"start": 3, "size": 1})
         assert "MIG 3g.20gb" in ctl.last_reason["team-a/want-3g"]
 

@@ -68,15 +68,18 @@ async def bound_pods(kube: Kube) -> list[dict[str, Any]]:
     return [p for p in await list_pods(kube, NS) if p["spec"].get("nodeName")]
 
 
-def test_gang_of_eight_binds_one_pod_at_a_time_under_the_lock(
-        control_plane: ControlPlane) -> None:
+def test_gang_of_eight_binds_one_pod_at_a_time_under_the_lock(control_plane: ControlPlane) -> None:
     async def body(kube: Kube, plugin: DevicePluginLocks) -> None:
         await make_node(kube, "gpu-8", gpus=8)
         async with running(kube, default_config()) as ctl:
             for i in range(8):
-                await make_pod(kube, f"g{i}", ns=NS, limits={"nvidia.com/gpu": 1},
-                               annotations={"gpupool.io/gang": "eight",
-                                            "gpupool.io/gang-size": "8"})
+                await make_pod(
+                    kube,
+                    f"g{i}",
+                    ns=NS,
+                    limits={"nvidia.com/gpu": 1},
+                    annotations={"gpupool.io/gang": "eight", "gpupool.io/gang-size": "8"},
+                )
 
             async def all_released() -> bool:
                 return len([r for r in plugin.released if r[0] == "gpu-8"]) == 8
@@ -88,8 +91,10 @@ def test_gang_of_eight_binds_one_pod_at_a_time_under_the_lock(
             assert plugin.allocating_overlaps() == []
             assert {r[1] for r in plugin.released} == {f"{NS}/g{i}" for i in range(8)}
             assert ctl.binder.max_in_flight["gpu-8"] == 1 and ctl.locks.taken == 8
-            uuids = [p["metadata"]["annotations"]["hami.io/vgpu-devices-allocated"]
-                     .split(",")[0] for p in pods]
+            uuids = [
+                p["metadata"]["annotations"]["hami.io/vgpu-devices-allocated"].split(",")[0]
+                for p in pods
+            ]
             assert len(set(uuids)) == 8  # eight different cards
             node = await kube.request("GET", "/api/v1/nodes/gpu-8")
             assert LOCK_ANNOTATION not in node["metadata"].get("annotations", {})
@@ -98,9 +103,11 @@ def test_gang_of_eight_binds_one_pod_at_a_time_under_the_lock(
 
 
 def test_locks_are_held_on_many_nodes_at_once_and_one_pod_per_node(
-        control_plane: ControlPlane) -> None:
+    control_plane: ControlPlane,
+) -> None:
     """With the device plugins silent, each node gets exactly one pod (the one its lock
     names) and every node is locked at once; when they answer, the rest follow."""
+
     async def body(kube: Kube, plugin: DevicePluginLocks) -> None:
         nodes = [f"gpu-{i}" for i in range(4)]
         plugin.paused.update(nodes)
@@ -142,9 +149,16 @@ async def _released(plugin: DevicePluginLocks, n: int) -> bool:
 def test_dangling_lock_of_a_pod_that_is_gone_is_taken_over(control_plane: ControlPlane) -> None:
     async def body(kube: Kube, plugin: DevicePluginLocks) -> None:
         await make_node(kube, "gpu-1", gpus=1)
-        await kube.request("PATCH", "/api/v1/nodes/gpu-1", {"metadata": {"annotations": {
-            LOCK_ANNOTATION: "2030-01-01T00:00:00Z,team-a,long-gone"}}},
-            content_type="application/merge-patch+json")
+        await kube.request(
+            "PATCH",
+            "/api/v1/nodes/gpu-1",
+            {
+                "metadata": {
+                    "annotations": {LOCK_ANNOTATION: "2030-01-01T00:00:00Z,team-a,long-gone"}
+                }
+            },
+            content_type="application/merge-patch+json",
+        )
         async with running(kube, default_config()) as ctl:
             await make_pod(kube, "p", ns=NS, limits={"nvidia.com/gpu": 1})
             await wait_for(lambda: bound(kube, NS, "p"), 20, "p bound")
@@ -153,17 +167,19 @@ def test_dangling_lock_of_a_pod_that_is_gone_is_taken_over(control_plane: Contro
     live(control_plane, body)
 
 
-def test_node_full_of_other_pods_is_not_chosen_until_they_end(
-        control_plane: ControlPlane) -> None:
+def test_node_full_of_other_pods_is_not_chosen_until_they_end(control_plane: ControlPlane) -> None:
     async def body(kube: Kube, plugin: DevicePluginLocks) -> None:
         await make_node(kube, "busy", gpus=2, cpu="10", memory="64Gi")
         # a DaemonSet-like pod another scheduler placed: 9 of the node's 10 CPUs
-        other = pod_body("agent", ns=NS, scheduler="default-scheduler", cpu="8",
-                         memory="1Gi")
+        other = pod_body("agent", ns=NS, scheduler="default-scheduler", cpu="8", memory="1Gi")
         other["spec"]["nodeName"] = "busy"
-        other["spec"]["initContainers"] = [{  # an init container counts if it is larger
-            "name": "setup", "image": "example.invalid/x",
-            "resources": {"requests": {"cpu": "9", "memory": "1Gi"}}}]
+        other["spec"]["initContainers"] = [
+            {  # an init container counts if it is larger
+                "name": "setup",
+                "image": "example.invalid/x",
+                "resources": {"requests": {"cpu": "9", "memory": "1Gi"}},
+            }
+        ]
         await kube.request("POST", f"/api/v1/namespaces/{NS}/pods", other)
         async with running(kube, default_config()) as ctl:
             await make_pod(kube, "train", ns=NS, cpu="2", limits={"nvidia.com/gpu": 1})
@@ -180,22 +196,35 @@ def test_node_full_of_other_pods_is_not_chosen_until_they_end(
 
 
 def affinity(*terms: dict[str, Any]) -> dict[str, Any]:
-    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-        "nodeSelectorTerms": list(terms)}}}
+    return {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": list(terms)}
+        }
+    }
 
 
 def test_required_node_affinity_is_honoured(control_plane: ControlPlane) -> None:
     cases = {
-        "in-b": ({"matchExpressions": [{"key": "zone", "operator": "In", "values": ["b"]}]},
-                 "zone-b"),
-        "notin-b": ({"matchExpressions": [{"key": "zone", "operator": "NotIn",
-                                           "values": ["b"]}]}, "zone-a"),
-        "gen-gt-4": ({"matchExpressions": [{"key": "gen", "operator": "Gt",
-                                            "values": ["4"]}]}, "zone-b"),
-        "by-name": ({"matchFields": [{"key": "metadata.name", "operator": "In",
-                                      "values": ["zone-a"]}]}, "zone-a"),
-        "nowhere": ({"matchExpressions": [{"key": "zone", "operator": "In",
-                                           "values": ["c"]}]}, None),
+        "in-b": (
+            {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["b"]}]},
+            "zone-b",
+        ),
+        "notin-b": (
+            {"matchExpressions": [{"key": "zone", "operator": "NotIn", "values": ["b"]}]},
+            "zone-a",
+        ),
+        "gen-gt-4": (
+            {"matchExpressions": [{"key": "gen", "operator": "Gt", "values": ["4"]}]},
+            "zone-b",
+        ),
+        "by-name": (
+            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["zone-a"]}]},
+            "zone-a",
+        ),
+        "nowhere": (
+            {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["c"]}]},
+            None,
+        ),
     }
 
     async def body(kube: Kube, plugin: DevicePluginLocks) -> None:
@@ -208,8 +237,7 @@ def test_required_node_affinity_is_honoured(control_plane: ControlPlane) -> None
                 await kube.request("POST", f"/api/v1/namespaces/{NS}/pods", pod)
             for name, (_, where) in cases.items():
                 if where is None:
-                    cond = await wait_for(lambda: condition(kube, NS, "nowhere"), 20,
-                                          "a reason")
+                    cond = await wait_for(lambda: condition(kube, NS, "nowhere"), 20, "a reason")
                     assert "node affinity does not match (zone In c)" in cond["message"]
                     continue
                 pod = await wait_for(lambda n=name: bound(kube, NS, n), 20, f"{name} bound")
@@ -227,10 +255,12 @@ async def _binder(kube: Kube) -> PodBinder:
 
 
 def test_same_name_replacement_pod_is_never_bound_with_a_stale_decision(
-        control_plane: ControlPlane) -> None:
+    control_plane: ControlPlane,
+) -> None:
     """Pod r's bind waits behind gpu-1's lock; r is deleted and made again (a new UID,
     asking for 2 CPUs). The waiting bind, made for the old r, must not bind the new one:
     the new r is bound with its own decision."""
+
     async def body(kube: Kube, plugin: DevicePluginLocks) -> None:
         await make_node(kube, "gpu-1", gpus=2)
         plugin.paused.add("gpu-1")
@@ -243,9 +273,11 @@ def test_same_name_replacement_pod_is_never_bound_with_a_stale_decision(
                 return ctl.binder.lock_waits >= 1
 
             await wait_for(waiting, 20, "r's bind waiting for the lock")
-            await kube.request("DELETE", f"/api/v1/namespaces/{NS}/pods/r",
-                               {"apiVersion": "v1", "kind": "DeleteOptions",
-                                "gracePeriodSeconds": 0})
+            await kube.request(
+                "DELETE",
+                f"/api/v1/namespaces/{NS}/pods/r",
+                {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0},
+            )
             new = await make_pod(kube, "r", ns=NS, cpu="2", limits={"nvidia.com/gpu": 1})
             assert new["metadata"]["uid"] != old["metadata"]["uid"]
             await asyncio.sleep(1.5)  # the old decision's bind looks again meanwhile
@@ -265,7 +297,8 @@ def test_same_name_replacement_pod_is_never_bound_with_a_stale_decision(
 
 
 def test_eviction_falls_back_to_v1beta1_where_the_server_lacks_v1(
-        control_plane: ControlPlane) -> None:
+    control_plane: ControlPlane,
+) -> None:
     async def body(kube: Kube, plugin: DevicePluginLocks) -> None:
         await make_node(kube, "gpu-1", gpus=1)
         pod = pod_body("victim", ns=NS, scheduler="nobody")
@@ -310,12 +343,30 @@ def test_only_the_leader_is_ready(control_plane: ControlPlane, tmp_path: Path) -
             await kube.request("DELETE", LEASE)
         for name in ports:
             procs[name] = subprocess.Popen(
-                [sys.executable, "-m", "gpupool.k8s", "run", "--kubeconfig",
-                 control_plane.kubeconfig, "--identity", name, "--queues", str(queues),
-                 "--lease-duration", "4", "--renew-interval", "0.5", "--lease-namespace",
-                 LEASE_NS, "--extender-port", str(ports[name])],
-                stdout=(tmp_path / f"{name}.log").open("wb"), stderr=subprocess.STDOUT,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                [
+                    sys.executable,
+                    "-m",
+                    "gpupool.k8s",
+                    "run",
+                    "--kubeconfig",
+                    control_plane.kubeconfig,
+                    "--identity",
+                    name,
+                    "--queues",
+                    str(queues),
+                    "--lease-duration",
+                    "4",
+                    "--renew-interval",
+                    "0.5",
+                    "--lease-namespace",
+                    LEASE_NS,
+                    "--extender-port",
+                    str(ports[name]),
+                ],
+                stdout=(tmp_path / f"{name}.log").open("wb"),
+                stderr=subprocess.STDOUT,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            )
         async with aiohttp.ClientSession() as session:
             leader = await wait_for(lambda: holder(kube), 30, "a leader")
             other = "r2" if leader == "r1" else "r1"

@@ -16,8 +16,9 @@ class FakeKube:
     def __init__(self) -> None:
         self.calls: list[tuple[str, str, Any]] = []
 
-    async def request(self, method: str, path: str, body: object = None,
-                      **_: Any) -> dict[str, Any]:
+    async def request(
+        self, method: str, path: str, body: object = None, **_: Any
+    ) -> dict[str, Any]:
         self.calls.append((method, path, body))
         return {}
 
@@ -27,11 +28,19 @@ class FakeKube:
 
 def node_obj(name: str, gpus: int) -> dict[str, Any]:
     alloc = {"cpu": "64", "memory": "256Gi", "nvidia.com/gpu": str(gpus * 10)}
-    return {"apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": name, "resourceVersion": "1", "annotations": {
-                "hami.io/node-nvidia-register": register_json(name, gpus, "A100", 40960)}},
-            "spec": {}, "status": {"allocatable": alloc,
-                                   "conditions": [{"type": "Ready", "status": "True"}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "resourceVersion": "1",
+            "annotations": {
+                "hami.io/node-nvidia-register": register_json(name, gpus, "A100", 40960)
+            },
+        },
+        "spec": {},
+        "status": {"allocatable": alloc, "conditions": [{"type": "Ready", "status": "True"}]},
+    }
 
 
 def pod_obj(name: str, node: str | None = None) -> dict[str, Any]:
@@ -100,7 +109,8 @@ def test_bound_pod_with_a_placement_it_did_not_make_is_taken_back() -> None:
         pod["metadata"]["annotations"]["gpupool.io/placement"] = (
             '{"job":"team-a/elsewhere","task":"team-a/elsewhere/ps0-0","queue":"default",'
             '"flavor":"","node":"n1","cpu":1000,"mem":1024,"start":1.0,"gang":1,'
-            '"cards":[[0,1000,40960,null]]}')
+            '"cards":[[0,1000,40960,null]]}'
+        )
         ctl.pod_informer.cache["team-a/elsewhere"] = pod
         ctl._on_pod("ADDED", pod, None)
         assert ctl.allocations() == {"team-a/elsewhere": ("n1", ((0, 1000, 40960),))}
@@ -121,7 +131,8 @@ def test_pod_bound_by_hami_alone_is_taken_back() -> None:
         ctl = controller(kube)
         pod = pod_obj("hami", "n1")
         pod["metadata"]["annotations"]["hami.io/vgpu-devices-allocated"] = (
-            "GPU-n1-0,NVIDIA,40960,0:;")
+            "GPU-n1-0,NVIDIA,40960,0:;"
+        )
         ctl.pod_informer.cache["team-a/hami"] = pod
         ctl.rebuild()
         assert ctl.allocations() == {"team-a/hami": ("n1", ((0, 1000, 40960),))}

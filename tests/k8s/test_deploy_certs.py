@@ -35,8 +35,9 @@ class FakeKube:
         self.conflict = conflict
         if secret is not None:
             self.objects["/api/v1/namespaces/gpupool-system/secrets/tls"] = secret
-        self.objects["/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/"
-                     "gpupool"] = {"webhooks": [{"clientConfig": {}}, {"clientConfig": {}}]}
+        self.objects[
+            "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/gpupool"
+        ] = {"webhooks": [{"clientConfig": {}}, {"clientConfig": {}}]}
         self.calls: list[str] = []
 
     async def request(self, method: str, path: str, body: Any = None, **_: Any) -> Any:
@@ -56,34 +57,52 @@ class FakeKube:
 
 
 def _secret(certs: Any) -> dict[str, Any]:
-    return {"metadata": {"name": "tls", "resourceVersion": "1"},
-            "data": {"tls.crt": base64.b64encode(certs.cert_pem).decode(),
-                     "tls.key": base64.b64encode(certs.key_pem).decode(),
-                     "ca.crt": base64.b64encode(certs.ca_pem).decode()}}
+    return {
+        "metadata": {"name": "tls", "resourceVersion": "1"},
+        "data": {
+            "tls.crt": base64.b64encode(certs.cert_pem).decode(),
+            "tls.key": base64.b64encode(certs.key_pem).decode(),
+            "ca.crt": base64.b64encode(certs.ca_pem).decode(),
+        },
+    }
 
 
 def _run(kube: FakeKube) -> Any:
-    return asyncio.run(bootstrap(kube, namespace="gpupool-system", secret="tls",  # type: ignore[arg-type]
-                                 webhook="gpupool", names=NAMES))
+    return asyncio.run(
+        bootstrap(
+            kube,
+            namespace="gpupool-system",
+            secret="tls",  # type: ignore[arg-type]
+            webhook="gpupool",
+            names=NAMES,
+        )
+    )
 
 
 @pytest.mark.parametrize("case", ["missing", "valid", "other names", "race lost"])
 def test_bootstrap(case: str) -> None:
     old = make_certificates(NAMES)
-    secret = {"missing": None, "valid": _secret(old), "race lost": None,
-              "other names": _secret(make_certificates(["elsewhere"]))}[case]
+    secret = {
+        "missing": None,
+        "valid": _secret(old),
+        "race lost": None,
+        "other names": _secret(make_certificates(["elsewhere"])),
+    }[case]
     kube = FakeKube(secret, conflict=1 if case == "race lost" else 0)
     certs = _run(kube)
     stored = kube.objects["/api/v1/namespaces/gpupool-system/secrets/tls"]
     assert base64.b64decode(stored["data"]["ca.crt"]) == certs.ca_pem  # what is served
     assert (certs == old) is (case == "valid")
-    hook = kube.objects["/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/"
-                        "gpupool"]
-    assert {w["clientConfig"]["caBundle"] for w in hook["webhooks"]} == \
-        {base64.b64encode(certs.ca_pem).decode()}
+    hook = kube.objects[
+        "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/gpupool"
+    ]
+    assert {w["clientConfig"]["caBundle"] for w in hook["webhooks"]} == {
+        base64.b64encode(certs.ca_pem).decode()
+    }
     if case == "other names":
-        assert any(c.startswith("PUT /api/v1/namespaces/gpupool-system/secrets/tls")
-                   for c in kube.calls)
+        assert any(
+            c.startswith("PUT /api/v1/namespaces/gpupool-system/secrets/tls") for c in kube.calls
+        )
     # a second run changes nothing
     kube.calls.clear()
     assert _run(kube) == certs

@@ -115,8 +115,10 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-NAMESPACED = "deployments,services,serviceaccounts,roles,rolebindings,secrets,leases," \
+NAMESPACED = (
+    "deployments,services,serviceaccounts,roles,rolebindings,secrets,leases,"
     "poddisruptionbudgets,pods,podtemplates,events"
+)
 
 
 def drop_namespace(cp: ControlPlane, ns: str) -> None:
@@ -128,12 +130,18 @@ def drop_namespace(cp: ControlPlane, ns: str) -> None:
         return
     cp.kubectl("delete", NAMESPACED, "--all", "-n", ns, "--wait=false", check=False)
     cp.kubectl("delete", "namespace", ns, "--wait=false", check=False)
-    obj = json.loads(cp.kubectl("get", "namespace", ns, "-o", "json", check=False).stdout
-                     or "{}")
+    obj = json.loads(cp.kubectl("get", "namespace", ns, "-o", "json", check=False).stdout or "{}")
     if obj:
         obj["spec"]["finalizers"] = []
-        cp.kubectl("replace", "--raw", f"/api/v1/namespaces/{ns}/finalize", "-f", "-",
-                   stdin=json.dumps(obj), check=False)
+        cp.kubectl(
+            "replace",
+            "--raw",
+            f"/api/v1/namespaces/{ns}/finalize",
+            "-f",
+            "-",
+            stdin=json.dumps(obj),
+            check=False,
+        )
     for _ in range(100):
         if cp.kubectl("get", "namespace", ns, check=False).returncode != 0:
             return
@@ -144,8 +152,9 @@ def drop_namespace(cp: ControlPlane, ns: str) -> None:
 def apply_deploy(cp: ControlPlane) -> None:
     """deploy/ as a user applies it; the PodDisruptionBudget in the version the server
     serves (policy/v1 from 1.21; this one is 1.20: policy/v1beta1, the same fields)."""
-    phase = cp.kubectl("get", "namespace", SYSTEM, "-o", "jsonpath={.status.phase}",
-                       check=False).stdout
+    phase = cp.kubectl(
+        "get", "namespace", SYSTEM, "-o", "jsonpath={.status.phase}", check=False
+    ).stdout
     if phase == "Terminating":  # left so by an earlier test
         drop_namespace(cp, SYSTEM)
     cp.kubectl("apply", "-k", str(DEPLOY), timeout=120)
@@ -153,19 +162,35 @@ def apply_deploy(cp: ControlPlane) -> None:
     if "policy/v1" not in cp.kubectl("api-versions").stdout.split():
         pdb["apiVersion"] = "policy/v1beta1"
     cp.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(pdb))
-    cp.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-               *(f"crd/{p.stem}.{g}" for g, p in
-                 [(yaml.safe_load(p.read_text())["spec"]["group"], p)
-                  for p in sorted((DEPLOY / "crds").glob("*.yaml"))]))
+    cp.kubectl(
+        "wait",
+        "--for=condition=Established",
+        "--timeout=60s",
+        *(
+            f"crd/{p.stem}.{g}"
+            for g, p in [
+                (yaml.safe_load(p.read_text())["spec"]["group"], p)
+                for p in sorted((DEPLOY / "crds").glob("*.yaml"))
+            ]
+        ),
+    )
 
 
 def sa_kubeconfig(cp: ControlPlane, tmp: Path) -> Path:
     """A kubeconfig holding a TokenRequest token of gpupool's service account."""
-    review = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-              "spec": {"expirationSeconds": 3600}}
-    out = cp.kubectl("create", "--raw",
-                     f"/api/v1/namespaces/{SYSTEM}/serviceaccounts/gpupool/token",
-                     "-f", "-", stdin=json.dumps(review))
+    review = {
+        "apiVersion": "authentication.k8s.io/v1",
+        "kind": "TokenRequest",
+        "spec": {"expirationSeconds": 3600},
+    }
+    out = cp.kubectl(
+        "create",
+        "--raw",
+        f"/api/v1/namespaces/{SYSTEM}/serviceaccounts/gpupool/token",
+        "-f",
+        "-",
+        stdin=json.dumps(review),
+    )
     token = json.loads(out.stdout)["status"]["token"]
     cfg = yaml.safe_load(Path(cp.kubeconfig).read_text())
     cfg["users"] = [{"name": "gpupool", "user": {"token": token}}]
@@ -178,8 +203,12 @@ def sa_kubeconfig(cp: ControlPlane, tmp: Path) -> Path:
 def gpupool(*args: str, log: Path) -> subprocess.Popen[bytes]:
     env = {**os.environ, "PYTHONPATH": f"{REPO / 'src'}:{REPO}"}
     with log.open("ab") as out:
-        return subprocess.Popen([sys.executable, "-m", "gpupool.k8s", *args], env=env,
-                                stdout=out, stderr=subprocess.STDOUT)
+        return subprocess.Popen(
+            [sys.executable, "-m", "gpupool.k8s", *args],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
 
 
 @contextmanager
@@ -197,14 +226,24 @@ def process(proc: subprocess.Popen[bytes]) -> Iterator[subprocess.Popen[bytes]]:
 
 def refused(log: Path) -> list[str]:
     """Lines where the API server refused the service account something."""
-    return [line for line in log.read_text().splitlines()
-            if ": 403 " in line or "forbidden" in line.lower()]
+    return [
+        line
+        for line in log.read_text().splitlines()
+        if ": 403 " in line or "forbidden" in line.lower()
+    ]
 
 
-async def _pod(kube: Kube, name: str, limits: dict[str, Any], queue: str,
-               scheduler: str = "gpupool", **meta: Any) -> None:
-    body = pod_body(name, ns=NS, limits=limits, labels={"gpupool.io/queue": queue},
-                    scheduler=scheduler, **meta)
+async def _pod(
+    kube: Kube,
+    name: str,
+    limits: dict[str, Any],
+    queue: str,
+    scheduler: str = "gpupool",
+    **meta: Any,
+) -> None:
+    body = pod_body(
+        name, ns=NS, limits=limits, labels={"gpupool.io/queue": queue}, scheduler=scheduler, **meta
+    )
     await kube.request("POST", f"/api/v1/namespaces/{NS}/pods", body)
 
 
@@ -213,35 +252,55 @@ async def _bound(kube: Kube, names: list[str]) -> list[str] | None:
     return got if all(got) else None
 
 
-def test_deploy_applies_and_runs_as_its_service_account(control_plane: ControlPlane,
-                                                        tmp_path: Path) -> None:
+def test_deploy_applies_and_runs_as_its_service_account(
+    control_plane: ControlPlane, tmp_path: Path
+) -> None:
     cp = control_plane
     apply_deploy(cp)
-    cp.kubectl("apply", "-f", str(Path(__file__).parent / "data" /
-                                  "provisioningrequests.autoscaling.x-k8s.io.yaml"))
-    cp.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-               "crd/provisioningrequests.autoscaling.x-k8s.io")
+    cp.kubectl(
+        "apply",
+        "-f",
+        str(Path(__file__).parent / "data" / "provisioningrequests.autoscaling.x-k8s.io.yaml"),
+    )
+    cp.kubectl(
+        "wait",
+        "--for=condition=Established",
+        "--timeout=60s",
+        "crd/provisioningrequests.autoscaling.x-k8s.io",
+    )
     cp.kubectl("create", "namespace", NS, check=False)
     kubeconfig = sa_kubeconfig(cp, tmp_path)
     log = tmp_path / "gpupool.log"
     tls = tmp_path / "tls"
     try:
         # 1. the init container's command, twice: made once, then kept
-        certs = ["certs", "--kubeconfig", str(kubeconfig), "--secret=gpupool-webhook-tls",
-                 "--webhook=gpupool", f"--namespace={SYSTEM}", f"--out={tls}"]
+        certs = [
+            "certs",
+            "--kubeconfig",
+            str(kubeconfig),
+            "--secret=gpupool-webhook-tls",
+            "--webhook=gpupool",
+            f"--namespace={SYSTEM}",
+            f"--out={tls}",
+        ]
         assert gpupool(*certs, log=log).wait(60) == 0, log.read_text()
-        secret = json.loads(cp.kubectl("get", "secret", "-n", SYSTEM, "gpupool-webhook-tls",
-                                       "-o", "json").stdout)
+        secret = json.loads(
+            cp.kubectl("get", "secret", "-n", SYSTEM, "gpupool-webhook-tls", "-o", "json").stdout
+        )
         assert secret["type"] == "kubernetes.io/tls"
         ca = base64.b64decode(secret["data"]["ca.crt"])
         assert (tls / "ca.crt").read_bytes() == ca
-        hook = json.loads(cp.kubectl("get", "mutatingwebhookconfiguration", "gpupool",
-                                     "-o", "json").stdout)
-        assert [base64.b64decode(w["clientConfig"]["caBundle"]) for w in hook["webhooks"]] \
-            == [ca, ca]
+        hook = json.loads(
+            cp.kubectl("get", "mutatingwebhookconfiguration", "gpupool", "-o", "json").stdout
+        )
+        assert [base64.b64decode(w["clientConfig"]["caBundle"]) for w in hook["webhooks"]] == [
+            ca,
+            ca,
+        ]
         assert gpupool(*certs, log=log).wait(60) == 0, log.read_text()
-        again = json.loads(cp.kubectl("get", "secret", "-n", SYSTEM, "gpupool-webhook-tls",
-                                      "-o", "json").stdout)
+        again = json.loads(
+            cp.kubectl("get", "secret", "-n", SYSTEM, "gpupool-webhook-tls", "-o", "json").stdout
+        )
         assert again["data"] == secret["data"]
         # nothing serves the webhook's Service here (no kubelet, no endpoints): pods of the
         # tests below would wait for its timeout
@@ -250,14 +309,23 @@ def test_deploy_applies_and_runs_as_its_service_account(control_plane: ControlPl
 
         # 2. the scheduler with the Deployment's arguments, as the service account
         port = free_port()
-        (deployment,) = [d for d in yaml.safe_load_all(
-            (DEPLOY / "deployment.yaml").read_text()) if d]
-        args = [a for a in deployment["spec"]["template"]["spec"]["containers"][0]["args"]
-                if not a.startswith(("--identity", "--extender-port", "--tls-dir",
-                                     "--metrics-port"))]
-        run = [*args[1:], "--kubeconfig", str(kubeconfig), "--identity=gpupool-0",
-               f"--extender-port={port}", f"--tls-dir={tls}",
-               "--extender-for=default-scheduler"]
+        (deployment,) = [
+            d for d in yaml.safe_load_all((DEPLOY / "deployment.yaml").read_text()) if d
+        ]
+        args = [
+            a
+            for a in deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+            if not a.startswith(("--identity", "--extender-port", "--tls-dir", "--metrics-port"))
+        ]
+        run = [
+            *args[1:],
+            "--kubeconfig",
+            str(kubeconfig),
+            "--identity=gpupool-0",
+            f"--extender-port={port}",
+            f"--tls-dir={tls}",
+            "--extender-for=default-scheduler",
+        ]
 
         async def scheduled(kube: Kube) -> None:
             await make_node(kube, "a100-1", gpus=2, labels={"pool": "a100"})
@@ -265,16 +333,22 @@ def test_deploy_applies_and_runs_as_its_service_account(control_plane: ControlPl
                 await _pod(kube, "r0", {"nvidia.com/gpu": 1}, "research")
                 await wait_for(lambda: _bound(kube, ["r0"]), 60, "pod bound by gpupool")
                 lease = await kube.request(
-                    "GET", f"/apis/coordination.k8s.io/v1/namespaces/{SYSTEM}/leases/"
-                           "gpupool-scheduler")
+                    "GET",
+                    f"/apis/coordination.k8s.io/v1/namespaces/{SYSTEM}/leases/gpupool-scheduler",
+                )
                 assert lease["spec"]["holderIdentity"] == "gpupool-0"
 
                 async def statuses() -> list[Any] | None:
                     base = "/apis/gpupool.io/v1alpha1"
-                    got = [(await kube.request("GET", p)).get("status") for p in (
-                        f"{base}/cohorts/org", f"{base}/resourceflavors/a100",
-                        f"{base}/clusterqueues/research",
-                        f"{base}/namespaces/{NS}/localqueues/research")]
+                    got = [
+                        (await kube.request("GET", p)).get("status")
+                        for p in (
+                            f"{base}/cohorts/org",
+                            f"{base}/resourceflavors/a100",
+                            f"{base}/clusterqueues/research",
+                            f"{base}/namespaces/{NS}/localqueues/research",
+                        )
+                    ]
                     return got if all(got) else None
 
                 cohort, flavor, cq, lq = await wait_for(statuses, 30, "queue status written")
@@ -283,10 +357,14 @@ def test_deploy_applies_and_runs_as_its_service_account(control_plane: ControlPl
                 assert cq["admittedWorkloads"] == 1
                 # 4. kube-scheduler as deploy/kube-scheduler/ configures it, over HTTPS
                 with kube_scheduler(cp, tmp_path, port, tls / "ca.crt"):
-                    await _pod(kube, "k0", {"nvidia.com/gpu": 1}, "research",
-                               scheduler="default-scheduler")
-                    await wait_for(lambda: _bound(kube, ["k0"]), 60,
-                                   "kube-scheduler binding through gpupool's extender")
+                    await _pod(
+                        kube, "k0", {"nvidia.com/gpu": 1}, "research", scheduler="default-scheduler"
+                    )
+                    await wait_for(
+                        lambda: _bound(kube, ["k0"]),
+                        60,
+                        "kube-scheduler binding through gpupool's extender",
+                    )
                     ann = (await get_pod(kube, NS, "k0"))["metadata"]["annotations"]
                     assert ann["hami.io/vgpu-node"] == "a100-1"
             assert refused(log) == []
@@ -313,12 +391,28 @@ def test_deploy_applies_and_runs_as_its_service_account(control_plane: ControlPl
                 (tpl,) = [p["podTemplateRef"]["name"] for p in req["spec"]["podSets"]]
                 await kube.request("GET", f"/api/v1/namespaces/{NS}/podtemplates/{tpl}")
                 now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-                await kube.request("PATCH", f"{pr}/{name}/status", {"status": {"conditions": [
-                    {"type": t, "status": "True", "reason": r, "message": r,
-                     "lastTransitionTime": now}
-                    for t, r in (("Accepted", "Accepted"),
-                                 ("Provisioned", "CapacityIsProvisioned"))]}},
-                    content_type=MERGE_PATCH)
+                await kube.request(
+                    "PATCH",
+                    f"{pr}/{name}/status",
+                    {
+                        "status": {
+                            "conditions": [
+                                {
+                                    "type": t,
+                                    "status": "True",
+                                    "reason": r,
+                                    "message": r,
+                                    "lastTransitionTime": now,
+                                }
+                                for t, r in (
+                                    ("Accepted", "Accepted"),
+                                    ("Provisioned", "CapacityIsProvisioned"),
+                                )
+                            ]
+                        }
+                    },
+                    content_type=MERGE_PATCH,
+                )
                 await make_node(kube, "h100-1", gpus=8, labels={"pool": "h100"})
                 await wait_for(lambda: _bound(kube, ["t0"]), 60, "pod bound on the new node")
                 ann = (await get_pod(kube, NS, "t0"))["metadata"]["annotations"]
@@ -327,7 +421,8 @@ def test_deploy_applies_and_runs_as_its_service_account(control_plane: ControlPl
                 async def recorded() -> bool:
                     got = await kube.request("GET", f"{pr}/{name}")
                     return (got["metadata"].get("annotations") or {}).get(
-                        "gpupool.io/nodes") == "h100-1"
+                        "gpupool.io/nodes"
+                    ) == "h100-1"
 
                 await wait_for(recorded, 30, "booking recorded on the request")
                 await set_phase(kube, NS, "t0", "Succeeded")
@@ -343,8 +438,9 @@ def test_deploy_applies_and_runs_as_its_service_account(control_plane: ControlPl
         asyncio.run(_session(cp, provisioned))
     finally:
         cp.kubectl("delete", "-f", "-", stdin=QUEUE_OBJECTS, check=False)
-        cp.kubectl("delete", "provisioningrequests.autoscaling.x-k8s.io", "--all", "-n", NS,
-                   check=False)
+        cp.kubectl(
+            "delete", "provisioningrequests.autoscaling.x-k8s.io", "--all", "-n", NS, check=False
+        )
         drop_namespace(cp, NS)
         cp.kubectl("delete", "nodes", "--all", check=False)
         drop_namespace(cp, SYSTEM)
@@ -377,14 +473,18 @@ def kube_scheduler(cp: ControlPlane, tmp: Path, port: int, ca: Path) -> Iterator
     health = free_port()
     cfg["healthzBindAddress"] = cfg["metricsBindAddress"] = f"127.0.0.1:{health}"
     (ext,) = cfg["extenders"]
-    ext["urlPrefix"] = ext["urlPrefix"].replace("gpupool.gpupool-system.svc:443",
-                                                f"127.0.0.1:{port}")
+    ext["urlPrefix"] = ext["urlPrefix"].replace(
+        "gpupool.gpupool-system.svc:443", f"127.0.0.1:{port}"
+    )
     ext["tlsConfig"]["caFile"] = str(ca)
     path = tmp / "kube-scheduler.yaml"
     path.write_text(yaml.safe_dump(cfg))
     out = (tmp / "kube-scheduler.log").open("wb")
-    proc = subprocess.Popen([str(binary), f"--config={path}", "--port=0", "--secure-port=0"],
-                            stdout=out, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [str(binary), f"--config={path}", "--port=0", "--secure-port=0"],
+        stdout=out,
+        stderr=subprocess.STDOUT,
+    )
     try:
         time.sleep(0.5)
         if proc.poll() is not None:

@@ -45,9 +45,11 @@ def test_kustomization_lists_every_manifest() -> None:
     served by the 1.20 test server; applied on its own)."""
     listed = set(yaml.safe_load((DEPLOY / "kustomization.yaml").read_text())["resources"])
     apart = {"grafana", "kube-scheduler", "optional"}
-    present = {str(p.relative_to(DEPLOY)) for p in DEPLOY.rglob("*.yaml")
-               if p.name not in ("kustomization.yaml", "pdb.yaml")
-               and not apart & set(p.parts)}
+    present = {
+        str(p.relative_to(DEPLOY))
+        for p in DEPLOY.rglob("*.yaml")
+        if p.name not in ("kustomization.yaml", "pdb.yaml") and not apart & set(p.parts)
+    }
     assert listed == present
 
 
@@ -62,9 +64,9 @@ def test_crds_serve_v1alpha1_with_status() -> None:
         assert version["name"] == "v1alpha1" and version["served"] and version["storage"]
         assert version["subresources"] == {"status": {}}
         kinds.add((group, crd["spec"]["names"]["kind"]))
-    assert kinds == {("gpupool.io", k) for k in ("ResourceFlavor", "Cohort", "ClusterQueue",
-                                                 "LocalQueue")} | \
-        {("elasticgpu.io", k) for k in ("ElasticGPUClass", "ElasticGPUClaim", "ElasticGPU")}
+    assert kinds == {
+        ("gpupool.io", k) for k in ("ResourceFlavor", "Cohort", "ClusterQueue", "LocalQueue")
+    } | {("elasticgpu.io", k) for k in ("ElasticGPUClass", "ElasticGPUClaim", "ElasticGPU")}
 
 
 SRC = DEPLOY.parent / "src" / "gpupool"
@@ -79,16 +81,25 @@ def _rules() -> list[dict[str, Any]]:
 
 
 def test_rbac_grants_what_the_scheduler_writes() -> None:
-    granted = {(g, r, v) for rule in _rules() for g in rule["apiGroups"]
-               for r in rule["resources"] for v in rule["verbs"]}
-    for need in [("gpupool.io", "cohorts/status", "patch"),
-                 ("gpupool.io", "resourceflavors/status", "patch"),
-                 ("gpupool.io", "clusterqueues/status", "patch"),
-                 ("gpupool.io", "localqueues/status", "patch"),
-                 ("autoscaling.x-k8s.io", "provisioningrequests", "patch"),
-                 ("", "podtemplates", "create"), ("", "pods/binding", "create"),
-                 ("coordination.k8s.io", "leases", "update"), ("", "secrets", "create"),
-                 ("admissionregistration.k8s.io", "mutatingwebhookconfigurations", "update")]:
+    granted = {
+        (g, r, v)
+        for rule in _rules()
+        for g in rule["apiGroups"]
+        for r in rule["resources"]
+        for v in rule["verbs"]
+    }
+    for need in [
+        ("gpupool.io", "cohorts/status", "patch"),
+        ("gpupool.io", "resourceflavors/status", "patch"),
+        ("gpupool.io", "clusterqueues/status", "patch"),
+        ("gpupool.io", "localqueues/status", "patch"),
+        ("autoscaling.x-k8s.io", "provisioningrequests", "patch"),
+        ("", "podtemplates", "create"),
+        ("", "pods/binding", "create"),
+        ("coordination.k8s.io", "leases", "update"),
+        ("", "secrets", "create"),
+        ("admissionregistration.k8s.io", "mutatingwebhookconfigurations", "update"),
+    ]:
         assert need in granted, need
 
 
@@ -105,8 +116,12 @@ def test_every_granted_resource_is_one_the_code_calls() -> None:
     # no wildcard, and no write to what gpupool only reads
     for rule in _rules():
         assert "*" not in rule["verbs"] and "*" not in rule["resources"]
-    reads = {r for rule in _rules() for r in rule["resources"]
-             if set(rule["verbs"]) <= {"get", "list", "watch"}}
+    reads = {
+        r
+        for rule in _rules()
+        for r in rule["resources"]
+        if set(rule["verbs"]) <= {"get", "list", "watch"}
+    }
     assert {"clusterqueues", "elasticgpuclasses"} <= reads
     # nodes: read, and patched only for HAMi's node lock annotation (k8s/nodelock.py)
     (nodes,) = [rule for rule in _rules() if "nodes" in rule["resources"]]
@@ -118,8 +133,13 @@ def test_webhook_rules_cover_every_kind_admitted() -> None:
     """The webhook admits pods and ElasticGPUClaims (``Endpoints.admit``); a kind without a
     rule is never sent to it."""
     (hook,) = docs("webhook.yaml")
-    covered = {(g, r) for w in hook["webhooks"] for rule in w["rules"]
-               for g in rule["apiGroups"] for r in rule["resources"]}
+    covered = {
+        (g, r)
+        for w in hook["webhooks"]
+        for rule in w["rules"]
+        for g in rule["apiGroups"]
+        for r in rule["resources"]
+    }
     assert covered == {("", "pods"), ("elasticgpu.io", "elasticgpuclaims")}
     for w in hook["webhooks"]:
         assert w["clientConfig"]["service"]["path"] == "/mutate"
@@ -153,8 +173,7 @@ def test_init_container_bootstraps_the_certificate() -> None:
 def test_pod_disruption_budget_keeps_one_replica() -> None:
     (pdb,) = docs("pdb.yaml")
     (deployment,) = docs("deployment.yaml")
-    assert pdb["spec"]["selector"]["matchLabels"] == \
-        deployment["spec"]["selector"]["matchLabels"]
+    assert pdb["spec"]["selector"]["matchLabels"] == deployment["spec"]["selector"]["matchLabels"]
     assert pdb["spec"]["maxUnavailable"] == deployment["spec"]["replicas"] - 1
 
 
@@ -165,8 +184,11 @@ def test_kube_scheduler_examples_call_what_gpupool_serves(name: str) -> None:
     assert cfg["apiVersion"] == f"kubescheduler.config.k8s.io/{version}"
     assert cfg["kind"] == "KubeSchedulerConfiguration"
     (ext,) = cfg["extenders"]
-    routes = {r.resource.canonical for r in make_app(None).router.routes()  # type: ignore[arg-type]
-              if r.resource is not None}
+    routes = {
+        r.resource.canonical
+        for r in make_app(None).router.routes()  # type: ignore[arg-type]
+        if r.resource is not None
+    }
     prefix = "/" + ext["urlPrefix"].split("/", 3)[3]
     for verb in ("filterVerb", "prioritizeVerb", "bindVerb"):
         assert f"{prefix}/{ext[verb]}" in routes
@@ -174,8 +196,10 @@ def test_kube_scheduler_examples_call_what_gpupool_serves(name: str) -> None:
     assert {m["name"] for m in ext["managedResources"]} == set(ResourceNames().all())
     assert all(m["ignoredByScheduler"] for m in ext["managedResources"])
     (svc,) = docs("service.yaml")
-    assert ext["tlsConfig"]["serverName"] == \
-        f"{svc['metadata']['name']}.{svc['metadata']['namespace']}.svc"
+    assert (
+        ext["tlsConfig"]["serverName"]
+        == f"{svc['metadata']['name']}.{svc['metadata']['namespace']}.svc"
+    )
     # the same extender in both
     (other,) = docs("kube-scheduler/config-v1.yaml")
     assert other["extenders"] == cfg["extenders"]
@@ -185,35 +209,84 @@ def _gpu_node(i: int) -> dict[str, Any]:
     """A GPU node as the API server serves it to kube-scheduler: kubelet's status with 50
     images, GPU feature discovery's labels, HAMi's register annotation, managedFields."""
     labels = {f"nvidia.com/gpu.{k}": "value-of-typical-length" for k in range(24)}
-    labels.update({"kubernetes.io/hostname": f"gpu-node-{i:05d}",
-                   "node.kubernetes.io/instance-type": "p5.48xlarge",
-                   "topology.kubernetes.io/zone": "us-east-1a"})
-    register = [{"id": f"GPU-{i:08d}-{k:04d}-0000-0000-000000000000", "count": 10,
-                 "devmem": 81559, "devcore": 100, "type": "NVIDIA-H100-80GB-HBM3",
-                 "numa": k // 4, "health": True} for k in range(8)]
-    images = [{"names": [f"registry.example.com/team/image-{k}@sha256:{'a' * 64}",
-                         f"registry.example.com/team/image-{k}:v1.2.{k}"],
-               "sizeBytes": 1234567890} for k in range(50)]
-    managed = [{"manager": m, "operation": "Update", "apiVersion": "v1",
-                "time": "2026-01-01T00:00:00Z", "fieldsType": "FieldsV1",
-                "fieldsV1": {f"f:{k}": {} for k in labels}}
-               for m in ("kubelet", "nvidia-gfd", "hami-device-plugin")]
-    return {"metadata": {"name": f"gpu-node-{i:05d}", "labels": labels,
-                         "annotations": {"hami.io/node-nvidia-register": json.dumps(register),
-                                         "node.alpha.kubernetes.io/ttl": "0"},
-                         "managedFields": managed},
-            "spec": {"podCIDR": "10.1.0.0/24", "providerID": f"aws:///us-east-1a/i-{i:017d}"},
-            "status": {"capacity": {"cpu": "192", "memory": "2097152Mi",
-                                    "nvidia.com/gpu": "80", "pods": "110"},
-                       "allocatable": {"cpu": "191", "memory": "2000000Mi",
-                                       "nvidia.com/gpu": "80", "pods": "110"},
-                       "conditions": [{"type": t, "status": "False", "reason": f"Kubelet{t}",
-                                       "message": "kubelet has sufficient resources",
-                                       "lastHeartbeatTime": "2026-01-01T00:00:00Z",
-                                       "lastTransitionTime": "2026-01-01T00:00:00Z"}
-                                      for t in ("MemoryPressure", "DiskPressure",
-                                                "PIDPressure", "Ready")],
-                       "images": images}}
+    labels.update(
+        {
+            "kubernetes.io/hostname": f"gpu-node-{i:05d}",
+            "node.kubernetes.io/instance-type": "p5.48xlarge",
+            "topology.kubernetes.io/zone": "us-east-1a",
+        }
+    )
+    register = [
+        {
+            "id": f"GPU-{i:08d}-{k:04d}-0000-0000-000000000000",
+            "count": 10,
+            "devmem": 81559,
+            "devcore": 100,
+            "type": "NVIDIA-H100-80GB-HBM3",
+            "numa": k // 4,
+            "health": True,
+        }
+        for k in range(8)
+    ]
+    images = [
+        {
+            "names": [
+                f"registry.example.com/team/image-{k}@sha256:{'a' * 64}",
+                f"registry.example.com/team/image-{k}:v1.2.{k}",
+            ],
+            "sizeBytes": 1234567890,
+        }
+        for k in range(50)
+    ]
+    managed = [
+        {
+            "manager": m,
+            "operation": "Update",
+            "apiVersion": "v1",
+            "time": "2026-01-01T00:00:00Z",
+            "fieldsType": "FieldsV1",
+            "fieldsV1": {f"f:{k}": {} for k in labels},
+        }
+        for m in ("kubelet", "nvidia-gfd", "hami-device-plugin")
+    ]
+    return {
+        "metadata": {
+            "name": f"gpu-node-{i:05d}",
+            "labels": labels,
+            "annotations": {
+                "hami.io/node-nvidia-register": json.dumps(register),
+                "node.alpha.kubernetes.io/ttl": "0",
+            },
+            "managedFields": managed,
+        },
+        "spec": {"podCIDR": "10.1.0.0/24", "providerID": f"aws:///us-east-1a/i-{i:017d}"},
+        "status": {
+            "capacity": {
+                "cpu": "192",
+                "memory": "2097152Mi",
+                "nvidia.com/gpu": "80",
+                "pods": "110",
+            },
+            "allocatable": {
+                "cpu": "191",
+                "memory": "2000000Mi",
+                "nvidia.com/gpu": "80",
+                "pods": "110",
+            },
+            "conditions": [
+                {
+                    "type": t,
+                    "status": "False",
+                    "reason": f"Kubelet{t}",
+                    "message": "kubelet has sufficient resources",
+                    "lastHeartbeatTime": "2026-01-01T00:00:00Z",
+                    "lastTransitionTime": "2026-01-01T00:00:00Z",
+                }
+                for t in ("MemoryPressure", "DiskPressure", "PIDPressure", "Ready")
+            ],
+            "images": images,
+        },
+    }
 
 
 def test_extender_reads_a_5000_node_node_list() -> None:
@@ -228,8 +301,9 @@ def test_a_body_over_the_limit_is_refused_with_413() -> None:
     async def post(size: int) -> tuple[int, str]:
         app = make_app(None, max_body=1 << 20)  # type: ignore[arg-type]
         async with TestClient(TestServer(app)) as client:
-            resp = await client.post("/extender/filter", data=b" " * size,
-                                     headers={"Content-Type": "application/json"})
+            resp = await client.post(
+                "/extender/filter", data=b" " * size, headers={"Content-Type": "application/json"}
+            )
             return resp.status, await resp.text()
 
     status, text = asyncio.run(post(2 << 20))

@@ -27,8 +27,9 @@ def _parse(args: list[str]) -> argparse.Namespace:
 
 
 def _container(deployment: dict[str, Any]) -> dict[str, Any]:
-    (container,) = [c for c in deployment["spec"]["template"]["spec"]["containers"]
-                    if c["name"] == "gpupool"]
+    (container,) = [
+        c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == "gpupool"
+    ]
     return container
 
 
@@ -47,8 +48,12 @@ def test_the_component_adds_measured_arguments_that_parse() -> None:
         args.append(op["value"])
     parsed = _parse(args)
     assert parsed.prometheus.startswith("http://")
-    assert (parsed.measured_interval, parsed.measured_window, parsed.measured_stale_after,
-            parsed.measured_hot_pct) == (15.0, 300.0, 120.0, 80.0)
+    assert (
+        parsed.measured_interval,
+        parsed.measured_window,
+        parsed.measured_stale_after,
+        parsed.measured_hot_pct,
+    ) == (15.0, 300.0, 120.0, 80.0)
     assert deployment["spec"]["template"]["spec"]["containers"][0]["name"] == "gpupool"
 
 
@@ -56,16 +61,29 @@ def test_kustomize_renders_the_component_onto_the_base(tmp_path: Path) -> None:
     kubectl = shutil.which("kubectl")
     if kubectl is None:
         pytest.skip("kubectl (with its kustomize) is not on PATH")
-    (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump({
-        "resources": [os.path.relpath(DEPLOY, tmp_path)],
-        "components": [os.path.relpath(COMPONENT, tmp_path)]}))
-    out = subprocess.run([kubectl, "kustomize", str(tmp_path)], capture_output=True,
-                         text=True, timeout=60, check=False)
+    (tmp_path / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "resources": [os.path.relpath(DEPLOY, tmp_path)],
+                "components": [os.path.relpath(COMPONENT, tmp_path)],
+            }
+        )
+    )
+    out = subprocess.run(
+        [kubectl, "kustomize", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     if out.returncode and "unknown command" in out.stderr:
         pytest.skip(f"this kubectl has no kustomize: {out.stderr.strip()}")
     assert out.returncode == 0, out.stderr
-    [deployment] = [d for d in yaml.safe_load_all(out.stdout)
-                    if d and d["kind"] == "Deployment" and d["metadata"]["name"] == "gpupool"]
+    [deployment] = [
+        d
+        for d in yaml.safe_load_all(out.stdout)
+        if d and d["kind"] == "Deployment" and d["metadata"]["name"] == "gpupool"
+    ]
     parsed = _parse(_container(deployment)["args"])
     assert parsed.prometheus and parsed.measured_hot_pct == 80.0
     assert parsed.identity == "gpupool-0"  # the base's arguments are kept

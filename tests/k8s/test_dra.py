@@ -37,15 +37,21 @@ A100 = "NVIDIA A100-SXM4-80GB"
 
 def node() -> Node:
     mig = (MigInstance("1g.10gb", 2, 140, 9856), MigInstance("3g.40gb", 1, 420, 39424))
-    return Node(NodeName("gpu-node-1"), 64000, 512 * 1024, gpus=(
-        Gpu(0, A100, 81920, uuid="GPU-0000"),
-        Gpu(1, A100, 59136, uuid="GPU-1111", mig=mig),
-        Gpu(2, A100, 81920, uuid="GPU-2222", healthy=False)))
+    return Node(
+        NodeName("gpu-node-1"),
+        64000,
+        512 * 1024,
+        gpus=(
+            Gpu(0, A100, 81920, uuid="GPU-0000"),
+            Gpu(1, A100, 59136, uuid="GPU-1111", mig=mig),
+            Gpu(2, A100, 81920, uuid="GPU-2222", healthy=False),
+        ),
+    )
 
 
 def test_quantities() -> None:
     assert mib("80Gi") == 81920 and mib("9856Mi") == 9856
-    assert mib(str(80 * 1024 ** 3)) == 81920 and mib("1G") == 953
+    assert mib(str(80 * 1024**3)) == 81920 and mib("1G") == 953
 
 
 def test_recorded_slice_read() -> None:
@@ -55,7 +61,9 @@ def test_recorded_slice_read() -> None:
     assert whole == Gpu(0, A100, 81920, uuid="GPU-4cf8db2d-06c0-7d70-1a51-e59b25b2c16c")
     assert part.index == 1 and part.uuid == "GPU-a9f3e7c1-52d4-8e06-b7c3-0d1e2f3a4b5c"
     assert [(i.profile, i.count, i.memory_mib) for i in part.mig] == [
-        ("1g.10gb", 2, 9856), ("3g.40gb", 1, 39424)]
+        ("1g.10gb", 2, 9856),
+        ("3g.40gb", 1, 39424),
+    ]
     # the driver publishes no compute share: taken from the profile (g of 7 slices)
     assert [i.gpu_milli for i in part.mig] == [143, 429]
 
@@ -67,8 +75,12 @@ def test_slice_both_ways() -> None:
     assert spec["nodeName"] == "gpu-node-1" and spec["driver"] == "gpu.nvidia.com"
     assert spec["pool"] == {"name": "gpu-node-1", "generation": 1, "resourceSliceCount": 1}
     names = [d["name"] for d in spec["devices"]]
-    assert names == ["gpu-0", "gpu-1-mig-1g-10gb-0", "gpu-1-mig-1g-10gb-1",
-                     "gpu-1-mig-3g-40gb-0"]  # the unhealthy card is not offered
+    assert names == [
+        "gpu-0",
+        "gpu-1-mig-1g-10gb-0",
+        "gpu-1-mig-1g-10gb-1",
+        "gpu-1-mig-3g-40gb-0",
+    ]  # the unhealthy card is not offered
     first = spec["devices"][0]
     assert "basic" not in first  # v1 devices are flat
     assert first["attributes"]["productName"] == {"string": A100}
@@ -84,10 +96,20 @@ def test_slice_both_ways() -> None:
 CLASSES = [
     ElasticGPUClass("cards", "physical", {"models": "A100,H100"}),
     ElasticGPUClass("slices", "hami-core", reclaim_policy="Retain"),
-    ElasticGPUClass("mig", "mig", {"profiles": "1g.10gb,3g.40gb"},
-                    binding_mode="WaitForFirstConsumer"),
-    ElasticGPUClass("pool", "remote", {"pool": "p1", "model": "H100", "memoryMib": "81920",
-                                       "count": "16", "endpoint": "grpc://gpus:9000"}),
+    ElasticGPUClass(
+        "mig", "mig", {"profiles": "1g.10gb,3g.40gb"}, binding_mode="WaitForFirstConsumer"
+    ),
+    ElasticGPUClass(
+        "pool",
+        "remote",
+        {
+            "pool": "p1",
+            "model": "H100",
+            "memoryMib": "81920",
+            "count": "16",
+            "endpoint": "grpc://gpus:9000",
+        },
+    ),
 ]
 
 
@@ -118,8 +140,9 @@ def test_recorded_claims_read() -> None:
     assert two.key == "team-a/trainer-gpus" and two.class_name == "a100-cards"
     assert two.requests == ClaimRequests(cards=2)
     part = claim_from_resource_claim(recorded("resourceclaim-slice.json"))
-    assert part.requests == ClaimRequests(gpu_milli=300, memory_mib=12288,
-                                          models=frozenset({"NVIDIA L4"}))
+    assert part.requests == ClaimRequests(
+        gpu_milli=300, memory_mib=12288, models=frozenset({"NVIDIA L4"})
+    )
     bad = recorded("resourceclaim-two-cards.json")
     bad["spec"]["devices"]["requests"] *= 2
     with pytest.raises(InvalidJobError, match="one request"):
@@ -127,20 +150,31 @@ def test_recorded_claims_read() -> None:
 
 
 def binder() -> Binder:
-    nodes = [Node(NodeName(f"n{i}"), 64000, 512 * 1024,
-                  gpus=tuple(Gpu(j, "A100", 81920, uuid=f"GPU-{i}{j}") for j in range(4)))
-             for i in range(2)]
-    return Binder(ClusterState(nodes), classes=[
-        ElasticGPUClass("cards", "physical", {"models": "A100"}), CLASSES[1], CLASSES[2]])
+    nodes = [
+        Node(
+            NodeName(f"n{i}"),
+            64000,
+            512 * 1024,
+            gpus=tuple(Gpu(j, "A100", 81920, uuid=f"GPU-{i}{j}") for j in range(4)),
+        )
+        for i in range(2)
+    ]
+    return Binder(
+        ClusterState(nodes),
+        classes=[ElasticGPUClass("cards", "physical", {"models": "A100"}), CLASSES[1], CLASSES[2]],
+    )
 
 
-@pytest.mark.parametrize("requests,cls", [
-    (ClaimRequests(cards=2), "cards"),
-    (ClaimRequests(cards=1, memory_mib=40000), "cards"),
-    (ClaimRequests(gpu_milli=250, memory_mib=8000), "slices"),
-    (ClaimRequests(tflops=100.0), "slices"),
-    (ClaimRequests(tflops=700.0), "cards"),
-])
+@pytest.mark.parametrize(
+    "requests,cls",
+    [
+        (ClaimRequests(cards=2), "cards"),
+        (ClaimRequests(cards=1, memory_mib=40000), "cards"),
+        (ClaimRequests(gpu_milli=250, memory_mib=8000), "slices"),
+        (ClaimRequests(tflops=100.0), "slices"),
+        (ClaimRequests(tflops=700.0), "cards"),
+    ],
+)
 def test_claim_both_ways(requests: ClaimRequests, cls: str) -> None:
     b = binder()
     c = b.submit(ElasticGPUClaim("c", requests, namespace="ns", class_name=cls))

@@ -31,16 +31,23 @@ pytestmark = pytest.mark.k8s
 
 NS = "egpu"
 API = "/apis/elasticgpu.io/v1alpha1"
-CRDS = [str(REPO / "deploy" / "crds" / f) for f in
-        ("elasticgpuclasses.yaml", "elasticgpuclaims.yaml", "elasticgpus.yaml")]
+CRDS = [
+    str(REPO / "deploy" / "crds" / f)
+    for f in ("elasticgpuclasses.yaml", "elasticgpuclaims.yaml", "elasticgpus.yaml")
+]
 
 
 def install_crds(cp: ControlPlane) -> None:
     for path in CRDS:
         cp.kubectl("apply", "-f", path)
-    cp.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-               "crd/elasticgpuclasses.elasticgpu.io", "crd/elasticgpuclaims.elasticgpu.io",
-               "crd/elasticgpus.elasticgpu.io")
+    cp.kubectl(
+        "wait",
+        "--for=condition=Established",
+        "--timeout=60s",
+        "crd/elasticgpuclasses.elasticgpu.io",
+        "crd/elasticgpuclaims.elasticgpu.io",
+        "crd/elasticgpus.elasticgpu.io",
+    )
 
 
 @contextlib.asynccontextmanager
@@ -50,11 +57,13 @@ async def elastic_running(kube: Kube) -> AsyncIterator[tuple[Controller, Elastic
     ctl.attach(elastic=el)
     tasks = [asyncio.create_task(ctl.run()), asyncio.create_task(el.run())]
     try:
+
         async def ready() -> bool:
             for t in tasks:
                 if t.done():
                     t.result()
             return ctl.sched is not None and el.binder is not None
+
         await wait_for(ready, 20, "controller sync")
         yield ctl, el
     finally:
@@ -69,14 +78,22 @@ async def gpu_node(kube: Kube, name: str, gpus: int = 2) -> None:
 
 
 def klass(name: str, provisioner: str, **extra: Any) -> dict[str, Any]:
-    return {"apiVersion": "elasticgpu.io/v1alpha1", "kind": "ElasticGPUClass",
-            "metadata": {"name": name}, "provisioner": provisioner, **extra}
+    return {
+        "apiVersion": "elasticgpu.io/v1alpha1",
+        "kind": "ElasticGPUClass",
+        "metadata": {"name": name},
+        "provisioner": provisioner,
+        **extra,
+    }
 
 
 def claim(name: str, requests: dict[str, Any], class_name: str = "") -> dict[str, Any]:
-    return {"apiVersion": "elasticgpu.io/v1alpha1", "kind": "ElasticGPUClaim",
-            "metadata": {"name": name, "namespace": NS},
-            "spec": {"requests": requests, **({"className": class_name} if class_name else {})}}
+    return {
+        "apiVersion": "elasticgpu.io/v1alpha1",
+        "kind": "ElasticGPUClaim",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {"requests": requests, **({"className": class_name} if class_name else {})},
+    }
 
 
 async def get_claim(kube: Kube, name: str) -> dict[str, Any]:
@@ -113,17 +130,28 @@ def test_claims_bound_recorded_restored_and_released(control_plane: ControlPlane
                 await kube.request("POST", f"{API}/elasticgpuclasses", klass("x", "nvidia"))
             assert bad.value.status == 422 and "provisioner" in bad.value.message
             await kube.request("POST", f"{API}/elasticgpuclasses", klass("cards", "physical"))
-            await kube.request("POST", f"{API}/elasticgpuclasses",
-                               klass("slices", "hami-core", reclaimPolicy="Retain"))
+            await kube.request(
+                "POST",
+                f"{API}/elasticgpuclasses",
+                klass("slices", "hami-core", reclaimPolicy="Retain"),
+            )
             async with elastic_running(kube) as (ctl, el):
-                await kube.request("POST", f"{API}/namespaces/{NS}/elasticgpuclaims",
-                                   claim("whole", {"cards": 1}, "cards"))
-                await kube.request("POST", f"{API}/namespaces/{NS}/elasticgpuclaims",
-                                   claim("part", {"gpuMilli": 300, "memoryMib": 10000},
-                                         "slices"))
+                await kube.request(
+                    "POST",
+                    f"{API}/namespaces/{NS}/elasticgpuclaims",
+                    claim("whole", {"cards": 1}, "cards"),
+                )
+                await kube.request(
+                    "POST",
+                    f"{API}/namespaces/{NS}/elasticgpuclaims",
+                    claim("part", {"gpuMilli": 300, "memoryMib": 10000}, "slices"),
+                )
                 # TFLOPS for a model without a published peak: Pending, rejected, nothing made
-                await kube.request("POST", f"{API}/namespaces/{NS}/elasticgpuclaims",
-                                   claim("unknown", {"tflops": 50, "models": ["MI300X"]}))
+                await kube.request(
+                    "POST",
+                    f"{API}/namespaces/{NS}/elasticgpuclaims",
+                    claim("unknown", {"tflops": 50, "models": ["MI300X"]}),
+                )
                 whole = await wait_for(lambda: bound_claim(kube, "whole"), 20, "whole bound")
                 part = await wait_for(lambda: bound_claim(kube, "part"), 20, "part bound")
                 assert whole["status"]["node"] == "gpu-1"
@@ -160,7 +188,9 @@ def test_claims_bound_recorded_restored_and_released(control_plane: ControlPlane
                     p = ctl.sched._state.placement(TaskId(f"elasticgpu/{name}"))
                     assert p is not None and p.node == "gpu-1" and p.shares[0].index == card
                 assert {c.key: c.phase.value for c in el.ready().claims()} == {
-                    f"{NS}/whole": "Bound", f"{NS}/part": "Bound"}
+                    f"{NS}/whole": "Bound",
+                    f"{NS}/part": "Bound",
+                }
                 await asyncio.sleep(1.0)
                 assert not (await get_pod(kube, NS, "needs-card"))["spec"].get("nodeName")
                 assert set(await egpus(kube)) == set(held)  # nothing bound again, nothing lost
@@ -195,8 +225,9 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def test_webhook_resolves_claims_and_refuses_bad_ones(control_plane: ControlPlane,
-                                                      tmp_path: Path) -> None:
+def test_webhook_resolves_claims_and_refuses_bad_ones(
+    control_plane: ControlPlane, tmp_path: Path
+) -> None:
     install_crds(control_plane)
     port = free_port()
     certs = make_certificates(["localhost"], ["127.0.0.1"])
@@ -206,46 +237,76 @@ def test_webhook_resolves_claims_and_refuses_bad_ones(control_plane: ControlPlan
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "MutatingWebhookConfiguration",
         "metadata": {"name": "gpupool-elastic-test"},
-        "webhooks": [{
-            "name": "elastic.gpupool.io", "admissionReviewVersions": ["v1"],
-            "sideEffects": "None", "failurePolicy": "Fail", "timeoutSeconds": 5,
-            "clientConfig": {"url": f"https://127.0.0.1:{port}/mutate",
-                             "caBundle": base64.b64encode(certs.ca_pem).decode()},
-            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
-                       "resources": ["pods"]},
-                      {"apiGroups": ["elasticgpu.io"], "apiVersions": ["v1alpha1"],
-                       "operations": ["CREATE"], "resources": ["elasticgpuclaims"]}],
-            "namespaceSelector": {"matchLabels": {"gpupool.io/webhook-test": "elastic"}},
-        }],
+        "webhooks": [
+            {
+                "name": "elastic.gpupool.io",
+                "admissionReviewVersions": ["v1"],
+                "sideEffects": "None",
+                "failurePolicy": "Fail",
+                "timeoutSeconds": 5,
+                "clientConfig": {
+                    "url": f"https://127.0.0.1:{port}/mutate",
+                    "caBundle": base64.b64encode(certs.ca_pem).decode(),
+                },
+                "rules": [
+                    {
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "operations": ["CREATE"],
+                        "resources": ["pods"],
+                    },
+                    {
+                        "apiGroups": ["elasticgpu.io"],
+                        "apiVersions": ["v1alpha1"],
+                        "operations": ["CREATE"],
+                        "resources": ["elasticgpuclaims"],
+                    },
+                ],
+                "namespaceSelector": {"matchLabels": {"gpupool.io/webhook-test": "elastic"}},
+            }
+        ],
     }
 
     async def body(kube: Kube) -> None:
         await clean_elastic(kube)
         with contextlib.suppress(KubeError):
             await kube.request("DELETE", f"{path}/gpupool-elastic-test")
-        await kube.request("PATCH", f"/api/v1/namespaces/{NS}",
-                           {"metadata": {"labels": {"gpupool.io/webhook-test": "elastic"}}},
-                           content_type="application/merge-patch+json")
+        await kube.request(
+            "PATCH",
+            f"/api/v1/namespaces/{NS}",
+            {"metadata": {"labels": {"gpupool.io/webhook-test": "elastic"}}},
+            content_type="application/merge-patch+json",
+        )
         await gpu_node(kube, "gpu-1", gpus=2)
         await gpu_node(kube, "gpu-2", gpus=2)
         await kube.request("POST", f"{API}/elasticgpuclasses", klass("slices", "hami-core"))
-        await kube.request("POST", f"{API}/elasticgpuclasses",
-                           klass("lazy", "physical", bindingMode="WaitForFirstConsumer"))
+        await kube.request(
+            "POST",
+            f"{API}/elasticgpuclasses",
+            klass("lazy", "physical", bindingMode="WaitForFirstConsumer"),
+        )
         async with elastic_running(kube) as (ctl, _el):
             server = await serve_http(ctl, port, host="127.0.0.1", tls_dir=str(tmp_path))
             await kube.request("POST", path, hook)
             try:
                 await asyncio.sleep(1.0)  # the API server picks the configuration up
-                await kube.request("POST", f"{API}/namespaces/{NS}/elasticgpuclaims",
-                                   claim("nb", {"gpuMilli": 250, "memoryMib": 8000},
-                                         "slices"))
+                await kube.request(
+                    "POST",
+                    f"{API}/namespaces/{NS}/elasticgpuclaims",
+                    claim("nb", {"gpuMilli": 250, "memoryMib": 8000}, "slices"),
+                )
                 nb = await wait_for(lambda: bound_claim(kube, "nb"), 20, "claim bound")
                 node = nb["status"]["node"]
                 (gpu_name,) = nb["status"]["elasticGPUs"]
                 gpu = (await egpus(kube))[gpu_name]
                 # a pod naming the claim gets its resources, its node, and is bound there
-                await make_pod(kube, "notebook", ns=NS, scheduler="default-scheduler",
-                               annotations={"elasticgpu.io/egpuc-main": "nb"})
+                await make_pod(
+                    kube,
+                    "notebook",
+                    ns=NS,
+                    scheduler="default-scheduler",
+                    annotations={"elasticgpu.io/egpuc-main": "nb"},
+                )
                 pod = await get_pod(kube, NS, "notebook")
                 limits = pod["spec"]["containers"][0]["resources"]["limits"]
                 assert limits["nvidia.com/gpu"] == "1"
@@ -261,29 +322,39 @@ def test_webhook_resolves_claims_and_refuses_bad_ones(control_plane: ControlPlan
                 pod = await wait_for(bound, 20, "claim pod bound")
                 assert pod["spec"]["nodeName"] == node
                 ann = pod["metadata"]["annotations"]
-                assert ann["hami.io/vgpu-devices-to-allocate"] == \
-                    f"{gpu['spec']['uuid']},NVIDIA,8000,25:;"
+                assert (
+                    ann["hami.io/vgpu-devices-to-allocate"]
+                    == f"{gpu['spec']['uuid']},NVIDIA,8000,25:;"
+                )
                 rec = json.loads(ann["gpupool.io/placement"])
                 assert rec["cards"] == []  # the ElasticGPU holds the card, not the pod
                 # a missing claim and an unbound one refuse the pod, with the reason
                 with pytest.raises(KubeError) as refused:
-                    await make_pod(kube, "ghost", ns=NS,
-                                   annotations={"elasticgpu.io/egpuc-main": "nope"})
+                    await make_pod(
+                        kube, "ghost", ns=NS, annotations={"elasticgpu.io/egpuc-main": "nope"}
+                    )
                 assert "does not exist" in refused.value.message
-                await kube.request("POST", f"{API}/namespaces/{NS}/elasticgpuclaims",
-                                   claim("later", {"cards": 1}, "lazy"))
+                await kube.request(
+                    "POST",
+                    f"{API}/namespaces/{NS}/elasticgpuclaims",
+                    claim("later", {"cards": 1}, "lazy"),
+                )
                 await wait_for(lambda: _has_status(kube, "later"), 20, "claim status")
                 with pytest.raises(KubeError) as refused:
-                    await make_pod(kube, "early", ns=NS,
-                                   annotations={"elasticgpu.io/egpuc-main": "later"})
+                    await make_pod(
+                        kube, "early", ns=NS, annotations={"elasticgpu.io/egpuc-main": "later"}
+                    )
                 assert "not Bound" in refused.value.message
                 # claims no class can serve are refused at creation; nothing is stored
-                for name, req in (("tflops-unknown", {"tflops": 10, "models": ["MI300X"]}),
-                                  ("too-many", {"cards": 3}),
-                                  ("no-class", {"cards": 1, "models": ["H100"]})):
+                for name, req in (
+                    ("tflops-unknown", {"tflops": 10, "models": ["MI300X"]}),
+                    ("too-many", {"cards": 3}),
+                    ("no-class", {"cards": 1, "models": ["H100"]}),
+                ):
                     with pytest.raises(KubeError) as refused:
-                        await kube.request("POST", f"{API}/namespaces/{NS}/elasticgpuclaims",
-                                           claim(name, req))
+                        await kube.request(
+                            "POST", f"{API}/namespaces/{NS}/elasticgpuclaims", claim(name, req)
+                        )
                     assert "gpupool" in refused.value.message, name
                     with pytest.raises(KubeError):
                         await get_claim(kube, name)

@@ -50,39 +50,86 @@ def live(cp: ControlPlane, body: Callable[[Kube], Awaitable[None]]) -> None:
     asyncio.run(main())
 
 
-async def hami_node(kube: Kube, name: str, cards: list[tuple[int, int]],
-                    annotations: dict[str, str] | None = None) -> None:
+async def hami_node(
+    kube: Kube, name: str, cards: list[tuple[int, int]], annotations: dict[str, str] | None = None
+) -> None:
     """A node as HAMi v2.10's device plugin registers it: ``cards`` = (devmem, count)."""
-    register = json.dumps([
-        {"id": f"GPU-{name}-{i}", **({"index": i} if i else {}), "count": count,
-         "devmem": mem, "devcore": 100, "type": "NVIDIA A100-SXM4-80GB", "mode": "hami-core",
-         "health": True} for i, (mem, count) in enumerate(cards)], separators=(",", ":"))
-    await kube.request("POST", "/api/v1/nodes", {
-        "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": name, "annotations": {"hami.io/node-nvidia-register": register,
-                                                   **(annotations or {})}}})
-    alloc = {"cpu": "64", "memory": "512Gi", "pods": "220",
-             "nvidia.com/gpu": str(sum(c for _, c in cards))}
-    await kube.request("PATCH", f"/api/v1/nodes/{name}/status", {"status": {
-        "capacity": alloc, "allocatable": alloc,
-        "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
-                        "message": "no kubelet: a test node"}]}}, content_type=MERGE_PATCH)
-    await kube.request("PATCH", f"/api/v1/nodes/{name}", {"spec": {"taints": None}},
-                       content_type=MERGE_PATCH)
+    register = json.dumps(
+        [
+            {
+                "id": f"GPU-{name}-{i}",
+                **({"index": i} if i else {}),
+                "count": count,
+                "devmem": mem,
+                "devcore": 100,
+                "type": "NVIDIA A100-SXM4-80GB",
+                "mode": "hami-core",
+                "health": True,
+            }
+            for i, (mem, count) in enumerate(cards)
+        ],
+        separators=(",", ":"),
+    )
+    await kube.request(
+        "POST",
+        "/api/v1/nodes",
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": name,
+                "annotations": {"hami.io/node-nvidia-register": register, **(annotations or {})},
+            },
+        },
+    )
+    alloc = {
+        "cpu": "64",
+        "memory": "512Gi",
+        "pods": "220",
+        "nvidia.com/gpu": str(sum(c for _, c in cards)),
+    }
+    await kube.request(
+        "PATCH",
+        f"/api/v1/nodes/{name}/status",
+        {
+            "status": {
+                "capacity": alloc,
+                "allocatable": alloc,
+                "conditions": [
+                    {
+                        "type": "Ready",
+                        "status": "True",
+                        "reason": "KubeletReady",
+                        "message": "no kubelet: a test node",
+                    }
+                ],
+            }
+        },
+        content_type=MERGE_PATCH,
+    )
+    await kube.request(
+        "PATCH", f"/api/v1/nodes/{name}", {"spec": {"taints": None}}, content_type=MERGE_PATCH
+    )
 
 
-async def make(kube: Kube, name: str, containers: list[dict[str, Any]],
-               init: list[dict[str, Any]] | None = None,
-               annotations: dict[str, str] | None = None) -> None:
+async def make(
+    kube: Kube,
+    name: str,
+    containers: list[dict[str, Any]],
+    init: list[dict[str, Any]] | None = None,
+    annotations: dict[str, str] | None = None,
+) -> None:
     body = pod_body(name, ns=NS, annotations=annotations)
     main = body["spec"]["containers"][0]
     body["spec"]["containers"] = [
         {**main, "name": f"c{i}", "resources": {**main["resources"], "limits": limits}}
-        for i, limits in enumerate(containers)]
+        for i, limits in enumerate(containers)
+    ]
     if init:
         body["spec"]["initContainers"] = [
             {"name": f"i{i}", "image": "example.invalid/x", "resources": {"limits": limits}}
-            for i, limits in enumerate(init)]
+            for i, limits in enumerate(init)
+        ]
     await kube.request("POST", f"/api/v1/namespaces/{NS}/pods", body)
 
 
@@ -123,25 +170,43 @@ def check_common(pod: dict[str, Any]) -> None:
 
 
 def test_bound_pods_carry_hamis_annotations_for_every_request_shape(
-        control_plane: ControlPlane) -> None:
+    control_plane: ControlPlane,
+) -> None:
     async def body(kube: Kube) -> None:
         await hami_node(kube, "h1", [(81920, 10)] * 4)
         async with running(kube, default_config()):
             # two containers with slices, one with a percentage; an init container with a
             # card; n cards with memory; UUID choice
-            await make(kube, "multi", [
-                {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 4000, "nvidia.com/gpucores": 20},
-                {},
-                {"nvidia.com/gpu": 1, "nvidia.com/gpumem-percentage": 25}])
-            await make(kube, "init", [{"nvidia.com/gpumem": 2000}],
-                       init=[{"nvidia.com/gpu": 1, "nvidia.com/gpumem": 5000,
-                              "nvidia.com/gpucores": 40}])
-            await make(kube, "pair", [{"nvidia.com/gpu": 2, "nvidia.com/gpumem": 8000,
-                                       "nvidia.com/gpucores": 10}])
-            await make(kube, "pinned", [{"nvidia.com/gpu": 1, "nvidia.com/gpumem": 1000}],
-                       annotations={"nvidia.com/use-gpuuuid": "GPU-h1-3"})
-            pods = {n: await wait_for(lambda n=n: bound(kube, n), what=f"{n} bound")
-                    for n in ("multi", "init", "pair", "pinned")}
+            await make(
+                kube,
+                "multi",
+                [
+                    {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 4000, "nvidia.com/gpucores": 20},
+                    {},
+                    {"nvidia.com/gpu": 1, "nvidia.com/gpumem-percentage": 25},
+                ],
+            )
+            await make(
+                kube,
+                "init",
+                [{"nvidia.com/gpumem": 2000}],
+                init=[{"nvidia.com/gpu": 1, "nvidia.com/gpumem": 5000, "nvidia.com/gpucores": 40}],
+            )
+            await make(
+                kube,
+                "pair",
+                [{"nvidia.com/gpu": 2, "nvidia.com/gpumem": 8000, "nvidia.com/gpucores": 10}],
+            )
+            await make(
+                kube,
+                "pinned",
+                [{"nvidia.com/gpu": 1, "nvidia.com/gpumem": 1000}],
+                annotations={"nvidia.com/use-gpuuuid": "GPU-h1-3"},
+            )
+            pods = {
+                n: await wait_for(lambda n=n: bound(kube, n), what=f"{n} bound")
+                for n in ("multi", "init", "pair", "pinned")
+            }
             for p in pods.values():
                 check_common(p)
             (a,), (), (b,) = decode(pods["multi"])
@@ -155,23 +220,31 @@ def test_bound_pods_carry_hamis_annotations_for_every_request_shape(
     live(control_plane, body)
 
 
-def test_split_count_and_device_cordon_hold_on_the_api_server(
-        control_plane: ControlPlane) -> None:
+def test_split_count_and_device_cordon_hold_on_the_api_server(control_plane: ControlPlane) -> None:
     async def body(kube: Kube) -> None:
-        await hami_node(kube, "h2", [(81920, 3), (81920, 3)],
-                        annotations={"hami.io/device-cordon": "GPU-h2-1"})
+        await hami_node(
+            kube, "h2", [(81920, 3), (81920, 3)], annotations={"hami.io/device-cordon": "GPU-h2-1"}
+        )
         async with running(kube, default_config()):
             for k in range(4):
-                await make(kube, f"s{k}", [{"nvidia.com/gpu": 1, "nvidia.com/gpumem": 1000,
-                                            "nvidia.com/gpucores": 5}])
-            placed = [await wait_for(lambda k=k: bound(kube, f"s{k}"), what=f"s{k} bound")
-                      for k in range(3)]
+                await make(
+                    kube,
+                    f"s{k}",
+                    [{"nvidia.com/gpu": 1, "nvidia.com/gpumem": 1000, "nvidia.com/gpucores": 5}],
+                )
+            placed = [
+                await wait_for(lambda k=k: bound(kube, f"s{k}"), what=f"s{k} bound")
+                for k in range(3)
+            ]
             cards = [decode(p)[0][0][0] for p in placed]
             assert cards == ["GPU-h2-0"] * 3  # the cordoned card took nothing
             await asyncio.sleep(1.0)
             assert await bound(kube, "s3") is None  # split count 3 reached
-            cond = next(c for c in (await get_pod(kube, NS, "s3"))["status"]["conditions"]
-                        if c["type"] == "PodScheduled")
+            cond = next(
+                c
+                for c in (await get_pod(kube, NS, "s3"))["status"]["conditions"]
+                if c["type"] == "PodScheduled"
+            )
             assert cond["status"] == "False"
 
     live(control_plane, body)

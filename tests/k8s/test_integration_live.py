@@ -48,20 +48,23 @@ def free_port() -> int:
 
 def test_extender_called_by_kube_scheduler(control_plane: ControlPlane) -> None:
     port = free_port()
-    control_plane.script("start-scheduler", extra={
-        "GPUPOOL_K8S_EXTENDER": f"http://127.0.0.1:{port}/extender"})
+    control_plane.script(
+        "start-scheduler", extra={"GPUPOOL_K8S_EXTENDER": f"http://127.0.0.1:{port}/extender"}
+    )
 
     async def body(kube: Kube) -> None:
         await make_node(kube, "gpu-1", gpus=2)
         await make_node(kube, "gpu-2", gpus=2)
-        async with running(kube, default_config(),
-                           foreign_schedulers=("default-scheduler",)) as ctl:
+        async with running(
+            kube, default_config(), foreign_schedulers=("default-scheduler",)
+        ) as ctl:
             server = await serve_http(ctl, port, host="127.0.0.1")
             try:
                 names = [f"k{i}" for i in range(5)]
                 for n in names:
-                    await make_pod(kube, n, ns=NS, scheduler="default-scheduler",
-                                   limits={"nvidia.com/gpu": 1})
+                    await make_pod(
+                        kube, n, ns=NS, scheduler="default-scheduler", limits={"nvidia.com/gpu": 1}
+                    )
 
                 async def four_bound() -> list[dict[str, Any]] | None:
                     pods = [p for p in await list_pods(kube, NS) if p["spec"].get("nodeName")]
@@ -80,8 +83,10 @@ def test_extender_called_by_kube_scheduler(control_plane: ControlPlane) -> None:
                     cards.add((rec["node"], rec["cards"][0][0]))
                 assert len(cards) == 4
                 assert len(ctl.allocations()) == 4
-                async with aiohttp.ClientSession() as http, \
-                        http.get(f"http://127.0.0.1:{port}/metrics") as resp:
+                async with (
+                    aiohttp.ClientSession() as http,
+                    http.get(f"http://127.0.0.1:{port}/metrics") as resp,
+                ):
                     text = await resp.text()
                 assert "gpupool_k8s_binds_total 4" in text
                 assert "gpupool_jobs_running 4" in text
@@ -103,24 +108,40 @@ def test_webhook_called_by_the_api_server(control_plane: ControlPlane, tmp_path:
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "MutatingWebhookConfiguration",
         "metadata": {"name": "gpupool-test"},
-        "webhooks": [{
-            "name": "pods.gpupool.io", "admissionReviewVersions": ["v1"],
-            "sideEffects": "None", "failurePolicy": "Fail", "timeoutSeconds": 5,
-            "clientConfig": {"url": f"https://127.0.0.1:{port}/mutate",
-                             "caBundle": base64.b64encode(certs.ca_pem).decode()},
-            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
-                       "resources": ["pods"]}],
-            "namespaceSelector": {"matchLabels": {"gpupool.io/webhook-test": "on"}},
-        }],
+        "webhooks": [
+            {
+                "name": "pods.gpupool.io",
+                "admissionReviewVersions": ["v1"],
+                "sideEffects": "None",
+                "failurePolicy": "Fail",
+                "timeoutSeconds": 5,
+                "clientConfig": {
+                    "url": f"https://127.0.0.1:{port}/mutate",
+                    "caBundle": base64.b64encode(certs.ca_pem).decode(),
+                },
+                "rules": [
+                    {
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "operations": ["CREATE"],
+                        "resources": ["pods"],
+                    }
+                ],
+                "namespaceSelector": {"matchLabels": {"gpupool.io/webhook-test": "on"}},
+            }
+        ],
     }
     path = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
 
     async def body(kube: Kube) -> None:
         with contextlib.suppress(KubeError):
             await kube.request("DELETE", f"{path}/gpupool-test")
-        await kube.request("PATCH", f"/api/v1/namespaces/{ns}",
-                           {"metadata": {"labels": {"gpupool.io/webhook-test": "on"}}},
-                           content_type="application/merge-patch+json")
+        await kube.request(
+            "PATCH",
+            f"/api/v1/namespaces/{ns}",
+            {"metadata": {"labels": {"gpupool.io/webhook-test": "on"}}},
+            content_type="application/merge-patch+json",
+        )
         await make_node(kube, "gpu-1", gpus=2)
         async with running(kube, default_config()) as ctl:
             server = await serve_http(ctl, port, host="127.0.0.1", tls_dir=str(tmp_path))
@@ -128,8 +149,13 @@ def test_webhook_called_by_the_api_server(control_plane: ControlPlane, tmp_path:
             try:
                 await asyncio.sleep(1.0)  # the API server picks the configuration up
                 # a GPU pod left to the default scheduler is routed to gpupool, and bound
-                await make_pod(kube, "routed", ns=ns, scheduler="default-scheduler",
-                               limits={"nvidia.com/gpu": 1})
+                await make_pod(
+                    kube,
+                    "routed",
+                    ns=ns,
+                    scheduler="default-scheduler",
+                    limits={"nvidia.com/gpu": 1},
+                )
                 pod = await get_pod(kube, ns, "routed")
                 assert pod["spec"]["schedulerName"] == "gpupool"
                 assert pod["metadata"]["labels"]["gpupool.io/queue"] == "default"
@@ -143,8 +169,13 @@ def test_webhook_called_by_the_api_server(control_plane: ControlPlane, tmp_path:
                     await make_pod(kube, "huge", ns=ns, limits={"nvidia.com/gpu": 9})
                 assert "gpupool" in refused.value.message
                 with pytest.raises(KubeError) as refused:
-                    await make_pod(kube, "lost", ns=ns, limits={"nvidia.com/gpu": 1},
-                                   labels={"gpupool.io/queue": "nowhere"})
+                    await make_pod(
+                        kube,
+                        "lost",
+                        ns=ns,
+                        limits={"nvidia.com/gpu": 1},
+                        labels={"gpupool.io/queue": "nowhere"},
+                    )
                 assert "does not exist" in refused.value.message
                 # a pod without GPUs passes untouched
                 await make_pod(kube, "cpu-only", ns=ns, scheduler="default-scheduler")
@@ -187,8 +218,7 @@ spec: {clusterQueue: research}
 
 
 def test_deploy_manifests_apply_and_crds_drive_queues(control_plane: ControlPlane) -> None:
-    applied = control_plane.kubectl("apply", "-k", str(REPO / "deploy"), check=False,
-                                    timeout=120)
+    applied = control_plane.kubectl("apply", "-k", str(REPO / "deploy"), check=False, timeout=120)
     try:
         assert applied.returncode == 0, applied.stderr
         sa = "system:serviceaccount:gpupool-system:gpupool"
@@ -210,9 +240,15 @@ def test_deploy_manifests_apply_and_crds_drive_queues(control_plane: ControlPlan
         assert not can("get", "secrets", "-n", NS)
         assert not can("update", "nodes")
         assert not can("create", "clusterqueues.gpupool.io")
-        control_plane.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                              "crd/clusterqueues.gpupool.io", "crd/localqueues.gpupool.io",
-                              "crd/resourceflavors.gpupool.io", "crd/cohorts.gpupool.io")
+        control_plane.kubectl(
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            "crd/clusterqueues.gpupool.io",
+            "crd/localqueues.gpupool.io",
+            "crd/resourceflavors.gpupool.io",
+            "crd/cohorts.gpupool.io",
+        )
         # nothing serves the webhook here: keep it from slowing other tests' pods down
         control_plane.kubectl("delete", "mutatingwebhookconfiguration", "gpupool")
         control_plane.kubectl("create", "namespace", NS, check=False)
@@ -225,38 +261,43 @@ def test_deploy_manifests_apply_and_crds_drive_queues(control_plane: ControlPlan
             await make_node(kube, "gpu-1", gpus=2, labels={"gpupool.io/flavor": "a100"})
             async with running(kube, config) as ctl:
                 for i in range(2):
-                    await make_pod(kube, f"r{i}", ns=NS, limits={"nvidia.com/gpu": 1},
-                                   labels={"gpupool.io/queue": "research"})
+                    await make_pod(
+                        kube,
+                        f"r{i}",
+                        ns=NS,
+                        limits={"nvidia.com/gpu": 1},
+                        labels={"gpupool.io/queue": "research"},
+                    )
                 status = CrdStatus(kube, ctl)
 
                 async def counted() -> dict[str, Any] | None:
                     await status.write()
                     cq = await kube.request(
-                        "GET", "/apis/gpupool.io/v1alpha1/clusterqueues/research")
+                        "GET", "/apis/gpupool.io/v1alpha1/clusterqueues/research"
+                    )
                     st = cq.get("status") or {}
                     ok = st.get("admittedWorkloads") == 1 and st.get("pendingWorkloads") == 1
                     return st if ok else None
 
                 st = await wait_for(counted, 20, "ClusterQueue status")
-                usage = {r["name"]: r["total"] for f in st["flavorsUsage"]
-                         for r in f["resources"]}
+                usage = {r["name"]: r["total"] for f in st["flavorsUsage"] for r in f["resources"]}
                 assert usage["gpu_milli"] == 1000
                 lq = await kube.request(
-                    "GET", f"/apis/gpupool.io/v1alpha1/namespaces/{NS}/localqueues/research")
+                    "GET", f"/apis/gpupool.io/v1alpha1/namespaces/{NS}/localqueues/research"
+                )
                 assert lq["status"] == {"pendingWorkloads": 1, "admittedWorkloads": 1}
                 cohort = await kube.request("GET", "/apis/gpupool.io/v1alpha1/cohorts/org")
                 assert cohort["status"]["admittedWorkloads"] == 1
                 assert cohort["status"]["pendingWorkloads"] == 1
-                flavor = await kube.request(
-                    "GET", "/apis/gpupool.io/v1alpha1/resourceflavors/a100")
+                flavor = await kube.request("GET", "/apis/gpupool.io/v1alpha1/resourceflavors/a100")
                 assert flavor["status"] == {"nodes": 1, "gpus": 2}
 
         live(control_plane, body)
     finally:
         control_plane.kubectl("delete", "-f", "-", stdin=QUEUE_OBJECTS, check=False)
-        control_plane.kubectl("delete", "-k", str(REPO / "deploy"), "--wait=false",
-                              check=False, timeout=120)
-
+        control_plane.kubectl(
+            "delete", "-k", str(REPO / "deploy"), "--wait=false", check=False, timeout=120
+        )
 
 
 CRD_QUEUES = """
@@ -288,9 +329,19 @@ def test_gpupool_run_follows_crd_changes(control_plane: ControlPlane, tmp_path: 
     control_plane.kubectl("apply", "-f", "-", stdin=CRD_QUEUES.replace("QUOTA", "1"))
     log = (tmp_path / "run.log").open("wb")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "gpupool.k8s", "run", "--kubeconfig", control_plane.kubeconfig,
-         "--no-leader-elect"], stdout=log, stderr=subprocess.STDOUT,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        [
+            sys.executable,
+            "-m",
+            "gpupool.k8s",
+            "run",
+            "--kubeconfig",
+            control_plane.kubeconfig,
+            "--no-leader-elect",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
 
     async def status(kube: Kube) -> dict[str, Any]:
         cq = await kube.request("GET", "/apis/gpupool.io/v1alpha1/clusterqueues/lab")
@@ -299,15 +350,23 @@ def test_gpupool_run_follows_crd_changes(control_plane: ControlPlane, tmp_path: 
     async def body(kube: Kube) -> None:
         await make_node(kube, "gpu-1", gpus=4)
         for i in range(2):
-            await make_pod(kube, f"l{i}", ns=NS, limits={"nvidia.com/gpu": 1},
-                           labels={"gpupool.io/queue": "lab"})
+            await make_pod(
+                kube,
+                f"l{i}",
+                ns=NS,
+                limits={"nvidia.com/gpu": 1},
+                labels={"gpupool.io/queue": "lab"},
+            )
 
         async def n_bound() -> int:
             return sum(1 for p in await list_pods(kube, NS) if p["spec"].get("nodeName"))
 
         await wait_for(n_bound, 30, "one pod bound")
-        await wait_for(lambda: _has(status(kube), admittedWorkloads=1, pendingWorkloads=1),
-                       20, "status 1 admitted, 1 pending")
+        await wait_for(
+            lambda: _has(status(kube), admittedWorkloads=1, pendingWorkloads=1),
+            20,
+            "status 1 admitted, 1 pending",
+        )
         assert await n_bound() == 1
         control_plane.kubectl("apply", "-f", "-", stdin=CRD_QUEUES.replace("QUOTA", "2"))
 
@@ -315,8 +374,11 @@ def test_gpupool_run_follows_crd_changes(control_plane: ControlPlane, tmp_path: 
             return await n_bound() == 2
 
         await wait_for(both, 30, "the second pod bound after the quota was raised")
-        await wait_for(lambda: _has(status(kube), admittedWorkloads=2, pendingWorkloads=0),
-                       20, "status 2 admitted")
+        await wait_for(
+            lambda: _has(status(kube), admittedWorkloads=2, pendingWorkloads=0),
+            20,
+            "status 2 admitted",
+        )
         # a bad edit (a flavor no ResourceFlavor names): the object is marked, the last
         # configuration stays in use, scheduling goes on, nothing restarts
         bad = CRD_QUEUES.replace("QUOTA", "3").replace("- name: any", "- name: missing")
@@ -324,14 +386,20 @@ def test_gpupool_run_follows_crd_changes(control_plane: ControlPlane, tmp_path: 
 
         async def marked() -> list[str]:
             evs = (await kube.request("GET", "/api/v1/namespaces/default/events")).get(
-                "items") or []
-            return [e["message"] for e in evs if e.get("reason") == "InvalidConfiguration"
-                    and e["involvedObject"].get("name") == "lab"]
+                "items"
+            ) or []
+            return [
+                e["message"]
+                for e in evs
+                if e.get("reason") == "InvalidConfiguration"
+                and e["involvedObject"].get("name") == "lab"
+            ]
 
         msgs = await wait_for(marked, 30, "the bad ClusterQueue marked with an Event")
         assert any("missing" in m and "flavors[0].name" in m for m in msgs), msgs
-        await make_pod(kube, "l2", ns=NS, limits={"nvidia.com/gpu": 1},
-                       labels={"gpupool.io/queue": "lab"})
+        await make_pod(
+            kube, "l2", ns=NS, limits={"nvidia.com/gpu": 1}, labels={"gpupool.io/queue": "lab"}
+        )
         await wait_for(lambda: _has(status(kube), pendingWorkloads=1), 20, "l2 pending")
         assert await n_bound() == 2  # the last good quota (2) holds
         control_plane.kubectl("apply", "-f", "-", stdin=CRD_QUEUES.replace("QUOTA", "3"))
@@ -346,7 +414,8 @@ def test_gpupool_run_follows_crd_changes(control_plane: ControlPlane, tmp_path: 
 
 
 def test_gpupool_run_starts_on_bad_queue_objects_and_waits_for_a_fix(
-        control_plane: ControlPlane, tmp_path: Path) -> None:
+    control_plane: ControlPlane, tmp_path: Path
+) -> None:
     """Queue objects that do not load at start-up: the scheduler runs (no crash loop), admits
     nothing, and schedules once they are fixed."""
     _queue_crds(control_plane)
@@ -356,14 +425,25 @@ def test_gpupool_run_starts_on_bad_queue_objects_and_waits_for_a_fix(
     control_plane.kubectl("delete", "events", "--all", "-n", "default", check=False)
     log_path = tmp_path / "run.log"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "gpupool.k8s", "run", "--kubeconfig", control_plane.kubeconfig,
-         "--no-leader-elect"], stdout=log_path.open("wb"), stderr=subprocess.STDOUT,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        [
+            sys.executable,
+            "-m",
+            "gpupool.k8s",
+            "run",
+            "--kubeconfig",
+            control_plane.kubeconfig,
+            "--no-leader-elect",
+        ],
+        stdout=log_path.open("wb"),
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
 
     async def body(kube: Kube) -> None:
         await make_node(kube, "gpu-1", gpus=4)
-        await make_pod(kube, "s0", ns=NS, limits={"nvidia.com/gpu": 1},
-                       labels={"gpupool.io/queue": "lab"})
+        await make_pod(
+            kube, "s0", ns=NS, limits={"nvidia.com/gpu": 1}, labels={"gpupool.io/queue": "lab"}
+        )
 
         async def said() -> bool:
             return "no queue admits anything until they load" in log_path.read_text()
@@ -372,9 +452,13 @@ def test_gpupool_run_starts_on_bad_queue_objects_and_waits_for_a_fix(
 
         async def marked() -> bool:
             evs = (await kube.request("GET", "/api/v1/namespaces/default/events")).get(
-                "items") or []
-            return any(e.get("reason") == "InvalidConfiguration"
-                       and e["involvedObject"].get("name") == "lab" for e in evs)
+                "items"
+            ) or []
+            return any(
+                e.get("reason") == "InvalidConfiguration"
+                and e["involvedObject"].get("name") == "lab"
+                for e in evs
+            )
 
         await wait_for(marked, 30, "the bad ClusterQueue marked with an Event")
         await asyncio.sleep(2.0)
@@ -389,9 +473,15 @@ def test_gpupool_run_starts_on_bad_queue_objects_and_waits_for_a_fix(
 def _queue_crds(control_plane: ControlPlane) -> None:
     """gpupool's queue CRDs installed and established, and the test namespace made."""
     control_plane.kubectl("apply", "-f", str(REPO / "deploy" / "crds"))
-    control_plane.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                          "crd/clusterqueues.gpupool.io", "crd/localqueues.gpupool.io",
-                          "crd/resourceflavors.gpupool.io", "crd/cohorts.gpupool.io")
+    control_plane.kubectl(
+        "wait",
+        "--for=condition=Established",
+        "--timeout=60s",
+        "crd/clusterqueues.gpupool.io",
+        "crd/localqueues.gpupool.io",
+        "crd/resourceflavors.gpupool.io",
+        "crd/cohorts.gpupool.io",
+    )
     control_plane.kubectl("create", "namespace", NS, check=False)
 
 
@@ -406,8 +496,9 @@ def _live_with(control_plane: ControlPlane, body: Any, proc: subprocess.Popen[by
             proc.wait(10)
         except subprocess.TimeoutExpired:
             proc.kill()
-        control_plane.kubectl("delete", "-f", "-", stdin=CRD_QUEUES.replace("QUOTA", "1"),
-                              check=False)
+        control_plane.kubectl(
+            "delete", "-f", "-", stdin=CRD_QUEUES.replace("QUOTA", "1"), check=False
+        )
 
 
 async def _has(status: Any, **want: int) -> bool:
@@ -417,12 +508,14 @@ async def _has(status: Any, **want: int) -> bool:
 
 def test_bench_small(control_plane: ControlPlane) -> None:
     """``gpupool k8s bench`` end to end, small: every pod bound, figures present."""
+
     async def bench() -> dict[str, Any]:
         kube = await Kube.connect(control_plane.kubeconfig)
         try:
             async with device_plugins(kube):  # the bench's nodes release no node locks
-                return await run_bench(control_plane.kubeconfig, nodes=3, gpus=2, pods=10,
-                                       ns="gpupool-bench-test")
+                return await run_bench(
+                    control_plane.kubeconfig, nodes=3, gpus=2, pods=10, ns="gpupool-bench-test"
+                )
         finally:
             await kube.close()
 

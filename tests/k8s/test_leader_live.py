@@ -46,11 +46,28 @@ LEASE = f"/apis/coordination.k8s.io/v1/namespaces/{LEASE_NS}/leases/gpupool-sche
 
 def replica(cp: ControlPlane, identity: str, queues: Path, log: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "gpupool.k8s", "run", "--kubeconfig", cp.kubeconfig,
-         "--identity", identity, "--queues", str(queues), "--lease-duration", "4",
-         "--renew-interval", "0.5", "--lease-namespace", LEASE_NS],
-        stdout=log.open("wb"), stderr=subprocess.STDOUT,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        [
+            sys.executable,
+            "-m",
+            "gpupool.k8s",
+            "run",
+            "--kubeconfig",
+            cp.kubeconfig,
+            "--identity",
+            identity,
+            "--queues",
+            str(queues),
+            "--lease-duration",
+            "4",
+            "--renew-interval",
+            "0.5",
+            "--lease-namespace",
+            LEASE_NS,
+        ],
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
 
 
 async def holder(kube: Kube) -> str | None:
@@ -105,24 +122,38 @@ def test_two_replicas_one_killed(control_plane: ControlPlane, tmp_path: Path) ->
             await wait_for(lambda: _count(kube, 8), 45, "second pods bound")
         except AssertionError:
             nodes = (await kube.request("GET", "/api/v1/nodes")).get("items") or []
-            locks = {n["metadata"]["name"]: (n["metadata"].get("annotations") or {}).get(
-                "hami.io/mutex.lock") for n in nodes}
-            pods = {p["metadata"]["name"]: (p["spec"].get("nodeName"), (p["metadata"].get(
-                "annotations") or {}).get("hami.io/bind-phase"), [
-                c.get("message") for c in (p.get("status") or {}).get("conditions") or []])
-                for p in await list_pods(kube, NS)}
-            elsewhere = [(p["metadata"]["namespace"], p["metadata"]["name"],
-                          p["spec"].get("nodeName")) for p in (await kube.request(
-                              "GET", "/api/v1/pods")).get("items") or []
-                         if p["metadata"]["namespace"] != NS]
+            locks = {
+                n["metadata"]["name"]: (n["metadata"].get("annotations") or {}).get(
+                    "hami.io/mutex.lock"
+                )
+                for n in nodes
+            }
+            pods = {
+                p["metadata"]["name"]: (
+                    p["spec"].get("nodeName"),
+                    (p["metadata"].get("annotations") or {}).get("hami.io/bind-phase"),
+                    [c.get("message") for c in (p.get("status") or {}).get("conditions") or []],
+                )
+                for p in await list_pods(kube, NS)
+            }
+            elsewhere = [
+                (p["metadata"]["namespace"], p["metadata"]["name"], p["spec"].get("nodeName"))
+                for p in (await kube.request("GET", "/api/v1/pods")).get("items") or []
+                if p["metadata"]["namespace"] != NS
+            ]
             try:
-                egpus = [(g["metadata"]["name"], g.get("spec"), g.get("status")) for g in (
-                    await kube.request("GET", "/apis/elasticgpu.io/v1alpha1/elasticgpus")
-                ).get("items") or []]
+                egpus = [
+                    (g["metadata"]["name"], g.get("spec"), g.get("status"))
+                    for g in (
+                        await kube.request("GET", "/apis/elasticgpu.io/v1alpha1/elasticgpus")
+                    ).get("items")
+                    or []
+                ]
             except KubeError as exc:
                 egpus = [str(exc)]
-            raise AssertionError(f"locks {locks}; pods {pods}; other pods {elsewhere}; "
-                                 f"elastic GPUs {egpus}") from None
+            raise AssertionError(
+                f"locks {locks}; pods {pods}; other pods {elsewhere}; elastic GPUs {egpus}"
+            ) from None
         by = await bound_by(kube)
         assert {by[n] for n in first} == {leader}
         assert {by[n] for n in second} == {other}
@@ -148,4 +179,3 @@ def test_two_replicas_one_killed(control_plane: ControlPlane, tmp_path: Path) ->
 
 async def _count(kube: Kube, n: int) -> bool:
     return len(await bound_by(kube)) >= n
-

@@ -21,8 +21,11 @@ from tests.k8s.test_controller_fake import FakeKube, node_obj
 
 
 def controller(url: str = "http://127.0.0.1:9") -> Controller:
-    opt = Options(leader_elect=False, prometheus=PrometheusSettings(url=url, timeout_s=0.5),
-                  measured_interval_s=0.05)
+    opt = Options(
+        leader_elect=False,
+        prometheus=PrometheusSettings(url=url, timeout_s=0.5),
+        measured_interval_s=0.05,
+    )
     ctl = Controller(FakeKube(), default_config(), opt)  # type: ignore[arg-type]
     ctl.node_informer.cache["n1"] = node_obj("n1", 2)
     ctl.rebuild()
@@ -45,11 +48,20 @@ def test_a_slice_pod_goes_to_the_cool_card() -> None:
     ctl = controller()
     assert ctl.measured is not None
     now = ctl.clock()
-    ctl.measured.take([CardSample(NodeName("n1"), 0, now - 1, 97.0, 20000, 20960),
-                       CardSample(NodeName("n1"), 1, now - 1, 5.0, 30000, 10960)], now)
+    ctl.measured.take(
+        [
+            CardSample(NodeName("n1"), 0, now - 1, 97.0, 20000, 20960),
+            CardSample(NodeName("n1"), 1, now - 1, 5.0, 30000, 10960),
+        ],
+        now,
+    )
+
     async def body() -> None:
-        pod = pod_body("nb", ns="team-a", limits={"nvidia.com/gpu": 1, "nvidia.com/gpumem": 8000,
-                                                  "nvidia.com/gpucores": 30})
+        pod = pod_body(
+            "nb",
+            ns="team-a",
+            limits={"nvidia.com/gpu": 1, "nvidia.com/gpumem": 8000, "nvidia.com/gpucores": 30},
+        )
         pod["metadata"]["resourceVersion"] = "1"
         ctl.pod_informer.cache["team-a/nb"] = pod
         ctl._on_pod("ADDED", pod, None)
@@ -93,19 +105,30 @@ def args(*argv: str) -> argparse.Namespace:
     return p.parse_args(list(argv))
 
 
-@pytest.mark.parametrize("argv,message", [
-    (["--prometheus", "prom:9090"], "url='prom:9090' must be an http"),
-    (["--prometheus", "http://p:9090", "--measured-interval", "0"], "--measured-interval 0"),
-    (["--prometheus", "http://p:9090", "--measured-hot-pct", "150"], "--measured-hot-pct 150"),
-    (["--prometheus", "http://p:9090", "--measured-stale-after", "-1"], "stale_after_s=-1"),
-])
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["--prometheus", "prom:9090"], "url='prom:9090' must be an http"),
+        (["--prometheus", "http://p:9090", "--measured-interval", "0"], "--measured-interval 0"),
+        (["--prometheus", "http://p:9090", "--measured-hot-pct", "150"], "--measured-hot-pct 150"),
+        (["--prometheus", "http://p:9090", "--measured-stale-after", "-1"], "stale_after_s=-1"),
+    ],
+)
 def test_bad_measured_flags_name_the_flag(argv: list[str], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         measured_options(args(*argv))
 
 
 def test_measured_flags_become_options() -> None:
-    got = measured_options(args("--prometheus", "http://p:9090", "--measured-interval", "10",
-                                "--prometheus-hostname-label", "node"))
+    got = measured_options(
+        args(
+            "--prometheus",
+            "http://p:9090",
+            "--measured-interval",
+            "10",
+            "--prometheus-hostname-label",
+            "node",
+        )
+    )
     assert got["prometheus"].lookback_s == 40 and got["prometheus"].hostname_labels == ("node",)
     assert got["measured_interval_s"] == 10

@@ -28,21 +28,30 @@ NODE = "gpu-measured"
 
 def cards() -> dict[str, list[CardMetrics]]:
     # card 0 kept 97 % busy by work the requests do not show; card 1 nearly idle
-    return {NODE: [CardMetrics(0, f"GPU-{NODE}-0", "NVIDIA", 97.0, 12000, 28960),
-                   CardMetrics(1, f"GPU-{NODE}-1", "NVIDIA", 3.0, 300, 40660)]}
+    return {
+        NODE: [
+            CardMetrics(0, f"GPU-{NODE}-0", "NVIDIA", 97.0, 12000, 28960),
+            CardMetrics(1, f"GPU-{NODE}-1", "NVIDIA", 3.0, 300, 40660),
+        ]
+    }
 
 
-def test_a_slice_goes_to_the_card_prometheus_shows_cool(control_plane: ControlPlane,
-                                                        tmp_path: Path) -> None:
+def test_a_slice_goes_to_the_card_prometheus_shows_cool(
+    control_plane: ControlPlane, tmp_path: Path
+) -> None:
     server = ExporterServer(cards, port=free_port()).start()
     proc, url = start_prometheus(tmp_path, server, [NODE])
 
     async def body(kube: Kube) -> None:
         await make_node(kube, NODE, gpus=2, memory_mib=40960)
         settings = PrometheusSettings(url=url, lookback_s=30, timeout_s=2)
-        async with running(kube, default_config(), prometheus=settings,
-                           measured=LoadSettings(stale_after_s=30, settle_s=2),
-                           measured_interval_s=0.5) as ctl:
+        async with running(
+            kube,
+            default_config(),
+            prometheus=settings,
+            measured=LoadSettings(stale_after_s=30, settle_s=2),
+            measured_interval_s=0.5,
+        ) as ctl:
             assert ctl.measured is not None
 
             async def both_cards_measured() -> bool:
@@ -51,9 +60,12 @@ def test_a_slice_goes_to_the_card_prometheus_shows_cool(control_plane: ControlPl
                 return view.measured_cards == 2
 
             await wait_for(both_cards_measured, 60, "samples of both cards read back")
-            await make_pod(kube, "nb", ns=NS, limits={"nvidia.com/gpu": 1,
-                                                      "nvidia.com/gpumem": 8000,
-                                                      "nvidia.com/gpucores": 30})
+            await make_pod(
+                kube,
+                "nb",
+                ns=NS,
+                limits={"nvidia.com/gpu": 1, "nvidia.com/gpumem": 8000, "nvidia.com/gpucores": 30},
+            )
             pod = await wait_for(lambda: bound(kube, NS, "nb"), what="nb bound")
             ann = pod["metadata"]["annotations"]
             assert json.loads(ann["gpupool.io/placement"])["cards"][0][0] == 1
@@ -68,9 +80,12 @@ def test_a_slice_goes_to_the_card_prometheus_shows_cool(control_plane: ControlPl
                 return ctl.measured is not None and ctl.measured.reads_failed > 0
 
             await wait_for(degraded, 30, "a failed read")
-            await make_pod(kube, "nb2", ns=NS, limits={"nvidia.com/gpu": 1,
-                                                       "nvidia.com/gpumem": 8000,
-                                                       "nvidia.com/gpucores": 30})
+            await make_pod(
+                kube,
+                "nb2",
+                ns=NS,
+                limits={"nvidia.com/gpu": 1, "nvidia.com/gpumem": 8000, "nvidia.com/gpucores": 30},
+            )
             await wait_for(lambda: bound(kube, NS, "nb2"), what="nb2 bound")
             assert ctl.sched is not None
             view = ctl.measured.model.view(ctl.sched.node_table(), ctl.clock())

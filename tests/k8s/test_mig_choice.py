@@ -19,44 +19,62 @@ A40 = "NVIDIA A100-SXM4-40GB"
 A80 = "NVIDIA A100-SXM4-80GB"
 
 
-def prof(name: str, mib: int, core: int, slices: int,
-         spans: list[tuple[int, int]]) -> HamiMigProfile:
+def prof(
+    name: str, mib: int, core: int, slices: int, spans: list[tuple[int, int]]
+) -> HamiMigProfile:
     return HamiMigProfile(name, mib, core, slices, tuple(spans))
 
 
 # A100-40GB and A100-80GB in MIG mode, with NVML's placements (8 memory slices).
-P40 = (prof("1g.5gb", 4864, 14, 1, [(i, 1) for i in range(7)]),
-       prof("2g.10gb", 9856, 28, 2, [(0, 2), (2, 2), (4, 2)]),
-       prof("3g.20gb", 19968, 42, 3, [(0, 4), (4, 4)]))
-P80 = (prof("1g.10gb", 9856, 14, 1, [(i, 1) for i in range(7)]),
-       prof("2g.20gb", 19968, 28, 2, [(0, 2), (2, 2), (4, 2)]),
-       prof("3g.40gb", 40192, 42, 3, [(0, 4), (4, 4)]))
+P40 = (
+    prof("1g.5gb", 4864, 14, 1, [(i, 1) for i in range(7)]),
+    prof("2g.10gb", 9856, 28, 2, [(0, 2), (2, 2), (4, 2)]),
+    prof("3g.20gb", 19968, 42, 3, [(0, 4), (4, 4)]),
+)
+P80 = (
+    prof("1g.10gb", 9856, 14, 1, [(i, 1) for i in range(7)]),
+    prof("2g.20gb", 19968, 28, 2, [(0, 2), (2, 2), (4, 2)]),
+    prof("3g.40gb", 40192, 42, 3, [(0, 4), (4, 4)]),
+)
 FULL_1G = tuple((i, 1) for i in range(7))  # seven 1g instances: only slice 7 is free
 
 
-def card(uuid: str, model: str, mib: int, profiles: tuple[HamiMigProfile, ...],
-         occupied: tuple[tuple[int, int], ...] = ()) -> MigCard:
+def card(
+    uuid: str,
+    model: str,
+    mib: int,
+    profiles: tuple[HamiMigProfile, ...],
+    occupied: tuple[tuple[int, int], ...] = (),
+) -> MigCard:
     return MigCard(Gpu(index=0, model=model, memory_mib=mib, uuid=uuid), profiles, occupied)
 
 
 def pod(limits: dict[str, Any], mode: str | None = None) -> dict[str, Any]:
     ann = {} if mode is None else {"nvidia.com/vgpu-mode": mode}
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": "p", "namespace": "t", "annotations": ann},
-            "spec": {"schedulerName": "gpupool", "containers": [
-                {"name": "c", "image": "x", "resources": {"limits": limits}}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "t", "annotations": ann},
+        "spec": {
+            "schedulerName": "gpupool",
+            "containers": [{"name": "c", "image": "x", "resources": {"limits": limits}}],
+        },
+    }
 
 
-def chosen(p: dict[str, Any], cards: list[MigCard],
-           core_models: frozenset[str] = frozenset()) -> tuple[str | None, frozenset[str]]:
+def chosen(
+    p: dict[str, Any], cards: list[MigCard], core_models: frozenset[str] = frozenset()
+) -> tuple[str | None, frozenset[str]]:
     req = mig_request(pod_request(p), p["metadata"]["annotations"], cards, core_models)
     return req.gpu.mig_profile, req.gpu.models
 
 
 def test_a_card_falls_back_to_a_larger_profile_when_the_smallest_has_no_placement() -> None:
     """HAMi's ``selectMigCandidate``: a profile is taken only with a free placement."""
-    odd = (prof("1g.5gb", 4864, 14, 1, [(0, 1), (1, 1)]),
-           prof("2g.10gb", 9856, 28, 2, [(2, 2), (4, 2)]))
+    odd = (
+        prof("1g.5gb", 4864, 14, 1, [(0, 1), (1, 1)]),
+        prof("2g.10gb", 9856, 28, 2, [(2, 2), (4, 2)]),
+    )
     assert select_profile(odd, [], 4000) is odd[0]
     assert select_profile(odd, [(0, 1), (1, 1)], 4000) is odd[1]  # 1g full: 2g
     assert select_profile(odd, [(0, 1), (1, 1), (2, 2), (4, 2)], 4000) is None
@@ -93,11 +111,19 @@ def test_a_memory_percentage_is_taken_of_each_card() -> None:
         chosen(big, cards)
 
 
-@pytest.mark.parametrize(("mode", "mig", "core"), [
-    (None, True, True), ("mig", True, False), ("hami-core", False, True),
-    ("mps", False, False), ("hami-core,mig", True, True)])
+@pytest.mark.parametrize(
+    ("mode", "mig", "core"),
+    [
+        (None, True, True),
+        ("mig", True, False),
+        ("hami-core", False, True),
+        ("mps", False, False),
+        ("hami-core,mig", True, True),
+    ],
+)
 def test_vgpu_mode_selects_card_modes_as_hamis_check_type(
-        mode: str | None, mig: bool, core: bool) -> None:
+    mode: str | None, mig: bool, core: bool
+) -> None:
     assert (allows(mode, "mig"), allows(mode, "hami-core")) == (mig, core)
 
 

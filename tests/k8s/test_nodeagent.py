@@ -22,13 +22,30 @@ from gpupool.k8s.nodeagent.plugin import AllocateError, HamiDevicePlugin, cards_
 NODE = "gpu-1"
 
 
-def bound_pod(name: str, devices: str, *, phase: str = "Pending", bind_phase: str =
-              "allocating", node: str = NODE, ns: str = "team-a") -> dict[str, Any]:
-    return {"metadata": {"name": name, "namespace": ns, "uid": f"uid-{name}",
-                         "annotations": {hami.ASSIGNED_NODE: node, hami.BIND_TIME: "1700000000",
-                                         hami.BIND_PHASE: bind_phase,
-                                         hami.DEVICES_TO_ALLOCATE: devices}},
-            "spec": {"nodeName": node}, "status": {"phase": phase}}
+def bound_pod(
+    name: str,
+    devices: str,
+    *,
+    phase: str = "Pending",
+    bind_phase: str = "allocating",
+    node: str = NODE,
+    ns: str = "team-a",
+) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": ns,
+            "uid": f"uid-{name}",
+            "annotations": {
+                hami.ASSIGNED_NODE: node,
+                hami.BIND_TIME: "1700000000",
+                hami.BIND_PHASE: bind_phase,
+                hami.DEVICES_TO_ALLOCATE: devices,
+            },
+        },
+        "spec": {"nodeName": node},
+        "status": {"phase": phase},
+    }
 
 
 # -- the node lock -------------------------------------------------------------------------
@@ -60,9 +77,13 @@ def test_scan_takes_the_first_listed_allocating_or_success_pending_pod() -> None
         bound_pod("a-running", "x", phase="Running"),
         bound_pod("b-failed", "x", bind_phase="failed"),
         bound_pod("c-elsewhere", "x", node="gpu-2"),
-        {**bound_pod("d-no-time", "x"), "metadata": {
-            "name": "d", "annotations": {hami.ASSIGNED_NODE: NODE,
-                                         hami.BIND_PHASE: "allocating"}}},
+        {
+            **bound_pod("d-no-time", "x"),
+            "metadata": {
+                "name": "d",
+                "annotations": {hami.ASSIGNED_NODE: NODE, hami.BIND_PHASE: "allocating"},
+            },
+        },
         bound_pod("e-success", "x", bind_phase="success"),
         bound_pod("f-allocating", "x"),
     ]
@@ -104,16 +125,25 @@ class FakeApi:
         self.pods = {p["metadata"]["name"]: p for p in pods}  # kept in name order on list
         self.calls: list[str] = []
 
-    async def request(self, method: str, path: str, body: Any = None, *,
-                      params: dict[str, str] | None = None, content_type: str = "") -> Any:
+    async def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        params: dict[str, str] | None = None,
+        content_type: str = "",
+    ) -> Any:
         self.calls.append(f"{method} {path}")
         await asyncio.sleep(0)
         if path == f"/api/v1/nodes/{NODE}":
             if method == "GET":
                 return copy.deepcopy(self.node)
             meta = body["metadata"]
-            if meta.get("resourceVersion", self.node["metadata"]["resourceVersion"]) != \
-                    self.node["metadata"]["resourceVersion"]:
+            if (
+                meta.get("resourceVersion", self.node["metadata"]["resourceVersion"])
+                != self.node["metadata"]["resourceVersion"]
+            ):
                 raise KubeError(409, "Conflict", "stale", path)
             for k, v in meta["annotations"].items():
                 if v is None:
@@ -121,7 +151,8 @@ class FakeApi:
                 else:
                     self.node["metadata"]["annotations"][k] = v
             self.node["metadata"]["resourceVersion"] = str(
-                int(self.node["metadata"]["resourceVersion"]) + 1)
+                int(self.node["metadata"]["resourceVersion"]) + 1
+            )
             return self.node
         if path == "/api/v1/pods":
             return {"items": [copy.deepcopy(self.pods[n]) for n in sorted(self.pods)]}
@@ -139,9 +170,10 @@ def allocate(api: FakeApi, n: int = 1) -> tuple[dict[str, Any], list[Device]]:
 
 
 def test_allocate_serves_the_lock_holder_and_releases_the_lock() -> None:
-    api = FakeApi([bound_pod("a", "GPU-0,NVIDIA,40960,100:;"),
-                   bound_pod("b", "GPU-1,NVIDIA,40960,100:;")],
-                  lock="2026-01-02T03:04:05Z,team-a,b")
+    api = FakeApi(
+        [bound_pod("a", "GPU-0,NVIDIA,40960,100:;"), bound_pod("b", "GPU-1,NVIDIA,40960,100:;")],
+        lock="2026-01-02T03:04:05Z,team-a,b",
+    )
     served, devices = allocate(api)
     assert served["metadata"]["name"] == "b" and [d.uuid for d in devices] == ["GPU-1"]
     assert api.pods["b"]["metadata"]["annotations"][hami.BIND_PHASE] == "success"
@@ -152,8 +184,9 @@ def test_allocate_serves_the_lock_holder_and_releases_the_lock() -> None:
 
 def test_without_a_lock_allocate_serves_the_first_listed_pod() -> None:
     """The kubelet is admitting ``b`` but HAMi cannot know: it reads ``a``'s card."""
-    api = FakeApi([bound_pod("a", "GPU-0,NVIDIA,40960,100:;"),
-                   bound_pod("b", "GPU-1,NVIDIA,40960,100:;")])
+    api = FakeApi(
+        [bound_pod("a", "GPU-0,NVIDIA,40960,100:;"), bound_pod("b", "GPU-1,NVIDIA,40960,100:;")]
+    )
     served, devices = allocate(api)
     assert served["metadata"]["name"] == "a" and devices[0].uuid == "GPU-0"
     # a is now "success" but still Pending: the kubelet's Allocate for a reads a again,
@@ -164,8 +197,10 @@ def test_without_a_lock_allocate_serves_the_first_listed_pod() -> None:
 
 
 def test_a_lock_of_another_pod_is_not_released() -> None:
-    api = FakeApi([bound_pod("a", "GPU-0,NVIDIA,40960,100:GPU-1,NVIDIA,40960,100:;")],
-                  lock="2026-01-02T03:04:05Z,team-a,a")
+    api = FakeApi(
+        [bound_pod("a", "GPU-0,NVIDIA,40960,100:GPU-1,NVIDIA,40960,100:;")],
+        lock="2026-01-02T03:04:05Z,team-a,a",
+    )
     with pytest.raises(AllocateError, match="device number not matched"):
         allocate(api, n=1)  # the kubelet asks one device; the annotation names two
     assert api.pods["a"]["metadata"]["annotations"][hami.BIND_PHASE] == "failed"
@@ -176,8 +211,10 @@ def test_a_lock_of_another_pod_is_not_released() -> None:
 
 
 def test_multi_container_pod_stays_locked_until_its_last_container() -> None:
-    api = FakeApi([bound_pod("a", "GPU-0,NVIDIA,1000,10:;GPU-0,NVIDIA,2000,20:;")],
-                  lock="2026-01-02T03:04:05Z,team-a,a")
+    api = FakeApi(
+        [bound_pod("a", "GPU-0,NVIDIA,1000,10:;GPU-0,NVIDIA,2000,20:;")],
+        lock="2026-01-02T03:04:05Z,team-a,a",
+    )
     _, first = allocate(api)
     assert first[0].used_mib == 1000
     assert api.node["metadata"]["annotations"].get(hami.NODE_LOCK)
@@ -195,29 +232,47 @@ def test_no_pod_to_serve_is_an_allocate_error() -> None:
 # -- kubelet admission ------------------------------------------------------------------------
 
 
-def node_obj(cpu: str = "10", memory: str = "16Gi", gpus: int = 80,
-             labels: dict[str, str] | None = None) -> dict[str, Any]:
-    return {"metadata": {"name": NODE, "labels": labels or {}},
-            "status": {"allocatable": {"cpu": cpu, "memory": memory, "pods": "110",
-                                       "nvidia.com/gpu": str(gpus)}}}
+def node_obj(
+    cpu: str = "10", memory: str = "16Gi", gpus: int = 80, labels: dict[str, str] | None = None
+) -> dict[str, Any]:
+    return {
+        "metadata": {"name": NODE, "labels": labels or {}},
+        "status": {
+            "allocatable": {
+                "cpu": cpu,
+                "memory": memory,
+                "pods": "110",
+                "nvidia.com/gpu": str(gpus),
+            }
+        },
+    }
 
 
-def pod_obj(cpu: str = "1", memory: str = "1Gi", gpus: int = 0,
-            **spec: Any) -> dict[str, Any]:
+def pod_obj(cpu: str = "1", memory: str = "1Gi", gpus: int = 0, **spec: Any) -> dict[str, Any]:
     limits: dict[str, Any] = {"nvidia.com/gpumem": 4000}
     if gpus:
         limits["nvidia.com/gpu"] = gpus
-    return {"metadata": {"name": "p"}, "spec": {"containers": [{
-        "name": "main", "resources": {"requests": {"cpu": cpu, "memory": memory},
-                                      "limits": limits}}], **spec}}
+    return {
+        "metadata": {"name": "p"},
+        "spec": {
+            "containers": [
+                {
+                    "name": "main",
+                    "resources": {"requests": {"cpu": cpu, "memory": memory}, "limits": limits},
+                }
+            ],
+            **spec,
+        },
+    }
 
 
 def test_kubelet_rejects_cpu_with_its_reason_and_message() -> None:
     others = [pod_requests(pod_obj(cpu="9"))]
     r = admit(pod_obj(cpu="1500m"), node_obj(), others)
     assert r is not None and r.reason == "OutOfcpu"
-    assert r.message == ("Node didn't have enough resource: cpu, requested: 1500, used: 9000, "
-                         "capacity: 10000")
+    assert r.message == (
+        "Node didn't have enough resource: cpu, requested: 1500, used: 9000, capacity: 10000"
+    )
     assert admit(pod_obj(cpu="1"), node_obj(), others) is None
 
 
@@ -242,8 +297,13 @@ def test_pod_request_is_max_of_sum_and_largest_init_container() -> None:
 
 def test_kubelet_checks_node_selector_and_required_affinity() -> None:
     term = {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a", "b"]}]}
-    pod = pod_obj(affinity={"nodeAffinity": {
-        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}})
+    pod = pod_obj(
+        affinity={
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}
+            }
+        }
+    )
     r = admit(pod, node_obj(labels={"zone": "c"}), [])
     assert r is not None and r.reason == "NodeAffinity"
     assert r.message == "Predicate NodeAffinity failed: node(s) didn't match Node selector"
@@ -251,10 +311,17 @@ def test_kubelet_checks_node_selector_and_required_affinity() -> None:
     sel = pod_obj(nodeSelector={"pool": "train"})
     assert not node_affinity_matches(sel, node_obj(labels={"zone": "b"}))
     assert node_affinity_matches(sel, node_obj(labels={"pool": "train"}))
-    gt = {"matchExpressions": [{"key": "gen", "operator": "Gt", "values": ["7"]}],
-          "matchFields": [{"key": "metadata.name", "operator": "In", "values": [NODE]}]}
-    pod = pod_obj(affinity={"nodeAffinity": {
-        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [gt]}}})
+    gt = {
+        "matchExpressions": [{"key": "gen", "operator": "Gt", "values": ["7"]}],
+        "matchFields": [{"key": "metadata.name", "operator": "In", "values": [NODE]}],
+    }
+    pod = pod_obj(
+        affinity={
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [gt]}
+            }
+        }
+    )
     assert node_affinity_matches(pod, node_obj(labels={"gen": "9"}))
     assert not node_affinity_matches(pod, node_obj(labels={"gen": "7"}))
 
@@ -270,9 +337,14 @@ def test_resources_are_checked_before_affinity() -> None:
 
 def alloc(pod: str, uuid: str, mib: int, served: str | None = None) -> ContainerAllocation:
     served = served or pod
-    return ContainerAllocation(pod=f"ns/{pod}", uid=pod, container="main",
-                               devices=(Device(uuid, "NVIDIA", mib, 10),),
-                               served=f"ns/{served}", served_uid=served)
+    return ContainerAllocation(
+        pod=f"ns/{pod}",
+        uid=pod,
+        container="main",
+        devices=(Device(uuid, "NVIDIA", mib, 10),),
+        served=f"ns/{served}",
+        served_uid=served,
+    )
 
 
 def test_ledger_counts_swaps_misdirections_and_cards_over_their_limits() -> None:
@@ -309,17 +381,25 @@ def test_ended_pods_free_their_share_of_a_card() -> None:
 def test_cards_are_read_from_either_register_form() -> None:
     reg = json.dumps([{"id": "GPU-a", "count": 10, "devmem": 40960}])
     assert cards_of({"metadata": {"annotations": {hami.REGISTER: reg}}}) == [
-        RegisteredCard("GPU-a", 10, 40960)]
+        RegisteredCard("GPU-a", 10, 40960)
+    ]
     colon = "GPU-a,10,40960,100,A100,0,true:GPU-b,4,81920,100,H100,0,true:"
     assert cards_of({"metadata": {"annotations": {hami.REGISTER: colon}}}) == [
-        RegisteredCard("GPU-a", 10, 40960), RegisteredCard("GPU-b", 4, 81920)]
+        RegisteredCard("GPU-a", 10, 40960),
+        RegisteredCard("GPU-b", 4, 81920),
+    ]
 
 
-@pytest.mark.parametrize(("kwargs", "text"), [
-    ({"other_cpu_pct": 150.0}, "--other-cpu-pct=150.0 must be at least 0 and below 100"),
-    ({"other_cpu_pct": 50.0, "node_agents": False}, "--other-cpu-pct=50.0 needs the node "
-                                                     "agents"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "text"),
+    [
+        ({"other_cpu_pct": 150.0}, "--other-cpu-pct=150.0 must be at least 0 and below 100"),
+        (
+            {"other_cpu_pct": 50.0, "node_agents": False},
+            "--other-cpu-pct=50.0 needs the node agents",
+        ),
+    ],
+)
 def test_bench_refuses_bad_node_side_options(kwargs: dict[str, Any], text: str) -> None:
     from gpupool.core.errors import ConfigError
     from gpupool.k8s.bench import run_bench
@@ -334,9 +414,17 @@ def test_init_containers_hold_a_card_only_before_the_app_containers() -> None:
     ledger.set_cards(NODE, [RegisteredCard("GPU-0", 2, 10000)])
     ledger.begin("p", "ns/p", NODE, frozenset({"GPU-0"}))
     for name, mib, init in (("warm", 8000, True), ("c0", 4000, False), ("c1", 4000, False)):
-        ledger.allocated(ContainerAllocation(
-            pod="ns/p", uid="p", container=name, devices=(Device("GPU-0", "NVIDIA", mib, 10),),
-            served="ns/p", served_uid="p", init=init))
+        ledger.allocated(
+            ContainerAllocation(
+                pod="ns/p",
+                uid="p",
+                container=name,
+                devices=(Device("GPU-0", "NVIDIA", mib, 10),),
+                served="ns/p",
+                served_uid="p",
+                init=init,
+            )
+        )
     ledger.admit("p")
     s = ledger.summary()  # 8000 MiB and 2 slices at most, not 16000 and 3
     assert (s["cards_over_split"], s["cards_over_memory"]) == (0, 0)

@@ -30,15 +30,15 @@ async def post(kube: Kube, pod: dict[str, Any]) -> None:
 
 
 def test_anti_affinity_spreads_a_two_pod_deployment_over_two_nodes(
-        control_plane: ControlPlane) -> None:
+    control_plane: ControlPlane,
+) -> None:
     async def body(kube: Kube, plugin: DevicePluginLocks) -> None:
         for n in ("n1", "n2"):
             await make_node(kube, n, gpus=4, labels={HOST: n})
         # the replicas a ReplicaSet makes: same labels, each keeping away from the others;
         # made before gpupool starts, so both are decided in one cycle
         for i in range(3):
-            pod = pod_body(f"web-{i}", ns=NS, labels={"app": "web"},
-                           limits={"nvidia.com/gpu": 1})
+            pod = pod_body(f"web-{i}", ns=NS, labels={"app": "web"}, limits={"nvidia.com/gpu": 1})
             pod["spec"]["affinity"] = {"podAntiAffinity": {REQUIRED: [term(HOST, app="web")]}}
             await post(kube, pod)
         async with running(kube, default_config()):
@@ -55,7 +55,8 @@ def test_anti_affinity_spreads_a_two_pod_deployment_over_two_nodes(
 
 
 def test_affinity_colocates_with_a_pod_another_scheduler_placed(
-        control_plane: ControlPlane) -> None:
+    control_plane: ControlPlane,
+) -> None:
     async def body(kube: Kube, plugin: DevicePluginLocks) -> None:
         for n in ("n1", "n2", "n3"):
             await make_node(kube, n, gpus=4, labels={HOST: n})
@@ -91,17 +92,21 @@ def test_topology_spread_with_max_skew_one_over_zones(control_plane: ControlPlan
         await post(kube, first)
         async with running(kube, default_config()):
             for i in range(5):
-                pod = pod_body(f"spread-{i}", ns=NS, labels={"app": "s"},
-                               limits={"nvidia.com/gpu": 1})
-                pod["spec"]["topologySpreadConstraints"] = [{
-                    "maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
-                    "whenUnsatisfiable": "DoNotSchedule",
-                    "labelSelector": {"matchLabels": {"app": "s"}}}]
+                pod = pod_body(
+                    f"spread-{i}", ns=NS, labels={"app": "s"}, limits={"nvidia.com/gpu": 1}
+                )
+                pod["spec"]["topologySpreadConstraints"] = [
+                    {
+                        "maxSkew": 1,
+                        "topologyKey": "topology.kubernetes.io/zone",
+                        "whenUnsatisfiable": "DoNotSchedule",
+                        "labelSelector": {"matchLabels": {"app": "s"}},
+                    }
+                ]
                 await post(kube, pod)
             count = Counter({"a": 1})
             for i in range(5):
-                pod = await wait_for(lambda i=i: bound(kube, NS, f"spread-{i}"), 20,
-                                     f"spread-{i}")
+                pod = await wait_for(lambda i=i: bound(kube, NS, f"spread-{i}"), 20, f"spread-{i}")
                 count[zones[pod["spec"]["nodeName"]]] += 1
             assert count == {"a": 3, "b": 3}
 

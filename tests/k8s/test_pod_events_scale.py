@@ -17,21 +17,33 @@ from tests.k8s.test_controller_fake import FakeKube, controller, node_obj, pod_o
 def placed(name: str, job: str, gang: int, card: int) -> dict[str, Any]:
     """A pod another leader bound: its placement recorded, one card of n1."""
     pod = pod_obj(name, "n1")
-    pod["metadata"]["annotations"]["gpupool.io/placement"] = json.dumps({
-        "job": job, "task": f"{job}/t{card}", "queue": "default", "flavor": "", "node": "n1",
-        "cpu": 1000, "mem": 1024, "start": 0.0, "gang": gang,
-        "cards": [[card, 1000, 40960, None]]})
+    pod["metadata"]["annotations"]["gpupool.io/placement"] = json.dumps(
+        {
+            "job": job,
+            "task": f"{job}/t{card}",
+            "queue": "default",
+            "flavor": "",
+            "node": "n1",
+            "cpu": 1000,
+            "mem": 1024,
+            "start": 0.0,
+            "gang": gang,
+            "cards": [[card, 1000, 40960, None]],
+        }
+    )
     return pod
 
 
 def no_walks(ctl: Controller, monkeypatch: pytest.MonkeyPatch) -> None:
     def walk() -> list[tuple[str, dict[str, Any]]]:
         raise AssertionError("a pod event walked every cached pod")
+
     monkeypatch.setattr(ctl, "all_pods", walk)
 
 
 def test_gang_bound_elsewhere_taken_back_without_walking_pods(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     async def body() -> None:
         ctl = controller(FakeKube())
         ctl.node_informer.cache["n1"] = node_obj("n1", 4)
@@ -48,8 +60,10 @@ def test_gang_bound_elsewhere_taken_back_without_walking_pods(
         assert "team-a/g" not in {str(j) for j in ctl.jobs}  # half a gang: not yet
         assert set(ctl.unclaimed_job) == {"team-a/g0"}
         ctl._on_pod("MODIFIED", b, None)
-        assert ctl.allocations() == {"team-a/g0": ("n1", ((0, 1000, 40960),)),
-                                     "team-a/g1": ("n1", ((1, 1000, 40960),))}
+        assert ctl.allocations() == {
+            "team-a/g0": ("n1", ((0, 1000, 40960),)),
+            "team-a/g1": ("n1", ((1, 1000, 40960),)),
+        }
         assert not ctl.unclaimed and not ctl.unclaimed_job
         # a half-seen gang whose pod ends leaves nothing behind
         c = placed("h0", "team-a/h", 2, 2)
@@ -67,8 +81,9 @@ def test_gang_membership_is_a_lookup(monkeypatch: pytest.MonkeyPatch) -> None:
         members = []
         for i in range(3):
             pod = pod_obj(f"m{i}")
-            pod["metadata"]["annotations"].update({"gpupool.io/gang": "train",
-                                                   "gpupool.io/gang-size": "4"})
+            pod["metadata"]["annotations"].update(
+                {"gpupool.io/gang": "train", "gpupool.io/gang-size": "4"}
+            )
             ctl.pod_informer.cache[f"team-a/m{i}"] = pod
             members.append(pod)
         no_walks(ctl, monkeypatch)

@@ -78,23 +78,30 @@ spec: {clusterQueue: train}
 
 def install_crd(cp: ControlPlane) -> None:
     cp.kubectl("apply", "-f", str(DATA / "provisioningrequests.autoscaling.x-k8s.io.yaml"))
-    cp.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-               "crd/provisioningrequests.autoscaling.x-k8s.io")
+    cp.kubectl(
+        "wait",
+        "--for=condition=Established",
+        "--timeout=60s",
+        "crd/provisioningrequests.autoscaling.x-k8s.io",
+    )
 
 
 @contextlib.asynccontextmanager
-async def prov_running(kube: Kube, config: QueueConfig
-                       ) -> AsyncIterator[tuple[Controller, ProvisioningAdapter]]:
+async def prov_running(
+    kube: Kube, config: QueueConfig
+) -> AsyncIterator[tuple[Controller, ProvisioningAdapter]]:
     ctl = Controller(kube, config, Options(leader_elect=False, cycle_interval_s=0.2))
     ad = ProvisioningAdapter(kube, ctl)
     ctl.attach(provisioning=ad)
     tasks = [asyncio.create_task(ctl.run()), asyncio.create_task(ad.run())]
     try:
+
         async def ready() -> bool:
             for t in tasks:
                 if t.done():
                     t.result()
             return ctl.sched is not None and ad.informer.synced.is_set()
+
         await wait_for(ready, 20, "controller sync")
         yield ctl, ad
     finally:
@@ -116,15 +123,20 @@ async def make_pod(kube: Kube, name: str, **kwargs: Any) -> dict[str, Any]:
     return await kube.request("POST", f"/api/v1/namespaces/{NS}/pods", body)
 
 
-async def gang(kube: Kube, name: str, size: int, gpus: int = 8,
-               limits: list[dict[str, Any]] | None = None) -> list[str]:
+async def gang(
+    kube: Kube, name: str, size: int, gpus: int = 8, limits: list[dict[str, Any]] | None = None
+) -> list[str]:
     """``size`` pods of one gang; ``limits`` per pod (different ones: several pod sets)."""
     names = [f"{name}-{i}" for i in range(size)]
     for i, n in enumerate(names):
-        await make_pod(kube, n, ns=NS,
-                       limits=limits[i] if limits else {"nvidia.com/gpu": gpus},
-                       labels={"gpupool.io/queue": "train"},
-                       annotations={"gpupool.io/gang": name, "gpupool.io/gang-size": str(size)})
+        await make_pod(
+            kube,
+            n,
+            ns=NS,
+            limits=limits[i] if limits else {"nvidia.com/gpu": gpus},
+            labels={"gpupool.io/queue": "train"},
+            annotations={"gpupool.io/gang": name, "gpupool.io/gang-size": str(size)},
+        )
     return names
 
 
@@ -137,16 +149,22 @@ def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
-async def set_condition(kube: Kube, name: str, kind: str, reason: str,
-                        message: str = "") -> None:
+async def set_condition(kube: Kube, name: str, kind: str, reason: str, message: str = "") -> None:
     """What the autoscaler writes: one more condition on the request's status."""
     obj = await kube.request("GET", f"{PR}/{name}")
-    conds = [c for c in (obj.get("status") or {}).get("conditions") or ()
-             if c["type"] != kind]
-    conds.append({"type": kind, "status": "True", "reason": reason,
-                  "message": message or reason, "lastTransitionTime": _now()})
-    await kube.request("PATCH", f"{PR}/{name}/status", {"status": {"conditions": conds}},
-                       content_type=MERGE_PATCH)
+    conds = [c for c in (obj.get("status") or {}).get("conditions") or () if c["type"] != kind]
+    conds.append(
+        {
+            "type": kind,
+            "status": "True",
+            "reason": reason,
+            "message": message or reason,
+            "lastTransitionTime": _now(),
+        }
+    )
+    await kube.request(
+        "PATCH", f"{PR}/{name}/status", {"status": {"conditions": conds}}, content_type=MERGE_PATCH
+    )
 
 
 async def provision_nodes(kube: Kube, prefix: str, count: int) -> list[str]:
@@ -155,8 +173,12 @@ async def provision_nodes(kube: Kube, prefix: str, count: int) -> list[str]:
     names = [f"{prefix}-node-{i}" for i in range(count)]
     for n in names:
         await make_node(kube, n, gpus=8, model="NVIDIA-H100", labels={"pool": "h100"})
-        await kube.request("PATCH", f"/api/v1/nodes/{n}", {"spec": {"taints": [POOL_TAINT]}},
-                           content_type=MERGE_PATCH)
+        await kube.request(
+            "PATCH",
+            f"/api/v1/nodes/{n}",
+            {"spec": {"taints": [POOL_TAINT]}},
+            content_type=MERGE_PATCH,
+        )
     return names
 
 
@@ -168,9 +190,12 @@ async def _nodes_recorded(kube: Kube, name: str, count: int) -> bool:
 
 async def templates(kube: Kube, pr: dict[str, Any]) -> list[dict[str, Any]]:
     """The PodTemplates a request's pod sets point to (what the autoscaler simulates)."""
-    return [await kube.request("GET", f"/api/v1/namespaces/{NS}/podtemplates/"
-                                      f"{ps['podTemplateRef']['name']}")
-            for ps in pr["spec"]["podSets"]]
+    return [
+        await kube.request(
+            "GET", f"/api/v1/namespaces/{NS}/podtemplates/{ps['podTemplateRef']['name']}"
+        )
+        for ps in pr["spec"]["podSets"]
+    ]
 
 
 def test_provisioning_request_lifecycle(control_plane: ControlPlane) -> None:
@@ -200,6 +225,7 @@ def test_provisioning_request_lifecycle(control_plane: ControlPlane) -> None:
             assert spec["nodeSelector"] == {"pool": "h100"}
             assert TOLERATION in spec["tolerations"]  # the pool's taint: its group can scale
             assert "nodeName" not in spec and spec.get("schedulerName") != "gpupool"
+
             # the pods are marked as the request's consumers, and wait
             async def annotated() -> bool:
                 for n in pods:
@@ -216,15 +242,17 @@ def test_provisioning_request_lifecycle(control_plane: ControlPlane) -> None:
                 assert not (await get_pod(kube, NS, n))["spec"].get("nodeName")
             # best-effort-atomic-scale-up: Provisioned as soon as the scale-up is asked for;
             # the gang cannot start on the one free node alone
-            await set_condition(kube, "prov-gang-pretrain-1", "Provisioned",
-                                "CapacityIsProvisioned")
+            await set_condition(
+                kube, "prov-gang-pretrain-1", "Provisioned", "CapacityIsProvisioned"
+            )
             await asyncio.sleep(0.5)
             for n in pods:
                 assert not (await get_pod(kube, NS, n))["spec"].get("nodeName")
             # the core's booking (and its 10 minutes) starts when every node is there
             assert ctl.sched is not None and ctl.sched.checks is not None
-            (early,) = [r for r in ctl.sched.provisioning_requests()
-                        if r.name == "prov-gang-pretrain-1"]
+            (early,) = [
+                r for r in ctl.sched.provisioning_requests() if r.name == "prov-gang-pretrain-1"
+            ]
             assert early.provisioned_s is None
             # the node group's new node registers (pool labels and taint, no request label)
             nodes = await provision_nodes(kube, "pretrain", 1)
@@ -241,10 +269,12 @@ def test_provisioning_request_lifecycle(control_plane: ControlPlane) -> None:
             job = ctl.pod_job[f"{NS}/{pods[0]}"]
             assert ctl.sched.run_limit_s(job) is not None
             assert ctl.sched.run_limit_s(job) <= 3600  # type: ignore[operator]
+
             async def recorded() -> bool:
                 got = (await requests(kube))["prov-gang-pretrain-1"]
                 return (got["metadata"].get("annotations") or {}).get(
-                    "gpupool.io/nodes") == ",".join(sorted(placed))
+                    "gpupool.io/nodes"
+                ) == ",".join(sorted(placed))
 
             await wait_for(recorded, 20, "the booking recorded on the request")
             # the nodes carry nothing gpupool wrote: the booking lives in gpupool's view
@@ -261,17 +291,20 @@ def test_provisioning_request_lifecycle(control_plane: ControlPlane) -> None:
 
             await wait_for(gone, 20, "request deleted after the job")
             with pytest.raises(KubeError):
-                await kube.request("GET", f"/api/v1/namespaces/{NS}/podtemplates/"
-                                          f"{ps['podTemplateRef']['name']}")
-            assert all("gpupool.io/provisioning-request" not in ctl.nodes_by_name[n].labels
-                       for n in placed)
+                await kube.request(
+                    "GET", f"/api/v1/namespaces/{NS}/podtemplates/{ps['podTemplateRef']['name']}"
+                )
+            assert all(
+                "gpupool.io/provisioning-request" not in ctl.nodes_by_name[n].labels for n in placed
+            )
 
             # Failed: quota released, request deleted, a new request after the backoff; a
             # second failure spends the retries: the job stays parked, rejected
             pods = await gang(kube, "second", 2)
             await wait_for(lambda: _has(kube, "prov-gang-second-1"), 20, "first request")
-            await set_condition(kube, "prov-gang-second-1", "Failed", "CapacityNotAvailable",
-                                "no H100 in any zone")
+            await set_condition(
+                kube, "prov-gang-second-1", "Failed", "CapacityNotAvailable", "no H100 in any zone"
+            )
             await wait_for(lambda: _has(kube, "prov-gang-second-2"), 20, "retried request")
             assert "prov-gang-second-1" not in await requests(kube)
             await set_condition(kube, "prov-gang-second-2", "BookingExpired", "BookingExpired")
@@ -293,8 +326,9 @@ def test_provisioning_request_lifecycle(control_plane: ControlPlane) -> None:
     try:
         live(control_plane, body, namespaces=(NS,))
     finally:
-        control_plane.kubectl("delete", "provisioningrequests.autoscaling.x-k8s.io", "--all",
-                              "-n", NS, check=False)
+        control_plane.kubectl(
+            "delete", "provisioningrequests.autoscaling.x-k8s.io", "--all", "-n", NS, check=False
+        )
         control_plane.kubectl("delete", "podtemplates", "--all", "-n", NS, check=False)
 
 
@@ -318,19 +352,26 @@ def test_bad_requests_refused(control_plane: ControlPlane) -> None:
             # over 1,000 nodes: the gang size alone says so, before its pods exist
             big = ctl.sched
             assert big is not None
-            job = Job(JobId(f"{NS}/huge"), (PodSet("w", 1001, 1000, 1024,
-                                                   gpu=GpuRequest(count=8)),),
-                      queue=QueueName(f"{NS}/train"))
+            job = Job(
+                JobId(f"{NS}/huge"),
+                (PodSet("w", 1001, 1000, 1024, gpu=GpuRequest(count=8)),),
+                queue=QueueName(f"{NS}/train"),
+            )
             with pytest.raises(InvalidJobError) as err:
                 big.submit(job, 0.0)
             assert "1000" in str(err.value)
             assert await requests(kube) == {}
         with pytest.raises(KubeError) as schema:
-            await kube.request("POST", PR, {
-                "apiVersion": "autoscaling.x-k8s.io/v1", "kind": "ProvisioningRequest",
-                "metadata": {"name": "empty", "namespace": NS},
-                "spec": {"provisioningClassName": BEST_EFFORT_ATOMIC_CLASS,
-                         "podSets": []}})
+            await kube.request(
+                "POST",
+                PR,
+                {
+                    "apiVersion": "autoscaling.x-k8s.io/v1",
+                    "kind": "ProvisioningRequest",
+                    "metadata": {"name": "empty", "namespace": NS},
+                    "spec": {"provisioningClassName": BEST_EFFORT_ATOMIC_CLASS, "podSets": []},
+                },
+            )
         assert schema.value.status == 422
 
     live(control_plane, body, namespaces=(NS,))
@@ -350,8 +391,9 @@ def test_several_pod_sets_in_one_request(control_plane: ControlPlane) -> None:
             pr = await wait_for(lambda: _get(kube, "prov-gang-mixed-1"), 20, "request made")
             assert [ps["count"] for ps in pr["spec"]["podSets"]] == [1, 2]
             whole, sliced = await templates(kube, pr)
-            assert whole["template"]["spec"]["containers"][0]["resources"]["limits"] == \
-                {"nvidia.com/gpu": "8"}
+            assert whole["template"]["spec"]["containers"][0]["resources"]["limits"] == {
+                "nvidia.com/gpu": "8"
+            }
             res = sliced["template"]["spec"]["containers"][0]["resources"]
             assert res["limits"] == {"nvidia.com/gpu": "1"}
             assert res["requests"] == {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": "1"}
@@ -359,12 +401,12 @@ def test_several_pod_sets_in_one_request(control_plane: ControlPlane) -> None:
                 assert t["template"]["spec"]["nodeSelector"] == {"pool": "h100"}
                 assert TOLERATION in t["template"]["spec"]["tolerations"]
             await set_condition(kube, "prov-gang-mixed-1", "Accepted", "Accepted")
-            await set_condition(kube, "prov-gang-mixed-1", "Provisioned",
-                                "CapacityIsProvisioned")
+            await set_condition(kube, "prov-gang-mixed-1", "Provisioned", "CapacityIsProvisioned")
             # the autoscaler ends its booking 10 minutes after Provisioned, whether the nodes
             # it asked for have registered or not: while they have not, the job still waits
-            await set_condition(kube, "prov-gang-mixed-1", "BookingExpired",
-                                "CapacityReservationTimeExpired")
+            await set_condition(
+                kube, "prov-gang-mixed-1", "BookingExpired", "CapacityReservationTimeExpired"
+            )
             await asyncio.sleep(0.5)
             assert ctl.sched is not None and ctl.sched.checks is not None
             (rec,) = ctl.sched.checks.records()
@@ -374,16 +416,20 @@ def test_several_pod_sets_in_one_request(control_plane: ControlPlane) -> None:
             assert set(placed) <= set(nodes)
             # the request's later events (gpupool records its nodes on it) still carry the
             # ignored BookingExpired: they must not end the booking
-            await wait_for(lambda: _nodes_recorded(kube, "prov-gang-mixed-1", 2), 20,
-                           "the booking recorded on the request")
+            await wait_for(
+                lambda: _nodes_recorded(kube, "prov-gang-mixed-1", 2),
+                20,
+                "the booking recorded on the request",
+            )
             await asyncio.sleep(0.5)
             assert _ad.booking.nodes("prov/prov-gang-mixed-1") == sorted(nodes)
 
     try:
         live(control_plane, body, namespaces=(NS,))
     finally:
-        control_plane.kubectl("delete", "provisioningrequests.autoscaling.x-k8s.io", "--all",
-                              "-n", NS, check=False)
+        control_plane.kubectl(
+            "delete", "provisioningrequests.autoscaling.x-k8s.io", "--all", "-n", NS, check=False
+        )
         control_plane.kubectl("delete", "podtemplates", "--all", "-n", NS, check=False)
 
 
@@ -396,9 +442,19 @@ def test_nodes_named_by_provisioning_class_details(control_plane: ControlPlane) 
     base = load_queue_config(list(yaml.safe_load_all(QUEUES)))
     (check,) = base.admission_checks
     key = "autoscaling.gke.io/provisioning-request"
-    config = replace(base, admission_checks=(replace(check, config=replace(
-        check.config, provisioning_class_name="queued-provisioning.gke.io",
-        node_selector_details={key: "ResizeRequestName"})),))
+    config = replace(
+        base,
+        admission_checks=(
+            replace(
+                check,
+                config=replace(
+                    check.config,
+                    provisioning_class_name="queued-provisioning.gke.io",
+                    node_selector_details={key: "ResizeRequestName"},
+                ),
+            ),
+        ),
+    )
 
     async def body(kube: Kube) -> None:
         older = await provision_nodes(kube, "older", 2)
@@ -407,27 +463,43 @@ def test_nodes_named_by_provisioning_class_details(control_plane: ControlPlane) 
             await wait_for(lambda: _has(kube, "prov-gang-tagged-1"), 20, "request made")
             await set_condition(kube, "prov-gang-tagged-1", "Accepted", "Accepted")
             obj = await kube.request("GET", f"{PR}/prov-gang-tagged-1")
-            await kube.request("PATCH", f"{PR}/prov-gang-tagged-1/status", {"status": {
-                "conditions": obj["status"]["conditions"] + [{
-                    "type": "Provisioned", "status": "True", "reason": "Provisioned",
-                    "message": "resize request rr-7 done", "lastTransitionTime": _now()}],
-                "provisioningClassDetails": {"ResizeRequestName": "rr-7"}}},
-                content_type=MERGE_PATCH)
+            await kube.request(
+                "PATCH",
+                f"{PR}/prov-gang-tagged-1/status",
+                {
+                    "status": {
+                        "conditions": obj["status"]["conditions"]
+                        + [
+                            {
+                                "type": "Provisioned",
+                                "status": "True",
+                                "reason": "Provisioned",
+                                "message": "resize request rr-7 done",
+                                "lastTransitionTime": _now(),
+                            }
+                        ],
+                        "provisioningClassDetails": {"ResizeRequestName": "rr-7"},
+                    }
+                },
+                content_type=MERGE_PATCH,
+            )
             await asyncio.sleep(0.5)
             for n in pods:  # the free older nodes are not the request's
                 assert not (await get_pod(kube, NS, n))["spec"].get("nodeName")
             names = [f"rr-7-node-{i}" for i in range(2)]
             for n in names:
-                await make_node(kube, n, gpus=8, model="NVIDIA-H100",
-                                labels={"pool": "h100", key: "rr-7"})
+                await make_node(
+                    kube, n, gpus=8, model="NVIDIA-H100", labels={"pool": "h100", key: "rr-7"}
+                )
             placed = await wait_for(lambda: _bound_to(kube, pods), 20, "gang bound")
             assert sorted(placed) == names and not set(placed) & set(older)
 
     try:
         live(control_plane, body, namespaces=(NS,))
     finally:
-        control_plane.kubectl("delete", "provisioningrequests.autoscaling.x-k8s.io", "--all",
-                              "-n", NS, check=False)
+        control_plane.kubectl(
+            "delete", "provisioningrequests.autoscaling.x-k8s.io", "--all", "-n", NS, check=False
+        )
         control_plane.kubectl("delete", "podtemplates", "--all", "-n", NS, check=False)
 
 
@@ -449,10 +521,15 @@ def _other_request(name: str, job: str = "") -> dict[str, Any]:
     if job:
         meta["labels"] = {"app.kubernetes.io/managed-by": "gpupool"}
         meta["annotations"] = {"gpupool.io/job": job, "gpupool.io/queue": "train"}
-    return {"apiVersion": "autoscaling.x-k8s.io/v1", "kind": "ProvisioningRequest",
-            "metadata": meta,
-            "spec": {"provisioningClassName": BEST_EFFORT_ATOMIC_CLASS,
-                     "podSets": [{"podTemplateRef": {"name": f"ppt-{name}"}, "count": 1}]}}
+    return {
+        "apiVersion": "autoscaling.x-k8s.io/v1",
+        "kind": "ProvisioningRequest",
+        "metadata": meta,
+        "spec": {
+            "provisioningClassName": BEST_EFFORT_ATOMIC_CLASS,
+            "podSets": [{"podTemplateRef": {"name": f"ppt-{name}"}, "count": 1}],
+        },
+    }
 
 
 def test_requests_taken_back_after_a_restart(control_plane: ControlPlane) -> None:
@@ -469,8 +546,9 @@ def test_requests_taken_back_after_a_restart(control_plane: ControlPlane) -> Non
             gamma = await gang(kube, "gamma", 2)
             await wait_for(lambda: _has(kube, "prov-gang-alpha-1"), 20, "alpha's request")
             await wait_for(lambda: _has(kube, "prov-gang-gamma-1"), 20, "gamma's request")
-        uids = {r: await _uid(kube, f"{PR}/{r}") for r in ("prov-gang-alpha-1",
-                                                          "prov-gang-gamma-1")}
+        uids = {
+            r: await _uid(kube, f"{PR}/{r}") for r in ("prov-gang-alpha-1", "prov-gang-gamma-1")
+        }
         tpl = f"/api/v1/namespaces/{NS}/podtemplates/ppt-prov-gang-alpha-1-ps0"
         tpl_uid = await _uid(kube, tpl)
         # while no controller runs: gamma's capacity arrives; other requests appear
@@ -484,14 +562,21 @@ def test_requests_taken_back_after_a_restart(control_plane: ControlPlane) -> Non
             assert ctl.sched is not None and ctl.sched.checks is not None
             records = {r.job.id: r for r in ctl.sched.checks.records()}
             assert records[JobId(f"{NS}/gang:alpha")].request == f"{NS}/prov-gang-alpha-1"
-            placed = await wait_for(lambda: _bound_to(kube, gamma), 20,
-                                    "gamma bound on the nodes provisioned while down")
+            placed = await wait_for(
+                lambda: _bound_to(kube, gamma),
+                20,
+                "gamma bound on the nodes provisioned while down",
+            )
             assert sorted(placed) == sorted(gamma_nodes)
-            await wait_for(lambda: _lacks(kube, "prov-gang-gone-1"), 20,
-                           "the request of a gone job deleted")
+            await wait_for(
+                lambda: _lacks(kube, "prov-gang-gone-1"), 20, "the request of a gone job deleted"
+            )
             await asyncio.sleep(1.0)  # cycles run (every 0.2 s): nothing is asked again
-            assert sorted(await requests(kube)) == ["by-hand", "prov-gang-alpha-1",
-                                                   "prov-gang-gamma-1"]
+            assert sorted(await requests(kube)) == [
+                "by-hand",
+                "prov-gang-alpha-1",
+                "prov-gang-gamma-1",
+            ]
             for r, uid in uids.items():
                 assert await _uid(kube, f"{PR}/{r}") == uid
             assert await _uid(kube, tpl) == tpl_uid
@@ -500,21 +585,22 @@ def test_requests_taken_back_after_a_restart(control_plane: ControlPlane) -> Non
             # alpha's request is Provisioned now: it starts on those nodes
             alpha_nodes = await provision_nodes(kube, "prov-gang-alpha-1", 2)
             await set_condition(kube, "prov-gang-alpha-1", "Provisioned", "Provisioned")
-            placed = await wait_for(lambda: _bound_to(kube, alpha), 20,
-                                    "alpha bound on its provisioned nodes")
+            placed = await wait_for(
+                lambda: _bound_to(kube, alpha), 20, "alpha bound on its provisioned nodes"
+            )
             assert sorted(placed) == sorted(alpha_nodes)
             assert "by-hand" in await requests(kube)
 
     try:
         live(control_plane, body, namespaces=(NS,))
     finally:
-        control_plane.kubectl("delete", "provisioningrequests.autoscaling.x-k8s.io", "--all",
-                              "-n", NS, check=False)
+        control_plane.kubectl(
+            "delete", "provisioningrequests.autoscaling.x-k8s.io", "--all", "-n", NS, check=False
+        )
         control_plane.kubectl("delete", "podtemplates", "--all", "-n", NS, check=False)
 
 
-def test_booking_of_a_running_job_taken_back_after_a_restart(
-        control_plane: ControlPlane) -> None:
+def test_booking_of_a_running_job_taken_back_after_a_restart(control_plane: ControlPlane) -> None:
     """A gang runs on its booking when its controller restarts: the next controller keeps
     the booking (run limit cut to it) and deletes the request when the gang ends."""
     install_crd(control_plane)
@@ -539,12 +625,14 @@ def test_booking_of_a_running_job_taken_back_after_a_restart(
             assert "prov-gang-beta-1" in await requests(kube)
             for n in pods:
                 await set_phase(kube, NS, n, "Succeeded")
-            await wait_for(lambda: _lacks(kube, "prov-gang-beta-1"), 20,
-                           "request deleted after the job")
+            await wait_for(
+                lambda: _lacks(kube, "prov-gang-beta-1"), 20, "request deleted after the job"
+            )
 
     try:
         live(control_plane, body, namespaces=(NS,))
     finally:
-        control_plane.kubectl("delete", "provisioningrequests.autoscaling.x-k8s.io", "--all",
-                              "-n", NS, check=False)
+        control_plane.kubectl(
+            "delete", "provisioningrequests.autoscaling.x-k8s.io", "--all", "-n", NS, check=False
+        )
         control_plane.kubectl("delete", "podtemplates", "--all", "-n", NS, check=False)

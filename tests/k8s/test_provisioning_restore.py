@@ -48,8 +48,7 @@ class MemKube:
         self.created: list[str] = []
         self.deleted: list[str] = []
 
-    async def request(self, method: str, path: str, body: Any = None,
-                      **_: Any) -> dict[str, Any]:
+    async def request(self, method: str, path: str, body: Any = None, **_: Any) -> dict[str, Any]:
         parts = path.strip("/").split("/")
         if "provisioningrequests" in parts:
             i = parts.index("provisioningrequests")
@@ -57,8 +56,7 @@ class MemKube:
             if method == "POST":
                 key = f"{ns}/{body['metadata']['name']}"
                 obj = copy.deepcopy(body)
-                obj["metadata"].update(resourceVersion="1",
-                                       creationTimestamp=_stamp(time.time()))
+                obj["metadata"].update(resourceVersion="1", creationTimestamp=_stamp(time.time()))
                 self.prs[key] = obj
                 self.created.append(key)
             elif method == "DELETE":
@@ -83,8 +81,15 @@ class MemKube:
     def condition(self, name: str, kind: str, at: float, reason: str = "") -> None:
         obj = self.prs[f"{NS}/{name}"]
         conds = obj.setdefault("status", {}).setdefault("conditions", [])
-        conds.append({"type": kind, "status": "True", "reason": reason or kind,
-                      "message": reason or kind, "lastTransitionTime": _stamp(at)})
+        conds.append(
+            {
+                "type": kind,
+                "status": "True",
+                "reason": reason or kind,
+                "message": reason or kind,
+                "lastTransitionTime": _stamp(at),
+            }
+        )
 
 
 def node_obj(name: str, labels: dict[str, str], taint: str | None = None) -> dict[str, Any]:
@@ -92,27 +97,44 @@ def node_obj(name: str, labels: dict[str, str], taint: str | None = None) -> dic
     spec: dict[str, Any] = {}
     if taint:
         spec["taints"] = [{"key": REQUEST_LABEL, "value": taint, "effect": "NoSchedule"}]
-    return {"apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": name, "resourceVersion": "1", "labels": labels,
-                         "annotations": {"hami.io/node-nvidia-register": register_json(
-                             name, 8, "NVIDIA-H100", 81920)}},
-            "spec": spec, "status": {"allocatable": alloc, "capacity": alloc,
-                                     "conditions": [{"type": "Ready", "status": "True"}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "resourceVersion": "1",
+            "labels": labels,
+            "annotations": {
+                "hami.io/node-nvidia-register": register_json(name, 8, "NVIDIA-H100", 81920)
+            },
+        },
+        "spec": spec,
+        "status": {
+            "allocatable": alloc,
+            "capacity": alloc,
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
 
 
 def cloud_nodes(api: MemKube, request: str, count: int = 2) -> list[str]:
     names = [f"{request}-node-{i}" for i in range(count)]
     for n in names:
-        api.nodes[n] = node_obj(n, {"pool": "h100", REQUEST_LABEL: f"{NS}.{request}"},
-                                taint=f"{NS}.{request}")
+        api.nodes[n] = node_obj(
+            n, {"pool": "h100", REQUEST_LABEL: f"{NS}.{request}"}, taint=f"{NS}.{request}"
+        )
     return names
 
 
 def add_gang(api: MemKube, name: str, size: int = 2, created: int | None = None) -> None:
     for i in range(size if created is None else created):
-        pod = pod_body(f"{name}-{i}", ns=NS, limits={"nvidia.com/gpu": 8},
-                       labels={"gpupool.io/queue": "train"},
-                       annotations={"gpupool.io/gang": name, "gpupool.io/gang-size": str(size)})
+        pod = pod_body(
+            f"{name}-{i}",
+            ns=NS,
+            limits={"nvidia.com/gpu": 8},
+            labels={"gpupool.io/queue": "train"},
+            annotations={"gpupool.io/gang": name, "gpupool.io/gang-size": str(size)},
+        )
         pod["metadata"]["resourceVersion"] = "1"
         api.pods[f"{NS}/{name}-{i}"] = pod
 
@@ -158,29 +180,55 @@ def test_marks_and_attempts_are_read_back() -> None:
     assert attempt_of("prov-gang-a-3", "prov/gang:b") == 0
     assert attempt_of("prov-gang-a", "prov/gang:a") == 0
     assert marks_of({"metadata": {"annotations": {JOB_ANNOTATION: "x"}}}) is None
-    assert marks_of({"metadata": {"labels": {"app.kubernetes.io/managed-by": "gpupool"}}}) \
-        is None
-    m = marks_of({"metadata": {"labels": {"app.kubernetes.io/managed-by": "gpupool"},
-                               "annotations": {JOB_ANNOTATION: "prov/a", FLAVOR_ANNOTATION: "",
-                                               ATTEMPT_ANNOTATION: "2"}}})
+    assert marks_of({"metadata": {"labels": {"app.kubernetes.io/managed-by": "gpupool"}}}) is None
+    m = marks_of(
+        {
+            "metadata": {
+                "labels": {"app.kubernetes.io/managed-by": "gpupool"},
+                "annotations": {
+                    JOB_ANNOTATION: "prov/a",
+                    FLAVOR_ANNOTATION: "",
+                    ATTEMPT_ANNOTATION: "2",
+                },
+            }
+        }
+    )
     assert m is not None and (m.job, m.flavor, m.attempt) == ("prov/a", "", 2)
 
 
 def test_conditions_are_read_back_on_the_controllers_clock() -> None:
     wall = time.time()
-    obj = {"metadata": {"name": "prov-a-1", "namespace": NS,
-                        "creationTimestamp": _stamp(wall - 100),
-                        "labels": {"app.kubernetes.io/managed-by": "gpupool"},
-                        "annotations": {JOB_ANNOTATION: "prov/a"}},
-           "spec": {"provisioningClassName": "queued-provisioning.gke.io",
-                    "parameters": {"maxRunDurationSeconds": "3600"},
-                    "podSets": [{"podTemplateRef": {"name": "ppt-prov-a-1"}, "count": 2}]},
-           "status": {"conditions": [
-               {"type": "Provisioned", "status": "True", "reason": "Provisioned",
-                "lastTransitionTime": _stamp(wall - 60)},
-               {"type": "Accepted", "status": "True", "reason": "Accepted",
-                "lastTransitionTime": _stamp(wall - 90)},
-               {"type": "SomethingElse", "status": "True"}]}}
+    obj = {
+        "metadata": {
+            "name": "prov-a-1",
+            "namespace": NS,
+            "creationTimestamp": _stamp(wall - 100),
+            "labels": {"app.kubernetes.io/managed-by": "gpupool"},
+            "annotations": {JOB_ANNOTATION: "prov/a"},
+        },
+        "spec": {
+            "provisioningClassName": "queued-provisioning.gke.io",
+            "parameters": {"maxRunDurationSeconds": "3600"},
+            "podSets": [{"podTemplateRef": {"name": "ppt-prov-a-1"}, "count": 2}],
+        },
+        "status": {
+            "conditions": [
+                {
+                    "type": "Provisioned",
+                    "status": "True",
+                    "reason": "Provisioned",
+                    "lastTransitionTime": _stamp(wall - 60),
+                },
+                {
+                    "type": "Accepted",
+                    "status": "True",
+                    "reason": "Accepted",
+                    "lastTransitionTime": _stamp(wall - 90),
+                },
+                {"type": "SomethingElse", "status": "True"},
+            ]
+        },
+    }
 
     def at(w: float | None) -> float:  # a clock 1,000 s behind the wall
         return (wall if w is None else w) - 1000.0
@@ -203,8 +251,11 @@ def test_a_rebuilt_controller_takes_its_requests_back() -> None:
         ctl.cycle()
         await settle()
         assert sorted(api.prs) == [f"{NS}/prov-gang-{g}-1" for g in "abc"]
-        assert all(api.pods[f"{NS}/{g}-0"]["metadata"]["annotations"][CONSUME_ANNOTATION]
-                   == f"prov-gang-{g}-1" for g in "abc")
+        assert all(
+            api.pods[f"{NS}/{g}-0"]["metadata"]["annotations"][CONSUME_ANNOTATION]
+            == f"prov-gang-{g}-1"
+            for g in "abc"
+        )
         now = time.time()
         # a: provisioned and running there; b: failed, its retry made; c: provisioned
         cloud_nodes(api, "prov-gang-a-1")
@@ -220,8 +271,7 @@ def test_a_rebuilt_controller_takes_its_requests_back() -> None:
         ctl.cycle()
         await settle()
         assert f"{NS}/prov-gang-b-2" in api.prs
-        assert api.prs[f"{NS}/prov-gang-b-2"]["metadata"]["annotations"][ATTEMPT_ANNOTATION] \
-            == "2"
+        assert api.prs[f"{NS}/prov-gang-b-2"]["metadata"]["annotations"][ATTEMPT_ANNOTATION] == "2"
         cloud_nodes(api, "prov-gang-c-1")
         api.condition("prov-gang-c-1", "Provisioned", time.time())
         # left over from a crash: b's first request again; one made by hand; one of a gone job
@@ -261,8 +311,10 @@ def test_a_rebuilt_controller_takes_its_requests_back() -> None:
         assert f"{NS}/prov-gang-b-1" not in api.prs  # b's older request
         assert f"{NS}/prov-gang-gone-1" not in api.prs  # its job is gone
         assert f"{NS}/by-hand" in api.prs  # not gpupool's
-        assert all(api.pods[f"{NS}/c-{i}"]["spec"].get("nodeName", "").startswith(
-            "prov-gang-c-1") for i in range(2))
+        assert all(
+            api.pods[f"{NS}/c-{i}"]["spec"].get("nodeName", "").startswith("prov-gang-c-1")
+            for i in range(2)
+        )
         # a ends: its booking is deleted
         for i in range(2):
             api.pods[f"{NS}/a-{i}"]["status"] = {"phase": "Succeeded"}

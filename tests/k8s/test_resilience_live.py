@@ -42,8 +42,10 @@ async def live_bound(kube: Kube, ns: str) -> dict[str, tuple[str, Cards]]:
         if pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
             continue
         rec = json.loads(meta["annotations"]["gpupool.io/placement"])
-        out[f"{ns}/{meta['name']}"] = (spec["nodeName"],
-                                      tuple((c[0], c[1], c[2]) for c in rec["cards"]))
+        out[f"{ns}/{meta['name']}"] = (
+            spec["nodeName"],
+            tuple((c[0], c[1], c[2]) for c in rec["cards"]),
+        )
     return out
 
 
@@ -123,8 +125,9 @@ def test_apiserver_restart_mid_run_then_gpupool_restart(control_plane: ControlPl
             third = [f"c{i}" for i in range(2)]
             for n in third:
                 await make_pod(kube, n, ns=NS, limits=GPU)
-            await wait_for(lambda: all_bound(kube, NS, second + third), 60,
-                           what="pods after the restart bound")
+            await wait_for(
+                lambda: all_bound(kube, NS, second + third), 60, what="pods after the restart bound"
+            )
             await asyncio.sleep(0.5)
             await check_consistent(kube, ctl, NS)
             before = ctl.allocations()

@@ -35,8 +35,9 @@ class BetweenPages:
         self.fired = False
         self.lists: list[dict[str, str]] = []
 
-    async def request(self, method: str, path: str, body: object = None,
-                      **kw: Any) -> dict[str, Any]:
+    async def request(
+        self, method: str, path: str, body: object = None, **kw: Any
+    ) -> dict[str, Any]:
         params = dict(kw.get("params") or {})
         if method == "GET" and "limit" in params:
             self.lists.append(params)
@@ -56,12 +57,21 @@ def pod_keys(pods: list[dict[str, Any]]) -> set[str]:
 def test_list_in_pages_with_slim_objects(control_plane: ControlPlane) -> None:
     async def body(kube: Kube) -> None:
         for i in range(11):
-            await make_pod(kube, f"p{i}", ns=NS, scheduler="nobody",
-                           annotations={slim.LAST_APPLIED: "{" + "x" * 2000 + "}"})
+            await make_pod(
+                kube,
+                f"p{i}",
+                ns=NS,
+                scheduler="nobody",
+                annotations={slim.LAST_APPLIED: "{" + "x" * 2000 + "}"},
+            )
         seen: list[str] = []
         conn = BetweenPages(kube, lambda: asyncio.sleep(0))
-        inf = Informer(conn, f"/api/v1/namespaces/{NS}/pods",  # type: ignore[arg-type]
-                       lambda ev, obj, old: seen.append(ev), page_size=4)
+        inf = Informer(
+            conn,
+            f"/api/v1/namespaces/{NS}/pods",  # type: ignore[arg-type]
+            lambda ev, obj, old: seen.append(ev),
+            page_size=4,
+        )
         task = asyncio.create_task(inf.run())
         try:
             await asyncio.wait_for(inf.synced.wait(), 20)
@@ -97,8 +107,12 @@ def test_continue_token_expired_mid_list(control_plane: ControlPlane) -> None:
             control_plane.compact_etcd()
 
         conn = BetweenPages(kube, meanwhile)
-        inf = Informer(conn, f"/api/v1/namespaces/{NS}/pods",  # type: ignore[arg-type]
-                       lambda ev, obj, old: None, page_size=3)
+        inf = Informer(
+            conn,
+            f"/api/v1/namespaces/{NS}/pods",  # type: ignore[arg-type]
+            lambda ev, obj, old: None,
+            page_size=3,
+        )
         task = asyncio.create_task(inf.run())
         try:
             await asyncio.wait_for(inf.synced.wait(), 30)
@@ -131,9 +145,16 @@ def test_watch_line_longer_than_aiohttp_limit(control_plane: ControlPlane) -> No
             await asyncio.wait_for(inf.synced.wait(), 20)
             data = "y" * (1000 * 1024)
             for name in ("big-1", "big-2"):
-                await kube.request("POST", path, {"apiVersion": "v1", "kind": "ConfigMap",
-                                                  "metadata": {"name": name},
-                                                  "data": {"blob": data}})
+                await kube.request(
+                    "POST",
+                    path,
+                    {
+                        "apiVersion": "v1",
+                        "kind": "ConfigMap",
+                        "metadata": {"name": name},
+                        "data": {"blob": data},
+                    },
+                )
 
             async def both() -> bool:
                 return all(f"{NS}/{n}" in inf.cache for n in ("big-1", "big-2"))
@@ -172,12 +193,14 @@ def test_lease_held_while_the_main_loop_is_blocked(control_plane: ControlPlane) 
         async def b_started() -> None:
             started.append("b")
 
-        a = LeaseThread(kube, LEASE_NS, "scale", "a", lease_s=3, renew_s=0.5,
-                        margin_s=1, on_started=a_started)
+        a = LeaseThread(
+            kube, LEASE_NS, "scale", "a", lease_s=3, renew_s=0.5, margin_s=1, on_started=a_started
+        )
         ta = asyncio.create_task(a.run())
         await wait_for(lambda: _true(a.is_leader()), 20, "a leads")
-        b = LeaseThread(kube, LEASE_NS, "scale", "b", lease_s=3, renew_s=0.5,
-                        margin_s=1, on_started=b_started)
+        b = LeaseThread(
+            kube, LEASE_NS, "scale", "b", lease_s=3, renew_s=0.5, margin_s=1, on_started=b_started
+        )
         tb = asyncio.create_task(b.run())
         await asyncio.sleep(0.5)
         before = await kube.request("GET", path)
@@ -189,8 +212,7 @@ def test_lease_held_while_the_main_loop_is_blocked(control_plane: ControlPlane) 
         after = await kube.request("GET", path)
         assert after["spec"]["holderIdentity"] == "a"
         assert after["spec"]["renewTime"] != before["spec"]["renewTime"]  # renewed meanwhile
-        assert after["spec"].get("leaseTransitions", 0) == \
-            before["spec"].get("leaseTransitions", 0)
+        assert after["spec"].get("leaseTransitions", 0) == before["spec"].get("leaseTransitions", 0)
         await asyncio.sleep(0.2)
         assert started == ["a"] and b.transitions == 0
         for t in (tb, ta):
@@ -215,10 +237,16 @@ def test_reason_writes_coalesced_and_bounded(control_plane: ControlPlane) -> Non
     async def body(kube: Kube) -> None:
         pod = await make_pod(kube, "waits", ns=NS, scheduler="nobody")
         key = object_key(pod)
-        writer = StatusWriter(kube, component="gpupool", identity="test",
-                              pod=lambda k: pod if k == key else None,
-                              is_leader=lambda: True, still_waiting=lambda k: True,
-                              writes_per_s=5, concurrency=2)
+        writer = StatusWriter(
+            kube,
+            component="gpupool",
+            identity="test",
+            pod=lambda k: pod if k == key else None,
+            is_leader=lambda: True,
+            still_waiting=lambda k: True,
+            writes_per_s=5,
+            concurrency=2,
+        )
         try:
             t0 = time.monotonic()
             for i in range(200):
@@ -247,8 +275,9 @@ def test_reason_writes_coalesced_and_bounded(control_plane: ControlPlane) -> Non
                 await wait_for(lambda: _true(writer.queued() == 0), 10, "written")
             evs = [e for e in await events_for(kube, NS, "waits") if e["reason"] == "Probe"]
             assert len(evs) == 1 and evs[0]["count"] == 3, evs
-            failed = [e for e in await events_for(kube, NS, "waits")
-                      if e["reason"] == "FailedScheduling"]
+            failed = [
+                e for e in await events_for(kube, NS, "waits") if e["reason"] == "FailedScheduling"
+            ]
             assert len(failed) <= 11 + 1
             if len(failed) > 10:
                 assert any(e["message"].startswith(COMBINED) for e in failed)

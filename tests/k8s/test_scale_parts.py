@@ -17,8 +17,7 @@ from gpupool.k8s.podview import reduce
 from gpupool.k8s.replay_objects import realistic_node, realistic_pod
 from gpupool.k8s.translate import node_from_k8s
 
-POD = {"apiVersion": "v1", "kind": "Pod",
-       "metadata": {"name": "p", "namespace": "ns", "uid": "u1"}}
+POD = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "ns", "uid": "u1"}}
 
 
 def test_same_event_again_is_a_repeat_of_one_object() -> None:
@@ -28,15 +27,22 @@ def test_same_event_again_is_a_repeat_of_one_object() -> None:
     c.created(first.key, "p.1")
     again = c.correlate(POD, "Warning", "FailedScheduling", "0/3 nodes fit", 5.0)
     assert (again.count, again.name, again.first_s) == (2, "p.1", 0.0)
-    other = c.correlate({**POD, "metadata": {**POD["metadata"], "uid": "u2"}}, "Warning",
-                        "FailedScheduling", "0/3 nodes fit", 6.0)
+    other = c.correlate(
+        {**POD, "metadata": {**POD["metadata"], "uid": "u2"}},
+        "Warning",
+        "FailedScheduling",
+        "0/3 nodes fit",
+        6.0,
+    )
     assert other.count == 1  # another pod (a new UID) is another event
 
 
 def test_similar_events_combined_after_ten_messages() -> None:
     c = EventCorrelator("gpupool")
-    msgs = [c.correlate(POD, "Warning", "FailedScheduling", f"m{i}", float(i)).message
-            for i in range(12)]
+    msgs = [
+        c.correlate(POD, "Warning", "FailedScheduling", f"m{i}", float(i)).message
+        for i in range(12)
+    ]
     assert msgs[:10] == [f"m{i}" for i in range(10)]
     assert msgs[10:] == [COMBINED + "m10", COMBINED + "m11"]
     # a message seen among the first ten stays as it is
@@ -48,14 +54,19 @@ def test_similar_events_combined_after_ten_messages() -> None:
 def test_correlator_memory_is_bounded() -> None:
     c = EventCorrelator("gpupool", max_keys=100)
     for i in range(1000):
-        c.correlate({**POD, "metadata": {**POD["metadata"], "name": f"p{i}"}}, "Warning",
-                    "FailedScheduling", "x", 0.0)
+        c.correlate(
+            {**POD, "metadata": {**POD["metadata"], "name": f"p{i}"}},
+            "Warning",
+            "FailedScheduling",
+            "x",
+            0.0,
+        )
     assert len(c._seen) == 100 and len(c._similar) == 100
 
 
 class Chunks:
     def __init__(self, data: bytes, size: int) -> None:
-        self.parts = [data[i:i + size] for i in range(0, len(data), size)]
+        self.parts = [data[i : i + size] for i in range(0, len(data), size)]
 
     async def iter_any(self) -> AsyncIterator[bytes]:
         for p in self.parts:
@@ -98,14 +109,14 @@ def test_slim_pods_keep_what_gpupool_reads() -> None:
     full = realistic_pod(3, node="n1", scheduler="gpupool")
     own = slim.own_pod(json.loads(json.dumps(full)))
     assert "managedFields" not in own["metadata"]
-    assert own["spec"]["containers"][0]["resources"] == \
-        full["spec"]["containers"][0]["resources"]
+    assert own["spec"]["containers"][0]["resources"] == full["spec"]["containers"][0]["resources"]
     assert set(own["spec"]["containers"][0]) == {"name", "resources"}
     pending = realistic_pod(4, node="", scheduler="gpupool")
     kept = slim.own_pod(json.loads(json.dumps(pending)))
     # a pending pod keeps what its PodTemplate needs
-    assert {k: v for k, v in kept["spec"].items() if k != "containers"} == \
-        {k: v for k, v in pending["spec"].items() if k != "containers"}
+    assert {k: v for k, v in kept["spec"].items() if k != "containers"} == {
+        k: v for k, v in pending["spec"].items() if k != "containers"
+    }
     main = kept["spec"]["containers"][0]
     assert set(main) == {"name", "image", "resources", "ports"}
     assert slim.deep_size(kept) * 2 < slim.deep_size(pending)
@@ -115,8 +126,7 @@ def test_slim_pods_keep_what_gpupool_reads() -> None:
 
 
 def test_managed_fields_cut_before_parsing() -> None:
-    pods = [realistic_pod(i, node="n1" if i % 2 else "", scheduler="gpupool")
-            for i in range(5)]
+    pods = [realistic_pod(i, node="n1" if i % 2 else "", scheduler="gpupool") for i in range(5)]
     pods[2]["metadata"]["managedFields"][0]["manager"] = ']},"spec": inside a string'
     raw = json.dumps({"kind": "PodList", "items": pods}, separators=(",", ":")).encode()
     cut = slim.drop_managed_fields(raw)
@@ -128,8 +138,11 @@ def test_managed_fields_cut_before_parsing() -> None:
         del expected["metadata"]["managedFields"]
         assert after == expected
     # an object whose metadata is not followed by a spec keeps its field (stripped later)
-    cm = {"kind": "ConfigMap", "metadata": {"name": "c", "managedFields": [{"manager": "m"}]},
-          "data": {"a": "]},\"spec\":"}}
+    cm = {
+        "kind": "ConfigMap",
+        "metadata": {"name": "c", "managedFields": [{"manager": "m"}]},
+        "data": {"a": ']},"spec":'},
+    }
     text = json.dumps({"items": [cm, pods[0]]}, separators=(",", ":")).encode()
     items = json.loads(slim.drop_managed_fields(text))["items"]
     assert items[0] == cm
@@ -143,21 +156,25 @@ def test_lazy_projection_gives_what_the_full_parse_gives() -> None:
 
     if not projection.available():
         pytest.skip("simdjson is not installed")
-    pods = [realistic_pod(i, node="n1" if i % 3 else "", scheduler=s)
-            for i, s in enumerate(["gpupool", "default-scheduler", "gpupool"] * 3)]
-    pods[1]["spec"]["affinity"] = {"podAntiAffinity": {
-        "requiredDuringSchedulingIgnoredDuringExecution": [{"topologyKey": "zone"}]}}
-    pods[1]["spec"]["initContainers"] = [{"name": "i", "resources": {
-        "requests": {"cpu": "8"}}}]
+    pods = [
+        realistic_pod(i, node="n1" if i % 3 else "", scheduler=s)
+        for i, s in enumerate(["gpupool", "default-scheduler", "gpupool"] * 3)
+    ]
+    pods[1]["spec"]["affinity"] = {
+        "podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [{"topologyKey": "zone"}]
+        }
+    }
+    pods[1]["spec"]["initContainers"] = [{"name": "i", "resources": {"requests": {"cpu": "8"}}}]
     watched = frozenset({"gpupool"})
 
     def transform(pod: dict[str, Any]) -> dict[str, Any]:
         own = (pod.get("spec") or {}).get("schedulerName") in watched
         return slim.own_pod(pod) if own else reduce(pod)
 
-    raw = json.dumps({"kind": "PodList", "metadata": {"resourceVersion": "7",
-                                                      "continue": "c"},
-                      "items": pods}).encode()
+    raw = json.dumps(
+        {"kind": "PodList", "metadata": {"resourceVersion": "7", "continue": "c"}, "items": pods}
+    ).encode()
     parsed = list(projection.items(raw, projection.pod_shape(watched)))
     assert parsed[0] == ("PodList", "7", "c")
     lazy = [transform(p) for p in parsed[1:]]  # type: ignore[arg-type]
@@ -166,8 +183,10 @@ def test_lazy_projection_gives_what_the_full_parse_gives() -> None:
     nodes = [realistic_node(i) for i in range(3)]
     raw = json.dumps({"kind": "NodeList", "items": nodes}).encode()
     got = list(projection.items(raw, lambda _: projection.NODE))[1:]
-    assert [slim.node(n) for n in got] == [slim.node(json.loads(json.dumps(n)))  # type: ignore[arg-type]
-                                           for n in nodes]
+    assert [slim.node(n) for n in got] == [
+        slim.node(json.loads(json.dumps(n)))  # type: ignore[arg-type]
+        for n in nodes
+    ]
 
 
 def test_lazy_watch_events_keep_errors_whole() -> None:
@@ -178,8 +197,16 @@ def test_lazy_watch_events_keep_errors_whole() -> None:
     shape = projection.pod_shape(frozenset({"gpupool"}))
     pod = realistic_pod(1, node="", scheduler="gpupool")
     ev = projection.event(json.dumps({"type": "MODIFIED", "object": pod}).encode(), shape)
-    assert ev["type"] == "MODIFIED" and slim.own_pod(ev["object"]) == \
-        slim.own_pod(json.loads(json.dumps(pod)))
-    gone = {"type": "ERROR", "object": {"kind": "Status", "code": 410, "reason": "Expired",
-                                         "message": "too old resource version: 1"}}
+    assert ev["type"] == "MODIFIED" and slim.own_pod(ev["object"]) == slim.own_pod(
+        json.loads(json.dumps(pod))
+    )
+    gone = {
+        "type": "ERROR",
+        "object": {
+            "kind": "Status",
+            "code": 410,
+            "reason": "Expired",
+            "message": "too old resource version: 1",
+        },
+    }
     assert projection.event(json.dumps(gone).encode(), shape) == gone

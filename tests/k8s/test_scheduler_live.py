@@ -36,8 +36,9 @@ pytestmark = pytest.mark.k8s
 NS = "team-a"
 
 
-def live(cp: ControlPlane, body: Callable[[Kube], Awaitable[None]],
-         namespaces: tuple[str, ...] = (NS,)) -> None:
+def live(
+    cp: ControlPlane, body: Callable[[Kube], Awaitable[None]], namespaces: tuple[str, ...] = (NS,)
+) -> None:
     async def main() -> None:
         kube = await Kube.connect(cp.kubeconfig)
         try:
@@ -72,9 +73,13 @@ def test_pods_bound_with_hami_annotations(control_plane: ControlPlane) -> None:
         await make_node(kube, "gpu-colon", gpus=2, memory_mib=40960, form="colon")
         async with running(kube, default_config()) as ctl:
             await make_pod(kube, "whole", ns=NS, limits={"nvidia.com/gpu": 1})
-            await make_pod(kube, "slice", ns=NS, init=True,
-                           limits={"nvidia.com/gpu": 1, "nvidia.com/gpumem": 10000,
-                                   "nvidia.com/gpucores": 30})
+            await make_pod(
+                kube,
+                "slice",
+                ns=NS,
+                init=True,
+                limits={"nvidia.com/gpu": 1, "nvidia.com/gpumem": 10000, "nvidia.com/gpucores": 30},
+            )
             whole = await wait_for(lambda: bound(kube, NS, "whole"), what="whole bound")
             sliced = await wait_for(lambda: bound(kube, NS, "slice"), what="slice bound")
             for pod in (whole, sliced):
@@ -84,21 +89,26 @@ def test_pods_bound_with_hami_annotations(control_plane: ControlPlane) -> None:
                 assert pod["metadata"]["labels"]["hami.io/vgpu-node"] == node
                 assert ann["hami.io/bind-phase"] in ("allocating", "success")  # the plugin ran
                 assert ann["hami.io/vgpu-time"].isdigit() and ann["hami.io/bind-time"].isdigit()
-                assert ann["hami.io/vgpu-devices-to-allocate"] == \
-                    ann["hami.io/vgpu-devices-allocated"]
+                assert (
+                    ann["hami.io/vgpu-devices-to-allocate"] == ann["hami.io/vgpu-devices-allocated"]
+                )
                 record = json.loads(ann["gpupool.io/placement"])
                 assert record["node"] == node
             card = json.loads(whole["metadata"]["annotations"]["gpupool.io/placement"])
             idx = card["cards"][0][0]
             node = whole["spec"]["nodeName"]
-            assert whole["metadata"]["annotations"]["hami.io/vgpu-devices-allocated"] == \
-                f"GPU-{node}-{idx},NVIDIA,40960,100:;"
+            assert (
+                whole["metadata"]["annotations"]["hami.io/vgpu-devices-allocated"]
+                == f"GPU-{node}-{idx},NVIDIA,40960,100:;"
+            )
             s_ann = sliced["metadata"]["annotations"]
             s_node = sliced["spec"]["nodeName"]
             s_idx = json.loads(s_ann["gpupool.io/placement"])["cards"][0][0]
             # init container first: its empty slot, then the main container's card
-            assert s_ann["hami.io/vgpu-devices-allocated"] == \
-                f";GPU-{s_node}-{s_idx},NVIDIA,10000,30:;"
+            assert (
+                s_ann["hami.io/vgpu-devices-allocated"]
+                == f";GPU-{s_node}-{s_idx},NVIDIA,10000,30:;"
+            )
             assert ctl.stats.binds == 2
 
     live(control_plane, body)
@@ -110,8 +120,10 @@ def test_annotations_patched_first_mode(control_plane: ControlPlane) -> None:
         async with running(kube, default_config(), annotate_first=True):
             await make_pod(kube, "p", ns=NS, limits={"nvidia.com/gpu": 1})
             pod = await wait_for(lambda: bound(kube, NS, "p"), what="bound")
-            assert pod["metadata"]["annotations"]["hami.io/vgpu-devices-allocated"] == \
-                "GPU-gpu-1-0,NVIDIA,40960,100:;"
+            assert (
+                pod["metadata"]["annotations"]["hami.io/vgpu-devices-allocated"]
+                == "GPU-gpu-1-0,NVIDIA,40960,100:;"
+            )
 
     live(control_plane, body)
 
@@ -138,14 +150,18 @@ def test_pending_pod_gets_condition_and_event_with_numbers(control_plane: Contro
     live(control_plane, body)
 
 
-@pytest.mark.parametrize(("limits", "labels", "reason"), [
-    ({"nvidia.com/gpu": 4}, {}, "gpu"),
-    ({"nvidia.com/gpu": 1, "nvidia.com/gpumem": 99999}, {}, "memory"),
-    ({"nvidia.com/gpu": 1, "nvidia.com/gpucores": 150}, {}, "0..100"),
-    ({"nvidia.com/gpu": 1}, {"gpupool.io/queue": "nope"}, "does not exist"),
-])
-def test_bad_pods_are_rejected_with_reasons(control_plane: ControlPlane, limits: dict[str, Any],
-                                           labels: dict[str, str], reason: str) -> None:
+@pytest.mark.parametrize(
+    ("limits", "labels", "reason"),
+    [
+        ({"nvidia.com/gpu": 4}, {}, "gpu"),
+        ({"nvidia.com/gpu": 1, "nvidia.com/gpumem": 99999}, {}, "memory"),
+        ({"nvidia.com/gpu": 1, "nvidia.com/gpucores": 150}, {}, "0..100"),
+        ({"nvidia.com/gpu": 1}, {"gpupool.io/queue": "nope"}, "does not exist"),
+    ],
+)
+def test_bad_pods_are_rejected_with_reasons(
+    control_plane: ControlPlane, limits: dict[str, Any], labels: dict[str, str], reason: str
+) -> None:
     async def body(kube: Kube) -> None:
         await make_node(kube, "gpu-1", gpus=2)
         async with running(kube, default_config()) as ctl:
@@ -166,13 +182,16 @@ def test_bad_node_is_reported_and_ignored(control_plane: ControlPlane) -> None:
         await make_node(kube, "gpu-ok", gpus=1)
         await make_node(kube, "gpu-bad", gpus=1, form="none")
         await kube.request(
-            "PATCH", "/api/v1/nodes/gpu-bad",
+            "PATCH",
+            "/api/v1/nodes/gpu-bad",
             {"metadata": {"annotations": {"hami.io/node-nvidia-register": "garbage"}}},
-            content_type="application/merge-patch+json")
+            content_type="application/merge-patch+json",
+        )
         async with running(kube, default_config()) as ctl:
             assert "gpu-bad" in ctl.bad_nodes and "gpu-ok" in ctl.nodes_by_name
-            events = await wait_for(lambda: events_for(kube, "default", "gpu-bad"),
-                                    what="node event")
+            events = await wait_for(
+                lambda: events_for(kube, "default", "gpu-bad"), what="node event"
+            )
             assert events[0]["reason"] == "InvalidNode"
             assert "hami.io/node-nvidia-register" in events[0]["message"]
 
@@ -224,11 +243,21 @@ def test_queue_quota_end_to_end(control_plane: ControlPlane) -> None:
         await make_node(kube, "gpu-2", gpus=4)
         async with running(kube, config) as ctl:
             for i in range(3):
-                await make_pod(kube, f"a{i}", ns="team-a", limits={"nvidia.com/gpu": 1},
-                               labels={"kueue.x-k8s.io/queue-name": "a"})
+                await make_pod(
+                    kube,
+                    f"a{i}",
+                    ns="team-a",
+                    limits={"nvidia.com/gpu": 1},
+                    labels={"kueue.x-k8s.io/queue-name": "a"},
+                )
             for i in range(3):
-                await make_pod(kube, f"b{i}", ns="team-b", limits={"nvidia.com/gpu": 2},
-                               labels={"gpupool.io/queue": "b"})
+                await make_pod(
+                    kube,
+                    f"b{i}",
+                    ns="team-b",
+                    limits={"nvidia.com/gpu": 2},
+                    labels={"gpupool.io/queue": "b"},
+                )
             for i in range(3):
                 await wait_for(lambda i=i: bound(kube, "team-b", f"b{i}"), what=f"b{i}")
 
@@ -281,18 +310,27 @@ def test_priority_preempts_and_waits_for_the_victim(control_plane: ControlPlane)
     async def body(kube: Kube) -> None:
         for name, value in (("gpupool-low", 10), ("gpupool-high", 1000)):
             with contextlib.suppress(KubeError):
-                await kube.request("POST", classes, {
-                    "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
-                    "metadata": {"name": name}, "value": value})
+                await kube.request(
+                    "POST",
+                    classes,
+                    {
+                        "apiVersion": "scheduling.k8s.io/v1",
+                        "kind": "PriorityClass",
+                        "metadata": {"name": name},
+                        "value": value,
+                    },
+                )
         await make_node(kube, "gpu-1", gpus=1)
         async with running(kube, config) as ctl:
-            low = pod_body("low", ns=NS, limits={"nvidia.com/gpu": 1},
-                           labels={"gpupool.io/queue": "shared"})
+            low = pod_body(
+                "low", ns=NS, limits={"nvidia.com/gpu": 1}, labels={"gpupool.io/queue": "shared"}
+            )
             low["spec"]["priorityClassName"] = "gpupool-low"
             await kube.request("POST", f"/api/v1/namespaces/{NS}/pods", low)
             await wait_for(lambda: bound(kube, NS, "low"), what="low bound")
-            high = pod_body("high", ns=NS, limits={"nvidia.com/gpu": 1},
-                            labels={"gpupool.io/queue": "shared"})
+            high = pod_body(
+                "high", ns=NS, limits={"nvidia.com/gpu": 1}, labels={"gpupool.io/queue": "shared"}
+            )
             high["spec"]["priorityClassName"] = "gpupool-high"
             await kube.request("POST", f"/api/v1/namespaces/{NS}/pods", high)
             pod = await wait_for(lambda: bound(kube, NS, "high"), what="high bound")
@@ -312,6 +350,7 @@ def test_priority_preempts_and_waits_for_the_victim(control_plane: ControlPlane)
     try:
         live(control_plane, body)
     finally:
+
         async def drop() -> None:
             kube = await Kube.connect(control_plane.kubeconfig)
             for name in ("gpupool-low", "gpupool-high"):

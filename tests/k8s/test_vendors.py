@@ -18,50 +18,113 @@ from gpupool.k8s.vendors import vendor_annotations, vendor_gpus, vendor_pod_requ
 from gpupool.k8s.vendors.protocols import PROTOCOLS
 
 
-def node_obj(name: str, annotations: dict[str, str] | None = None,
-             capacity: dict[str, str] | None = None) -> dict[str, Any]:
+def node_obj(
+    name: str, annotations: dict[str, str] | None = None, capacity: dict[str, str] | None = None
+) -> dict[str, Any]:
     cap = {"cpu": "64", "memory": "256Gi", "pods": "110", **(capacity or {})}
-    return {"apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": name, "annotations": annotations or {},
-                         "labels": {"kubernetes.io/hostname": name}},
-            "status": {"capacity": cap, "allocatable": cap,
-                       "conditions": [{"type": "Ready", "status": "True"}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "annotations": annotations or {},
+            "labels": {"kubernetes.io/hostname": name},
+        },
+        "status": {
+            "capacity": cap,
+            "allocatable": cap,
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
 
 
 def pod_obj(resources: dict[str, str], init: dict[str, str] | None = None) -> dict[str, Any]:
-    spec: dict[str, Any] = {"schedulerName": "gpupool", "containers": [
-        {"name": "sidecar", "image": "busybox"},
-        {"name": "main", "image": "app", "resources": {"limits": resources}}]}
+    spec: dict[str, Any] = {
+        "schedulerName": "gpupool",
+        "containers": [
+            {"name": "sidecar", "image": "busybox"},
+            {"name": "main", "image": "app", "resources": {"limits": resources}},
+        ],
+    }
     if init is not None:
-        spec["initContainers"] = [{"name": "warm", "image": "app",
-                                   "resources": {"limits": init}}]
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": "p", "namespace": "team", "uid": "u-1"}, "spec": spec}
+        spec["initContainers"] = [{"name": "warm", "image": "app", "resources": {"limits": init}}]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "team", "uid": "u-1"},
+        "spec": spec,
+    }
 
 
 # Register annotations in HAMi's two node-device encodings. Colon form (DecodeNodeDevices):
 # id,count,devmem,devcore,type,numa,health[,index,mode]: per card.
-HYGON = ("DCU-0a1b,4,65536,100,DCU-K100,0,true,0,hami-core:"
-         "DCU-2c3d,4,65536,100,DCU-K100,1,true,1,hami-core:")
+HYGON = (
+    "DCU-0a1b,4,65536,100,DCU-K100,0,true,0,hami-core:"
+    "DCU-2c3d,4,65536,100,DCU-K100,1,true,1,hami-core:"
+)
 ILUVATAR = "ILU-77,8,32768,100,BI-V150,0,true:ILU-78,8,32768,100,BI-V150,0,false:"
-ASCEND = json.dumps([
-    {"id": "NPU-910B3-0", "index": 0, "count": 4, "devmem": 65536, "devcore": 20,
-     "type": "Ascend910B3", "numa": 0, "health": True},
-    {"id": "NPU-910B3-1", "index": 1, "count": 4, "devmem": 65536, "devcore": 20,
-     "type": "Ascend910B3", "numa": 0, "health": True}])
-KUNLUN = json.dumps([{"id": "XPU-0", "index": 0, "count": 4, "devmem": 98304, "devcore": 100,
-                      "type": "P800", "numa": 0, "health": True}])
-METAX = json.dumps([{"uuid": "GPU-mx-0", "model": "MXC500", "totalDevCount": 16,
-                     "totalCompute": 100, "totalVRam": 65536, "healthy": True}])
+ASCEND = json.dumps(
+    [
+        {
+            "id": "NPU-910B3-0",
+            "index": 0,
+            "count": 4,
+            "devmem": 65536,
+            "devcore": 20,
+            "type": "Ascend910B3",
+            "numa": 0,
+            "health": True,
+        },
+        {
+            "id": "NPU-910B3-1",
+            "index": 1,
+            "count": 4,
+            "devmem": 65536,
+            "devcore": 20,
+            "type": "Ascend910B3",
+            "numa": 0,
+            "health": True,
+        },
+    ]
+)
+KUNLUN = json.dumps(
+    [
+        {
+            "id": "XPU-0",
+            "index": 0,
+            "count": 4,
+            "devmem": 98304,
+            "devcore": 100,
+            "type": "P800",
+            "numa": 0,
+            "health": True,
+        }
+    ]
+)
+METAX = json.dumps(
+    [
+        {
+            "uuid": "GPU-mx-0",
+            "model": "MXC500",
+            "totalDevCount": 16,
+            "totalCompute": 100,
+            "totalVRam": 65536,
+            "healthy": True,
+        }
+    ]
+)
 
 NODES = {
     "hygon": node_obj("dcu-0", {"hami.io/node-dcu-register": HYGON}),
     "ascend": node_obj("npu-0", {"hami.io/node-register-Ascend910B3": ASCEND}),
-    "cambricon": node_obj("mlu-0", capacity={"cambricon.com/mlu.smlu.vcore": "400",
-                                             "cambricon.com/mlu.smlu.vmemory": "384"}),
+    "cambricon": node_obj(
+        "mlu-0",
+        capacity={"cambricon.com/mlu.smlu.vcore": "400", "cambricon.com/mlu.smlu.vmemory": "384"},
+    ),
     "iluvatar": node_obj("ilu-0", {"hami.io/node-BI-V150-register": ILUVATAR}),
-    "mthreads": node_obj("mt-0", capacity={"mthreads.com/sgpu-core": "64",
-                                           "mthreads.com/sgpu-memory": "128"}),
+    "mthreads": node_obj(
+        "mt-0", capacity={"mthreads.com/sgpu-core": "64", "mthreads.com/sgpu-memory": "128"}
+    ),
     "metax": node_obj("mx-0", {"metax-tech.com/node-gpu-devices": METAX}),
     "enflame": node_obj("gcu-0", capacity={"enflame.com/gcu": "8"}),
     "kunlunxin": node_obj("xpu-0", {"hami.io/node-register-xpu": KUNLUN}),
@@ -103,28 +166,58 @@ def test_a_node_with_no_vendor_inventory_has_no_vendor_cards() -> None:
 
 # vendor: (pod limits, the allocation annotation key, the expected value)
 ALLOCATIONS = {
-    "hygon": ({"hygon.com/dcunum": "1", "hygon.com/dcumem": "8000", "hygon.com/dcucores": "30"},
-              "hami.io/dcu-devices-to-allocate", ";DCU-0a1b,DCU,8000,30:;"),
-    "ascend": ({"huawei.com/Ascend910B3": "1", "huawei.com/Ascend910B3-memory": "12000"},
-               "hami.io/Ascend910B3-devices-to-allocate",
-               ";NPU-910B3-0,Ascend910B3,16384,5:;"),  # trimmed up to vir05_1c_16g
-    "cambricon": ({"cambricon.com/vmlu": "1", "cambricon.com/mlu.smlu.vmemory": "10",
-                   "cambricon.com/mlu.smlu.vcore": "25"},
-                  "hami.io/cambricon-mlu-devices-to-allocate",
-                  ";mlu-0-cambricon-mlu-0,MLU,2560,25:;"),
-    "iluvatar": ({"iluvatar.ai/BI-V150-vgpu": "1", "iluvatar.ai/BI-V150.vMem": "4000",
-                  "iluvatar.ai/BI-V150.vCore": "50"},
-                 "hami.io/BI-V150-devices-to-allocate", ";ILU-77,BI-V150,4096,50:;"),
-    "mthreads": ({"mthreads.com/vgpu": "1", "mthreads.com/sgpu-memory": "4",
-                  "mthreads.com/sgpu-core": "4"},
-                 "hami.io/mthreads-vgpu-devices-allocated", ";mt-0-mthreads-0,Mthreads,2048,4:;"),
-    "metax": ({"metax-tech.com/sgpu": "1", "metax-tech.com/vmemory": "5000",
-               "metax-tech.com/vcore": "20"},
-              "hami.io/metax-sgpu-devices-to-allocate", ";GPU-mx-0,Metax-SGPU,5120,20:;"),
-    "enflame": ({"enflame.com/gcu": "2"}, "hami.io/enflame-gcu-devices-to-allocate",
-                ";gcu-0-GCU-0,GCU,0,100:gcu-0-GCU-1,GCU,0,100:;"),
-    "kunlunxin": ({"kunlunxin.com/vxpu": "1", "kunlunxin.com/vxpu-memory": "20000"},
-                  "hami.io/xpu-devices-to-allocate", ";XPU-0,XPU,24576,25:;"),  # a quarter
+    "hygon": (
+        {"hygon.com/dcunum": "1", "hygon.com/dcumem": "8000", "hygon.com/dcucores": "30"},
+        "hami.io/dcu-devices-to-allocate",
+        ";DCU-0a1b,DCU,8000,30:;",
+    ),
+    "ascend": (
+        {"huawei.com/Ascend910B3": "1", "huawei.com/Ascend910B3-memory": "12000"},
+        "hami.io/Ascend910B3-devices-to-allocate",
+        ";NPU-910B3-0,Ascend910B3,16384,5:;",
+    ),  # trimmed up to vir05_1c_16g
+    "cambricon": (
+        {
+            "cambricon.com/vmlu": "1",
+            "cambricon.com/mlu.smlu.vmemory": "10",
+            "cambricon.com/mlu.smlu.vcore": "25",
+        },
+        "hami.io/cambricon-mlu-devices-to-allocate",
+        ";mlu-0-cambricon-mlu-0,MLU,2560,25:;",
+    ),
+    "iluvatar": (
+        {
+            "iluvatar.ai/BI-V150-vgpu": "1",
+            "iluvatar.ai/BI-V150.vMem": "4000",
+            "iluvatar.ai/BI-V150.vCore": "50",
+        },
+        "hami.io/BI-V150-devices-to-allocate",
+        ";ILU-77,BI-V150,4096,50:;",
+    ),
+    "mthreads": (
+        {"mthreads.com/vgpu": "1", "mthreads.com/sgpu-memory": "4", "mthreads.com/sgpu-core": "4"},
+        "hami.io/mthreads-vgpu-devices-allocated",
+        ";mt-0-mthreads-0,Mthreads,2048,4:;",
+    ),
+    "metax": (
+        {
+            "metax-tech.com/sgpu": "1",
+            "metax-tech.com/vmemory": "5000",
+            "metax-tech.com/vcore": "20",
+        },
+        "hami.io/metax-sgpu-devices-to-allocate",
+        ";GPU-mx-0,Metax-SGPU,5120,20:;",
+    ),
+    "enflame": (
+        {"enflame.com/gcu": "2"},
+        "hami.io/enflame-gcu-devices-to-allocate",
+        ";gcu-0-GCU-0,GCU,0,100:gcu-0-GCU-1,GCU,0,100:;",
+    ),
+    "kunlunxin": (
+        {"kunlunxin.com/vxpu": "1", "kunlunxin.com/vxpu-memory": "20000"},
+        "hami.io/xpu-devices-to-allocate",
+        ";XPU-0,XPU,24576,25:;",
+    ),  # a quarter
 }
 
 
@@ -158,7 +251,8 @@ def test_ascend_writes_the_runtime_annotation_with_the_template_name() -> None:
     assert p is not None
     out = vendor_annotations(req, p, node, now_s=0)
     assert json.loads(out["huawei.com/Ascend910B3"]) == [
-        {"UUID": "NPU-910B3-0", "memory": 16384, "temp": "vir05_1c_16g", "core": 5}]
+        {"UUID": "NPU-910B3-0", "memory": 16384, "temp": "vir05_1c_16g", "core": 5}
+    ]
     assert node.gpus[0].device.division is Division.TEMPLATES
 
 
@@ -178,13 +272,14 @@ def test_a_vendor_pod_never_lands_on_another_vendors_cards() -> None:
     limits, _, _ = ALLOCATIONS["hygon"]
     pod = pod_obj(limits)
     dcu, npu = node_from_k8s(NODES["hygon"]), node_from_k8s(NODES["ascend"])
-    models = {"hygon": frozenset(g.model for g in dcu.gpus),
-              "ascend": frozenset(g.model for g in npu.gpus)}
+    models = {
+        "hygon": frozenset(g.model for g in dcu.gpus),
+        "ascend": frozenset(g.model for g in npu.gpus),
+    }
     req = vendor_pod_request(pod, pod_request(pod), models)
     assert req is not None and req.gpu.models == frozenset({"DCU-K100"})
     job = Job(JobId("team/p"), (PodSet("p", gpu=req.gpu),))
-    p, _ = place_task(next(job.tasks()), ClusterState([npu, dcu]).snapshot(),
-                      default_profile())
+    p, _ = place_task(next(job.tasks()), ClusterState([npu, dcu]).snapshot(), default_profile())
     assert p is not None and p.node == "dcu-0"
 
 
@@ -193,6 +288,7 @@ def test_a_whole_card_request_and_bad_cores() -> None:
     req = vendor_pod_request(pod, pod_request(pod), {})
     assert req is not None and req.gpu.kind is GpuKind.WHOLE and req.gpu.count == 2
     from gpupool.core.errors import InvalidJobError
+
     with pytest.raises(InvalidJobError, match=r"mthreads.com/sgpu-core.*must be 0..16"):
         pod = pod_obj({"mthreads.com/vgpu": "1", "mthreads.com/sgpu-core": "20"})
         vendor_pod_request(pod, pod_request(pod), {})
@@ -200,6 +296,7 @@ def test_a_whole_card_request_and_bad_cores() -> None:
 
 def test_a_register_annotation_that_cannot_be_read_names_the_node_and_key() -> None:
     from gpupool.k8s.hami.errors import TranslateError
+
     bad = node_obj("dcu-9", {"hami.io/node-dcu-register": "DCU-x,4,notanumber,100,DCU,0,true:"})
     with pytest.raises(TranslateError, match=r"node dcu-9: hami.io/node-dcu-register"):
         vendor_gpus(bad)
@@ -207,22 +304,28 @@ def test_a_register_annotation_that_cannot_be_read_names_the_node_and_key() -> N
 
 # -- alternatives on Kubernetes: the pod made in the chosen form ------------------------------
 
+
 def alt_pod() -> dict[str, Any]:
     """A pod written for NVIDIA (HAMi's examples/nvidia/default_use.yaml limits, and CPU) with
     HAMi's Hygon example (examples/hygon/default_use.yaml) as its alternative."""
     from gpupool.k8s.vendors.overlay import ALTERNATIVES
     from tests.k8s.hami_examples import HYGON_DEFAULT, NVIDIA_DEFAULT, alternative
+
     pod = pod_obj({**NVIDIA_DEFAULT["limits"], "cpu": "2"})
-    pod["spec"]["containers"][1]["env"] = [{"name": "KEEP", "value": "1"},
-                                           {"name": "VISIBLE", "value": "old"}]
-    pod["metadata"]["annotations"] = {ALTERNATIVES: json.dumps([
-        alternative("dcu", HYGON_DEFAULT, env={"VISIBLE": "new"})])}
+    pod["spec"]["containers"][1]["env"] = [
+        {"name": "KEEP", "value": "1"},
+        {"name": "VISIBLE", "value": "old"},
+    ]
+    pod["metadata"]["annotations"] = {
+        ALTERNATIVES: json.dumps([alternative("dcu", HYGON_DEFAULT, env={"VISIBLE": "new"})])
+    }
     return pod
 
 
 def test_a_pod_in_an_alternative_form_keeps_everything_but_its_accelerator() -> None:
     from gpupool.k8s.vendors.overlay import ALTERNATIVE, pod_alternatives, pod_in_form
     from tests.k8s.hami_examples import HYGON_DEFAULT
+
     pod = alt_pod()
     (alt,) = pod_alternatives(pod)
     out = pod_in_form(pod, alt)
@@ -237,6 +340,7 @@ def test_a_pod_in_an_alternative_form_keeps_everything_but_its_accelerator() -> 
 
 def test_the_admission_patch_makes_the_same_pod_as_the_overlay() -> None:
     from gpupool.k8s.vendors.overlay import overlay_patch, pod_alternatives, pod_in_form
+
     pod = alt_pod()
     (alt,) = pod_alternatives(pod)
     patched = json.loads(json.dumps(pod))
@@ -249,16 +353,22 @@ def test_the_admission_patch_makes_the_same_pod_as_the_overlay() -> None:
     assert patched == pod_in_form(pod, alt)
 
 
-@pytest.mark.parametrize(("raw", "words"), [
-    ("not json", "is not JSON"),
-    ('{"name": "a"}', "must be a JSON list"),
-    ('[{"name": "a", "limits": {}}]', "must map accelerator resource names"),
-    ('[{"name": "a", "limits": {"x": "1"}}, {"name": "a", "limits": {"x": "1"}}]',
-     "must be a name used once"),
-])
+@pytest.mark.parametrize(
+    ("raw", "words"),
+    [
+        ("not json", "is not JSON"),
+        ('{"name": "a"}', "must be a JSON list"),
+        ('[{"name": "a", "limits": {}}]', "must map accelerator resource names"),
+        (
+            '[{"name": "a", "limits": {"x": "1"}}, {"name": "a", "limits": {"x": "1"}}]',
+            "must be a name used once",
+        ),
+    ],
+)
 def test_bad_alternatives_annotations_name_the_annotation(raw: str, words: str) -> None:
     from gpupool.core.errors import InvalidJobError
     from gpupool.k8s.vendors.overlay import ALTERNATIVES, pod_alternatives
+
     pod = pod_obj({})
     pod["metadata"]["annotations"] = {ALTERNATIVES: raw}
     with pytest.raises(InvalidJobError, match=words) as err:

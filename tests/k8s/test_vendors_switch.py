@@ -66,15 +66,18 @@ def test_a_bound_pod_is_made_again_unbound() -> None:
     assert "nodeName" not in remade(stored, None)["spec"]
 
 
-@pytest.mark.parametrize(("change", "allowed"), [
-    (lambda p: None, True),
-    (lambda p: p["metadata"]["annotations"].pop("gpupool.io/alternatives"), False),
-    (lambda p: p["metadata"].update(ownerReferences=[{"kind": "Job", "name": "j"}]), False),
-    (lambda p: p["spec"].update(nodeName="n1"), False),
-    (lambda p: p["metadata"].update(deletionTimestamp="t"), False),
-    (lambda p: p["metadata"]["annotations"].update({SWITCHES: str(MAX_SWITCHES - 1)}), True),
-    (lambda p: p["metadata"]["annotations"].update({SWITCHES: str(MAX_SWITCHES)}), False),
-])
+@pytest.mark.parametrize(
+    ("change", "allowed"),
+    [
+        (lambda p: None, True),
+        (lambda p: p["metadata"]["annotations"].pop("gpupool.io/alternatives"), False),
+        (lambda p: p["metadata"].update(ownerReferences=[{"kind": "Job", "name": "j"}]), False),
+        (lambda p: p["spec"].update(nodeName="n1"), False),
+        (lambda p: p["metadata"].update(deletionTimestamp="t"), False),
+        (lambda p: p["metadata"]["annotations"].update({SWITCHES: str(MAX_SWITCHES - 1)}), True),
+        (lambda p: p["metadata"]["annotations"].update({SWITCHES: str(MAX_SWITCHES)}), False),
+    ],
+)
 def test_which_pods_may_switch(change: Any, allowed: bool) -> None:
     pod = as_stored(alt_pod())
     change(pod)
@@ -84,16 +87,20 @@ def test_which_pods_may_switch(change: Any, allowed: bool) -> None:
 def _state() -> Any:
     from gpupool.core import ClusterState
     from gpupool.core.model import Gpu, Node, NodeName
-    return ClusterState([Node(NodeName(f"n{i}"), 8000, 64_000,
-                              tuple(Gpu(g, "H100", 81920) for g in range(2)))
-                         for i in range(2)])
+
+    return ClusterState(
+        [
+            Node(NodeName(f"n{i}"), 8000, 64_000, tuple(Gpu(g, "H100", 81920) for g in range(2)))
+            for i in range(2)
+        ]
+    )
 
 
 def _placed(state: Any, name: str, milli: int = 1000) -> Any:
     from gpupool.core import default_profile, place_task
     from gpupool.core.model import GpuRequest, Job, JobId, PodSet
-    gpu = GpuRequest(count=1) if milli >= 1000 else GpuRequest(gpu_milli=milli,
-                                                              memory_mib=1000)
+
+    gpu = GpuRequest(count=1) if milli >= 1000 else GpuRequest(gpu_milli=milli, memory_mib=1000)
     job = Job(JobId(f"team/{name}"), (PodSet("p", cpu_milli=100, memory_mib=100, gpu=gpu),))
     p, status = place_task(next(job.tasks()), state.snapshot(), default_profile())
     assert p is not None, status.message
@@ -105,6 +112,7 @@ def test_the_freed_epoch_moves_only_when_something_is_freed_or_a_node_changes() 
     from dataclasses import replace as dc_replace
 
     from gpupool.k8s.vendors.freed import FreedEpochs
+
     state = _state()
     epochs = FreedEpochs()
     e0 = epochs.look(state.table)
@@ -123,7 +131,8 @@ def test_the_freed_epoch_moves_only_when_something_is_freed_or_a_node_changes() 
 
 
 def test_a_parked_pod_is_checked_again_only_after_something_was_freed(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """Parked pods are tried again on every pod event; the what-if admission of their other
     forms is made once per freeing, not once per cycle."""
     from types import SimpleNamespace
@@ -132,6 +141,7 @@ def test_a_parked_pod_is_checked_again_only_after_something_was_freed(
     from gpupool.core.model import JobId
     from gpupool.core.placement.framework import Status
     from gpupool.k8s.vendors import switch
+
     calls: list[str] = []
 
     def admissible(ctl: Any, pod: Any, alternatives: Any) -> tuple[bool, None]:
@@ -141,8 +151,11 @@ def test_a_parked_pod_is_checked_again_only_after_something_was_freed(
     monkeypatch.setattr(switch, "admissible", admissible)
     state = _state()
     pods = {"team/p": as_stored(alt_pod())}
-    ctl = SimpleNamespace(jobs={JobId("team/p"): SimpleNamespace(pods=["team/p"])},
-                          own_pod=pods.get, sched=SimpleNamespace(state=state))
+    ctl = SimpleNamespace(
+        jobs={JobId("team/p"): SimpleNamespace(pods=["team/p"])},
+        own_pod=pods.get,
+        sched=SimpleNamespace(state=state),
+    )
     parks = [Park(JobId("team/p"), Status.unschedulable("no card"))]
     switcher = switch.FormSwitcher()
     a = _placed(state, "a")

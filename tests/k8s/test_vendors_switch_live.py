@@ -28,23 +28,36 @@ pytestmark = pytest.mark.k8s
 
 WEBHOOKS = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
 NAME = "gpupool-switch-test"
-ALTERNATIVES = json.dumps([alternative("dcu", HYGON_DEFAULT,
-                                       env={"HIP_VISIBLE_DEVICES": "auto"})])
+ALTERNATIVES = json.dumps([alternative("dcu", HYGON_DEFAULT, env={"HIP_VISIBLE_DEVICES": "auto"})])
 
 
 def webhook(port: int, ca_pem: bytes) -> dict[str, Any]:
     return {
-        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingWebhookConfiguration",
         "metadata": {"name": NAME},
-        "webhooks": [{
-            "name": "pods.gpupool.io", "admissionReviewVersions": ["v1"],
-            "sideEffects": "None", "failurePolicy": "Fail", "timeoutSeconds": 5,
-            "clientConfig": {"url": f"https://127.0.0.1:{port}/mutate",
-                             "caBundle": base64.b64encode(ca_pem).decode()},
-            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
-                       "resources": ["pods"]}],
-            "namespaceSelector": {"matchLabels": {"gpupool.io/webhook-test": "switch"}},
-        }],
+        "webhooks": [
+            {
+                "name": "pods.gpupool.io",
+                "admissionReviewVersions": ["v1"],
+                "sideEffects": "None",
+                "failurePolicy": "Fail",
+                "timeoutSeconds": 5,
+                "clientConfig": {
+                    "url": f"https://127.0.0.1:{port}/mutate",
+                    "caBundle": base64.b64encode(ca_pem).decode(),
+                },
+                "rules": [
+                    {
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "operations": ["CREATE"],
+                        "resources": ["pods"],
+                    }
+                ],
+                "namespaceSelector": {"matchLabels": {"gpupool.io/webhook-test": "switch"}},
+            }
+        ],
     }
 
 
@@ -56,7 +69,8 @@ def with_alternatives(name: str, **meta: Any) -> dict[str, Any]:
 
 
 def test_a_waiting_pod_is_made_again_in_the_form_that_fits_now(
-        control_plane: ControlPlane, tmp_path: Path) -> None:
+    control_plane: ControlPlane, tmp_path: Path
+) -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
@@ -66,35 +80,67 @@ def test_a_waiting_pod_is_made_again_in_the_form_that_fits_now(
     async def body(kube: Kube) -> None:
         with contextlib.suppress(KubeError):
             await kube.request("DELETE", f"{WEBHOOKS}/{NAME}")
-        await kube.request("PATCH", f"/api/v1/namespaces/{NS}",
-                           {"metadata": {"labels": {"gpupool.io/webhook-test": "switch"}}},
-                           content_type=MERGE_PATCH)
-        nvidia = json.dumps([{"id": "GPU-s-0", "index": 0, "count": 10, "devmem": 81920,
-                              "devcore": 100, "type": "NVIDIA H100", "health": True}])
-        await node(kube, "s-nv", {"hami.io/node-nvidia-register": nvidia},
-                   {"nvidia.com/gpu": "10"})
-        await node(kube, "s-dcu", {"hami.io/node-dcu-register":
-                                   "DCU-s-0,4,65536,100,DCU-K100,0,true,0,hami-core:"},
-                   {"hygon.com/dcunum": "4"})
+        await kube.request(
+            "PATCH",
+            f"/api/v1/namespaces/{NS}",
+            {"metadata": {"labels": {"gpupool.io/webhook-test": "switch"}}},
+            content_type=MERGE_PATCH,
+        )
+        nvidia = json.dumps(
+            [
+                {
+                    "id": "GPU-s-0",
+                    "index": 0,
+                    "count": 10,
+                    "devmem": 81920,
+                    "devcore": 100,
+                    "type": "NVIDIA H100",
+                    "health": True,
+                }
+            ]
+        )
+        await node(kube, "s-nv", {"hami.io/node-nvidia-register": nvidia}, {"nvidia.com/gpu": "10"})
+        await node(
+            kube,
+            "s-dcu",
+            {"hami.io/node-dcu-register": "DCU-s-0,4,65536,100,DCU-K100,0,true,0,hami-core:"},
+            {"hygon.com/dcunum": "4"},
+        )
         pods = f"/api/v1/namespaces/{NS}/pods"
         async with running(kube, default_config()) as ctl:
             server = await serve_http(ctl, port, host="127.0.0.1", tls_dir=str(tmp_path))
             await kube.request("POST", WEBHOOKS, webhook(port, certs.ca_pem))
             try:
                 await asyncio.sleep(1.0)  # the API server picks the configuration up
-                await kube.request("POST", pods, pod_body("holder", ns=NS,
-                                                          limits={"nvidia.com/gpu": 1}))
-                await kube.request("POST", pods, pod_body("blocker", ns=NS, limits={
-                    "hygon.com/dcunum": 1, "hygon.com/dcumem": 65536,
-                    "hygon.com/dcucores": 100}))
+                await kube.request(
+                    "POST", pods, pod_body("holder", ns=NS, limits={"nvidia.com/gpu": 1})
+                )
+                await kube.request(
+                    "POST",
+                    pods,
+                    pod_body(
+                        "blocker",
+                        ns=NS,
+                        limits={
+                            "hygon.com/dcunum": 1,
+                            "hygon.com/dcumem": 65536,
+                            "hygon.com/dcucores": 100,
+                        },
+                    ),
+                )
                 for name in ("holder", "blocker"):
                     await wait_for(lambda n=name: bound(kube, n), what=f"{name} bound")
                 # no form fits now: both are made in their own form and wait
                 await kube.request("POST", pods, with_alternatives("waiter"))
-                owner = {"apiVersion": "v1", "kind": "ConfigMap", "name": "owner",
-                         "uid": "00000000-0000-0000-0000-000000000001"}
-                await kube.request("POST", pods, with_alternatives(
-                    "owned", ownerReferences=[owner]))
+                owner = {
+                    "apiVersion": "v1",
+                    "kind": "ConfigMap",
+                    "name": "owner",
+                    "uid": "00000000-0000-0000-0000-000000000001",
+                }
+                await kube.request(
+                    "POST", pods, with_alternatives("owned", ownerReferences=[owner])
+                )
                 await asyncio.sleep(1.5)  # some cycles: both wait, nothing is switched
                 first = {n: await get_pod(kube, NS, n) for n in ("waiter", "owned")}
                 for p in first.values():
@@ -107,8 +153,10 @@ def test_a_waiting_pod_is_made_again_in_the_form_that_fits_now(
                 async def remade() -> dict[str, Any] | None:
                     with contextlib.suppress(KubeError):
                         p = await bound(kube, "waiter")
-                        if p is not None and p["metadata"]["uid"] != \
-                                first["waiter"]["metadata"]["uid"]:
+                        if (
+                            p is not None
+                            and p["metadata"]["uid"] != first["waiter"]["metadata"]["uid"]
+                        ):
                             return p
                     return None
 

@@ -61,5 +61,6 @@ class QuotaOracle:
                 if running > cap or booked > cap:
                     self.violations.append(
                         f"t={now:g}s {q} {key[0]}.{key[1]}: running jobs {running}, "
-                        f"quota books {booked}, limit {cap}")
+                        f"quota books {booked}, limit {cap}"
+                    )
                     break

@@ -31,11 +31,15 @@ def mixed(draw: st.DrawFn) -> list[Node]:
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(nodes=mixed(), jobs=job_streams(),
-       finish=st.lists(st.integers(0, 50), min_size=0, max_size=6),
-       profile=st.sampled_from(("binpack", "spread")))
-def test_no_share_breaks_its_cards_division_rule(nodes: list[Node], jobs: list[Job],
-                                                  finish: list[int], profile: str) -> None:
+@given(
+    nodes=mixed(),
+    jobs=job_streams(),
+    finish=st.lists(st.integers(0, 50), min_size=0, max_size=6),
+    profile=st.sampled_from(("binpack", "spread")),
+)
+def test_no_share_breaks_its_cards_division_rule(
+    nodes: list[Node], jobs: list[Job], finish: list[int], profile: str
+) -> None:
     state, _ = drive(nodes, jobs, finish, profile)
     check_capacity(state)
     asked = {t.id: t.request for j in jobs for t in j.tasks()}

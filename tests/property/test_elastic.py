@@ -38,8 +38,9 @@ CLASSES = [
     ElasticGPUClass("slice-r", "hami-core", reclaim_policy="Retain"),
     ElasticGPUClass("mig", "mig"),
     ElasticGPUClass("late", "hami-core", binding_mode="WaitForFirstConsumer"),
-    ElasticGPUClass("remote", "remote", {"pool": "p", "model": "A100", "memoryMib": "40960",
-                                         "count": "3"}),
+    ElasticGPUClass(
+        "remote", "remote", {"pool": "p", "model": "A100", "memoryMib": "40960", "count": "3"}
+    ),
 ]
 
 
@@ -49,8 +50,10 @@ def requests(draw: st.DrawFn) -> ClaimRequests:
     if kind == "cards":
         return ClaimRequests(cards=draw(st.sampled_from((1, 1, 2, 4))))
     if kind == "slice":
-        return ClaimRequests(gpu_milli=draw(st.integers(1, 999)),
-                             memory_mib=draw(st.sampled_from((0, 1024, 10240, 30000))))
+        return ClaimRequests(
+            gpu_milli=draw(st.integers(1, 999)),
+            memory_mib=draw(st.sampled_from((0, 1024, 10240, 30000))),
+        )
     return ClaimRequests(tflops=draw(st.sampled_from((20.0, 100.0, 400.0, 1500.0))))
 
 
@@ -58,11 +61,30 @@ def requests(draw: st.DrawFn) -> ClaimRequests:
 def steps(draw: st.DrawFn) -> list[tuple[str, int, object]]:
     out: list[tuple[str, int, object]] = []
     for _ in range(draw(st.integers(1, 25))):
-        op = draw(st.sampled_from(("claim", "claim", "claim", "again", "delete", "consume",
-                                   "job", "reconcile", "lose-node")))
-        out.append((op, draw(st.integers(0, 30)),
-                    (draw(st.sampled_from([*(c.name for c in CLASSES), ""])), draw(requests()))
-                    if op == "claim" else draw(st.integers(0, 9))))
+        op = draw(
+            st.sampled_from(
+                (
+                    "claim",
+                    "claim",
+                    "claim",
+                    "again",
+                    "delete",
+                    "consume",
+                    "job",
+                    "reconcile",
+                    "lose-node",
+                )
+            )
+        )
+        out.append(
+            (
+                op,
+                draw(st.integers(0, 30)),
+                (draw(st.sampled_from([*(c.name for c in CLASSES), ""])), draw(requests()))
+                if op == "claim"
+                else draw(st.integers(0, 9)),
+            )
+        )
     return out
 
 
@@ -157,8 +179,11 @@ def test_binding_invariants(cluster: list[Node], plan: list[tuple[str, int, obje
                 assert after == c
         elif op == "job":
             jobs += 1
-            gpu = [GpuRequest(count=1), GpuRequest(gpu_milli=400, memory_mib=8000),
-                   GpuRequest(count=2)][int(str(arg)) % 3]
+            gpu = [
+                GpuRequest(count=1),
+                GpuRequest(gpu_milli=400, memory_mib=8000),
+                GpuRequest(count=2),
+            ][int(str(arg)) % 3]
             run_cycle(state, [Job(JobId(f"job{jobs}"), (PodSet("w", 1, 0, 0, gpu),))], profile)
         elif op == "reconcile":
             for c in b.reconcile():

@@ -39,19 +39,41 @@ FLAVORS = ("h100", "ascend")
 
 @st.composite
 def configs(draw: st.DrawFn) -> QueueConfig:
-    f = FlavorFungibility(draw(st.sampled_from(Fungibility)), draw(st.sampled_from(Fungibility)),
-                          draw(st.sampled_from(Preference)))
+    f = FlavorFungibility(
+        draw(st.sampled_from(Fungibility)),
+        draw(st.sampled_from(Fungibility)),
+        draw(st.sampled_from(Preference)),
+    )
     order = draw(st.permutations(FLAVORS))
     queues = tuple(
-        ClusterQueue(f"q{i}", tuple(
-            FlavorQuotas(fl, {Resource.GPU: Quota(draw(st.integers(0, 8)), draw(st.one_of(
-                st.none(), st.integers(0, 8))))}) for fl in order),
-            cohort="c", fungibility=f)
-        for i in range(draw(st.integers(2, 3))))
-    return QueueConfig((ResourceFlavor("h100", {"flavor": "h100"}),
-                        ResourceFlavor("ascend", {"flavor": "ascend"})), queues,
-                       settings=QueueSettings(min_runtime_s=0.0, preemption_cooldown_s=5.0,
-                                              max_preemptions_per_job=3))
+        ClusterQueue(
+            f"q{i}",
+            tuple(
+                FlavorQuotas(
+                    fl,
+                    {
+                        Resource.GPU: Quota(
+                            draw(st.integers(0, 8)), draw(st.one_of(st.none(), st.integers(0, 8)))
+                        )
+                    },
+                )
+                for fl in order
+            ),
+            cohort="c",
+            fungibility=f,
+        )
+        for i in range(draw(st.integers(2, 3)))
+    )
+    return QueueConfig(
+        (
+            ResourceFlavor("h100", {"flavor": "h100"}),
+            ResourceFlavor("ascend", {"flavor": "ascend"}),
+        ),
+        queues,
+        settings=QueueSettings(
+            min_runtime_s=0.0, preemption_cooldown_s=5.0, max_preemptions_per_job=3
+        ),
+    )
 
 
 @st.composite
@@ -59,11 +81,19 @@ def streams(draw: st.DrawFn, queues: int) -> list[tuple[float, Job]]:
     out = []
     for i in range(draw(st.integers(1, 25))):
         own = draw(st.integers(1, 4))
-        j = job(f"j{i}", gpu=whole(own, models=["H100"]),
-                queue=f"q{draw(st.integers(0, queues - 1))}", priority=draw(st.integers(0, 3)))
+        j = job(
+            f"j{i}",
+            gpu=whole(own, models=["H100"]),
+            queue=f"q{draw(st.integers(0, queues - 1))}",
+            priority=draw(st.integers(0, 3)),
+        )
         if draw(st.booleans()):
-            j = dataclasses.replace(j, alternatives=(
-                Alternative("ascend", whole(draw(st.integers(1, 8)), models=["910B"])),))
+            j = dataclasses.replace(
+                j,
+                alternatives=(
+                    Alternative("ascend", whole(draw(st.integers(1, 8)), models=["910B"])),
+                ),
+            )
         out.append((float(draw(st.integers(0, 12))), j))
     return sorted(out, key=lambda x: x[0])
 
@@ -91,8 +121,11 @@ def check(s: Scheduler, result: CycleResult, jobs: dict[str, Job]) -> None:
         form = chosen(jobs[b.job], b.alternative)  # KeyError: not one of its forms
         cards = sum(len(p.shares) for p in b.placements)
         assert cards == form.pod_sets[0].gpu.count, (b.job, b.alternative, cards)
-        models = {s._state.table.nodes[s._state.table.row(p.node)].gpus[sh.index].model
-                  for p in b.placements for sh in p.shares}
+        models = {
+            s._state.table.nodes[s._state.table.row(p.node)].gpus[sh.index].model
+            for p in b.placements
+            for sh in p.shares
+        }
         assert models <= form.pod_sets[0].gpu.models, (b.job, models)
     for e in result.evicts:
         if e.reason == "within-queue":

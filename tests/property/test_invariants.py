@@ -12,13 +12,13 @@ from gpupool.core import ClusterState, Job, Node, default_profile, place_job, ru
 from gpupool.core.decisions import CycleResult
 from tests.property.strategies import clusters, job_streams
 
-SETTINGS = settings(max_examples=150, deadline=None,
-                    suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 PROFILES = {"binpack": default_profile(), "spread": default_profile(scores={"spread": 1})}
 
 
-def drive(nodes: list[Node], jobs: list[Job], finish: list[int], profile: str) \
-        -> tuple[ClusterState, list[CycleResult]]:
+def drive(
+    nodes: list[Node], jobs: list[Job], finish: list[int], profile: str
+) -> tuple[ClusterState, list[CycleResult]]:
     """Cycles over the stream; after each cycle, finishes the jobs ``finish`` points at."""
     state = ClusterState(nodes)
     results = []
@@ -79,11 +79,16 @@ def check_capacity(state: ClusterState) -> None:
     assert (t.free_milli[: t.n] <= 1000).all()
 
 
-@given(nodes=clusters(), jobs=job_streams(), finish=st.lists(st.integers(0, 50), max_size=6),
-       profile=st.sampled_from(sorted(PROFILES)))
+@given(
+    nodes=clusters(),
+    jobs=job_streams(),
+    finish=st.lists(st.integers(0, 50), max_size=6),
+    profile=st.sampled_from(sorted(PROFILES)),
+)
 @SETTINGS
-def test_no_gpu_node_or_card_is_overcommitted(nodes: list[Node], jobs: list[Job],
-                                              finish: list[int], profile: str) -> None:
+def test_no_gpu_node_or_card_is_overcommitted(
+    nodes: list[Node], jobs: list[Job], finish: list[int], profile: str
+) -> None:
     state, _ = drive(nodes, jobs, finish, profile)
     check_capacity(state)
 
@@ -103,20 +108,28 @@ def test_gangs_are_all_or_nothing(nodes: list[Node], jobs: list[Job]) -> None:
 
 @given(nodes=clusters(), jobs=job_streams())
 @SETTINGS
-def test_trials_and_forget_restore_the_exact_prior_state(nodes: list[Node],
-                                                         jobs: list[Job]) -> None:
+def test_trials_and_forget_restore_the_exact_prior_state(
+    nodes: list[Node], jobs: list[Job]
+) -> None:
     state = ClusterState(nodes)
     profile = default_profile()
     run_cycle(state, jobs[: len(jobs) // 2], profile)
     before = state.fingerprint()
     snap = state.snapshot()
-    snap_before = tuple(a[: snap.table.n].tobytes() for a in
-                        (snap.table.free_milli, snap.table.free_mib, snap.table.cpu_free))
-    for j in jobs[len(jobs) // 2:]:
+    snap_before = tuple(
+        a[: snap.table.n].tobytes()
+        for a in (snap.table.free_milli, snap.table.free_mib, snap.table.cpu_free)
+    )
+    for j in jobs[len(jobs) // 2 :]:
         place_job(j, snap, profile)  # trials only: must leave no trace
-    assert tuple(a[: snap.table.n].tobytes() for a in
-                 (snap.table.free_milli, snap.table.free_mib, snap.table.cpu_free)) == snap_before
-    result = run_cycle(state, jobs[len(jobs) // 2:], profile)
+    assert (
+        tuple(
+            a[: snap.table.n].tobytes()
+            for a in (snap.table.free_milli, snap.table.free_mib, snap.table.cpu_free)
+        )
+        == snap_before
+    )
+    result = run_cycle(state, jobs[len(jobs) // 2 :], profile)
     for b in result.binds:
         for p in b.placements:
             state.forget(p.task)
@@ -128,27 +141,36 @@ def test_trials_and_forget_restore_the_exact_prior_state(nodes: list[Node],
 def test_same_inputs_same_decisions(nodes: list[Node], jobs: list[Job], finish: list[int]) -> None:
     a = drive(nodes, jobs, finish, "binpack")[1]
     b = drive(nodes, jobs, finish, "binpack")[1]
-    assert [(r.binds, [(p.job, p.status) for p in r.parks]) for r in a] == \
-        [(r.binds, [(p.job, p.status) for p in r.parks]) for r in b]
+    assert [(r.binds, [(p.job, p.status) for p in r.parks]) for r in a] == [
+        (r.binds, [(p.job, p.status) for p in r.parks]) for r in b
+    ]
 
 
 def test_free_columns_are_consistent_after_a_busy_stream() -> None:
     """A deterministic heavier run, checked against an independent recomputation."""
     from tests.builders import job, node, share, whole
+
     state = ClusterState([node(f"n{i}", gpu=8) for i in range(20)])
     rng = np.random.default_rng(7)
-    jobs = [job(f"j{i}", tasks=int(rng.integers(1, 4)),
-                gpu=share(int(rng.integers(1, 1000))) if rng.random() < 0.6
-                else whole(int(rng.choice([1, 2, 4]))))
-            for i in range(300)]
+    jobs = [
+        job(
+            f"j{i}",
+            tasks=int(rng.integers(1, 4)),
+            gpu=share(int(rng.integers(1, 1000)))
+            if rng.random() < 0.6
+            else whole(int(rng.choice([1, 2, 4]))),
+        )
+        for i in range(300)
+    ]
     run_cycle(state, jobs, default_profile())
     check_capacity(state)
 
 
 @given(nodes=clusters(), jobs=job_streams(), profile=st.sampled_from(sorted(PROFILES)))
 @SETTINGS
-def test_slices_take_their_share_of_the_card_they_land_on(nodes: list[Node], jobs: list[Job],
-                                                           profile: str) -> None:
+def test_slices_take_their_share_of_the_card_they_land_on(
+    nodes: list[Node], jobs: list[Job], profile: str
+) -> None:
     """A slice holds ``cards`` distinct cards, each with its compute and with its memory taken
     of that card (a percentage of the chosen card, not of some other one)."""
     state, _ = drive(nodes, jobs, [], profile)

@@ -20,8 +20,12 @@ from gpupool.virtual import VirtualCluster
 ROOT = Path(__file__).resolve().parents[2]
 NODES = load_cluster(ROOT / "examples" / "cluster.yaml")
 QUEUES = load_documents(ROOT / "examples" / "queues.yaml")
-TARGETS = [("research", "llm", "A100-80GB"), ("research", "vision", "A100-80GB"),
-           ("serving", "serving", "T4"), ("notebooks", "notebooks", None)]
+TARGETS = [
+    ("research", "llm", "A100-80GB"),
+    ("research", "vision", "A100-80GB"),
+    ("serving", "serving", "T4"),
+    ("notebooks", "notebooks", None),
+]
 _dirs = itertools.count()
 
 
@@ -57,19 +61,32 @@ class PlaneMachine(RuleBasedStateMachine):
         self.plane = self._open(seed=True)
 
     def _open(self, seed: bool = False) -> ControlPlane:
-        return ControlPlane(Store(self.path, wall=self.wall), VirtualCluster(),
-                            Clock(60.0, wall=self.wall), nodes=NODES if seed else (),
-                            queue_docs=QUEUES if seed else ())
+        return ControlPlane(
+            Store(self.path, wall=self.wall),
+            VirtualCluster(),
+            Clock(60.0, wall=self.wall),
+            nodes=NODES if seed else (),
+            queue_docs=QUEUES if seed else (),
+        )
 
-    @rule(where=st.integers(0, len(TARGETS) - 1), kind=st.integers(0, 3),
-          count=st.integers(1, 3), minutes=st.integers(1, 30))
+    @rule(
+        where=st.integers(0, len(TARGETS) - 1),
+        kind=st.integers(0, 3),
+        count=st.integers(1, 3),
+        minutes=st.integers(1, 30),
+    )
     def submit(self, where: int, kind: int, count: int, minutes: int) -> None:
         ns, queue, model = TARGETS[where]
         self.n += 1
         gpu = {"mig": "1g.5gb"} if model is None else shape(kind)
-        doc = {"metadata": {"name": f"j{self.n}", "namespace": ns},
-               "spec": {"queue": queue, "duration": f"{minutes}m",
-                        "podSets": [{"count": count, "cpu": 1, "memory": "1Gi", "gpu": gpu}]}}
+        doc = {
+            "metadata": {"name": f"j{self.n}", "namespace": ns},
+            "spec": {
+                "queue": queue,
+                "duration": f"{minutes}m",
+                "podSets": [{"count": count, "cpu": 1, "memory": "1Gi", "gpu": gpu}],
+            },
+        }
         try:
             rec = self.plane.submit(doc)
         except GpupoolError:
@@ -98,8 +115,10 @@ class PlaneMachine(RuleBasedStateMachine):
 
     @rule()
     def crash_and_restart(self) -> None:
-        before = {k: (r.phase, tuple((p.node, p.shares) for p in r.placements))
-                  for k, r in self.plane.jobs.items()}
+        before = {
+            k: (r.phase, tuple((p.node, p.shares) for p in r.placements))
+            for k, r in self.plane.jobs.items()
+        }
         self.plane = self._open()  # the old one is dropped without closing: a crash
         for key, (phase, cards) in before.items():
             rec = self.plane.jobs[key]
@@ -140,6 +159,9 @@ class PlaneMachine(RuleBasedStateMachine):
 
 
 PlaneMachine.TestCase.settings = settings(
-    max_examples=25, stateful_step_count=30, deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+    max_examples=25,
+    stateful_step_count=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
 test_control_plane_recovery = PlaneMachine.TestCase

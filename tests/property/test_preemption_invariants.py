@@ -46,16 +46,32 @@ def configs(draw: st.DrawFn, strict: bool = False) -> QueueConfig:
     for i in range(n):
         nominal = draw(st.integers(0, 8)) * 1000
         borrow = draw(st.one_of(st.none(), st.integers(0, 8).map(lambda x: x * 1000)))
-        queues.append(ClusterQueue(
-            f"q{i}", (FlavorQuotas("gpu", {Resource.GPU_MILLI: Quota(nominal, borrow)}),),
-            cohort="c", weight=draw(st.sampled_from((1.0, 2.0))),
-            preemption=PreemptionPolicy(reclaim_within_cohort=draw(st.sampled_from(
-                (Reclaim.ANY, Reclaim.LOWER_PRIORITY))), fair_share=draw(st.booleans())),
-            queueing_strategy=QueueingStrategy.STRICT_FIFO if strict and i == 0
-            else QueueingStrategy.BEST_EFFORT_FIFO))
-    return QueueConfig((Flavor("gpu"),), tuple(queues), settings=QueueSettings(
-        min_runtime_s=draw(st.sampled_from((0.0, 2.0))), preemption_cooldown_s=10.0,
-        max_preemptions_per_job=draw(st.integers(1, 3))))
+        queues.append(
+            ClusterQueue(
+                f"q{i}",
+                (FlavorQuotas("gpu", {Resource.GPU_MILLI: Quota(nominal, borrow)}),),
+                cohort="c",
+                weight=draw(st.sampled_from((1.0, 2.0))),
+                preemption=PreemptionPolicy(
+                    reclaim_within_cohort=draw(
+                        st.sampled_from((Reclaim.ANY, Reclaim.LOWER_PRIORITY))
+                    ),
+                    fair_share=draw(st.booleans()),
+                ),
+                queueing_strategy=QueueingStrategy.STRICT_FIFO
+                if strict and i == 0
+                else QueueingStrategy.BEST_EFFORT_FIFO,
+            )
+        )
+    return QueueConfig(
+        (Flavor("gpu"),),
+        tuple(queues),
+        settings=QueueSettings(
+            min_runtime_s=draw(st.sampled_from((0.0, 2.0))),
+            preemption_cooldown_s=10.0,
+            max_preemptions_per_job=draw(st.integers(1, 3)),
+        ),
+    )
 
 
 @st.composite
@@ -65,20 +81,33 @@ def streams(draw: st.DrawFn, queues: int, users: str = "uv") -> list[tuple[float
         gpu = draw(st.sampled_from(SHAPES))
         tasks = draw(st.integers(1, 3)) if gpu.count else 1
         t = float(draw(st.integers(0, 15)))
-        out.append((t, Job(JobId(f"j{i}"), (PodSet("w", tasks, 1000, 1024, gpu),),
-                           queue=QueueName(f"q{draw(st.integers(0, queues - 1))}"),
-                           priority=draw(st.integers(0, 3)), submit_time_s=t,
-                           user=draw(st.sampled_from(users)))))
+        out.append(
+            (
+                t,
+                Job(
+                    JobId(f"j{i}"),
+                    (PodSet("w", tasks, 1000, 1024, gpu),),
+                    queue=QueueName(f"q{draw(st.integers(0, queues - 1))}"),
+                    priority=draw(st.integers(0, 3)),
+                    submit_time_s=t,
+                    user=draw(st.sampled_from(users)),
+                ),
+            )
+        )
     return sorted(out, key=lambda x: x[0])
 
 
 def cluster() -> list[Node]:
-    return [node("n0", gpu=4, model="A100-80GB", gpu_mem=81920),
-            node("n1", gpu=4, model="A100-80GB", gpu_mem=81920), mig_node("m0", cards=2)]
+    return [
+        node("n0", gpu=4, model="A100-80GB", gpu_mem=81920),
+        node("n1", gpu=4, model="A100-80GB", gpu_mem=81920),
+        mig_node("m0", cards=2),
+    ]
 
 
-def drive(config: QueueConfig, stream: list[tuple[float, Job]], finish: list[int],
-          check: object) -> Scheduler:
+def drive(
+    config: QueueConfig, stream: list[tuple[float, Job]], finish: list[int], check: object
+) -> Scheduler:
     """Runs the stream for 25 cycles, ending a running job every third one, and calls
     ``check(scheduler, result, before)`` after each cycle (``before``: the scheduler's
     pending order and quota usage taken just before the cycle)."""
@@ -104,8 +133,9 @@ def drive(config: QueueConfig, stream: list[tuple[float, Job]], finish: list[int
     return s
 
 
-def no_victim_outranks_and_guaranteed_quota_stays(s: Scheduler, result: CycleResult,
-                                                  before: dict) -> None:  # type: ignore[type-arg]
+def no_victim_outranks_and_guaranteed_quota_stays(
+    s: Scheduler, result: CycleResult, before: dict
+) -> None:  # type: ignore[type-arg]
     for e in result.evicts:
         preemptor = s.pending_job(e.preemptor)
         assert preemptor is not None, "the preemptor waits for its room"
@@ -124,14 +154,19 @@ def no_victim_outranks_and_guaranteed_quota_stays(s: Scheduler, result: CycleRes
         # once what the queue gave up to its own preemptors in the same cycle is counted
         # back (a within-queue preemption is the owner's own choice, not quota taken).
         nominal = s.nominal(e.queue).get(G, 0)
-        own = sum(request_demand(v.job, "gpu").get(G, 0) for x in result.evicts
-                  if x.queue == e.queue and x.reason == "within-queue"
-                  and (v := s.pending_job(x.job)) is not None)
+        own = sum(
+            request_demand(v.job, "gpu").get(G, 0)
+            for x in result.evicts
+            if x.queue == e.queue
+            and x.reason == "within-queue"
+            and (v := s.pending_job(x.job)) is not None
+        )
         used = s.usage(e.queue).get(G, 0) + own
         assert used >= nominal, (
             f"{e.job} of {e.queue} evicted ({e.reason}) by {e.preemptor} of {preemptor.queue}: "
             f"{e.queue} now uses {used} (with {own} given to its own preemptors) < nominal "
-            f"{nominal}")
+            f"{nominal}"
+        )
 
 
 def no_card_overcommitted(s: Scheduler, result: CycleResult, before: dict) -> None:  # type: ignore[type-arg]
@@ -164,14 +199,14 @@ def strict_head_blocks(s: Scheduler, result: CycleResult, before: dict) -> None:
     nominated = before["nominated"]
     order = [j for j in before["order"][q] if j not in nominated]
     bound = {b.job for b in result.binds if b.queue == q and b.job not in nominated}
-    assert bound == set(order[:len(bound)]), (
-        f"StrictFIFO queue {q} bound {sorted(bound)} out of order {order}")
+    assert bound == set(order[: len(bound)]), (
+        f"StrictFIFO queue {q} bound {sorted(bound)} out of order {order}"
+    )
 
 
 @given(data=st.data())
 @SETTINGS
-def test_no_victim_outranks_its_preemptor_nor_loses_guaranteed_quota(
-        data: st.DataObject) -> None:
+def test_no_victim_outranks_its_preemptor_nor_loses_guaranteed_quota(data: st.DataObject) -> None:
     config = data.draw(configs())
     stream = data.draw(streams(len(config.cluster_queues)))
     finish = data.draw(st.lists(st.integers(0, 100), max_size=5))
@@ -181,7 +216,8 @@ def test_no_victim_outranks_its_preemptor_nor_loses_guaranteed_quota(
 @given(data=st.data())
 @SETTINGS
 def test_no_overcommit_under_preemption_with_memory_bound_slices_and_mig(
-        data: st.DataObject) -> None:
+    data: st.DataObject,
+) -> None:
     config = data.draw(configs())
     stream = data.draw(streams(len(config.cluster_queues)))
     finish = data.draw(st.lists(st.integers(0, 100), max_size=5))

@@ -32,13 +32,23 @@ def configs(draw: st.DrawFn) -> QueueConfig:
         nominal = draw(st.integers(0, 12)) * 1000
         borrow = draw(st.one_of(st.none(), st.integers(0, 8).map(lambda x: x * 1000)))
         lend = draw(st.one_of(st.none(), st.integers(0, nominal // 1000).map(lambda x: x * 1000)))
-        queues.append(ClusterQueue(
-            f"q{i}", (FlavorQuotas("gpu", {Resource.GPU_MILLI: Quota(nominal, borrow, lend)}),),
-            cohort=draw(st.sampled_from(("c1", "c1", "c2"))),
-            weight=draw(st.sampled_from((1.0, 2.0)))))
-    return QueueConfig((Flavor("gpu"),), tuple(queues), settings=QueueSettings(
-        min_runtime_s=draw(st.sampled_from((0.0, 5.0))), preemption_cooldown_s=10.0,
-        max_preemptions_per_job=draw(st.integers(0, 2))))
+        queues.append(
+            ClusterQueue(
+                f"q{i}",
+                (FlavorQuotas("gpu", {Resource.GPU_MILLI: Quota(nominal, borrow, lend)}),),
+                cohort=draw(st.sampled_from(("c1", "c1", "c2"))),
+                weight=draw(st.sampled_from((1.0, 2.0))),
+            )
+        )
+    return QueueConfig(
+        (Flavor("gpu"),),
+        tuple(queues),
+        settings=QueueSettings(
+            min_runtime_s=draw(st.sampled_from((0.0, 5.0))),
+            preemption_cooldown_s=10.0,
+            max_preemptions_per_job=draw(st.integers(0, 2)),
+        ),
+    )
 
 
 @st.composite
@@ -46,13 +56,30 @@ def streams(draw: st.DrawFn, queues: int) -> list[tuple[float, Job]]:
     out = []
     for i in range(draw(st.integers(1, 30))):
         tasks = draw(st.integers(1, 3))
-        gpu = draw(st.sampled_from((GpuRequest(count=1), GpuRequest(count=2),
-                                    GpuRequest(count=4), GpuRequest(gpu_milli=500))))
+        gpu = draw(
+            st.sampled_from(
+                (
+                    GpuRequest(count=1),
+                    GpuRequest(count=2),
+                    GpuRequest(count=4),
+                    GpuRequest(gpu_milli=500),
+                )
+            )
+        )
         t = float(draw(st.integers(0, 20)))
-        out.append((t, Job(JobId(f"j{i}"), (PodSet("w", tasks, 1000, 1024, gpu),),
-                           queue=QueueName(f"q{draw(st.integers(0, queues - 1))}"),
-                           priority=draw(st.integers(0, 3)), submit_time_s=t,
-                           user=draw(st.sampled_from("uv")))))
+        out.append(
+            (
+                t,
+                Job(
+                    JobId(f"j{i}"),
+                    (PodSet("w", tasks, 1000, 1024, gpu),),
+                    queue=QueueName(f"q{draw(st.integers(0, queues - 1))}"),
+                    priority=draw(st.integers(0, 3)),
+                    submit_time_s=t,
+                    user=draw(st.sampled_from("uv")),
+                ),
+            )
+        )
     return sorted(out, key=lambda x: x[0])
 
 
@@ -95,8 +122,9 @@ def check_quota(s: Scheduler) -> None:
     for root in {s.tree.cohort_root(q) for q in s.tree.queues}:
         members = [q for q in s.tree.queues if s.tree.cohort_root(q) == root]
         used = sum(s.usage(q).get(G, 0) for q in members)
-        nominal = sum(s.tree.queues[q].flavors[0].resources[Resource.GPU_MILLI].nominal
-                      for q in members)
+        nominal = sum(
+            s.tree.queues[q].flavors[0].resources[Resource.GPU_MILLI].nominal for q in members
+        )
         assert used <= nominal
     # And the accounting matches what is placed.
     placed = sum(p.gpu_milli for p in s._state.placements())
@@ -118,5 +146,6 @@ def test_same_inputs_same_decisions(data: st.DataObject) -> None:
     config = data.draw(configs())
     stream = data.draw(streams(len(config.cluster_queues)))
     a, b = run(config, stream, [1, 2]), run(config, stream, [1, 2])
-    assert {r.job.id: r.placements for r in a.running()} == \
-        {r.job.id: r.placements for r in b.running()}
+    assert {r.job.id: r.placements for r in a.running()} == {
+        r.job.id: r.placements for r in b.running()
+    }

@@ -40,17 +40,34 @@ def stream(seed: int, n: int, gap_s: float = 30.0) -> list[Job]:
             gpu = share(rng.choice([100, 250, 500, 900]), rng.choice([0, 4096, 12000]))
             out.append(job(name, gpu=gpu, cpu=2000, mem=8000, submit=t, duration=dur))
         elif kind == "whole":
-            out.append(job(name, gpu=whole(rng.choice([1, 2, 4, 8])), cpu=4000, mem=16_000,
-                           submit=t, duration=dur))
+            out.append(
+                job(
+                    name,
+                    gpu=whole(rng.choice([1, 2, 4, 8])),
+                    cpu=4000,
+                    mem=16_000,
+                    submit=t,
+                    duration=dur,
+                )
+            )
         elif kind == "gang":
-            out.append(job(name, tasks=rng.choice([2, 3]), gpu=whole(rng.choice([2, 4])),
-                           cpu=4000, mem=16_000, submit=t, duration=dur))
+            out.append(
+                job(
+                    name,
+                    tasks=rng.choice([2, 3]),
+                    gpu=whole(rng.choice([2, 4])),
+                    cpu=4000,
+                    mem=16_000,
+                    submit=t,
+                    duration=dur,
+                )
+            )
         elif kind == "mig":
-            out.append(job(name, gpu=mig("1g.10gb"), cpu=1000, mem=4000, submit=t,
-                           duration=dur))
+            out.append(job(name, gpu=mig("1g.10gb"), cpu=1000, mem=4000, submit=t, duration=dur))
         else:
-            out.append(job(name, cpu=rng.choice([1000, 8000, 30_000]), mem=4000, submit=t,
-                           duration=dur))
+            out.append(
+                job(name, cpu=rng.choice([1000, 8000, 30_000]), mem=4000, submit=t, duration=dur)
+            )
     return out
 
 
@@ -81,8 +98,7 @@ def check_gangs_whole(engine: Engine, jobs: dict[JobId, Job]) -> None:
 
 def test_a_burst_at_one_timestamp_is_one_cycle() -> None:
     engine = Engine([node("n0")], PROFILE)
-    engine.submit_all(job(f"j{i}", gpu=share(100), submit=5.0, duration=10.0)
-                      for i in range(6))
+    engine.submit_all(job(f"j{i}", gpu=share(100), submit=5.0, duration=10.0) for i in range(6))
     assert engine.step()
     assert engine.now == 5.0
     assert engine.cycles == 1
@@ -320,7 +336,8 @@ def test_utilisation_series_follows_allocation() -> None:
     frac = s.gpu_fraction()
     assert frac[0] == pytest.approx(1 / 3)
     assert s.time_weighted_mean(frac) == pytest.approx(
-        (5 * 1000 + 1 * 1390 + 4 * 1250 + 5 * 250) / 15 / 3000)
+        (5 * 1000 + 1 * 1390 + 4 * 1250 + 5 * 250) / 15 / 3000
+    )
 
 
 def test_zero_duration_and_no_duration_jobs() -> None:
@@ -337,8 +354,14 @@ def test_zero_duration_and_no_duration_jobs() -> None:
 def test_a_job_that_can_never_run_is_rejected_not_left_pending() -> None:
     engine = Engine([node("n0", gpu=2)], PROFILE)
     engine.submit(job("too-big", gpu=whole(4), submit=0.0, duration=1.0))
-    engine.submit(job("bad-model", gpu=GpuRequest(count=1, models=frozenset({"H100"})),
-                      submit=0.0, duration=1.0))
+    engine.submit(
+        job(
+            "bad-model",
+            gpu=GpuRequest(count=1, models=frozenset({"H100"})),
+            submit=0.0,
+            duration=1.0,
+        )
+    )
     result = engine.run()
     assert "more GPUs than any node has" in result.records[JobId("too-big")].rejected
     assert "no node has GPU model H100" in result.records[JobId("bad-model")].rejected

@@ -57,9 +57,12 @@ def test_pinned_and_fallback_get_the_same_arrivals() -> None:
 
 
 def test_bench_heterogeneous_prints_the_fixed_json_shape(
-        capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["bench", "heterogeneous", "--scenario", str(EXAMPLE), "--duration", "150m",
-                 "--json"]) == 0
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert (
+        main(["bench", "heterogeneous", "--scenario", str(EXAMPLE), "--duration", "150m", "--json"])
+        == 0
+    )
     out = json.loads(capsys.readouterr().out)
     assert set(out) == {"pinned", "fallback"}
     for mode in out.values():
@@ -70,16 +73,22 @@ def test_bench_heterogeneous_prints_the_fixed_json_shape(
 def test_a_bad_alternative_in_a_scenario_names_the_field(tmp_path: Path) -> None:
     text = EXAMPLE.read_text().replace(
         "- {name: dcu, gpus: 2, models: [K100], image: train:dtk24}",
-        "- {name: dcu, gpus: 2, gpuMilli: 10, models: [K100]}", 1)
+        "- {name: dcu, gpus: 2, gpuMilli: 10, models: [K100]}",
+        1,
+    )
     path = tmp_path / "bad.yaml"
     path.write_text(text)
-    with pytest.raises(ConfigError, match=r"alternatives\[1\]\.gpus=2 cannot go with gpuMilli "
-                                          r"or gpuMemory: give either gpus"):
+    with pytest.raises(
+        ConfigError,
+        match=r"alternatives\[1\]\.gpus=2 cannot go with gpuMilli "
+        r"or gpuMemory: give either gpus",
+    ):
         load_scenario(path)
 
 
 def test_the_mixed_cluster_and_queue_examples_load() -> None:
     from gpupool.config.loader import load_cluster, load_queue_config
+
     nodes = load_cluster(ROOT / "examples" / "cluster-heterogeneous.yaml")
     vendors = {g.vendor for n in nodes for g in n.gpus}
     assert vendors == {"nvidia", "ascend", "hygon"}

@@ -27,10 +27,14 @@ def tiny_nodes(n: int = 12) -> list[Node]:
     out = []
     for i in range(n):
         count = (1, 2, 4, 8)[i % 4]
-        out.append(Node(NodeName(f"node-{i:02d}"), cpu_milli=16_000 * count,
-                        memory_mib=65_536 * count,
-                        gpus=tuple(Gpu(g, "T4" if i % 3 else "P100", 16384)
-                                   for g in range(count))))
+        out.append(
+            Node(
+                NodeName(f"node-{i:02d}"),
+                cpu_milli=16_000 * count,
+                memory_mib=65_536 * count,
+                gpus=tuple(Gpu(g, "T4" if i % 3 else "P100", 16384) for g in range(count)),
+            )
+        )
     return out
 
 
@@ -48,9 +52,16 @@ def tiny_pods(n: int = 120, seed: int = 0) -> list[TracePod]:
         else:
             num, milli = int(rng.choice([2, 4])), 1000
         spec = frozenset({"T4"}) if num and rng.random() < 0.1 else frozenset()
-        pods.append(TracePod(f"pod-{i:04d}", cpu_milli=int(rng.integers(1, 12)) * 1000,
-                             memory_mib=int(rng.integers(1, 32)) * 1024, num_gpu=num,
-                             gpu_milli=milli, gpu_spec=spec))
+        pods.append(
+            TracePod(
+                f"pod-{i:04d}",
+                cpu_milli=int(rng.integers(1, 12)) * 1000,
+                memory_mib=int(rng.integers(1, 32)) * 1024,
+                num_gpu=num,
+                gpu_milli=milli,
+                gpu_spec=spec,
+            )
+        )
     return pods
 
 
@@ -90,8 +101,11 @@ def test_seeds_differ() -> None:
 
 
 def test_tune_up_appends_copies_and_stops_on_the_per_gpu_quirk() -> None:
-    pods = [TracePod("a", 1000, 1, 2, 1000), TracePod("b", 1000, 1, 1, 500),
-            TracePod("c", 1000, 1, 0, 0)]
+    pods = [
+        TracePod("a", 1000, 1, 2, 1000),
+        TracePod("b", 1000, 1, 1, 500),
+        TracePod("c", 1000, 1, 0, 0),
+    ]
     order = arrival_order(pods, np.random.default_rng(0), target_milli=20_000)
     assert sorted(p.name for p in order[:3]) == ["a", "b", "c"]
     tuned = order[3:]

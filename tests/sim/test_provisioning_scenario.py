@@ -35,8 +35,9 @@ def test_gangs_start_all_or_nothing_on_their_own_nodes(run: RunResult) -> None:
         assert set(rec.nodes_added_s) == {rec.provisioned_s}
         assert all(f"-{rec.zone}-" in n for n in rec.node_names)
     for j in gangs:  # each gang started when its booking came, not before
-        mine = [r for r in run.cloud.requests.values()
-                if r.job == j.job.id and r.consumed_s is not None]
+        mine = [
+            r for r in run.cloud.requests.values() if r.job == j.job.id and r.consumed_s is not None
+        ]
         assert len(mine) == 1 and mine[0].consumed_s == j.start_s
         assert mine[0].provisioned_s is not None and j.start_s is not None
         assert 0 <= j.start_s - mine[0].provisioned_s <= run.scenario.interval_s
@@ -155,12 +156,15 @@ def test_a_request_no_zone_can_hold_never_makes_a_node(tmp_path: Path) -> None:
     assert r.jobs["ml-gang"].wait_s == pytest.approx(5 * 60, abs=20)  # type: ignore[index]
 
 
-@pytest.mark.parametrize(("old", "new", "words"), [
-    ("gpuQuota: 64", "gpuQuota: 64\n  colour: red", "spec.colour: unknown field"),
-    ("memory: 80Gi}}", "memory: lots}}", "spec.nodePools[0].gpus.memory"),
-    ("maxNodesPerZone: 2, ", "", "spec.nodePools[0].maxNodesPerZone: missing"),
-    ("kind: Cloud", "kind: Clouds", "is not a known kind"),
-])
+@pytest.mark.parametrize(
+    ("old", "new", "words"),
+    [
+        ("gpuQuota: 64", "gpuQuota: 64\n  colour: red", "spec.colour: unknown field"),
+        ("memory: 80Gi}}", "memory: lots}}", "spec.nodePools[0].gpus.memory"),
+        ("maxNodesPerZone: 2, ", "", "spec.nodePools[0].maxNodesPerZone: missing"),
+        ("kind: Cloud", "kind: Clouds", "is not a known kind"),
+    ],
+)
 def test_cloud_documents_are_checked(tmp_path: Path, old: str, new: str, words: str) -> None:
     path = tmp_path / "bad.yaml"
     path.write_text(TINY.replace("TASKS", "2").replace(old, new, 1))
@@ -174,6 +178,6 @@ def test_admission_checks_need_a_cloud(tmp_path: Path) -> None:
     text = TINY.replace("TASKS", "2")
     start = text.index("apiVersion: gpupool.io/v1alpha1\nkind: Cloud")
     end = text.index("---", start)
-    path.write_text(text[:start] + text[end + 4:])
+    path.write_text(text[:start] + text[end + 4 :])
     with pytest.raises(ConfigError, match="no kind: Cloud document"):
         load_scenario(path)

@@ -32,8 +32,10 @@ from gpupool.sim.traces.openb import load_pods
 from tests.builders import job, mig, mig_node, node, share, whole
 
 NODE_HEADER = "sn,cpu_milli,memory_mib,gpu,model"
-POD_HEADER = ("name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,"
-              "creation_time,deletion_time,scheduled_time")
+POD_HEADER = (
+    "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,"
+    "creation_time,deletion_time,scheduled_time"
+)
 SHORT_HEADER = "name,cpu_milli,memory_mib,num_gpu,gpu_milli"
 SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "traces" / "openb"
 
@@ -56,8 +58,10 @@ def write(tmp_path: Path, name: str, header: str, rows: Sequence[str]) -> Path:
 
 @pytest.fixture
 def trace(tmp_path: Path) -> tuple[Path, Path]:
-    return (write(tmp_path, "nodes.csv", NODE_HEADER, NODES),
-            write(tmp_path, "openb_pod_list_tiny.csv", POD_HEADER, PODS))
+    return (
+        write(tmp_path, "nodes.csv", NODE_HEADER, NODES),
+        write(tmp_path, "openb_pod_list_tiny.csv", POD_HEADER, PODS),
+    )
 
 
 def test_pods_arrive_run_their_life_and_wait_when_full(trace: tuple[Path, Path]) -> None:
@@ -93,9 +97,11 @@ def test_time_scale_moves_arrivals_not_durations(trace: tuple[Path, Path]) -> No
 
 
 def test_limit_keeps_the_earliest_arrivals(tmp_path: Path) -> None:
-    rows = ["late,1000,1024,0,0,,BE,Running,500,600,500",
-            "early,1000,1024,0,0,,BE,Running,100,200,100",
-            "mid,1000,1024,0,0,,BE,Running,300,400,300"]
+    rows = [
+        "late,1000,1024,0,0,,BE,Running,500,600,500",
+        "early,1000,1024,0,0,,BE,Running,100,200,100",
+        "mid,1000,1024,0,0,,BE,Running,300,400,300",
+    ]
     jobs = trace_jobs(load_pods(write(tmp_path, "p.csv", POD_HEADER, rows)), limit=2)
     assert [j.id for j in jobs] == ["early", "mid"]
     assert [j.submit_time_s for j in jobs] == [0.0, 200.0]
@@ -104,19 +110,21 @@ def test_limit_keeps_the_earliest_arrivals(tmp_path: Path) -> None:
 
 def test_the_five_column_layout_is_refused_with_a_reason(tmp_path: Path) -> None:
     nodes = write(tmp_path, "nodes.csv", NODE_HEADER, NODES)
-    pods = write(tmp_path, "openb_pod_list_multigpu50.csv", SHORT_HEADER,
-                 ["p0,4000,8192,1,1000"])
+    pods = write(tmp_path, "openb_pod_list_multigpu50.csv", SHORT_HEADER, ["p0,4000,8192,1,1000"])
     with pytest.raises(TraceError, match=r"5-column layout .* no creation or deletion times"):
         run_replay(nodes, pods)
 
 
-@pytest.mark.parametrize(("kwargs", "match"), [
-    ({"time_scale": 0.0}, "--time-scale"),
-    ({"time_scale": float("nan")}, "--time-scale"),
-    ({"limit": 0}, "--limit"),
-    ({"policy": "gpu-fit"}, r"unknown policy .gpu-fit.; known: .*binpack"),
-    ({"policy": "nope"}, "unknown policy"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"time_scale": 0.0}, "--time-scale"),
+        ({"time_scale": float("nan")}, "--time-scale"),
+        ({"limit": 0}, "--limit"),
+        ({"policy": "gpu-fit"}, r"unknown policy .gpu-fit.; known: .*binpack"),
+        ({"policy": "nope"}, "unknown policy"),
+    ],
+)
 def test_bad_options(trace: tuple[Path, Path], kwargs: dict[str, object], match: str) -> None:
     nodes, pods = trace
     with pytest.raises(ConfigError, match=match):
@@ -142,8 +150,12 @@ def test_every_policy_replays(trace: tuple[Path, Path]) -> None:
 
 def test_a_pod_no_node_can_hold_is_rejected(tmp_path: Path) -> None:
     nodes = write(tmp_path, "nodes.csv", NODE_HEADER, NODES)
-    pods = write(tmp_path, "pods.csv", POD_HEADER,
-                 [*PODS, "huge,4000,8192,8,1000,,LS,Running,1050,1060,1050"])
+    pods = write(
+        tmp_path,
+        "pods.csv",
+        POD_HEADER,
+        [*PODS, "huge,4000,8192,8,1000,,LS,Running,1050,1060,1050"],
+    )
     out = run_replay(nodes, pods)
     assert out.summary["rejected"] == 1 and out.summary["completed"] == 4
     assert "more GPUs than any node has" in out.result.records[JobId("huge")].rejected
@@ -183,22 +195,34 @@ def test_reason_kinds_name_what_was_short() -> None:
     busy = node("b", gpu=2)
     kinds = reason_kinds(_why([node("a", gpu=2), busy, small, cordoned], whole(4)))
     assert kinds == ["whole GPUs", "cordoned", "CPU or memory"]  # most nodes first
-    assert reason_kinds(_why([node("a", gpu=1, gpu_mem=10000), node("h", model="H100")],
-                             share(500, 20000, ["A100"]))) == ["GPU model", "room on one GPU"]
-    assert reason_kinds(_why([mig_node("m", "1g.10gb", per_card=1, cards=1),
-                              mig_node("n", "1g.10gb", per_card=1, cards=1)],
-                             mig("1g.10gb"), busy=True)) == ["MIG instance"]
+    assert reason_kinds(
+        _why(
+            [node("a", gpu=1, gpu_mem=10000), node("h", model="H100")], share(500, 20000, ["A100"])
+        )
+    ) == ["GPU model", "room on one GPU"]
+    assert reason_kinds(
+        _why(
+            [
+                mig_node("m", "1g.10gb", per_card=1, cards=1),
+                mig_node("n", "1g.10gb", per_card=1, cards=1),
+            ],
+            mig("1g.10gb"),
+            busy=True,
+        )
+    ) == ["MIG instance"]
     # a slice with memory only is short of room on one card, not of a GPU model
-    assert reason_kinds(_why([node("a", gpu=1, gpu_mem=10000)], share(0, 20000))) == \
-        ["room on one GPU"]
+    assert reason_kinds(_why([node("a", gpu=1, gpu_mem=10000)], share(0, 20000))) == [
+        "room on one GPU"
+    ]
     assert reason_kinds([Reason("quota", "queue a at quota (6/6 GPUs)")]) == ["quota"]
     assert reason_kinds(()) == []
 
 
 def test_a_gangs_kinds_are_its_failing_tasks() -> None:
     state = ClusterState([node("a", gpu=2), node("b", gpu=2, model="H100")])
-    placements, status = place_job(job("g", tasks=2, gpu=whole(2, models=["A100"])),
-                                   state.snapshot(), default_profile())
+    placements, status = place_job(
+        job("g", tasks=2, gpu=whole(2, models=["A100"])), state.snapshot(), default_profile()
+    )
     assert not placements and status.message.startswith("gang g: 1/2 tasks fit")
     assert reason_kinds(status.reasons) == ["GPU model", "whole GPUs"]
 

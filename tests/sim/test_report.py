@@ -42,8 +42,9 @@ def curve(value: float, **points: float) -> np.ndarray:
     return c
 
 
-def result(policy: str, seed: int, u100: float, *, u130: float = 1.0, frag: float = 2.0,
-           **kw: object) -> Result:
+def result(
+    policy: str, seed: int, u100: float, *, u130: float = 1.0, frag: float = 2.0, **kw: object
+) -> Result:
     return Result(policy, seed, curve(50.0, b100=u100, b130=u130), curve(frag), **kw)  # type: ignore[arg-type]
 
 
@@ -108,19 +109,40 @@ def test_curve_matrix_rejects_a_curve_of_the_wrong_length() -> None:
 def fabricated() -> list[Result]:
     # Given out of order on purpose: the summary orders policies as asked and seeds ascending.
     return [
-        result("fgd", 43, 5.0, u130=4.0, frag=1.5, wall_s=2.0, decisions=110,
-               decision_us=np.full(110, 30.0)),
+        result(
+            "fgd",
+            43,
+            5.0,
+            u130=4.0,
+            frag=1.5,
+            wall_s=2.0,
+            decisions=110,
+            decision_us=np.full(110, 30.0),
+        ),
         result("bestfit", 42, 7.0, u130=6.0, frag=3.0),
-        result("fgd", 42, 4.0, u130=math.nan, frag=0.5, wall_s=4.0, decisions=100,
-               decision_us=np.full(100, 10.0)),
+        result(
+            "fgd",
+            42,
+            4.0,
+            u130=math.nan,
+            frag=0.5,
+            wall_s=4.0,
+            decisions=100,
+            decision_us=np.full(100, 10.0),
+        ),
         result("bestfit", 43, 9.0, u130=8.0, frag=5.0),
         result("gpupool", 42, 3.0),
     ]
 
 
 def test_summary_has_the_fixed_shape() -> None:
-    s = report.summarize(fabricated(), trace="default", seeds=[42, 43],
-                         policies=["fgd", "bestfit", "gpupool"], published=PUBLISHED)
+    s = report.summarize(
+        fabricated(),
+        trace="default",
+        seeds=[42, 43],
+        policies=["fgd", "bestfit", "gpupool"],
+        published=PUBLISHED,
+    )
     assert list(s)[:4] == ["trace", "nodes", "gpus", "seeds"]
     assert (s["trace"], s["nodes"], s["gpus"], s["seeds"]) == ("default", 4, 16, [42, 43])
     assert list(s["policies"]) == ["fgd", "bestfit", "gpupool"]
@@ -141,7 +163,10 @@ def test_summary_reads_the_right_bins_over_seeds() -> None:
     assert fgd["frag_pct"]["80"] == {"mean": 1.0, "sd": 0.7071, "n": 2}
     assert s["policies"]["bestfit"]["unallocated_gpu_pct"]["100"]["mean"] == 8.0
     assert s["policies"]["gpupool"]["unallocated_gpu_pct"]["100"] == {
-        "mean": 3.0, "sd": 0.0, "n": 1}
+        "mean": 3.0,
+        "sd": 0.0,
+        "n": 1,
+    }
     assert fgd["per_seed"]["seed"] == [42, 43]
     assert fgd["per_seed"]["unallocated_gpu_pct"]["130"] == [None, 4.0]
 
@@ -162,8 +187,11 @@ def test_summary_timing_fields() -> None:
 def test_summary_compares_with_published_figures() -> None:
     s = report.summarize(fabricated(), published=PUBLISHED)
     fgd, bestfit = s["policies"]["fgd"], s["policies"]["bestfit"]
-    assert fgd["published"] == {"unallocated_gpu_pct": {"100": 4.77}, "diff": -0.27,
-                                "within_tolerance": True}
+    assert fgd["published"] == {
+        "unallocated_gpu_pct": {"100": 4.77},
+        "diff": -0.27,
+        "within_tolerance": True,
+    }
     assert bestfit["published"]["diff"] == 0.86
     assert bestfit["published"]["within_tolerance"] is False
     assert "published" not in s["policies"]["gpupool"]
@@ -200,8 +228,7 @@ def test_summary_of_all_nan_bins_is_null() -> None:
 
 
 def test_report_sets_published_beside_ours() -> None:
-    s = report.summarize(fabricated(), policies=["fgd", "bestfit", "gpupool"],
-                         published=PUBLISHED)
+    s = report.summarize(fabricated(), policies=["fgd", "bestfit", "gpupool"], published=PUBLISHED)
     md = report.render_report(s, ["a.png"])
     assert "| fgd | 4.77 | 4.50 ± 0.71 | -0.27 | ✓ | 4.00 ± 0.00 |" in md
     assert "| bestfit | 7.14 | 8.00 ± 1.41 | +0.86 | ✗ |" in md
@@ -228,8 +255,9 @@ ORDER = ["fgd", "bestfit", "gpupool"]
 @pytest.fixture(scope="module")
 def written(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, object]]:
     out = tmp_path_factory.mktemp("report")
-    s = report.write_outputs(fabricated(), out, trace="default", policies=ORDER,
-                             published=PUBLISHED)
+    s = report.write_outputs(
+        fabricated(), out, trace="default", policies=ORDER, published=PUBLISHED
+    )
     return out, s
 
 
@@ -247,12 +275,14 @@ def test_write_outputs_writes_every_file(written: tuple[Path, dict[str, object]]
 
 
 def test_outputs_are_byte_identical_for_the_same_results(
-    written: tuple[Path, dict[str, object]], tmp_path: Path,
+    written: tuple[Path, dict[str, object]],
+    tmp_path: Path,
 ) -> None:
     out, _ = written
     # The same experiments finishing in another order give the same bytes, plots included.
-    report.write_outputs(list(reversed(fabricated())), tmp_path, trace="default",
-                         policies=ORDER, published=PUBLISHED)
+    report.write_outputs(
+        list(reversed(fabricated())), tmp_path, trace="default", policies=ORDER, published=PUBLISHED
+    )
     for f in sorted(out.iterdir()):
         assert f.read_bytes() == (tmp_path / f.name).read_bytes(), f.name
 
@@ -260,7 +290,8 @@ def test_outputs_are_byte_identical_for_the_same_results(
 def test_write_outputs_without_plots(tmp_path: Path) -> None:
     report.write_outputs(fabricated(), tmp_path, plots=False)
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
-        [report.SUMMARY_FILE, report.REPORT_FILE, report.CURVES_FILE])
+        [report.SUMMARY_FILE, report.REPORT_FILE, report.CURVES_FILE]
+    )
 
 
 def test_policy_colours_are_fixed() -> None:

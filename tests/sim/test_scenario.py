@@ -110,10 +110,18 @@ def load(tmp_path: Path, tenants: str, spec_extra: str = "") -> Scenario:
 # --- the format -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("text", "seconds"), [
-    ("90s", 90.0), ("30m", 1800.0), ("8h", 28800.0), ("1d", 86400.0), ("1h30m", 5400.0),
-    (45, 45.0), ("2.5", 2.5),
-])
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("90s", 90.0),
+        ("30m", 1800.0),
+        ("8h", 28800.0),
+        ("1d", 86400.0),
+        ("1h30m", 5400.0),
+        (45, 45.0),
+        ("2.5", 2.5),
+    ],
+)
 def test_durations(text: object, seconds: float) -> None:
     assert parse_duration_s(text) == seconds
 
@@ -125,7 +133,10 @@ def test_bad_durations(text: object) -> None:
 
 
 def test_reads_cluster_queues_and_tenants(tmp_path: Path) -> None:
-    s = load(tmp_path, A_STREAM + """\
+    s = load(
+        tmp_path,
+        A_STREAM
+        + """\
   - name: team-b
     queue: team-b/jobs
     streams:
@@ -146,7 +157,8 @@ def test_reads_cluster_queues_and_tenants(tmp_path: Path) -> None:
       gpus: 4
       duration: 10m
       runLimit: 20m
-""")
+""",
+    )
     assert (s.name, s.duration_s, s.interval_s, s.grace_s) == ("tiny", 3600.0, 10.0, 20.0)
     assert s.window == (600.0, 3000.0) and s.gpus == 8 and len(s.nodes) == 2
     a, b = s.tenants
@@ -157,8 +169,12 @@ def test_reads_cluster_queues_and_tenants(tmp_path: Path) -> None:
     assert (train.shape.cpu_milli, train.shape.memory_mib) == (4000, 16384)
     assert train.shape.duration.kind == "uniform"
     slices, gang = b.streams
-    assert (slices.kind, slices.every_s, slices.start_s, slices.stop_s) == \
-        ("every", 120.0, 300.0, 2400.0)
+    assert (slices.kind, slices.every_s, slices.start_s, slices.stop_s) == (
+        "every",
+        120.0,
+        300.0,
+        2400.0,
+    )
     assert (slices.shape.gpu_milli, slices.shape.gpu_memory_mib) == (250, 10240)
     assert slices.shape.priority == 1000 and slices.shape.duration.b == 1800.0
     assert [j.at_s for j in gang.jobs] == [1200.0, 1800.0]
@@ -168,33 +184,47 @@ def test_reads_cluster_queues_and_tenants(tmp_path: Path) -> None:
 
 ERRORS = [
     ("    bogus: 1\n", "spec.tenants[0].streams[0].bogus: unknown field", "bogus"),
-    ("    runLimit: 10x\n", "spec.tenants[0].streams[0].runLimit=\"10x\" is not a duration",
-     "runLimit"),
-    ("    gpuMilli: 1500\n", "gpuMilli=1500 is not a slice: a slice is 1..999 milli",
-     "gpuMilli"),
+    (
+        "    runLimit: 10x\n",
+        'spec.tenants[0].streams[0].runLimit="10x" is not a duration',
+        "runLimit",
+    ),
+    ("    gpuMilli: 1500\n", "gpuMilli=1500 is not a slice: a slice is 1..999 milli", "gpuMilli"),
     ("    gpuMilli: 500\n", "give either gpus", "gpus"),
-    ("    priority: urgent\n", "priority=\"urgent\" is not a priority class of this file "
-     "(unknown priority class 'urgent'", "priority"),
+    (
+        "    priority: urgent\n",
+        "priority=\"urgent\" is not a priority class of this file (unknown priority class 'urgent'",
+        "priority",
+    ),
     ("    tasks: 2\n    minMember: 3\n", "minMember=3 is more than tasks (2)", "minMember"),
     ("    every: 1m\n", "exactly one arrival process", "streams[0]"),
-    ("    user: zed\n", "user=\"zed\" is not one of the tenant's users", "user"),
-    ("    runLimit: 0s\n", "runLimit=\"0s\" must be positive", "runLimit"),
-    ("    tasks: \"2\"\n", "tasks=\"2\" should be a valid integer", "tasks"),
-    ("    duration: {uniform: {min: 5m, mx: 6m}}\n",
-     "duration.uniform.mx: unknown field; known fields here: min, max", "duration.uniform.mx"),
-    ("    duration: {uniform: {min: 5m, max: 1m}}\n",
-     "duration.uniform.max=\"1m\" is below min (5m)", "duration.uniform.max"),
+    ("    user: zed\n", 'user="zed" is not one of the tenant\'s users', "user"),
+    ("    runLimit: 0s\n", 'runLimit="0s" must be positive', "runLimit"),
+    ('    tasks: "2"\n', 'tasks="2" should be a valid integer', "tasks"),
+    (
+        "    duration: {uniform: {min: 5m, mx: 6m}}\n",
+        "duration.uniform.mx: unknown field; known fields here: min, max",
+        "duration.uniform.mx",
+    ),
+    (
+        "    duration: {uniform: {min: 5m, max: 1m}}\n",
+        'duration.uniform.max="1m" is below min (5m)',
+        "duration.uniform.max",
+    ),
 ]
 
 
 @pytest.mark.parametrize(("extra", "needle", "field"), ERRORS)
-def test_errors_name_file_document_and_field(tmp_path: Path, extra: str, needle: str,
-                                             field: str) -> None:
+def test_errors_name_file_document_and_field(
+    tmp_path: Path, extra: str, needle: str, field: str
+) -> None:
     """Each problem is one line naming the file, the document, the field path, the value
     and the rule, and the error carries the field path for callers."""
-    stream = A_STREAM.replace("      duration: {uniform: {min: 5m, max: 15m}}\n",
-                              "      duration: {uniform: {min: 5m, max: 15m}}\n"
-                              + extra.replace("    ", "      ", 1).replace("\n    ", "\n      "))
+    stream = A_STREAM.replace(
+        "      duration: {uniform: {min: 5m, max: 15m}}\n",
+        "      duration: {uniform: {min: 5m, max: 15m}}\n"
+        + extra.replace("    ", "      ", 1).replace("\n    ", "\n      "),
+    )
     if "duration:" in extra:  # the stream's own duration is replaced, not repeated
         stream = stream.replace("      duration: {uniform: {min: 5m, max: 15m}}\n", "", 1)
     with pytest.raises(ConfigError) as err:
@@ -208,8 +238,11 @@ def test_errors_name_file_document_and_field(tmp_path: Path, extra: str, needle:
 
 
 def test_unknown_queue_names_the_known_ones(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=r"spec.tenants\[0\].queue=\"team-z/jobs\" is not a "
-                                          r"LocalQueue of this file; known: .*team-a/jobs"):
+    with pytest.raises(
+        ConfigError,
+        match=r"spec.tenants\[0\].queue=\"team-z/jobs\" is not a "
+        r"LocalQueue of this file; known: .*team-a/jobs",
+    ):
         load(tmp_path, A_STREAM.replace("team-a/jobs", "team-z/jobs"))
 
 
@@ -234,8 +267,11 @@ def test_file_level_errors(tmp_path: Path) -> None:
         load_scenario(twice)
     odd = tmp_path / "odd.yaml"
     odd.write_text(HEADER + "kind: Gadget\nmetadata: {name: x}\n---\n" + SCENARIO + A_STREAM)
-    with pytest.raises(ConfigError, match=r"document 9 \(Gadget x.*kind=\"Gadget\" is not a "
-                                          r"known kind; known: .*Scenario"):
+    with pytest.raises(
+        ConfigError,
+        match=r"document 9 \(Gadget x.*kind=\"Gadget\" is not a "
+        r"known kind; known: .*Scenario",
+    ):
         load_scenario(odd)
 
 
@@ -262,8 +298,7 @@ def test_jobs_are_seeded_and_streams_independent(tmp_path: Path) -> None:
     assert all(j.duration_s is None for j in jobs1)  # nothing declared to the scheduler
     assert [j.submit_time_s for j in jobs1] == sorted(j.submit_time_s for j in jobs1)
     # a second tenant does not change the first one's jobs
-    s2 = load(tmp_path, A_STREAM + A_STREAM.replace("team-a", "team-b").replace("ann, al",
-                                                                                 "bo"))
+    s2 = load(tmp_path, A_STREAM + A_STREAM.replace("team-a", "team-b").replace("ann, al", "bo"))
     jobs2, _ = generate_jobs(s2, 1)
     assert [j for j in jobs2 if j.id.startswith("team-a")] == jobs1
 
@@ -275,7 +310,9 @@ def test_poisson_rate_is_about_right(tmp_path: Path) -> None:
 
 
 def test_every_burst_and_explicit_jobs(tmp_path: Path) -> None:
-    s = load(tmp_path, """\
+    s = load(
+        tmp_path,
+        """\
   - name: team-a
     queue: team-a/jobs
     streams:
@@ -295,7 +332,8 @@ def test_every_burst_and_explicit_jobs(tmp_path: Path) -> None:
       jobs: [{at: 50m, name: special, gpus: 4}, {at: 2h}]
       gpus: 1
       duration: 3m
-""")
+""",
+    )
     jobs, src = generate_jobs(s, 3)
     tick = [j for j in jobs if src[j.id].stream == "tick"]
     assert [j.submit_time_s for j in tick] == [300.0, 900.0, 1500.0]  # maxJobs: 3
@@ -315,7 +353,9 @@ def explicit(tmp_path: Path, tenants: str, spec_extra: str = "") -> Scenario:
 
 
 def test_cycles_run_on_the_grid_and_jobs_run_their_duration(tmp_path: Path) -> None:
-    s = explicit(tmp_path, """\
+    s = explicit(
+        tmp_path,
+        """\
   - name: team-a
     queue: team-a/jobs
     streams:
@@ -323,7 +363,8 @@ def test_cycles_run_on_the_grid_and_jobs_run_their_duration(tmp_path: Path) -> N
       jobs: [{at: 3s}, {at: 10m, runLimit: 1m}]
       gpus: 2
       duration: 5m
-""")
+""",
+    )
     oracle = QuotaOracle(s.config)
     r = simulate(s, 1, observe=oracle)
     first, second = r.jobs[JobId("team-a-x-00000")], r.jobs[JobId("team-a-x-00001")]
@@ -339,7 +380,9 @@ def test_cycles_run_on_the_grid_and_jobs_run_their_duration(tmp_path: Path) -> N
 
 def test_reclaim_waits_the_grace_period(tmp_path: Path) -> None:
     # b borrows all of a's quota (8 one-GPU jobs); at 20m a asks for its 4 GPUs back.
-    s = explicit(tmp_path, """\
+    s = explicit(
+        tmp_path,
+        """\
   - name: team-b
     queue: team-b/jobs
     streams:
@@ -354,7 +397,8 @@ def test_reclaim_waits_the_grace_period(tmp_path: Path) -> None:
       burst: {at: 20m, count: 2}
       gpus: 2
       duration: 10m
-""")
+""",
+    )
     r = simulate(s, 1)
     evictions = r.evictions
     assert len(evictions) == 4 and {e.reason for e in evictions} == {"reclaim"}
@@ -371,8 +415,13 @@ def test_reclaim_waits_the_grace_period(tmp_path: Path) -> None:
 
 
 def test_same_seed_same_summary(tmp_path: Path) -> None:
-    s = load(tmp_path, A_STREAM + A_STREAM.replace("team-a", "team-b").replace(
-        "ann, al", "bo").replace("ratePerHour: 30", "ratePerHour: 90"))
+    s = load(
+        tmp_path,
+        A_STREAM
+        + A_STREAM.replace("team-a", "team-b")
+        .replace("ann, al", "bo")
+        .replace("ratePerHour: 30", "ratePerHour: 90"),
+    )
     oracle = QuotaOracle(s.config)
     a = summarise(s, [simulate(s, 4, observe=oracle), simulate(s, 5, observe=oracle)])
     b = summarise(s, [simulate(s, 4), simulate(s, 5)])
@@ -409,17 +458,22 @@ def test_step_mean() -> None:
 TARGET_ERRORS = [
     ("  targets: {bogus: 1}\n", "spec.targets.bogus: unknown field"),
     ("  targets: {jain: 1.5}\n", "spec.targets.jain: 1.5 must be between 0 and 1"),
-    ("  targets: {noGainPts: {queues: [zz], pts: 2}}\n",
-     "spec.targets.noGainPts.queues: 'zz' is not a ClusterQueue of this file; known: a, b"),
-    ("  targets: {guaranteedPreempted: -1}\n",
-     "spec.targets.guaranteedPreempted: -1 must be a count"),
+    (
+        "  targets: {noGainPts: {queues: [zz], pts: 2}}\n",
+        "spec.targets.noGainPts.queues: 'zz' is not a ClusterQueue of this file; known: a, b",
+    ),
+    (
+        "  targets: {guaranteedPreempted: -1}\n",
+        "spec.targets.guaranteedPreempted: -1 must be a count",
+    ),
     ("  targets: {waitEstimate: {}}\n", "spec.targets.waitEstimate: give relativeError"),
 ]
 
 
 @pytest.mark.parametrize(("extra", "needle"), TARGET_ERRORS)
-def test_target_errors_name_the_field_value_and_rule(tmp_path: Path, extra: str,
-                                                     needle: str) -> None:
+def test_target_errors_name_the_field_value_and_rule(
+    tmp_path: Path, extra: str, needle: str
+) -> None:
     with pytest.raises(ConfigError) as err:
         load(tmp_path, A_STREAM, spec_extra=extra)
     assert needle in str(err.value), str(err.value)
@@ -428,9 +482,14 @@ def test_target_errors_name_the_field_value_and_rule(tmp_path: Path, extra: str,
 def test_targets_are_read_and_checked_per_seed(tmp_path: Path) -> None:
     from gpupool.sim.scenario_report import summarise
 
-    s = load(tmp_path, A_STREAM, spec_extra=(
-        "  targets:\n    utilization: 0.99\n    guaranteedPreempted: 0\n"
-        "    waitEstimate: {relativeError: 0.1, absoluteError: 5m}\n"))
+    s = load(
+        tmp_path,
+        A_STREAM,
+        spec_extra=(
+            "  targets:\n    utilization: 0.99\n    guaranteedPreempted: 0\n"
+            "    waitEstimate: {relativeError: 0.1, absoluteError: 5m}\n"
+        ),
+    )
     assert s.targets.utilization == 0.99 and s.targets.wait_absolute_error_s == 300.0
     summary = summarise(s, [simulate(s, 1)])
     rows = {t["target"]: t for t in summary["runs"]["1"]["targets"]}
@@ -442,11 +501,17 @@ def test_targets_are_read_and_checked_per_seed(tmp_path: Path) -> None:
 
 
 def test_a_declared_duration_reaches_the_scheduler(tmp_path: Path) -> None:
-    s = load(tmp_path, A_STREAM.replace("      duration: {uniform: {min: 5m, max: 15m}}\n",
-                                        "      duration: {uniform: {min: 5m, max: 15m}}\n"
-                                        "      declareDuration: true\n"))
+    s = load(
+        tmp_path,
+        A_STREAM.replace(
+            "      duration: {uniform: {min: 5m, max: 15m}}\n",
+            "      duration: {uniform: {min: 5m, max: 15m}}\n      declareDuration: true\n",
+        ),
+    )
     jobs, src = generate_jobs(s, 1)
     assert jobs and all(j.duration_s == src[j.id].duration_s for j in jobs)
-    with pytest.raises(ConfigError, match="declareDuration=\"yes\" should be a valid boolean"):
-        load(tmp_path, A_STREAM.replace("      cpu: 4\n", "      cpu: 4\n"
-                                        "      declareDuration: 'yes'\n"))
+    with pytest.raises(ConfigError, match='declareDuration="yes" should be a valid boolean'):
+        load(
+            tmp_path,
+            A_STREAM.replace("      cpu: 4\n", "      cpu: 4\n      declareDuration: 'yes'\n"),
+        )

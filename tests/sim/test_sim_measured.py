@@ -25,13 +25,19 @@ class Src:
 
 def _run(measured: bool) -> tuple[Scheduler, SimMeasuredUse | None]:
     nodes = [node("n1", gpu=2)]
-    spec = parse_measured_use({"staleAfter": "2m", "settle": 10,
-                               "actualUse": {"finetune": {"compute": "190%"},
-                                             "*": {"compute": [10, 40], "memory": "50%"}}})
+    spec = parse_measured_use(
+        {
+            "staleAfter": "2m",
+            "settle": 10,
+            "actualUse": {
+                "finetune": {"compute": "190%"},
+                "*": {"compute": [10, 40], "memory": "50%"},
+            },
+        }
+    )
     sources = {JobId("ft"): Src("finetune"), JobId("nb"): Src("notebooks")}
     hook = SimMeasuredUse(spec, sources, seed=1) if measured else None
-    sched = Scheduler(nodes, queue_config({"default": 2}),
-                      profile=hook.profile if hook else None)
+    sched = Scheduler(nodes, queue_config({"default": 2}), profile=hook.profile if hook else None)
     if hook:
         hook.attach(sched)
     sched.submit(job("ft", gpu=share(500, 20_000)), 0.0)
@@ -80,16 +86,19 @@ def test_hot_card_time_is_integrated_between_samples() -> None:
     assert hook.hot_card_gpu_s == 45.0
 
 
-@pytest.mark.parametrize("doc,field", [
-    ({"hotPct": 0}, "spec.measuredUse.hotPct"),
-    ({"targetPct": 100}, "spec.measuredUse.targetPct"),
-    ({"window": "five"}, "spec.measuredUse.window"),
-    ({"staleAfter": -1}, "stale_after_s"),
-    ({"actualUse": {"x": {"compute": "abc"}}}, "spec.measuredUse.actualUse.x.compute"),
-    ({"actualUse": {"x": {"power": 3}}}, "unknown field(s) power"),
-    ({"hot": 3}, "unknown field(s) hot"),
-    ({"placeBy": "both"}, "spec.measuredUse.placeBy"),
-])
+@pytest.mark.parametrize(
+    "doc,field",
+    [
+        ({"hotPct": 0}, "spec.measuredUse.hotPct"),
+        ({"targetPct": 100}, "spec.measuredUse.targetPct"),
+        ({"window": "five"}, "spec.measuredUse.window"),
+        ({"staleAfter": -1}, "stale_after_s"),
+        ({"actualUse": {"x": {"compute": "abc"}}}, "spec.measuredUse.actualUse.x.compute"),
+        ({"actualUse": {"x": {"power": 3}}}, "unknown field(s) power"),
+        ({"hot": 3}, "unknown field(s) hot"),
+        ({"placeBy": "both"}, "spec.measuredUse.placeBy"),
+    ],
+)
 def test_a_bad_measured_use_names_the_field(doc: dict[str, object], field: str) -> None:
     with pytest.raises(ConfigError) as info:
         parse_measured_use(doc)
@@ -127,8 +136,7 @@ def test_a_measured_scenario_run_keeps_cards_cooler_than_the_same_run_by_request
     assert measured["jobs"]["submitted"] == by_requests["jobs"]["submitted"]
 
 
-def test_a_scenario_without_measured_use_places_by_requests_and_reports_nothing_measured() \
-        -> None:
+def test_a_scenario_without_measured_use_places_by_requests_and_reports_nothing_measured() -> None:
     s = load_scenario(EXAMPLE).shortened(1800.0)
     plain = replace(s, measured=None)
     run = ScenarioRun(plain, 1, *generate_jobs(plain, 1), None, 64)
@@ -149,8 +157,7 @@ def test_the_report_carries_hot_card_time() -> None:
     assert "## Measured use" in text and "hot-card time" in text
 
 
-def test_a_bad_measured_use_in_a_scenario_file_names_the_file_and_the_field(
-        tmp_path: Path) -> None:
+def test_a_bad_measured_use_in_a_scenario_file_names_the_file_and_the_field(tmp_path: Path) -> None:
     bad = EXAMPLE.read_text().replace("placeBy: measured", "placeBy: guessed")
     path = tmp_path / "bad.yaml"
     path.write_text(bad)

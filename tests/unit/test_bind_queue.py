@@ -61,8 +61,7 @@ def test_a_cycles_placements_count_before_the_adapter_reports() -> None:
 def test_the_scheduler_counts_placements_until_the_adapter_says_otherwise() -> None:
     from gpupool.core.scheduler import Scheduler
 
-    sched = Scheduler([node("a"), node("b")], queue_config({"default": 16}),
-                      profile=profile())
+    sched = Scheduler([node("a"), node("b")], queue_config({"default": 16}), profile=profile())
     for i in range(6):
         sched.submit(job(f"p{i}", gpu=share(500, 16_000)), 0.0)
     result = sched.cycle(0.0)

@@ -59,8 +59,7 @@ def test_a_gang_that_would_borrow_waits_until_its_queue_has_made_up_for_the_last
     (below their nominal quota) wait. d held more than its share lately: a and b go first,
     and d's next gang borrows once d's share held lately, run on halfway through the gang at
     twice its share, is 1 or less."""
-    s = Scheduler([node("n0", gpu=8), node("n1", gpu=8)],
-                  queue_config({"a": 6, "b": 6, "d": 4}))
+    s = Scheduler([node("n0", gpu=8), node("n1", gpu=8)], queue_config({"a": 6, "b": 6, "d": 4}))
     s.submit(job("d-gang", tasks=2, gpu=whole(4), queue="d", duration=5400.0), 0.0)
     r = s.cycle(0.0)
     assert [b.job for b in r.binds] == ["d-gang"]
@@ -68,20 +67,19 @@ def test_a_gang_that_would_borrow_waits_until_its_queue_has_made_up_for_the_last
         for i in range(4):
             s.submit(job(f"{q}{i}", gpu=whole(1), queue=q, submit=1.0, duration=9000.0), 1.0)
     s.cycle(1.0)
-    s.submit(job("d-gang2", tasks=2, gpu=whole(4), queue="d", submit=3000.0,
-                 duration=3600.0), 3000.0)
+    s.submit(
+        job("d-gang2", tasks=2, gpu=whole(4), queue="d", submit=3000.0, duration=3600.0), 3000.0
+    )
     for q in ("a", "b"):
         for i in range(4, 6):
-            s.submit(job(f"{q}{i}", gpu=whole(1), queue=q, submit=3000.0, duration=9000.0),
-                     3000.0)
+            s.submit(job(f"{q}{i}", gpu=whole(1), queue=q, submit=3000.0, duration=9000.0), 3000.0)
     s.finished("d-gang", 5400.0)
     r = s.cycle(5400.0)
     bound = {b.job for b in r.binds}
     assert "d-gang2" not in bound
     assert {"a4", "a5", "b4", "b5"} <= bound
     parked = {p.job: p.status.message for p in r.parks}
-    assert "waiting for queue d's turn to borrow: it held 1.29 of its share" in \
-        parked["d-gang2"]
+    assert "waiting for queue d's turn to borrow: it held 1.29 of its share" in parked["d-gang2"]
     for i in range(4):
         s.finished(f"a{i}", 9000.0)
         s.finished(f"b{i}", 9000.0)

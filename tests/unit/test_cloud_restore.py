@@ -59,13 +59,22 @@ class _Driver:
 def test_a_restored_cloud_goes_on_as_the_original() -> None:
     sched, cloud = _setup()
     for i in range(6):
-        sched.submit(job(f"g{i}", tasks=16, gpu=whole(8, models=["H100"]),
-                         queue="train/jobs", submit=i * 600.0, duration=7200.0),
-                     i * 600.0)
+        sched.submit(
+            job(
+                f"g{i}",
+                tasks=16,
+                gpu=whole(8, models=["H100"]),
+                queue="train/jobs",
+                submit=i * 600.0,
+                duration=7200.0,
+            ),
+            i * 600.0,
+        )
     a = _Driver(sched, cloud)
     a.run(0.0, 2 * 3600.0)
-    assert any(r.outcome == "provisioning" for r in cloud.run.requests.values()) or \
-        any(r.outcome in ("booked", "consumed") for r in cloud.run.requests.values())
+    assert any(r.outcome == "provisioning" for r in cloud.run.requests.values()) or any(
+        r.outcome in ("booked", "consumed") for r in cloud.run.requests.values()
+    )
     # the restart: a copy of the scheduler (what the adapter restores), and a new cloud
     # restored from the snapshot through JSON
     snap = json.loads(json.dumps(cloud.snapshot()))
@@ -80,7 +89,8 @@ def test_a_restored_cloud_goes_on_as_the_original() -> None:
     assert b.log == a.log and len(a.log) >= 6
     names = [sorted(n.name for n in s.node_list()) for s in (sched, sched2)]
     assert names[0] == names[1]
-    assert {k: asdict(r) for k, r in cloud2.run.requests.items()} == \
-        {k: asdict(r) for k, r in cloud.run.requests.items()}
+    assert {k: asdict(r) for k, r in cloud2.run.requests.items()} == {
+        k: asdict(r) for k, r in cloud.run.requests.items()
+    }
     outcomes = {r.outcome for r in cloud.run.requests.values()}
     assert "consumed" in outcomes or "revoked" in outcomes

@@ -48,7 +48,12 @@ def test_examples_load_cleanly() -> None:
     nodes = load_cluster(EXAMPLES / "cluster.yaml")
     assert len(nodes) == 12
     assert {g.model for n in nodes for g in n.gpus} == {
-        "H100-80GB", "A100-80GB", "A100-40GB", "RTX-A6000", "T4"}
+        "H100-80GB",
+        "A100-80GB",
+        "A100-40GB",
+        "RTX-A6000",
+        "T4",
+    }
     assert any(g.is_mig for n in nodes for g in n.gpus)
     assert {n.gpu_count for n in nodes} == {0, 4, 8}
 
@@ -56,13 +61,15 @@ def test_examples_load_cleanly() -> None:
     labels = [dict(n.labels) for n in nodes]
     cloud = {fq.flavor for q in queues.cluster_queues if q.admission_checks for fq in q.flavors}
     for flavor in queues.flavors:  # every flavor selects some nodes, or the cloud makes them
-        assert flavor.name in cloud or \
-            any(flavor.node_labels.items() <= node.items() for node in labels), flavor.name
+        assert flavor.name in cloud or any(
+            flavor.node_labels.items() <= node.items() for node in labels
+        ), flavor.name
     cohorts = {c.name: c.parent for c in queues.cohorts}
     assert len(queues.cluster_queues) >= 3
     assert any(cohorts.get(q.cohort or "") is not None for q in queues.cluster_queues)
-    quotas = [quota for q in queues.cluster_queues for fq in q.flavors
-              for quota in fq.resources.values()]
+    quotas = [
+        quota for q in queues.cluster_queues for fq in q.flavors for quota in fq.resources.values()
+    ]
     assert any(q.borrowing_limit for q in quotas) and any(q.lending_limit for q in quotas)
     assert queues.local_queues and queues.priority_classes
     assert queues.settings.usage_half_life_s == 7 * 86400
@@ -79,8 +86,14 @@ def test_one_file_may_hold_cluster_and_queues(tmp_path: Path) -> None:
 
 
 def test_documents_may_come_as_dicts() -> None:
-    docs = [None, {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ResourceFlavor",
-                   "metadata": {"name": "f"}}]
+    docs = [
+        None,
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta1",
+            "kind": "ResourceFlavor",
+            "metadata": {"name": "f"},
+        },
+    ]
     assert load_queue_config(docs).flavors[0].name == "f"
     with pytest.raises(ConfigError, match=r"^<documents>: document 1: expected a mapping"):
         load_queue_config([["not", "a", "mapping"]])  # type: ignore[list-item]
@@ -98,11 +111,15 @@ def test_load_documents_skips_empty_ones(tmp_path: Path) -> None:
     [
         ("kind: Cluster\nnodePools:\n  - name: a\n   cpu: 2\n", r"config\.yaml:4: invalid YAML: "),
         ("a: [1, 2\n", r"config\.yaml:2: invalid YAML: "),
-        ("a: 1\nb:\n  c: 1\n  c: 2\n",
-         r'config\.yaml:4: invalid YAML: key "c" is given twice in one mapping \(column 3\)'),
-        ("kind: Cluster\n---\n- a\n- b\n",
-         r"config\.yaml: document 2 \(line 3\): expected a mapping with a kind and its fields, "
-         r"found a list"),
+        (
+            "a: 1\nb:\n  c: 1\n  c: 2\n",
+            r'config\.yaml:4: invalid YAML: key "c" is given twice in one mapping \(column 3\)',
+        ),
+        (
+            "kind: Cluster\n---\n- a\n- b\n",
+            r"config\.yaml: document 2 \(line 3\): expected a mapping with a kind and its fields, "
+            r"found a list",
+        ),
         ("just text\n", r'document 1 \(line 1\): expected a mapping .* found the str "just'),
     ],
 )
@@ -126,14 +143,18 @@ def test_a_document_needs_a_kind(tmp_path: Path) -> None:
         assert str(info.value) == (
             f"{path}: document 1 (x, line 1): kind: required field is missing; known kinds: "
             "Cluster, ResourceFlavor, ClusterQueue, Cohort, LocalQueue, WorkloadPriorityClass, "
-            "PriorityClass, QueueSettings, AdmissionCheck, ProvisioningRequestConfig")
+            "PriorityClass, QueueSettings, AdmissionCheck, ProvisioningRequestConfig"
+        )
 
 
 def test_an_unknown_kind_is_an_error_for_both_loaders(tmp_path: Path) -> None:
     path = write(tmp_path, CLUSTER + "---\nkind: Clustre\nnodePools: []\n")
     for load in (load_cluster, load_queue_config):
-        with pytest.raises(ConfigError, match=r'document 2 \(Clustre, line 6\): kind="Clustre" '
-                                              r"is not a known kind"):
+        with pytest.raises(
+            ConfigError,
+            match=r'document 2 \(Clustre, line 6\): kind="Clustre" '
+            r"is not a known kind",
+        ):
             load(path)
 
 
@@ -144,7 +165,8 @@ def test_a_missing_file(tmp_path: Path) -> None:
 
 def test_all_is_honest() -> None:
     exported = {
-        name for name, value in vars(config).items()
+        name
+        for name, value in vars(config).items()
         if not name.startswith("_") and not isinstance(value, types.ModuleType)
     }
     assert set(config.__all__) == exported

@@ -24,10 +24,20 @@ GIB = 1024
 @pytest.mark.parametrize(
     ("value", "expected"),
     [
-        ("500m", 500), ("2", 2000), (2, 2000), ("1.5", 1500), (1.5, 1500), (0, 0),
+        ("500m", 500),
+        ("2", 2000),
+        (2, 2000),
+        ("1.5", 1500),
+        (1.5, 1500),
+        (0, 0),
         ("0.0001", 1),  # rounds up to a whole milli-CPU
-        ("100u", 1), ("1k", 1_000_000), ("2e3", 2_000_000), ("2E-3", 2), (" 4 ", 4000),
-        ("+3", 3000), (".5", 500),
+        ("100u", 1),
+        ("1k", 1_000_000),
+        ("2e3", 2_000_000),
+        ("2E-3", 2),
+        (" 4 ", 4000),
+        ("+3", 3000),
+        (".5", 500),
     ],
 )
 def test_cpu_milli(value: object, expected: int) -> None:
@@ -37,10 +47,22 @@ def test_cpu_milli(value: object, expected: int) -> None:
 @pytest.mark.parametrize(
     ("value", "expected"),
     [
-        ("64Gi", 64 * GIB), ("1024Mi", 1024), ("1Ti", 1024 * GIB), ("1.5Gi", 1536),
-        ("1G", 954), ("1000000000", 954), (1_000_000_000, 954),  # bytes, rounded up
-        ("1M", 1), ("1Ki", 1), ("1", 1), (1, 1), ("0", 0), ("123Mi", 123),
-        ("129e6", 124), ("1E", 953_674_316_407), ("2Ei", 2 << 40),
+        ("64Gi", 64 * GIB),
+        ("1024Mi", 1024),
+        ("1Ti", 1024 * GIB),
+        ("1.5Gi", 1536),
+        ("1G", 954),
+        ("1000000000", 954),
+        (1_000_000_000, 954),  # bytes, rounded up
+        ("1M", 1),
+        ("1Ki", 1),
+        ("1", 1),
+        (1, 1),
+        ("0", 0),
+        ("123Mi", 123),
+        ("129e6", 124),
+        ("1E", 953_674_316_407),
+        ("2Ei", 2 << 40),
     ],
 )
 def test_memory_mib(value: object, expected: int) -> None:
@@ -49,8 +71,16 @@ def test_memory_mib(value: object, expected: int) -> None:
 
 @pytest.mark.parametrize(
     ("value", "expected"),
-    [("0.5", 500), (2, 2000), (8, 8000), ("250m", 250), (0.25, 250), ("0.3333", 334),
-     ("1", 1000), (0, 0)],
+    [
+        ("0.5", 500),
+        (2, 2000),
+        (8, 8000),
+        ("250m", 250),
+        (0.25, 250),
+        ("0.3333", 334),
+        ("1", 1000),
+        (0, 0),
+    ],
 )
 def test_gpu_milli(value: object, expected: int) -> None:
     assert gpu_milli(value) == expected
@@ -58,9 +88,15 @@ def test_gpu_milli(value: object, expected: int) -> None:
 
 @pytest.mark.parametrize(
     ("value", "expected"),
-    [(16384, 16384), ("16384", 16384), (1.5, 2),  # bare: MiB, as HAMi's gpumem
-     ("16Gi", 16 * GIB), ("80Gi", 80 * GIB), ("4864Mi", 4864),
-     ("16G", 15259)],  # suffixed: bytes, rounded up to MiB
+    [
+        (16384, 16384),
+        ("16384", 16384),
+        (1.5, 2),  # bare: MiB, as HAMi's gpumem
+        ("16Gi", 16 * GIB),
+        ("80Gi", 80 * GIB),
+        ("4864Mi", 4864),
+        ("16G", 15259),
+    ],  # suffixed: bytes, rounded up to MiB
 )
 def test_gpu_memory_mib(value: object, expected: int) -> None:
     assert gpu_memory_mib(value) == expected
@@ -73,9 +109,19 @@ def test_whole_number(value: object, expected: int) -> None:
 
 @pytest.mark.parametrize(
     ("value", "expected"),
-    [("7d", 604_800.0), ("12h", 43_200.0), ("30m", 1800.0), ("45s", 45.0), (3600, 3600.0),
-     ("3600", 3600.0), ("1h30m", 5400.0), ("1.5h", 5400.0), (0.5, 0.5), ("1d12h", 129_600.0),
-     (0, 0.0)],
+    [
+        ("7d", 604_800.0),
+        ("12h", 43_200.0),
+        ("30m", 1800.0),
+        ("45s", 45.0),
+        (3600, 3600.0),
+        ("3600", 3600.0),
+        ("1h30m", 5400.0),
+        ("1.5h", 5400.0),
+        (0.5, 0.5),
+        ("1d12h", 129_600.0),
+        (0, 0.0),
+    ],
 )
 def test_duration_s(value: object, expected: float) -> None:
     assert duration_s(value) == expected

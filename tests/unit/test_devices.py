@@ -28,20 +28,23 @@ def place(state: ClusterState, name: str, req):  # type: ignore[no-untyped-def]
     return p, status
 
 
-@pytest.mark.parametrize(("device", "ask", "card_mib", "shape"), [
-    (NVIDIA, (333, 1001), 40960, (333, 1001)),                        # as asked
-    (VENDOR_CLASSES["hygon"], (333, 1001), 16384, (340, 1001)),       # 1 % cores
-    (VENDOR_CLASSES["cambricon"], (55, 300), 16384, (60, 512)),       # 256 MiB units
-    (VENDOR_CLASSES["mthreads"], (100, 600), 16384, (125, 1024)),     # 16 core groups, 512 MiB
-    (VENDOR_CLASSES["metax"], (10, 1), 65536, (10, 1024)),            # 1 GiB units
-    (ASCEND, (100, 4000), 65536, (250, 16384)),                       # smallest template
-    (ASCEND, (300, 4000), 65536, (500, 32768)),                       # compute decides
-    (ASCEND, (600, 4000), 65536, None),                               # no template holds it
-    (VENDOR_CLASSES["kunlunxin"], (100, 20000), 98304, (250, 24576)),  # a quarter
-    (VENDOR_CLASSES["kunlunxin"], (100, 30000), 98304, (500, 49152)),  # memory decides
-    (DeviceClass("x", Division.WHOLE), (1, 1), 16384, None),          # whole cards only
-    (VENDOR_CLASSES["hygon"], (999, 10), 16384, None),                # rounds to a whole card
-])
+@pytest.mark.parametrize(
+    ("device", "ask", "card_mib", "shape"),
+    [
+        (NVIDIA, (333, 1001), 40960, (333, 1001)),  # as asked
+        (VENDOR_CLASSES["hygon"], (333, 1001), 16384, (340, 1001)),  # 1 % cores
+        (VENDOR_CLASSES["cambricon"], (55, 300), 16384, (60, 512)),  # 256 MiB units
+        (VENDOR_CLASSES["mthreads"], (100, 600), 16384, (125, 1024)),  # 16 core groups, 512 MiB
+        (VENDOR_CLASSES["metax"], (10, 1), 65536, (10, 1024)),  # 1 GiB units
+        (ASCEND, (100, 4000), 65536, (250, 16384)),  # smallest template
+        (ASCEND, (300, 4000), 65536, (500, 32768)),  # compute decides
+        (ASCEND, (600, 4000), 65536, None),  # no template holds it
+        (VENDOR_CLASSES["kunlunxin"], (100, 20000), 98304, (250, 24576)),  # a quarter
+        (VENDOR_CLASSES["kunlunxin"], (100, 30000), 98304, (500, 49152)),  # memory decides
+        (DeviceClass("x", Division.WHOLE), (1, 1), 16384, None),  # whole cards only
+        (VENDOR_CLASSES["hygon"], (999, 10), 16384, None),  # rounds to a whole card
+    ],
+)
 def test_a_slice_takes_the_shape_its_rule_gives(device, ask, card_mib, shape) -> None:  # type: ignore[no-untyped-def]
     assert device.slice_shape(*ask, card_mib) == shape
     if shape is not None:
@@ -49,8 +52,14 @@ def test_a_slice_takes_the_shape_its_rule_gives(device, ask, card_mib, shape) ->
         assert shape[0] >= ask[0] and shape[1] >= ask[1]  # never less than asked
 
 
-@pytest.mark.parametrize("device", [VENDOR_CLASSES["mthreads"], VENDOR_CLASSES["hygon"],
-                                    DeviceClass("x", Division.FREE, compute_steps=7)])
+@pytest.mark.parametrize(
+    "device",
+    [
+        VENDOR_CLASSES["mthreads"],
+        VENDOR_CLASSES["hygon"],
+        DeviceClass("x", Division.FREE, compute_steps=7),
+    ],
+)
 def test_a_shape_once_given_is_given_again(device: DeviceClass) -> None:
     # 16 core groups: a step is 62.5 milli, held as 63; asking 63 again must give 63, not 125
     for milli in range(1, 1000):
@@ -119,16 +128,45 @@ def test_granularity_rounds_up_and_keeps_the_card_from_overcommit() -> None:
 
 
 def test_cluster_file_names_a_vendor_and_overrides_its_rule() -> None:
-    nodes = load_cluster([{"nodePools": [
-        {"name": "npu", "cpu": 64, "memory": "256Gi",
-         "gpus": {"model": "Ascend910B3", "vendor": "ascend", "count": 8, "memory": "64Gi",
-                  "relativeCapacity": 0.5}},
-        {"name": "dcu", "cpu": 64, "memory": "256Gi",
-         "gpus": {"model": "K100", "vendor": "hygon", "count": 8, "memory": "64Gi",
-                  "memoryStep": 256, "relativeCapacity": 0.5}},
-        {"name": "h100", "cpu": 64, "memory": "256Gi",
-         "gpus": {"model": "H100", "count": 8, "memory": "80Gi"}},
-    ]}])
+    nodes = load_cluster(
+        [
+            {
+                "nodePools": [
+                    {
+                        "name": "npu",
+                        "cpu": 64,
+                        "memory": "256Gi",
+                        "gpus": {
+                            "model": "Ascend910B3",
+                            "vendor": "ascend",
+                            "count": 8,
+                            "memory": "64Gi",
+                            "relativeCapacity": 0.5,
+                        },
+                    },
+                    {
+                        "name": "dcu",
+                        "cpu": 64,
+                        "memory": "256Gi",
+                        "gpus": {
+                            "model": "K100",
+                            "vendor": "hygon",
+                            "count": 8,
+                            "memory": "64Gi",
+                            "memoryStep": 256,
+                            "relativeCapacity": 0.5,
+                        },
+                    },
+                    {
+                        "name": "h100",
+                        "cpu": 64,
+                        "memory": "256Gi",
+                        "gpus": {"model": "H100", "count": 8, "memory": "80Gi"},
+                    },
+                ]
+            }
+        ]
+    )
     npu, dcu, h100 = nodes[0], nodes[1], nodes[2]
     assert npu.gpus[0].device.division is Division.TEMPLATES
     assert npu.gpus[0].device.relative_capacity == 0.5
@@ -138,13 +176,19 @@ def test_cluster_file_names_a_vendor_and_overrides_its_rule() -> None:
     assert h100.gpus[0].device == NVIDIA and h100.labels["nvidia.com/gpu.product"] == "H100"
 
 
-@pytest.mark.parametrize(("gpus_spec", "field", "words"), [
-    ({"vendor": "acme"}, "nodePools[0].gpus.vendor", "is not a known vendor"),
-    ({"vendor": "ascend", "templates": []}, "nodePools[0].gpus.templates",
-     "must list at least one template"),
-    ({"division": "fractions"}, "nodePools[0].gpus.fractions", "must list at least one"),
-    ({"vendor": "kunlunxin", "fractions": [1200]}, "nodePools[0].gpus.fractions", "1200"),
-])
+@pytest.mark.parametrize(
+    ("gpus_spec", "field", "words"),
+    [
+        ({"vendor": "acme"}, "nodePools[0].gpus.vendor", "is not a known vendor"),
+        (
+            {"vendor": "ascend", "templates": []},
+            "nodePools[0].gpus.templates",
+            "must list at least one template",
+        ),
+        ({"division": "fractions"}, "nodePools[0].gpus.fractions", "must list at least one"),
+        ({"vendor": "kunlunxin", "fractions": [1200]}, "nodePools[0].gpus.fractions", "1200"),
+    ],
+)
 def test_bad_device_fields_name_the_field_value_and_rule(gpus_spec, field, words) -> None:  # type: ignore[no-untyped-def]
     spec = {"model": "M", "count": 1, "memory": "16Gi", **gpus_spec}
     with pytest.raises(ConfigError) as err:
@@ -153,27 +197,62 @@ def test_bad_device_fields_name_the_field_value_and_rule(gpus_spec, field, words
 
 
 def test_template_rule_from_a_cluster_file() -> None:
-    nodes = load_cluster([{"nodePools": [{"name": "gcu", "cpu": 8, "memory": "64Gi", "gpus": {
-        "model": "S60", "vendor": "enflame", "count": 1, "memory": "48Gi",
-        "templates": [{"name": "1q", "compute": 250, "memory": "12Gi"}]}}]}])
+    nodes = load_cluster(
+        [
+            {
+                "nodePools": [
+                    {
+                        "name": "gcu",
+                        "cpu": 8,
+                        "memory": "64Gi",
+                        "gpus": {
+                            "model": "S60",
+                            "vendor": "enflame",
+                            "count": 1,
+                            "memory": "48Gi",
+                            "templates": [{"name": "1q", "compute": 250, "memory": "12Gi"}],
+                        },
+                    }
+                ]
+            }
+        ]
+    )
     assert nodes[0].gpus[0].device.templates == (Template("1q", 250, 12288),)
 
 
-@pytest.mark.parametrize("policy", ["bestfit", "binpack", "dotprod", "fgd", "gpuclustering",
-                                    "gpupacking", "gpupool", "random", "spread"])
+@pytest.mark.parametrize(
+    "policy",
+    [
+        "bestfit",
+        "binpack",
+        "dotprod",
+        "fgd",
+        "gpuclustering",
+        "gpupacking",
+        "gpupool",
+        "random",
+        "spread",
+    ],
+)
 def test_every_policy_places_slices_by_the_division_rule(policy: str) -> None:
     from gpupool.core.placement.plugins.frag import PodShape, TypicalPods
     from gpupool.core.placement.registry import openb_profile
+
     typical = TypicalPods((PodShape(1000, 100, 1), PodShape(4000, 1000, 1)), (3, 1), 4)
-    prof = openb_profile(policy, typical_pods=typical) if policy != "spread" else \
-        default_profile(scores={"spread": 1.0})
-    state = ClusterState([node("npu", cards=cards(ASCEND, count=2)),
-                          node("mlu", cards=cards(VENDOR_CLASSES["cambricon"], count=2,
-                                                  mib=16384))])
+    prof = (
+        openb_profile(policy, typical_pods=typical)
+        if policy != "spread"
+        else default_profile(scores={"spread": 1.0})
+    )
+    state = ClusterState(
+        [
+            node("npu", cards=cards(ASCEND, count=2)),
+            node("mlu", cards=cards(VENDOR_CLASSES["cambricon"], count=2, mib=16384)),
+        ]
+    )
     placed = 0
     for i in range(12):
-        p, _ = place_task(next(job(f"s{i}", gpu=share(100, 1000)).tasks()), state.snapshot(),
-                          prof)
+        p, _ = place_task(next(job(f"s{i}", gpu=share(100, 1000)).tasks()), state.snapshot(), prof)
         if p is None:
             break
         state.assume(p)
@@ -189,6 +268,7 @@ def test_fragmentation_scores_see_the_shaped_slice() -> None:
     import numpy as np
 
     from gpupool.core.placement.plugins.frag import slice_milli
+
     state = ClusterState([node("npu", cards=cards(ASCEND, count=2)), node("gpu", gpu=2)])
     t = state.table
     rows = t.live()

@@ -36,8 +36,12 @@ from tests.builders import job, node, whole
 def mig_cards(name: str, cards: int = 1) -> Node:
     """Cards partitioned into 2 x 1g.10gb and 1 x 3g.40gb each."""
     inst = (MigInstance("1g.10gb", 2, 140, 10240), MigInstance("3g.40gb", 1, 420, 40960))
-    return Node(NodeName(name), 64_000, 512_000,
-                tuple(Gpu(i, "A100-80GB", 81920, mig=inst) for i in range(cards)))
+    return Node(
+        NodeName(name),
+        64_000,
+        512_000,
+        tuple(Gpu(i, "A100-80GB", 81920, mig=inst) for i in range(cards)),
+    )
 
 
 def classes() -> list[ElasticGPUClass]:
@@ -46,8 +50,17 @@ def classes() -> list[ElasticGPUClass]:
         ElasticGPUClass("slices", "hami-core", reclaim_policy="Retain"),
         ElasticGPUClass("mig", "mig"),
         ElasticGPUClass("late", "hami-core", binding_mode="WaitForFirstConsumer"),
-        ElasticGPUClass("remote", "remote", {"pool": "far", "model": "A100", "memoryMib": "40960",
-                                             "count": "4", "endpoint": "10.0.0.1:9000"}),
+        ElasticGPUClass(
+            "remote",
+            "remote",
+            {
+                "pool": "far",
+                "model": "A100",
+                "memoryMib": "40960",
+                "count": "4",
+                "endpoint": "10.0.0.1:9000",
+            },
+        ),
     ]
 
 
@@ -67,13 +80,27 @@ def used(b: Binder) -> int:
 # -- TFLOPS ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("spelling", "name"), [
-    ("A100", "A100"), ("A100-80GB", "A100"), ("NVIDIA-A100-SXM4-80GB", "A100"),
-    ("Tesla-T4", "T4"), ("NVIDIA L4", "L4"), ("L40S", "L40S"), ("L40", "L40"), ("A10", "A10"),
-    ("A10G", None), ("H100", "H100"), ("NVIDIA H100 PCIe", "H100-PCIe"),
-    ("NVIDIA-H100-80GB-HBM3", "H100"), ("NVIDIA RTX A6000", "RTX-A6000"),
-    ("Tesla-V100-SXM2-32GB", "V100"), ("V100S-PCIE-32GB", "V100S"), ("MI300X", None),
-])
+@pytest.mark.parametrize(
+    ("spelling", "name"),
+    [
+        ("A100", "A100"),
+        ("A100-80GB", "A100"),
+        ("NVIDIA-A100-SXM4-80GB", "A100"),
+        ("Tesla-T4", "T4"),
+        ("NVIDIA L4", "L4"),
+        ("L40S", "L40S"),
+        ("L40", "L40"),
+        ("A10", "A10"),
+        ("A10G", None),
+        ("H100", "H100"),
+        ("NVIDIA H100 PCIe", "H100-PCIe"),
+        ("NVIDIA-H100-80GB-HBM3", "H100"),
+        ("NVIDIA RTX A6000", "RTX-A6000"),
+        ("Tesla-V100-SXM2-32GB", "V100"),
+        ("V100S-PCIE-32GB", "V100S"),
+        ("MI300X", None),
+    ],
+)
 def test_model_names_are_matched_loosely(spelling: str, name: str | None) -> None:
     assert canonical_model(spelling) == name
 
@@ -92,33 +119,48 @@ def test_tflops_become_a_slice_or_whole_cards() -> None:
 # -- objects validate themselves ---------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("kwargs", "field"), [
-    ({"cards": 2, "gpu_milli": 100}, "requests.gpu_milli"),
-    ({"cards": 1, "tflops": 5.0}, "requests.tflops"),
-    ({"gpu_milli": 1000}, "requests.gpu_milli"),
-    ({"cards": -1}, "requests.cards"),
-    ({"cards": 65}, "requests.cards"),
-    ({"tflops": float("nan")}, "requests.tflops"),
-    ({}, "requests"),
-    ({"gpu_milli": 100, "memory_mib": -5}, "requests.memory_mib"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"cards": 2, "gpu_milli": 100}, "requests.gpu_milli"),
+        ({"cards": 1, "tflops": 5.0}, "requests.tflops"),
+        ({"gpu_milli": 1000}, "requests.gpu_milli"),
+        ({"cards": -1}, "requests.cards"),
+        ({"cards": 65}, "requests.cards"),
+        ({"tflops": float("nan")}, "requests.tflops"),
+        ({}, "requests"),
+        ({"gpu_milli": 100, "memory_mib": -5}, "requests.memory_mib"),
+    ],
+)
 def test_a_bad_claim_names_the_field(kwargs: dict[str, object], field: str) -> None:
     with pytest.raises(InvalidJobError) as info:
         claim("c", **kwargs)
     assert info.value.field == field
 
 
-@pytest.mark.parametrize(("kwargs", "text"), [
-    ({"provisioner": "nvidia"}, "provisioner='nvidia': must be one of physical, hami-core, "
-                                "mig, remote"),
-    ({"provisioner": "physical", "reclaim_policy": "Recycle"}, "reclaimPolicy='Recycle'"),
-    ({"provisioner": "physical", "binding_mode": "Later"}, "bindingMode='Later'"),
-    ({"provisioner": "physical", "parameters": {"profiles": "1g.5gb"}},
-     "parameters.profiles='1g.5gb': is not a parameter of provisioner physical"),
-    ({"provisioner": "remote", "parameters": {"pool": "p"}}, "parameters.model=None"),
-    ({"provisioner": "remote", "parameters": {"pool": "p", "model": "A100", "memoryMib": "x",
-                                              "count": "2"}}, "parameters.memoryMib='x'"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "text"),
+    [
+        (
+            {"provisioner": "nvidia"},
+            "provisioner='nvidia': must be one of physical, hami-core, mig, remote",
+        ),
+        ({"provisioner": "physical", "reclaim_policy": "Recycle"}, "reclaimPolicy='Recycle'"),
+        ({"provisioner": "physical", "binding_mode": "Later"}, "bindingMode='Later'"),
+        (
+            {"provisioner": "physical", "parameters": {"profiles": "1g.5gb"}},
+            "parameters.profiles='1g.5gb': is not a parameter of provisioner physical",
+        ),
+        ({"provisioner": "remote", "parameters": {"pool": "p"}}, "parameters.model=None"),
+        (
+            {
+                "provisioner": "remote",
+                "parameters": {"pool": "p", "model": "A100", "memoryMib": "x", "count": "2"},
+            },
+            "parameters.memoryMib='x'",
+        ),
+    ],
+)
 def test_a_bad_class_is_a_config_error(kwargs: dict[str, object], text: str) -> None:
     with pytest.raises(ConfigError) as info:
         ElasticGPUClass("k", **kwargs)  # type: ignore[arg-type]
@@ -131,8 +173,9 @@ def test_json_forms_round_trip() -> None:
     assert again == c
     k = classes()[4]
     assert class_from_json(class_to_json(k)) == k
-    g = ElasticGPU("g0", Source.SLICE, "A100", Capacity(250, 10240), node="n0", card=1,
-                   class_name="slices")
+    g = ElasticGPU(
+        "g0", Source.SLICE, "A100", Capacity(250, 10240), node="n0", card=1, class_name="slices"
+    )
     assert gpu_from_json(gpu_to_json(g)) == g
     with pytest.raises(InvalidJobError) as info:
         claim_from_json({"name": "x", "requests": {"cards": "two"}})
@@ -168,8 +211,10 @@ def test_a_slice_holds_its_share_of_one_card() -> None:
     b = binder()
     c = b.submit(claim("s", "slices", gpu_milli=300, memory_mib=10_000))
     (g,) = b.bound_to(c.key)
-    assert g.source is Source.SLICE and (g.capacity.gpu_milli, g.capacity.memory_mib) == \
-        (300, 10_000)
+    assert g.source is Source.SLICE and (g.capacity.gpu_milli, g.capacity.memory_mib) == (
+        300,
+        10_000,
+    )
     assert used(b) == 300
 
 
@@ -215,19 +260,27 @@ def test_tflops_for_an_unknown_model_is_rejected_and_nothing_is_created() -> Non
     assert b.claims() == [] and b.gpus() == [] and used(b) == 0
 
 
-@pytest.mark.parametrize(("c", "field", "words"), [
-    (claim("x", "nope", cards=1), "class_name", "no such ElasticGPUClass"),
-    (claim("x", "slices", cards=1), "requests.cards", "makes slices of one card"),
-    (claim("x", "phys", gpu_milli=200), "requests.gpu_milli", "makes whole cards"),
-    (claim("x", "phys", cards=9), "requests.cards", "more GPUs than any node has"),
-    (claim("x", "slices", gpu_milli=100, memory_mib=99_999), "requests.memory_mib",
-     "more than any single GPU has"),
-    (claim("x", "remote", cards=5), "requests.cards", "remote pool far has 4 GPUs"),
-    (claim("x", "", gpu_milli=100, memory_mib=99_999), "class_name",
-     "no ElasticGPUClass can serve this claim"),
-])
-def test_a_claim_no_class_can_serve_is_rejected(c: ElasticGPUClaim, field: str,
-                                                words: str) -> None:
+@pytest.mark.parametrize(
+    ("c", "field", "words"),
+    [
+        (claim("x", "nope", cards=1), "class_name", "no such ElasticGPUClass"),
+        (claim("x", "slices", cards=1), "requests.cards", "makes slices of one card"),
+        (claim("x", "phys", gpu_milli=200), "requests.gpu_milli", "makes whole cards"),
+        (claim("x", "phys", cards=9), "requests.cards", "more GPUs than any node has"),
+        (
+            claim("x", "slices", gpu_milli=100, memory_mib=99_999),
+            "requests.memory_mib",
+            "more than any single GPU has",
+        ),
+        (claim("x", "remote", cards=5), "requests.cards", "remote pool far has 4 GPUs"),
+        (
+            claim("x", "", gpu_milli=100, memory_mib=99_999),
+            "class_name",
+            "no ElasticGPUClass can serve this claim",
+        ),
+    ],
+)
+def test_a_claim_no_class_can_serve_is_rejected(c: ElasticGPUClaim, field: str, words: str) -> None:
     b = binder()
     with pytest.raises(InvalidJobError) as info:
         b.submit(c)
@@ -282,14 +335,24 @@ def test_release_follows_the_reclaim_policy() -> None:
 
 def test_an_available_elastic_gpu_is_bound_before_one_is_made() -> None:
     b = binder()
-    static = b.add_gpu(ElasticGPU("static-0", Source.SLICE, "", Capacity(600, 20_000),
-                                  node="n0", card=2, class_name="slices"))
+    static = b.add_gpu(
+        ElasticGPU(
+            "static-0",
+            Source.SLICE,
+            "",
+            Capacity(600, 20_000),
+            node="n0",
+            card=2,
+            class_name="slices",
+        )
+    )
     assert static.model == "A100" and used(b) == 600  # it holds its share at once
     c = b.submit(claim("c", "slices", gpu_milli=400, memory_mib=10_000))
     assert c.elastic_gpus == ("static-0",) and used(b) == 600
     with pytest.raises(ConflictError):  # the share is taken: no over-commit
-        b.add_gpu(ElasticGPU("static-1", Source.PHYSICAL, "", Capacity(1000, 40960),
-                             node="n0", card=2))
+        b.add_gpu(
+            ElasticGPU("static-1", Source.PHYSICAL, "", Capacity(1000, 40960), node="n0", card=2)
+        )
     b.delete_claim(c.key)  # a static one follows its own policy (Delete by default)
     assert b.gpus() == [] and used(b) == 0
 

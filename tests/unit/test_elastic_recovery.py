@@ -23,11 +23,18 @@ def saved() -> tuple[list[ElasticGPU], list, dict[str, str]]:
 
 def test_a_taken_card_fails_only_its_elastic_gpu() -> None:
     gpus, claims, _ = saved()
-    victim = next(g for g in gpus if g.claim_ref is not None
-                  and g.claim_ref.key == claims[0].key)
+    victim = next(g for g in gpus if g.claim_ref is not None and g.claim_ref.key == claims[0].key)
     state = ClusterState([node("n0", gpu=2), node("n1", gpu=2)])
-    state.assume(Placement(TaskId("j/0"), JobId("j"), NodeName(victim.node), 0, 0,
-                           (GpuShare(victim.card, 1000, 0),)))  # a job holds that card now
+    state.assume(
+        Placement(
+            TaskId("j/0"),
+            JobId("j"),
+            NodeName(victim.node),
+            0,
+            0,
+            (GpuShare(victim.card, 1000, 0),),
+        )
+    )  # a job holds that card now
     fresh = Binder(state, classes=classes())
     out = recover(fresh, gpus, claims)
     assert list(out.failed) == [victim.name]
@@ -44,8 +51,9 @@ def test_an_elastic_gpu_on_a_node_that_is_gone_fails_and_its_claim_is_lost() -> 
     other = "n1" if gone == "n0" else "n0"
     fresh = Binder(ClusterState([node(other, gpu=2)]), classes=classes())
     out = recover(fresh, gpus, claims)
-    assert out.failed and all(f"node {gone} is not in the cluster" == why
-                              for why in out.failed.values())
+    assert out.failed and all(
+        f"node {gone} is not in the cluster" == why for why in out.failed.values()
+    )
     for c in claims:  # Lost where its node is gone, Bound where it is still here
         want = ClaimPhase.LOST if where[c.key] == gone else ClaimPhase.BOUND
         assert fresh.claim(c.key).phase is want

@@ -48,9 +48,11 @@ def test_the_first_ends_lean_on_the_runtime_assumed_before() -> None:
     rt = Runtimes(3600.0, prior_jobs=3)
     rt.observe(limited(job("a", queue="q"), user="u"), 600.0)
     assert rt.expected(limited(job("b", queue="q"), user="u")).runtime_s == pytest.approx(
-        (600.0 + 3 * 3600.0) / 4)
+        (600.0 + 3 * 3600.0) / 4
+    )
     assert rt.expected(limited(job("c", queue="q"), 1200.0, "u")).runtime_s == pytest.approx(
-        (600.0 + 3 * 1200.0) / 4)  # the run limit is what was assumed
+        (600.0 + 3 * 1200.0) / 4
+    )  # the run limit is what was assumed
 
 
 def test_runs_still_going_keep_the_learned_runtime_from_running_short() -> None:
@@ -137,8 +139,10 @@ def test_memory_bound_slices_count_against_gpu_quota() -> None:
 
 
 def test_a_gang_reserves_only_when_its_queue_is_first_in_the_fair_order() -> None:
-    s = Scheduler([node(f"n{i}", gpu=8) for i in range(2)],
-                  queue_config({"a": 8, "b": 8}, default_runtime_s=1000.0))
+    s = Scheduler(
+        [node(f"n{i}", gpu=8) for i in range(2)],
+        queue_config({"a": 8, "b": 8}, default_runtime_s=1000.0),
+    )
     for i in range(12):
         s.submit(job(f"a{i}", gpu=whole(1), queue="a"), 0)
     for i in range(4):

@@ -20,10 +20,23 @@ from gpupool.core.placement.plugins.frag import (
 from tests.builders import node
 
 
-def place(state: ClusterState, name: str, host: str, cpu: int = 0,
-          shares: tuple[tuple[int, int], ...] = ()) -> None:
-    state.assume(Placement(TaskId(name), JobId(name), NodeName(host), cpu, 0,
-                           tuple(GpuShare(i, m, 0) for i, m in shares)))
+def place(
+    state: ClusterState,
+    name: str,
+    host: str,
+    cpu: int = 0,
+    shares: tuple[tuple[int, int], ...] = (),
+) -> None:
+    state.assume(
+        Placement(
+            TaskId(name),
+            JobId(name),
+            NodeName(host),
+            cpu,
+            0,
+            tuple(GpuShare(i, m, 0) for i, m in shares),
+        )
+    )
 
 
 A = PodShape(4000, 500, 1)
@@ -60,11 +73,12 @@ TP = TypicalPods((A, B, C), (1, 1, 2), 4)
 
 
 def test_hand_computed_fragment() -> None:
-    state = ClusterState([node("n0", gpu=2, cpu=8000), node("n1", gpu=2, cpu=8000),
-                          node("n2", gpu=1, cpu=8000)])
-    place(state, "p0", "n0", shares=((1, 700),))        # n0: cards [1000, 300], cpu 8000
+    state = ClusterState(
+        [node("n0", gpu=2, cpu=8000), node("n1", gpu=2, cpu=8000), node("n2", gpu=1, cpu=8000)]
+    )
+    place(state, "p0", "n0", shares=((1, 700),))  # n0: cards [1000, 300], cpu 8000
     place(state, "p1", "n1", cpu=5000, shares=((1, 700),))  # n1: same cards, cpu 3000
-    place(state, "p2", "n2", shares=((0, 1000),))       # n2: no idle GPU
+    place(state, "p2", "n2", shares=((0, 1000),))  # n2: no idle GPU
     # n0: A fits (card 0) -> 300 too small; B fits -> 300; C (no GPU) -> all 1300, twice
     # n1: A lacks CPU -> all 1300; B fits -> 300; C -> 1300 twice
     assert frag_of(TP, state) == [(300 + 300 + 2 * 1300) / 4, (1300 + 300 + 2 * 1300) / 4, 0.0]
@@ -91,22 +105,40 @@ def test_whole_card_typical_pods_need_k_free_cards() -> None:
 
 def random_state(seed: int) -> ClusterState:
     rng = np.random.default_rng(seed)
-    nodes = [node(f"n{i}", gpu=int(rng.choice([1, 2, 4, 8])), cpu=int(rng.integers(4, 64)) * 1000,
-                  model=str(rng.choice(["T4", "A100"])))
-             for i in range(12)]
+    nodes = [
+        node(
+            f"n{i}",
+            gpu=int(rng.choice([1, 2, 4, 8])),
+            cpu=int(rng.integers(4, 64)) * 1000,
+            model=str(rng.choice(["T4", "A100"])),
+        )
+        for i in range(12)
+    ]
     state = ClusterState(nodes)
     for i, n in enumerate(nodes):
         used = [(g, int(rng.choice([0, 0, 200, 470, 810, 1000]))) for g in range(n.gpu_count)]
         shares = tuple((g, m) for g, m in used if m)
-        place(state, f"p{i}", n.name, cpu=int(rng.integers(0, n.cpu_milli // 1000)) * 1000,
-              shares=shares)
+        place(
+            state,
+            f"p{i}",
+            n.name,
+            cpu=int(rng.integers(0, n.cpu_milli // 1000)) * 1000,
+            shares=shares,
+        )
     return state
 
 
 RANDOM_TP = TypicalPods(
-    (PodShape(3000, 810, 1), PodShape(11000, 1000, 1), PodShape(4000, 470, 1, frozenset({"T4"})),
-     PodShape(20000, 1000, 2), PodShape(12000)),
-    (10, 8, 5, 2, 3), 30)
+    (
+        PodShape(3000, 810, 1),
+        PodShape(11000, 1000, 1),
+        PodShape(4000, 470, 1, frozenset({"T4"})),
+        PodShape(20000, 1000, 2),
+        PodShape(12000),
+    ),
+    (10, 8, 5, 2, 3),
+    30,
+)
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -123,8 +155,11 @@ def test_hypothetical_slice_matches_recomputation(seed: int) -> None:
                 continue
             snap = state.snapshot()
             with snap.trial():
-                snap.assume(Placement(TaskId("x"), JobId("x"), t.nodes[r].name, 2000, 0,
-                                      (GpuShare(g, 300, 0),)))
+                snap.assume(
+                    Placement(
+                        TaskId("x"), JobId("x"), t.nodes[r].name, 2000, 0, (GpuShare(g, 300, 0),)
+                    )
+                )
                 fresh = node_frag(RANDOM_TP, snap.table, np.asarray([r]), {})[0]
             assert after[rows.tolist().index(r), g] == fresh
 
@@ -145,8 +180,16 @@ def test_hypothetical_take_matches_recomputation(seed: int) -> None:
             continue
         snap = state.snapshot()
         with snap.trial():
-            snap.assume(Placement(TaskId("x"), JobId("x"), t.nodes[r].name, 1000, 0,
-                                  tuple(GpuShare(int(g), 1000, 0) for g in cards)))
+            snap.assume(
+                Placement(
+                    TaskId("x"),
+                    JobId("x"),
+                    t.nodes[r].name,
+                    1000,
+                    0,
+                    tuple(GpuShare(int(g), 1000, 0) for g in cards),
+                )
+            )
             fresh = node_frag(RANDOM_TP, snap.table, np.asarray([r]), {})[0]
         assert after[i] == fresh
 

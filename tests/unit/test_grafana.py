@@ -19,18 +19,28 @@ NAME = re.compile(r"\bgpupool_[a-zA-Z0-9_:]*")
 def exported_names() -> set[str]:
     """Every sample name /metrics can show, from a Metrics with every series present."""
     m = Metrics()
-    m.watch(lambda: Gauges(
-        pending={"q": 1}, running={"q": 1}, gpus_allocated={("f", "q"): 1.0},
-        gpu_milli_allocated={("f", "q"): 1000}, gpus_total={"f": 8},
-        gpu_milli_total={"f": 8000}, gpu_milli_nominal={("f", "q"): 4000},
-        fragmentation_ratio=0.1, nodes={"ready": 1}, queue_share={"q": 0.5}))
+    m.watch(
+        lambda: Gauges(
+            pending={"q": 1},
+            running={"q": 1},
+            gpus_allocated={("f", "q"): 1.0},
+            gpu_milli_allocated={("f", "q"): 1000},
+            gpus_total={"f": 8},
+            gpu_milli_total={"f": 8000},
+            gpu_milli_nominal={("f", "q"): 4000},
+            fragmentation_ratio=0.1,
+            nodes={"ready": 1},
+            queue_share={"q": 0.5},
+        )
+    )
     m.submitted("q")
     m.admitted("q", 3.0)
     m.preempted("q", "reclaim")
     m.cycle(0.01)
     m.request("POST", "/api/v1/jobs", 201, 0.002)
-    return {s.name for fam in text_string_to_metric_families(m.render().decode())
-            for s in fam.samples}
+    return {
+        s.name for fam in text_string_to_metric_families(m.render().decode()) for s in fam.samples
+    }
 
 
 def load() -> dict[str, Any]:
@@ -88,15 +98,16 @@ def test_every_expression_names_metrics_that_exist() -> None:
 
 def test_the_issue_panels_are_there() -> None:
     exprs = " ".join(t["expr"] for _, t in targets(load()))
-    for needle in ("gpupool_gpus_allocated", "gpupool_jobs_pending", "gpupool_jobs_running",
-                   "histogram_quantile(0.5, sum by (le, queue) (rate("
-                   "gpupool_admission_wait_seconds_bucket",
-                   "histogram_quantile(0.95, sum by (le, queue) (rate("
-                   "gpupool_admission_wait_seconds_bucket",
-                   "histogram_quantile(0.99, sum by (le) (rate("
-                   "gpupool_decision_latency_seconds_bucket",
-                   "gpupool_fragmentation_ratio",
-                   "sum by (reason) (rate(gpupool_preemptions_total",
-                   "histogram_quantile(0.99, sum by (le, method, route) (rate("
-                   "gpupool_api_request_duration_seconds_bucket"):
+    for needle in (
+        "gpupool_gpus_allocated",
+        "gpupool_jobs_pending",
+        "gpupool_jobs_running",
+        "histogram_quantile(0.5, sum by (le, queue) (rate(gpupool_admission_wait_seconds_bucket",
+        "histogram_quantile(0.95, sum by (le, queue) (rate(gpupool_admission_wait_seconds_bucket",
+        "histogram_quantile(0.99, sum by (le) (rate(gpupool_decision_latency_seconds_bucket",
+        "gpupool_fragmentation_ratio",
+        "sum by (reason) (rate(gpupool_preemptions_total",
+        "histogram_quantile(0.99, sum by (le, method, route) (rate("
+        "gpupool_api_request_duration_seconds_bucket",
+    ):
         assert needle in exprs, needle

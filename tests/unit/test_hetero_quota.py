@@ -39,35 +39,52 @@ def gpu_node(name: str, count: int = 8) -> Node:
     return node(name, gpu=count, model="H100", gpu_mem=81920, labels={"flavor": "h100"})
 
 
-def config(queues: dict[str, dict[str, int]], normalized: dict[str, int] | None = None,
-           shares: bool = False, borrow: Fungibility = Fungibility.STOP,
-           cohort: str | None = "all") -> QueueConfig:
+def config(
+    queues: dict[str, dict[str, int]],
+    normalized: dict[str, int] | None = None,
+    shares: bool = False,
+    borrow: Fungibility = Fungibility.STOP,
+    cohort: str | None = "all",
+) -> QueueConfig:
     """Queues with GPUs per flavor (in flavor order) and, optionally, normalised quota."""
     return QueueConfig(
-        flavors=(ResourceFlavor("h100", {"flavor": "h100"}),
-                 ResourceFlavor("ascend", {"flavor": "ascend"})),
+        flavors=(
+            ResourceFlavor("h100", {"flavor": "h100"}),
+            ResourceFlavor("ascend", {"flavor": "ascend"}),
+        ),
         cluster_queues=tuple(
-            ClusterQueue(name, tuple(FlavorQuotas(f, {Resource.GPU: Quota(n)})
-                                     for f, n in per.items()),
-                         cohort=cohort,
-                         normalized=Quota(normalized[name] * 1000) if normalized else None,
-                         fungibility=FlavorFungibility(when_can_borrow=borrow))
-            for name, per in queues.items()),
-        settings=QueueSettings(min_runtime_s=0.0, preemption_cooldown_s=0.0,
-                               normalized_shares=shares),
+            ClusterQueue(
+                name,
+                tuple(FlavorQuotas(f, {Resource.GPU: Quota(n)}) for f, n in per.items()),
+                cohort=cohort,
+                normalized=Quota(normalized[name] * 1000) if normalized else None,
+                fungibility=FlavorFungibility(when_can_borrow=borrow),
+            )
+            for name, per in queues.items()
+        ),
+        settings=QueueSettings(
+            min_runtime_s=0.0, preemption_cooldown_s=0.0, normalized_shares=shares
+        ),
     ).validate()
 
 
 def fallback(name: str, queue: str, h100: int = 1, npu: int = 2) -> object:
     own = job(name, gpu=whole(h100, models=["H100"]), queue=queue)
-    return dataclasses.replace(own, alternatives=(
-        Alternative("ascend", whole(npu, models=["910B"]), image="llm:cann",
-                    env={"ASCEND_VISIBLE": "1"}),))
+    return dataclasses.replace(
+        own,
+        alternatives=(
+            Alternative(
+                "ascend", whole(npu, models=["910B"]), image="llm:cann", env={"ASCEND_VISIBLE": "1"}
+            ),
+        ),
+    )
 
 
 def test_normalised_compute_is_charged_by_each_cards_relative_capacity() -> None:
-    s = Scheduler([gpu_node("g"), npu_node("n")],
-                  config({"a": {"h100": 8, "ascend": 8}}, normalized={"a": 16}))
+    s = Scheduler(
+        [gpu_node("g"), npu_node("n")],
+        config({"a": {"h100": 8, "ascend": 8}}, normalized={"a": 16}),
+    )
     s.submit(job("on-gpu", gpu=whole(2, models=["H100"]), queue="a"), 0)
     s.submit(job("on-npu", gpu=whole(4, models=["910B"]), queue="a"), 0)
     s.cycle(0)
@@ -79,8 +96,10 @@ def test_normalised_compute_is_charged_by_each_cards_relative_capacity() -> None
 
 
 def test_normalised_quota_across_flavors_limits_every_vendor_together() -> None:
-    s = Scheduler([gpu_node("g"), npu_node("n")],
-                  config({"a": {"h100": 8, "ascend": 8}}, normalized={"a": 4}, cohort=None))
+    s = Scheduler(
+        [gpu_node("g"), npu_node("n")],
+        config({"a": {"h100": 8, "ascend": 8}}, normalized={"a": 4}, cohort=None),
+    )
     s.submit(job("g4", gpu=whole(3, models=["H100"]), queue="a"), 0)
     s.submit(job("n4", gpu=whole(4, models=["910B"]), queue="a"), 0)  # 2 normalised: over 4
     s.submit(job("n2", gpu=whole(2, models=["910B"]), queue="a"), 0)  # 1 normalised: fits
@@ -103,9 +122,14 @@ def test_shares_in_normalised_units_do_not_count_slow_cards_as_fast_ones() -> No
     # Both queues hold 4 cards; a's are half as fast: in cards both are at 4/8 of their
     # entitlement, in normalised compute a holds 2 of 8 and b 4 of 8.
     for shares, expect_equal in ((False, True), (True, False)):
-        s = Scheduler([gpu_node("g"), npu_node("n")],
-                      config({"a": {"h100": 4, "ascend": 4}, "b": {"h100": 4, "ascend": 4}},
-                             normalized={"a": 8, "b": 8}, shares=shares))
+        s = Scheduler(
+            [gpu_node("g"), npu_node("n")],
+            config(
+                {"a": {"h100": 4, "ascend": 4}, "b": {"h100": 4, "ascend": 4}},
+                normalized={"a": 8, "b": 8},
+                shares=shares,
+            ),
+        )
         s.submit(job("a", gpu=whole(4, models=["910B"]), queue="a"), 0)
         s.submit(job("b", gpu=whole(4, models=["H100"]), queue="b"), 0)
         s.cycle(0)
@@ -117,8 +141,7 @@ def test_shares_in_normalised_units_do_not_count_slow_cards_as_fast_ones() -> No
 
 
 def test_a_job_falls_back_to_its_alternative_on_the_next_flavor() -> None:
-    s = Scheduler([gpu_node("g", count=1), npu_node("n")],
-                  config({"a": {"h100": 8, "ascend": 8}}))
+    s = Scheduler([gpu_node("g", count=1), npu_node("n")], config({"a": {"h100": 8, "ascend": 8}}))
     for i in range(3):
         s.submit(fallback(f"j{i}", "a"), 0)  # type: ignore[arg-type]
     r = s.cycle(0)
@@ -131,8 +154,7 @@ def test_a_job_falls_back_to_its_alternative_on_the_next_flavor() -> None:
 
 
 def test_a_pinned_job_waits_where_its_fallback_would_run() -> None:
-    s = Scheduler([gpu_node("g", count=1), npu_node("n")],
-                  config({"a": {"h100": 8, "ascend": 8}}))
+    s = Scheduler([gpu_node("g", count=1), npu_node("n")], config({"a": {"h100": 8, "ascend": 8}}))
     s.submit(job("first", gpu=whole(1, models=["H100"]), queue="a"), 0)
     s.submit(job("pinned", gpu=whole(1, models=["H100"]), queue="a"), 0)
     r = s.cycle(0)
@@ -150,10 +172,12 @@ def test_flavor_order_comes_before_the_jobs_own_order() -> None:
     assert (b.flavor, b.alternative) == ("ascend", "ascend")
 
 
-@pytest.mark.parametrize(("borrow", "flavor"), [
-    (Fungibility.STOP, "h100"), (Fungibility.TRY_NEXT, "ascend")])
+@pytest.mark.parametrize(
+    ("borrow", "flavor"), [(Fungibility.STOP, "h100"), (Fungibility.TRY_NEXT, "ascend")]
+)
 def test_when_can_borrow_decides_between_borrowing_and_the_next_flavor(
-        borrow: Fungibility, flavor: str) -> None:
+    borrow: Fungibility, flavor: str
+) -> None:
     # a has no nominal H100 quota (b lends it); its Ascend quota is its own.
     cfg = config({"a": {"h100": 0, "ascend": 8}, "b": {"h100": 8, "ascend": 0}}, borrow=borrow)
     s = Scheduler([gpu_node("g"), npu_node("n")], cfg)
@@ -163,8 +187,9 @@ def test_when_can_borrow_decides_between_borrowing_and_the_next_flavor(
 
 
 def test_try_next_flavor_still_borrows_when_no_flavor_fits_within_nominal() -> None:
-    cfg = config({"a": {"h100": 0, "ascend": 0}, "b": {"h100": 8, "ascend": 8}},
-                 borrow=Fungibility.TRY_NEXT)
+    cfg = config(
+        {"a": {"h100": 0, "ascend": 0}, "b": {"h100": 8, "ascend": 8}}, borrow=Fungibility.TRY_NEXT
+    )
     s = Scheduler([gpu_node("g"), npu_node("n")], cfg)
     s.submit(fallback("j", "a"), 0)  # type: ignore[arg-type]
     (b,) = s.cycle(0).binds
@@ -172,8 +197,10 @@ def test_try_next_flavor_still_borrows_when_no_flavor_fits_within_nominal() -> N
 
 
 def test_jobs_of_one_queue_split_across_vendors_when_the_first_is_full() -> None:
-    s = Scheduler([gpu_node("g", count=1), npu_node("n", count=2)],
-                  config({"a": {"h100": 1, "ascend": 2}, "b": {"h100": 1, "ascend": 0}}))
+    s = Scheduler(
+        [gpu_node("g", count=1), npu_node("n", count=2)],
+        config({"a": {"h100": 1, "ascend": 2}, "b": {"h100": 1, "ascend": 0}}),
+    )
     s.submit(fallback("borrower", "a", h100=1, npu=2), 0)  # type: ignore[arg-type]
     s.submit(fallback("other", "a", h100=1, npu=2), 0)  # type: ignore[arg-type]
     r = s.cycle(0)
@@ -183,11 +210,15 @@ def test_jobs_of_one_queue_split_across_vendors_when_the_first_is_full() -> None
 def test_alternatives_keep_cpu_counts_and_gpu_free_pod_sets() -> None:
     from gpupool.core.alternatives import chosen, variants
     from gpupool.core.model import PodSet
+
     j = dataclasses.replace(
         job("j", tasks=2, gpu=whole(1)),
-        pod_sets=(PodSet("launcher", cpu_milli=500), PodSet("w", count=2, cpu_milli=4000,
-                                                               gpu=whole(1))),
-        alternatives=(Alternative("npu", GpuRequest(count=2, models=frozenset({"910B"}))),))
+        pod_sets=(
+            PodSet("launcher", cpu_milli=500),
+            PodSet("w", count=2, cpu_milli=4000, gpu=whole(1)),
+        ),
+        alternatives=(Alternative("npu", GpuRequest(count=2, models=frozenset({"910B"}))),),
+    )
     forms = dict(variants(j))
     assert forms[""] is j
     npu = forms["npu"]
@@ -199,13 +230,14 @@ def test_alternatives_keep_cpu_counts_and_gpu_free_pod_sets() -> None:
 def test_a_restored_job_runs_on_in_its_alternative_and_an_unknown_one_is_refused() -> None:
     from gpupool.core.errors import InvalidJobError
     from gpupool.core.model import JobId
-    s = Scheduler([gpu_node("g", count=1), npu_node("n")],
-                  config({"a": {"h100": 8, "ascend": 8}}))
+
+    s = Scheduler([gpu_node("g", count=1), npu_node("n")], config({"a": {"h100": 8, "ascend": 8}}))
     s.submit(job("first", gpu=whole(1, models=["H100"]), queue="a"), 0)
     s.submit(fallback("j", "a"), 0)  # type: ignore[arg-type]
     binds = {b.job: b for b in s.cycle(0).binds}
-    again = Scheduler([gpu_node("g", count=1), npu_node("n")],
-                      config({"a": {"h100": 8, "ascend": 8}}))
+    again = Scheduler(
+        [gpu_node("g", count=1), npu_node("n")], config({"a": {"h100": 8, "ascend": 8}})
+    )
     j = fallback("j", "a")
     with pytest.raises(InvalidJobError) as err:
         again.restore(j, binds["j"].placements, 0.0, "ascend", alternative="tpu")  # type: ignore[arg-type]

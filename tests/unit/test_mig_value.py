@@ -16,8 +16,12 @@ from gpupool.core.model import Gpu, GpuRequest, GpuShare, MigInstance
 
 
 def mixed() -> Gpu:
-    return Gpu(0, "A100-80GB", 81920, mig=(MigInstance("1g.10gb", 2, 140, 10240),
-                                           MigInstance("3g.40gb", 1, 420, 40960)))
+    return Gpu(
+        0,
+        "A100-80GB",
+        81920,
+        mig=(MigInstance("1g.10gb", 2, 140, 10240), MigInstance("3g.40gb", 1, 420, 40960)),
+    )
 
 
 def test_an_instance_counts_for_the_share_its_card_declares() -> None:
@@ -30,8 +34,12 @@ def test_an_instance_counts_for_the_share_its_card_declares() -> None:
 
 
 def test_a_profile_name_gives_the_share_when_nothing_is_declared() -> None:
-    assert [profile_milli(p) for p in ("1g.10gb", "3g.40gb", "7g.80gb", "odd")] == \
-        [143, 429, 1000, 0]
+    assert [profile_milli(p) for p in ("1g.10gb", "3g.40gb", "7g.80gb", "odd")] == [
+        143,
+        429,
+        1000,
+        0,
+    ]
 
 
 def test_a_cards_taken_instances_count_for_their_declared_shares() -> None:
@@ -42,4 +50,3 @@ def test_a_cards_taken_instances_count_for_their_declared_shares() -> None:
     assert share_mib(GpuShare(0, 250, 1024), g) == 1024
     full = Gpu(0, "A100-40GB", 40960, mig=(MigInstance("1g.5gb", 7, 143, 5120),))
     assert taken_milli(full, {"1g.5gb": 7}) == 1000  # never more than a whole card
-

@@ -19,8 +19,10 @@ def test_a_job_over_its_cohorts_whole_quota_is_refused() -> None:
     with pytest.raises(InvalidJobError) as info:
         s.submit(job("big", tasks=5, gpu=whole(1), queue="a"), 0.0)
     assert info.value.field == "pod_sets"
-    assert "can never be admitted by ClusterQueue a, even with every other queue idle" \
+    assert (
+        "can never be admitted by ClusterQueue a, even with every other queue idle"
         in info.value.rule
+    )
     assert s.pending() == []
     s.submit(job("fits", tasks=4, gpu=whole(1), queue="a"), 0.0)  # borrowing b's 2: fine
     assert [str(b.job) for b in s.cycle(0.0).binds] == ["fits"]
@@ -36,7 +38,9 @@ def test_the_ceiling_follows_a_new_configuration() -> None:
 
 def test_the_simulator_marks_such_a_job_rejected(tmp_path: Path) -> None:
     # queues a and b hold 4 GPUs each in one cohort: 12 GPUs can never be admitted
-    s = explicit(tmp_path, """\
+    s = explicit(
+        tmp_path,
+        """\
   - name: team-a
     queue: team-a/jobs
     streams:
@@ -45,7 +49,8 @@ def test_the_simulator_marks_such_a_job_rejected(tmp_path: Path) -> None:
       gpus: 4
       tasks: 3
       duration: 5m
-""")
+""",
+    )
     r = simulate(s, 1)
     run = r.jobs[JobId("team-a-x-00000")]
     assert "can never be admitted by ClusterQueue a" in run.rejected

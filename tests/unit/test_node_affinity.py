@@ -16,25 +16,36 @@ def R(key: str, op: str, *values: str, field: bool = False) -> NodeRequirement:
     return NodeRequirement(key, op, tuple(values), field=field)
 
 
-NODES = [node("a", labels={"zone": "z1", "gen": "3"}), node("b", labels={"zone": "z2", "gen": "5"}),
-         node("c", labels={})]
+NODES = [
+    node("a", labels={"zone": "z1", "gen": "3"}),
+    node("b", labels={"zone": "z2", "gen": "5"}),
+    node("c", labels={}),
+]
 
 
-@pytest.mark.parametrize(("terms", "fits"), [
-    ((NodeAffinityTerm((R("zone", "In", "z2", "z9"),)),), {"b"}),
-    ((NodeAffinityTerm((R("zone", "NotIn", "z1"),)),), {"b", "c"}),
-    ((NodeAffinityTerm((R("zone", "Exists"),)),), {"a", "b"}),
-    ((NodeAffinityTerm((R("zone", "DoesNotExist"),)),), {"c"}),
-    ((NodeAffinityTerm((R("gen", "Gt", "3"),)),), {"b"}),
-    ((NodeAffinityTerm((R("gen", "Lt", "4"),)),), {"a"}),
-    ((NodeAffinityTerm((R("metadata.name", "In", "c", field=True),)),), {"c"}),
-    ((NodeAffinityTerm((R("metadata.name", "NotIn", "a", field=True),)),), {"b", "c"}),
-    # requirements of a term are ANDed, terms ORed
-    ((NodeAffinityTerm((R("zone", "Exists"), R("gen", "Gt", "4"))),), {"b"}),
-    ((NodeAffinityTerm((R("zone", "In", "z1"),)),
-      NodeAffinityTerm((R("zone", "DoesNotExist"),))), {"a", "c"}),
-    ((NodeAffinityTerm(()),), set()),  # an empty term matches no node
-])
+@pytest.mark.parametrize(
+    ("terms", "fits"),
+    [
+        ((NodeAffinityTerm((R("zone", "In", "z2", "z9"),)),), {"b"}),
+        ((NodeAffinityTerm((R("zone", "NotIn", "z1"),)),), {"b", "c"}),
+        ((NodeAffinityTerm((R("zone", "Exists"),)),), {"a", "b"}),
+        ((NodeAffinityTerm((R("zone", "DoesNotExist"),)),), {"c"}),
+        ((NodeAffinityTerm((R("gen", "Gt", "3"),)),), {"b"}),
+        ((NodeAffinityTerm((R("gen", "Lt", "4"),)),), {"a"}),
+        ((NodeAffinityTerm((R("metadata.name", "In", "c", field=True),)),), {"c"}),
+        ((NodeAffinityTerm((R("metadata.name", "NotIn", "a", field=True),)),), {"b", "c"}),
+        # requirements of a term are ANDed, terms ORed
+        ((NodeAffinityTerm((R("zone", "Exists"), R("gen", "Gt", "4"))),), {"b"}),
+        (
+            (
+                NodeAffinityTerm((R("zone", "In", "z1"),)),
+                NodeAffinityTerm((R("zone", "DoesNotExist"),)),
+            ),
+            {"a", "c"},
+        ),
+        ((NodeAffinityTerm(()),), set()),  # an empty term matches no node
+    ],
+)
 def test_operators(terms: tuple[NodeAffinityTerm, ...], fits: set[str]) -> None:
     state = ClusterState(NODES)
     prof = default_profile()
@@ -54,15 +65,17 @@ def test_operators(terms: tuple[NodeAffinityTerm, ...], fits: set[str]) -> None:
     assert (p is None) == (not fits) and (p is None or p.node in fits)
 
 
-@pytest.mark.parametrize(("req", "field"), [
-    (("zone", "Near", ("z1",)), "operator"),
-    (("zone", "In", ()), "values"),
-    (("zone", "Exists", ("z1",)), "values"),
-    (("gen", "Gt", ("three",)), "values"),
-    (("gen", "Lt", ("1", "2")), "values"),
-])
-def test_bad_requirements_name_the_field(req: tuple[str, str, tuple[str, ...]],
-                                         field: str) -> None:
+@pytest.mark.parametrize(
+    ("req", "field"),
+    [
+        (("zone", "Near", ("z1",)), "operator"),
+        (("zone", "In", ()), "values"),
+        (("zone", "Exists", ("z1",)), "values"),
+        (("gen", "Gt", ("three",)), "values"),
+        (("gen", "Lt", ("1", "2")), "values"),
+    ],
+)
+def test_bad_requirements_name_the_field(req: tuple[str, str, tuple[str, ...]], field: str) -> None:
     with pytest.raises(InvalidJobError) as exc:
         NodeRequirement(*req)
     assert exc.value.field.endswith(field) and req[0] in exc.value.field
@@ -73,8 +86,9 @@ def test_match_fields_only_on_the_node_name() -> None:
         NodeRequirement("metadata.labels", "In", ("x",), field=True)
 
 
-def _with_preferred(weighted: tuple[tuple[int, NodeAffinityTerm], ...],
-                    required: tuple[NodeAffinityTerm, ...] = ()) -> Task:
+def _with_preferred(
+    weighted: tuple[tuple[int, NodeAffinityTerm], ...], required: tuple[NodeAffinityTerm, ...] = ()
+) -> Task:
     base = job("x")
     ps = replace(base.pod_sets[0], preferred_node_affinity=weighted, node_affinity=required)
     return next(replace(base, pod_sets=(ps,)).tasks())
@@ -83,9 +97,11 @@ def _with_preferred(weighted: tuple[tuple[int, NodeAffinityTerm], ...],
 def test_preferred_node_affinity_picks_the_heaviest_matching_node() -> None:
     """kube-scheduler's NodeAffinity score: the sum of the matching terms' weights. Node a
     matches a term of 40, b one of 30 and one of 20 (50 in all), c none."""
-    weighted = ((40, NodeAffinityTerm((R("zone", "In", "z1"),))),
-                (30, NodeAffinityTerm((R("gen", "Gt", "4"),))),
-                (20, NodeAffinityTerm((R("zone", "In", "z2"),))))
+    weighted = (
+        (40, NodeAffinityTerm((R("zone", "In", "z1"),))),
+        (30, NodeAffinityTerm((R("gen", "Gt", "4"),))),
+        (20, NodeAffinityTerm((R("zone", "In", "z2"),))),
+    )
     task = _with_preferred(weighted)
     p, _ = place_task(task, ClusterState(NODES).snapshot(), default_profile())
     assert p is not None and p.node == "b"

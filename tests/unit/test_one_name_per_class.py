@@ -10,9 +10,10 @@ from pathlib import Path
 
 import gpupool
 
-SUBCLASSED_ON_PURPOSE = {name: ["client/errors.py", "core/errors.py"]
-                         for name in ("ConfigError", "ConflictError", "InvalidJobError",
-                                      "NotFoundError")}
+SUBCLASSED_ON_PURPOSE = {
+    name: ["client/errors.py", "core/errors.py"]
+    for name in ("ConfigError", "ConflictError", "InvalidJobError", "NotFoundError")
+}
 
 
 def _classes() -> dict[str, list[str]]:

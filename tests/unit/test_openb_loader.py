@@ -31,8 +31,14 @@ def write(tmp_path: Path, name: str, *lines: str) -> Path:
 
 
 def test_nodes_get_cards_of_their_model(tmp_path: Path) -> None:
-    path = write(tmp_path, "nodes.csv", NODE_HEADER,
-                 "n0,64000,262144,2,P100", "n1,96000,786432,8,G2", "n2,32000,65536,0,")
+    path = write(
+        tmp_path,
+        "nodes.csv",
+        NODE_HEADER,
+        "n0,64000,262144,2,P100",
+        "n1,96000,786432,8,G2",
+        "n2,32000,65536,0,",
+    )
     nodes = load_nodes(path)
     assert [n.name for n in nodes] == ["n0", "n1", "n2"]
     assert nodes[0].cpu_milli == 64000 and nodes[0].memory_mib == 262144
@@ -45,14 +51,17 @@ def test_nodes_get_cards_of_their_model(tmp_path: Path) -> None:
 
 
 def test_full_layout(tmp_path: Path) -> None:
-    path = write(tmp_path, "pods.csv", POD_HEADER,
-                 "p0,12000,16384,1,1000,,LS,Running,0,100,0",
-                 "p1,6000,12288,1,460,T4|P100,BE,Pending,5,9,",
-                 "p2,4000,0,0,0,,LS,Running,1,2,1",
-                 "p3,88000,327680,8,1000,,Burstable,Succeeded,3,4,3")
+    path = write(
+        tmp_path,
+        "pods.csv",
+        POD_HEADER,
+        "p0,12000,16384,1,1000,,LS,Running,0,100,0",
+        "p1,6000,12288,1,460,T4|P100,BE,Pending,5,9,",
+        "p2,4000,0,0,0,,LS,Running,1,2,1",
+        "p3,88000,327680,8,1000,,Burstable,Succeeded,3,4,3",
+    )
     pods = load_pods(path)
-    assert pods[0] == TracePod("p0", 12000, 16384, 1, 1000, frozenset(), "LS", "Running",
-                               0, 100, 0)
+    assert pods[0] == TracePod("p0", 12000, 16384, 1, 1000, frozenset(), "LS", "Running", 0, 100, 0)
     assert pods[1].gpu_spec == frozenset({"T4", "P100"})
     assert pods[1].scheduled_time is None and pods[1].is_sharing
     assert pods[3].total_gpu_milli == 8000
@@ -64,15 +73,19 @@ def test_short_layout(tmp_path: Path) -> None:
     assert pods[0].creation_time is None and pods[0].qos == ""
 
 
-@pytest.mark.parametrize(("num_gpu", "milli", "kind", "count", "slice_milli"), [
-    (0, 0, GpuKind.NONE, 0, 0),
-    (1, 1000, GpuKind.WHOLE, 1, 0),
-    (4, 1000, GpuKind.WHOLE, 4, 0),
-    (1, 460, GpuKind.SLICE, 0, 460),
-])
+@pytest.mark.parametrize(
+    ("num_gpu", "milli", "kind", "count", "slice_milli"),
+    [
+        (0, 0, GpuKind.NONE, 0, 0),
+        (1, 1000, GpuKind.WHOLE, 1, 0),
+        (4, 1000, GpuKind.WHOLE, 4, 0),
+        (1, 460, GpuKind.SLICE, 0, 460),
+    ],
+)
 def test_to_job(num_gpu: int, milli: int, kind: GpuKind, count: int, slice_milli: int) -> None:
-    pod = TracePod("p", 3000, 1024, num_gpu, milli, frozenset({"T4"}), creation_time=10,
-                   deletion_time=25)
+    pod = TracePod(
+        "p", 3000, 1024, num_gpu, milli, frozenset({"T4"}), creation_time=10, deletion_time=25
+    )
     job = to_job(pod)
     (task,) = list(job.tasks())
     req = task.request
@@ -105,8 +118,14 @@ def test_bad_pod_rows(tmp_path: Path, row: str, message: str) -> None:
 
 
 def test_error_names_the_right_line(tmp_path: Path) -> None:
-    path = write(tmp_path, "openb_pod_list_default.csv", SHORT_HEADER,
-                 "p0,1,1,0,0", "p1,1,1,0,0", "p2,1,1,1,abc")
+    path = write(
+        tmp_path,
+        "openb_pod_list_default.csv",
+        SHORT_HEADER,
+        "p0,1,1,0,0",
+        "p1,1,1,0,0",
+        "p2,1,1,1,abc",
+    )
     with pytest.raises(TraceError) as err:
         load_pods(path)
     assert str(err.value) == "openb_pod_list_default.csv:4: gpu_milli='abc' is not an integer"
@@ -118,11 +137,14 @@ def test_duplicate_pod_name(tmp_path: Path) -> None:
         load_pods(path)
 
 
-@pytest.mark.parametrize("header", [
-    "name,cpu_milli,memory_mib,num_gpu",
-    "name,cpu,memory_mib,num_gpu,gpu_milli",
-    "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec",
-])
+@pytest.mark.parametrize(
+    "header",
+    [
+        "name,cpu_milli,memory_mib,num_gpu",
+        "name,cpu,memory_mib,num_gpu,gpu_milli",
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec",
+    ],
+)
 def test_wrong_pod_header(tmp_path: Path, header: str) -> None:
     path = write(tmp_path, "pods.csv", header, "p0,1,1,0,0")
     with pytest.raises(TraceError, match=re.escape("pods.csv:1: header")):
@@ -142,19 +164,21 @@ def test_empty_and_absent_files(tmp_path: Path) -> None:
         load_pods(tmp_path / "absent.csv")
 
 
-@pytest.mark.parametrize(("row", "message"), [
-    ("n0,64000,262144,two,P100", "nodes.csv:2: gpu='two' is not an integer"),
-    ("n0,64000,-5,2,P100", "nodes.csv:2: memory_mib='-5' is negative"),
-    ("n0,64000,262144,2,", "nodes.csv:2: model='' is empty on a node with 2 GPUs"),
-])
+@pytest.mark.parametrize(
+    ("row", "message"),
+    [
+        ("n0,64000,262144,two,P100", "nodes.csv:2: gpu='two' is not an integer"),
+        ("n0,64000,-5,2,P100", "nodes.csv:2: memory_mib='-5' is negative"),
+        ("n0,64000,262144,2,", "nodes.csv:2: model='' is empty on a node with 2 GPUs"),
+    ],
+)
 def test_bad_node_rows(tmp_path: Path, row: str, message: str) -> None:
     with pytest.raises(TraceError, match="^" + re.escape(message)):
         load_nodes(write(tmp_path, "nodes.csv", NODE_HEADER, row))
 
 
 def test_node_header_uses_gpu_not_num_gpu(tmp_path: Path) -> None:
-    path = write(tmp_path, "nodes.csv", "sn,cpu_milli,memory_mib,num_gpu,model",
-                 "n0,1,1,1,T4")
+    path = write(tmp_path, "nodes.csv", "sn,cpu_milli,memory_mib,num_gpu,model", "n0,1,1,1,T4")
     with pytest.raises(TraceError, match=re.escape("missing gpu")):
         load_nodes(path)
 

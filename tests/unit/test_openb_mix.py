@@ -27,9 +27,13 @@ def names(pods: list[TracePod]) -> list[str]:
 
 
 def test_names_follow_the_openb_files() -> None:
-    assert [MixSpec("gpushare", 40).name, MixSpec("cpu", 50).name, MixSpec("cpu", 235).name,
-            MixSpec("multigpu", 50).name, MixSpec("gpuspec", 33).name] == [
-        "gpushare40", "cpu050", "cpu235", "multigpu50", "gpuspec33"]
+    assert [
+        MixSpec("gpushare", 40).name,
+        MixSpec("cpu", 50).name,
+        MixSpec("cpu", 235).name,
+        MixSpec("multigpu", 50).name,
+        MixSpec("gpuspec", 33).name,
+    ] == ["gpushare40", "cpu050", "cpu235", "multigpu50", "gpuspec33"]
 
 
 @pytest.mark.parametrize("value", [0, 20, 50, 80, 100])
@@ -63,8 +67,10 @@ def test_multigpu_adds_multi_gpu_pods_only() -> None:
 
 def test_gpuspec_pins_that_share_of_gpu_pods_to_models_that_can_hold_them() -> None:
     nodes = tiny_nodes()
-    plain = [p if not p.gpu_spec else TracePod(p.name, p.cpu_milli, p.memory_mib, p.num_gpu,
-                                               p.gpu_milli) for p in POD_LIST]
+    plain = [
+        p if not p.gpu_spec else TracePod(p.name, p.cpu_milli, p.memory_mib, p.num_gpu, p.gpu_milli)
+        for p in POD_LIST
+    ]
     mix = derive(plain, MixSpec("gpuspec", 40), nodes)
     assert composition(mix).gpuspec_pct == pytest.approx(40, abs=0.5)
     biggest = Counter()
@@ -72,7 +78,10 @@ def test_gpuspec_pins_that_share_of_gpu_pods_to_models_that_can_hold_them() -> N
         biggest[n.gpus[0].model] = max(biggest[n.gpus[0].model], len(n.gpus))
     for before, after in zip(plain, mix, strict=True):
         assert (before.name, before.num_gpu, before.gpu_milli) == (
-            after.name, after.num_gpu, after.gpu_milli)
+            after.name,
+            after.num_gpu,
+            after.gpu_milli,
+        )
         if after.gpu_spec:
             (model,) = after.gpu_spec
             assert biggest[model] >= after.num_gpu
@@ -92,12 +101,15 @@ def test_same_mix_seed_same_mix_other_seed_other_draw() -> None:
     assert names(derive(POD_LIST, spec, mix_seed=1)) != names(derive(POD_LIST, spec, mix_seed=2))
 
 
-@pytest.mark.parametrize(("axis", "value", "message"), [
-    ("gpushare", 101, "mix gpushare=101: must be 0 to 100"),
-    ("cpu", 1000, "mix cpu=1000: must be 0 to 1000 (exclusive)"),
-    ("multigpu", -1, "mix multigpu=-1: must be 0 to 100 (exclusive)"),
-    ("tetris", 1, "mix axis 'tetris' is unknown"),
-])
+@pytest.mark.parametrize(
+    ("axis", "value", "message"),
+    [
+        ("gpushare", 101, "mix gpushare=101: must be 0 to 100"),
+        ("cpu", 1000, "mix cpu=1000: must be 0 to 1000 (exclusive)"),
+        ("multigpu", -1, "mix multigpu=-1: must be 0 to 100 (exclusive)"),
+        ("tetris", 1, "mix axis 'tetris' is unknown"),
+    ],
+)
 def test_bad_values_name_axis_value_and_rule(axis: str, value: float, message: str) -> None:
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
         derive(POD_LIST, MixSpec(axis, value))
@@ -127,8 +139,10 @@ def test_mixes_of_default_match_the_shipped_traces() -> None:
         pytest.skip(f"openb traces not found in {TRACES}")
     default = load_pods(TRACES / "openb_pod_list_default.csv")
     nodes = load_nodes(TRACES / "openb_node_list_gpu_node.csv")
-    for name, spec in (("gpushare40", MixSpec("gpushare", 40)),
-                       ("multigpu50", MixSpec("multigpu", 50))):
+    for name, spec in (
+        ("gpushare40", MixSpec("gpushare", 40)),
+        ("multigpu50", MixSpec("multigpu", 50)),
+    ):
         shipped = composition(load_pods(TRACES / f"openb_pod_list_{name}.csv"))
         derived = composition(derive(default, spec, nodes))
         assert derived.pods == pytest.approx(shipped.pods, rel=0.01)
@@ -139,15 +153,21 @@ def test_mixes_of_default_match_the_shipped_traces() -> None:
     assert composition(derive(default, MixSpec("cpu", 250))).cpu_only == pytest.approx(2356, abs=2)
 
 
-@pytest.mark.parametrize(("policy", "baseline", "wins", "meets"), [
-    (4.0, 4.5, True, True),     # -11 % where the baseline leaves >= 3 %
-    (4.4, 4.5, True, False),    # -2.2 %: below, but not by 5 %
-    (2.9, 2.95, True, True),    # the baseline leaves < 3 %: being below is enough
-    (3.0, 2.95, False, False),
-    (4.5, 4.5, False, False),   # a tie is not a win
-])
+@pytest.mark.parametrize(
+    ("policy", "baseline", "wins", "meets"),
+    [
+        (4.0, 4.5, True, True),  # -11 % where the baseline leaves >= 3 %
+        (4.4, 4.5, True, False),  # -2.2 %: below, but not by 5 %
+        (2.9, 2.95, True, True),  # the baseline leaves < 3 %: being below is enough
+        (3.0, 2.95, False, False),
+        (4.5, 4.5, False, False),  # a tie is not a win
+    ],
+)
 def test_target_is_below_the_baseline_by_5_pct_where_it_leaves_3_pct(
-    policy: float, baseline: float, wins: bool, meets: bool,
+    policy: float,
+    baseline: float,
+    wins: bool,
+    meets: bool,
 ) -> None:
     from gpupool.sim.openb_mix_report import compare
 

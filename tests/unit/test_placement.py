@@ -60,9 +60,17 @@ def test_whole_gpus_never_use_a_shared_card() -> None:
 def test_whole_gpus_prefer_an_nvlink_connected_set() -> None:
     # 8 cards in two NVLink islands {0..3} and {4..7}; 0, 1 and 4 are busy.
     cards = tuple(
-        g.__class__(g.index, g.model, g.memory_mib, g.uuid, g.healthy, g.mig,
-                    tuple(j for j in (range(4) if g.index < 4 else range(4, 8)) if j != g.index))
-        for g in gpus(8))
+        g.__class__(
+            g.index,
+            g.model,
+            g.memory_mib,
+            g.uuid,
+            g.healthy,
+            g.mig,
+            tuple(j for j in (range(4) if g.index < 4 else range(4, 8)) if j != g.index),
+        )
+        for g in gpus(8)
+    )
     state = ClusterState([node("a", cards=cards)])
     prof = default_profile()
     run_cycle(state, [job("busy", tasks=3, gpu=whole(1))], prof)
@@ -76,17 +84,23 @@ def test_fit_error_counts_each_reason() -> None:
     nodes = [node(f"t4-{i}", gpu=4, model="T4", gpu_mem=16384) for i in range(8)]
     nodes += [node(f"c-{i}", gpu=8, schedulable=False) for i in range(4)]
     state = ClusterState(nodes)
-    p, status = place_task(first_task(job("x", gpu=share(500, 20000, models=["T4"]))),
-                           state.snapshot(), default_profile())
+    p, status = place_task(
+        first_task(job("x", gpu=share(500, 20000, models=["T4"]))),
+        state.snapshot(),
+        default_profile(),
+    )
     assert p is None
-    assert status.message == \
-        "0/12 nodes fit: 8 no GPU with 50% of a card and 20000Mi free, 4 cordoned or not ready"
+    assert (
+        status.message
+        == "0/12 nodes fit: 8 no GPU with 50% of a card and 20000Mi free, 4 cordoned or not ready"
+    )
 
 
 def test_unresolvable_when_only_inventory_filters_reject() -> None:
     state = ClusterState([node("a", labels={"zone": "x"})])
-    _, status = place_task(first_task(job("x", selector={"zone": "y"})), state.snapshot(),
-                           default_profile())
+    _, status = place_task(
+        first_task(job("x", selector={"zone": "y"})), state.snapshot(), default_profile()
+    )
     assert status.code is Code.UNRESOLVABLE
     assert "labels do not match zone=y" in status.message
 
@@ -97,19 +111,27 @@ def test_taints_need_tolerations() -> None:
     prof = default_profile()
     p, status = place_task(first_task(job("x")), state.snapshot(), prof)
     assert p is None and "taint" in status.message
-    p, _ = place_task(first_task(job("y", tolerations=(Toleration("dedicated", "Equal", "ml"),))),
-                      state.snapshot(), prof)
+    p, _ = place_task(
+        first_task(job("y", tolerations=(Toleration("dedicated", "Equal", "ml"),))),
+        state.snapshot(),
+        prof,
+    )
     assert p is not None
 
 
 def test_models_and_card_memory_floor() -> None:
-    state = ClusterState([node("small", gpu=8, model="A100", gpu_mem=40960),
-                          node("big", gpu=8, model="A100", gpu_mem=81920)])
+    state = ClusterState(
+        [
+            node("small", gpu=8, model="A100", gpu_mem=40960),
+            node("big", gpu=8, model="A100", gpu_mem=81920),
+        ]
+    )
     prof = default_profile()
     p, _ = place_task(first_task(job("x", gpu=whole(1, memory_mib=80000))), state.snapshot(), prof)
     assert p is not None and p.node == "big" and p.shares[0].memory_mib == 81920
-    p, status = place_task(first_task(job("y", gpu=whole(1, models=["H100"]))), state.snapshot(),
-                           prof)
+    p, status = place_task(
+        first_task(job("y", gpu=whole(1, models=["H100"]))), state.snapshot(), prof
+    )
     assert p is None and "no H100 GPU" in status.message
 
 
@@ -124,8 +146,7 @@ def test_mig_instances_are_counted_per_card() -> None:
 
 def test_unhealthy_cards_are_never_chosen() -> None:
     state = ClusterState([node("a", gpu=2, unhealthy=[0])])
-    result = run_cycle(state, [job("x", tasks=2, gpu=whole(1), min_member=1)],
-                       default_profile())
+    result = run_cycle(state, [job("x", tasks=2, gpu=whole(1), min_member=1)], default_profile())
     assert [p.shares[0].index for p in result.binds[0].placements] == [1]
 
 
@@ -161,17 +182,24 @@ def test_ties_go_to_the_tie_order() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"filters": ["gpu-fit", "nope"], "scores": {}, "cards": "best-fit-cards"},
-         "unknown plugin 'nope'; known plugins:"),
-        ({"filters": ["gpu-fit", "gpu-fit"], "scores": {}, "cards": "best-fit-cards"},
-         "listed twice"),
-        ({"filters": ["binpack"], "scores": {}, "cards": "best-fit-cards"},
-         "cannot be used as a filter"),
-        ({"filters": [], "scores": {"binpack": 0}, "cards": "best-fit-cards"},
-         "positive weight"),
+        (
+            {"filters": ["gpu-fit", "nope"], "scores": {}, "cards": "best-fit-cards"},
+            "unknown plugin 'nope'; known plugins:",
+        ),
+        (
+            {"filters": ["gpu-fit", "gpu-fit"], "scores": {}, "cards": "best-fit-cards"},
+            "listed twice",
+        ),
+        (
+            {"filters": ["binpack"], "scores": {}, "cards": "best-fit-cards"},
+            "cannot be used as a filter",
+        ),
+        ({"filters": [], "scores": {"binpack": 0}, "cards": "best-fit-cards"}, "positive weight"),
         ({"filters": [], "scores": {}, "cards": "gpu-fit"}, "cannot be used as a cards"),
-        ({"filters": [], "scores": {}, "cards": "best-fit-cards", "args": {"spread": {}}},
-         "not in the profile"),
+        (
+            {"filters": [], "scores": {}, "cards": "best-fit-cards", "args": {"spread": {}}},
+            "not in the profile",
+        ),
     ],
 )
 def test_profile_fails_fast(kwargs: dict, message: str) -> None:  # type: ignore[type-arg]

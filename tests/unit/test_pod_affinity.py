@@ -36,16 +36,19 @@ def sel(**labels: str) -> LabelSelector:
     return LabelSelector(tuple(sorted(labels.items())))
 
 
-def term(key: str = "zone", ns: frozenset[str] | None = frozenset({"default"}),
-         **labels: str) -> PodAffinityTerm:
+def term(
+    key: str = "zone", ns: frozenset[str] | None = frozenset({"default"}), **labels: str
+) -> PodAffinityTerm:
     return PodAffinityTerm(key, sel(**labels), ns)
 
 
-def gang(tasks: int = 1, ns: str = "default", labels: dict[str, str] | None = None,
-         **fields: Any) -> Job:
+def gang(
+    tasks: int = 1, ns: str = "default", labels: dict[str, str] | None = None, **fields: Any
+) -> Job:
     base = job("x", tasks=tasks)
-    ps = replace(base.pod_sets[0], pod=PodMeta(ns, dict(labels or {}),
-                                                fields.pop("anti_meta", ())), **fields)
+    ps = replace(
+        base.pod_sets[0], pod=PodMeta(ns, dict(labels or {}), fields.pop("anti_meta", ())), **fields
+    )
     return replace(base, pod_sets=(ps,))
 
 
@@ -59,26 +62,39 @@ def fits(state: ClusterState, task: Task) -> set[str]:
     return {snap.table.nodes[r].name for r in rows.tolist()}
 
 
-def put(state: ClusterState, key: str, where: str, ns: str = "default",
-        anti: tuple[PodAffinityTerm, ...] = (), **labels: str) -> None:
+def put(
+    state: ClusterState,
+    key: str,
+    where: str,
+    ns: str = "default",
+    anti: tuple[PodAffinityTerm, ...] = (),
+    **labels: str,
+) -> None:
     state.set_pod(key, NodeName(where), PodMeta(ns, labels, anti))
 
 
 # -- label selectors ---------------------------------------------------------------------
 
-@pytest.mark.parametrize(("selector", "matched"), [
-    (LabelSelector(), {"p", "q", "r"}),  # empty selector: every pod
-    (sel(app="web"), {"p", "q"}),
-    (sel(app="web", tier="front"), {"p"}),
-    (LabelSelector((), (NodeRequirement("tier", "In", ("front", "x")),)), {"p"}),
-    (LabelSelector((), (NodeRequirement("tier", "NotIn", ("front",)),)), {"q", "r"}),
-    (LabelSelector((), (NodeRequirement("tier", "Exists"),)), {"p", "q"}),
-    (LabelSelector((), (NodeRequirement("tier", "DoesNotExist"),)), {"r"}),
-    (LabelSelector((("app", "web"),), (NodeRequirement("tier", "NotIn", ("front",)),)), {"q"}),
-])
+
+@pytest.mark.parametrize(
+    ("selector", "matched"),
+    [
+        (LabelSelector(), {"p", "q", "r"}),  # empty selector: every pod
+        (sel(app="web"), {"p", "q"}),
+        (sel(app="web", tier="front"), {"p"}),
+        (LabelSelector((), (NodeRequirement("tier", "In", ("front", "x")),)), {"p"}),
+        (LabelSelector((), (NodeRequirement("tier", "NotIn", ("front",)),)), {"q", "r"}),
+        (LabelSelector((), (NodeRequirement("tier", "Exists"),)), {"p", "q"}),
+        (LabelSelector((), (NodeRequirement("tier", "DoesNotExist"),)), {"r"}),
+        (LabelSelector((("app", "web"),), (NodeRequirement("tier", "NotIn", ("front",)),)), {"q"}),
+    ],
+)
 def test_selector_operators(selector: LabelSelector, matched: set[str]) -> None:
-    pods = {"p": {"app": "web", "tier": "front"}, "q": {"app": "web", "tier": "back"},
-            "r": {"app": "db"}}
+    pods = {
+        "p": {"app": "web", "tier": "front"},
+        "q": {"app": "web", "tier": "back"},
+        "r": {"app": "db"},
+    }
     assert {k for k, lab in pods.items() if selector.matches(lab)} == matched
 
 
@@ -91,11 +107,14 @@ def test_no_selector_matches_no_pod() -> None:
     assert not PodAffinityTerm("zone", None, None).matches("default", {"app": "web"})
 
 
-@pytest.mark.parametrize(("field", "make"), [
-    ("topologyKey", lambda: PodAffinityTerm("", sel(), None)),
-    ("maxSkew", lambda: SpreadConstraint(0, "zone", sel())),
-    ("minDomains", lambda: SpreadConstraint(1, "zone", sel(), min_domains=0)),
-])
+@pytest.mark.parametrize(
+    ("field", "make"),
+    [
+        ("topologyKey", lambda: PodAffinityTerm("", sel(), None)),
+        ("maxSkew", lambda: SpreadConstraint(0, "zone", sel())),
+        ("minDomains", lambda: SpreadConstraint(1, "zone", sel(), min_domains=0)),
+    ],
+)
 def test_bad_rules_name_the_field(field: str, make: Any) -> None:
     with pytest.raises(InvalidJobError) as exc:
         make()
@@ -103,6 +122,7 @@ def test_bad_rules_name_the_field(field: str, make: Any) -> None:
 
 
 # -- pod affinity ------------------------------------------------------------------------
+
 
 def test_affinity_keeps_the_domain_of_a_matching_pod() -> None:
     state = cluster({"e": {}})
@@ -153,6 +173,7 @@ def test_a_self_affine_gang_lands_in_one_domain() -> None:
 
 # -- pod anti-affinity ---------------------------------------------------------------------
 
+
 def test_anti_affinity_avoids_the_domain_of_a_matching_pod() -> None:
     state = cluster({"e": {}})
     put(state, "default/web", "a", app="web")
@@ -198,8 +219,10 @@ def test_held_placements_count_in_later_cycles_until_forgotten() -> None:
 
 # -- topology spread ---------------------------------------------------------------------
 
-def spread(max_skew: int = 1, key: str = "zone", min_domains: int | None = None,
-           **labels: str) -> SpreadConstraint:
+
+def spread(
+    max_skew: int = 1, key: str = "zone", min_domains: int | None = None, **labels: str
+) -> SpreadConstraint:
     return SpreadConstraint(max_skew, key, sel(**labels), min_domains)
 
 
@@ -260,6 +283,7 @@ def test_a_spread_gang_alternates_zones() -> None:
 
 # -- the index -------------------------------------------------------------------------------
 
+
 def test_index_counts_kept_up_to_date_equal_a_recount() -> None:
     state = cluster()
     t = state.table
@@ -269,6 +293,7 @@ def test_index_counts_kept_up_to_date_equal_a_recount() -> None:
 
     def web(m: PodMeta) -> bool:
         return m.labels.get("app") == "web"
+
     idx.counts(t, "web", web)
     for i in range(200):
         key = f"p{rng.integers(30)}"
@@ -277,8 +302,7 @@ def test_index_counts_kept_up_to_date_equal_a_recount() -> None:
         else:
             app = "web" if rng.random() < 0.5 else "db"
             terms = (term(app="web"),) if rng.random() < 0.3 else ()
-            idx.put(key, NodeName(names[int(rng.integers(4))]),
-                    PodMeta("ns", {"app": app}, terms))
+            idx.put(key, NodeName(names[int(rng.integers(4))]), PodMeta("ns", {"app": app}, terms))
         if i == 100:  # a question asked half-way is kept from then on too
             idx.counts(t, "anti", lambda m: bool(m.anti_affinity), anti_only=True)
         for q, m, a in (("web", web, False), ("anti", lambda m: bool(m.anti_affinity), True)):
@@ -287,11 +311,13 @@ def test_index_counts_kept_up_to_date_equal_a_recount() -> None:
             kept = idx.counts(t, q, m, anti_only=a).copy()
             fresh = idx.copy().counts(t, q, m, anti_only=a)
             assert np.array_equal(kept, fresh), (i, q)
-        assert idx.anti_affinity_keys() == {t.topology_key for _, _, m in idx
-                                             for t in m.anti_affinity}
+        assert idx.anti_affinity_keys() == {
+            t.topology_key for _, _, m in idx for t in m.anti_affinity
+        }
 
 
 # -- preferred pod (anti-)affinity, a score ------------------------------------------------
+
 
 def test_preferred_affinity_draws_and_anti_affinity_repels() -> None:
     state = cluster()
@@ -314,6 +340,7 @@ def test_preferred_affinity_draws_and_anti_affinity_repels() -> None:
 def test_preference_scores_scale_between_the_lowest_and_highest_node() -> None:
     from gpupool.core.placement.framework import CycleState
     from gpupool.core.placement.plugins.pod_affinity_score import PodAffinityPreference
+
     state = cluster()
     put(state, "default/w1", "a", app="web")
     put(state, "default/w2", "b", app="web")
@@ -322,8 +349,13 @@ def test_preference_scores_scale_between_the_lowest_and_highest_node() -> None:
     cs = CycleState(snap.table, snap.cache, pods=snap.pods)
     t = first(gang(preferred_affinity=((10, term(app="web")),)))
     rows = snap.table.live()
-    scores = dict(zip([snap.table.nodes[r].name for r in rows.tolist()],
-                      PodAffinityPreference().score(cs, t, rows).tolist(), strict=True))
+    scores = dict(
+        zip(
+            [snap.table.nodes[r].name for r in rows.tolist()],
+            PodAffinityPreference().score(cs, t, rows).tolist(),
+            strict=True,
+        )
+    )
     assert scores == {"a": 100.0, "b": 100.0, "c": 0.0, "d": 0.0}  # z1 holds 2, z2 1
     assert not PodAffinityPreference().score(cs, first(gang()), rows).any()
 
@@ -347,12 +379,15 @@ def test_anti_affinity_is_resolved_by_preempting_the_lower_priority_pod_in_the_w
         base = job(name, gpu=whole(1), queue="a", priority=priority)
         ps = replace(base.pod_sets[0], pod=PodMeta("default", {"app": name}), **fields)
         return replace(base, pod_sets=(ps,))
-    s = Scheduler([node("n0", gpu=8, labels={"kubernetes.io/hostname": "n0"})],
-                  queue_config({"a": 8}))
+
+    s = Scheduler(
+        [node("n0", gpu=8, labels={"kubernetes.io/hostname": "n0"})], queue_config({"a": 8})
+    )
     s.submit(labelled("low", 0), 0)
     s.cycle(0)
-    s.submit(labelled("high", 10, pod_anti_affinity=(
-        term("kubernetes.io/hostname", app="low"),)), 5)
+    s.submit(
+        labelled("high", 10, pod_anti_affinity=(term("kubernetes.io/hostname", app="low"),)), 5
+    )
     r = s.cycle(5)
     assert [e.job for e in r.evicts] == ["low"]
     r = s.cycle(6)
@@ -361,11 +396,13 @@ def test_anti_affinity_is_resolved_by_preempting_the_lower_priority_pod_in_the_w
 
 # -- ScheduleAnyway spread, a score -----------------------------------------------------------
 
+
 def test_soft_spread_scores_as_kube_scheduler_normalises() -> None:
     from gpupool.core.placement.framework import CycleState
     from gpupool.core.placement.plugins.topology_spread_score import (
         PodTopologySpreadPreference,
     )
+
     state = cluster({"e": {}})
     put(state, "default/w1", "a", app="web")
     put(state, "default/w2", "b", app="web")
@@ -374,8 +411,13 @@ def test_soft_spread_scores_as_kube_scheduler_normalises() -> None:
     cs = CycleState(snap.table, snap.cache, pods=snap.pods)
     t = first(gang(labels={"app": "web"}, soft_spread=(spread(app="web"),)))
     rows = snap.table.live()
-    got = dict(zip([snap.table.nodes[r].name for r in rows.tolist()],
-                   PodTopologySpreadPreference().score(cs, t, rows).tolist(), strict=True))
+    got = dict(
+        zip(
+            [snap.table.nodes[r].name for r in rows.tolist()],
+            PodTopologySpreadPreference().score(cs, t, rows).tolist(),
+            strict=True,
+        )
+    )
     # z1 holds 2: 2 * ln(2 zones + 2) rounds to 3; z2 0; e lacks the zone label: 0
     assert got == {"a": 0.0, "b": 0.0, "c": 100.0, "d": 100.0, "e": 0.0}
     skewed = first(gang(labels={"app": "web"}, soft_spread=(spread(3, app="web"),)))

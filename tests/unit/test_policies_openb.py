@@ -23,10 +23,24 @@ from gpupool.core.placement.registry import builtin_registry, openb_profile
 from tests.builders import job, node, share, whole
 
 
-def place(state: ClusterState, name: str, host: str, cpu: int = 0, mem: int = 0,
-          shares: tuple[tuple[int, int], ...] = ()) -> None:
-    state.assume(Placement(TaskId(name), JobId(name), NodeName(host), cpu, mem,
-                           tuple(GpuShare(i, m, 0) for i, m in shares)))
+def place(
+    state: ClusterState,
+    name: str,
+    host: str,
+    cpu: int = 0,
+    mem: int = 0,
+    shares: tuple[tuple[int, int], ...] = (),
+) -> None:
+    state.assume(
+        Placement(
+            TaskId(name),
+            JobId(name),
+            NodeName(host),
+            cpu,
+            mem,
+            tuple(GpuShare(i, m, 0) for i, m in shares),
+        )
+    )
 
 
 def task_of(gpu: object = None, cpu: int = 1000, mem: int = 1024) -> Task:
@@ -60,7 +74,7 @@ def test_fgd_scores_are_the_truncated_sigmoid_of_the_fragment_decrease() -> None
     prof = openb_profile("fgd", typical_pods=HALF)
     # n0: 1000 -> 500 free, the 500 slice still fits: no change -> 50
     # n1: 600 -> 100 free: 100 milli become fragment -> floor(100 * sigmoid(-0.1)) = 47
-    assert scores(prof, state, task_of(share(500))) == [50.0, math.floor(100 / (1 + math.e ** 0.1))]
+    assert scores(prof, state, task_of(share(500))) == [50.0, math.floor(100 / (1 + math.e**0.1))]
     assert decide(prof, state, task_of(share(500))) == ("n0", (0,))
 
 
@@ -78,13 +92,20 @@ def test_fgd_slice_takes_the_best_card_first_index_on_ties() -> None:
 def test_fgd_whole_cards_take_lowest_free_indices() -> None:
     state = ClusterState([node("n", gpu=4, cpu=64_000)])
     place(state, "u", "n", shares=((0, 100),))
-    assert decide(openb_profile("fgd", typical_pods=HALF), state,
-                  task_of(whole(2))) == ("n", (1, 2))
+    assert decide(openb_profile("fgd", typical_pods=HALF), state, task_of(whole(2))) == (
+        "n",
+        (1, 2),
+    )
 
 
 def test_bestfit_raw_score_and_min_max_normalisation() -> None:
-    state = ClusterState([node("n0", gpu=8, cpu=128_000), node("n1", gpu=2, cpu=32_000),
-                          node("n2", gpu=4, cpu=64_000)])
+    state = ClusterState(
+        [
+            node("n0", gpu=8, cpu=128_000),
+            node("n1", gpu=2, cpu=32_000),
+            node("n2", gpu=4, cpu=64_000),
+        ]
+    )
     task = task_of(whole(1), cpu=8000)
 
     def raw(cpu: int, idle: int) -> int:
@@ -99,8 +120,10 @@ def test_bestfit_raw_score_and_min_max_normalisation() -> None:
 def test_dotprod_prefers_the_smaller_dot_product() -> None:
     state = ClusterState([node("n0", gpu=8, cpu=128_000), node("n1", gpu=2, cpu=32_000)])
     task = task_of(share(500), cpu=16_000)
-    expect = [int(100 * (1 - (c / 128000 * 16000 / 128000 + g / 8000 * 500 / 8000) / 2))
-              for c, g in ((128_000, 8000), (32_000, 2000))]
+    expect = [
+        int(100 * (1 - (c / 128000 * 16000 / 128000 + g / 8000 * 500 / 8000) / 2))
+        for c, g in ((128_000, 8000), (32_000, 2000))
+    ]
     assert scores(openb_profile("dotprod"), state, task) == expect
     assert decide(openb_profile("dotprod"), state, task) == ("n1", (0,))
 
@@ -126,10 +149,18 @@ def test_gpuclustering_levels() -> None:
     place(state, "w2", "other", shares=((0, 1000),))
     prof = openb_profile("gpuclustering")
     base = [25 * (8000 - idle) // 8000 for idle in (8000, 7500, 6500, 7000)]
-    assert scores(prof, state, task_of(share(300))) == [25 + base[0], 75 + base[1],
-                                                        50 + base[2], base[3]]
-    assert scores(prof, state, task_of(whole(1))) == [25 + base[0], base[1], 50 + base[2],
-                                                      75 + base[3]]
+    assert scores(prof, state, task_of(share(300))) == [
+        25 + base[0],
+        75 + base[1],
+        50 + base[2],
+        base[3],
+    ]
+    assert scores(prof, state, task_of(whole(1))) == [
+        25 + base[0],
+        base[1],
+        50 + base[2],
+        75 + base[3],
+    ]
     assert scores(prof, state, task_of()) == [0.0] * 4
 
 
@@ -158,8 +189,15 @@ def test_profiles_need_typical_pods_and_know_every_policy() -> None:
     with pytest.raises(ConfigError, match="typical pods"):
         openb_profile("fgd")
     names = set(builtin_registry().names())
-    assert {"fgd", "bestfit", "dotprod", "gpupacking", "gpuclustering", "random",
-            "gpupool"} <= names
+    assert {
+        "fgd",
+        "bestfit",
+        "dotprod",
+        "gpupacking",
+        "gpuclustering",
+        "random",
+        "gpupool",
+    } <= names
     prof = openb_profile("gpupool", typical_pods=HALF)
     assert [f.name for f in prof.filters] == ["node-resources", "gpu-model", "gpu-fit"]
     assert prof.cards.name == "gpupool"
@@ -168,7 +206,8 @@ def test_profiles_need_typical_pods_and_know_every_policy() -> None:
 # -- gpupool ----------------------------------------------------------------------------------
 
 WORKLOAD = TypicalPods(
-    (PodShape(10_000, 1000, 1), PodShape(3000, 500, 1)), (1, 1), 2, memory_mib=(40_000, 8000))
+    (PodShape(10_000, 1000, 1), PodShape(3000, 500, 1)), (1, 1), 2, memory_mib=(40_000, 8000)
+)
 
 
 def test_gpupool_pod_without_gpus_goes_where_cpu_is_not_needed() -> None:
@@ -185,16 +224,21 @@ def test_gpupool_pod_without_gpus_goes_where_cpu_is_not_needed() -> None:
 def test_gpupool_counts_gpus_stranded_by_memory() -> None:
     # a CPU-light, memory-heavy pod: on "small" it would leave 2 free cards with too little
     # memory for the workload's 40 GB pods; "large" keeps enough.
-    state = ClusterState([node("small", gpu=2, cpu=64_000, mem=100_000),
-                          node("large", gpu=2, cpu=64_000, mem=400_000)])
+    state = ClusterState(
+        [
+            node("small", gpu=2, cpu=64_000, mem=100_000),
+            node("large", gpu=2, cpu=64_000, mem=400_000),
+        ]
+    )
     state.set_tie_order([NodeName("small"), NodeName("large")])
     task = task_of(share(500), cpu=1000, mem=60_000)
     assert decide(openb_profile("gpupool", typical_pods=WORKLOAD), state, task)[0] == "large"
 
 
 def test_gpupool_keeps_scarce_models_for_pods_bound_to_them() -> None:
-    bound = TypicalPods((PodShape(3000, 1000, 1, frozenset({"T4"})), PodShape(3000, 1000, 1)),
-                        (1, 1), 2)
+    bound = TypicalPods(
+        (PodShape(3000, 1000, 1, frozenset({"T4"})), PodShape(3000, 1000, 1)), (1, 1), 2
+    )
     state = ClusterState([node("t4", gpu=2, model="T4"), node("a", gpu=8, model="A100")])
     state.set_tie_order([NodeName("t4"), NodeName("a")])
     free = task_of(whole(1), cpu=3000)
@@ -221,8 +265,9 @@ def test_gpupool_scores_are_cached_per_row_generation() -> None:
     assert again[1] == first[1]
 
 
-SLICES_ONLY = TypicalPods((PodShape(2000, 500, 1), PodShape(1000, 200, 1)), (1, 1), 2,
-                          memory_mib=(8000, 4000))
+SLICES_ONLY = TypicalPods(
+    (PodShape(2000, 500, 1), PodShape(1000, 200, 1)), (1, 1), 2, memory_mib=(8000, 4000)
+)
 
 
 def test_gpupool_without_whole_gpu_pods_does_not_count_free_cards_as_stranded() -> None:
@@ -257,7 +302,8 @@ WITH_CPU_PODS = TypicalPods((PodShape(4000, 1000, 1), PodShape(8000)), (1, 1), 2
 
 @pytest.mark.parametrize(("cores", "short"), [(30_000, False), (23_000, True)])
 def test_gpupool_reserves_cpu_for_pods_without_gpus_only_where_cpu_is_the_constraint(
-    cores: int, short: bool,
+    cores: int,
+    short: bool,
 ) -> None:
     # Half the workload is CPU-only pods of 8 cores: at full GPU use the workload asks 12
     # cores a GPU, 48 for the cluster's 4 GPUs. With 2 x 30 cores that fits (GPUs are the
@@ -269,5 +315,6 @@ def test_gpupool_reserves_cpu_for_pods_without_gpus_only_where_cpu_is_the_constr
     state.set_tie_order([NodeName("idle"), NodeName("busy")])
     task = task_of(cpu=8000)
     assert decide(openb_profile("fgd", typical_pods=WITH_CPU_PODS), state, task)[0] == "idle"
-    assert decide(openb_profile("gpupool", typical_pods=WITH_CPU_PODS), state,
-                  task)[0] == ("busy" if short else "idle")
+    assert decide(openb_profile("gpupool", typical_pods=WITH_CPU_PODS), state, task)[0] == (
+        "busy" if short else "idle"
+    )

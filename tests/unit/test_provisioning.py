@@ -53,16 +53,19 @@ def req(name: str = "r", ns: str = "team", **kw: object) -> ProvisioningRequest:
 # -- the request -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("kw", "field"), [
-    ({"pod_sets": tuple(PodSet(f"p{i}", 1) for i in range(33))}, "pod_sets"),
-    ({"pod_sets": ()}, "pod_sets"),
-    ({"pod_sets": (PodSet("main", 1001, gpu=GpuRequest(count=8)),)}, "pod_sets[0].count"),
-    ({"pod_sets": (PS, PodSet("b", 0))}, "pod_sets[1].count"),
-    ({"pod_sets": (PodSet("a", 600), PodSet("b", 401))}, "pod_sets[*].count"),
-    ({"max_run_duration_s": 7 * 24 * 3600.0 + 1}, "maxRunDurationSeconds"),
-    ({"max_run_duration_s": 0.0}, "maxRunDurationSeconds"),
-    ({"name": "Bad_Name"}, "name"),
-])
+@pytest.mark.parametrize(
+    ("kw", "field"),
+    [
+        ({"pod_sets": tuple(PodSet(f"p{i}", 1) for i in range(33))}, "pod_sets"),
+        ({"pod_sets": ()}, "pod_sets"),
+        ({"pod_sets": (PodSet("main", 1001, gpu=GpuRequest(count=8)),)}, "pod_sets[0].count"),
+        ({"pod_sets": (PS, PodSet("b", 0))}, "pod_sets[1].count"),
+        ({"pod_sets": (PodSet("a", 600), PodSet("b", 401))}, "pod_sets[*].count"),
+        ({"max_run_duration_s": 7 * 24 * 3600.0 + 1}, "maxRunDurationSeconds"),
+        ({"max_run_duration_s": 0.0}, "maxRunDurationSeconds"),
+        ({"name": "Bad_Name"}, "name"),
+    ],
+)
 def test_bad_requests_are_rejected_naming_the_field(kw: dict[str, object], field: str) -> None:
     name = str(kw.pop("name", "r"))
     with pytest.raises(InvalidJobError) as info:
@@ -71,8 +74,10 @@ def test_bad_requests_are_rejected_naming_the_field(kw: dict[str, object], field
 
 
 def test_a_request_of_1000_nodes_and_7_days_is_fine() -> None:
-    r = req(pod_sets=(PodSet("main", 1000, gpu=GpuRequest(count=8)),),
-            max_run_duration_s=7 * 24 * 3600.0)
+    r = req(
+        pod_sets=(PodSet("main", 1000, gpu=GpuRequest(count=8)),),
+        max_run_duration_s=7 * 24 * 3600.0,
+    )
     assert r.pod_set.count == 1000
 
 
@@ -146,33 +151,51 @@ def test_config_rules() -> None:
 # -- the admission check in the scheduler ------------------------------------------------------
 
 
-def config(retry: RetryStrategy | None = None, max_run: str | None = "7200",
-           quota_gpus: int = 32) -> QueueConfig:
+def config(
+    retry: RetryStrategy | None = None, max_run: str | None = "7200", quota_gpus: int = 32
+) -> QueueConfig:
     params = {"maxRunDurationSeconds": max_run} if max_run else {}
     return QueueConfig(
         flavors=(ResourceFlavor("h100", {"pool": "h100"}), ResourceFlavor("a100")),
         cluster_queues=(
-            ClusterQueue("train", (FlavorQuotas("h100", {
-                Resource.GPU_MILLI: Quota(quota_gpus * 1000)}),), admission_checks=("dws",)),
+            ClusterQueue(
+                "train",
+                (FlavorQuotas("h100", {Resource.GPU_MILLI: Quota(quota_gpus * 1000)}),),
+                admission_checks=("dws",),
+            ),
             ClusterQueue("small", (FlavorQuotas("a100", {Resource.GPU_MILLI: Quota(8000)}),)),
         ),
         local_queues=(LocalQueue("jobs", "train", "ml"), LocalQueue("jobs", "small", "web")),
-        admission_checks=(AdmissionCheck("dws", config=ProvisioningRequestConfig(
-            parameters=params, retry=retry or RetryStrategy())),),
+        admission_checks=(
+            AdmissionCheck(
+                "dws",
+                config=ProvisioningRequestConfig(parameters=params, retry=retry or RetryStrategy()),
+            ),
+        ),
     ).validate()
 
 
 def gang(name: str, tasks: int = 2, at: float = 0.0) -> Job:
-    return job(name, tasks=tasks, gpu=whole(8, models=["H100"]), queue="ml/jobs", submit=at,
-               duration=3600.0)
+    return job(
+        name,
+        tasks=tasks,
+        gpu=whole(8, models=["H100"]),
+        queue="ml/jobs",
+        submit=at,
+        duration=3600.0,
+    )
 
 
 def cloud_nodes(s: Scheduler, r: ProvisioningRequest, n: int | None = None) -> list[str]:
     names = []
     for i in range(n if n is not None else r.pod_set.count):
-        nd = node(f"{r.name}-{i}", gpu=8, model="H100",
-                  labels={"pool": "h100", REQUEST_LABEL: r.node_label},
-                  taints=(Taint(REQUEST_LABEL, r.node_label),))
+        nd = node(
+            f"{r.name}-{i}",
+            gpu=8,
+            model="H100",
+            labels={"pool": "h100", REQUEST_LABEL: r.node_label},
+            taints=(Taint(REQUEST_LABEL, r.node_label),),
+        )
         s.add_node(nd)
         names.append(nd.name)
     return names
@@ -299,17 +322,22 @@ def test_a_project_at_its_limit_waits_with_the_reason() -> None:
 def test_jobs_of_a_provisioned_queue_skip_inventory_checks_but_not_request_rules() -> None:
     s = Scheduler([node("a0", gpu=8)], config())
     s.submit(gang("no-h100-here"), 0.0)  # H100 nodes do not exist yet: accepted
-    many = Job(JobId("many"), tuple(PodSet(f"p{i}", 1, gpu=GpuRequest(count=8))
-                                    for i in range(33)), queue=QueueName("ml/jobs"))
+    many = Job(
+        JobId("many"),
+        tuple(PodSet(f"p{i}", 1, gpu=GpuRequest(count=8)) for i in range(33)),
+        queue=QueueName("ml/jobs"),
+    )
     with pytest.raises(InvalidJobError) as info:
         s.submit(many, 0.0)
     assert info.value.field == "pod_sets" and "at most 32 pod sets" in info.value.rule
     with pytest.raises(InvalidJobError) as info:
         s.submit(gang("huge", tasks=1001), 0.0)
     assert info.value.field == "pod_sets[0].count"
-    split = Job(JobId("split"), (PodSet("a", 600, gpu=GpuRequest(count=8)),
-                                 PodSet("b", 401, gpu=GpuRequest(count=8))),
-                queue=QueueName("ml/jobs"))
+    split = Job(
+        JobId("split"),
+        (PodSet("a", 600, gpu=GpuRequest(count=8)), PodSet("b", 401, gpu=GpuRequest(count=8))),
+        queue=QueueName("ml/jobs"),
+    )
     with pytest.raises(InvalidJobError) as info:
         s.submit(split, 0.0)
     assert info.value.field == "pod_sets[*].count"
@@ -320,9 +348,15 @@ def test_jobs_of_a_provisioned_queue_skip_inventory_checks_but_not_request_rules
 def test_a_job_of_two_pod_sets_gets_one_request_of_both_and_starts_on_its_nodes() -> None:
     s = Scheduler([], config())
     h100 = frozenset({"H100"})
-    two = Job(JobId("two"), (PodSet("a", 1, 1000, 1024, GpuRequest(count=8, models=h100)),
-                             PodSet("b", 2, 1000, 1024, GpuRequest(count=4, models=h100))),
-              queue=QueueName("ml/jobs"), duration_s=60.0)
+    two = Job(
+        JobId("two"),
+        (
+            PodSet("a", 1, 1000, 1024, GpuRequest(count=8, models=h100)),
+            PodSet("b", 2, 1000, 1024, GpuRequest(count=4, models=h100)),
+        ),
+        queue=QueueName("ml/jobs"),
+        duration_s=60.0,
+    )
     s.submit(two, 0.0)
     (r,) = s.cycle(0.0).provision
     assert [(ps.name, ps.count) for ps in r.pod_sets] == [("a", 1), ("b", 2)]
@@ -375,11 +409,18 @@ def test_admission_checks_load_from_kueue_yaml(tmp_path: Path) -> None:
     assert check.config.retry == RetryStrategy(3, 60.0, 1800.0)
     assert cfg.cluster_queues[0].admission_checks == ("dws",)
     path.write_text(QUEUES.replace("admissionChecks: [dws]", "admissionChecks: [dwz]"))
-    with pytest.raises(ConfigError, match=r"spec.admissionChecks\[0\]=\"dwz\" is not an "
-                                          "AdmissionCheck; known: dws"):
+    with pytest.raises(
+        ConfigError,
+        match=r"spec.admissionChecks\[0\]=\"dwz\" is not an "
+        "AdmissionCheck; known: dws",
+    ):
         load_queue_config(path)
-    path.write_text(QUEUES.replace("ProvisioningRequestConfig, name: dws-config}",
-                                   "ProvisioningRequestConfig, name: other}"))
+    path.write_text(
+        QUEUES.replace(
+            "ProvisioningRequestConfig, name: dws-config}",
+            "ProvisioningRequestConfig, name: other}",
+        )
+    )
     with pytest.raises(ConfigError, match="is not a ProvisioningRequestConfig"):
         load_queue_config(path)
     # a check of another controller is accepted and reported; its queues admit without it
@@ -389,7 +430,8 @@ def test_admission_checks_load_from_kueue_yaml(tmp_path: Path) -> None:
     assert read.config.cluster_queues[0].admission_checks == ()
     assert {(i.object, i.path) for i in read.ignored} >= {
         ("AdmissionCheck dws", "spec.controllerName"),
-        ("ClusterQueue train", "spec.admissionChecks")}
+        ("ClusterQueue train", "spec.admissionChecks"),
+    }
 
 
 QUEUES = """\
@@ -424,8 +466,9 @@ spec:
 """
 
 
-def _rebuilt(s: Scheduler, nodes: list[Node], jobs: list[Job], at: float,
-             cfg: QueueConfig) -> Scheduler:
+def _rebuilt(
+    s: Scheduler, nodes: list[Node], jobs: list[Job], at: float, cfg: QueueConfig
+) -> Scheduler:
     """A new Scheduler given what an adapter keeps across a restart: nodes, requests, each
     pending job's check record, each running job's placements and booking."""
     kept = s.provisioning_state()
@@ -441,9 +484,16 @@ def _rebuilt(s: Scheduler, nodes: list[Node], jobs: list[Job], at: float,
             t.submit(j, at)
             rec = records.get(j.id)
             if rec is not None:
-                t.restore_check(j.id, rec.state, request=rec.request, flavor=rec.flavor,
-                                attempts=rec.attempts, made=kept.made.get(j.id, 0),
-                                retry_at_s=rec.retry_at_s, message=rec.message)
+                t.restore_check(
+                    j.id,
+                    rec.state,
+                    request=rec.request,
+                    flavor=rec.flavor,
+                    attempts=rec.attempts,
+                    made=kept.made.get(j.id, 0),
+                    retry_at_s=rec.retry_at_s,
+                    message=rec.message,
+                )
     return t
 
 
@@ -455,8 +505,16 @@ def test_requests_checks_and_bookings_are_taken_back_after_a_restart() -> None:
         s.submit(j, 0.0)
     out = s.cycle(0.0)
     ra, rb, rc = sorted(out.provision, key=lambda r: r.name)
-    nodes = [node(n, gpu=8, model="H100", labels={"pool": "h100", REQUEST_LABEL: ra.node_label},
-                  taints=(Taint(REQUEST_LABEL, ra.node_label),)) for n in ("a-0", "a-1")]
+    nodes = [
+        node(
+            n,
+            gpu=8,
+            model="H100",
+            labels={"pool": "h100", REQUEST_LABEL: ra.node_label},
+            taints=(Taint(REQUEST_LABEL, ra.node_label),),
+        )
+        for n in ("a-0", "a-1")
+    ]
     for nd in nodes:
         s.add_node(nd)
     s.provisioning_provisioned(ra.key, [n.name for n in nodes], 100.0)
@@ -466,8 +524,10 @@ def test_requests_checks_and_bookings_are_taken_back_after_a_restart() -> None:
     for sched in (s, t):
         assert sched.usage("train")[("h100", Resource.GPU_MILLI)] == 32_000  # a + b
         assert sched.run_limit_s(JobId("a")) == pytest.approx(6900.0)
-        assert {p.job.id: p.reason.message if p.reason else "" for p in sched.pending()} \
-            .keys() == {"b", "c"}
+        assert {p.job.id: p.reason.message if p.reason else "" for p in sched.pending()}.keys() == {
+            "b",
+            "c",
+        }
     # what follows is the same either way: c retries under its next name, a's end frees
     # its request, b starts when its request is provisioned
     for sched in (s, t):

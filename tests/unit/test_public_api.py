@@ -14,8 +14,10 @@ def test_all_is_honest() -> None:
     for name in core.__all__:  # every listed name resolves (they load on first use)
         assert not isinstance(getattr(core, name), types.ModuleType), name
     exported = {
-        name for name, value in vars(core).items()
-        if not name.startswith("_") and not isinstance(value, types.ModuleType)
+        name
+        for name, value in vars(core).items()
+        if not name.startswith("_")
+        and not isinstance(value, types.ModuleType)
         and name not in ("annotations", "import_module", "TYPE_CHECKING", "Any")
     }
     assert set(core.__all__) == exported
@@ -24,9 +26,12 @@ def test_all_is_honest() -> None:
 
 
 def test_the_errors_load_without_the_scheduler() -> None:
-    code = ("import sys, gpupool.core.errors; "
-            "print(sorted(m for m in ('numpy', 'gpupool.core.cycle', 'gpupool.core.model') "
-            "if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True, timeout=60)
+    code = (
+        "import sys, gpupool.core.errors; "
+        "print(sorted(m for m in ('numpy', 'gpupool.core.cycle', 'gpupool.core.model') "
+        "if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
     assert out.stdout.strip() == "[]"

@@ -20,11 +20,22 @@ from gpupool.core.quota import (
 G = ("f", Resource.GPU_MILLI)
 
 
-def cq(name: str, nominal: int, cohort: str | None = "c", borrow: int | None = None,
-       lend: int | None = None, weight: float = 1.0, **kw: object) -> ClusterQueue:
-    return ClusterQueue(name, (FlavorQuotas("f", {Resource.GPU_MILLI: Quota(nominal, borrow,
-                                                                           lend)}),),
-                        cohort=cohort, weight=weight, **kw)  # type: ignore[arg-type]
+def cq(
+    name: str,
+    nominal: int,
+    cohort: str | None = "c",
+    borrow: int | None = None,
+    lend: int | None = None,
+    weight: float = 1.0,
+    **kw: object,
+) -> ClusterQueue:
+    return ClusterQueue(
+        name,
+        (FlavorQuotas("f", {Resource.GPU_MILLI: Quota(nominal, borrow, lend)}),),
+        cohort=cohort,
+        weight=weight,
+        **kw,
+    )  # type: ignore[arg-type]
 
 
 def tree(*queues: ClusterQueue, cohorts: tuple[Cohort, ...] = ()) -> QuotaTree:
@@ -37,7 +48,8 @@ def test_standalone_queue_has_only_its_nominal() -> None:
     t.add("a", {G: 6000})
     assert t.available("a", G) == 2000
     assert t.shortfall("a", {G: 3000}) == [
-        "queue a at quota for f GPUs (6/8 GPUs used, 3 asked, 2 available with borrowing)"]
+        "queue a at quota for f GPUs (6/8 GPUs used, 3 asked, 2 available with borrowing)"
+    ]
 
 
 def test_borrowing_within_cohort_and_its_limit() -> None:
@@ -59,10 +71,13 @@ def test_lending_limit_keeps_a_reserved_part() -> None:
 
 
 def test_hierarchical_cohorts_with_their_own_quota() -> None:
-    cohorts = (Cohort("root"), Cohort("left", parent="root",
-                                      flavors=(FlavorQuotas("f", {Resource.GPU_MILLI:
-                                                                  Quota(4000)}),)),
-               Cohort("right", parent="root"))
+    cohorts = (
+        Cohort("root"),
+        Cohort(
+            "left", parent="root", flavors=(FlavorQuotas("f", {Resource.GPU_MILLI: Quota(4000)}),)
+        ),
+        Cohort("right", parent="root"),
+    )
     t = tree(cq("a", 2000, cohort="left"), cq("b", 2000, cohort="right"), cohorts=cohorts)
     assert t.available("a", G) == 8000  # 2 own + 4 of left's + 2 lent by b through root
     t.add("b", {G: 2000})
@@ -91,30 +106,52 @@ def test_weights_share_the_quota_a_cohort_holds_of_its_own() -> None:
 def test_department_weights_do_not_override_equal_nominal_quotas() -> None:
     """Two departments (weights 2 and 1) of two teams with equal nominal quotas: each team is
     entitled to its nominal quarter, not to 1/3 and 1/6."""
-    depts = (Cohort("org"), Cohort("x", parent="org", weight=2.0),
-             Cohort("y", parent="org", weight=1.0))
-    t = tree(cq("x1", 16000, cohort="x"), cq("x2", 16000, cohort="x"),
-             cq("y1", 16000, cohort="y"), cq("y2", 16000, cohort="y"), cohorts=depts)
+    depts = (
+        Cohort("org"),
+        Cohort("x", parent="org", weight=2.0),
+        Cohort("y", parent="org", weight=1.0),
+    )
+    t = tree(
+        cq("x1", 16000, cohort="x"),
+        cq("x2", 16000, cohort="x"),
+        cq("y1", 16000, cohort="y"),
+        cq("y2", 16000, cohort="y"),
+        cohorts=depts,
+    )
     assert [t.entitled(q)[G] for q in ("x1", "x2", "y1", "y2")] == [16000.0] * 4
 
 
 @pytest.mark.parametrize(
     ("config", "message"),
     [
-        (QueueConfig((ResourceFlavor("f"),), (cq("a", 8000, lend=9000),)),
-         "lendingLimit=9000 is above nominalQuota=8000"),
-        (QueueConfig((ResourceFlavor("f"),), (ClusterQueue("a", (FlavorQuotas("x", {}),)),)),
-         "flavor 'x' is not a ResourceFlavor"),
-        (QueueConfig((ResourceFlavor("f"),), (cq("a", 1), cq("a", 2))),
-         "ClusterQueue 'a' is defined twice"),
-        (QueueConfig((ResourceFlavor("f"),), (), (Cohort("x", parent="y"),
-                                                   Cohort("y", parent="x"))),
-         "cycle in the cohort tree: x -> y -> x"),
-        (QueueConfig((ResourceFlavor("f"),), (cq("a", 1),),
-                     local_queues=(LocalQueue("team", "nope"),)),
-         "clusterQueue 'nope' does not exist"),
-        (QueueConfig((ResourceFlavor("f"),), (cq("a", 8000, borrow=1, non_preemptive=True),)),
-         "a non-preemptive queue cannot borrow"),
+        (
+            QueueConfig((ResourceFlavor("f"),), (cq("a", 8000, lend=9000),)),
+            "lendingLimit=9000 is above nominalQuota=8000",
+        ),
+        (
+            QueueConfig((ResourceFlavor("f"),), (ClusterQueue("a", (FlavorQuotas("x", {}),)),)),
+            "flavor 'x' is not a ResourceFlavor",
+        ),
+        (
+            QueueConfig((ResourceFlavor("f"),), (cq("a", 1), cq("a", 2))),
+            "ClusterQueue 'a' is defined twice",
+        ),
+        (
+            QueueConfig(
+                (ResourceFlavor("f"),), (), (Cohort("x", parent="y"), Cohort("y", parent="x"))
+            ),
+            "cycle in the cohort tree: x -> y -> x",
+        ),
+        (
+            QueueConfig(
+                (ResourceFlavor("f"),), (cq("a", 1),), local_queues=(LocalQueue("team", "nope"),)
+            ),
+            "clusterQueue 'nope' does not exist",
+        ),
+        (
+            QueueConfig((ResourceFlavor("f"),), (cq("a", 8000, borrow=1, non_preemptive=True),)),
+            "a non-preemptive queue cannot borrow",
+        ),
         (QueueConfig((ResourceFlavor("f"),), (cq("a", -1),)), "nominalQuota=-1"),
         (QueueConfig((ResourceFlavor("f"),), (cq("a", 1, weight=0),)), "weight=0"),
     ],
@@ -125,8 +162,11 @@ def test_bad_configuration_is_named(config: QueueConfig, message: str) -> None:
 
 
 def test_a_cohort_whose_parent_is_not_declared_gets_an_implicit_one() -> None:
-    t = tree(cq("a", 4000, cohort="team"), cq("b", 4000, cohort="team"),
-             cohorts=(Cohort("team", parent="org"),))
+    t = tree(
+        cq("a", 4000, cohort="team"),
+        cq("b", 4000, cohort="team"),
+        cohorts=(Cohort("team", parent="org"),),
+    )
     assert t.cohort_root("a") == "org"
     t.add("a", {G: 6000})  # borrows from b through the cohort
     assert t.usage("a")[G] == 6000

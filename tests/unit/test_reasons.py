@@ -19,11 +19,14 @@ def test_a_fit_error_says_each_filter_and_its_nodes() -> None:
     placements, status = place_job(job("j", gpu=whole(4)), state.snapshot(), default_profile())
     assert not placements
     assert [(r.plugin, r.nodes, r.of) for r in status.reasons] == [
-        ("gpu-fit", 2, 3), ("node-schedulable", 1, 3)]
+        ("gpu-fit", 2, 3),
+        ("node-schedulable", 1, 3),
+    ]
     assert status.reasons[0].gpu == "whole" and status.reasons[0].resolvable
     assert not status.reasons[1].resolvable
-    assert status.message == "0/3 nodes fit: 2 fewer than 4 whole GPUs free, 1 cordoned or " \
-                             "not ready"
+    assert (
+        status.message == "0/3 nodes fit: 2 fewer than 4 whole GPUs free, 1 cordoned or not ready"
+    )
 
 
 def test_a_gang_says_its_failing_task_before_the_filters() -> None:
@@ -32,18 +35,29 @@ def test_a_gang_says_its_failing_task_before_the_filters() -> None:
     [r] = status.reasons
     assert r.plugin == "gpu-fit" and r.nodes == 1
     assert r.scope == ("gang g: 1/2 tasks fit; g/main-1",)
-    assert status.message == "gang g: 1/2 tasks fit; g/main-1: 0/1 nodes fit: 1 fewer than 2 " \
-                             "whole GPUs free"
+    assert (
+        status.message == "gang g: 1/2 tasks fit; g/main-1: 0/1 nodes fit: 1 fewer than 2 "
+        "whole GPUs free"
+    )
 
 
 def test_sentence_groups_one_attempts_nodes_and_joins_clauses() -> None:
     quota = Reason(Step.QUOTA, "queue a at quota for h100 GPUs (6/6 GPUs)", flavor="h100")
-    fit = [r.within("a100", flavor="a100") for r in nodes_fit(12, [
-        Reason("node-schedulable", "cordoned or not ready", 4, resolvable=False),
-        Reason("gpu-fit", "no GPU with 50% of a card and 20Gi free", 8, gpu="slice")])]
+    fit = [
+        r.within("a100", flavor="a100")
+        for r in nodes_fit(
+            12,
+            [
+                Reason("node-schedulable", "cordoned or not ready", 4, resolvable=False),
+                Reason("gpu-fit", "no GPU with 50% of a card and 20Gi free", 8, gpu="slice"),
+            ],
+        )
+    ]
     said = sentence([quota, *fit])
-    assert said == ("queue a at quota for h100 GPUs (6/6 GPUs); a100: 0/12 nodes fit: 8 no "
-                    "GPU with 50% of a card and 20Gi free, 4 cordoned or not ready")
+    assert said == (
+        "queue a at quota for h100 GPUs (6/6 GPUs); a100: 0/12 nodes fit: 8 no "
+        "GPU with 50% of a card and 20Gi free, 4 cordoned or not ready"
+    )
     assert sentence(nodes_fit(0, [])) == "0/0 nodes fit"
     assert plugins([quota, *fit]) == ["quota", "gpu-fit", "node-schedulable"]
 

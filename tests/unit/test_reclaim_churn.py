@@ -73,5 +73,3 @@ def test_an_idle_queue_banks_no_credit_in_the_fair_order() -> None:
         h.advance(q, 36_000.0)
     assert h.average("idle") > 0.99  # counted at its fair share: nothing owed
     assert h.average("starved") < 0.01  # held nothing while waiting: owed
-
-

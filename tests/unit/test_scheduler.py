@@ -113,6 +113,7 @@ def test_per_user_decayed_usage_orders_jobs_inside_a_queue() -> None:
 
 def _fields(j: object) -> dict[str, object]:
     from dataclasses import fields
+
     return {f.name: getattr(j, f.name) for f in fields(j)}  # type: ignore[arg-type]
 
 
@@ -136,8 +137,10 @@ def test_backfill_uses_held_room_only_when_it_ends_in_time() -> None:
 def test_other_queues_may_not_take_the_nodes_held_for_a_gang() -> None:
     # big stays within a's nominal quota (a large job that would borrow waits for its
     # queue's turn to borrow: tests/unit/test_borrowing_turns.py)
-    s = Scheduler([node("n0", gpu=8), node("n1", gpu=8)],
-                  queue_config({"a": 12, "b": 8}, default_runtime_s=1000.0))
+    s = Scheduler(
+        [node("n0", gpu=8), node("n1", gpu=8)],
+        queue_config({"a": 12, "b": 8}, default_runtime_s=1000.0),
+    )
     s.submit(job("a-run", gpu=whole(4), queue="a"), 0)
     s.submit(job("b-run", gpu=whole(4), queue="b"), 0)
     s.cycle(0)  # binpack: both on n0

@@ -15,8 +15,7 @@ from tests.builders import job, node, queue_config, share, whole
 
 
 def sched() -> Scheduler:
-    nodes = [node("full", gpu=8), node("half", gpu=8), node("empty", gpu=8),
-             node("small", gpu=1)]
+    nodes = [node("full", gpu=8), node("half", gpu=8), node("empty", gpu=8), node("small", gpu=1)]
     s = Scheduler(nodes, queue_config({"a": 32}, cohort=None))
     s.submit(job("x", tasks=6, gpu=whole(1), queue="a"), 0.0)
     s.submit(job("y", tasks=1, gpu=whole(4), queue="a"), 0.0)

@@ -9,10 +9,21 @@ from gpupool.core.model import JobId, TaskId
 from tests.builders import node
 
 
-def placement(task: str, node_name: str, cards: tuple[tuple[int, int, int], ...] = (),
-              cpu: int = 1000, mem: int = 1024) -> Placement:
-    return Placement(TaskId(task), JobId(task.split("/")[0]), NodeName(node_name), cpu, mem,
-                     tuple(GpuShare(i, m, b) for i, m, b in cards))
+def placement(
+    task: str,
+    node_name: str,
+    cards: tuple[tuple[int, int, int], ...] = (),
+    cpu: int = 1000,
+    mem: int = 1024,
+) -> Placement:
+    return Placement(
+        TaskId(task),
+        JobId(task.split("/")[0]),
+        NodeName(node_name),
+        cpu,
+        mem,
+        tuple(GpuShare(i, m, b) for i, m, b in cards),
+    )
 
 
 def test_assume_takes_and_forget_gives_back_exactly() -> None:

@@ -20,8 +20,13 @@ def event(obj: str, namespace: str = "", reason: str = "Submitted") -> NewEvent:
 def tables(path: Path) -> dict[str, list[tuple[object, ...]]]:
     db = sqlite3.connect(path)
     try:
-        names = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table' "
-                                          "AND name NOT LIKE 'sqlite_%' ORDER BY name")]
+        names = [
+            r[0]
+            for r in db.execute(
+                "SELECT name FROM sqlite_master WHERE type='table' "
+                "AND name NOT LIKE 'sqlite_%' ORDER BY name"
+            )
+        ]
         return {n: db.execute(f"SELECT * FROM {n} ORDER BY rowid").fetchall() for n in names}
     finally:
         db.close()
@@ -61,22 +66,28 @@ def test_a_file_from_a_newer_gpupool_is_refused_and_left_alone(path: Path) -> No
     db.commit()
     db.close()
     before = tables(path)
-    with pytest.raises(AdapterError, match=rf"schema version {len(MIGRATIONS) + 1}.*"
-                                           rf"up to {len(MIGRATIONS)}.*upgrade"):
+    with pytest.raises(
+        AdapterError,
+        match=rf"schema version {len(MIGRATIONS) + 1}.*"
+        rf"up to {len(MIGRATIONS)}.*upgrade",
+    ):
         Store(path)
     assert tables(path) == before
     assert user_version(path) == len(MIGRATIONS) + 1
 
 
 def test_an_older_file_is_migrated_in_order_and_keeps_its_data(
-        path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     store = Store(path)
     with store.transaction() as tx:
         tx.insert_job("research/a", "research", "a", "research/llm", {"x": 1}, 5.0)
     store.close()
-    later = (*MIGRATIONS,
-             "ALTER TABLE jobs ADD COLUMN node_hint TEXT NOT NULL DEFAULT ''",
-             "CREATE TABLE leases (name TEXT PRIMARY KEY, holder TEXT NOT NULL)")
+    later = (
+        *MIGRATIONS,
+        "ALTER TABLE jobs ADD COLUMN node_hint TEXT NOT NULL DEFAULT ''",
+        "CREATE TABLE leases (name TEXT PRIMARY KEY, holder TEXT NOT NULL)",
+    )
     monkeypatch.setattr(store_module, "MIGRATIONS", later)
     store = Store(path)
     assert store.schema_version == len(later)
@@ -87,7 +98,8 @@ def test_an_older_file_is_migrated_in_order_and_keeps_its_data(
 
 
 def test_a_version_1_file_gets_the_alternative_column_with_its_jobs_in_their_own_form(
-        path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(store_module, "MIGRATIONS", MIGRATIONS[:1])
     store = Store(path)
     with store.transaction() as tx:
@@ -107,8 +119,7 @@ def test_a_version_1_file_gets_the_alternative_column_with_its_jobs_in_their_own
     store.close()
 
 
-def test_a_failed_migration_changes_nothing(path: Path,
-                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failed_migration_changes_nothing(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     store = Store(path)
     with store.transaction() as tx:
         tx.set_meta("created", "1")
@@ -136,8 +147,7 @@ def test_an_unreadable_state_file_is_an_adapter_error(tmp_path: Path) -> None:
 # -- transactions ------------------------------------------------------------------------------
 
 
-def test_a_duplicate_job_key_is_a_conflict_and_its_transaction_leaves_nothing(
-        path: Path) -> None:
+def test_a_duplicate_job_key_is_a_conflict_and_its_transaction_leaves_nothing(path: Path) -> None:
     store = Store(path)
     with store.transaction() as tx:
         uid = tx.insert_job("research/a", "research", "a", "research/llm", {"n": 1}, 1.0)
@@ -186,7 +196,8 @@ def test_a_commit_is_visible_to_another_connection_at_once(path: Path) -> None:
     other = sqlite3.connect(path)
     try:
         assert other.execute("SELECT key, phase FROM jobs").fetchall() == [
-            ("research/a", "Pending")]
+            ("research/a", "Pending")
+        ]
     finally:
         other.close()
 
@@ -214,17 +225,24 @@ def test_transactions_from_many_threads_all_land(path: Path) -> None:
 
 def test_everything_written_survives_a_reopen(path: Path) -> None:
     store = Store(path, wall=lambda: 1234.5)
-    placements = [{"task": "research/a/main-0", "node": "h100-0", "cpu_milli": 4000,
-                   "memory_mib": 1024, "gpus": [{"index": 3, "gpu_milli": 500,
-                                                 "memory_mib": 2048, "mig_profile": None}]}]
+    placements = [
+        {
+            "task": "research/a/main-0",
+            "node": "h100-0",
+            "cpu_milli": 4000,
+            "memory_mib": 1024,
+            "gpus": [{"index": 3, "gpu_milli": 500, "memory_mib": 2048, "mig_profile": None}],
+        }
+    ]
     with store.transaction() as tx:
         tx.set_meta("created", "now")
         assert tx.put_object("ClusterQueue", "llm", {"spec": {"a": 1}}) == 1
         assert tx.put_object("ClusterQueue", "llm", {"spec": {"a": 2}}) == 2
         tx.put_object("Node", "h100-0", {"node": {"name": "h100-0"}, "failed": False})
         tx.insert_job("research/a", "research", "a", "research/llm", {"spec": {}}, 7.0)
-        tx.update_job("research/a", phase="Running", started_s=8.0, flavor="h100",
-                      placements=placements)
+        tx.update_job(
+            "research/a", phase="Running", started_s=8.0, flavor="h100", placements=placements
+        )
         tx.add_events([event("research/a", "research"), event("h100-0", reason="NodeAdded")])
     store.close()
 
@@ -234,9 +252,14 @@ def test_everything_written_survives_a_reopen(path: Path) -> None:
     assert [o[1] for o in again.objects()] == ["llm", "h100-0"]
     (row,) = again.jobs(["Running"])
     assert (row.uid, row.key, row.namespace, row.name, row.queue, row.phase) == (
-        1, "research/a", "research", "a", "research/llm", "Running")
-    assert (row.submitted_s, row.started_s, row.finished_s, row.flavor) == (7.0, 8.0, None,
-                                                                            "h100")
+        1,
+        "research/a",
+        "research",
+        "a",
+        "research/llm",
+        "Running",
+    )
+    assert (row.submitted_s, row.started_s, row.finished_s, row.flavor) == (7.0, 8.0, None, "h100")
     assert row.placements == placements and row.document == {"spec": {}}
     assert again.jobs(["Pending"]) == []
     assert again.counts() == {"Running": 1}
@@ -262,12 +285,21 @@ def test_objects_and_jobs_can_be_deleted(path: Path) -> None:
 def test_events_page_by_sequence_and_filter_by_namespace(path: Path) -> None:
     store = Store(path)
     with store.transaction() as tx:
-        tx.add_events([event("research/a", "research"), event("serving/b", "serving"),
-                       event("h100-0", "", "NodeAdded"), event("research/c", "research")])
+        tx.add_events(
+            [
+                event("research/a", "research"),
+                event("serving/b", "serving"),
+                event("h100-0", "", "NodeAdded"),
+                event("research/c", "research"),
+            ]
+        )
     assert [e.seq for e in store.events()] == [1, 2, 3, 4]
     assert [e.seq for e in store.events(since=1, limit=2)] == [2, 3]
     assert [e.object for e in store.events(namespaces=["research"])] == [
-        "research/a", "h100-0", "research/c"]  # the cluster's own events are everyone's
+        "research/a",
+        "h100-0",
+        "research/c",
+    ]  # the cluster's own events are everyone's
     assert [e.seq for e in store.last_events(2)] == [3, 4]
     assert [e.seq for e in store.last_events(2, namespaces=["serving"])] == [2, 3]
     with store.transaction() as tx:

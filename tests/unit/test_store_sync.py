@@ -31,8 +31,9 @@ def test_a_durable_transaction_fsyncs_the_wal(path: Path, monkeypatch: pytest.Mo
     assert len(calls) == 2
 
 
-def test_callers_that_sync_together_share_fsyncs(path: Path,
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_callers_that_sync_together_share_fsyncs(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     store = Store(path)
     calls: list[int] = []
     real = os.fsync
@@ -61,7 +62,8 @@ def test_callers_that_sync_together_share_fsyncs(path: Path,
 
 
 def test_a_failed_fsync_is_an_adapter_error_and_the_next_sync_tries_again(
-        path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from gpupool.core.errors import AdapterError
 
     store = Store(path)
@@ -89,7 +91,8 @@ def test_a_synced_write_survives_the_process_dying(path: Path) -> None:
         "with s.transaction(durable=False) as tx:\n"
         "    tx.insert_job('ns/a', 'ns', 'a', 'ns/q', {'k': 1}, 1.0)\n"
         "s.sync()\n"
-        "os._exit(0)\n")  # no close, no checkpoint
+        "os._exit(0)\n"
+    )  # no close, no checkpoint
     subprocess.run([sys.executable, "-c", code, str(path)], check=True, timeout=60)
     assert [r.key for r in Store(path).jobs()] == ["ns/a"]
 

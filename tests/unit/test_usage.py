@@ -16,11 +16,18 @@ from tests.builders import job, node, share, whole
 N1, N2 = NodeName("n1"), NodeName("n2")
 
 
-def samples(node_name: NodeName, gpu: int, utils: list[float], start: float = 0.0,
-            step: float = 15.0, used: int | None = None,
-            free: int | None = None) -> list[CardSample]:
-    return [CardSample(node_name, gpu, start + i * step, u, used, free)
-            for i, u in enumerate(utils)]
+def samples(
+    node_name: NodeName,
+    gpu: int,
+    utils: list[float],
+    start: float = 0.0,
+    step: float = 15.0,
+    used: int | None = None,
+    free: int | None = None,
+) -> list[CardSample]:
+    return [
+        CardSample(node_name, gpu, start + i * step, u, used, free) for i, u in enumerate(utils)
+    ]
 
 
 def state(*names: str, gpu: int = 2) -> ClusterState:
@@ -107,8 +114,9 @@ def row_array(row: int) -> np.ndarray:
     return np.asarray([row], np.int64)
 
 
-@pytest.mark.parametrize("field,value", [("window_s", 0), ("stale_after_s", -1.0),
-                                         ("quantile", 1.5), ("settle_s", -2)])
+@pytest.mark.parametrize(
+    "field,value", [("window_s", 0), ("stale_after_s", -1.0), ("quantile", 1.5), ("settle_s", -2)]
+)
 def test_bad_settings_name_the_field(field: str, value: float) -> None:
     with pytest.raises(ConfigError, match=field):
         LoadSettings(**{field: value}).validate()
@@ -135,8 +143,10 @@ def test_slices_go_to_a_cool_card_and_requests_alone_would_pick_the_hot_one() ->
     train = Placement(TaskId("train"), JobId("train"), N1, 0, 0, (GpuShare(0, 500, 10_000),))
     s.assume(train)
     m = LoadModel()
-    m.add(samples(N1, 0, [95.0] * 3, used=10_000, free=30_960)
-          + samples(N1, 1, [0.0] * 3, used=0, free=40_960))
+    m.add(
+        samples(N1, 0, [95.0] * 3, used=10_000, free=30_960)
+        + samples(N1, 1, [0.0] * 3, used=0, free=40_960)
+    )
     task = next(job("nb", gpu=share(300, 4096)).tasks())
     snap = s.snapshot()
     by_requests, _ = place_task(task, snap, default_profile())
@@ -157,13 +167,19 @@ def test_hot_card_spread_prefers_the_node_with_a_cool_card() -> None:
     assert p is not None and p.node == N2
 
 
-def test_target_load_packing_packs_whole_gpus_past_the_target_where_the_load_is_not_shared(
-        ) -> None:
+def test_target_load_packing_packs_whole_gpus_past_the_target_where_the_load_is_not_shared() -> (
+    None
+):
     s = ClusterState([node("n1", gpu=4), node("n2", gpu=4), node("n3", gpu=4)])
     m = LoadModel()
     # n1: 3 cards busy 100 % (outside work or whole GPUs measured), n2: 1 card busy, n3 idle
-    m.add(samples(N1, 0, [100.0]) + samples(N1, 1, [100.0]) + samples(N1, 2, [100.0])
-          + samples(N2, 0, [100.0]) + [CardSample(NodeName("n3"), 0, 0.0, 0.0)])
+    m.add(
+        samples(N1, 0, [100.0])
+        + samples(N1, 1, [100.0])
+        + samples(N1, 2, [100.0])
+        + samples(N2, 0, [100.0])
+        + [CardSample(NodeName("n3"), 0, 0.0, 0.0)]
+    )
     snap = s.snapshot()
     snap.load = m.view(snap.table, 1.0)
     task = next(job("train", gpu=whole(1)).tasks())
@@ -203,8 +219,10 @@ def test_bad_plugin_arguments_name_the_argument(args: dict[str, object]) -> None
 def test_whole_gpus_avoid_a_card_whose_memory_is_held_outside_the_requests() -> None:
     s = state("n1", gpu=2)
     m = LoadModel()
-    m.add(samples(N1, 0, [30.0], used=20_000, free=20_960)
-          + samples(N1, 1, [0.0], used=400, free=40_560))
+    m.add(
+        samples(N1, 0, [30.0], used=20_000, free=20_960)
+        + samples(N1, 1, [0.0], used=400, free=40_560)
+    )
     snap = s.snapshot()
     snap.load = m.view(snap.table, 1.0)
     task = next(job("train", gpu=whole(1)).tasks())

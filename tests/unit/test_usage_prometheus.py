@@ -16,8 +16,9 @@ from gpupool.usage.prometheus import (
 )
 
 N1 = NodeName("n1")
-RESOLVE = inventory_resolver([(N1, 0, "GPU-aaa"), (N1, 1, "GPU-bbb"), (N1, 2, "")],
-                             hostnames={"host-1.example": N1})
+RESOLVE = inventory_resolver(
+    [(N1, 0, "GPU-aaa"), (N1, 1, "GPU-bbb"), (N1, 2, "")], hostnames={"host-1.example": N1}
+)
 S = PrometheusSettings(url="http://prom:9090")
 
 
@@ -26,14 +27,18 @@ def series(name: str, value: float, t: float = 100.0, **labels: str) -> dict[str
 
 
 def test_dcgm_fields_become_one_sample_per_card_and_time() -> None:
-    out = to_samples([
-        series("DCGM_FI_DEV_GPU_UTIL", 37, UUID="GPU-aaa", gpu="0", Hostname="x"),
-        series("DCGM_FI_DEV_FB_USED", 1200, UUID="GPU-aaa", gpu="0", Hostname="x"),
-        series("DCGM_FI_DEV_FB_FREE", 39000, UUID="GPU-aaa", gpu="0", Hostname="x"),
-        # no UUID known: host name (newer exporters' lower-case label) and index
-        series("DCGM_FI_DEV_GPU_UTIL", 80, gpu="2", hostname="host-1.example"),
-        series("DCGM_FI_DEV_GPU_UTIL", 99, gpu="0", Hostname="someone-else"),
-    ], S, RESOLVE)
+    out = to_samples(
+        [
+            series("DCGM_FI_DEV_GPU_UTIL", 37, UUID="GPU-aaa", gpu="0", Hostname="x"),
+            series("DCGM_FI_DEV_FB_USED", 1200, UUID="GPU-aaa", gpu="0", Hostname="x"),
+            series("DCGM_FI_DEV_FB_FREE", 39000, UUID="GPU-aaa", gpu="0", Hostname="x"),
+            # no UUID known: host name (newer exporters' lower-case label) and index
+            series("DCGM_FI_DEV_GPU_UTIL", 80, gpu="2", hostname="host-1.example"),
+            series("DCGM_FI_DEV_GPU_UTIL", 99, gpu="0", Hostname="someone-else"),
+        ],
+        S,
+        RESOLVE,
+    )
     by = {(s.node, s.gpu): s for s in out}
     assert set(by) == {(N1, 0), (N1, 2)}
     assert (by[(N1, 0)].util_pct, by[(N1, 0)].used_mib, by[(N1, 0)].free_mib) == (37, 1200, 39000)
@@ -41,31 +46,72 @@ def test_dcgm_fields_become_one_sample_per_card_and_time() -> None:
 
 
 def test_mig_instances_weigh_by_their_slices_where_gpu_util_reads_zero() -> None:
-    out = to_samples([
-        series("DCGM_FI_DEV_GPU_UTIL", 0, UUID="GPU-aaa", gpu="0"),
-        series("DCGM_FI_PROF_GR_ENGINE_ACTIVE", 0.9, UUID="GPU-aaa", gpu="0", GPU_I_ID="1",
-               GPU_I_PROFILE="3g.40gb"),
-        series("DCGM_FI_PROF_GR_ENGINE_ACTIVE", 0.5, UUID="GPU-aaa", gpu="0", GPU_I_ID="2",
-               GPU_I_PROFILE="1g.10gb"),
-        series("DCGM_FI_DEV_FB_USED", 30000, UUID="GPU-aaa", gpu="0", GPU_I_ID="1"),
-        series("DCGM_FI_DEV_FB_USED", 5000, UUID="GPU-aaa", gpu="0", GPU_I_ID="2"),
-    ], S, RESOLVE)
+    out = to_samples(
+        [
+            series("DCGM_FI_DEV_GPU_UTIL", 0, UUID="GPU-aaa", gpu="0"),
+            series(
+                "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+                0.9,
+                UUID="GPU-aaa",
+                gpu="0",
+                GPU_I_ID="1",
+                GPU_I_PROFILE="3g.40gb",
+            ),
+            series(
+                "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+                0.5,
+                UUID="GPU-aaa",
+                gpu="0",
+                GPU_I_ID="2",
+                GPU_I_PROFILE="1g.10gb",
+            ),
+            series("DCGM_FI_DEV_FB_USED", 30000, UUID="GPU-aaa", gpu="0", GPU_I_ID="1"),
+            series("DCGM_FI_DEV_FB_USED", 5000, UUID="GPU-aaa", gpu="0", GPU_I_ID="2"),
+        ],
+        S,
+        RESOLVE,
+    )
     [s] = out
     assert s.util_pct == pytest.approx(90 * 3 / 7 + 50 * 1 / 7)
     assert s.used_mib == 35000
 
 
 def test_hami_container_metrics_stand_in_only_where_dcgm_is_absent() -> None:
-    out = to_samples([
-        series("hami_container_device_utilization_ratio", 20, device_uuid="GPU-bbb",
-               pod="a", namespace="x", container="c", vdevice_index="0"),
-        series("hami_container_device_utilization_ratio", 15, device_uuid="GPU-bbb",
-               pod="b", namespace="x", container="c", vdevice_index="0"),
-        series("hami_vgpu_memory_used_bytes", 2 * 1048576 * 1024, device_uuid="GPU-bbb",
-               pod="a", namespace="x", container="c", vdevice_index="0"),
-        series("hami_container_device_utilization_ratio", 50, device_uuid="GPU-aaa", pod="c"),
-        series("DCGM_FI_DEV_GPU_UTIL", 10, UUID="GPU-aaa", gpu="0", t=99.0),
-    ], S, RESOLVE)
+    out = to_samples(
+        [
+            series(
+                "hami_container_device_utilization_ratio",
+                20,
+                device_uuid="GPU-bbb",
+                pod="a",
+                namespace="x",
+                container="c",
+                vdevice_index="0",
+            ),
+            series(
+                "hami_container_device_utilization_ratio",
+                15,
+                device_uuid="GPU-bbb",
+                pod="b",
+                namespace="x",
+                container="c",
+                vdevice_index="0",
+            ),
+            series(
+                "hami_vgpu_memory_used_bytes",
+                2 * 1048576 * 1024,
+                device_uuid="GPU-bbb",
+                pod="a",
+                namespace="x",
+                container="c",
+                vdevice_index="0",
+            ),
+            series("hami_container_device_utilization_ratio", 50, device_uuid="GPU-aaa", pod="c"),
+            series("DCGM_FI_DEV_GPU_UTIL", 10, UUID="GPU-aaa", gpu="0", t=99.0),
+        ],
+        S,
+        RESOLVE,
+    )
     by = {(s.node, s.gpu): s for s in out}
     assert by[(N1, 1)].util_pct == 35 and by[(N1, 1)].used_mib == 2048
     assert [s.util_pct for s in out if s.gpu == 0] == [10]  # DCGM's card reading wins
@@ -77,18 +123,30 @@ def test_hami_monitor_metrics_before_the_hami_prefix_are_read_the_newer_names_wi
     labelled podnamespace, podname, ctrname, vdeviceid and deviceuuid, before the ``hami_``
     names; a card served under both generations counts once."""
     old = {"podnamespace": "x", "ctrname": "c", "vdeviceid": "0"}
-    out = to_samples([
-        series("Device_utilization_desc_of_container", 30, deviceuuid="GPU-bbb", podname="a",
-               **old),
-        series("Device_utilization_desc_of_container", 25, deviceuuid="GPU-bbb", podname="b",
-               **old),
-        series("vGPU_device_memory_usage_in_bytes", 3 * 1048576 * 1024, deviceuuid="GPU-bbb",
-               podname="a", **old),
-        # card 0 under both generations (a monitor mid-upgrade): the hami_ reading alone
-        series("Device_utilization_desc_of_container", 70, deviceuuid="GPU-aaa", podname="c",
-               **old),
-        series("hami_container_device_utilization_ratio", 40, device_uuid="GPU-aaa", pod="c"),
-    ], S, RESOLVE)
+    out = to_samples(
+        [
+            series(
+                "Device_utilization_desc_of_container", 30, deviceuuid="GPU-bbb", podname="a", **old
+            ),
+            series(
+                "Device_utilization_desc_of_container", 25, deviceuuid="GPU-bbb", podname="b", **old
+            ),
+            series(
+                "vGPU_device_memory_usage_in_bytes",
+                3 * 1048576 * 1024,
+                deviceuuid="GPU-bbb",
+                podname="a",
+                **old,
+            ),
+            # card 0 under both generations (a monitor mid-upgrade): the hami_ reading alone
+            series(
+                "Device_utilization_desc_of_container", 70, deviceuuid="GPU-aaa", podname="c", **old
+            ),
+            series("hami_container_device_utilization_ratio", 40, device_uuid="GPU-aaa", pod="c"),
+        ],
+        S,
+        RESOLVE,
+    )
     by = {(s.node, s.gpu): s for s in out}
     assert by[(N1, 1)].util_pct == 55 and by[(N1, 1)].used_mib == 3072
     assert [s.util_pct for s in out if s.gpu == 0] == [40]
@@ -104,27 +162,44 @@ def test_one_query_per_read_over_all_metrics_with_a_range() -> None:
     def handler(req: httpx.Request) -> httpx.Response:
         seen.append(req.url.params["query"])
         assert req.url.path == "/api/v1/query"
-        return httpx.Response(200, json={"status": "success", "data": {
-            "resultType": "matrix", "result": [series("DCGM_FI_DEV_GPU_UTIL", 5,
-                                                      UUID="GPU-aaa", gpu="0")]}})
+        return httpx.Response(
+            200,
+            json={
+                "status": "success",
+                "data": {
+                    "resultType": "matrix",
+                    "result": [series("DCGM_FI_DEV_GPU_UTIL", 5, UUID="GPU-aaa", gpu="0")],
+                },
+            },
+        )
 
     r = reader(handler)
     assert len(r.read(RESOLVE)) == 1
-    assert seen == ['{__name__=~"DCGM_FI_DEV_GPU_UTIL|DCGM_FI_PROF_GR_ENGINE_ACTIVE|'
-                    'DCGM_FI_DEV_FB_USED|DCGM_FI_DEV_FB_FREE|'
-                    'hami_container_device_utilization_ratio|hami_vgpu_memory_used_bytes|'
-                    'Device_utilization_desc_of_container|vGPU_device_memory_usage_in_bytes"'
-                    '}[60s]']
+    assert seen == [
+        '{__name__=~"DCGM_FI_DEV_GPU_UTIL|DCGM_FI_PROF_GR_ENGINE_ACTIVE|'
+        "DCGM_FI_DEV_FB_USED|DCGM_FI_DEV_FB_FREE|"
+        "hami_container_device_utilization_ratio|hami_vgpu_memory_used_bytes|"
+        'Device_utilization_desc_of_container|vGPU_device_memory_usage_in_bytes"'
+        "}[60s]"
+    ]
 
 
-@pytest.mark.parametrize("response,message", [
-    (httpx.Response(400, json={"status": "error", "error": "parse error"}), "HTTP 400: parse"),
-    (httpx.Response(200, text="<html>"), "not JSON"),
-    (httpx.Response(200, json={"status": "success", "data": {"resultType": "scalar",
-                                                             "result": []}}), "scalar"),
-])
-def test_bad_answers_are_adapter_errors_saying_what_came(response: httpx.Response,
-                                                         message: str) -> None:
+@pytest.mark.parametrize(
+    "response,message",
+    [
+        (httpx.Response(400, json={"status": "error", "error": "parse error"}), "HTTP 400: parse"),
+        (httpx.Response(200, text="<html>"), "not JSON"),
+        (
+            httpx.Response(
+                200, json={"status": "success", "data": {"resultType": "scalar", "result": []}}
+            ),
+            "scalar",
+        ),
+    ],
+)
+def test_bad_answers_are_adapter_errors_saying_what_came(
+    response: httpx.Response, message: str
+) -> None:
     with pytest.raises(AdapterError, match=message):
         reader(lambda req: response).read(RESOLVE)
 
@@ -138,8 +213,9 @@ def test_unreachable_is_an_adapter_error_with_the_cause() -> None:
     assert isinstance(info.value.__cause__, httpx.ConnectError)
 
 
-@pytest.mark.parametrize("field,value", [("url", "prom:9090"), ("lookback_s", 0),
-                                         ("gpu_label", "bad label")])
+@pytest.mark.parametrize(
+    "field,value", [("url", "prom:9090"), ("lookback_s", 0), ("gpu_label", "bad label")]
+)
 def test_bad_settings_name_the_field(field: str, value: object) -> None:
     with pytest.raises(ConfigError, match=field):
         PrometheusSettings(**{"url": "http://p:9090", field: value}).validate()  # type: ignore[arg-type]

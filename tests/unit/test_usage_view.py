@@ -40,11 +40,22 @@ def test_a_view_patched_by_row_reads_as_one_built_whole(seed: int) -> None:
         now = step * 2.0
         if step % 9 == 0:  # a read: some cards, busy and holding memory beyond the requests
             t = state.table
-            model.add([CardSample(n, g, now, float(rng.uniform(0, 100)),
-                                  int(t.used_mib[t.row(n), g] + rng.integers(0, 8000)),
-                                  None if g == 3 else int(rng.integers(0, 40960)))
-                       for n in names[: 4 + step % 2] for g in range(4)
-                       if rng.random() < 0.9], now_s=now)
+            model.add(
+                [
+                    CardSample(
+                        n,
+                        g,
+                        now,
+                        float(rng.uniform(0, 100)),
+                        int(t.used_mib[t.row(n), g] + rng.integers(0, 8000)),
+                        None if g == 3 else int(rng.integers(0, 40960)),
+                    )
+                    for n in names[: 4 + step % 2]
+                    for g in range(4)
+                    if rng.random() < 0.9
+                ],
+                now_s=now,
+            )
         if held and rng.random() < 0.4:
             gone = held.pop(int(rng.integers(len(held))))
             state.forget(gone.task)
@@ -54,9 +65,20 @@ def test_a_view_patched_by_row_reads_as_one_built_whole(seed: int) -> None:
         t = state.table
         free = int(t.free_milli[t.row(n), g])
         if free > 0:
-            p = Placement(TaskId(f"t{step}"), JobId(f"j{step}"), n, 0, 0,
-                          (GpuShare(g, int(rng.integers(1, free + 1)),
-                                    int(rng.integers(0, max(1, int(t.free_mib[t.row(n), g]))))),))
+            p = Placement(
+                TaskId(f"t{step}"),
+                JobId(f"j{step}"),
+                n,
+                0,
+                0,
+                (
+                    GpuShare(
+                        g,
+                        int(rng.integers(1, free + 1)),
+                        int(rng.integers(0, max(1, int(t.free_mib[t.row(n), g])))),
+                    ),
+                ),
+            )
             state.assume(p)
             model.placed(p, now)
             held.append(p)
@@ -79,8 +101,10 @@ def test_a_view_is_rebuilt_when_a_card_turns_stale_between_reads() -> None:
 def test_the_view_follows_assumptions_in_the_cycle_and_the_next_cycle_sees_them_measured() -> None:
     state = ClusterState([node("n1", gpu=2), node("n2", gpu=2)])
     model = LoadModel(LoadSettings(stale_after_s=1000.0))
-    model.add([CardSample(NodeName(n), g, 0.0, 10.0, 0, 40_960)
-               for n in ("n1", "n2") for g in range(2)], now_s=0.0)
+    model.add(
+        [CardSample(NodeName(n), g, 0.0, 10.0, 0, 40_960) for n in ("n1", "n2") for g in range(2)],
+        now_s=0.0,
+    )
     prof = measured_profile()
     snap = state.snapshot()
     snap.load = model.view(snap.table, 1.0)
@@ -106,8 +130,9 @@ def test_the_view_follows_assumptions_in_the_cycle_and_the_next_cycle_sees_them_
     assert p is None, status
 
 
-def test_whole_gpus_skip_a_card_still_holding_a_departed_pods_memory_decision_after_decision(
-        ) -> None:
+def test_whole_gpus_skip_a_card_still_holding_a_departed_pods_memory_decision_after_decision() -> (
+    None
+):
     """A pod that left keeps its memory on the card until a sample shows it gone; each new
     decision's view must say so (the first round cached that mask under the id() of a view
     that lived one decision, and Python reuses ids)."""

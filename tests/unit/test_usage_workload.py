@@ -24,8 +24,9 @@ def task_of(name: str, milli: int = 500, mib: int = 20_000) -> Task:
 
 def on(task: Task, gpu: int, node_name: NodeName = N1) -> Placement:
     req = task.request
-    return Placement(task.id, task.job, node_name, 1000, 1024,
-                     (GpuShare(gpu, req.gpu_milli, req.memory_mib),))
+    return Placement(
+        task.id, task.job, node_name, 1000, 1024, (GpuShare(gpu, req.gpu_milli, req.memory_mib),)
+    )
 
 
 def learned(ratio_pct: float, readings: int = MIN_READINGS) -> WorkloadUse:
@@ -47,8 +48,7 @@ def test_a_slice_measured_using_more_than_it_asks_teaches_its_workload() -> None
 
 
 @pytest.mark.parametrize("pct,want", [(20.0, 500.0), (100.0, 1000.0)])
-def test_the_estimate_is_never_below_the_request_nor_above_a_card(pct: float,
-                                                                 want: float) -> None:
+def test_the_estimate_is_never_below_the_request_nor_above_a_card(pct: float, want: float) -> None:
     w = learned(pct)  # a core limit keeps use at or below the request: the request stands
     assert w.expected_of(task_of("ft-2")) == pytest.approx(want)
 
@@ -85,8 +85,13 @@ def test_a_slice_no_decision_asked_about_holds_its_card_and_teaches_nothing() ->
 
 def test_a_workload_is_its_app_label_else_its_shape() -> None:
     base = task_of("a")
-    labelled = replace(base, pod_set=replace(base.pod_set, pod=PodMeta(
-        namespace="lab", labels={"app.kubernetes.io/name": "finetune", "app": "x"})))
+    labelled = replace(
+        base,
+        pod_set=replace(
+            base.pod_set,
+            pod=PodMeta(namespace="lab", labels={"app.kubernetes.io/name": "finetune", "app": "x"}),
+        ),
+    )
     assert workload_of(labelled) == "lab/finetune"
     app = replace(base, pod_set=replace(base.pod_set, pod=PodMeta(labels={"app": "x"})))
     assert workload_of(app) == "/x"
@@ -130,8 +135,7 @@ def test_a_fine_tune_is_kept_off_a_card_its_request_would_call_cool() -> None:
         p = on(t, g)
         s.assume(p)
         m.placed(p, 0.0)
-    m.add(samples(0, 95.0, 15.0) + samples(1, 40.0, 15.0) + samples(2, 0.0, 15.0, n=4),
-          now_s=60.0)
+    m.add(samples(0, 95.0, 15.0) + samples(1, 40.0, 15.0) + samples(2, 0.0, 15.0, n=4), now_s=60.0)
     snap = s.snapshot()
     snap.load = m.view(snap.table, 61.0)
     p, _ = place_task(task_of("ft-2"), snap, measured_profile(hot_pct=95))
@@ -139,8 +143,9 @@ def test_a_fine_tune_is_kept_off_a_card_its_request_would_call_cool() -> None:
     plain = LoadModel(LoadSettings(settle_s=15.0, stale_after_s=600))  # nothing learned
     for t, g in ((ft, 0), (nb, 1)):
         plain.placed(on(t, g), 0.0)
-    plain.add(samples(0, 95.0, 15.0) + samples(1, 40.0, 15.0) + samples(2, 0.0, 15.0, n=4),
-              now_s=60.0)
+    plain.add(
+        samples(0, 95.0, 15.0) + samples(1, 40.0, 15.0) + samples(2, 0.0, 15.0, n=4), now_s=60.0
+    )
     snap2 = s.snapshot()
     snap2.load = plain.view(snap2.table, 61.0)
     p2, _ = place_task(task_of("ft-2"), snap2, measured_profile(hot_pct=95))

@@ -55,11 +55,18 @@ ROUTERS = (service, cluster, nodes, queues, jobs, events, elastic, provisioning)
 __all__ = ["MAX_BODY_BYTES", "create_app"]
 
 
-def create_app(plane: ControlPlane, tokens: Tokens, *,
-               max_body_bytes: int = MAX_BODY_BYTES) -> FastAPI:
-    app = FastAPI(title="gpupool", version="v1", docs_url=None, redoc_url=None,
-                  openapi_url=None, responses=RESPONSES,
-                  description="GPU scheduler control plane: queues, jobs, nodes and cards.")
+def create_app(
+    plane: ControlPlane, tokens: Tokens, *, max_body_bytes: int = MAX_BODY_BYTES
+) -> FastAPI:
+    app = FastAPI(
+        title="gpupool",
+        version="v1",
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+        responses=RESPONSES,
+        description="GPU scheduler control plane: queues, jobs, nodes and cards.",
+    )
     app.state.plane = plane
     app.state.tokens = tokens
     app.state.max_body_bytes = max_body_bytes

@@ -49,8 +49,11 @@ class Principal:
         return self.is_admin or namespace in self.namespaces
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "role": self.role,
-                "namespaces": sorted(self.namespaces) if not self.is_admin else None}
+        return {
+            "name": self.name,
+            "role": self.role,
+            "namespaces": sorted(self.namespaces) if not self.is_admin else None,
+        }
 
 
 def _digest(token: str) -> bytes:
@@ -67,8 +70,9 @@ class Tokens:
         if len(token) < 16:
             raise ConfigError(f"token of {principal.name}: at least 16 characters are needed")
         if principal.role not in ROLES:
-            raise ConfigError(f"token of {principal.name}: role={principal.role!r} must be "
-                              "admin or tenant")
+            raise ConfigError(
+                f"token of {principal.name}: role={principal.role!r} must be admin or tenant"
+            )
         if principal.role == "tenant" and not principal.namespaces:
             raise ConfigError(f"token of {principal.name}: a tenant token needs namespaces")
         self._by_digest[_digest(token)] = principal
@@ -101,8 +105,14 @@ class Tokens:
             ns = item.get("namespaces") or []
             if not isinstance(ns, list) or not all(isinstance(n, str) for n in ns):
                 raise ConfigError(f"{path}: tokens[{i}].namespaces must be a list of names")
-            out.add(item["token"], Principal(str(item.get("name", f"token-{i}")),
-                                             str(item.get("role", "tenant")), frozenset(ns)))
+            out.add(
+                item["token"],
+                Principal(
+                    str(item.get("name", f"token-{i}")),
+                    str(item.get("role", "tenant")),
+                    frozenset(ns),
+                ),
+            )
         return out
 
     @classmethod
@@ -113,8 +123,7 @@ class Tokens:
                 continue
             parts = [p.strip() for p in entry.split(",")]
             if len(parts) < 3:
-                raise ConfigError(f"{ENV} entry {i + 1}: expected token,name,role"
-                                  "[,namespaces]")
+                raise ConfigError(f"{ENV} entry {i + 1}: expected token,name,role[,namespaces]")
             ns = frozenset(parts[3].split()) if len(parts) > 3 else frozenset()
             out.add(parts[0], Principal(parts[1], parts[2], ns))
         return out
@@ -131,8 +140,10 @@ class Tokens:
 def generate(namespaces: Iterable[str]) -> dict[str, Any]:
     """A tokens document: one admin token and one tenant token per namespace."""
     tokens: list[dict[str, Any]] = [
-        {"name": "admin", "role": "admin", "token": secrets.token_urlsafe(24)}]
+        {"name": "admin", "role": "admin", "token": secrets.token_urlsafe(24)}
+    ]
     for ns in sorted(set(namespaces)):
-        tokens.append({"name": ns, "role": "tenant", "namespaces": [ns],
-                       "token": secrets.token_urlsafe(24)})
+        tokens.append(
+            {"name": ns, "role": "tenant", "namespaces": [ns], "token": secrets.token_urlsafe(24)}
+        )
     return {"tokens": tokens}

@@ -31,7 +31,8 @@ class _YamlLoader(yaml.SafeLoader):
 
 _YamlLoader.yaml_implicit_resolvers = {
     first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:timestamp"]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
 
 
 def _bounded(value: Any) -> Any:
@@ -44,8 +45,12 @@ def _bounded(value: Any) -> Any:
         item, depth = stack.pop()
         count += 1
         if depth > MAX_DEPTH or count > MAX_VALUES:
-            raise HttpProblem(400, "BadRequest", f"the body is nested more than {MAX_DEPTH} deep "
-                           f"or holds more than {MAX_VALUES:,} values (aliases expanded)")
+            raise HttpProblem(
+                400,
+                "BadRequest",
+                f"the body is nested more than {MAX_DEPTH} deep "
+                f"or holds more than {MAX_VALUES:,} values (aliases expanded)",
+            )
         if isinstance(item, dict):
             stack.extend((v, depth + 1) for v in item.values())
         elif isinstance(item, list):
@@ -79,20 +84,25 @@ async def read_body(request: Request) -> Any:
         if ctype in ("application/json", "") or ctype.endswith("+json"):
             return _bounded(json.loads(raw))
     except RecursionError:  # the parser's own stack ran out first
-        raise HttpProblem(400, "BadRequest", f"the body is nested more than {MAX_DEPTH} "
-                       "deep") from None
+        raise HttpProblem(
+            400, "BadRequest", f"the body is nested more than {MAX_DEPTH} deep"
+        ) from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise HttpProblem(400, "BadRequest", f"malformed JSON: {exc}") from None
     except yaml.YAMLError as exc:
         raise HttpProblem(400, "BadRequest", f"malformed YAML: {exc}") from None
-    raise HttpProblem(415, "UnsupportedMediaType", f"content type {ctype!r}: send "
-                   "application/json or application/yaml")
+    raise HttpProblem(
+        415,
+        "UnsupportedMediaType",
+        f"content type {ctype!r}: send application/json or application/yaml",
+    )
 
 
 def mapping(value: Any) -> dict[str, Any]:
     if not isinstance(value, dict):
-        raise HttpProblem(422, "InvalidRequest", f"the body must be a JSON object, not "
-                       f"{type(value).__name__}")
+        raise HttpProblem(
+            422, "InvalidRequest", f"the body must be a JSON object, not {type(value).__name__}"
+        )
     return value
 
 
@@ -114,14 +124,25 @@ def validated(model: type[M], doc: dict[str, Any]) -> M:
             rule = f"unknown field; known fields: {known}"
         else:
             rule = first.get("msg", "invalid")
-        raise HttpProblem(422, "InvalidRequest", f"{where}={json.dumps(value, default=str)}: "
-                       f"{rule}", {"field": where, "value": value, "rule": rule}) from None
+        raise HttpProblem(
+            422,
+            "InvalidRequest",
+            f"{where}={json.dumps(value, default=str)}: {rule}",
+            {"field": where, "value": value, "rule": rule},
+        ) from None
 
 
 def body_schema(schema: dict[str, Any]) -> dict[str, Any]:
     """``openapi_extra`` declaring a request body of ``schema``, as JSON or YAML."""
-    return {"requestBody": {"required": True, "content": {
-        "application/json": {"schema": schema}, "application/yaml": {"schema": schema}}}}
+    return {
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/json": {"schema": schema},
+                "application/yaml": {"schema": schema},
+            },
+        }
+    }
 
 
 def model_schema(model: type[BaseModel], components: dict[str, Any]) -> dict[str, Any]:

@@ -25,13 +25,18 @@ async def principal(request: Request) -> Principal:
     header = request.headers.get("authorization", "")
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
-        raise HttpProblem(401, "Unauthorized", "a bearer token is needed: "
-                       "Authorization: Bearer <token>", headers={"WWW-Authenticate": "Bearer"})
+        raise HttpProblem(
+            401,
+            "Unauthorized",
+            "a bearer token is needed: Authorization: Bearer <token>",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
     tokens: Tokens = request.app.state.tokens
     who = tokens.principal(token.strip())
     if who is None:
-        raise HttpProblem(401, "Unauthorized", "the token is not known",
-                       headers={"WWW-Authenticate": "Bearer"})
+        raise HttpProblem(
+            401, "Unauthorized", "the token is not known", headers={"WWW-Authenticate": "Bearer"}
+        )
     return who
 
 
@@ -73,21 +78,34 @@ def visible_job(namespace: str, name: str, who: Who, plane: Plane) -> JobRecord:
 VisibleJob = Annotated[JobRecord, Depends(visible_job)]
 
 
-def writable_namespace(who: Principal, doc: dict[str, Any], verb: str, *,
-                       top_level: bool = False) -> str | None:
+def writable_namespace(
+    who: Principal, doc: dict[str, Any], verb: str, *, top_level: bool = False
+) -> str | None:
     """The namespace a document is written to: its ``metadata.namespace`` (or, with
     ``top_level``, a top-level ``namespace`` when it has no metadata), else a tenant's only
     namespace. 403 for a namespace the caller does not hold; 422 when a tenant of several
     namespaces names none. None: the admin named none (the document's default applies)."""
     meta = doc.get("metadata")
-    ns = meta.get("namespace") if isinstance(meta, dict) else \
-        doc.get("namespace") if top_level else None
+    ns = (
+        meta.get("namespace")
+        if isinstance(meta, dict)
+        else doc.get("namespace")
+        if top_level
+        else None
+    )
     if ns is None and not who.is_admin:
         if len(who.namespaces) != 1:
-            raise HttpProblem(422, "InvalidRequest", "metadata.namespace is required: "
-                           f"this token covers {', '.join(sorted(who.namespaces))}",
-                           {"field": "metadata.namespace", "value": None,
-                            "rule": "is required: the token covers more than one"})
+            raise HttpProblem(
+                422,
+                "InvalidRequest",
+                "metadata.namespace is required: "
+                f"this token covers {', '.join(sorted(who.namespaces))}",
+                {
+                    "field": "metadata.namespace",
+                    "value": None,
+                    "rule": "is required: the token covers more than one",
+                },
+            )
         ns = next(iter(who.namespaces))
     if isinstance(ns, str) and not who.sees(ns):
         raise HttpProblem(403, "Forbidden", f"{who.name} may not {verb} namespace {ns}")

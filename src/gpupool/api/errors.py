@@ -25,8 +25,13 @@ from gpupool.core.errors import (
     NotFoundError,
 )
 
-STATUS = {InvalidJobError: 422, ConfigError: 422, NotFoundError: 404, ConflictError: 409,
-          AdapterError: 503}
+STATUS = {
+    InvalidJobError: 422,
+    ConfigError: 422,
+    NotFoundError: 404,
+    ConflictError: 409,
+    AdapterError: 503,
+}
 
 
 class ErrorBody(BaseModel):
@@ -38,13 +43,20 @@ class ErrorBody(BaseModel):
 
 
 RESPONSES: dict[int | str, dict[str, Any]] = {
-    code: {"model": ErrorBody, "description": text} for code, text in (
-        (400, "Malformed body"), (401, "No token, or an unknown one"),
-        (403, "The token's role or namespaces do not allow this"), (404, "Not found"),
-        (405, "Method not allowed"), (409, "Conflicts with the state"),
-        (413, "Body too large"), (415, "Unsupported content type"),
+    code: {"model": ErrorBody, "description": text}
+    for code, text in (
+        (400, "Malformed body"),
+        (401, "No token, or an unknown one"),
+        (403, "The token's role or namespaces do not allow this"),
+        (404, "Not found"),
+        (405, "Method not allowed"),
+        (409, "Conflicts with the state"),
+        (413, "Body too large"),
+        (415, "Unsupported content type"),
         (422, "Invalid request: the field, the value and the rule"),
-        (503, "The state file could not be written"))}
+        (503, "The state file could not be written"),
+    )
+}
 
 
 class HttpProblem(Exception):
@@ -52,9 +64,14 @@ class HttpProblem(Exception):
     unreadable): its status code and the error shape's ``error``, ``message`` and ``details``.
     Domain errors (``GpupoolError``) are answered by their own handler, not raised as this."""
 
-    def __init__(self, status: int, error: str, message: str,
-                 details: dict[str, Any] | None = None,
-                 headers: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        error: str,
+        message: str,
+        details: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.error = error
@@ -85,14 +102,14 @@ def status_of(exc: GpupoolError) -> int:
 def install(app: FastAPI) -> None:
     @app.exception_handler(HttpProblem)
     async def _api(_: Request, exc: HttpProblem) -> JSONResponse:
-        return JSONResponse(body(exc.error, exc.message, exc.details), exc.status,
-                            headers=exc.headers)
+        return JSONResponse(
+            body(exc.error, exc.message, exc.details), exc.status, headers=exc.headers
+        )
 
     @app.exception_handler(GpupoolError)
     async def _domain(_: Request, exc: GpupoolError) -> JSONResponse:
         details: dict[str, Any] = {}
-        if isinstance(exc, InvalidJobError) or (isinstance(exc, ConfigError)
-                                                and exc.structured):
+        if isinstance(exc, InvalidJobError) or (isinstance(exc, ConfigError) and exc.structured):
             details = {"field": exc.field, "value": _jsonable(exc.value), "rule": exc.rule}
         return JSONResponse(body(type(exc).__name__, str(exc), details), status_of(exc))
 
@@ -101,15 +118,25 @@ def install(app: FastAPI) -> None:
         first = exc.errors()[0] if exc.errors() else {}
         where = ".".join(str(p) for p in first.get("loc", ()))
         msg = f"{where}: {first.get('msg', 'invalid')}"
-        return JSONResponse(body("InvalidRequest", msg, {
-            "field": where, "value": _jsonable(first.get("input")),
-            "rule": first.get("msg", "")}), 422)
+        return JSONResponse(
+            body(
+                "InvalidRequest",
+                msg,
+                {
+                    "field": where,
+                    "value": _jsonable(first.get("input")),
+                    "rule": first.get("msg", ""),
+                },
+            ),
+            422,
+        )
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
         name = {404: "NotFound", 405: "MethodNotAllowed"}.get(exc.status_code, "HTTPError")
-        return JSONResponse(body(name, str(exc.detail)), exc.status_code,
-                            headers=getattr(exc, "headers", None))
+        return JSONResponse(
+            body(name, str(exc.detail)), exc.status_code, headers=getattr(exc, "headers", None)
+        )
 
     @app.exception_handler(Exception)
     async def _bug(_: Request, exc: Exception) -> JSONResponse:

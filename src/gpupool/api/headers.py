@@ -13,9 +13,11 @@ from __future__ import annotations
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; "
-       "style-src-attr 'unsafe-inline'; img-src 'self' data:; connect-src 'self'; "
-       "font-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; "
+    "style-src-attr 'unsafe-inline'; img-src 'self' data:; connect-src 'self'; "
+    "font-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+)
 HEADERS: tuple[tuple[bytes, bytes], ...] = (
     (b"content-security-policy", CSP.encode()),
     (b"x-frame-options", b"DENY"),
@@ -39,8 +41,10 @@ class SecurityHeaders:
         async def with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
                 names = {k.lower() for k, _ in message.get("headers", ())}
-                message["headers"] = [*message.get("headers", ()),
-                                      *((k, v) for k, v in HEADERS if k not in names)]
+                message["headers"] = [
+                    *message.get("headers", ()),
+                    *((k, v) for k, v in HEADERS if k not in names),
+                ]
             await send(message)
 
         await self.app(scope, receive, with_headers)

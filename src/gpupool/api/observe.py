@@ -28,9 +28,15 @@ class Observe:
         t0 = time.perf_counter()
         size = Headers(scope=scope).get("content-length")
         if size is not None and size.isdigit() and int(size) > self.max_body_bytes:
-            response = JSONResponse({"error": "PayloadTooLarge", "message":
-                                     f"body of {int(size)} bytes is over the limit of "
-                                     f"{self.max_body_bytes} bytes", "details": {}}, 413)
+            response = JSONResponse(
+                {
+                    "error": "PayloadTooLarge",
+                    "message": f"body of {int(size)} bytes is over the limit of "
+                    f"{self.max_body_bytes} bytes",
+                    "details": {},
+                },
+                413,
+            )
             await response(scope, receive, send)
             return
         status = 500

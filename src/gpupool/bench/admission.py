@@ -43,10 +43,15 @@ class AdmissionResult:
 
     def as_json(self) -> dict[str, object]:
         return {
-            "queues": self.queues, "cohorts": self.cohorts, "workloads": self.workloads,
-            "admitted": self.admitted, "cycles": self.cycles, "nodes": self.nodes,
+            "queues": self.queues,
+            "cohorts": self.cohorts,
+            "workloads": self.workloads,
+            "admitted": self.admitted,
+            "cycles": self.cycles,
+            "nodes": self.nodes,
             "admissions_per_s": round(self.admitted / self.wall_s, 1) if self.wall_s else 0.0,
-            "wall_s": round(self.wall_s, 3), "peak_rss_mib": round(self.peak_rss_mib, 1),
+            "wall_s": round(self.wall_s, 3),
+            "peak_rss_mib": round(self.peak_rss_mib, 1),
         }
 
 
@@ -56,24 +61,41 @@ def run(queues: int, cohorts: int, workloads: int, seed: int = 1) -> AdmissionRe
     whole = rng.random(workloads) < 0.5
     total_milli = int(np.where(whole, 1000, slice_milli).sum())
     nodes = max(1, int(np.ceil(total_milli * 1.1 / 8000)))
-    cluster = [Node(NodeName(f"node-{i:05d}"), 128_000, 1_048_576,
-                    tuple(Gpu(g, "A100-80GB", 81920) for g in range(8)))
-               for i in range(nodes)]
+    cluster = [
+        Node(
+            NodeName(f"node-{i:05d}"),
+            128_000,
+            1_048_576,
+            tuple(Gpu(g, "A100-80GB", 81920) for g in range(8)),
+        )
+        for i in range(nodes)
+    ]
     per_queue = nodes * 8000 // queues
     config = QueueConfig(
         flavors=(ResourceFlavor("a100"),),
         cluster_queues=tuple(
-            ClusterQueue(f"q{i:04d}", (FlavorQuotas("a100", {
-                Resource.GPU_MILLI: Quota(per_queue)}),), cohort=f"c{i % cohorts:03d}")
-            for i in range(queues)),
+            ClusterQueue(
+                f"q{i:04d}",
+                (FlavorQuotas("a100", {Resource.GPU_MILLI: Quota(per_queue)}),),
+                cohort=f"c{i % cohorts:03d}",
+            )
+            for i in range(queues)
+        ),
     )
     sched = Scheduler(cluster, config)
     weights = 1.0 / np.arange(1, queues + 1) ** 0.5
     owner = rng.choice(queues, size=workloads, p=weights / weights.sum())
     for i in range(workloads):
         gpu = GpuRequest(count=1) if whole[i] else GpuRequest(gpu_milli=int(slice_milli[i]))
-        sched.submit(Job(JobId(f"w{i}"), (PodSet("p", 1, 1000, 1024, gpu),),
-                         queue=QueueName(f"q{int(owner[i]):04d}"), submit_time_s=0.0), 0.0)
+        sched.submit(
+            Job(
+                JobId(f"w{i}"),
+                (PodSet("p", 1, 1000, 1024, gpu),),
+                queue=QueueName(f"q{int(owner[i]):04d}"),
+                submit_time_s=0.0,
+            ),
+            0.0,
+        )
     admitted = cycles = 0
     start = time.perf_counter()
     while True:
@@ -83,5 +105,13 @@ def run(queues: int, cohorts: int, workloads: int, seed: int = 1) -> AdmissionRe
         if not result.binds and not result.evicts:
             break
     wall = time.perf_counter() - start
-    return AdmissionResult(queues, cohorts, workloads, admitted, cycles, nodes, wall,
-                           resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0)
+    return AdmissionResult(
+        queues,
+        cohorts,
+        workloads,
+        admitted,
+        cycles,
+        nodes,
+        wall,
+        resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
+    )

@@ -41,7 +41,12 @@ from gpupool.kernel import EventQueue
 
 SHAPES: tuple[tuple[float, int, int], ...] = (
     # (probability, whole GPUs, slice milli); slice milli 0 with 0 GPUs is CPU-only
-    (0.13, 0, 0), (0.40, 0, -1), (0.34, 1, 0), (0.05, 2, 0), (0.04, 4, 0), (0.04, 8, 0),
+    (0.13, 0, 0),
+    (0.40, 0, -1),
+    (0.34, 1, 0),
+    (0.05, 2, 0),
+    (0.04, 4, 0),
+    (0.04, 8, 0),
 )
 TARGET_ALLOCATED = 0.85
 SLICE_MILLI = (100, 200, 250, 300, 500, 700)
@@ -67,17 +72,24 @@ class BenchResult:
 
     def as_json(self) -> dict[str, object]:
         return {
-            "nodes": self.nodes, "gpus_per_node": self.gpus_per_node, "pods": self.pods,
-            "placed": self.placed, "policy": self.policy, "wall_s": round(self.wall_s, 3),
+            "nodes": self.nodes,
+            "gpus_per_node": self.gpus_per_node,
+            "pods": self.pods,
+            "placed": self.placed,
+            "policy": self.policy,
+            "wall_s": round(self.wall_s, 3),
             "placements_per_s": round(self.placements_per_s, 1),
             "decisions_per_s": round(self.decisions_per_s, 1),
-            "decision_us": {"p50": round(self.decision_us_p50, 1),
-                            "p99": round(self.decision_us_p99, 1)},
+            "decision_us": {
+                "p50": round(self.decision_us_p50, 1),
+                "p99": round(self.decision_us_p99, 1),
+            },
             "peak_rss_mib": round(self.peak_rss_mib, 1),
             "warmup_pods": self.warmup_pods,
             "gpu_allocated_pct_at_end": round(self.gpu_allocated_pct, 1),
-            "decision_us_p50_by_kind": {k: round(v, 1) for k, v in
-                                        (self.decision_us_p50_by_kind or {}).items()},
+            "decision_us_p50_by_kind": {
+                k: round(v, 1) for k, v in (self.decision_us_p50_by_kind or {}).items()
+            },
         }
 
 
@@ -85,11 +97,25 @@ def cluster(nodes: int, gpus_per_node: int) -> list[Node]:
     out = []
     for i in range(nodes):
         model = "A100-80GB" if i % 2 == 0 else "H100-80GB"
-        cards = tuple(Gpu(g, model, 81920, uuid=f"GPU-{i}-{g}",
-                          nvlink_peers=tuple(j for j in range(gpus_per_node) if j != g))
-                      for g in range(gpus_per_node))
-        out.append(Node(NodeName(f"node-{i:05d}"), 128_000, 1_048_576, cards,
-                        labels={"gpupool.io/model": model}))
+        cards = tuple(
+            Gpu(
+                g,
+                model,
+                81920,
+                uuid=f"GPU-{i}-{g}",
+                nvlink_peers=tuple(j for j in range(gpus_per_node) if j != g),
+            )
+            for g in range(gpus_per_node)
+        )
+        out.append(
+            Node(
+                NodeName(f"node-{i:05d}"),
+                128_000,
+                1_048_576,
+                cards,
+                labels={"gpupool.io/model": model},
+            )
+        )
     return out
 
 
@@ -102,8 +128,10 @@ def pod_stream(pods: int, gpus_per_node: int, seed: int, prefix: str = "pod") ->
         _, count, milli = SHAPES[k]
         count = min(count, gpus_per_node)
         if milli < 0:
-            gpu = GpuRequest(gpu_milli=int(rng.choice(SLICE_MILLI)),
-                             memory_mib=int(rng.choice((4096, 8192, 16384, 20480))))
+            gpu = GpuRequest(
+                gpu_milli=int(rng.choice(SLICE_MILLI)),
+                memory_mib=int(rng.choice((4096, 8192, 16384, 20480))),
+            )
             cpu, mem = 2000, 16_384
         elif count:
             gpu = GpuRequest(count=count)
@@ -128,15 +156,30 @@ def samples(state: ClusterState, rng: np.random.Generator, t: float) -> list[Car
     for k, i in enumerate(live.tolist()):
         name = tb.nodes[i].name
         for g in range(int(tb.gpu_count[i])):
-            out.append(CardSample(name, g, t, float(util[k, g]), int(used[k, g]),
-                                  int(tb.gpu_mem_cap[i, g] - used[k, g])))
+            out.append(
+                CardSample(
+                    name,
+                    g,
+                    t,
+                    float(util[k, g]),
+                    int(used[k, g]),
+                    int(tb.gpu_mem_cap[i, g] - used[k, g]),
+                )
+            )
     return out
 
 
-def run(nodes: int, gpus_per_node: int, pods: int, policy: str = "binpack", seed: int = 1,
-        profile: Profile | None = None,
-        progress: Callable[[int], None] | None = None,
-        measured: bool = False, scrape_every: int = 500) -> BenchResult:
+def run(
+    nodes: int,
+    gpus_per_node: int,
+    pods: int,
+    policy: str = "binpack",
+    seed: int = 1,
+    profile: Profile | None = None,
+    progress: Callable[[int], None] | None = None,
+    measured: bool = False,
+    scrape_every: int = 500,
+) -> BenchResult:
     """``measured``: a load model takes a scrape of every card each ``scrape_every`` pods (a
     pod arrives every 30 ms of model time, so 500 is a 15 s scrape interval at 33 pods/s), and
     each decision first builds the cycle's view of it (one pod per cycle: the most views a
@@ -144,8 +187,9 @@ def run(nodes: int, gpus_per_node: int, pods: int, policy: str = "binpack", seed
     prof = profile or default_profile(scores={policy: 1.0})
     state = ClusterState(cluster(nodes, gpus_per_node))
     rng = np.random.default_rng(seed + 1)
-    mean_milli = sum(p * (c * 1000 if c else (np.mean(SLICE_MILLI) if m < 0 else 0))
-                     for p, c, m in SHAPES)
+    mean_milli = sum(
+        p * (c * 1000 if c else (np.mean(SLICE_MILLI) if m < 0 else 0)) for p, c, m in SHAPES
+    )
     lifetime = TARGET_ALLOCATED * nodes * gpus_per_node * 1000 / mean_milli
     leaving: EventQueue[TaskId] = EventQueue()  # tasks by the step they leave at
     target = TARGET_ALLOCATED * nodes * gpus_per_node * 1000
@@ -193,15 +237,24 @@ def run(nodes: int, gpus_per_node: int, pods: int, policy: str = "binpack", seed
     wall = (perf() - start) / 1e9
     us = decision_ns / 1000.0
     return BenchResult(
-        nodes=nodes, gpus_per_node=gpus_per_node, pods=pods, placed=placed, policy=prof.name
-        if profile else policy, wall_s=wall, placements_per_s=placed / wall,
-        decisions_per_s=pods / wall, decision_us_p50=float(np.percentile(us, 50)),
+        nodes=nodes,
+        gpus_per_node=gpus_per_node,
+        pods=pods,
+        placed=placed,
+        policy=prof.name if profile else policy,
+        wall_s=wall,
+        placements_per_s=placed / wall,
+        decisions_per_s=pods / wall,
+        decision_us_p50=float(np.percentile(us, 50)),
         decision_us_p99=float(np.percentile(us, 99)),
         peak_rss_mib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
         warmup_pods=warm,
         gpu_allocated_pct=100.0 * totals["gpu_milli_used"] / max(totals["gpu_milli_total"], 1),
-        decision_us_p50_by_kind={k: float(np.percentile(us[kinds == k], 50))
-                                 for k in ("none", "slice", "whole") if np.any(kinds == k)},
+        decision_us_p50_by_kind={
+            k: float(np.percentile(us[kinds == k], 50))
+            for k in ("none", "slice", "whole")
+            if np.any(kinds == k)
+        },
     )
 
 

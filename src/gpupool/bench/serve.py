@@ -51,8 +51,11 @@ import numpy as np
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-FLAVORS = (("h100", "H100-80GB", "80Gi", 192, "2Ti"), ("a100", "A100-80GB", "80Gi", 128, "1Ti"),
-           ("l4", "L4", "24Gi", 64, "512Gi"))
+FLAVORS = (
+    ("h100", "H100-80GB", "80Gi", 192, "2Ti"),
+    ("a100", "A100-80GB", "80Gi", 128, "1Ti"),
+    ("l4", "L4", "24Gi", 64, "512Gi"),
+)
 CLUSTER_QUEUES = 4
 NAMESPACES = 8
 GPUS_PER_NODE = 8
@@ -110,55 +113,84 @@ class ServeBenchResult:
         and the last answer came within a second of the end of the schedule (the server kept
         pace); p99 when the requests' p99 latency is under TARGET_P99_MS."""
         kept_pace = self.load_wall_s <= self.duration_s + 1.0
-        return {"rate": self.rate >= TARGET_RATE and self.errors == 0 and kept_pace,
-                "p99": len(self.latencies_ms) > 0 and self.p99_ms < TARGET_P99_MS}
+        return {
+            "rate": self.rate >= TARGET_RATE and self.errors == 0 and kept_pace,
+            "p99": len(self.latencies_ms) > 0 and self.p99_ms < TARGET_P99_MS,
+        }
 
     def as_json(self) -> dict[str, Any]:
         lat = self.latencies_ms
         admissible = [s.admissible for s in self.samples]
         return {
-            "rate": self.rate, "duration_s": self.duration_s, "nodes": self.nodes,
-            "gpus": self.nodes * GPUS_PER_NODE, "speed": self.speed,
+            "rate": self.rate,
+            "duration_s": self.duration_s,
+            "nodes": self.nodes,
+            "gpus": self.nodes * GPUS_PER_NODE,
+            "speed": self.speed,
             "concurrency": self.concurrency,
-            "submitted": self.submitted, "accepted": self.accepted, "errors": self.errors,
+            "submitted": self.submitted,
+            "accepted": self.accepted,
+            "errors": self.errors,
             "error_kinds": dict(sorted(self.error_kinds.items())),
             "achieved_rate": round(self.achieved_rate, 1),
-            "latency_ms": {"p50": self._pct(lat, 50), "p99": self._pct(lat, 99),
-                           "max": round(float(lat.max()), 2) if len(lat) else 0.0},
-            "client_queue_ms": {"p50": self._pct(self.queued_ms, 50),
-                                "p99": self._pct(self.queued_ms, 99),
-                                "max": round(float(self.queued_ms.max()), 2)
-                                if len(self.queued_ms) else 0.0},
+            "latency_ms": {
+                "p50": self._pct(lat, 50),
+                "p99": self._pct(lat, 99),
+                "max": round(float(lat.max()), 2) if len(lat) else 0.0,
+            },
+            "client_queue_ms": {
+                "p50": self._pct(self.queued_ms, 50),
+                "p99": self._pct(self.queued_ms, 99),
+                "max": round(float(self.queued_ms.max()), 2) if len(self.queued_ms) else 0.0,
+            },
             "backlog": {
                 "definition": "pending jobs of ClusterQueues with at least "
-                              f"{ADMISSIBLE_ROOM_MILLI} milli-GPU of nominal quota unused, "
-                              "sampled once a second",
+                f"{ADMISSIBLE_ROOM_MILLI} milli-GPU of nominal quota unused, "
+                "sampled once a second",
                 "pending_admissible_start": admissible[0] if admissible else 0,
                 "pending_admissible_end": admissible[-1] if admissible else 0,
                 "max": max(admissible, default=0),
-                "samples": len(admissible)},
+                "samples": len(admissible),
+            },
             "drain_s": None if self.drain_s is None else round(self.drain_s, 2),
-            "admitted": self.admitted, "cycles": self.cycles,
+            "admitted": self.admitted,
+            "cycles": self.cycles,
             "decision_ms": {"p99": self.decision_ms_p99},
             "server_peak_rss_mib": self.server_peak_rss_mib,
-            "targets": {"rate_jobs_per_s": TARGET_RATE, "p99_ms": TARGET_P99_MS,
-                        "rate_met": self.met["rate"], "p99_met": self.met["p99"]},
+            "targets": {
+                "rate_jobs_per_s": TARGET_RATE,
+                "p99_ms": TARGET_P99_MS,
+                "rate_met": self.met["rate"],
+                "p99_met": self.met["p99"],
+            },
             **self.extra,
         }
 
 
 # -- the cluster, queues and jobs ------------------------------------------------------------
 
+
 def cluster_doc(nodes: int) -> dict[str, Any]:
     counts = _split(nodes)
     pools = []
     for (name, model, mem, cpu, ram), count in zip(FLAVORS, counts, strict=True):
         if count:
-            pools.append({"name": name, "count": count, "cpu": cpu, "memory": ram,
-                          "labels": {"gpupool.io/flavor": name},
-                          "gpus": {"model": model, "count": GPUS_PER_NODE, "memory": mem}})
-    return {"apiVersion": "gpupool.io/v1alpha1", "kind": "Cluster",
-            "metadata": {"name": "bench"}, "nodePools": pools}
+            pools.append(
+                {
+                    "name": name,
+                    "count": count,
+                    "cpu": cpu,
+                    "memory": ram,
+                    "labels": {"gpupool.io/flavor": name},
+                    "gpus": {"model": model, "count": GPUS_PER_NODE, "memory": mem},
+                }
+            )
+    return {
+        "apiVersion": "gpupool.io/v1alpha1",
+        "kind": "Cluster",
+        "metadata": {"name": "bench"},
+        "nodePools": pools,
+    }
 
 
 def _split(nodes: int) -> list[int]:
@@ -170,30 +202,55 @@ def queue_docs(nodes: int) -> list[dict[str, Any]]:
     kueue = "kueue.x-k8s.io/v1beta1"
     counts = _split(nodes)
     docs: list[dict[str, Any]] = [
-        {"apiVersion": kueue, "kind": "ResourceFlavor", "metadata": {"name": name},
-         "spec": {"nodeLabels": {"gpupool.io/flavor": name}}}
-        for (name, *_), count in zip(FLAVORS, counts, strict=True) if count]
-    docs.append({"apiVersion": kueue, "kind": "Cohort", "metadata": {"name": "bench"},
-                 "spec": {}})
+        {
+            "apiVersion": kueue,
+            "kind": "ResourceFlavor",
+            "metadata": {"name": name},
+            "spec": {"nodeLabels": {"gpupool.io/flavor": name}},
+        }
+        for (name, *_), count in zip(FLAVORS, counts, strict=True)
+        if count
+    ]
+    docs.append({"apiVersion": kueue, "kind": "Cohort", "metadata": {"name": "bench"}, "spec": {}})
     for q in range(CLUSTER_QUEUES):
         flavors = []
         for (name, *_), count in zip(FLAVORS, counts, strict=True):
             if count:
                 share = count * GPUS_PER_NODE * 1000 // CLUSTER_QUEUES
-                flavors.append({"name": name, "resources": [
-                    {"name": "nvidia.com/gpu", "nominalQuota": f"{share}m"}]})
-        docs.append({"apiVersion": kueue, "kind": "ClusterQueue",
-                     "metadata": {"name": f"team-{q}"},
-                     "spec": {"cohort": "bench", "namespaceSelector": {},
-                              # gpupool's preemption, which Kueue's objects must ask for
-                              "preemption": {"withinClusterQueue": "LowerPriority",
-                                             "reclaimWithinCohort": "Any"},
-                              "resourceGroups": [{"coveredResources": ["nvidia.com/gpu"],
-                                                  "flavors": flavors}]}})
+                flavors.append(
+                    {
+                        "name": name,
+                        "resources": [{"name": "nvidia.com/gpu", "nominalQuota": f"{share}m"}],
+                    }
+                )
+        docs.append(
+            {
+                "apiVersion": kueue,
+                "kind": "ClusterQueue",
+                "metadata": {"name": f"team-{q}"},
+                "spec": {
+                    "cohort": "bench",
+                    "namespaceSelector": {},
+                    # gpupool's preemption, which Kueue's objects must ask for
+                    "preemption": {
+                        "withinClusterQueue": "LowerPriority",
+                        "reclaimWithinCohort": "Any",
+                    },
+                    "resourceGroups": [
+                        {"coveredResources": ["nvidia.com/gpu"], "flavors": flavors}
+                    ],
+                },
+            }
+        )
     for n in range(NAMESPACES):
-        docs.append({"apiVersion": kueue, "kind": "LocalQueue",
-                     "metadata": {"name": "jobs", "namespace": f"ns-{n}"},
-                     "spec": {"clusterQueue": f"team-{n % CLUSTER_QUEUES}"}})
+        docs.append(
+            {
+                "apiVersion": kueue,
+                "kind": "LocalQueue",
+                "metadata": {"name": "jobs", "namespace": f"ns-{n}"},
+                "spec": {"clusterQueue": f"team-{n % CLUSTER_QUEUES}"},
+            }
+        )
     return docs
 
 
@@ -212,17 +269,23 @@ def job_bodies(count: int, seed: int) -> list[bytes]:
             gpu = {"count": 1}
         else:
             gpu = {"count": 2}
-        doc = {"apiVersion": "gpupool.io/v1alpha1", "kind": "Job",
-               "metadata": {"name": f"bench-{i:07d}", "namespace": ns},
-               "spec": {"queue": "jobs", "duration": f"{rng.randint(30, 180)}s",
-                        "user": f"user-{rng.randrange(16)}",
-                        "podSets": [{"name": "main", "count": 1, "cpu": 2, "memory": "8Gi",
-                                     "gpu": gpu}]}}
+        doc = {
+            "apiVersion": "gpupool.io/v1alpha1",
+            "kind": "Job",
+            "metadata": {"name": f"bench-{i:07d}", "namespace": ns},
+            "spec": {
+                "queue": "jobs",
+                "duration": f"{rng.randint(30, 180)}s",
+                "user": f"user-{rng.randrange(16)}",
+                "podSets": [{"name": "main", "count": 1, "cpu": 2, "memory": "8Gi", "gpu": gpu}],
+            },
+        }
         out.append(json.dumps(doc, separators=(",", ":")).encode())
     return out
 
 
 # -- the server ------------------------------------------------------------------------------
+
 
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -245,11 +308,26 @@ class Server:
         self.log_path = workdir / "server.log"
         self._log = self.log_path.open("wb")
         self.proc = subprocess.Popen(
-            [*SERVER_COMMAND, "serve", "--cluster",
-             str(workdir / "cluster.yaml"), "--queues", str(workdir / "queues.yaml"),
-             "--state", str(workdir / "state.db"), "--port", str(self.port),
-             "--speed", str(speed), "--interval", str(interval)],
-            env=env, stdout=self._log, stderr=subprocess.STDOUT)
+            [
+                *SERVER_COMMAND,
+                "serve",
+                "--cluster",
+                str(workdir / "cluster.yaml"),
+                "--queues",
+                str(workdir / "queues.yaml"),
+                "--state",
+                str(workdir / "state.db"),
+                "--port",
+                str(self.port),
+                "--speed",
+                str(speed),
+                "--interval",
+                str(interval),
+            ],
+            env=env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
 
     @property
     def headers(self) -> dict[str, str]:
@@ -259,16 +337,18 @@ class Server:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"gpupool serve exited with {self.proc.returncode}:\n"
-                                   f"{self.log_tail()}")
+                raise RuntimeError(
+                    f"gpupool serve exited with {self.proc.returncode}:\n{self.log_tail()}"
+                )
             try:
                 if httpx.get(self.url + "/healthz", timeout=1.0).status_code == 200:
                     return
             except httpx.HTTPError:
                 pass
             time.sleep(0.1)
-        raise RuntimeError(f"gpupool serve did not answer /healthz in {timeout_s:g} s:\n"
-                           f"{self.log_tail()}")
+        raise RuntimeError(
+            f"gpupool serve did not answer /healthz in {timeout_s:g} s:\n{self.log_tail()}"
+        )
 
     def log_tail(self) -> str:
         self._log.flush()
@@ -304,6 +384,7 @@ class Server:
 
 
 # -- measuring -------------------------------------------------------------------------------
+
 
 def admissible_backlog(queues: list[Mapping[str, Any]]) -> tuple[int, int]:
     """(pending jobs, pending jobs of queues with room) from /api/v1/clusterqueues items."""
@@ -348,22 +429,31 @@ def scrape(text: str) -> dict[str, Any]:
                 admitted += s.value
             elif s.name == "gpupool_decision_latency_seconds_bucket":
                 cycles.append((float(s.labels["le"]), s.value))
-            elif (s.name == "gpupool_api_request_duration_seconds_bucket"
-                  and s.labels.get("route") == "/api/v1/jobs"
-                  and s.labels.get("method") == "POST"):
+            elif (
+                s.name == "gpupool_api_request_duration_seconds_bucket"
+                and s.labels.get("route") == "/api/v1/jobs"
+                and s.labels.get("method") == "POST"
+            ):
                 le = float(s.labels["le"])
                 posts[le] = posts.get(le, 0.0) + s.value
 
     def ms(q: float | None) -> float | None:
         return None if q is None else round(q * 1000, 2)
 
-    return {"admitted": int(admitted),
-            "decision_ms_p99": ms(histogram_quantile(cycles, 0.99)),
-            "server_submit_ms_p99": ms(histogram_quantile(list(posts.items()), 0.99))}
+    return {
+        "admitted": int(admitted),
+        "decision_ms_p99": ms(histogram_quantile(cycles, 0.99)),
+        "server_submit_ms_p99": ms(histogram_quantile(list(posts.items()), 0.99)),
+    }
 
 
-async def _drive(server: Server, bodies: list[bytes], rate: float, concurrency: int,
-                 progress: Callable[[int], None]) -> dict[str, Any]:
+async def _drive(
+    server: Server,
+    bodies: list[bytes],
+    rate: float,
+    concurrency: int,
+    progress: Callable[[int], None],
+) -> dict[str, Any]:
     n = len(bodies)
     latencies = np.full(n, np.nan)
     queued = np.zeros(n)
@@ -372,14 +462,18 @@ async def _drive(server: Server, bodies: list[bytes], rate: float, concurrency: 
     done = 0
     # idle connections are dropped well before the server's keep-alive timeout (5 s), so a
     # request never races the server closing its connection
-    limits = httpx.Limits(max_connections=concurrency + 1,
-                          max_keepalive_connections=concurrency + 1, keepalive_expiry=2.0)
+    limits = httpx.Limits(
+        max_connections=concurrency + 1,
+        max_keepalive_connections=concurrency + 1,
+        keepalive_expiry=2.0,
+    )
     headers = {**server.headers, "Content-Type": "application/json"}
     # at most ``concurrency`` requests in flight; the rest wait here, in order (httpx's own
     # pool costs time in the number of waiting requests)
     slots = asyncio.Semaphore(concurrency)
-    async with httpx.AsyncClient(base_url=server.url, limits=limits, timeout=30.0,
-                                 headers=server.headers) as client:
+    async with httpx.AsyncClient(
+        base_url=server.url, limits=limits, timeout=30.0, headers=server.headers
+    ) as client:
         loop = asyncio.get_running_loop()
 
         async def one(i: int, due: float) -> None:
@@ -442,10 +536,17 @@ async def _drive(server: Server, bodies: list[bytes], rate: float, concurrency: 
         last = await backlog()  # right at the end of the load
         if last is not None:
             samples.append(last)
-    return {"latencies": latencies, "queued": queued, "codes": codes, "samples": samples,
-            "load_wall_s": load_wall, "client_cpu_s": client_cpu1 - client_cpu0,
-            "server_cpu_s": None if server_cpu0 is None or server_cpu1 is None
-            else server_cpu1 - server_cpu0}
+    return {
+        "latencies": latencies,
+        "queued": queued,
+        "codes": codes,
+        "samples": samples,
+        "load_wall_s": load_wall,
+        "client_cpu_s": client_cpu1 - client_cpu0,
+        "server_cpu_s": None
+        if server_cpu0 is None or server_cpu1 is None
+        else server_cpu1 - server_cpu0,
+    }
 
 
 def _drain(server: Server, timeout_s: float) -> float | None:
@@ -460,9 +561,17 @@ def _drain(server: Server, timeout_s: float) -> float | None:
     return None
 
 
-def run(rate: float, duration_s: float, *, nodes: int = 150, speed: float = 60.0,
-        interval: float = 0.1, concurrency: int = 16, seed: int = 1,
-        progress: Callable[[int], None] = lambda n: None) -> ServeBenchResult:
+def run(
+    rate: float,
+    duration_s: float,
+    *,
+    nodes: int = 150,
+    speed: float = 60.0,
+    interval: float = 0.1,
+    concurrency: int = 16,
+    seed: int = 1,
+    progress: Callable[[int], None] = lambda n: None,
+) -> ServeBenchResult:
     count = max(1, round(rate * duration_s))
     bodies = job_bodies(count, seed)
     with tempfile.TemporaryDirectory(prefix="gpupool-bench-serve-") as tmp:
@@ -471,8 +580,9 @@ def run(rate: float, duration_s: float, *, nodes: int = 150, speed: float = 60.0
             server.wait_ready()
             driven = asyncio.run(_drive(server, bodies, rate, concurrency, progress))
             drain = _drain(server, 10.0)
-            metrics = scrape(httpx.get(server.url + "/metrics", headers=server.headers,
-                                       timeout=10).text)
+            metrics = scrape(
+                httpx.get(server.url + "/metrics", headers=server.headers, timeout=10).text
+            )
             cycles = int(httpx.get(server.url + "/healthz", timeout=10).json()["cycles"])
             rss = server.peak_rss_mib()
         finally:
@@ -481,19 +591,34 @@ def run(rate: float, duration_s: float, *, nodes: int = 150, speed: float = 60.0
     accepted = codes.get("201", 0)
     latencies = driven["latencies"]
     return ServeBenchResult(
-        rate=rate, duration_s=duration_s, nodes=nodes, speed=speed, concurrency=concurrency,
-        submitted=count, accepted=accepted, errors=count - accepted,
+        rate=rate,
+        duration_s=duration_s,
+        nodes=nodes,
+        speed=speed,
+        concurrency=concurrency,
+        submitted=count,
+        accepted=accepted,
+        errors=count - accepted,
         error_kinds={k: v for k, v in codes.items() if k != "201"},
-        load_wall_s=driven["load_wall_s"], latencies_ms=latencies[~np.isnan(latencies)],
-        queued_ms=driven["queued"], samples=driven["samples"], admitted=metrics["admitted"],
-        cycles=cycles, decision_ms_p99=metrics["decision_ms_p99"],
-        server_peak_rss_mib=rss, drain_s=drain,
-        extra={"load_wall_s": round(driven["load_wall_s"], 2),
-               "server_submit_ms": {"p99": metrics["server_submit_ms_p99"]},
-               "cpu_s": {"server": _round(driven["server_cpu_s"]),
-                         "load_generator": _round(driven["client_cpu_s"])},
-               "machine": {"cpus": os.cpu_count(),
-                           "loadavg_1m_at_end": round(os.getloadavg()[0], 2)}})
+        load_wall_s=driven["load_wall_s"],
+        latencies_ms=latencies[~np.isnan(latencies)],
+        queued_ms=driven["queued"],
+        samples=driven["samples"],
+        admitted=metrics["admitted"],
+        cycles=cycles,
+        decision_ms_p99=metrics["decision_ms_p99"],
+        server_peak_rss_mib=rss,
+        drain_s=drain,
+        extra={
+            "load_wall_s": round(driven["load_wall_s"], 2),
+            "server_submit_ms": {"p99": metrics["server_submit_ms_p99"]},
+            "cpu_s": {
+                "server": _round(driven["server_cpu_s"]),
+                "load_generator": _round(driven["client_cpu_s"]),
+            },
+            "machine": {"cpus": os.cpu_count(), "loadavg_1m_at_end": round(os.getloadavg()[0], 2)},
+        },
+    )
 
 
 def _round(x: float | None) -> float | None:

@@ -20,29 +20,50 @@ from gpupool.client.http import Client
 from gpupool.core.errors import ConfigError
 
 COMMANDS = ("cordon", "uncordon", "drain", "apply")
-APPLY_KINDS = {"ResourceFlavor": "flavors", "ClusterQueue": "clusterqueues",
-               "Cohort": "cohorts", "LocalQueue": "localqueues"}
+APPLY_KINDS = {
+    "ResourceFlavor": "flavors",
+    "ClusterQueue": "clusterqueues",
+    "Cohort": "cohorts",
+    "LocalQueue": "localqueues",
+}
 
 
 def add_parsers(sub: Any) -> None:
     for name, verb, text in (
-            ("cordon", "cordon", "mark nodes unschedulable: no new job lands there"),
-            ("uncordon", "uncordon", "mark nodes schedulable again"),
-            ("drain", "drain", "cordon nodes and send their jobs back to their queues, "
-                               "whole (ElasticGPUs bound there stay)")):
-        p = sub.add_parser(name, parents=[commands._common(("name",))], help=text,
-                           description=text[0].upper() + text[1:] + ".")
+        ("cordon", "cordon", "mark nodes unschedulable: no new job lands there"),
+        ("uncordon", "uncordon", "mark nodes schedulable again"),
+        (
+            "drain",
+            "drain",
+            "cordon nodes and send their jobs back to their queues, "
+            "whole (ElasticGPUs bound there stay)",
+        ),
+    ):
+        p = sub.add_parser(
+            name,
+            parents=[commands._common(("name",))],
+            help=text,
+            description=text[0].upper() + text[1:] + ".",
+        )
         p.add_argument("nodes", nargs="+", metavar="NODE", help="node name (or node/NAME)")
-        p.set_defaults(func=lambda a, v=verb: commands._run(a, lambda c, x, o: _node(c, x, o,
-                                                                                    v)))
-    p = sub.add_parser("apply", parents=[commands._common(("name",))],
-                       help="create or replace queue objects from files",
-                       description="Create or replace ResourceFlavors, Cohorts, "
-                                   "ClusterQueues and LocalQueues (Kueue YAML or JSON; "
-                                   "several documents per file). Each is checked with the "
-                                   "whole configuration; the first refused stops the run.")
-    p.add_argument("-f", "--filename", action="append", required=True, metavar="FILE",
-                   help="a file of queue documents, - for stdin (repeatable)")
+        p.set_defaults(func=lambda a, v=verb: commands._run(a, lambda c, x, o: _node(c, x, o, v)))
+    p = sub.add_parser(
+        "apply",
+        parents=[commands._common(("name",))],
+        help="create or replace queue objects from files",
+        description="Create or replace ResourceFlavors, Cohorts, "
+        "ClusterQueues and LocalQueues (Kueue YAML or JSON; "
+        "several documents per file). Each is checked with the "
+        "whole configuration; the first refused stops the run.",
+    )
+    p.add_argument(
+        "-f",
+        "--filename",
+        action="append",
+        required=True,
+        metavar="FILE",
+        help="a file of queue documents, - for stdin (repeatable)",
+    )
     p.set_defaults(func=lambda a: commands._run(a, _apply))
 
 
@@ -64,15 +85,21 @@ def _apply(client: Client, args: argparse.Namespace, out: Any) -> int:
     docs = commands.read_documents(args.filename)
     for where, doc in docs:  # all checked before any is sent
         if doc.get("kind") not in APPLY_KINDS:
-            raise ConfigError(f"{where}: kind={doc.get('kind')!r}: apply takes "
-                              f"{', '.join(APPLY_KINDS)} (submit jobs with `gpupool submit`)")
+            raise ConfigError(
+                f"{where}: kind={doc.get('kind')!r}: apply takes "
+                f"{', '.join(APPLY_KINDS)} (submit jobs with `gpupool submit`)"
+            )
     for _, doc in docs:
         kind = str(doc["kind"])
         what, obj = client.apply_queue_object(APPLY_KINDS[kind], doc)
         meta = obj.get("metadata", {}) if isinstance(obj, dict) else {}
-        name = f"{meta['namespace']}/{meta.get('name')}" if meta.get("namespace") else \
-            str(meta.get("name"))
+        name = (
+            f"{meta['namespace']}/{meta.get('name')}"
+            if meta.get("namespace")
+            else str(meta.get("name"))
+        )
         singular = kind.lower()
-        commands._print(f"{singular}/{name}" if args.output == "name" else
-                        f"{singular}/{name} {what}", out)
+        commands._print(
+            f"{singular}/{name}" if args.output == "name" else f"{singular}/{name} {what}", out
+        )
     return 0

@@ -64,7 +64,8 @@ def _phases(text: str) -> list[str]:
         match = next((p for p in PHASES if p.lower() == part.strip().lower()), None)
         if match is None:
             raise argparse.ArgumentTypeError(
-                f"{part.strip()!r} is not a phase; phases: {', '.join(PHASES)}")
+                f"{part.strip()!r} is not a phase; phases: {', '.join(PHASES)}"
+            )
         out.append(match)
     return out
 
@@ -72,24 +73,45 @@ def _phases(text: str) -> list[str]:
 def _common(outputs: Sequence[str] | None) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(add_help=False)
     g = p.add_argument_group("connection")
-    g.add_argument("--server", default=None, metavar="URL",
-                   help=f"the gpupool server (env {SERVER_ENV}; default {DEFAULT_SERVER})")
-    g.add_argument("--token", default=None,
-                   help=f"bearer token (env {TOKEN_ENV})")
-    g.add_argument("--context", default=None, metavar="NAME",
-                   help="server, token and namespace from this context of the config file "
-                        "(gpupool config; default: its current context)")
-    g.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS",
-                   help="how long to wait for an answer (default 30)")
-    p.add_argument("-n", "--namespace", default=None,
-                   help="namespace of the jobs (default: every one the token can see)")
+    g.add_argument(
+        "--server",
+        default=None,
+        metavar="URL",
+        help=f"the gpupool server (env {SERVER_ENV}; default {DEFAULT_SERVER})",
+    )
+    g.add_argument("--token", default=None, help=f"bearer token (env {TOKEN_ENV})")
+    g.add_argument(
+        "--context",
+        default=None,
+        metavar="NAME",
+        help="server, token and namespace from this context of the config file "
+        "(gpupool config; default: its current context)",
+    )
+    g.add_argument(
+        "--timeout",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="how long to wait for an answer (default 30)",
+    )
+    p.add_argument(
+        "-n",
+        "--namespace",
+        default=None,
+        help="namespace of the jobs (default: every one the token can see)",
+    )
     if outputs:
         shown = ", ".join(f"{o}=..." if o in output.TEMPLATES else o for o in outputs)
-        p.add_argument("-o", "--output", type=output.output_format(outputs), default=None,
-                       metavar="FORMAT",
-                       help=f"{shown}: json and yaml print the API's objects, for scripts; "
-                            "wide adds columns; name prints kind/name; jsonpath=TEMPLATE "
-                            "and custom-columns=HEADER:JSONPATH,... as kubectl's")
+        p.add_argument(
+            "-o",
+            "--output",
+            type=output.output_format(outputs),
+            default=None,
+            metavar="FORMAT",
+            help=f"{shown}: json and yaml print the API's objects, for scripts; "
+            "wide adds columns; name prints kind/name; jsonpath=TEMPLATE "
+            "and custom-columns=HEADER:JSONPATH,... as kubectl's",
+        )
     return p
 
 
@@ -116,48 +138,100 @@ def add_parsers(sub: Any, only: str | None = None) -> None:
 
 
 def _submit_parser(sub: Any) -> None:
-    p = sub.add_parser("submit", parents=[_common(("json", "yaml", "name"))],
-                       help="submit jobs to a gpupool server",
-                       description="Submit Job documents (YAML or JSON; several per file, "
-                                   "separated by ---) to a gpupool server.")
-    p.add_argument("-f", "--filename", action="append", required=True, metavar="FILE",
-                   help="a file of Job documents, - for stdin (repeatable)")
+    p = sub.add_parser(
+        "submit",
+        parents=[_common(("json", "yaml", "name"))],
+        help="submit jobs to a gpupool server",
+        description="Submit Job documents (YAML or JSON; several per file, "
+        "separated by ---) to a gpupool server.",
+    )
+    p.add_argument(
+        "-f",
+        "--filename",
+        action="append",
+        required=True,
+        metavar="FILE",
+        help="a file of Job documents, - for stdin (repeatable)",
+    )
     p.set_defaults(func=lambda a: _run(a, _submit))
 
 
 def _get_parser(sub: Any) -> None:
-    p = sub.add_parser("get", parents=[_common(("json", "yaml", "wide", "name", "jsonpath",
-                                                "custom-columns"))],
-                       help="list jobs, nodes, queues, flavors, cohorts or events",
-                       description="Show objects of a gpupool server as a table.")
-    p.add_argument("kind", metavar="KIND", type=_kind,
-                   help="jobs, nodes, queues (= clusterqueues), localqueues, flavors, "
-                        "cohorts or events")
-    p.add_argument("name", nargs="?", metavar="NAME",
-                   help="one object (a job as NAME or NAMESPACE/NAME; for events, the "
-                        "events of that object)")
-    p.add_argument("-A", "--all-namespaces", action="store_true",
-                   help="every namespace the token can see (the default without -n)")
-    p.add_argument("--phase", type=_phases, metavar="PHASE[,PHASE]",
-                   help=f"jobs in these phases ({', '.join(PHASES)}); without it, and "
-                        "without --show-all, pending and running jobs only")
-    p.add_argument("-a", "--show-all", action="store_true",
-                   help="jobs: ended ones too (Succeeded, Failed, Cancelled)")
-    p.add_argument("-l", "--selector", metavar="SELECTOR",
-                   help="only objects whose labels match (a=b,c!=d,e,!f,g in (x,y))")
-    p.add_argument("--sort-by", metavar="JSONPATH",
-                   help="order by this field of the objects as -o json prints them "
-                        "(e.g. .status.submitTime, {.metadata.name})")
-    p.add_argument("--no-headers", action="store_true",
-                   help="tables and custom-columns without their header line")
-    p.add_argument("--queue", metavar="QUEUE",
-                   help="jobs of this LocalQueue (name or namespace/name) or ClusterQueue")
-    p.add_argument("--limit", type=int, default=200, metavar="N",
-                   help="events: the last N (default 200)")
-    p.add_argument("-w", "--watch", action="store_true",
-                   help="jobs: keep watching, printing a job again when it changes")
-    p.add_argument("--interval", type=float, default=2.0, metavar="SECONDS",
-                   help="how often --watch asks (default 2)")
+    p = sub.add_parser(
+        "get",
+        parents=[_common(("json", "yaml", "wide", "name", "jsonpath", "custom-columns"))],
+        help="list jobs, nodes, queues, flavors, cohorts or events",
+        description="Show objects of a gpupool server as a table.",
+    )
+    p.add_argument(
+        "kind",
+        metavar="KIND",
+        type=_kind,
+        help="jobs, nodes, queues (= clusterqueues), localqueues, flavors, cohorts or events",
+    )
+    p.add_argument(
+        "name",
+        nargs="?",
+        metavar="NAME",
+        help="one object (a job as NAME or NAMESPACE/NAME; for events, the events of that object)",
+    )
+    p.add_argument(
+        "-A",
+        "--all-namespaces",
+        action="store_true",
+        help="every namespace the token can see (the default without -n)",
+    )
+    p.add_argument(
+        "--phase",
+        type=_phases,
+        metavar="PHASE[,PHASE]",
+        help=f"jobs in these phases ({', '.join(PHASES)}); without it, and "
+        "without --show-all, pending and running jobs only",
+    )
+    p.add_argument(
+        "-a",
+        "--show-all",
+        action="store_true",
+        help="jobs: ended ones too (Succeeded, Failed, Cancelled)",
+    )
+    p.add_argument(
+        "-l",
+        "--selector",
+        metavar="SELECTOR",
+        help="only objects whose labels match (a=b,c!=d,e,!f,g in (x,y))",
+    )
+    p.add_argument(
+        "--sort-by",
+        metavar="JSONPATH",
+        help="order by this field of the objects as -o json prints them "
+        "(e.g. .status.submitTime, {.metadata.name})",
+    )
+    p.add_argument(
+        "--no-headers",
+        action="store_true",
+        help="tables and custom-columns without their header line",
+    )
+    p.add_argument(
+        "--queue",
+        metavar="QUEUE",
+        help="jobs of this LocalQueue (name or namespace/name) or ClusterQueue",
+    )
+    p.add_argument(
+        "--limit", type=int, default=200, metavar="N", help="events: the last N (default 200)"
+    )
+    p.add_argument(
+        "-w",
+        "--watch",
+        action="store_true",
+        help="jobs: keep watching, printing a job again when it changes",
+    )
+    p.add_argument(
+        "--interval",
+        type=float,
+        default=2.0,
+        metavar="SECONDS",
+        help="how often --watch asks (default 2)",
+    )
     p.set_defaults(func=lambda a: _run(a, _get))
 
 
@@ -168,39 +242,70 @@ def _get(client: Client, args: argparse.Namespace, out: Out) -> int:
 
 
 def _describe_parser(sub: Any) -> None:
-    p = sub.add_parser("describe", parents=[_common(None)],
-                       help="show everything about a job or a node",
-                       description="A job: its spec, status, pending reason, placements card "
-                                   "by card and events. A node: its cards and who holds "
-                                   "them.")
-    p.add_argument("kind", metavar="KIND", choices=("job", "jobs", "node", "nodes", "no",
-                                                    "queue", "queues", "clusterqueue",
-                                                    "clusterqueues", "cq"),
-                   help="job, node or queue (a ClusterQueue)")
-    p.add_argument("name", metavar="NAME", help="a job (NAME or NAMESPACE/NAME), a node or "
-                                                "a ClusterQueue")
+    p = sub.add_parser(
+        "describe",
+        parents=[_common(None)],
+        help="show everything about a job or a node",
+        description="A job: its spec, status, pending reason, placements card "
+        "by card and events. A node: its cards and who holds "
+        "them.",
+    )
+    p.add_argument(
+        "kind",
+        metavar="KIND",
+        choices=(
+            "job",
+            "jobs",
+            "node",
+            "nodes",
+            "no",
+            "queue",
+            "queues",
+            "clusterqueue",
+            "clusterqueues",
+            "cq",
+        ),
+        help="job, node or queue (a ClusterQueue)",
+    )
+    p.add_argument(
+        "name", metavar="NAME", help="a job (NAME or NAMESPACE/NAME), a node or a ClusterQueue"
+    )
     p.set_defaults(func=lambda a: _run(a, _describe))
 
 
 def _cancel_parsers(sub: Any) -> None:
-    p = sub.add_parser("cancel", parents=[_common(("json", "name"))],
-                       help="cancel jobs (their records stay; `delete` removes them)",
-                       description="Cancel pending or running jobs; their cards are free at "
-                                   "once. A job that has ended already is left as it is "
-                                   "(cancelling twice is not an error). Jobs are named as "
-                                   "`job NAME ...` or as `-o name` prints them (job/NS/NAME).")
-    p.add_argument("targets", nargs="+", metavar="job NAME | job/NAME",
-                   help="job NAME [NAME ...] (NAME or NAMESPACE/NAME), or job/NAMESPACE/NAME")
+    p = sub.add_parser(
+        "cancel",
+        parents=[_common(("json", "name"))],
+        help="cancel jobs (their records stay; `delete` removes them)",
+        description="Cancel pending or running jobs; their cards are free at "
+        "once. A job that has ended already is left as it is "
+        "(cancelling twice is not an error). Jobs are named as "
+        "`job NAME ...` or as `-o name` prints them (job/NS/NAME).",
+    )
+    p.add_argument(
+        "targets",
+        nargs="+",
+        metavar="job NAME | job/NAME",
+        help="job NAME [NAME ...] (NAME or NAMESPACE/NAME), or job/NAMESPACE/NAME",
+    )
     p.set_defaults(func=lambda a: _run(a, _cancel))
 
-    p = sub.add_parser("delete", parents=[_common(("json", "name"))],
-                       help="delete jobs (cancelled first if they have not ended)",
-                       description="Delete jobs: a pending or running job is cancelled "
-                                   "first (its cards are free at once), then its record is "
-                                   "removed and its name may be used again. Jobs are named "
-                                   "as `job NAME ...` or as `-o name` prints them.")
-    p.add_argument("targets", nargs="+", metavar="job NAME | job/NAME",
-                   help="job NAME [NAME ...] (NAME or NAMESPACE/NAME), or job/NAMESPACE/NAME")
+    p = sub.add_parser(
+        "delete",
+        parents=[_common(("json", "name"))],
+        help="delete jobs (cancelled first if they have not ended)",
+        description="Delete jobs: a pending or running job is cancelled "
+        "first (its cards are free at once), then its record is "
+        "removed and its name may be used again. Jobs are named "
+        "as `job NAME ...` or as `-o name` prints them.",
+    )
+    p.add_argument(
+        "targets",
+        nargs="+",
+        metavar="job NAME | job/NAME",
+        help="job NAME [NAME ...] (NAME or NAMESPACE/NAME), or job/NAMESPACE/NAME",
+    )
     p.set_defaults(func=lambda a: _run(a, _delete))
 
 
@@ -222,8 +327,10 @@ def job_targets(targets: Sequence[str]) -> list[str]:
         elif kind_given and word:
             names.append(word)
         else:
-            raise ConfigError(f"{word!r}: name jobs as `job NAME` or `job/NAME` "
-                              "(only jobs can be cancelled or deleted here)")
+            raise ConfigError(
+                f"{word!r}: name jobs as `job NAME` or `job/NAME` "
+                "(only jobs can be cancelled or deleted here)"
+            )
     if not names:
         raise ConfigError("no job named: give `job NAME [NAME ...]` or `job/NAME`")
     return names
@@ -234,34 +341,39 @@ def _kind(text: str) -> str:
     if kind is None:
         raise argparse.ArgumentTypeError(
             f"{text!r}: one of jobs, nodes, queues, clusterqueues, localqueues, flavors, "
-            "cohorts, events")
+            "cohorts, events"
+        )
     return kind
 
 
 # -- running a command -----------------------------------------------------------------------
 
 
-def _run(args: argparse.Namespace, command: Callable[[Client, argparse.Namespace, Out], int],
-         out: Out | None = None) -> int:
+def _run(
+    args: argparse.Namespace,
+    command: Callable[[Client, argparse.Namespace, Out], int],
+    out: Out | None = None,
+) -> int:
     ctx: dict[str, Any] = {}
     if getattr(args, "context", None) or config.path().exists():
         ctx = config.context(getattr(args, "context", None))
     server = args.server or os.environ.get(SERVER_ENV) or ctx.get("server") or DEFAULT_SERVER
-    token = args.token if args.token is not None else \
-        os.environ.get(TOKEN_ENV) or ctx.get("token")
+    token = args.token if args.token is not None else os.environ.get(TOKEN_ENV) or ctx.get("token")
     if getattr(args, "namespace", None) is None and not getattr(args, "all_namespaces", False):
         args.namespace = ctx.get("namespace")
     client = Client(server, token, timeout_s=args.timeout)
     try:
         return command(client, args, out or sys.stdout)
     except Unauthorized as exc:
-        how = "give a token with --token or GPUPOOL_TOKEN" if not token else \
-            "check --token or GPUPOOL_TOKEN"
+        how = (
+            "give a token with --token or GPUPOOL_TOKEN"
+            if not token
+            else "check --token or GPUPOOL_TOKEN"
+        )
         exc.args = (f"{exc.message} (server {client.server}; {how})",)
         raise
     except Unreachable as exc:
-        exc.args = (f"{exc} (is `gpupool serve` running there? set --server or "
-                    f"{SERVER_ENV})",)
+        exc.args = (f"{exc} (is `gpupool serve` running there? set --server or {SERVER_ENV})",)
         raise
     except BrokenPipeError:  # the reader went away (`gpupool get jobs | head`)
         if out is None:
@@ -294,8 +406,9 @@ def _split_key(name: str, namespace: str | None) -> tuple[str | None, str]:
     if "/" in name:
         ns, _, short = name.partition("/")
         if namespace and ns != namespace:
-            raise ConfigError(f"{name}: the namespace in the name does not match "
-                              f"--namespace {namespace}")
+            raise ConfigError(
+                f"{name}: the namespace in the name does not match --namespace {namespace}"
+            )
         return ns, short
     return namespace, name
 
@@ -310,21 +423,24 @@ def locate_job(client: Client, name: str, namespace: str | None) -> tuple[str, s
     spaces = client.whoami().get("namespaces") or []
     if len(spaces) == 1:
         return str(spaces[0]), short
-    found = sorted({str(j["metadata"]["namespace"]) for j in client.jobs()
-                    if j["metadata"]["name"] == short})
+    found = sorted(
+        {str(j["metadata"]["namespace"]) for j in client.jobs() if j["metadata"]["name"] == short}
+    )
     if not found:
         raise NotFoundError(f"job {short} not found in any namespace this token can see")
     if len(found) > 1:
-        raise ConfigError(f"job {short} is in namespaces {', '.join(found)}: give "
-                          "-n NAMESPACE or NAMESPACE/NAME")
+        raise ConfigError(
+            f"job {short} is in namespaces {', '.join(found)}: give -n NAMESPACE or NAMESPACE/NAME"
+        )
     return found[0], short
 
 
 # -- submit ----------------------------------------------------------------------------------
 
 
-def read_documents(sources: Sequence[str], stdin: TextIO | None = None
-                   ) -> list[tuple[str, dict[str, Any]]]:
+def read_documents(
+    sources: Sequence[str], stdin: TextIO | None = None
+) -> list[tuple[str, dict[str, Any]]]:
     """``(where, document)`` for every document of every file, in order. A file is YAML
     (documents separated by ``---``) or JSON (an object, or an array of them); a ``List``
     document's ``items`` count one by one. ``-`` reads stdin."""
@@ -340,16 +456,20 @@ def read_documents(sources: Sequence[str], stdin: TextIO | None = None
         for doc in loaded:
             if isinstance(doc, list):
                 flat.extend(doc)
-            elif isinstance(doc, Mapping) and doc.get("kind") == "List" and \
-                    isinstance(doc.get("items"), list):
+            elif (
+                isinstance(doc, Mapping)
+                and doc.get("kind") == "List"
+                and isinstance(doc.get("items"), list)
+            ):
                 flat.extend(doc["items"])
             elif doc is not None:
                 flat.append(doc)
         for i, doc in enumerate(flat):
             where = name if len(flat) == 1 else f"{name} document {i + 1}"
             if not isinstance(doc, Mapping):
-                raise ConfigError(f"{where}: expected a Job document (a mapping), found "
-                                  f"{type(doc).__name__}")
+                raise ConfigError(
+                    f"{where}: expected a Job document (a mapping), found {type(doc).__name__}"
+                )
             docs.append((where, dict(doc)))
         if not flat:
             raise ConfigError(f"{name}: no documents")
@@ -383,14 +503,14 @@ def _with_namespace(doc: dict[str, Any], namespace: str | None, where: str) -> d
         return doc  # the server names what is wrong with it
     given = meta.get("namespace")
     if given is not None and given != namespace:
-        raise ConfigError(f"{where}: metadata.namespace={given!r} does not match "
-                          f"--namespace {namespace}")
+        raise ConfigError(
+            f"{where}: metadata.namespace={given!r} does not match --namespace {namespace}"
+        )
     return {**doc, "metadata": {**meta, "namespace": namespace}}
 
 
 def _submit(client: Client, args: argparse.Namespace, out: Out) -> int:
-    docs = [(w, _with_namespace(d, args.namespace, w)) for w, d in
-            read_documents(args.filename)]
+    docs = [(w, _with_namespace(d, args.namespace, w)) for w, d in read_documents(args.filename)]
     accepted: list[dict[str, Any]] = []
     failed = 0
     for where, doc in docs:
@@ -402,22 +522,25 @@ def _submit(client: Client, args: argparse.Namespace, out: Out) -> int:
             failed += 1
             meta = doc.get("metadata")
             what = render.key({"metadata": meta}) if isinstance(meta, Mapping) else "?"
-            print(f"gpupool: error: {type(exc).__name__}: {where} ({what}): {exc}",
-                  file=sys.stderr)
+            print(f"gpupool: error: {type(exc).__name__}: {where} ({what}): {exc}", file=sys.stderr)
             continue
         accepted.append(job)
         if args.output in (None, "name"):
             _print(_submitted(job) if args.output is None else f"job/{render.key(job)}", out)
     if args.output in ("json", "yaml"):
-        _dump(accepted[0] if len(docs) == 1 and accepted else
-              {"kind": "List", "items": accepted}, args.output, out)
+        _dump(
+            accepted[0] if len(docs) == 1 and accepted else {"kind": "List", "items": accepted},
+            args.output,
+            out,
+        )
     return 2 if failed else 0
 
 
 def _submitted(job: Mapping[str, Any]) -> str:
     status = job.get("status", {})
-    return (f"job {render.key(job)} submitted ({status.get('phase')}, queue "
-            f"{render.local_queue(job)})")
+    return (
+        f"job {render.key(job)} submitted ({status.get('phase')}, queue {render.local_queue(job)})"
+    )
 
 
 # -- describe --------------------------------------------------------------------------------
@@ -429,8 +552,11 @@ def _describe(client: Client, args: argparse.Namespace, out: Out) -> int:
         return 0
     if KINDS.get(args.kind) == "clusterqueues":
         queue = client.queue_object("clusterqueues", args.name)
-        locals_ = [q for q in client.queue_objects("localqueues")
-                   if q.get("spec", {}).get("clusterQueue") == args.name]
+        locals_ = [
+            q
+            for q in client.queue_objects("localqueues")
+            if q.get("spec", {}).get("clusterQueue") == args.name
+        ]
         waiting = client.jobs(queue=args.name, phases=["Pending"])
         from gpupool.client.describe import describe_queue
 
@@ -475,8 +601,7 @@ def _delete(client: Client, args: argparse.Namespace, out: Out) -> int:
         if args.output == "name":
             _print(f"job/{ns}/{short}", out)
         elif args.output is None:
-            _print(f"job {ns}/{short} deleted (was {job.get('status', {}).get('phase')})",
-                   out)
+            _print(f"job {ns}/{short} deleted (was {job.get('status', {}).get('phase')})", out)
     if args.output == "json":
         _dump(done[0] if len(done) == 1 else {"kind": "List", "items": done}, "json", out)
     return 0

@@ -49,8 +49,7 @@ def load(where: Path | None = None) -> dict[str, Any]:
         try:
             data = yaml.safe_load(text)
         except yaml.YAMLError as exc:
-            raise ConfigError(f"{where}: not valid YAML: {' '.join(str(exc).split())}"
-                              ) from exc
+            raise ConfigError(f"{where}: not valid YAML: {' '.join(str(exc).split())}") from exc
     if data is None:
         data = {}
     if not isinstance(data, dict) or not isinstance(data.get("contexts", []), list):

@@ -9,17 +9,35 @@ from typing import Any
 from gpupool.client import config
 from gpupool.core.errors import ConfigError
 
-COMMANDS = ("submit", "get", "describe", "cancel", "delete", "apply", "cordon", "uncordon",
-            "drain", "config", "completion", "serve", "sim", "bench", "k8s", "demo")
+COMMANDS = (
+    "submit",
+    "get",
+    "describe",
+    "cancel",
+    "delete",
+    "apply",
+    "cordon",
+    "uncordon",
+    "drain",
+    "config",
+    "completion",
+    "serve",
+    "sim",
+    "bench",
+    "k8s",
+    "demo",
+)
 OWN = ("config", "completion")
-KINDS = ("jobs", "nodes", "queues", "clusterqueues", "localqueues", "flavors", "cohorts",
-         "events")
+KINDS = ("jobs", "nodes", "queues", "clusterqueues", "localqueues", "flavors", "cohorts", "events")
 
 
 def add_parsers(sub: Any) -> None:
-    p = sub.add_parser("config", help="contexts: named servers and tokens",
-                       description="Manage contexts (server, token, namespace) in "
-                                   f"${config.ENV} or ~/.config/gpupool/config.yaml.")
+    p = sub.add_parser(
+        "config",
+        help="contexts: named servers and tokens",
+        description="Manage contexts (server, token, namespace) in "
+        f"${config.ENV} or ~/.config/gpupool/config.yaml.",
+    )
     verbs = p.add_subparsers(dest="verb", required=True, metavar="VERB")
     v = verbs.add_parser("set-context", help="create or change a context")
     v.add_argument("name")
@@ -38,10 +56,13 @@ def add_parsers(sub: Any) -> None:
     v = verbs.add_parser("current-context", help="print the current context's name")
     v.set_defaults(func=lambda a: _print(config.load().get("current-context") or ""))
 
-    p = sub.add_parser("completion", help="print a shell completion script",
-                       description="Print a completion script: `source <(gpupool completion "
-                                   "bash)`; zsh: `autoload -U +X bashcompinit && bashcompinit` "
-                                   "first.")
+    p = sub.add_parser(
+        "completion",
+        help="print a shell completion script",
+        description="Print a completion script: `source <(gpupool completion "
+        "bash)`; zsh: `autoload -U +X bashcompinit && bashcompinit` "
+        "first.",
+    )
     p.add_argument("shell", choices=("bash", "zsh"))
     p.set_defaults(func=_completion)
 
@@ -93,14 +114,26 @@ def _get_contexts(args: argparse.Namespace) -> int:
     data = config.load()
     current = data.get("current-context")
     lines = ["CURRENT   NAME   SERVER   NAMESPACE"]
-    rows = [["*" if c["name"] == current else "", c["name"], c.get("server") or "-",
-             c.get("namespace") or "-"] for c in data["contexts"]]
-    widths = [max(len(r[i]) for r in [["CURRENT", "NAME", "SERVER", "NAMESPACE"], *rows])
-              for i in range(4)]
-    lines = ["   ".join(h.ljust(w) for h, w in zip(["CURRENT", "NAME", "SERVER", "NAMESPACE"],
-                                                     widths, strict=True)).rstrip()]
-    lines += ["   ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
-              for r in rows]
+    rows = [
+        [
+            "*" if c["name"] == current else "",
+            c["name"],
+            c.get("server") or "-",
+            c.get("namespace") or "-",
+        ]
+        for c in data["contexts"]
+    ]
+    widths = [
+        max(len(r[i]) for r in [["CURRENT", "NAME", "SERVER", "NAMESPACE"], *rows])
+        for i in range(4)
+    ]
+    lines = [
+        "   ".join(
+            h.ljust(w)
+            for h, w in zip(["CURRENT", "NAME", "SERVER", "NAMESPACE"], widths, strict=True)
+        ).rstrip()
+    ]
+    lines += ["   ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
     return _print("\n".join(lines))
 
 

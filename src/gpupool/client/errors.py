@@ -36,8 +36,9 @@ class ResponseError(core.GpupoolError):
     """An error response from the server (a refusal, or its failure): its status code, error
     name, message and details."""
 
-    def __init__(self, status: int, error: str, message: str,
-                 details: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self, status: int, error: str, message: str, details: Mapping[str, Any] | None = None
+    ) -> None:
         Exception.__init__(self, message)
         self.status = status
         self.error = error
@@ -77,8 +78,9 @@ class ConfigError(RequestError, core.ConfigError):
     """422: a queue object or node pool the server cannot accept; ``field``, ``value`` and
     ``rule`` name the problem where the server said them."""
 
-    def __init__(self, status: int, error: str, message: str,
-                 details: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self, status: int, error: str, message: str, details: Mapping[str, Any] | None = None
+    ) -> None:
         super().__init__(status, error, message, details)
         field = self.details.get("field")
         rule = self.details.get("rule")
@@ -92,8 +94,9 @@ class ConfigError(RequestError, core.ConfigError):
 class InvalidJobError(RequestError, core.InvalidJobError):
     """422: a job that can never run as written; ``field``, ``value`` and ``rule`` name it."""
 
-    def __init__(self, status: int, error: str, message: str,
-                 details: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self, status: int, error: str, message: str, details: Mapping[str, Any] | None = None
+    ) -> None:
         super().__init__(status, error, message, details)
         self.field = str(self.details.get("field", ""))
         self.value = self.details.get("value")
@@ -110,12 +113,19 @@ class Unreachable(core.AdapterError):
 
 
 _BY_NAME: dict[str, type[RequestError]] = {
-    "InvalidJobError": InvalidJobError, "ConfigError": ConfigError,
-    "InvalidRequest": InvalidRequest, "NotFoundError": NotFoundError,
-    "ConflictError": ConflictError, "Unauthorized": Unauthorized, "Forbidden": Forbidden,
+    "InvalidJobError": InvalidJobError,
+    "ConfigError": ConfigError,
+    "InvalidRequest": InvalidRequest,
+    "NotFoundError": NotFoundError,
+    "ConflictError": ConflictError,
+    "Unauthorized": Unauthorized,
+    "Forbidden": Forbidden,
 }
 _BY_STATUS: dict[int, type[RequestError]] = {
-    401: Unauthorized, 403: Forbidden, 404: NotFoundError, 409: ConflictError,
+    401: Unauthorized,
+    403: Forbidden,
+    404: NotFoundError,
+    409: ConflictError,
     422: InvalidRequest,
 }
 
@@ -150,7 +160,8 @@ def from_response(status: int, body: object, where: str) -> ResponseError:
 def __getattr__(name: str) -> type[ResponseError]:
     """``ApiError``: the earlier name of :class:`ResponseError`, deprecated."""
     if name == "ApiError":
-        warnings.warn("gpupool.client.errors.ApiError is now ResponseError",
-                      DeprecationWarning, stacklevel=2)
+        warnings.warn(
+            "gpupool.client.errors.ApiError is now ResponseError", DeprecationWarning, stacklevel=2
+        )
         return ResponseError
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

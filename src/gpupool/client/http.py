@@ -44,8 +44,9 @@ def _seg(name: str) -> str:
 
 
 class Client:
-    def __init__(self, server: str = DEFAULT_SERVER, token: str | None = None, *,
-                 timeout_s: float = 30.0) -> None:
+    def __init__(
+        self, server: str = DEFAULT_SERVER, token: str | None = None, *, timeout_s: float = 30.0
+    ) -> None:
         self.server = server.rstrip("/") or DEFAULT_SERVER
         if "://" not in self.server:
             self.server = f"http://{self.server}"
@@ -88,18 +89,23 @@ class Client:
             if self._scheme == "https":
                 import ssl  # only here: it costs more to import than a call takes
 
-                sock = ssl.create_default_context().wrap_socket(sock,
-                                                                server_hostname=self._host)
+                sock = ssl.create_default_context().wrap_socket(sock, server_hostname=self._host)
             self._sock, self._file = sock, sock.makefile("rb")
         return self._sock, self._file
 
-    def _exchange(self, method: str, target: str, content: bytes | None,
-                  headers: dict[str, str]) -> tuple[int, bytes]:
+    def _exchange(
+        self, method: str, target: str, content: bytes | None, headers: dict[str, str]
+    ) -> tuple[int, bytes]:
         sock, f = self._connect()
         host = self._host if self._port is None else f"{self._host}:{self._port}"
-        lines = [f"{method} {target} HTTP/1.1", f"Host: {host}",
-                 *(f"{k}: {v}" for k, v in headers.items()),
-                 f"Content-Length: {len(content or b'')}", "", ""]
+        lines = [
+            f"{method} {target} HTTP/1.1",
+            f"Host: {host}",
+            *(f"{k}: {v}" for k, v in headers.items()),
+            f"Content-Length: {len(content or b'')}",
+            "",
+            "",
+        ]
         sock.sendall("\r\n".join(lines).encode("latin-1") + (content or b""))
         status_line = f.readline(MAX_HEADER_LINE)
         if not status_line:
@@ -135,8 +141,9 @@ class Client:
             self.close()
         return status, body
 
-    def _send(self, method: str, target: str, content: bytes | None,
-              headers: dict[str, str]) -> tuple[int, bytes]:
+    def _send(
+        self, method: str, target: str, content: bytes | None, headers: dict[str, str]
+    ) -> tuple[int, bytes]:
         """One exchange; a kept-alive connection the server has closed is opened again once
         for a GET (nothing was done with it)."""
         for attempt in (0, 1):
@@ -145,22 +152,29 @@ class Client:
             except (_Closed, BrokenPipeError, ConnectionResetError) as exc:
                 self.close()
                 if attempt or method not in ("GET", "HEAD"):
-                    raise Unreachable(f"cannot reach the server at {self.server}: the "
-                                      f"connection was broken off ({type(exc).__name__})"
-                                      ) from exc
+                    raise Unreachable(
+                        f"cannot reach the server at {self.server}: the "
+                        f"connection was broken off ({type(exc).__name__})"
+                    ) from exc
             except TimeoutError as exc:
                 self.close()
-                raise Unreachable(f"no answer from the server at {self.server} in time "
-                                  f"({self._timeout:g} s)") from exc
+                raise Unreachable(
+                    f"no answer from the server at {self.server} in time ({self._timeout:g} s)"
+                ) from exc
             except (OSError, ValueError) as exc:
                 self.close()
                 reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
-                raise Unreachable(f"cannot reach the server at {self.server}: {reason}"
-                                  ) from exc
+                raise Unreachable(f"cannot reach the server at {self.server}: {reason}") from exc
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def request(self, method: str, path: str, *, params: Mapping[str, Any] | None = None,
-                body: object = None) -> Any:
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, Any] | None = None,
+        body: object = None,
+    ) -> Any:
         """One call; the decoded JSON answer, or the error for the refusal."""
         where = f"{method} {self.server}{path}"
         content = None if body is None else json.dumps(body).encode()
@@ -209,8 +223,7 @@ class Client:
 
     def patch_node(self, name: str, **fields: bool) -> dict[str, Any]:
         """Set ``unschedulable`` (cordon) or ``failed`` on a node (admin)."""
-        out: dict[str, Any] = self.request("PATCH", f"/api/v1/nodes/{_seg(name)}",
-                                           body=fields)
+        out: dict[str, Any] = self.request("PATCH", f"/api/v1/nodes/{_seg(name)}", body=fields)
         return out
 
     def drain_node(self, name: str) -> dict[str, Any]:
@@ -246,8 +259,9 @@ class Client:
     def queue_object(self, kind: str, name: str) -> dict[str, Any]:
         """One object; a LocalQueue is named ``namespace/name``."""
         kind = _queue_kind(kind)
-        path = "/".join(_seg(p) for p in name.split("/", 1)) if kind == "localqueues" \
-            else _seg(name)
+        path = (
+            "/".join(_seg(p) for p in name.split("/", 1)) if kind == "localqueues" else _seg(name)
+        )
         out: dict[str, Any] = self.request("GET", f"/api/v1/{kind}/{path}")
         return out
 
@@ -258,16 +272,30 @@ class Client:
         out: dict[str, Any] = self.request("POST", "/api/v1/jobs", body=dict(document))
         return out
 
-    def jobs(self, *, namespace: str | None = None, queue: str | None = None,
-             phases: Iterable[str] | None = None, page: int = PAGE) -> list[dict[str, Any]]:
+    def jobs(
+        self,
+        *,
+        namespace: str | None = None,
+        queue: str | None = None,
+        phases: Iterable[str] | None = None,
+        page: int = PAGE,
+    ) -> list[dict[str, Any]]:
         """Every job the token may see that matches, following the pages to the end."""
         phase = ",".join(phases) if phases else None
         out: list[dict[str, Any]] = []
         after = 0
         while True:
-            data = self.request("GET", "/api/v1/jobs", params={
-                "namespace": namespace, "queue": queue, "phase": phase, "limit": page,
-                "after": after or None})
+            data = self.request(
+                "GET",
+                "/api/v1/jobs",
+                params={
+                    "namespace": namespace,
+                    "queue": queue,
+                    "phase": phase,
+                    "limit": page,
+                    "after": after or None,
+                },
+            )
             out.extend(data["items"])
             if isinstance(data.get("timeSeconds"), (int, float)):
                 self.time_s = float(data["timeSeconds"])  # the cluster's clock as it answered
@@ -282,23 +310,25 @@ class Client:
     def cancel(self, namespace: str, name: str) -> dict[str, Any]:
         """Cancel a pending or running job; a job that has ended is answered as it is."""
         out: dict[str, Any] = self.request(
-            "POST", f"/api/v1/jobs/{_seg(namespace)}/{_seg(name)}/cancel")
+            "POST", f"/api/v1/jobs/{_seg(namespace)}/{_seg(name)}/cancel"
+        )
         return out
 
     def delete(self, namespace: str, name: str) -> dict[str, Any]:
         """Delete a job (cancelled first if it has not ended); the job as it was last."""
-        out: dict[str, Any] = self.request("DELETE",
-                                           f"/api/v1/jobs/{_seg(namespace)}/{_seg(name)}")
+        out: dict[str, Any] = self.request("DELETE", f"/api/v1/jobs/{_seg(namespace)}/{_seg(name)}")
         return out
 
     # -- events ------------------------------------------------------------------------------
 
-    def events(self, *, namespace: str | None = None, since: int = 0,
-               limit: int = 200) -> list[dict[str, Any]]:
+    def events(
+        self, *, namespace: str | None = None, since: int = 0, limit: int = 200
+    ) -> list[dict[str, Any]]:
         """The last ``limit`` events (or those after sequence number ``since``), oldest
         first."""
-        return self._items("/api/v1/events", {"namespace": namespace, "since": since or None,
-                                              "limit": limit})
+        return self._items(
+            "/api/v1/events", {"namespace": namespace, "since": since or None, "limit": limit}
+        )
 
 
 def _queue_kind(kind: str) -> str:

@@ -45,8 +45,7 @@ def get(client: Client, args: argparse.Namespace, out: Out) -> int:
             name = f"{ns}/{short}"
         items = [client.queue_object(kind, name)] if name else client.queue_objects(kind)
         if kind == "localqueues" and args.namespace and not name:
-            items = [q for q in items if q.get("metadata", {}).get("namespace")
-                     == args.namespace]
+            items = [q for q in items if q.get("metadata", {}).get("namespace") == args.namespace]
     items = _shape(items, args)
     if _templated(items, bool(name), args, out):
         return 0
@@ -54,8 +53,13 @@ def get(client: Client, args: argparse.Namespace, out: Out) -> int:
         _dump(items[0] if name else {"items": items}, fmt, out)
         return 0
     if fmt == "name":
-        singular = {"nodes": "node", "clusterqueues": "clusterqueue",
-                    "localqueues": "localqueue", "flavors": "flavor", "cohorts": "cohort"}
+        singular = {
+            "nodes": "node",
+            "clusterqueues": "clusterqueue",
+            "localqueues": "localqueue",
+            "flavors": "flavor",
+            "cohorts": "cohort",
+        }
         for item in items:
             key = str(item.get("name")) if kind == "nodes" else render.key(item)
             _print(f"{singular[kind]}/{key}", out)
@@ -85,8 +89,9 @@ def _shape(items: list[dict[str, Any]], args: argparse.Namespace) -> list[dict[s
     return items
 
 
-def _templated(items: list[dict[str, Any]], single: bool, args: argparse.Namespace,
-               out: Out) -> bool:
+def _templated(
+    items: list[dict[str, Any]], single: bool, args: argparse.Namespace, out: Out
+) -> bool:
     """Prints ``-o jsonpath=`` or ``-o custom-columns=``; False for the other formats."""
     fmt = args.output or ""
     if fmt.startswith("jsonpath="):
@@ -133,8 +138,11 @@ def _get_jobs(client: Client, args: argparse.Namespace, out: Out) -> int:
         return 0
     if not jobs:
         where = f" in namespace {args.namespace}" if args.namespace else ""
-        hint = "" if args.phase or args.show_all else " (pending or running; --show-all " \
-            "for ended ones too)"
+        hint = (
+            ""
+            if args.phase or args.show_all
+            else " (pending or running; --show-all for ended ones too)"
+        )
         print(f"No jobs found{where}{hint}.", file=sys.stderr)
         return 0
     now = client.time_s if client.time_s is not None and not args.name else _now(client)
@@ -154,11 +162,17 @@ def _watch_jobs(client: Client, args: argparse.Namespace, out: Out) -> int:
         changed = []
         for j in jobs:
             st = j.get("status", {})
-            if not (args.show_all or args.phase or st.get("phase") in ACTIVE
-                    or render.key(j) in seen):
+            if not (
+                args.show_all or args.phase or st.get("phase") in ACTIVE or render.key(j) in seen
+            ):
                 continue  # an ended job is shown only when it ends while watched
-            sig = (st.get("phase"), st.get("queuePosition"), st.get("pendingReason"),
-                   st.get("estimatedStartTimeSeconds"), st.get("message"))
+            sig = (
+                st.get("phase"),
+                st.get("queuePosition"),
+                st.get("pendingReason"),
+                st.get("estimatedStartTimeSeconds"),
+                st.get("message"),
+            )
             k = render.key(j)
             if seen.get(k) != sig:
                 seen[k] = sig
@@ -171,12 +185,13 @@ def _watch_jobs(client: Client, args: argparse.Namespace, out: Out) -> int:
         headers = (*render.JOB_HEADERS, *(render.JOB_WIDE if wide else ()), "REASON")
         rows = [[render.cell(c) for c in render.job_row(j, now, wide)] for j in changed]
         if widths is None:
-            widths = [max([len(h)] + [len(r[i]) for r in rows])
-                      for i, h in enumerate(headers)]
+            widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
             rows.insert(0, list(headers))
         for r in rows:
-            _print("   ".join([c.ljust(widths[i]) for i, c in enumerate(r[:-1])] + [r[-1]])
-                   .rstrip(), out)
+            _print(
+                "   ".join([c.ljust(widths[i]) for i, c in enumerate(r[:-1])] + [r[-1]]).rstrip(),
+                out,
+            )
     return 0
 
 
@@ -191,8 +206,11 @@ def _get_events(client: Client, args: argparse.Namespace, out: Out) -> int:
     events = client.events(namespace=args.namespace, limit=5000 if args.name else limit)
     if args.name:
         name = args.name
-        events = [e for e in events if e.get("object") == name or
-                  str(e.get("object", "")).rsplit("/", 1)[-1] == name][-limit:]
+        events = [
+            e
+            for e in events
+            if e.get("object") == name or str(e.get("object", "")).rsplit("/", 1)[-1] == name
+        ][-limit:]
     if args.output in ("json", "yaml"):
         _dump({"items": events}, args.output, out)
         return 0

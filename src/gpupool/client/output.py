@@ -34,7 +34,9 @@ def output_format(allowed: Sequence[str]) -> Callable[[str], str]:
             return text
         raise argparse.ArgumentTypeError(
             f"{text!r} is not an output format; one of "
-            + ", ".join(f"{a}=..." if a in TEMPLATES else a for a in allowed))
+            + ", ".join(f"{a}=..." if a in TEMPLATES else a for a in allowed)
+        )
+
     return parse
 
 
@@ -109,7 +111,7 @@ def template(obj: Any, text: str) -> str:
     pos = 0
     for m in _PART.finditer(text):
         if m.start() > pos:
-            parts.append(("text", text[pos:m.start()]))
+            parts.append(("text", text[pos : m.start()]))
         parts.append(("expr", m.group(1).strip()))
         pos = m.end()
     if pos < len(text):
@@ -118,8 +120,7 @@ def template(obj: Any, text: str) -> str:
     return out
 
 
-def _render(parts: list[tuple[str, str]], i: int, obj: Any,
-            stop_at_end: bool) -> tuple[str, int]:
+def _render(parts: list[tuple[str, str]], i: int, obj: Any, stop_at_end: bool) -> tuple[str, int]:
     out = []
     while i < len(parts):
         kind, value = parts[i]
@@ -160,14 +161,18 @@ def custom_columns(spec: str) -> list[tuple[str, str]]:
 
 
 def column_rows(items: Iterable[Any], columns: Sequence[tuple[str, str]]) -> list[list[str]]:
-    return [[",".join(_text(v) for v in jsonpath(item, expr)) or "<none>"
-             for _, expr in columns] for item in items]
+    return [
+        [",".join(_text(v) for v in jsonpath(item, expr)) or "<none>" for _, expr in columns]
+        for item in items
+    ]
 
 
 # -- label selectors -------------------------------------------------------------------------
 
-_REQ = re.compile(r"\s*(!?)([A-Za-z0-9./_-]+)(?:\s*(==|=|!=)\s*([A-Za-z0-9._-]*)|"
-                  r"\s+(in|notin)\s*\(([^)]*)\))?\s*")
+_REQ = re.compile(
+    r"\s*(!?)([A-Za-z0-9./_-]+)(?:\s*(==|=|!=)\s*([A-Za-z0-9._-]*)|"
+    r"\s+(in|notin)\s*\(([^)]*)\))?\s*"
+)
 
 
 def selector(text: str) -> Callable[[Mapping[str, str]], bool]:
@@ -182,8 +187,14 @@ def selector(text: str) -> Callable[[Mapping[str, str]], bool]:
         neg, key, op, value, setop, values = m.groups()
         if neg and (op or setop):
             raise ConfigError(f"-l {text!r}: '!' goes with a key alone (!{key})")
-        tests.append(_requirement(key, "!" if neg else op or setop or "", value or "",
-                                  {c.strip() for c in (values or "").split(",") if c.strip()}))
+        tests.append(
+            _requirement(
+                key,
+                "!" if neg else op or setop or "",
+                value or "",
+                {c.strip() for c in (values or "").split(",") if c.strip()},
+            )
+        )
         pos = m.end()
         if pos < len(text):
             if text[pos] != ",":
@@ -192,8 +203,9 @@ def selector(text: str) -> Callable[[Mapping[str, str]], bool]:
     return lambda labels: all(t(labels) for t in tests)
 
 
-def _requirement(key: str, op: str, value: str,
-                 choices: set[str]) -> Callable[[Mapping[str, str]], bool]:
+def _requirement(
+    key: str, op: str, value: str, choices: set[str]
+) -> Callable[[Mapping[str, str]], bool]:
     def test(labels: Mapping[str, str]) -> bool:
         if op == "!":
             return key not in labels
@@ -206,6 +218,7 @@ def _requirement(key: str, op: str, value: str,
         if op == "notin":
             return labels.get(key) not in choices
         return key in labels
+
     return test
 
 
@@ -219,6 +232,7 @@ def labels_of(obj: Mapping[str, Any]) -> Mapping[str, str]:
 def sort_by(items: list[dict[str, Any]], expr: str) -> list[dict[str, Any]]:
     """``items`` ordered by the value ``expr`` reaches (missing values last), numbers as
     numbers."""
+
     def key(item: dict[str, Any]) -> tuple[int, Any]:
         found = jsonpath(item, expr.strip("{}"))
         if not found or found[0] is None:
@@ -227,4 +241,5 @@ def sort_by(items: list[dict[str, Any]], expr: str) -> list[dict[str, Any]]:
         if isinstance(v, (int, float)) and not isinstance(v, bool):
             return (0, v)
         return (1, _text(v))
+
     return sorted(items, key=key)

@@ -102,8 +102,7 @@ class Cloud:
     def sched(self) -> Scheduler:
         return self.host.scheduler
 
-    def _outages(self, seed: int, pi: int, zi: int, duration_s: float) \
-            -> list[tuple[float, float]]:
+    def _outages(self, seed: int, pi: int, zi: int, duration_s: float) -> list[tuple[float, float]]:
         if self.spec.stockout_rate_per_h <= 0 or self.spec.stockout_duration is None:
             return []
         rng = np.random.default_rng([seed, 0x5C10D, pi, zi])
@@ -197,24 +196,30 @@ class Cloud:
         return {
             "requests": [asdict(r) for r in self.run.requests.values()],
             "heap": [[t, seq, kind, key] for t, seq, (kind, key) in self._events.entries()],
-            "seq": self._events.last_id, "serial": self._serial,
+            "seq": self._events.last_id,
+            "serial": self._serial,
             "queue": list(self._queue),
             "zoneNodes": [[p, z, n] for (p, z), n in sorted(self._zone_nodes.items())],
-            "gpusHeld": self._gpus_held, "aliveGpus": self._alive_gpus,
-            "nodeRequest": dict(self._node_req), "protected": sorted(self._protected),
+            "gpusHeld": self._gpus_held,
+            "aliveGpus": self._alive_gpus,
+            "nodeRequest": dict(self._node_req),
+            "protected": sorted(self._protected),
             "deadlineSeen": None if self._deadline_seen == -math.inf else self._deadline_seen,
-            "nodesMade": self.run.nodes_made, "rng": self.rng.bit_generator.state,
+            "nodesMade": self.run.nodes_made,
+            "rng": self.rng.bit_generator.state,
         }
 
     def restore(self, snap: dict[str, Any]) -> None:
         """Go on from ``snapshot()``'s output (taken with the same spec and seed)."""
         tuples = ("node_names", "nodes_added_s")
         fields: list[dict[str, Any]] = [
-            {k: tuple(v) if k in tuples else v for k, v in r.items()} for r in snap["requests"]]
+            {k: tuple(v) if k in tuples else v for k, v in r.items()} for r in snap["requests"]
+        ]
         self.run.requests = {str(r["key"]): RequestRecord(**r) for r in fields}
         self._events = EventQueue.restored(
             [(float(t), int(q), (int(k), str(key))) for t, q, k, key in snap["heap"]],
-            int(snap["seq"]))
+            int(snap["seq"]),
+        )
         self._serial = int(snap["serial"])
         self._queue = [str(k) for k in snap["queue"]]
         self._zone_nodes = {(str(p), str(z)): int(n) for p, z, n in snap["zoneNodes"]}
@@ -238,9 +243,12 @@ class Cloud:
         """Forget all but the last ``keep`` requests that ended and hold no node (a long-running
         ``serve`` would otherwise keep every request it ever saw)."""
         held = set(self._node_req.values())
-        gone = [k for k, r in self.run.requests.items()
-                if r.ended_s is not None and k not in held and k not in self._queue]
-        for key in gone[:max(0, len(gone) - keep)]:
+        gone = [
+            k
+            for k, r in self.run.requests.items()
+            if r.ended_s is not None and k not in held and k not in self._queue
+        ]
+        for key in gone[: max(0, len(gone) - keep)]:
             del self.run.requests[key]
 
     # -- requests -----------------------------------------------------------------------------
@@ -250,11 +258,17 @@ class Cloud:
         pool = self.spec.pool(m.pool)
         t = pool.template
         selector = {k: v for k, v in t.labels.items() if k == "gpupool.io/node-pool"}
-        ps = PodSet("reserve", m.nodes, t.cpu_milli // 2, t.memory_mib // 2,
-                    GpuRequest(count=pool.gpus_per_node, models=frozenset({pool.model})),
-                    node_selector=selector)
+        ps = PodSet(
+            "reserve",
+            m.nodes,
+            t.cpu_milli // 2,
+            t.memory_mib // 2,
+            GpuRequest(count=pool.gpus_per_node, models=frozenset({pool.model})),
+            node_selector=selector,
+        )
         req = self.sched.create_provisioning_request(
-            ProvisioningRequest(m.name, (ps,), namespace=MANUAL_NAMESPACE), now)
+            ProvisioningRequest(m.name, (ps,), namespace=MANUAL_NAMESPACE), now
+        )
         self._new(req, now, manual=True)
 
     def _match(self, ps: PodSet) -> tuple[CloudPool | None, int, str]:
@@ -270,11 +284,14 @@ class Cloud:
             if g.models and pool.model not in g.models:
                 why.append(f"{pool.name}: model {pool.model}")
                 continue
-            per_gpu = g.count if g.kind is GpuKind.WHOLE else (1 if g.kind is not GpuKind.NONE
-                                                               else 0)
-            fits = [pool.gpus_per_node // per_gpu if per_gpu else 10**9,
-                    t.cpu_milli // ps.cpu_milli if ps.cpu_milli else 10**9,
-                    t.memory_mib // ps.memory_mib if ps.memory_mib else 10**9]
+            per_gpu = (
+                g.count if g.kind is GpuKind.WHOLE else (1 if g.kind is not GpuKind.NONE else 0)
+            )
+            fits = [
+                pool.gpus_per_node // per_gpu if per_gpu else 10**9,
+                t.cpu_milli // ps.cpu_milli if ps.cpu_milli else 10**9,
+                t.memory_mib // ps.memory_mib if ps.memory_mib else 10**9,
+            ]
             per_node = min(fits)
             card_mib = t.gpus[0].memory_mib if t.gpus else 0
             if per_node < 1 or g.memory_mib > card_mib:
@@ -299,24 +316,44 @@ class Cloud:
     def _new(self, req: ProvisioningRequest, now: float, manual: bool) -> None:
         key = req.key
         pool, n, why = self._match_all(req)
-        rec = RequestRecord(key, req.job, pool.name if pool else "", n,
-                            n * (pool.gpus_per_node if pool else 0), manual, now,
-                            label=req.node_label)
+        rec = RequestRecord(
+            key,
+            req.job,
+            pool.name if pool else "",
+            n,
+            n * (pool.gpus_per_node if pool else 0),
+            manual,
+            now,
+            label=req.node_label,
+        )
         self.run.requests[key] = rec
         if req.ended:  # refused by the core (the project's limit)
             self._end(rec, "failed", now, "refused: too many requests")
             return
         if pool is None:
-            self._fail(rec, "NoMatchingPool",
-                       f"no node pool of region {self.spec.region} holds its pods ({why})", now)
+            self._fail(
+                rec,
+                "NoMatchingPool",
+                f"no node pool of region {self.spec.region} holds its pods ({why})",
+                now,
+            )
             return
         if n > pool.max_nodes_per_zone:
-            self._fail(rec, "TooLarge", f"needs {n} nodes in one zone; pool {pool.name} holds "
-                                        f"{pool.max_nodes_per_zone} per zone", now)
+            self._fail(
+                rec,
+                "TooLarge",
+                f"needs {n} nodes in one zone; pool {pool.name} holds "
+                f"{pool.max_nodes_per_zone} per zone",
+                now,
+            )
             return
         if rec.gpus > self.spec.gpu_quota:
-            self._fail(rec, "QuotaExceeded", f"needs {rec.gpus} GPUs; the regional quota is "
-                                             f"{self.spec.gpu_quota}", now)
+            self._fail(
+                rec,
+                "QuotaExceeded",
+                f"needs {rec.gpus} GPUs; the regional quota is {self.spec.gpu_quota}",
+                now,
+            )
             return
         self.sched.provisioning_accepted(key, now)
         self._queue.append(key)
@@ -332,8 +369,9 @@ class Cloud:
             zones = sorted(pool.zones, key=lambda z: (self._zone_nodes.get((pool.name, z), 0), z))
             for zone in zones:
                 used = self._zone_nodes.get((pool.name, zone), 0)
-                if used + rec.nodes > pool.max_nodes_per_zone or \
-                        self._stocked_out(pool.name, zone, now):
+                if used + rec.nodes > pool.max_nodes_per_zone or self._stocked_out(
+                    pool.name, zone, now
+                ):
                     continue
                 self._queue.remove(key)
                 self._zone_nodes[(pool.name, zone)] = used + rec.nodes
@@ -355,11 +393,17 @@ class Cloud:
             name = NodeName(f"{pool.name}-{rec.zone}-{serial:05d}")
             t = pool.template
             node = replace(
-                t, name=name,
-                labels={**t.labels, "kubernetes.io/hostname": name, ZONE_LABEL: rec.zone,
-                        REQUEST_LABEL: rec.label},
+                t,
+                name=name,
+                labels={
+                    **t.labels,
+                    "kubernetes.io/hostname": name,
+                    ZONE_LABEL: rec.zone,
+                    REQUEST_LABEL: rec.label,
+                },
                 taints=(*t.taints, Taint(REQUEST_LABEL, rec.label)),
-                gpus=tuple(replace(g, uuid=f"GPU-{name}-{g.index}") for g in t.gpus))
+                gpus=tuple(replace(g, uuid=f"GPU-{name}-{g.index}") for g in t.gpus),
+            )
             self.host.add_node(node, now)
             names.append(name)
             self._node_req[name] = key
@@ -384,9 +428,13 @@ class Cloud:
         rec = self.run.requests[key]
         if key in self._queue:
             self._queue.remove(key)
-            self._fail(rec, "CapacityNotAvailable",
-                       f"not provisioned within {self.spec.queue_timeout_s:.0f}s "
-                       "(stock-outs or the regional quota)", now)
+            self._fail(
+                rec,
+                "CapacityNotAvailable",
+                f"not provisioned within {self.spec.queue_timeout_s:.0f}s "
+                "(stock-outs or the regional quota)",
+                now,
+            )
 
     def _fail(self, rec: RequestRecord, reason: str, message: str, now: float) -> None:
         with contextlib.suppress(NotFoundError):
@@ -423,8 +471,7 @@ class Cloud:
         if rec.outcome == "consumed":
             self._end(rec, "consumed", now)  # its job is done with the nodes
         elif rec.provisioned_s is not None and now >= rec.provisioned_s + BOOKING_S - 1e-9:
-            self._end(rec, "expired", now,
-                      f"booking expired: no pod came within {BOOKING_S:.0f}s")
+            self._end(rec, "expired", now, f"booking expired: no pod came within {BOOKING_S:.0f}s")
         else:
             self._end(rec, "cancelled", now, "deleted while booked")
         self._unprotect(rec, now)

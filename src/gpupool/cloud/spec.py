@@ -47,9 +47,12 @@ class CloudPoolSpec(Strict):
     and how many nodes each zone can hold."""
 
     name: str
-    zones: Annotated[list[Annotated[str, Field(min_length=1)]], BeforeValidator(_as_list),
-                     AfterValidator(_distinct), Field(min_length=1)] = Field(
-        default_factory=lambda: ["a"])
+    zones: Annotated[
+        list[Annotated[str, Field(min_length=1)]],
+        BeforeValidator(_as_list),
+        AfterValidator(_distinct),
+        Field(min_length=1),
+    ] = Field(default_factory=lambda: ["a"])
     max_nodes_per_zone: int = Field(ge=1)
     cpu: Quantity
     memory: Quantity
@@ -158,8 +161,9 @@ def parse_cloud(doc: Document) -> CloudSpec:
     timeout = _duration(doc, spec.queue_timeout, "spec.queueTimeout", DEFAULT_QUEUE_TIMEOUT_S)
     if timeout <= 0:
         raise doc.error("spec.queueTimeout", spec.queue_timeout, "must be positive")
-    scale_down = _duration(doc, spec.scale_down_after, "spec.scaleDownAfter",
-                           DEFAULT_SCALE_DOWN_AFTER_S)
+    scale_down = _duration(
+        doc, spec.scale_down_after, "spec.scaleDownAfter", DEFAULT_SCALE_DOWN_AFTER_S
+    )
     rate, outage = 0.0, None
     if spec.stockouts is not None:
         rate = spec.stockouts.rate_per_hour
@@ -170,15 +174,26 @@ def parse_cloud(doc: Document) -> CloudSpec:
     for i, r in enumerate(spec.requests):
         at = f"spec.requests[{i}]"
         if r.pool not in known:
-            raise doc.error(f"{at}.pool", r.pool, "is not a pool of this cloud; known: "
-                            + ", ".join(known))
+            raise doc.error(
+                f"{at}.pool", r.pool, "is not a pool of this cloud; known: " + ", ".join(known)
+            )
         if any(m.name == r.name for m in manual):
-            raise doc.error(f"{at}.name", r.name, "is the name of another request; request "
-                            "names must be unique")
-        manual.append(ManualRequest(r.name, _duration(doc, r.at, f"{at}.at", 0.0), r.pool,
-                                    r.nodes))
-    return CloudSpec(name, spec.region, spec.gpu_quota, delay, timeout, scale_down,
-                     tuple(pools), rate, outage, tuple(manual))
+            raise doc.error(
+                f"{at}.name", r.name, "is the name of another request; request names must be unique"
+            )
+        manual.append(ManualRequest(r.name, _duration(doc, r.at, f"{at}.at", 0.0), r.pool, r.nodes))
+    return CloudSpec(
+        name,
+        spec.region,
+        spec.gpu_quota,
+        delay,
+        timeout,
+        scale_down,
+        tuple(pools),
+        rate,
+        outage,
+        tuple(manual),
+    )
 
 
 def _duration(doc: Document, value: object, path: str, default: float) -> float:
@@ -199,10 +214,18 @@ def _pools(doc: Document, specs: list[CloudPoolSpec]) -> list[CloudPool]:
             raise doc.error(f"{at}.name", p.name, NAME_RULE)
         first = next((k for k, q in enumerate(pools) if q.name == p.name), None)
         if first is not None:
-            raise doc.error(f"{at}.name", p.name,
-                            f"is used twice (first by spec.nodePools[{first}])")
-        shape = NodePoolSpec(name=p.name, count=1, cpu=p.cpu, memory=p.memory,
-                             labels=p.labels, taints=p.taints, gpus=p.gpus)
+            raise doc.error(
+                f"{at}.name", p.name, f"is used twice (first by spec.nodePools[{first}])"
+            )
+        shape = NodePoolSpec(
+            name=p.name,
+            count=1,
+            cpu=p.cpu,
+            memory=p.memory,
+            labels=p.labels,
+            taints=p.taints,
+            gpus=p.gpus,
+        )
         (template,) = pool_nodes(doc, at, shape)
         pools.append(CloudPool(p.name, template, tuple(p.zones), p.max_nodes_per_zone))
     return pools
@@ -216,6 +239,8 @@ def load_cloud(path: str) -> CloudSpec:
     clouds = [d for d in docs if d.kind == CLOUD_KIND]
     others = [d.kind for d in docs if d.kind != CLOUD_KIND]
     if len(clouds) != 1 or others:
-        raise ConfigError(f"{path}: expected one kind: Cloud document; found "
-                          f"{len(clouds)} Cloud and {others or 'no other'} documents")
+        raise ConfigError(
+            f"{path}: expected one kind: Cloud document; found "
+            f"{len(clouds)} Cloud and {others or 'no other'} documents"
+        )
     return parse_cloud(clouds[0])

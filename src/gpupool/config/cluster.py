@@ -136,16 +136,17 @@ class ClusterSpec(Strict):
     node_pools: list[NodePoolSpec] = Field(min_length=1)
 
 
-
 def nodes_from_documents(docs: Sequence[Document], source: str = "<documents>") -> list[Node]:
     """The nodes of the one Cluster document in ``docs``, in pool order."""
     if not docs:
-        raise ConfigError(f"{source}: no Cluster document (a document with kind: Cluster, "
-                          "or with nodePools)")
+        raise ConfigError(
+            f"{source}: no Cluster document (a document with kind: Cluster, or with nodePools)"
+        )
     if len(docs) > 1:
         raise docs[1].problem(
             f"a second Cluster document (the first is document {docs[0].index}); "
-            "put every node pool in one")
+            "put every node pool in one"
+        )
     doc = docs[0]
     check_api_version(doc, (CLUSTER_API_VERSION,))
     spec = parse(ClusterSpec, doc)
@@ -157,13 +158,15 @@ def nodes_from_documents(docs: Sequence[Document], source: str = "<documents>") 
         if not is_name(pool.name):
             raise doc.error(f"{at}.name", pool.name, NAME_RULE)
         if pool.name in pools:
-            raise doc.error(f"{at}.name", pool.name,
-                            f"is used twice (first by nodePools[{pools[pool.name]}])")
+            raise doc.error(
+                f"{at}.name", pool.name, f"is used twice (first by nodePools[{pools[pool.name]}])"
+            )
         pools[pool.name] = i
         for node in pool_nodes(doc, at, pool):
             if node.name in names:
-                raise doc.error(f"{at}.name", pool.name,
-                                f"makes node {node.name}, which another pool makes too")
+                raise doc.error(
+                    f"{at}.name", pool.name, f"makes node {node.name}, which another pool makes too"
+                )
             names.add(node.name)
             nodes.append(node)
     return nodes
@@ -201,20 +204,37 @@ def pool_nodes(doc: Document, at: str, pool: NodePoolSpec) -> list[Node]:
         mig = _mig(doc, f"{at}.gpus", gpus, card_mib)
         device = _device(doc, f"{at}.gpus", gpus)
         if device.vendor == "nvidia":
-            labels |= {"nvidia.com/gpu.product": model, "nvidia.com/gpu.count": str(gpus.count),
-                       "nvidia.com/gpu.memory": str(card_mib)}
+            labels |= {
+                "nvidia.com/gpu.product": model,
+                "nvidia.com/gpu.count": str(gpus.count),
+                "nvidia.com/gpu.memory": str(card_mib),
+            }
         else:
-            labels |= {"gpupool.io/accelerator.vendor": device.vendor,
-                       "gpupool.io/accelerator.product": model,
-                       "gpupool.io/accelerator.count": str(gpus.count),
-                       "gpupool.io/accelerator.memory": str(card_mib)}
+            labels |= {
+                "gpupool.io/accelerator.vendor": device.vendor,
+                "gpupool.io/accelerator.product": model,
+                "gpupool.io/accelerator.count": str(gpus.count),
+                "gpupool.io/accelerator.memory": str(card_mib),
+            }
     nodes = []
     for n in range(pool.count):
         name = NodeName(f"{pool.name}-{n}")
-        cards = () if gpus is None else tuple(
-            Gpu(g, model, card_mib, uuid=f"GPU-{name}-{g}", mig=mig, nvlink_peers=peers[g],
-                device=device)
-            for g in range(gpus.count))
+        cards = (
+            ()
+            if gpus is None
+            else tuple(
+                Gpu(
+                    g,
+                    model,
+                    card_mib,
+                    uuid=f"GPU-{name}-{g}",
+                    mig=mig,
+                    nvlink_peers=peers[g],
+                    device=device,
+                )
+                for g in range(gpus.count)
+            )
+        )
         node_labels = {"kubernetes.io/hostname": name, **labels, **pool.labels}
         nodes.append(Node(name, cpu, memory, cards, node_labels, taints, pool.schedulable))
     return nodes
@@ -226,21 +246,27 @@ def _device(doc: Document, at: str, gpus: NodeGpuSpec) -> DeviceClass:
         base = vendor_class(gpus.vendor)
     except ConfigError:
         known = ", ".join(sorted(VENDOR_CLASSES))
-        raise doc.error(f"{at}.vendor", gpus.vendor,
-                        f"is not a known vendor; known: {known}") from None
+        raise doc.error(
+            f"{at}.vendor", gpus.vendor, f"is not a known vendor; known: {known}"
+        ) from None
     changes: dict[str, Any] = {}
     if gpus.division is not None:
         changes["division"] = Division(gpus.division)
     if gpus.compute_steps is not None:
         changes["compute_steps"] = gpus.compute_steps
     if gpus.memory_step is not None:
-        changes["memory_step_mib"] = _positive(doc, gpu_memory_mib, gpus.memory_step,
-                                               f"{at}.memoryStep")
+        changes["memory_step_mib"] = _positive(
+            doc, gpu_memory_mib, gpus.memory_step, f"{at}.memoryStep"
+        )
     if gpus.templates is not None:
         changes["templates"] = tuple(
-            Template(t.name, t.compute, _positive(doc, gpu_memory_mib, t.memory,
-                                                  f"{at}.templates[{k}].memory"))
-            for k, t in enumerate(gpus.templates))
+            Template(
+                t.name,
+                t.compute,
+                _positive(doc, gpu_memory_mib, t.memory, f"{at}.templates[{k}].memory"),
+            )
+            for k, t in enumerate(gpus.templates)
+        )
     if gpus.fractions is not None:
         changes["fractions"] = tuple(sorted(gpus.fractions))
     if gpus.relative_capacity is not None:
@@ -254,8 +280,11 @@ def _device(doc: Document, at: str, gpus: NodeGpuSpec) -> DeviceClass:
         value, _, rule = rest.partition(" ")
         raise doc.error(f"{at}.{field}", value, rule)
     if gpus.mig and device.vendor != "nvidia":
-        raise doc.error(f"{at}.mig", [m.profile for m in gpus.mig],
-                        f"is NVIDIA's partitioning; vendor is {device.vendor}")
+        raise doc.error(
+            f"{at}.mig",
+            [m.profile for m in gpus.mig],
+            f"is NVIDIA's partitioning; vendor is {device.vendor}",
+        )
     return device
 
 
@@ -265,8 +294,11 @@ def _nvlink(doc: Document, at: str, gpus: NodeGpuSpec) -> list[tuple[int, ...]]:
         return [tuple(p for p in range(count) if p != g) for g in range(count)]
     if gpus.nvlink == "pairs":
         if count % 2:
-            raise doc.error(f"{at}.gpus.nvlink", gpus.nvlink,
-                            f"needs an even number of cards (count is {count})")
+            raise doc.error(
+                f"{at}.gpus.nvlink",
+                gpus.nvlink,
+                f"needs an even number of cards (count is {count})",
+            )
         return [(g ^ 1,) for g in range(count)]
     return [() for _ in range(count)]
 
@@ -285,19 +317,27 @@ def _mig(doc: Document, at: str, gpus: NodeGpuSpec, card_mib: int) -> tuple[MigI
         if milli is None:
             slices = _MIG_PROFILE.match(m.profile)
             if slices is None or not 1 <= int(slices[1]) <= MIG_SLICES:
-                raise doc.error(f"{mp}.profile", m.profile,
-                                f"does not say its compute as <g>g.<memory> with g of "
-                                f"{MIG_SLICES}; give computeMilli")
+                raise doc.error(
+                    f"{mp}.profile",
+                    m.profile,
+                    f"does not say its compute as <g>g.<memory> with g of "
+                    f"{MIG_SLICES}; give computeMilli",
+                )
             milli = int(slices[1]) * WHOLE_GPU_MILLI // MIG_SLICES
         mib = _positive(doc, gpu_memory_mib, m.memory, f"{mp}.memory")
         out.append(MigInstance(m.profile, m.instances, milli, mib))
     total_milli = sum(m.count * m.gpu_milli for m in out)
     if total_milli > WHOLE_GPU_MILLI:
-        raise doc.error(f"{at}.mig", [f"{m.count} x {m.profile}" for m in out],
-                        f"take {total_milli} milli of compute, more than a card's "
-                        f"{WHOLE_GPU_MILLI}")
+        raise doc.error(
+            f"{at}.mig",
+            [f"{m.count} x {m.profile}" for m in out],
+            f"take {total_milli} milli of compute, more than a card's {WHOLE_GPU_MILLI}",
+        )
     total_mib = sum(m.count * m.memory_mib for m in out)
     if total_mib > card_mib:
-        raise doc.error(f"{at}.mig", [f"{m.count} x {m.profile}" for m in out],
-                        f"take {total_mib} MiB, more than the card's {card_mib} MiB")
+        raise doc.error(
+            f"{at}.mig",
+            [f"{m.count} x {m.profile}" for m in out],
+            f"take {total_mib} MiB, more than the card's {card_mib} MiB",
+        )
     return tuple(out)

@@ -28,8 +28,10 @@ from gpupool.core.errors import ConfigError
 from gpupool.core.errors import field_text as field_text
 from gpupool.core.errors import show as show
 
-NAME_RULE = "must be a lowercase RFC 1123 name (a-z, 0-9, '-' and '.', starting and ending " \
+NAME_RULE = (
+    "must be a lowercase RFC 1123 name (a-z, 0-9, '-' and '.', starting and ending "
     "with a letter or digit, at most 253 characters)"
+)
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 
 
@@ -93,8 +95,14 @@ class Document:
         """A ConfigError for a problem already worded (``text`` names the field); the
         structure of ``cause``, when given, is kept."""
         if cause is not None and cause.field is not None:
-            return ConfigError(f"{self.where}: {text}", field=cause.field, value=cause.value,
-                               rule=cause.rule, where=self.where, document=self.identity)
+            return ConfigError(
+                f"{self.where}: {text}",
+                field=cause.field,
+                value=cause.value,
+                rule=cause.rule,
+                where=self.where,
+                document=self.identity,
+            )
         return ConfigError(f"{self.where}: {text}", where=self.where, document=self.identity)
 
 
@@ -102,9 +110,11 @@ def check_api_version(doc: Document, allowed: tuple[str, ...]) -> None:
     """A document's apiVersion must be one its kind is read under; a missing one is fine."""
     version = doc.body.get("apiVersion")
     if version is not None and version not in allowed:
-        raise doc.error("apiVersion", version,
-                        f"is not one {doc.kind or 'Cluster'} is read under; use "
-                        + " or ".join(allowed))
+        raise doc.error(
+            "apiVersion",
+            version,
+            f"is not one {doc.kind or 'Cluster'} is read under; use " + " or ".join(allowed),
+        )
 
 
 # -- pydantic: the shape of documents ---------------------------------------------------------
@@ -113,15 +123,15 @@ def check_api_version(doc: Document, allowed: tuple[str, ...]) -> None:
 class Strict(BaseModel):
     """Base of every document model: camelCase keys, unknown keys are errors, no coercion."""
 
-    model_config = ConfigDict(extra="forbid", alias_generator=to_camel, strict=True,
-                              frozen=True)
+    model_config = ConfigDict(extra="forbid", alias_generator=to_camel, strict=True, frozen=True)
 
 
 def _quantity_shape(value: object) -> object:
     """A quantity as written, its syntax checked by the one parser (``config.quantity``)."""
     if isinstance(value, bool) or not isinstance(value, int | float | str):
-        raise ValueError("should be a quantity: a number, or a string such as 500m, 2, "
-                         "1.5, 64Gi or 1G")
+        raise ValueError(
+            "should be a quantity: a number, or a string such as 500m, 2, 1.5, 64Gi or 1G"
+        )
     try:
         parse_quantity(value)
     except ConfigError as exc:
@@ -132,8 +142,9 @@ def _quantity_shape(value: object) -> object:
 def _duration_shape(value: object) -> object:
     """A duration as written, its syntax checked by ``config.quantity.duration_s``."""
     if isinstance(value, bool) or not isinstance(value, int | float | str):
-        raise ValueError("should be a duration: seconds, or a string such as 7d, 12h, 30m, "
-                         "45s or 1h30m")
+        raise ValueError(
+            "should be a duration: seconds, or a string such as 7d, 12h, 30m, 45s or 1h30m"
+        )
     try:
         duration_s(value)
     except ConfigError as exc:
@@ -179,8 +190,14 @@ def parse(model: type[M], doc: Document, missing: Mapping[str, str] | None = Non
         return model.model_validate(dict(doc.body))
     except ValidationError as exc:
         path, value, rule, text = problem(exc, model, missing)
-        raise ConfigError(f"{doc.where}: {text}", field=path, value=value, rule=rule,
-                          where=doc.where, document=doc.identity) from exc
+        raise ConfigError(
+            f"{doc.where}: {text}",
+            field=path,
+            value=value,
+            rule=rule,
+            where=doc.where,
+            document=doc.identity,
+        ) from exc
 
 
 def first_problem(exc: ValidationError, model: type[BaseModel]) -> tuple[str, object, str]:
@@ -195,8 +212,9 @@ def describe(exc: ValidationError, model: type[BaseModel]) -> str:
     return problem(exc, model)[3]
 
 
-def problem(exc: ValidationError, model: type[BaseModel],
-            missing: Mapping[str, str] | None = None) -> tuple[str, object, str, str]:
+def problem(
+    exc: ValidationError, model: type[BaseModel], missing: Mapping[str, str] | None = None
+) -> tuple[str, object, str, str]:
     """The first problem of a ValidationError as (path, value, rule, one line of text);
     unknown fields first, and the text says how many more problems there are."""
     errors = exc.errors()
@@ -213,8 +231,11 @@ def problem(exc: ValidationError, model: type[BaseModel],
     elif kind == "missing":
         value = None
         hint = None if missing is None or not loc else missing.get(str(loc[-1]))
-        rule = "required field is missing" if missing is None else \
-            "missing" + (f": {hint}" if hint else "")
+        rule = (
+            "required field is missing"
+            if missing is None
+            else "missing" + (f": {hint}" if hint else "")
+        )
         text = f"{path}: {rule}"
     else:
         rule = str(first["msg"]).removeprefix("Value error, ").replace(" after validation", "")
@@ -249,8 +270,9 @@ def known_fields(model: type[BaseModel], loc: tuple[int | str, ...]) -> list[str
                 return []
             tp = args[0]
         elif isinstance(tp, type) and issubclass(tp, BaseModel):
-            field = next((f for name, f in tp.model_fields.items()
-                          if (f.alias or name) == part), None)
+            field = next(
+                (f for name, f in tp.model_fields.items() if (f.alias or name) == part), None
+            )
             if field is None:
                 return []
             tp = field.annotation

@@ -41,15 +41,22 @@ from gpupool.core.elastic.objects import object_error
 from gpupool.core.errors import InvalidJobError
 from gpupool.core.model import WHOLE_GPU_MILLI
 
-__all__ = ["claim_from_json", "claim_to_json", "class_from_json", "class_to_json",
-           "gpu_from_json", "gpu_to_json"]
+__all__ = [
+    "claim_from_json",
+    "claim_to_json",
+    "class_from_json",
+    "class_to_json",
+    "gpu_from_json",
+    "gpu_to_json",
+]
 
 
 class _Wire(BaseModel):
     """camelCase keys, unknown keys refused, no coercion (a string is not a number)."""
 
-    model_config = ConfigDict(extra="forbid", alias_generator=to_camel, strict=True,
-                              frozen=True, populate_by_name=True)
+    model_config = ConfigDict(
+        extra="forbid", alias_generator=to_camel, strict=True, frozen=True, populate_by_name=True
+    )
 
 
 def _listed(value: object) -> object:
@@ -66,8 +73,7 @@ def _or_empty(value: object) -> object:
 class ClassJson(_Wire):
     name: str = ""
     provisioner: str = ""
-    parameters: Annotated[dict[str, Any], BeforeValidator(_or_empty)] = Field(
-        default_factory=dict)
+    parameters: Annotated[dict[str, Any], BeforeValidator(_or_empty)] = Field(default_factory=dict)
     reclaim_policy: str = ReclaimPolicy.DELETE.value
     binding_mode: str = BindingMode.IMMEDIATE.value
 
@@ -158,10 +164,13 @@ def _claim_key(body: Mapping[str, Any]) -> str:
 def class_from_json(body: Mapping[str, Any]) -> ElasticGPUClass:
     """An ElasticGPUClass from its JSON form; ConfigError naming the field otherwise."""
     c = _read(ClassJson, body, "ElasticGPUClass")
-    return ElasticGPUClass(name=c.name, provisioner=c.provisioner,  # type: ignore[arg-type]
-                           parameters=dict(c.parameters),
-                           reclaim_policy=c.reclaim_policy,  # type: ignore[arg-type]
-                           binding_mode=c.binding_mode)  # type: ignore[arg-type]
+    return ElasticGPUClass(
+        name=c.name,
+        provisioner=c.provisioner,  # type: ignore[arg-type]
+        parameters=dict(c.parameters),
+        reclaim_policy=c.reclaim_policy,  # type: ignore[arg-type]
+        binding_mode=c.binding_mode,  # type: ignore[arg-type]
+    )
 
 
 def gpu_from_json(body: Mapping[str, Any]) -> ElasticGPU:
@@ -170,13 +179,22 @@ def gpu_from_json(body: Mapping[str, Any]) -> ElasticGPU:
     g = _read(GpuJson, body, "ElasticGPU")
     ref = g.claim_ref
     return ElasticGPU(
-        name=g.name, source=g.source, model=g.model,  # type: ignore[arg-type]
+        name=g.name,
+        source=g.source,  # type: ignore[arg-type]
+        model=g.model,
         capacity=Capacity(g.capacity.gpu_milli, g.capacity.memory_mib, g.capacity.tflops),
-        node=g.node, card=g.card, uuid=g.uuid, mig_profile=g.mig_profile, pool=g.pool,
-        endpoint=g.endpoint, class_name=g.class_name,
+        node=g.node,
+        card=g.card,
+        uuid=g.uuid,
+        mig_profile=g.mig_profile,
+        pool=g.pool,
+        endpoint=g.endpoint,
+        class_name=g.class_name,
         reclaim_policy=g.reclaim_policy,  # type: ignore[arg-type]
         claim_ref=ClaimRef(ref.namespace, ref.name) if ref is not None and ref.name else None,
-        phase=g.phase, message=g.message)  # type: ignore[arg-type]
+        phase=g.phase,  # type: ignore[arg-type]
+        message=g.message,
+    )
 
 
 def claim_from_json(body: Mapping[str, Any], *, with_status: bool = False) -> ElasticGPUClaim:
@@ -184,59 +202,109 @@ def claim_from_json(body: Mapping[str, Any], *, with_status: bool = False) -> El
     ``className``), and with ``with_status`` what it was bound to (a restore); the status
     fields are checked either way. InvalidJobError naming the field otherwise."""
     if not isinstance(body.get("requests"), Mapping):
-        raise InvalidJobError("requests", body.get("requests"), "must be a mapping with "
-                              "cards, gpuMilli + memoryMib, or tflops",
-                              job=f"ElasticGPUClaim {_claim_key(body)}")
+        raise InvalidJobError(
+            "requests",
+            body.get("requests"),
+            "must be a mapping with cards, gpuMilli + memoryMib, or tflops",
+            job=f"ElasticGPUClaim {_claim_key(body)}",
+        )
     c = _read(ClaimJson, body, "ElasticGPUClaim")
     r = c.requests
-    requests = ClaimRequests(cards=r.cards, gpu_milli=r.gpu_milli, memory_mib=r.memory_mib,
-                             tflops=float(r.tflops), models=frozenset(r.models))
+    requests = ClaimRequests(
+        cards=r.cards,
+        gpu_milli=r.gpu_milli,
+        memory_mib=r.memory_mib,
+        tflops=float(r.tflops),
+        models=frozenset(r.models),
+    )
     if not with_status:
-        return ElasticGPUClaim(name=c.name, namespace=c.namespace, requests=requests,
-                               class_name=c.class_name)
-    serving = tuple(ServingModel(m.model, m.peak_tflops, m.cards, m.gpu_milli, m.mig_profile)
-                    for m in c.serving_models)
-    return ElasticGPUClaim(name=c.name, namespace=c.namespace, requests=requests,
-                           class_name=c.class_name, phase=c.phase,  # type: ignore[arg-type]
-                           elastic_gpus=tuple(c.elastic_gpus), node=c.node,
-                           serving_models=serving, message=c.message)
+        return ElasticGPUClaim(
+            name=c.name, namespace=c.namespace, requests=requests, class_name=c.class_name
+        )
+    serving = tuple(
+        ServingModel(m.model, m.peak_tflops, m.cards, m.gpu_milli, m.mig_profile)
+        for m in c.serving_models
+    )
+    return ElasticGPUClaim(
+        name=c.name,
+        namespace=c.namespace,
+        requests=requests,
+        class_name=c.class_name,
+        phase=c.phase,  # type: ignore[arg-type]
+        elastic_gpus=tuple(c.elastic_gpus),
+        node=c.node,
+        serving_models=serving,
+        message=c.message,
+    )
 
 
 # -- core -> JSON ----------------------------------------------------------------------------
 
 
 def class_to_json(c: ElasticGPUClass) -> dict[str, Any]:
-    return {"name": c.name, "provisioner": c.provisioner.value,
-            "parameters": dict(c.parameters), "reclaimPolicy": c.reclaim_policy.value,
-            "bindingMode": c.binding_mode.value}
+    return {
+        "name": c.name,
+        "provisioner": c.provisioner.value,
+        "parameters": dict(c.parameters),
+        "reclaimPolicy": c.reclaim_policy.value,
+        "bindingMode": c.binding_mode.value,
+    }
 
 
 def gpu_to_json(g: ElasticGPU) -> dict[str, Any]:
     return {
-        "name": g.name, "source": g.source.value, "model": g.model,
-        "capacity": {"gpuMilli": g.capacity.gpu_milli, "memoryMib": g.capacity.memory_mib,
-                     "tflops": g.capacity.tflops},
-        "node": g.node, "card": g.card, "uuid": g.uuid, "migProfile": g.mig_profile,
-        "pool": g.pool, "endpoint": g.endpoint, "className": g.class_name,
+        "name": g.name,
+        "source": g.source.value,
+        "model": g.model,
+        "capacity": {
+            "gpuMilli": g.capacity.gpu_milli,
+            "memoryMib": g.capacity.memory_mib,
+            "tflops": g.capacity.tflops,
+        },
+        "node": g.node,
+        "card": g.card,
+        "uuid": g.uuid,
+        "migProfile": g.mig_profile,
+        "pool": g.pool,
+        "endpoint": g.endpoint,
+        "className": g.class_name,
         "reclaimPolicy": g.reclaim_policy.value,
-        "claimRef": None if g.claim_ref is None else {"namespace": g.claim_ref.namespace,
-                                                      "name": g.claim_ref.name},
-        "phase": g.phase.value, "message": g.message,
+        "claimRef": None
+        if g.claim_ref is None
+        else {"namespace": g.claim_ref.namespace, "name": g.claim_ref.name},
+        "phase": g.phase.value,
+        "message": g.message,
     }
 
 
 def requests_to_json(r: ClaimRequests) -> dict[str, Any]:
-    return {"cards": r.cards, "gpuMilli": r.gpu_milli, "memoryMib": r.memory_mib,
-            "tflops": r.tflops, "models": sorted(r.models)}
+    return {
+        "cards": r.cards,
+        "gpuMilli": r.gpu_milli,
+        "memoryMib": r.memory_mib,
+        "tflops": r.tflops,
+        "models": sorted(r.models),
+    }
 
 
 def claim_to_json(c: ElasticGPUClaim) -> dict[str, Any]:
     return {
-        "name": c.name, "namespace": c.namespace, "requests": requests_to_json(c.requests),
-        "className": c.class_name, "phase": c.phase.value,
-        "elasticGPUs": list(c.elastic_gpus), "node": c.node,
-        "servingModels": [{"model": m.model, "peakTflops": m.peak_tflops, "cards": m.cards,
-                           "gpuMilli": m.gpu_milli, "migProfile": m.mig_profile}
-                          for m in c.serving_models],
+        "name": c.name,
+        "namespace": c.namespace,
+        "requests": requests_to_json(c.requests),
+        "className": c.class_name,
+        "phase": c.phase.value,
+        "elasticGPUs": list(c.elastic_gpus),
+        "node": c.node,
+        "servingModels": [
+            {
+                "model": m.model,
+                "peakTflops": m.peak_tflops,
+                "cards": m.cards,
+                "gpuMilli": m.gpu_milli,
+                "migProfile": m.mig_profile,
+            }
+            for m in c.serving_models
+        ],
         "message": c.message,
     }

@@ -136,8 +136,12 @@ class Where:
         self.where = where  # "file: document N (Scenario name, line L)"
 
     def fail(self, field_path: str, message: str) -> ConfigError:
-        return ConfigError(f"{self.where}: {field_path}: {message}", field=field_path,
-                           rule=message, where=self.where)
+        return ConfigError(
+            f"{self.where}: {field_path}: {message}",
+            field=field_path,
+            rule=message,
+            where=self.where,
+        )
 
 
 def mapping_at(w: Where, path: str, value: object) -> Mapping[str, Any]:
@@ -149,8 +153,10 @@ def mapping_at(w: Where, path: str, value: object) -> Mapping[str, Any]:
 def known_fields(w: Where, path: str, value: Mapping[str, Any], allowed: Sequence[str]) -> None:
     for key in value:
         if key not in allowed:
-            raise w.fail(f"{path}.{key}" if path else str(key),
-                         f"unknown field; expected one of {', '.join(allowed)}")
+            raise w.fail(
+                f"{path}.{key}" if path else str(key),
+                f"unknown field; expected one of {', '.join(allowed)}",
+            )
 
 
 def duration_at(w: Where, path: str, value: object) -> float:

@@ -142,8 +142,14 @@ def _err(path: str, value: object, rule: str) -> InvalidJobError:
     return InvalidJobError(path, value, rule)
 
 
-def parse_job(body: object, config: QueueConfig, *, namespace: str | None = None,
-              submit_time_s: float = 0.0, check_queue: bool = True) -> JobRequest:
+def parse_job(
+    body: object,
+    config: QueueConfig,
+    *,
+    namespace: str | None = None,
+    submit_time_s: float = 0.0,
+    check_queue: bool = True,
+) -> JobRequest:
     """A Job document -> JobRequest. InvalidJobError (field, value, rule) for anything wrong
     in the document itself or a queue that is not a LocalQueue of the namespace."""
     if not isinstance(body, Mapping):
@@ -162,19 +168,28 @@ def parse_job(body: object, config: QueueConfig, *, namespace: str | None = None
         raise _err("metadata.name", meta.name, NAME_RULE.replace("253", "63"))
     ns = meta.namespace or namespace or "default"
     if namespace is not None and meta.namespace is not None and meta.namespace != namespace:
-        raise _err("metadata.namespace", meta.namespace,
-                   f"does not match the namespace of the request ({namespace})")
+        raise _err(
+            "metadata.namespace",
+            meta.namespace,
+            f"does not match the namespace of the request ({namespace})",
+        )
     if not is_name(ns) or len(ns) > 63:
         raise _err("metadata.namespace", ns, NAME_RULE.replace("253", "63"))
     spec = doc.spec
     queue = spec.queue or next((meta.labels[k] for k in QUEUE_LABELS if k in meta.labels), "")
     if not queue:
-        raise _err("spec.queue", None, "is required: name a LocalQueue of the namespace "
-                   "(or set the gpupool.io/queue label)")
+        raise _err(
+            "spec.queue",
+            None,
+            "is required: name a LocalQueue of the namespace (or set the gpupool.io/queue label)",
+        )
     priority, pclass = _priority(spec, config) if check_queue else (spec.priority or 0, "")
     duration = _duration(spec.duration, "spec.duration", allow_zero=False)
-    run_limit = None if spec.run_limit is None else _duration(spec.run_limit, "spec.runLimit",
-                                                              allow_zero=False)
+    run_limit = (
+        None
+        if spec.run_limit is None
+        else _duration(spec.run_limit, "spec.runLimit", allow_zero=False)
+    )
     pod_sets = tuple(_pod_set(ps, f"spec.podSets[{i}]") for i, ps in enumerate(spec.pod_sets))
     names = [ps.name for ps in pod_sets]
     for i, n in enumerate(names):
@@ -182,21 +197,35 @@ def parse_job(body: object, config: QueueConfig, *, namespace: str | None = None
             raise _err(f"spec.podSets[{i}].name", n, "is used by another pod set")
     total = sum(ps.count for ps in pod_sets)
     if spec.min_member is not None and spec.min_member > total:
-        raise _err("spec.minMember", spec.min_member,
-                   f"is more than the job's {total} replica(s)")
+        raise _err("spec.minMember", spec.min_member, f"is more than the job's {total} replica(s)")
     qname = queue if "/" in queue else f"{ns}/{queue}"
     locals_ = sorted(f"{q.namespace}/{q.name}" for q in config.local_queues)
     if check_queue and (qname not in locals_ or qname.split("/", 1)[0] != ns):
         mine = [q.split("/", 1)[1] for q in locals_ if q.startswith(f"{ns}/")]
-        raise _err("spec.queue", queue, f"is not a LocalQueue of namespace {ns} (its "
-                   f"LocalQueues: {', '.join(mine) or 'none'})")
+        raise _err(
+            "spec.queue",
+            queue,
+            f"is not a LocalQueue of namespace {ns} (its LocalQueues: {', '.join(mine) or 'none'})",
+        )
     alternatives = _alternatives(spec.alternatives, pod_sets)
-    job = Job(JobId(f"{ns}/{meta.name}"), pod_sets, QueueName(qname), priority,
-              submit_time_s, duration, spec.min_member, spec.user or ns, run_limit,
-              alternatives)
+    job = Job(
+        JobId(f"{ns}/{meta.name}"),
+        pod_sets,
+        QueueName(qname),
+        priority,
+        submit_time_s,
+        duration,
+        spec.min_member,
+        spec.user or ns,
+        run_limit,
+        alternatives,
+    )
     document = doc.model_dump(by_alias=True, exclude_none=True, mode="json")
-    document["metadata"] = {k: v for k, v in document["metadata"].items()
-                            if k in ("name", "namespace", "labels", "annotations")}
+    document["metadata"] = {
+        k: v
+        for k, v in document["metadata"].items()
+        if k in ("name", "namespace", "labels", "annotations")
+    }
     document["metadata"]["namespace"] = ns
     return JobRequest(ns, meta.name, qname, pclass, job, document)
 
@@ -204,13 +233,15 @@ def parse_job(body: object, config: QueueConfig, *, namespace: str | None = None
 def _priority(spec: JobSpec, config: QueueConfig) -> tuple[int, str]:
     if spec.priority_class_name is not None:
         if spec.priority is not None:
-            raise _err("spec.priority", spec.priority,
-                       "give priority or priorityClassName, not both")
+            raise _err(
+                "spec.priority", spec.priority, "give priority or priorityClassName, not both"
+            )
         try:
             return config.priority(spec.priority_class_name), spec.priority_class_name
         except ConfigError as exc:
-            raise _err("spec.priorityClassName", spec.priority_class_name,
-                       exc.rule or str(exc)) from None
+            raise _err(
+                "spec.priorityClassName", spec.priority_class_name, exc.rule or str(exc)
+            ) from None
     return (spec.priority or 0), ""
 
 
@@ -244,38 +275,50 @@ def _pod_set(ps: PodSetSpec, at: str) -> PodSet:
     cpu = _quantity(cpu_milli, ps.cpu, f"{at}.cpu", 10**8)
     mem = _quantity(memory_mib, ps.memory, f"{at}.memory", 2**32)
     gpu = GpuRequest() if ps.gpu is None else _gpu(ps.gpu, f"{at}.gpu")
-    tolerations = tuple(_toleration(t, f"{at}.tolerations[{i}]")
-                        for i, t in enumerate(ps.tolerations))
+    tolerations = tuple(
+        _toleration(t, f"{at}.tolerations[{i}]") for i, t in enumerate(ps.tolerations)
+    )
     if gpu.kind.name != "NONE" and GPU_TOLERATION not in tolerations:
         tolerations = (*tolerations, GPU_TOLERATION)
     return PodSet(ps.name, ps.count, cpu, mem, gpu, dict(ps.node_selector), tolerations)
 
 
 def _gpu(g: GpuSpec, at: str) -> GpuRequest:
-    mem = 0 if g.memory is None else _quantity(gpu_memory_mib, g.memory, f"{at}.memory",
-                                               2**24)
+    mem = 0 if g.memory is None else _quantity(gpu_memory_mib, g.memory, f"{at}.memory", 2**24)
     models = frozenset(g.models)
     if g.mig is not None:
         if g.count is not None or g.milli is not None or g.memory is not None:
-            raise _err(f"{at}.mig", g.mig, "is a request of its own: leave out count, milli "
-                       "and memory")
+            raise _err(
+                f"{at}.mig", g.mig, "is a request of its own: leave out count, milli and memory"
+            )
         return GpuRequest(mig_profile=g.mig, models=models)
     if g.count is not None:
         if g.milli is not None:
-            raise _err(f"{at}.milli", g.milli, "is for a slice of one card: leave out count "
-                       "(whole cards) or milli")
+            raise _err(
+                f"{at}.milli",
+                g.milli,
+                "is for a slice of one card: leave out count (whole cards) or milli",
+            )
         return GpuRequest(count=g.count, memory_mib=mem, models=models)
     if g.milli is None and mem == 0:
-        raise _err(at, {}, "asks for no GPU: give count (whole cards), milli and memory (a "
-                   "slice of one card) or mig (a MIG instance)")
+        raise _err(
+            at,
+            {},
+            "asks for no GPU: give count (whole cards), milli and memory (a "
+            "slice of one card) or mig (a MIG instance)",
+        )
     return GpuRequest(gpu_milli=g.milli or 0, memory_mib=mem, models=models)
 
 
-def _alternatives(specs: list[AlternativeSpec], pod_sets: tuple[PodSet, ...]
-                  ) -> tuple[Alternative, ...]:
+def _alternatives(
+    specs: list[AlternativeSpec], pod_sets: tuple[PodSet, ...]
+) -> tuple[Alternative, ...]:
     if specs and all(ps.gpu.kind.name == "NONE" for ps in pod_sets):
-        raise _err("spec.alternatives", [a.name for a in specs],
-                   "replace the GPU request of the pod sets, and no pod set asks for a GPU")
+        raise _err(
+            "spec.alternatives",
+            [a.name for a in specs],
+            "replace the GPU request of the pod sets, and no pod set asks for a GPU",
+        )
     out: list[Alternative] = []
     for i, a in enumerate(specs):
         at = f"spec.alternatives[{i}]"
@@ -298,6 +341,7 @@ def _toleration(t: TolerationSpec, at: str) -> Toleration:
         try:
             effect = TaintEffect(t.effect)
         except ValueError:
-            raise _err(f"{at}.effect", t.effect, "must be NoSchedule, PreferNoSchedule or "
-                       "NoExecute") from None
+            raise _err(
+                f"{at}.effect", t.effect, "must be NoSchedule, PreferNoSchedule or NoExecute"
+            ) from None
     return Toleration(t.key, t.operator, t.value, effect)

@@ -29,8 +29,13 @@ from gpupool.core.model import Node
 from gpupool.core.quota import QueueConfig
 
 __all__ = [
-    "KINDS", "load_cluster", "load_documents", "load_queue_config", "parse_documents",
-    "read_documents", "read_queue_config",
+    "KINDS",
+    "load_cluster",
+    "load_documents",
+    "load_queue_config",
+    "parse_documents",
+    "read_documents",
+    "read_queue_config",
 ]
 
 PathLike = str | os.PathLike[str]
@@ -51,8 +56,12 @@ def _mapping(loader: _Loader, node: MappingNode) -> dict[Any, Any]:
         if isinstance(key_node, ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
             key = loader.construct_object(key_node)
             if key in seen:
-                raise ConstructorError(None, None, f"key {show(key)} is given twice in one "
-                                       "mapping", key_node.start_mark)
+                raise ConstructorError(
+                    None,
+                    None,
+                    f"key {show(key)} is given twice in one mapping",
+                    key_node.start_mark,
+                )
             seen.add(key)
     loader.flatten_mapping(node)
     result: dict[Any, Any] = loader.construct_mapping(node)
@@ -75,15 +84,19 @@ def parse_documents(text: str, source: str = "<string>") -> list[Document]:
             line = node.start_mark.line + 1
             index = len(docs) + 1
             if not isinstance(body, Mapping):
-                raise ConfigError(f"{source}: document {index} (line {line}): expected a "
-                                  f"mapping with a kind and its fields, found "
-                                  f"{_what(body)}")
+                raise ConfigError(
+                    f"{source}: document {index} (line {line}): expected a "
+                    f"mapping with a kind and its fields, found "
+                    f"{_what(body)}"
+                )
             if body.get("kind") == "List" and isinstance(body.get("items"), list):
                 for item in body["items"]:  # kubectl's List: one document per item
                     if not isinstance(item, Mapping):
-                        raise ConfigError(f"{source}: document {len(docs) + 1} (line {line}):"
-                                          f" a List item should be a mapping, found "
-                                          f"{_what(item)}")
+                        raise ConfigError(
+                            f"{source}: document {len(docs) + 1} (line {line}):"
+                            f" a List item should be a mapping, found "
+                            f"{_what(item)}"
+                        )
                     docs.append(Document(source, len(docs) + 1, item, line))
                 continue
             docs.append(Document(source, index, body, line))
@@ -128,8 +141,9 @@ def load_documents(path: PathLike) -> list[dict[str, Any]]:
     return [dict(doc.body) for doc in read_documents(path)]
 
 
-def _documents(path_or_docs: PathLike | Sequence[Mapping[str, Any] | None],
-               source: str | None) -> tuple[list[Document], str]:
+def _documents(
+    path_or_docs: PathLike | Sequence[Mapping[str, Any] | None], source: str | None
+) -> tuple[list[Document], str]:
     if isinstance(path_or_docs, str | os.PathLike):
         docs = read_documents(path_or_docs)
         return docs, source or os.fspath(path_or_docs)
@@ -139,11 +153,16 @@ def _documents(path_or_docs: PathLike | Sequence[Mapping[str, Any] | None],
         if body is None:
             continue
         if not isinstance(body, Mapping):
-            raise ConfigError(f"{name}: document {len(out) + 1}: expected a mapping with a "
-                              f"kind and its fields, found {_what(body)}")
+            raise ConfigError(
+                f"{name}: document {len(out) + 1}: expected a mapping with a "
+                f"kind and its fields, found {_what(body)}"
+            )
         if body.get("kind") == "List" and isinstance(body.get("items"), list):
-            out.extend(Document(name, len(out) + 1 + i, item)
-                       for i, item in enumerate(body["items"]) if isinstance(item, Mapping))
+            out.extend(
+                Document(name, len(out) + 1 + i, item)
+                for i, item in enumerate(body["items"])
+                if isinstance(item, Mapping)
+            )
             continue
         out.append(Document(name, len(out) + 1, body))
     return out, name
@@ -163,8 +182,9 @@ def _is_cluster(doc: Document) -> bool:
     raise doc.error("kind", kind, "is not a known kind; known: " + ", ".join(KINDS))
 
 
-def load_cluster(path_or_docs: PathLike | Sequence[Mapping[str, Any] | None], *,
-                 source: str | None = None) -> list[Node]:
+def load_cluster(
+    path_or_docs: PathLike | Sequence[Mapping[str, Any] | None], *, source: str | None = None
+) -> list[Node]:
     """The nodes of the Cluster document in a file (or a list of document dicts).
 
     Queue objects in the same file are skipped here (``load_queue_config`` reads them), but
@@ -175,8 +195,9 @@ def load_cluster(path_or_docs: PathLike | Sequence[Mapping[str, Any] | None], *,
     return nodes_from_documents([d for d in docs if _is_cluster(d)], name)
 
 
-def load_queue_config(path_or_docs: PathLike | Sequence[Mapping[str, Any] | None], *,
-                      source: str | None = None) -> QueueConfig:
+def load_queue_config(
+    path_or_docs: PathLike | Sequence[Mapping[str, Any] | None], *, source: str | None = None
+) -> QueueConfig:
     """The validated queue configuration in a file (or a list of document dicts).
 
     The Cluster document, if the file has one, is skipped here; a document of unknown kind
@@ -185,8 +206,9 @@ def load_queue_config(path_or_docs: PathLike | Sequence[Mapping[str, Any] | None
     return read_queue_config(path_or_docs, source=source).config
 
 
-def read_queue_config(path_or_docs: PathLike | Sequence[Mapping[str, Any] | None], *,
-                      source: str | None = None) -> QueueRead:
+def read_queue_config(
+    path_or_docs: PathLike | Sequence[Mapping[str, Any] | None], *, source: str | None = None
+) -> QueueRead:
     """As :func:`load_queue_config`, with the fields gpupool does not act on."""
     docs, name = _documents(path_or_docs, source)
     queue_docs = [d for d in docs if not _is_cluster(d)]

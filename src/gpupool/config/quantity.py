@@ -40,23 +40,38 @@ Converter = Callable[[object, str], int]
 
 _SUFFIXES: dict[str, Decimal] = {
     "": Decimal(1),
-    "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"),
-    "k": Decimal("1e3"), "M": Decimal("1e6"), "G": Decimal("1e9"), "T": Decimal("1e12"),
-    "P": Decimal("1e15"), "E": Decimal("1e18"),
-    "Ki": Decimal(1 << 10), "Mi": Decimal(1 << 20), "Gi": Decimal(1 << 30),
-    "Ti": Decimal(1 << 40), "Pi": Decimal(1 << 50), "Ei": Decimal(1 << 60),
+    "n": Decimal("1e-9"),
+    "u": Decimal("1e-6"),
+    "m": Decimal("1e-3"),
+    "k": Decimal("1e3"),
+    "M": Decimal("1e6"),
+    "G": Decimal("1e9"),
+    "T": Decimal("1e12"),
+    "P": Decimal("1e15"),
+    "E": Decimal("1e18"),
+    "Ki": Decimal(1 << 10),
+    "Mi": Decimal(1 << 20),
+    "Gi": Decimal(1 << 30),
+    "Ti": Decimal(1 << 40),
+    "Pi": Decimal(1 << 50),
+    "Ei": Decimal(1 << 60),
 }
 _QUANTITY = re.compile(
     r"^(?P<number>[+-]?(?:\d+(?:\.\d*)?|\.\d+))"
-    r"(?:(?P<exp>[eE][+-]?\d+)|(?P<suffix>[KMGTPE]i|[numkMGTPE]))?$")
-QUANTITY_RULE = ("is not a quantity: expected a number with an optional suffix (m, k, M, G, T, "
-                 "P, E, Ki, Mi, Gi, Ti, Pi, Ei) or exponent, such as 500m, 2, 1.5, 64Gi, 1G")
+    r"(?:(?P<exp>[eE][+-]?\d+)|(?P<suffix>[KMGTPE]i|[numkMGTPE]))?$"
+)
+QUANTITY_RULE = (
+    "is not a quantity: expected a number with an optional suffix (m, k, M, G, T, "
+    "P, E, Ki, Mi, Gi, Ti, Pi, Ei) or exponent, such as 500m, 2, 1.5, 64Gi, 1G"
+)
 
 _DURATION_UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
 _DURATION = re.compile(r"^(?:\d+(?:\.\d+)?[dhms])+$")
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)([dhms])")
-DURATION_RULE = ("is not a duration: expected seconds, or a number with a unit d, h, m or s, "
-                 "such as 7d, 12h, 30m, 45s or 1h30m")
+DURATION_RULE = (
+    "is not a duration: expected seconds, or a number with a unit d, h, m or s, "
+    "such as 7d, 12h, 30m, 45s or 1h30m"
+)
 
 
 def field_error(path: str, value: object, rule: str) -> ConfigError:
@@ -80,8 +95,11 @@ def _parse(value: object, field: str) -> tuple[Decimal, bool]:
             raise field_error(field, value, "must be a finite number")
         return Decimal(repr(value)), False
     if not isinstance(value, str):
-        raise field_error(field, value, "should be a quantity: a number or a "
-                                     "string such as 500m, 2, 1.5, 64Gi or 1G")
+        raise field_error(
+            field,
+            value,
+            "should be a quantity: a number or a string such as 500m, 2, 1.5, 64Gi or 1G",
+        )
     match = _QUANTITY.match(value.strip())
     if match is None:
         raise field_error(field, value, QUANTITY_RULE)
@@ -178,8 +196,9 @@ def duration_s(value: object, field: str = "duration") -> float:
         except ValueError:
             if not _DURATION.match(text):
                 raise field_error(field, value, DURATION_RULE) from None
-            seconds = float(sum(Decimal(n) * _DURATION_UNITS[u]
-                                for n, u in _DURATION_PART.findall(text)))
+            seconds = float(
+                sum(Decimal(n) * _DURATION_UNITS[u] for n, u in _DURATION_PART.findall(text))
+            )
     else:
         raise field_error(field, value, DURATION_RULE)
     if not math.isfinite(seconds):

@@ -20,8 +20,15 @@ from gpupool.core.quota import LocalQueue, QueueConfig, QueueSettings
 
 __all__ = ["Ignored", "QueueObject", "QueueRead", "assemble"]
 
-_KINDS = ("ResourceFlavor", "Cohort", "ClusterQueue", "LocalQueue", "PriorityClass",
-          "AdmissionCheck", "ProvisioningRequestConfig")
+_KINDS = (
+    "ResourceFlavor",
+    "Cohort",
+    "ClusterQueue",
+    "LocalQueue",
+    "PriorityClass",
+    "AdmissionCheck",
+    "ProvisioningRequestConfig",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,8 +75,7 @@ class QueueRead:
     ignored: tuple[Ignored, ...] = ()
 
 
-def assemble(objects: Sequence[QueueObject],
-             settings: QueueSettings | None = None) -> QueueRead:
+def assemble(objects: Sequence[QueueObject], settings: QueueSettings | None = None) -> QueueRead:
     """The configuration of translated objects: references between them checked (unknown
     flavor or cluster queue, duplicate names, cohort cycles), then the core's rules.
     ConfigError for the first problem; its ``where`` names the object's document."""
@@ -89,14 +95,16 @@ def assemble(objects: Sequence[QueueObject],
         admission_checks=checks,
     )
     config.validate()
-    ignored = [Ignored(item.label, path, reason)
-               for item in objects for path, reason in item.ignored]
+    ignored = [
+        Ignored(item.label, path, reason) for item in objects for path, reason in item.ignored
+    ]
     ignored.extend(dropped)
     return QueueRead(config, tuple(ignored))
 
 
-def _resolve_checks(found: Mapping[str, list[QueueObject]]
-                    ) -> tuple[tuple[AdmissionCheck, ...], list[Ignored]]:
+def _resolve_checks(
+    found: Mapping[str, list[QueueObject]],
+) -> tuple[tuple[AdmissionCheck, ...], list[Ignored]]:
     """AdmissionChecks with their ProvisioningRequestConfig; every name a ClusterQueue lists
     in ``admissionChecks`` must be an AdmissionCheck of these documents. A check of another
     controller is dropped from the queues that name it (reported)."""
@@ -108,9 +116,12 @@ def _resolve_checks(found: Mapping[str, list[QueueObject]]
             foreign.add(item.obj.name)
         elif item.ref is not None:
             if item.ref not in configs:
-                raise item.doc.error(item.ref_path, item.ref,
-                                     "is not a ProvisioningRequestConfig; known: "
-                                     + (", ".join(sorted(configs)) or "none"))
+                raise item.doc.error(
+                    item.ref_path,
+                    item.ref,
+                    "is not a ProvisioningRequestConfig; known: "
+                    + (", ".join(sorted(configs)) or "none"),
+                )
             checks[item.obj.name] = AdmissionCheck(item.obj.name, config=configs[item.ref])
         else:
             checks[item.obj.name] = item.obj
@@ -119,15 +130,22 @@ def _resolve_checks(found: Mapping[str, list[QueueObject]]
         names = item.obj.admission_checks
         for i, name in enumerate(names):
             if name not in checks and name not in foreign:
-                raise item.doc.error(f"spec.admissionChecks[{i}]", name,
-                                     "is not an AdmissionCheck; known: "
-                                     + (", ".join(sorted([*checks, *foreign])) or "none"))
+                raise item.doc.error(
+                    f"spec.admissionChecks[{i}]",
+                    name,
+                    "is not an AdmissionCheck; known: "
+                    + (", ".join(sorted([*checks, *foreign])) or "none"),
+                )
         kept = tuple(n for n in names if n not in foreign)
         if kept != names:
             for name in sorted(set(names) & foreign):
-                dropped.append(Ignored(item.label, "spec.admissionChecks",
-                                       f"{name} is a check gpupool does not run; the queue "
-                                       "admits without it"))
+                dropped.append(
+                    Ignored(
+                        item.label,
+                        "spec.admissionChecks",
+                        f"{name} is a check gpupool does not run; the queue admits without it",
+                    )
+                )
             item.obj = replace(item.obj, admission_checks=kept)
     return tuple(checks.values()), dropped
 
@@ -142,37 +160,50 @@ def _check_references(found: Mapping[str, list[QueueObject]]) -> None:
             if isinstance(item.obj, LocalQueue):
                 key = f"{item.obj.namespace}/{key}"
             if key in seen:
-                raise item.doc.error("metadata.name", item.obj.name,
-                                     f"is defined twice (first in document "
-                                     f"{seen[key].doc.index})")
+                raise item.doc.error(
+                    "metadata.name",
+                    item.obj.name,
+                    f"is defined twice (first in document {seen[key].doc.index})",
+                )
             seen[key] = item
     queues, cohorts = first["ClusterQueue"], first["Cohort"]
     for name, item in cohorts.items():
         if name in queues:
-            raise item.doc.error("metadata.name", name,
-                                 f"is also a ClusterQueue (document {queues[name].doc.index}); "
-                                 "names must be unique across ClusterQueues and Cohorts")
+            raise item.doc.error(
+                "metadata.name",
+                name,
+                f"is also a ClusterQueue (document {queues[name].doc.index}); "
+                "names must be unique across ClusterQueues and Cohorts",
+            )
     flavors = sorted(first["ResourceFlavor"])
     for item in [*found["ClusterQueue"], *found["Cohort"]]:
         for path, flavor in item.flavor_refs:
             if flavor not in first["ResourceFlavor"]:
-                raise item.doc.error(path, flavor, "is not a ResourceFlavor; known: "
-                                     + (", ".join(flavors) or "none"))
+                raise item.doc.error(
+                    path,
+                    flavor,
+                    "is not a ResourceFlavor; known: " + (", ".join(flavors) or "none"),
+                )
         if item.ref is not None and item.ref in queues:
-            raise item.doc.error(item.ref_path, item.ref,
-                                 "names a ClusterQueue; it must name a cohort")
+            raise item.doc.error(
+                item.ref_path, item.ref, "names a ClusterQueue; it must name a cohort"
+            )
     for item in found["LocalQueue"]:
         if item.ref not in queues:
-            raise item.doc.error(item.ref_path, item.ref, "is not a ClusterQueue; known: "
-                                 + (", ".join(sorted(queues)) or "none"))
+            raise item.doc.error(
+                item.ref_path,
+                item.ref,
+                "is not a ClusterQueue; known: " + (", ".join(sorted(queues)) or "none"),
+            )
     for item in found["Cohort"]:
         chain: list[str] = [item.obj.name]
         current = item
         while current.ref is not None:
             if current.ref in chain:
-                cycle = " -> ".join([*chain[chain.index(current.ref):], current.ref])
-                raise current.doc.error(current.ref_path, current.ref,
-                                        f"closes a cycle in the cohort tree: {cycle}")
+                cycle = " -> ".join([*chain[chain.index(current.ref) :], current.ref])
+                raise current.doc.error(
+                    current.ref_path, current.ref, f"closes a cycle in the cohort tree: {cycle}"
+                )
             chain.append(current.ref)
             if current.ref not in cohorts:
                 break  # a cohort named but not declared: a root with no quota of its own

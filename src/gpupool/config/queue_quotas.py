@@ -36,11 +36,13 @@ class ResourceName:
     unit: str
 
 
-_GPUS = ResourceName(Resource.GPU_MILLI, gpu_milli,
-                     "GPUs of compute, whole or fractional (8 -> 8000, \"0.5\" -> 500)")
+_GPUS = ResourceName(
+    Resource.GPU_MILLI, gpu_milli, 'GPUs of compute, whole or fractional (8 -> 8000, "0.5" -> 500)'
+)
 _MILLI = ResourceName(Resource.GPU_MILLI, whole_number, "milli-GPU, 1000 a whole GPU")
-_GPU_MEMORY = ResourceName(Resource.GPU_MEMORY_MIB, gpu_memory_mib,
-                           "GPU memory: MiB when bare, bytes with a suffix (80Gi)")
+_GPU_MEMORY = ResourceName(
+    Resource.GPU_MEMORY_MIB, gpu_memory_mib, "GPU memory: MiB when bare, bytes with a suffix (80Gi)"
+)
 RESOURCE_NAMES: Mapping[str, ResourceName] = {
     "nvidia.com/gpu": _GPUS,
     "gpu": _GPUS,
@@ -49,8 +51,8 @@ RESOURCE_NAMES: Mapping[str, ResourceName] = {
     "gpupool.io/cards": ResourceName(Resource.GPU, whole_number, "whole cards"),
     "nvidia.com/gpumem": _GPU_MEMORY,
     "gpu_memory": _GPU_MEMORY,
-    "cpu": ResourceName(Resource.CPU_MILLI, cpu_milli, "CPUs (2, \"500m\")"),
-    "memory": ResourceName(Resource.MEMORY_MIB, memory_mib, "bytes (\"64Gi\")"),
+    "cpu": ResourceName(Resource.CPU_MILLI, cpu_milli, 'CPUs (2, "500m")'),
+    "memory": ResourceName(Resource.MEMORY_MIB, memory_mib, 'bytes ("64Gi")'),
 }
 """Quota resource names. ``nvidia.com/gpu`` counts GPUs of compute: a queue's 8 GPUs are
 8000 milli-GPU, used as whole cards or as slices; ``gpupool.io/cards`` counts whole cards."""
@@ -61,8 +63,9 @@ def resource_name(name: str, path: str = "name") -> ResourceName:
     try:
         return RESOURCE_NAMES[name]
     except KeyError:
-        raise field_error(path, name, "is not a known resource; known: "
-                          + ", ".join(RESOURCE_NAMES)) from None
+        raise field_error(
+            path, name, "is not a known resource; known: " + ", ".join(RESOURCE_NAMES)
+        ) from None
 
 
 def _resource(name: object, path: str) -> ResourceName:
@@ -78,8 +81,9 @@ def convert(doc: Document, fn: Callable[[object, str], Any], value: object, path
         raise doc.problem(str(exc), exc) from exc
 
 
-def quotas(doc: Document, groups: list[ResourceGroupSpec], limits_rule: str | None,
-            non_preemptive: bool) -> tuple[tuple[FlavorQuotas, ...], list[tuple[str, str]]]:
+def quotas(
+    doc: Document, groups: list[ResourceGroupSpec], limits_rule: str | None, non_preemptive: bool
+) -> tuple[tuple[FlavorQuotas, ...], list[tuple[str, str]]]:
     """The flavors' quotas of a ClusterQueue or Cohort, and (path, flavor) references.
 
     Kueue's rules: a flavor, and a resource, belong to one resource group; every flavor of a
@@ -96,9 +100,12 @@ def quotas(doc: Document, groups: list[ResourceGroupSpec], limits_rule: str | No
         for f, fq in enumerate(group.flavors):
             fp = f"{gp}.flavors[{f}]"
             if fq.name in flavor_at:
-                raise doc.error(f"{fp}.name", fq.name,
-                                f"is listed twice (first at {flavor_at[fq.name]}); a flavor "
-                                "belongs to one resource group and appears once in it")
+                raise doc.error(
+                    f"{fp}.name",
+                    fq.name,
+                    f"is listed twice (first at {flavor_at[fq.name]}); a flavor "
+                    "belongs to one resource group and appears once in it",
+                )
             flavor_at[fq.name] = fp
             refs.append((f"{fp}.name", fq.name))
             quotas: dict[Resource, Quota] = {}
@@ -108,27 +115,42 @@ def quotas(doc: Document, groups: list[ResourceGroupSpec], limits_rule: str | No
                 rp = f"{fp}.resources[{r}]"
                 unit: ResourceName = convert(doc, _resource, rq.name, f"{rp}.name")
                 if unit.resource in quotas:
-                    raise doc.error(f"{rp}.name", rq.name,
-                                    f"counts {unit.resource} as resources[{given[unit.resource]}]"
-                                    " does already; give each resource once")
+                    raise doc.error(
+                        f"{rp}.name",
+                        rq.name,
+                        f"counts {unit.resource} as resources[{given[unit.resource]}]"
+                        " does already; give each resource once",
+                    )
                 given[unit.resource] = r
                 other = resource_group.setdefault(rq.name, g)
                 if other != g:
-                    raise doc.error(f"{rp}.name", rq.name,
-                                    f"is already covered by spec.resourceGroups[{other}]; a "
-                                    "resource belongs to one resource group")
+                    raise doc.error(
+                        f"{rp}.name",
+                        rq.name,
+                        f"is already covered by spec.resourceGroups[{other}]; a "
+                        "resource belongs to one resource group",
+                    )
                 names.append(rq.name)
                 quotas[unit.resource] = _quota(doc, rp, rq, unit, limits_rule, non_preemptive)
             if covered is not None and sorted(names) != sorted(covered):
-                raise doc.error(f"{fp}.resources", names,
-                                f"do not match {gp}.coveredResources={show(covered)}; every "
-                                "flavor of a group lists the resources the group covers")
+                raise doc.error(
+                    f"{fp}.resources",
+                    names,
+                    f"do not match {gp}.coveredResources={show(covered)}; every "
+                    "flavor of a group lists the resources the group covers",
+                )
             out.append(FlavorQuotas(fq.name, quotas))
     return tuple(out), refs
 
 
-def _quota(doc: Document, rp: str, rq: ResourceQuotaSpec, unit: ResourceName,
-           limits_rule: str | None, non_preemptive: bool) -> Quota:
+def _quota(
+    doc: Document,
+    rp: str,
+    rq: ResourceQuotaSpec,
+    unit: ResourceName,
+    limits_rule: str | None,
+    non_preemptive: bool,
+) -> Quota:
     nominal = convert(doc, unit.convert, rq.nominal_quota, f"{rp}.nominalQuota")
     borrowing = lending = None
     if rq.borrowing_limit is not None:
@@ -137,16 +159,22 @@ def _quota(doc: Document, rp: str, rq: ResourceQuotaSpec, unit: ResourceName,
         if limits_rule:
             raise doc.error(path, rq.borrowing_limit, limits_rule)
         if non_preemptive and borrowing > 0:
-            raise doc.error(path, rq.borrowing_limit,
-                            "is not allowed: spec.nonPreemptive=true, and a non-preemptive "
-                            "queue cannot borrow, since borrowed capacity must be reclaimable")
+            raise doc.error(
+                path,
+                rq.borrowing_limit,
+                "is not allowed: spec.nonPreemptive=true, and a non-preemptive "
+                "queue cannot borrow, since borrowed capacity must be reclaimable",
+            )
     if rq.lending_limit is not None:
         path = f"{rp}.lendingLimit"
         lending = convert(doc, unit.convert, rq.lending_limit, path)
         if limits_rule:
             raise doc.error(path, rq.lending_limit, limits_rule)
         if lending > nominal:
-            raise doc.error(path, rq.lending_limit,
-                            f"is above nominalQuota={show(rq.nominal_quota)}; one cannot lend "
-                            "more than one has")
+            raise doc.error(
+                path,
+                rq.lending_limit,
+                f"is above nominalQuota={show(rq.nominal_quota)}; one cannot lend "
+                "more than one has",
+            )
     return Quota(nominal, borrowing, lending)

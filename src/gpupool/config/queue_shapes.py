@@ -19,9 +19,18 @@ from pydantic import Field
 from gpupool.config.documents import Duration, Metadata, Quantity, Strict
 
 __all__ = [
-    "AdmissionCheckDoc", "ClusterQueueDoc", "CohortDoc", "FairSharingSpec", "LocalQueueDoc",
-    "PriorityClassDoc", "ProvisioningRequestConfigDoc", "QueueSettingsDoc",
-    "ResourceFlavorDoc", "ResourceGroupSpec", "ResourceQuotaSpec", "WorkloadPriorityClassDoc",
+    "AdmissionCheckDoc",
+    "ClusterQueueDoc",
+    "CohortDoc",
+    "FairSharingSpec",
+    "LocalQueueDoc",
+    "PriorityClassDoc",
+    "ProvisioningRequestConfigDoc",
+    "QueueSettingsDoc",
+    "ResourceFlavorDoc",
+    "ResourceGroupSpec",
+    "ResourceQuotaSpec",
+    "WorkloadPriorityClassDoc",
 ]
 
 StopPolicy = Literal["None", "Hold", "HoldAndDrain"]
@@ -62,8 +71,9 @@ class BorrowWithinCohortSpec(Strict):
 
 
 class PreemptionSpec(Strict):
-    within_cluster_queue: Literal["Never", "LowerPriority", "LowerOrNewerEqualPriority"] | None \
-        = None
+    within_cluster_queue: Literal["Never", "LowerPriority", "LowerOrNewerEqualPriority"] | None = (
+        None
+    )
     reclaim_within_cohort: Literal["Never", "LowerPriority", "Any"] | None = None
     borrow_within_cohort: BorrowWithinCohortSpec | None = None
     fair_share: bool | None = None
@@ -157,8 +167,9 @@ class ProvisioningRequestConfigSpec(Strict):
     managed_resources: list[str] | None = None
     retry_strategy: RetryStrategySpec | None = None
     pod_set_updates: dict[str, Any] | None = None
-    pod_set_merge_policy: Literal["IdenticalPodTemplates",
-                                  "IdenticalWorkloadSchedulingRequirements"] | None = None
+    pod_set_merge_policy: (
+        Literal["IdenticalPodTemplates", "IdenticalWorkloadSchedulingRequirements"] | None
+    ) = None
 
 
 class _Object(Strict):

@@ -93,9 +93,20 @@ from gpupool.core.quota import (
 )
 
 __all__ = [
-    "GPUPOOL_API_VERSION", "KUEUE_API_VERSIONS", "QUEUE_KINDS", "RESOURCE_NAMES", "Ignored",
-    "QueueObject", "QueueRead", "ResourceName", "assemble", "is_kueue",
-    "queue_config_from_documents", "read_queue_documents", "resource_name", "translate",
+    "GPUPOOL_API_VERSION",
+    "KUEUE_API_VERSIONS",
+    "QUEUE_KINDS",
+    "RESOURCE_NAMES",
+    "Ignored",
+    "QueueObject",
+    "QueueRead",
+    "ResourceName",
+    "assemble",
+    "is_kueue",
+    "queue_config_from_documents",
+    "read_queue_documents",
+    "resource_name",
+    "translate",
 ]
 
 GPUPOOL_API_VERSION = "gpupool.io/v1alpha1"
@@ -137,8 +148,10 @@ def read_queue_documents(docs: Sequence[Document]) -> QueueRead:
     for doc in docs:
         if doc.kind == "QueueSettings":
             if settings is not None:
-                raise doc.problem(f"a second QueueSettings document (the first is document "
-                                  f"{settings[0].index}); put every setting in one")
+                raise doc.problem(
+                    f"a second QueueSettings document (the first is document "
+                    f"{settings[0].index}); put every setting in one"
+                )
             check_api_version(doc, QUEUE_KINDS["QueueSettings"])
             settings = (doc, _settings(doc))
         else:
@@ -149,9 +162,14 @@ def read_queue_documents(docs: Sequence[Document]) -> QueueRead:
         source = docs[0].source if docs else "<documents>"
         if exc.where is not None and exc.where.startswith(f"{source}:"):
             raise  # names its document already
-        raise ConfigError(f"{source}: {exc}", field=exc.field, value=exc.value,
-                          rule=exc.rule, where=exc.where or source,
-                          document=exc.document) from exc
+        raise ConfigError(
+            f"{source}: {exc}",
+            field=exc.field,
+            value=exc.value,
+            rule=exc.rule,
+            where=exc.where or source,
+            document=exc.document,
+        ) from exc
 
 
 def translate(doc: Document) -> QueueObject:
@@ -188,14 +206,28 @@ def _flavor(doc: Document) -> QueueObject:
     out = QueueObject(doc, ResourceFlavor(_name(doc, d.metadata), dict(d.spec.node_labels)))
     spec = d.spec
     if spec.node_taints:
-        out.ignored.append(("spec.nodeTaints", "not acted on: gpupool reads taints from the "
-                            "nodes themselves and does not add the flavor's to them"))
+        out.ignored.append(
+            (
+                "spec.nodeTaints",
+                "not acted on: gpupool reads taints from the "
+                "nodes themselves and does not add the flavor's to them",
+            )
+        )
     if spec.tolerations:
-        out.ignored.append(("spec.tolerations", "not acted on: gpupool does not add the "
-                            "flavor's tolerations to the pods it admits"))
+        out.ignored.append(
+            (
+                "spec.tolerations",
+                "not acted on: gpupool does not add the flavor's tolerations to the pods it admits",
+            )
+        )
     if spec.topology_name:
-        out.ignored.append(("spec.topologyName", "not acted on: gpupool does not do "
-                            "topology-aware scheduling of Kueue's Topology objects"))
+        out.ignored.append(
+            (
+                "spec.topologyName",
+                "not acted on: gpupool does not do "
+                "topology-aware scheduling of Kueue's Topology objects",
+            )
+        )
     return out
 
 
@@ -231,8 +263,9 @@ def _cluster_queue(doc: Document) -> QueueObject:
     spec = d.spec
     name = _name(doc, d.metadata)
     cohort_path, cohort = _one_of(doc, spec, "cohort", "cohortName")
-    limits_rule = None if cohort else \
-        "is set but the queue has no spec.cohort to borrow from or lend to"
+    limits_rule = (
+        None if cohort else "is set but the queue has no spec.cohort to borrow from or lend to"
+    )
     flavors, refs = quotas(doc, spec.resource_groups, limits_rule, spec.non_preemptive)
     ignored: list[tuple[str, str]] = []
     checks = list(spec.admission_checks or ())
@@ -245,12 +278,17 @@ def _cluster_queue(doc: Document) -> QueueObject:
             if not is_name(rule.name):
                 raise doc.error(f"{path}.name", rule.name, NAME_RULE)
             if rule.name in checks:
-                raise doc.error(f"{path}.name", rule.name,
-                                "is also in spec.admissionChecks; name a check once")
+                raise doc.error(
+                    f"{path}.name", rule.name, "is also in spec.admissionChecks; name a check once"
+                )
             checks.append(rule.name)
             if rule.on_flavors:
-                ignored.append((f"{path}.onFlavors", "acted on as if empty: the check "
-                                "applies to every flavor of the queue"))
+                ignored.append(
+                    (
+                        f"{path}.onFlavors",
+                        "acted on as if empty: the check applies to every flavor of the queue",
+                    )
+                )
     fungibility, fungibility_ignored = _fungibility(spec)
     ignored.extend(fungibility_ignored)
     queue = ClusterQueue(
@@ -267,14 +305,24 @@ def _cluster_queue(doc: Document) -> QueueObject:
     )
     selector = spec.namespace_selector
     if selector:
-        ignored.append(("spec.namespaceSelector", "not acted on: every namespace's "
-                        "LocalQueues may point at this queue"))
+        ignored.append(
+            (
+                "spec.namespaceSelector",
+                "not acted on: every namespace's LocalQueues may point at this queue",
+            )
+        )
     elif selector is None and is_kueue(doc):
-        ignored.append(("spec.namespaceSelector", "unset: Kueue then admits no namespace; "
-                        "gpupool admits every namespace's LocalQueues"))
+        ignored.append(
+            (
+                "spec.namespaceSelector",
+                "unset: Kueue then admits no namespace; "
+                "gpupool admits every namespace's LocalQueues",
+            )
+        )
     if spec.stop_policy not in (None, "None"):
-        ignored.append(("spec.stopPolicy", f"{spec.stop_policy} is not acted on: the queue "
-                        "keeps admitting"))
+        ignored.append(
+            ("spec.stopPolicy", f"{spec.stop_policy} is not acted on: the queue keeps admitting")
+        )
     for key in ("admissionScope", "concurrentAdmissionPolicy"):
         if getattr(spec, _snake(key)) is not None:
             ignored.append((f"spec.{key}", "not acted on"))
@@ -292,13 +340,17 @@ def _fungibility(spec: Any) -> tuple[FlavorFungibility, list[tuple[str, str]]]:
     stop = ("MayStopSearch", "Borrow", "Preempt")
     borrow = Fungibility.STOP if f.when_can_borrow in (None, *stop) else Fungibility.TRY_NEXT
     preempt = Fungibility.STOP if f.when_can_preempt in stop else Fungibility.TRY_NEXT
-    preference = Preference(f.preference) if f.preference is not None \
+    preference = (
+        Preference(f.preference)
+        if f.preference is not None
         else Preference.BORROWING_OVER_PREEMPTION
+    )
     return FlavorFungibility(borrow, preempt, preference), []
 
 
-def _normalized(doc: Document, spec: NormalizedQuotaSpec | None, limits_rule: str | None,
-                own_only: bool = True) -> Quota | None:
+def _normalized(
+    doc: Document, spec: NormalizedQuotaSpec | None, limits_rule: str | None, own_only: bool = True
+) -> Quota | None:
     """``spec.normalizedQuota``: compute across all flavors, in reference GPUs (8 -> 8000
     normalised milli; a card of relative capacity 0.5 uses 500 of it)."""
     if spec is None:
@@ -306,8 +358,10 @@ def _normalized(doc: Document, spec: NormalizedQuotaSpec | None, limits_rule: st
     at = "spec.normalizedQuota"
     nominal = convert(doc, gpu_milli, spec.nominal_quota, f"{at}.nominalQuota")
     out: dict[str, int | None] = {"borrowingLimit": None, "lendingLimit": None}
-    for key, raw in (("borrowingLimit", spec.borrowing_limit),
-                     ("lendingLimit", spec.lending_limit)):
+    for key, raw in (
+        ("borrowingLimit", spec.borrowing_limit),
+        ("lendingLimit", spec.lending_limit),
+    ):
         if raw is None:
             continue
         if limits_rule:
@@ -315,9 +369,11 @@ def _normalized(doc: Document, spec: NormalizedQuotaSpec | None, limits_rule: st
         out[key] = convert(doc, gpu_milli, raw, f"{at}.{key}")
     lending = out["lendingLimit"]
     if own_only and lending is not None and lending > nominal:
-        raise doc.error(f"{at}.lendingLimit", spec.lending_limit,
-                        f"is above nominalQuota={show(spec.nominal_quota)}; one cannot lend "
-                        "more than one has")
+        raise doc.error(
+            f"{at}.lendingLimit",
+            spec.lending_limit,
+            f"is above nominalQuota={show(spec.nominal_quota)}; one cannot lend more than one has",
+        )
     return Quota(nominal, out["borrowingLimit"], lending)
 
 
@@ -333,18 +389,28 @@ def _preemption(doc: Document, spec: Any, ignored: list[tuple[str, str]]) -> Pre
     if reclaim is None:
         reclaim = "Never" if kueue else "Any"
     if within == "LowerOrNewerEqualPriority":
-        ignored.append(("spec.preemption.withinClusterQueue", "LowerOrNewerEqualPriority is "
-                        "acted on as LowerPriority: newer jobs of equal priority are not "
-                        "preempted"))
+        ignored.append(
+            (
+                "spec.preemption.withinClusterQueue",
+                "LowerOrNewerEqualPriority is "
+                "acted on as LowerPriority: newer jobs of equal priority are not "
+                "preempted",
+            )
+        )
         within = "LowerPriority"
     fair = p.fair_share if p is not None else None
     if fair is None:
         fair = reclaim != "Never" if kueue else True
     borrow = p.borrow_within_cohort if p is not None else None
-    if borrow is not None and (borrow.policy != "Never"
-                               or borrow.max_priority_threshold is not None):
-        ignored.append(("spec.preemption.borrowWithinCohort", "not acted on: a queue does "
-                        "not preempt to borrow beyond its nominal quota"))
+    if borrow is not None and (
+        borrow.policy != "Never" or borrow.max_priority_threshold is not None
+    ):
+        ignored.append(
+            (
+                "spec.preemption.borrowWithinCohort",
+                "not acted on: a queue does not preempt to borrow beyond its nominal quota",
+            )
+        )
     return PreemptionPolicy(WithinQueue(within), Reclaim(reclaim), fair)
 
 
@@ -353,11 +419,17 @@ def _cohort(doc: Document) -> QueueObject:
     spec = d.spec
     name = _name(doc, d.metadata)
     parent_path, parent = _one_of(doc, spec, "parent", "parentName")
-    limits_rule = None if parent else \
-        "is set but the cohort has no spec.parent to borrow from or lend to"
+    limits_rule = (
+        None if parent else "is set but the cohort has no spec.parent to borrow from or lend to"
+    )
     flavors, refs = quotas(doc, spec.resource_groups, limits_rule, False)
-    cohort = Cohort(name, parent, flavors, _weight(doc, spec.fair_sharing),
-                    _normalized(doc, spec.normalized_quota, limits_rule, own_only=False))
+    cohort = Cohort(
+        name,
+        parent,
+        flavors,
+        _weight(doc, spec.fair_sharing),
+        _normalized(doc, spec.normalized_quota, limits_rule, own_only=False),
+    )
     return QueueObject(doc, cohort, refs, parent_path, parent)
 
 
@@ -368,15 +440,19 @@ def _local_queue(doc: Document) -> QueueObject:
     if not is_name(namespace):
         raise doc.error("metadata.namespace", namespace, NAME_RULE)
     target = d.spec.cluster_queue
-    out = QueueObject(doc, LocalQueue(name, target, namespace), [], "spec.clusterQueue",
-                      target)
+    out = QueueObject(doc, LocalQueue(name, target, namespace), [], "spec.clusterQueue", target)
     if d.spec.stop_policy not in (None, "None"):
-        out.ignored.append(("spec.stopPolicy", f"{d.spec.stop_policy} is not acted on: the "
-                            "queue keeps admitting"))
+        out.ignored.append(
+            ("spec.stopPolicy", f"{d.spec.stop_policy} is not acted on: the queue keeps admitting")
+        )
     weight = d.spec.fair_sharing.weight if d.spec.fair_sharing is not None else None
     if weight is not None and convert(doc, number, weight, "spec.fairSharing.weight") != 1:
-        out.ignored.append(("spec.fairSharing", "not acted on: inside a ClusterQueue gpupool "
-                            "shares by user, not by LocalQueue"))
+        out.ignored.append(
+            (
+                "spec.fairSharing",
+                "not acted on: inside a ClusterQueue gpupool shares by user, not by LocalQueue",
+            )
+        )
     return out
 
 
@@ -385,20 +461,31 @@ def _admission_check(doc: Document) -> QueueObject:
     name = _name(doc, d.metadata)
     spec = d.spec
     ref: str | None = None
-    out = QueueObject(doc, AdmissionCheck(name), [], "spec.parameters.name", None,
-                      controller=spec.controller_name)
+    out = QueueObject(
+        doc, AdmissionCheck(name), [], "spec.parameters.name", None, controller=spec.controller_name
+    )
     if spec.retry_delay_minutes not in (None, 15):  # 15: v1beta1's default
-        out.ignored.append(("spec.retryDelayMinutes", "not acted on: retries follow the "
-                            "ProvisioningRequestConfig's retryStrategy"))
+        out.ignored.append(
+            (
+                "spec.retryDelayMinutes",
+                "not acted on: retries follow the ProvisioningRequestConfig's retryStrategy",
+            )
+        )
     if spec.controller_name != PROVISIONING_CONTROLLER:
-        out.ignored.append(("spec.controllerName", f"{spec.controller_name} is not run by "
-                            f"gpupool (it runs {PROVISIONING_CONTROLLER}); queues naming "
-                            "this check admit without it"))
+        out.ignored.append(
+            (
+                "spec.controllerName",
+                f"{spec.controller_name} is not run by "
+                f"gpupool (it runs {PROVISIONING_CONTROLLER}); queues naming "
+                "this check admit without it",
+            )
+        )
         return out
     if spec.parameters is not None:
         if spec.parameters.kind != "ProvisioningRequestConfig":
-            raise doc.error("spec.parameters.kind", spec.parameters.kind,
-                            "must be ProvisioningRequestConfig")
+            raise doc.error(
+                "spec.parameters.kind", spec.parameters.kind, "must be ProvisioningRequestConfig"
+            )
         ref = spec.parameters.name
     out.ref = ref
     return out
@@ -411,32 +498,42 @@ def _provisioning_config(doc: Document) -> QueueObject:
     retry = RetryStrategy()
     rs = spec.retry_strategy
     if rs is not None:
-        for path, value in (("backoffLimitCount", rs.backoff_limit_count),
-                            ("backoffBaseSeconds", rs.backoff_base_seconds),
-                            ("backoffMaxSeconds", rs.backoff_max_seconds)):
+        for path, value in (
+            ("backoffLimitCount", rs.backoff_limit_count),
+            ("backoffBaseSeconds", rs.backoff_base_seconds),
+            ("backoffMaxSeconds", rs.backoff_max_seconds),
+        ):
             if value is not None and value < (0 if path == "backoffLimitCount" else 1):
-                raise doc.error(f"spec.retryStrategy.{path}", value,
-                                "must be zero or more" if path == "backoffLimitCount"
-                                else "must be positive")
+                raise doc.error(
+                    f"spec.retryStrategy.{path}",
+                    value,
+                    "must be zero or more" if path == "backoffLimitCount" else "must be positive",
+                )
         retry = RetryStrategy(
-            rs.backoff_limit_count if rs.backoff_limit_count is not None
+            rs.backoff_limit_count
+            if rs.backoff_limit_count is not None
             else retry.backoff_limit_count,
-            float(rs.backoff_base_seconds) if rs.backoff_base_seconds is not None
+            float(rs.backoff_base_seconds)
+            if rs.backoff_base_seconds is not None
             else retry.backoff_base_s,
-            float(rs.backoff_max_seconds) if rs.backoff_max_seconds is not None
-            else retry.backoff_max_s)
+            float(rs.backoff_max_seconds)
+            if rs.backoff_max_seconds is not None
+            else retry.backoff_max_s,
+        )
     if not spec.provisioning_class_name:
         raise doc.error("spec.provisioningClassName", "", "must not be empty")
     try:
-        config = ProvisioningRequestConfig(name, spec.provisioning_class_name,
-                                           dict(spec.parameters), retry)
+        config = ProvisioningRequestConfig(
+            name, spec.provisioning_class_name, dict(spec.parameters), retry
+        )
     except ConfigError as exc:
         raise doc.problem(str(exc), exc) from exc
     out = QueueObject(doc, config)
-    for key, reason in (("managedResources", "not acted on: every resource of the pod set "
-                         "is managed"),
-                        ("podSetUpdates", "not acted on by the queue configuration"),
-                        ("podSetMergePolicy", "not acted on: a request holds one pod set")):
+    for key, reason in (
+        ("managedResources", "not acted on: every resource of the pod set is managed"),
+        ("podSetUpdates", "not acted on by the queue configuration"),
+        ("podSetMergePolicy", "not acted on: a request holds one pod set"),
+    ):
         if getattr(spec, _snake(key)) is not None:
             out.ignored.append((f"spec.{key}", reason))
     return out
@@ -444,7 +541,8 @@ def _provisioning_config(doc: Document) -> QueueObject:
 
 def _priority_class(doc: Document) -> QueueObject:
     model: type[WorkloadPriorityClassDoc | PriorityClassDoc] = (
-        PriorityClassDoc if doc.kind == "PriorityClass" else WorkloadPriorityClassDoc)
+        PriorityClassDoc if doc.kind == "PriorityClass" else WorkloadPriorityClassDoc
+    )
     d = parse(model, doc)
     return QueueObject(doc, PriorityClass(_name(doc, d.metadata), d.value, d.description))
 
@@ -452,10 +550,12 @@ def _priority_class(doc: Document) -> QueueObject:
 def _settings(doc: Document) -> QueueSettings:
     spec = parse(QueueSettingsDoc, doc).spec
     out = QueueSettings()
-    for key, attr, positive in (("usageHalfLife", "usage_half_life_s", True),
-                                ("defaultRuntime", "default_runtime_s", True),
-                                ("minRuntime", "min_runtime_s", False),
-                                ("preemptionCooldown", "preemption_cooldown_s", False)):
+    for key, attr, positive in (
+        ("usageHalfLife", "usage_half_life_s", True),
+        ("defaultRuntime", "default_runtime_s", True),
+        ("minRuntime", "min_runtime_s", False),
+        ("preemptionCooldown", "preemption_cooldown_s", False),
+    ):
         raw = getattr(spec, _snake(key))
         if raw is None:
             continue
@@ -465,8 +565,9 @@ def _settings(doc: Document) -> QueueSettings:
         out = replace(out, **{attr: seconds})
     if spec.max_preemptions_per_job is not None:
         if spec.max_preemptions_per_job < 0:
-            raise doc.error("spec.maxPreemptionsPerJob", spec.max_preemptions_per_job,
-                            "must be zero or more")
+            raise doc.error(
+                "spec.maxPreemptionsPerJob", spec.max_preemptions_per_job, "must be zero or more"
+            )
         out = replace(out, max_preemptions_per_job=spec.max_preemptions_per_job)
     if spec.normalized_shares is not None:
         out = replace(out, normalized_shares=spec.normalized_shares)

@@ -19,9 +19,13 @@ from collections.abc import Callable
 
 
 class Clock:
-    def __init__(self, speed: float = 1.0, start_s: float = 0.0,
-                 wall: Callable[[], float] = time.time,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        speed: float = 1.0,
+        start_s: float = 0.0,
+        wall: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
         if not speed > 0:
             raise ValueError(f"speed={speed!r} must be more than zero")
         self.speed = float(speed)

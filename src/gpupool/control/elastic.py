@@ -55,6 +55,7 @@ __all__ = ["API_GROUP", "CLAIM", "ElasticService", "parse_classes"]
 
 RECONCILE_EVERY_S = 2.0  # wall seconds between retries of pending claims when nothing ended
 
+
 class ElasticService:
     """The three kinds of Elastic GPU objects of one control plane, durable."""
 
@@ -83,10 +84,24 @@ class ElasticService:
                     return w
             return cls(plane)
 
-    def _event(self, reason: str, kind: str, obj: str, message: str, namespace: str = "",
-               warning: bool = False) -> NewEvent:
-        return NewEvent(self.plane.clock.now(), "Warning" if warning else "Normal", reason,
-                        kind, obj, namespace, message)
+    def _event(
+        self,
+        reason: str,
+        kind: str,
+        obj: str,
+        message: str,
+        namespace: str = "",
+        warning: bool = False,
+    ) -> NewEvent:
+        return NewEvent(
+            self.plane.clock.now(),
+            "Warning" if warning else "Normal",
+            reason,
+            kind,
+            obj,
+            namespace,
+            message,
+        )
 
     # -- watching the plane --------------------------------------------------------------------
 
@@ -95,16 +110,18 @@ class ElasticService:
 
     def node_failed(self, name: str) -> None:
         lost = self.binder.node_removed(name)
-        self._persist([
-            self._event("Lost", CLAIM, c.key, c.message, c.namespace, warning=True)
-            for c in lost])
+        self._persist(
+            [self._event("Lost", CLAIM, c.key, c.message, c.namespace, warning=True) for c in lost]
+        )
 
     def ticked(self, result: TickResult) -> None:
         if not any(c.phase is ClaimPhase.PENDING for c in self.binder.claims()):
             return
         wall = self.plane.clock.monotonic()
-        if not (result.finished or result.evicted) and \
-                wall - self._reconciled_at < RECONCILE_EVERY_S:
+        if (
+            not (result.finished or result.evicted)
+            and wall - self._reconciled_at < RECONCILE_EVERY_S
+        ):
             return
         self._reconciled_at = wall
         self._reconcile()
@@ -115,8 +132,9 @@ class ElasticService:
 
     def _bound_event(self, c: ElasticGPUClaim) -> NewEvent:
         where = f"node {c.node}" if c.node else "a remote pool"
-        return self._event("Bound", CLAIM, c.key, f"bound to {', '.join(c.elastic_gpus)} "
-                           f"on {where}", c.namespace)
+        return self._event(
+            "Bound", CLAIM, c.key, f"bound to {', '.join(c.elastic_gpus)} on {where}", c.namespace
+        )
 
     # -- classes -------------------------------------------------------------------------------
 
@@ -128,8 +146,9 @@ class ElasticService:
         with self.plane.lock:
             return self.binder.get_class(name)
 
-    def put_class(self, body: Mapping[str, Any], *, create: bool,
-                  name: str | None = None) -> ElasticGPUClass:
+    def put_class(
+        self, body: Mapping[str, Any], *, create: bool, name: str | None = None
+    ) -> ElasticGPUClass:
         """Create (``create``) or replace a class; ConfigError naming the field (nothing
         changes), ConflictError when it exists (create), NotFoundError when not (replace).
         Replacing a class changes how new ElasticGPUs are made; those made already keep
@@ -137,8 +156,13 @@ class ElasticService:
         cls = class_from_json(flat(CLASS, body))
         if name is not None and cls.name != name:
             rule = f"must match the path ({name})"
-            raise ConfigError(f"{CLASS}: metadata.name={cls.name!r}: {rule}",
-                              field="metadata.name", value=cls.name, rule=rule, where=CLASS)
+            raise ConfigError(
+                f"{CLASS}: metadata.name={cls.name!r}: {rule}",
+                field="metadata.name",
+                value=cls.name,
+                rule=rule,
+                where=CLASS,
+            )
         with self.plane.lock:
             exists = cls.name in {c.name for c in self.binder.classes()}
             if create and exists:
@@ -148,10 +172,17 @@ class ElasticService:
             if exists:
                 self.binder.delete_class(cls.name)
             self.binder.add_class(cls)
-            self._persist([self._event(
-                "Created" if create else "Updated", CLASS, cls.name,
-                f"provisioner {cls.provisioner.value}, reclaimPolicy "
-                f"{cls.reclaim_policy.value}, bindingMode {cls.binding_mode.value}")])
+            self._persist(
+                [
+                    self._event(
+                        "Created" if create else "Updated",
+                        CLASS,
+                        cls.name,
+                        f"provisioner {cls.provisioner.value}, reclaimPolicy "
+                        f"{cls.reclaim_policy.value}, bindingMode {cls.binding_mode.value}",
+                    )
+                ]
+            )
             if cls.binding_mode.value == "Immediate":
                 self._reconcile()
             return cls
@@ -162,11 +193,14 @@ class ElasticService:
             self.binder.get_class(name)
             users = sorted(c.key for c in self.binder.claims() if c.class_name == name)
             if users:
-                raise ConflictError(f"{CLASS} {name} is the class of {len(users)} claim(s) "
-                                    f"(e.g. {users[0]}); delete them first")
+                raise ConflictError(
+                    f"{CLASS} {name} is the class of {len(users)} claim(s) "
+                    f"(e.g. {users[0]}); delete them first"
+                )
             cls = self.binder.delete_class(name)
-            self._persist([self._event("Deleted", CLASS, name, "class deleted; "
-                                                "ElasticGPUs it made are kept")])
+            self._persist(
+                [self._event("Deleted", CLASS, name, "class deleted; ElasticGPUs it made are kept")]
+            )
             return cls
 
     def seed(self, classes: Iterable[ElasticGPUClass]) -> list[ElasticGPUClass]:
@@ -176,9 +210,14 @@ class ElasticService:
             for cls in classes:
                 if cls.name not in {c.name for c in self.binder.classes()}:
                     made.append(self.binder.add_class(cls))
-            self._persist([self._event("Created", CLASS, c.name,
-                                       f"provisioner {c.provisioner.value} (seed)")
-                           for c in made])
+            self._persist(
+                [
+                    self._event(
+                        "Created", CLASS, c.name, f"provisioner {c.provisioner.value} (seed)"
+                    )
+                    for c in made
+                ]
+            )
         return made
 
     # -- claims --------------------------------------------------------------------------------
@@ -201,8 +240,7 @@ class ElasticService:
             if claim.key in {c.key for c in self.binder.claims()}:
                 raise ConflictError(f"{CLAIM} {claim.key} already exists")
             c = self.binder.submit(claim)
-            events = [self._event("Submitted", CLAIM, c.key, f"class {c.class_name}",
-                                  c.namespace)]
+            events = [self._event("Submitted", CLAIM, c.key, f"class {c.class_name}", c.namespace)]
             if c.phase is ClaimPhase.BOUND:
                 events.append(self._bound_event(c))
             self._persist(events)
@@ -215,8 +253,7 @@ class ElasticService:
             parts = [f"{len(release.deleted)} ElasticGPU(s) deleted"]
             if release.retained:
                 parts.append(f"{', '.join(release.retained)} kept Released (Retain)")
-            self._persist([self._event("Deleted", CLAIM, key, "; ".join(parts),
-                                                c.namespace)])
+            self._persist([self._event("Deleted", CLAIM, key, "; ".join(parts), c.namespace)])
             if release.deleted:
                 self.plane.scheduler.wake()  # parked jobs may fit the freed cards
                 self._reconcile()
@@ -238,18 +275,19 @@ class ElasticService:
         gpu = gpu_from_json(flat(GPU, body))
         with self.plane.lock:
             g = self.binder.add_gpu(gpu)
-            where = f"pool {g.pool}" if g.source is Source.REMOTE else \
-                f"node {g.node} card {g.card}"
-            self._persist([self._event("Created", GPU, g.name,
-                                              f"{g.source.value} on {where}")])
+            where = (
+                f"pool {g.pool}" if g.source is Source.REMOTE else f"node {g.node} card {g.card}"
+            )
+            self._persist([self._event("Created", GPU, g.name, f"{g.source.value} on {where}")])
             self._reconcile()
             return self.binder.gpu(g.name)
 
     def delete_gpu(self, name: str) -> ElasticGPU:
         with self.plane.lock:
             g = self.binder.delete_gpu(name)
-            self._persist([self._event("Deleted", GPU, name, "ElasticGPU deleted; "
-                                              "its capacity is free")])
+            self._persist(
+                [self._event("Deleted", GPU, name, "ElasticGPU deleted; its capacity is free")]
+            )
             self.plane.scheduler.wake()
             self._reconcile()
             return g
@@ -257,7 +295,8 @@ class ElasticService:
     def make_available(self, name: str) -> ElasticGPU:
         with self.plane.lock:
             g = self.binder.make_available(name)
-            self._persist([self._event("Available", GPU, name,
-                                              "Released ElasticGPU made Available")])
+            self._persist(
+                [self._event("Available", GPU, name, "Released ElasticGPU made Available")]
+            )
             self._reconcile()
             return self.binder.gpu(g.name)

@@ -46,16 +46,25 @@ def flat(kind: str, body: Mapping[str, Any], namespace: str | None = None) -> di
     out.pop("status", None)
     name = out.get("name")
     if not isinstance(name, str) or not _NAME.fullmatch(name) or len(name) > 253:
-        raise _bad(kind, "metadata.name", name, "is required: lower-case letters, digits, "
-                   "'-' and '.', starting and ending with a letter or digit")
+        raise _bad(
+            kind,
+            "metadata.name",
+            name,
+            "is required: lower-case letters, digits, "
+            "'-' and '.', starting and ending with a letter or digit",
+        )
     if kind == CLAIM and namespace is not None:
         ns = out.setdefault("namespace", namespace)
         if ns != namespace:
             raise _bad(kind, "metadata.namespace", ns, f"must be {namespace} here")
     ns = out.get("namespace", "default")
     if kind == CLAIM and (not isinstance(ns, str) or not _NAME.fullmatch(ns) or len(ns) > 63):
-        raise _bad(kind, "metadata.namespace", ns, "must be a namespace name: lower-case "
-                   "letters, digits and '-'")
+        raise _bad(
+            kind,
+            "metadata.namespace",
+            ns,
+            "must be a namespace name: lower-case letters, digits and '-'",
+        )
     return out
 
 
@@ -65,8 +74,12 @@ def _metadata(kind: str, meta: object, out: dict[str, Any]) -> None:
         raise _bad(kind, "metadata", meta, "must be an object")
     for k in meta:
         if k not in ("name", "namespace", "labels", "annotations"):
-            raise _bad(kind, f"metadata.{k}", meta[k], "unknown field; known: name, "
-                       "namespace, labels, annotations")
+            raise _bad(
+                kind,
+                f"metadata.{k}",
+                meta[k],
+                "unknown field; known: name, namespace, labels, annotations",
+            )
     if "name" in meta:
         out.setdefault("name", meta["name"])
     if "namespace" in meta and kind == CLAIM:
@@ -76,8 +89,9 @@ def _metadata(kind: str, meta: object, out: dict[str, Any]) -> None:
 def _bad(kind: str, field: str, value: object, rule: str) -> Exception:
     if kind == CLAIM:
         return InvalidJobError(field, value, rule, job=kind)
-    return ConfigError(f"{kind}: {field}={value!r}: {rule}", field=field, value=value,
-                       rule=rule, where=kind)
+    return ConfigError(
+        f"{kind}: {field}={value!r}: {rule}", field=field, value=value, rule=rule, where=kind
+    )
 
 
 def parse_classes(docs: Iterable[Mapping[str, Any]]) -> list[ElasticGPUClass]:
@@ -85,8 +99,11 @@ def parse_classes(docs: Iterable[Mapping[str, Any]]) -> list[ElasticGPUClass]:
     out = []
     for doc in docs:
         if doc.get("kind", CLASS) != CLASS:
-            raise ConfigError(f"kind={doc.get('kind')!r}: an Elastic GPU seed file holds "
-                              f"{CLASS} documents only", field="kind", value=doc.get("kind"),
-                              rule=f"an Elastic GPU seed file holds {CLASS} documents only")
+            raise ConfigError(
+                f"kind={doc.get('kind')!r}: an Elastic GPU seed file holds {CLASS} documents only",
+                field="kind",
+                value=doc.get("kind"),
+                rule=f"an Elastic GPU seed file holds {CLASS} documents only",
+            )
         out.append(class_from_json(flat(CLASS, doc)))
     return out

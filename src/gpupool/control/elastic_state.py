@@ -68,10 +68,10 @@ class ElasticState:
         """A Binder on ``sched``'s state holding the objects of ``saved``, every ElasticGPU on
         its card again. One on a node that is not there fails (its claim is Lost); one whose
         card a job holds (never, unless the file was edited) fails too, with the reason."""
-        binder = sched.new_binder(class_from_json(body)
-                                  for (kind, _), body in sorted(saved.items()) if kind == CLASS)
-        claims = [claim_from_json(b, with_status=True) for (k, _), b in saved.items()
-                  if k == CLAIM]
+        binder = sched.new_binder(
+            class_from_json(body) for (kind, _), body in sorted(saved.items()) if kind == CLASS
+        )
+        claims = [claim_from_json(b, with_status=True) for (k, _), b in saved.items() if k == CLAIM]
         gpus = [gpu_from_json(b) for (k, _), b in sorted(saved.items()) if k == GPU]
         recover(binder, gpus, claims)
         return binder

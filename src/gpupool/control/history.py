@@ -22,11 +22,16 @@ def sample(plane: ControlPlane, now: float) -> None:
         milli = sum(v for (_, res), v in usage.items() if res == "gpu_milli")
         queues[q.name] = {"gpu_milli": int(milli), "share": round(sched.share(q.name), 4)}
     totals = sched.totals()
-    plane.history.append({
-        "time_s": round(now, 3), "queues": queues,
-        "allocated_pct": round(100 * totals["gpu_milli_used"] /
-                               max(1, totals["gpu_milli_total"]), 2),
-        "pending": sched.pending_count()})
+    plane.history.append(
+        {
+            "time_s": round(now, 3),
+            "queues": queues,
+            "allocated_pct": round(
+                100 * totals["gpu_milli_used"] / max(1, totals["gpu_milli_total"]), 2
+            ),
+            "pending": sched.pending_count(),
+        }
+    )
 
 
 def estimates(plane: ControlPlane) -> dict[JobId, tuple[int, float | None]]:

@@ -25,9 +25,14 @@ def add_node(plane: ControlPlane, node: Node, now_s: float) -> None:
     plane.scheduler.add_node(node)
     changes = plane._tick_changes or Changes()
     changes.objects[("Node", node.name)] = body
-    changes.event(now_s, EventReason.NODE_PROVISIONED, "Node", node.name,
-                  f"made by the cloud: {node.gpu_count} GPU(s) "
-                  f"{node.gpus[0].model if node.gpus else ''}".strip())
+    changes.event(
+        now_s,
+        EventReason.NODE_PROVISIONED,
+        "Node",
+        node.name,
+        f"made by the cloud: {node.gpu_count} GPU(s) "
+        f"{node.gpus[0].model if node.gpus else ''}".strip(),
+    )
     if plane._tick_changes is None:
         plane.journal.commit(changes)
 
@@ -41,19 +46,36 @@ def remove_node(plane: ControlPlane, name: NodeName, now_s: float) -> list[JobId
             hit = plane.scheduler.remove_node(name, now_s)
             for w in plane.watchers:
                 w.node_failed(name)
-        requeue(plane, hit, f"node {name} was taken back by the cloud", now_s, changes,
-                      EventReason.NODE_LOST)
+        requeue(
+            plane,
+            hit,
+            f"node {name} was taken back by the cloud",
+            now_s,
+            changes,
+            EventReason.NODE_LOST,
+        )
         del plane.node_status[name]
     changes.objects[("Node", name)] = None
-    changes.event(now_s, EventReason.NODE_DEPROVISIONED, "Node", name,
-                  f"taken back by the cloud; {len(hit)} job(s) requeued")
+    changes.event(
+        now_s,
+        EventReason.NODE_DEPROVISIONED,
+        "Node",
+        name,
+        f"taken back by the cloud; {len(hit)} job(s) requeued",
+    )
     if plane._tick_changes is None:
         plane.journal.commit(changes)
     return hit
 
 
-def requeue(plane: ControlPlane, hit: Sequence[JobId], why: str,  # noqa: PLR0913
-            now_s: float, changes: Changes, reason: EventReason) -> None:
+def requeue(  # noqa: PLR0913
+    plane: ControlPlane,
+    hit: Sequence[JobId],
+    why: str,
+    now_s: float,
+    changes: Changes,
+    reason: EventReason,
+) -> None:
     """Jobs whose node went: back in their queues, whole, with ``why``."""
     for jid in hit:
         rec = plane.jobs[jid]
@@ -61,25 +83,40 @@ def requeue(plane: ControlPlane, hit: Sequence[JobId], why: str,  # noqa: PLR091
         rec.phase, rec.placements, rec.started_s, rec.flavor = JobPhase.PENDING, (), None, ""
         rec.alternative = ""
         rec.message = f"{why}; back in its queue"
-        changes.job(rec.key, phase=JobPhase.PENDING, placements=[], started_s=None, flavor="",
-                    alternative="", message=rec.message)
-        changes.event(now_s, reason, "Job", rec.key, rec.message, rec.request.namespace,
-                      warning=True)
+        changes.job(
+            rec.key,
+            phase=JobPhase.PENDING,
+            placements=[],
+            started_s=None,
+            flavor="",
+            alternative="",
+            message=rec.message,
+        )
+        changes.event(
+            now_s, reason, "Job", rec.key, rec.message, rec.request.namespace, warning=True
+        )
 
 
 def add_nodes(plane: ControlPlane, pool: Mapping[str, Any]) -> list[Node]:
     """Nodes from one node-pool spec (the shape of cluster.yaml's ``nodePools`` items)."""
     gpus = pool.get("gpus")
     for path, value, limit in (
-            ("count", pool.get("count"), MAX_POOL_NODES),
-            ("gpus.count", gpus.get("count") if isinstance(gpus, Mapping) else None,
-             MAX_NODE_GPUS)):
+        ("count", pool.get("count"), MAX_POOL_NODES),
+        ("gpus.count", gpus.get("count") if isinstance(gpus, Mapping) else None, MAX_NODE_GPUS),
+    ):
         if isinstance(value, int) and value > limit:  # refused before anything is built
             raise ConfigError(f"request: {path}={value} is more than {limit:,}")
     with plane.lock:
-        doc = Document("request", 1, {"apiVersion": "gpupool.io/v1alpha1",
-                                      "kind": "Cluster", "metadata": {"name": "api"},
-                                      "nodePools": [dict(pool)]})
+        doc = Document(
+            "request",
+            1,
+            {
+                "apiVersion": "gpupool.io/v1alpha1",
+                "kind": "Cluster",
+                "metadata": {"name": "api"},
+                "nodePools": [dict(pool)],
+            },
+        )
         nodes = nodes_from_documents([doc], source="request")
         clash = [n.name for n in nodes if n.name in plane.node_status]
         if clash:
@@ -88,8 +125,13 @@ def add_nodes(plane: ControlPlane, pool: Mapping[str, Any]) -> list[Node]:
         changes = Changes()
         for n in nodes:
             changes.objects[("Node", n.name)] = {"node": node_to_json(n), "failed": False}
-            changes.event(now, EventReason.NODE_ADDED, "Node", n.name,
-                          f"{n.gpu_count} GPU(s) {n.gpus[0].model if n.gpus else ''}".strip())
+            changes.event(
+                now,
+                EventReason.NODE_ADDED,
+                "Node",
+                n.name,
+                f"{n.gpu_count} GPU(s) {n.gpus[0].model if n.gpus else ''}".strip(),
+            )
         plane.journal.commit(changes)
         for n in nodes:
             plane.node_status[n.name] = {"node": node_to_json(n), "failed": False}
@@ -97,8 +139,9 @@ def add_nodes(plane: ControlPlane, pool: Mapping[str, Any]) -> list[Node]:
         return nodes
 
 
-def set_node(plane: ControlPlane, name: str, *, unschedulable: bool | None = None,
-             failed: bool | None = None) -> dict[str, Any]:
+def set_node(
+    plane: ControlPlane, name: str, *, unschedulable: bool | None = None, failed: bool | None = None
+) -> dict[str, Any]:
     """Cordon/uncordon, fail/recover a node. A failed node's jobs go back to their queues
     whole (gangs included)."""
     with plane.lock:
@@ -113,8 +156,13 @@ def set_node(plane: ControlPlane, name: str, *, unschedulable: bool | None = Non
             if not body["failed"]:
                 plane.scheduler.update_node(node_from_json(body["node"]))
             reason = EventReason.CORDONED if unschedulable else EventReason.UNCORDONED
-            changes.event(now, reason, "Node", name,
-                          "marked unschedulable" if unschedulable else "schedulable again")
+            changes.event(
+                now,
+                reason,
+                "Node",
+                name,
+                "marked unschedulable" if unschedulable else "schedulable again",
+            )
         if failed is not None and failed != body["failed"]:
             body["failed"] = failed
             if failed:
@@ -122,8 +170,14 @@ def set_node(plane: ControlPlane, name: str, *, unschedulable: bool | None = Non
                 for w in plane.watchers:
                     w.node_failed(name)
                 requeue(plane, hit, f"node {name} failed", now, changes, EventReason.NODE_FAILED)
-                changes.event(now, EventReason.NODE_FAILED, "Node", name,
-                              f"node failed; {len(hit)} job(s) requeued", warning=True)
+                changes.event(
+                    now,
+                    EventReason.NODE_FAILED,
+                    "Node",
+                    name,
+                    f"node failed; {len(hit)} job(s) requeued",
+                    warning=True,
+                )
             else:
                 plane.scheduler.add_node(node_from_json(body["node"]))
                 changes.event(now, EventReason.NODE_RECOVERED, "Node", name, "node is back")
@@ -142,14 +196,24 @@ def drain_node(plane: ControlPlane, name: str) -> list[str]:
         if body["failed"]:
             return []
         now = plane.clock.now()
-        hit = sorted({p.job for p in plane.scheduler.placements_on(NodeName(name))
-                      if p.job in plane.jobs and plane.jobs[p.job].phase == JobPhase.RUNNING})
+        hit = sorted(
+            {
+                p.job
+                for p in plane.scheduler.placements_on(NodeName(name))
+                if p.job in plane.jobs and plane.jobs[p.job].phase == JobPhase.RUNNING
+            }
+        )
         for job in hit:
             plane.scheduler.requeue(job, now)
         changes = Changes()
         requeue(plane, hit, f"node {name} was drained", now, changes, EventReason.DRAINED)
-        changes.event(now, EventReason.DRAINED, "Node", name,
-                      f"drained: {len(hit)} job(s) back in their queues")
+        changes.event(
+            now,
+            EventReason.DRAINED,
+            "Node",
+            name,
+            f"drained: {len(hit)} job(s) back in their queues",
+        )
         plane.journal.commit(changes)
         return [str(j) for j in hit]
 

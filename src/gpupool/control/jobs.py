@@ -18,8 +18,9 @@ if TYPE_CHECKING:
     from gpupool.control.plane import ControlPlane
 
 
-def submit(plane: ControlPlane, body: object, namespace: str | None = None, *,
-           sync: bool = True) -> JobRecord:
+def submit(
+    plane: ControlPlane, body: object, namespace: str | None = None, *, sync: bool = True
+) -> JobRecord:
     """Accept a Job document: written to the state file and queued, or an error and
     nothing changed (InvalidJobError, NotFoundError for a queue, ConflictError).
 
@@ -40,8 +41,9 @@ def _submit(plane: ControlPlane, body: object, namespace: str | None) -> JobReco
         now = plane.clock.now()
         request = parse_job(body, plane.config, namespace=namespace, submit_time_s=now)
         if request.key in plane.jobs:
-            raise ConflictError(f"job {request.key} already exists "
-                                f"({plane.jobs[request.key].phase})")
+            raise ConflictError(
+                f"job {request.key} already exists ({plane.jobs[request.key].phase})"
+            )
         sched = plane.scheduler
         cq = sched.resolve_queue(request.job.queue)
         try:
@@ -50,9 +52,18 @@ def _submit(plane: ControlPlane, body: object, namespace: str | None) -> JobReco
             raise in_document_terms(exc, request) from None
         try:
             uid = plane.journal.insert_job(
-                request, now, NewEvent(
-                    now, "Normal", "Submitted", "Job", request.key, request.namespace,
-                    f"queued in {request.queue} (ClusterQueue {cq})"))
+                request,
+                now,
+                NewEvent(
+                    now,
+                    "Normal",
+                    "Submitted",
+                    "Job",
+                    request.key,
+                    request.namespace,
+                    f"queued in {request.queue} (ClusterQueue {cq})",
+                ),
+            )
         except BaseException:
             sched.cancel(request.job.id, now)  # not on disk, so not accepted
             raise
@@ -90,9 +101,18 @@ def delete(plane: ControlPlane, key: str) -> JobRecord:
         now = plane.clock.now()
         if rec.phase not in TERMINAL:
             _cancel(plane, rec, now)
-        plane.journal.delete_job(key, NewEvent(now, "Normal", "Deleted", "Job", key,
-                                               rec.request.namespace,
-                                               f"deleted ({rec.phase.lower()})"))
+        plane.journal.delete_job(
+            key,
+            NewEvent(
+                now,
+                "Normal",
+                "Deleted",
+                "Job",
+                key,
+                rec.request.namespace,
+                f"deleted ({rec.phase.lower()})",
+            ),
+        )
         del plane.jobs[key]
         return rec
 
@@ -101,8 +121,14 @@ def _cancel(plane: ControlPlane, rec: JobRecord, now: float) -> None:
     key = rec.key
     written = Changes()  # on disk first: a failed write cancels nothing
     written.job(key, phase=JobPhase.CANCELLED, finished_s=now, message="cancelled")
-    written.event(now, EventReason.CANCELLED, "Job", key, f"cancelled while {rec.phase.lower()}",
-                  rec.request.namespace)
+    written.event(
+        now,
+        EventReason.CANCELLED,
+        "Job",
+        key,
+        f"cancelled while {rec.phase.lower()}",
+        rec.request.namespace,
+    )
     plane.journal.commit(written)
     if rec.phase == JobPhase.RUNNING:
         plane.backend.stop(key)

@@ -31,11 +31,22 @@ class Changes:
     def job(self, key: str, **fields: Any) -> None:  # noqa: ANN401 (the store's columns)
         self.jobs.setdefault(key, {}).update(fields)
 
-    def event(self, time_s: float, reason: str, kind: str, obj: str,  # noqa: PLR0913
-              message: str, namespace: str = "", warning: bool = False) -> None:
+    def event(  # noqa: PLR0913
+        self,
+        time_s: float,
+        reason: str,
+        kind: str,
+        obj: str,
+        message: str,
+        namespace: str = "",
+        warning: bool = False,
+    ) -> None:
         """An event's fields, as ``kubectl get events`` shows them."""
-        self.events.append(NewEvent(time_s, "Warning" if warning else "Normal", reason, kind,
-                                    obj, namespace, message))
+        self.events.append(
+            NewEvent(
+                time_s, "Warning" if warning else "Normal", reason, kind, obj, namespace, message
+            )
+        )
 
     def empty(self) -> bool:
         return not (self.jobs or self.events or self.objects)
@@ -51,8 +62,9 @@ class Journal:
 
     # -- start-up --------------------------------------------------------------------------
 
-    def seed(self, nodes: Sequence[Node],
-             queue_docs: Iterable[tuple[str, str, Mapping[str, Any]]]) -> bool:
+    def seed(
+        self, nodes: Sequence[Node], queue_docs: Iterable[tuple[str, str, Mapping[str, Any]]]
+    ) -> bool:
         """A new state file gets its first nodes and queue objects (True); an existing one is
         the truth, and the clock resumes from the time it last wrote (False)."""
         if self.store.meta("created") is not None:
@@ -67,9 +79,19 @@ class Journal:
                 tx.put_object(kind, name, dict(doc))
             tx.set_meta("created", str(self.clock.wall()))
             self._stamp(tx)
-            tx.add_events([NewEvent(self.clock.now(), "Normal", "Started", "Cluster", "", "",
-                                    f"new state file: {len(nodes)} nodes, {len(docs)} queue "
-                                    "objects")])
+            tx.add_events(
+                [
+                    NewEvent(
+                        self.clock.now(),
+                        "Normal",
+                        "Started",
+                        "Cluster",
+                        "",
+                        "",
+                        f"new state file: {len(nodes)} nodes, {len(docs)} queue objects",
+                    )
+                ]
+            )
         return True
 
     # -- writes ----------------------------------------------------------------------------
@@ -98,8 +120,9 @@ class Journal:
     def insert_job(self, request: JobRequest, now: float, event: NewEvent) -> int:
         """A new job, not made durable yet (``sync`` does, for many submissions at once)."""
         with self.store.transaction(durable=False) as tx:
-            uid = tx.insert_job(request.key, request.namespace, request.name, request.queue,
-                                request.document, now)
+            uid = tx.insert_job(
+                request.key, request.namespace, request.name, request.queue, request.document, now
+            )
             tx.add_events([event])
         return int(uid)
 

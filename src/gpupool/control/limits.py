@@ -48,8 +48,10 @@ def key_problem(key: str) -> str | None:
     if len(name) > NAME_MAX:
         return f"the name part must be at most {NAME_MAX} characters (it has {len(name)})"
     if not _NAME.fullmatch(name):
-        return ("the name part must be alphanumeric at both ends, with '-', '_' or '.' "
-                "between (a Kubernetes qualified name)")
+        return (
+            "the name part must be alphanumeric at both ends, with '-', '_' or '.' "
+            "between (a Kubernetes qualified name)"
+        )
     if slash:
         if len(prefix) > PREFIX_MAX:
             return f"the prefix must be at most {PREFIX_MAX} characters (it has {len(prefix)})"
@@ -76,13 +78,19 @@ def check_metadata(doc: object) -> None:
                 if not isinstance(value, str):
                     continue
                 if len(value) > VALUE_MAX:
-                    raise _bad(f"metadata.labels[{key!r}]", value,
-                               f"a label value must be at most {VALUE_MAX} characters "
-                               f"(it has {len(value)})")
+                    raise _bad(
+                        f"metadata.labels[{key!r}]",
+                        value,
+                        f"a label value must be at most {VALUE_MAX} characters "
+                        f"(it has {len(value)})",
+                    )
                 if value and not _NAME.fullmatch(value):
-                    raise _bad(f"metadata.labels[{key!r}]", value,
-                               "a label value must be empty or alphanumeric at both ends, "
-                               "with '-', '_' or '.' between")
+                    raise _bad(
+                        f"metadata.labels[{key!r}]",
+                        value,
+                        "a label value must be empty or alphanumeric at both ends, "
+                        "with '-', '_' or '.' between",
+                    )
         annotations = meta.get("annotations")
         if isinstance(annotations, Mapping):
             total = 0
@@ -91,19 +99,24 @@ def check_metadata(doc: object) -> None:
                     continue
                 why = key_problem(key)
                 if why:
-                    raise _bad(f"metadata.annotations[{_shown(key)!r}]", key,
-                               f"annotation key: {why}")
+                    raise _bad(
+                        f"metadata.annotations[{_shown(key)!r}]", key, f"annotation key: {why}"
+                    )
                 total += len(key.encode()) + len(_text(value).encode())
             if total > ANNOTATIONS_MAX_BYTES:
-                raise _bad("metadata.annotations", f"{total} bytes",
-                           f"annotations, keys and values, must be at most "
-                           f"{ANNOTATIONS_MAX_BYTES} bytes (256 KiB) in all")
+                raise _bad(
+                    "metadata.annotations",
+                    f"{total} bytes",
+                    f"annotations, keys and values, must be at most "
+                    f"{ANNOTATIONS_MAX_BYTES} bytes (256 KiB) in all",
+                )
     spec = doc.get("spec")
     user = spec.get("user") if isinstance(spec, Mapping) else None
     if isinstance(user, str):
         if len(user) > USER_MAX:
-            raise _bad("spec.user", user, f"must be at most {USER_MAX} characters "
-                       f"(it has {len(user)})")
+            raise _bad(
+                "spec.user", user, f"must be at most {USER_MAX} characters (it has {len(user)})"
+            )
         if not user.isprintable():
             raise _bad("spec.user", user, "must be printable characters only")
 

@@ -40,12 +40,12 @@ def tick(plane: ControlPlane) -> TickResult:
             limited = limit is not None and (rec.job.duration_s or 0.0) > limit
             rec.phase = JobPhase.FAILED if limited else JobPhase.SUCCEEDED
             rec.finished_s = now
-            rec.message = (f"stopped at its run limit ({limit:g} s)"
-                           if limited else "completed")
+            rec.message = f"stopped at its run limit ({limit:g} s)" if limited else "completed"
             changes.job(key, phase=rec.phase, finished_s=now, message=rec.message)
             reason = EventReason.RUN_LIMIT_REACHED if limited else EventReason.COMPLETED
-            changes.event(now, reason, "Job", key, rec.message, rec.request.namespace,
-                          warning=limited)
+            changes.event(
+                now, reason, "Job", key, rec.message, rec.request.namespace, warning=limited
+            )
             out.finished += 1
         plane._tick_changes = changes
         try:
@@ -71,8 +71,9 @@ def tick(plane: ControlPlane) -> TickResult:
         return out
 
 
-def _carry_out(plane: ControlPlane, result: CycleResult, now: float, changes: Changes,
-               out: TickResult) -> None:
+def _carry_out(
+    plane: ControlPlane, result: CycleResult, now: float, changes: Changes, out: TickResult
+) -> None:
     for ev in result.evicts:
         rec = plane.jobs[ev.job]
         plane.backend.stop(rec.key)
@@ -81,11 +82,27 @@ def _carry_out(plane: ControlPlane, result: CycleResult, now: float, changes: Ch
         rec.preemptions += 1
         ns = rec.request.namespace
         rec.message = for_owner(ev.message, ns, plane.jobs)
-        changes.job(rec.key, phase=JobPhase.PENDING, placements=[], started_s=None, flavor="",
-                    alternative="", preemptions=rec.preemptions, message=rec.message)
-        changes.event(now, EventReason.PREEMPTED, "Job", rec.key, for_owner(
-            f"{ev.reason}: preempted by {ev.preemptor}; back in its queue", ns,
-            plane.jobs), ns, warning=True)
+        changes.job(
+            rec.key,
+            phase=JobPhase.PENDING,
+            placements=[],
+            started_s=None,
+            flavor="",
+            alternative="",
+            preemptions=rec.preemptions,
+            message=rec.message,
+        )
+        changes.event(
+            now,
+            EventReason.PREEMPTED,
+            "Job",
+            rec.key,
+            for_owner(
+                f"{ev.reason}: preempted by {ev.preemptor}; back in its queue", ns, plane.jobs
+            ),
+            ns,
+            warning=True,
+        )
         plane.metrics.preempted(ev.queue, ev.reason)
         out.evicted += 1
     for b in result.binds:
@@ -96,21 +113,31 @@ def _carry_out(plane: ControlPlane, result: CycleResult, now: float, changes: Ch
         rec.alternative = b.alternative
         plane.backend.start(rec.key, b.placements, now, recovery.end_s(plane, rec))
         nodes = sorted({pl.node for pl in b.placements})
-        changes.job(rec.key, phase=JobPhase.RUNNING, started_s=now, flavor=b.flavor, message="",
-                    alternative=b.alternative,
-                    placements=[placement_to_json(pl) for pl in b.placements])
-        changes.event(now, EventReason.ADMITTED, "Job", rec.key,
-                      f"admitted by ClusterQueue {b.queue} (flavor {b.flavor or '-'}) "
-                      f"after {now - rec.submitted_s:.0f} s; bound to "
-                      f"{', '.join(nodes[:4])}{' ...' if len(nodes) > 4 else ''}",
-                      rec.request.namespace)
+        changes.job(
+            rec.key,
+            phase=JobPhase.RUNNING,
+            started_s=now,
+            flavor=b.flavor,
+            message="",
+            alternative=b.alternative,
+            placements=[placement_to_json(pl) for pl in b.placements],
+        )
+        changes.event(
+            now,
+            EventReason.ADMITTED,
+            "Job",
+            rec.key,
+            f"admitted by ClusterQueue {b.queue} (flavor {b.flavor or '-'}) "
+            f"after {now - rec.submitted_s:.0f} s; bound to "
+            f"{', '.join(nodes[:4])}{' ...' if len(nodes) > 4 else ''}",
+            rec.request.namespace,
+        )
         plane.metrics.admitted(b.queue, now - rec.submitted_s)
         out.bound += 1
     for p in result.parks:
         parked = plane.jobs.get(p.job)
         if parked is not None:
-            message = owner_reason(p.status, _usable(plane, parked),
-                                   plane.config.flavors)
+            message = owner_reason(p.status, _usable(plane, parked), plane.config.flavors)
             parked.message = for_owner(message, parked.request.namespace, plane.jobs)
             out.parked += 1
 

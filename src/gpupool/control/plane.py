@@ -59,8 +59,7 @@ from gpupool.core.scheduler import Scheduler
 from gpupool.metrics import Metrics
 from gpupool.store.sqlite import Store
 
-__all__ = ["ACTIVE", "TERMINAL", "Backend", "ControlPlane", "JobRecord", "TickResult",
-           "Watcher"]
+__all__ = ["ACTIVE", "TERMINAL", "Backend", "ControlPlane", "JobRecord", "TickResult", "Watcher"]
 
 
 class ControlPlane:
@@ -68,10 +67,19 @@ class ControlPlane:
     config: QueueConfig
     queue_docs: dict[tuple[str, str], dict[str, Any]]
 
-    def __init__(self, store: Store, backend: Backend, clock: Clock, *,
-                 nodes: Sequence[Node] = (), queue_docs: Sequence[Mapping[str, Any]] = (),
-                 profile: Profile | None = None, metrics: Metrics | None = None,
-                 cloud: CloudSpec | None = None, cloud_seed: int = 1) -> None:
+    def __init__(
+        self,
+        store: Store,
+        backend: Backend,
+        clock: Clock,
+        *,
+        nodes: Sequence[Node] = (),
+        queue_docs: Sequence[Mapping[str, Any]] = (),
+        profile: Profile | None = None,
+        metrics: Metrics | None = None,
+        cloud: CloudSpec | None = None,
+        cloud_seed: int = 1,
+    ) -> None:
         """``nodes`` and ``queue_docs`` seed a new state file; an existing one is the truth
         and they are ignored (its nodes and queues were changed through the API since).
         ``cloud`` is a simulated cloud that provisions nodes for ProvisioningRequests (its
@@ -103,8 +111,7 @@ class ControlPlane:
 
     # -- jobs ------------------------------------------------------------------------------
 
-    def submit(self, body: object, namespace: str | None = None, *,
-               sync: bool = True) -> JobRecord:
+    def submit(self, body: object, namespace: str | None = None, *, sync: bool = True) -> JobRecord:
         """Accept a Job document (see ``jobs.submit``)."""
         return jobs.submit(self, body, namespace, sync=sync)
 
@@ -141,8 +148,9 @@ class ControlPlane:
     def queue_object(self, kind: str, name: str) -> dict[str, Any]:
         return queue_objects.queue_object(self, kind, name)
 
-    def put_queue_object(self, kind: str, body: Mapping[str, Any], *,
-                         create: bool) -> dict[str, Any]:
+    def put_queue_object(
+        self, kind: str, body: Mapping[str, Any], *, create: bool
+    ) -> dict[str, Any]:
         return queue_objects.put_queue_object(self, kind, body, create=create)
 
     def delete_queue_object(self, kind: str, name: str) -> None:
@@ -153,8 +161,9 @@ class ControlPlane:
     def add_nodes(self, pool: Mapping[str, Any]) -> list[Node]:
         return inventory.add_nodes(self, pool)
 
-    def set_node(self, name: str, *, unschedulable: bool | None = None,
-                 failed: bool | None = None) -> dict[str, Any]:
+    def set_node(
+        self, name: str, *, unschedulable: bool | None = None, failed: bool | None = None
+    ) -> dict[str, Any]:
         return inventory.set_node(self, name, unschedulable=unschedulable, failed=failed)
 
     def drain_node(self, name: str) -> list[str]:

@@ -32,9 +32,14 @@ def provisioning_rows(plane: ControlPlane) -> dict[tuple[str, str], dict[str, An
     for rec in state.records:
         jid = rec.job.id
         rows[(CHECK_KIND, str(jid))] = {
-            "state": rec.state.value, "request": rec.request, "flavor": rec.flavor,
-            "attempts": rec.attempts, "made": state.made.get(jid, 0),
-            "retryAt": rec.retry_at_s, "message": rec.message}
+            "state": rec.state.value,
+            "request": rec.request,
+            "flavor": rec.flavor,
+            "attempts": rec.attempts,
+            "made": state.made.get(jid, 0),
+            "retryAt": rec.retry_at_s,
+            "message": rec.message,
+        }
     for jid, key in state.bookings.items():
         rows[(CHECK_KIND, str(jid))] = {"booking": key, "made": state.made.get(jid, 0)}
     return rows
@@ -63,22 +68,36 @@ def save_provisioning(plane: ControlPlane, changes: Changes) -> None:
             plane._cloud_saved = snap
 
 
-def request_events(key: str, old: Mapping[str, Any] | None, new: Mapping[str, Any],
-                    now: float, changes: Changes) -> None:
+def request_events(
+    key: str, old: Mapping[str, Any] | None, new: Mapping[str, Any], now: float, changes: Changes
+) -> None:
     """An event per condition a request gained (and one when it is made)."""
     ns = str(new["namespace"])
     if old is None:
         who = f" for job {new['job']}" if new["job"] else ""
         count = new["pod_sets"][0]["count"]
-        changes.event(now, EventReason.CREATED, "ProvisioningRequest", key,
-                      f"asks the cloud for {count} pod(s) at once{who}", ns)
+        changes.event(
+            now,
+            EventReason.CREATED,
+            "ProvisioningRequest",
+            key,
+            f"asks the cloud for {count} pod(s) at once{who}",
+            ns,
+        )
     before = {(c["type"], c["status"]) for c in (old or {}).get("conditions", ())}
     for c in new["conditions"]:
         if (c["type"], c["status"]) in before or not c["status"]:
             continue
         bad = c["type"] in ("Failed", "BookingExpired", "CapacityRevoked")
-        changes.event(now, c["type"], "ProvisioningRequest", key,
-                      f"{c['reason']}: {c['message']}", ns, warning=bad)
+        changes.event(
+            now,
+            c["type"],
+            "ProvisioningRequest",
+            key,
+            f"{c['reason']}: {c['message']}",
+            ns,
+            warning=bad,
+        )
 
 
 def provisioning_requests(plane: ControlPlane) -> list[ProvisioningRequest]:
@@ -102,8 +121,14 @@ def delete_provisioning_request(plane: ControlPlane, key: str) -> ProvisioningRe
         now = plane.clock.now()
         plane.scheduler.delete_provisioning_request(key, now)
         changes = Changes()
-        changes.event(now, EventReason.DELETED, "ProvisioningRequest", key, "deleted (cancelled)",
-                      req.namespace)
+        changes.event(
+            now,
+            EventReason.DELETED,
+            "ProvisioningRequest",
+            key,
+            "deleted (cancelled)",
+            req.namespace,
+        )
         save_provisioning(plane, changes)
         plane.journal.commit(changes)
         return req

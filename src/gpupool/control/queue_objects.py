@@ -30,15 +30,15 @@ def queue_object(plane: ControlPlane, kind: str, name: str) -> dict[str, Any]:
         return dict(body)
 
 
-def put_queue_object(plane: ControlPlane, kind: str, body: Mapping[str, Any], *,
-                     create: bool) -> dict[str, Any]:
+def put_queue_object(
+    plane: ControlPlane, kind: str, body: Mapping[str, Any], *, create: bool
+) -> dict[str, Any]:
     """Create (``create``) or replace a queue object. The whole queue configuration is
     checked with it (ConfigError names the field), and the scheduler is rebuilt."""
     with plane.lock:
         body = dict(body)
         if body.get("kind", kind) != kind:
-            raise ConfigError(f"kind={body.get('kind')!r} does not match the endpoint "
-                              f"({kind})")
+            raise ConfigError(f"kind={body.get('kind')!r} does not match the endpoint ({kind})")
         body["kind"] = kind
         name = key_of(kind, body)
         exists = (kind, name) in plane.queue_docs
@@ -48,9 +48,13 @@ def put_queue_object(plane: ControlPlane, kind: str, body: Mapping[str, Any], *,
             raise NotFoundError(f"{kind} {name} not found")
         docs = dict(plane.queue_docs)
         docs[(kind, name)] = body
-        _apply(plane, docs, lambda tx: tx.put_object(kind, name, body),
-                               f"{kind} {name} {'created' if create else 'updated'}",
-                               namespace_of(kind, name))
+        _apply(
+            plane,
+            docs,
+            lambda tx: tx.put_object(kind, name, body),
+            f"{kind} {name} {'created' if create else 'updated'}",
+            namespace_of(kind, name),
+        )
         return body
 
 
@@ -60,38 +64,54 @@ def delete_queue_object(plane: ControlPlane, kind: str, name: str) -> None:
             raise NotFoundError(f"{kind} {name} not found")
         docs = {k: v for k, v in plane.queue_docs.items() if k != (kind, name)}
         if kind in ("ClusterQueue", "LocalQueue"):
-            busy = [r.key for r in plane.jobs.values() if r.phase in ACTIVE and (
-                r.cluster_queue == name if kind == "ClusterQueue" else
-                r.request.queue == name)]
+            busy = [
+                r.key
+                for r in plane.jobs.values()
+                if r.phase in ACTIVE
+                and (r.cluster_queue == name if kind == "ClusterQueue" else r.request.queue == name)
+            ]
             if busy:
-                raise ConflictError(f"{kind} {name} has {len(busy)} pending or running "
-                                    f"job(s) (e.g. {busy[0]}); cancel them first")
-        _apply(plane, docs, lambda tx: tx.delete_object(kind, name),
-                               f"{kind} {name} deleted", namespace_of(kind, name))
+                raise ConflictError(
+                    f"{kind} {name} has {len(busy)} pending or running "
+                    f"job(s) (e.g. {busy[0]}); cancel them first"
+                )
+        _apply(
+            plane,
+            docs,
+            lambda tx: tx.delete_object(kind, name),
+            f"{kind} {name} deleted",
+            namespace_of(kind, name),
+        )
 
 
-def _apply(plane: ControlPlane, docs: dict[tuple[str, str], dict[str, Any]],
-           write: Callable[[Any], None], message: str, namespace: str = "") -> None:
+def _apply(
+    plane: ControlPlane,
+    docs: dict[tuple[str, str], dict[str, Any]],
+    write: Callable[[Any], None],
+    message: str,
+    namespace: str = "",
+) -> None:
     config = recovery.config_of(docs)
     for rec in plane.jobs.values():
         if rec.phase in ACTIVE:
             try:
                 parse_job(rec.request.document, config)
             except InvalidJobError as exc:
-                raise ConflictError(f"the change would leave job {rec.key} without its "
-                                    f"queue: {exc}") from None
+                raise ConflictError(
+                    f"the change would leave job {rec.key} without its queue: {exc}"
+                ) from None
     old = (plane.queue_docs, plane.config)
     requests = {key: rec.request for key, rec in plane.jobs.items()}
     plane.queue_docs, plane.config = docs, config
     try:
         for rec in plane.jobs.values():
             if rec.phase in ACTIVE:
-                rec.request = parse_job(rec.request.document, config,
-                                        submit_time_s=rec.submitted_s)
+                rec.request = parse_job(rec.request.document, config, submit_time_s=rec.submitted_s)
         recovery.build(plane)
         now = plane.clock.now()
-        plane.journal.write(write, [NewEvent(now, "Normal", "QueuesChanged", "Queue", "",
-                                             namespace, message)])
+        plane.journal.write(
+            write, [NewEvent(now, "Normal", "QueuesChanged", "Queue", "", namespace, message)]
+        )
     except Exception:  # the change is not on disk: it is not made at all
         plane.queue_docs, plane.config = old
         for key, rec in plane.jobs.items():

@@ -35,8 +35,9 @@ def usable_only(reasons: Sequence[Reason], usable: set[str]) -> tuple[Reason, ..
     return kept or tuple(reasons)
 
 
-def flavor_nodes_only(reasons: Sequence[Reason],
-                      flavors: Sequence[ResourceFlavor]) -> tuple[Reason, ...]:
+def flavor_nodes_only(
+    reasons: Sequence[Reason], flavors: Sequence[ResourceFlavor]
+) -> tuple[Reason, ...]:
     """``reasons`` with the nodes outside a flavor taken out of that flavor's node counts:
     a ``node-selector`` reason whose selector is exactly a flavor's labels. An attempt with
     nothing else left is kept as it was."""
@@ -50,8 +51,7 @@ def flavor_nodes_only(reasons: Sequence[Reason],
             while j < len(reasons) and reasons[j].of == r.of and reasons[j].scope == r.scope:
                 j += 1
         attempt = reasons[i:j]
-        foreign = [x for x in attempt
-                   if x.plugin == NodeSelector.name and x.message in outside]
+        foreign = [x for x in attempt if x.plugin == NodeSelector.name and x.message in outside]
         left = [x for x in attempt if x not in foreign]
         total = (r.of or 0) - sum(x.nodes for x in foreign)
         if foreign and left and total > 0:
@@ -62,8 +62,9 @@ def flavor_nodes_only(reasons: Sequence[Reason],
     return tuple(out)
 
 
-def owner_reasons(status: Status, usable: set[str],
-                  flavors: Sequence[ResourceFlavor]) -> tuple[Reason, ...]:
+def owner_reasons(
+    status: Status, usable: set[str], flavors: Sequence[ResourceFlavor]
+) -> tuple[Reason, ...]:
     """The reasons as a job's owner reads them (both rules of the module docstring)."""
     return flavor_nodes_only(usable_only(status.reasons, usable), flavors)
 

@@ -16,9 +16,17 @@ from gpupool.core.model import Job, Placement
 if TYPE_CHECKING:
     from gpupool.core.scheduler import Scheduler
 
-QUEUE_KINDS = ("ResourceFlavor", "Cohort", "ClusterQueue", "LocalQueue",
-               "WorkloadPriorityClass", "PriorityClass", "QueueSettings", "AdmissionCheck",
-               "ProvisioningRequestConfig")
+QUEUE_KINDS = (
+    "ResourceFlavor",
+    "Cohort",
+    "ClusterQueue",
+    "LocalQueue",
+    "WorkloadPriorityClass",
+    "PriorityClass",
+    "QueueSettings",
+    "AdmissionCheck",
+    "ProvisioningRequestConfig",
+)
 
 
 class JobPhase(StrEnum):
@@ -76,8 +84,9 @@ CLOUD_REQUESTS_KEPT = 200  # ended requests the cloud remembers
 class Backend(Protocol):
     """Where bound jobs run: the virtual cluster here, Kubernetes elsewhere."""
 
-    def start(self, key: str, placements: Sequence[Placement], start_s: float,
-              end_s: float) -> None: ...
+    def start(
+        self, key: str, placements: Sequence[Placement], start_s: float, end_s: float
+    ) -> None: ...
 
     def stop(self, key: str) -> None: ...
 
@@ -168,9 +177,14 @@ def for_owner(message: str, namespace: str, jobs: Mapping[str, Any]) -> str:
     return _JOB_KEY.sub(hide, message)
 
 
-_DOCUMENT_FIELDS = {"cpu_milli": "cpu", "memory_mib": "memory", "gpu.gpu_milli": "gpu.milli",
-                    "gpu.memory_mib": "gpu.memory", "gpu.mig_profile": "gpu.mig",
-                    "node_selector": "nodeSelector"}
+_DOCUMENT_FIELDS = {
+    "cpu_milli": "cpu",
+    "memory_mib": "memory",
+    "gpu.gpu_milli": "gpu.milli",
+    "gpu.memory_mib": "gpu.memory",
+    "gpu.mig_profile": "gpu.mig",
+    "node_selector": "nodeSelector",
+}
 
 
 def in_document_terms(exc: InvalidJobError, request: JobRequest) -> InvalidJobError:

@@ -42,15 +42,16 @@ if TYPE_CHECKING:
     from gpupool.control.plane import ControlPlane
 
 
-def open_state(plane: ControlPlane, nodes: Sequence[Node],
-               queue_docs: Sequence[Mapping[str, Any]]) -> None:
+def open_state(
+    plane: ControlPlane, nodes: Sequence[Node], queue_docs: Sequence[Mapping[str, Any]]
+) -> None:
     """Start-up: a new state file is seeded with ``nodes`` and ``queue_docs``; an existing one
     is read back (queue objects, nodes, provisioning state, jobs, the simulated cloud) and the
     scheduler built from it."""
-    plane.journal.seed(nodes, ((str(d.get("kind")), key_of(str(d.get("kind")), d), d)
-                               for d in queue_docs))
-    plane.queue_docs = {(k, n): b for k, n, b, _ in plane.store.objects()
-                       if k in QUEUE_KINDS}
+    plane.journal.seed(
+        nodes, ((str(d.get("kind")), key_of(str(d.get("kind")), d), d) for d in queue_docs)
+    )
+    plane.queue_docs = {(k, n): b for k, n, b, _ in plane.store.objects() if k in QUEUE_KINDS}
     plane.config = config_of(plane.queue_docs)
     for _, name, body, _ in plane.store.objects("Node"):
         plane.node_status[name] = body
@@ -58,41 +59,65 @@ def open_state(plane: ControlPlane, nodes: Sequence[Node],
         for _, name, body, _ in plane.store.objects(kind):
             plane._saved[(kind, name)] = body
     for row in plane.store.jobs():
-        request = parse_job(row.document, plane.config, submit_time_s=row.submitted_s,
-                            check_queue=row.phase in ACTIVE)
-        rec = JobRecord(row.uid, request, JobPhase(row.phase), row.submitted_s, row.started_s,
-                        row.finished_s, row.flavor, "",
-                        tuple(placement_from_json(row.key, p) for p in row.placements),
-                        row.preemptions, row.message, row.alternative)
+        request = parse_job(
+            row.document,
+            plane.config,
+            submit_time_s=row.submitted_s,
+            check_queue=row.phase in ACTIVE,
+        )
+        rec = JobRecord(
+            row.uid,
+            request,
+            JobPhase(row.phase),
+            row.submitted_s,
+            row.started_s,
+            row.finished_s,
+            row.flavor,
+            "",
+            tuple(placement_from_json(row.key, p) for p in row.placements),
+            row.preemptions,
+            row.message,
+            row.alternative,
+        )
         plane.jobs[row.key] = rec
     build(plane)
     if plane._cloud_spec is not None:
         plane.cloud = Cloud(plane._cloud_spec, plane, plane._cloud_seed, CLOUD_HORIZON_S)
-        saved = [b for _, n, b, _ in plane.store.objects(CLOUD_KIND)
-                 if n == plane._cloud_spec.name]
+        saved = [b for _, n, b, _ in plane.store.objects(CLOUD_KIND) if n == plane._cloud_spec.name]
         if saved:
             try:
                 plane.cloud.restore(saved[0])
-                plane.cloud.reconcile({r.key for r in plane.scheduler.provisioning_requests()},
-                                     plane.clock.now())
+                plane.cloud.reconcile(
+                    {r.key for r in plane.scheduler.provisioning_requests()}, plane.clock.now()
+                )
             except (KeyError, TypeError, ValueError) as exc:  # another cloud file
                 spec, why = plane._cloud_spec, repr(exc)
                 plane.cloud = Cloud(spec, plane, plane._cloud_seed, CLOUD_HORIZON_S)
-                plane.journal.record(lambda c: c.event(
-                    plane.clock.now(), EventReason.CLOUD_RESET, "Cloud", spec.name,
-                    f"the saved cloud state does not fit this cloud's spec ({why}); it "
-                    "starts afresh", warning=True))
+                plane.journal.record(
+                    lambda c: c.event(
+                        plane.clock.now(),
+                        EventReason.CLOUD_RESET,
+                        "Cloud",
+                        spec.name,
+                        f"the saved cloud state does not fit this cloud's spec ({why}); it "
+                        "starts afresh",
+                        warning=True,
+                    )
+                )
     recovered = Counter(r.phase for r in plane.jobs.values())
     if recovered:
-        said = "state file read: " + ", ".join(f"{n} {p.lower()}"
-                                               for p, n in sorted(recovered.items()))
-        plane.journal.record(lambda c: c.event(plane.clock.now(), EventReason.RECOVERED,
-                                               "Cluster", "", said))
+        said = "state file read: " + ", ".join(
+            f"{n} {p.lower()}" for p, n in sorted(recovered.items())
+        )
+        plane.journal.record(
+            lambda c: c.event(plane.clock.now(), EventReason.RECOVERED, "Cluster", "", said)
+        )
 
 
 def config_of(docs: Mapping[tuple[str, str], Mapping[str, Any]]) -> QueueConfig:
-    return queue_config_from_documents([
-        Document(f"{kind} {name}", 1, body) for (kind, name), body in docs.items()])
+    return queue_config_from_documents(
+        [Document(f"{kind} {name}", 1, body) for (kind, name), body in docs.items()]
+    )
 
 
 def nodes_of(plane: ControlPlane) -> list[Node]:
@@ -108,18 +133,25 @@ def build(plane: ControlPlane) -> None:
     rows = provisioning.provisioning_rows(plane) if hasattr(plane, "scheduler") else plane._saved
     sched = Scheduler(nodes_of(plane), plane.config, plane.profile)
     now = plane.clock.now()
-    requests = [request_from_json(b) for (k, _), b in sorted(rows.items())
-                if k == REQUEST_KIND]
+    requests = [request_from_json(b) for (k, _), b in sorted(rows.items()) if k == REQUEST_KIND]
     if requests:
         sched.restore_provisioning(requests)
     checks = {n: b for (k, n), b in rows.items() if k == CHECK_KIND}
-    running = sorted((r for r in plane.jobs.values() if r.phase == JobPhase.RUNNING),
-                     key=lambda r: (r.started_s or 0.0, r.uid))
+    running = sorted(
+        (r for r in plane.jobs.values() if r.phase == JobPhase.RUNNING),
+        key=lambda r: (r.started_s or 0.0, r.uid),
+    )
     conflicts = Changes()
     for rec in running:
         try:
-            restored = sched.restore(rec.job, rec.placements, rec.started_s or now,
-                                     rec.flavor, rec.preemptions, rec.alternative)
+            restored = sched.restore(
+                rec.job,
+                rec.placements,
+                rec.started_s or now,
+                rec.flavor,
+                rec.preemptions,
+                rec.alternative,
+            )
         except ConflictError as exc:
             # Two holders of one card (a state file two servers wrote): the one that
             # started first keeps it, the later one goes back to its queue, whole.
@@ -130,10 +162,10 @@ def build(plane: ControlPlane) -> None:
         if booking:
             with contextlib.suppress(NotFoundError):
                 sched.restore_booking(JobId(rec.key), str(booking))
-        plane.backend.start(rec.key, rec.placements, rec.started_s or now,
-                           end_s(plane, rec, sched))
-    for rec in sorted((r for r in plane.jobs.values() if r.phase == JobPhase.PENDING),
-                      key=lambda r: r.uid):
+        plane.backend.start(rec.key, rec.placements, rec.started_s or now, end_s(plane, rec, sched))
+    for rec in sorted(
+        (r for r in plane.jobs.values() if r.phase == JobPhase.PENDING), key=lambda r: r.uid
+    ):
         try:
             sched.submit(rec.job, rec.submitted_s)
         except InvalidJobError:
@@ -146,10 +178,15 @@ def build(plane: ControlPlane) -> None:
             with contextlib.suppress(NotFoundError, ValueError):
                 # its queue may have lost its admission check since: it queues plainly
                 sched.restore_check(
-                    JobId(rec.key), CheckState(check["state"]),
-                    request=str(check["request"]), flavor=str(check["flavor"]),
-                    attempts=int(check["attempts"]), made=int(check["made"]),
-                    retry_at_s=float(check["retryAt"]), message=str(check["message"]))
+                    JobId(rec.key),
+                    CheckState(check["state"]),
+                    request=str(check["request"]),
+                    flavor=str(check["flavor"]),
+                    attempts=int(check["attempts"]),
+                    made=int(check["made"]),
+                    retry_at_s=float(check["retryAt"]),
+                    message=str(check["message"]),
+                )
     for w in plane.watchers:
         w.scheduler_built(sched)
     plane.scheduler = sched
@@ -164,12 +201,28 @@ def _requeue_conflict(rec: JobRecord, why: str, now: float, changes: Changes) ->
     Pending (it queues below, in submission order) with a Warning event."""
     rec.phase, rec.placements, rec.started_s, rec.flavor = JobPhase.PENDING, (), None, ""
     rec.alternative = ""
-    rec.message = (f"its cards were held by another job when the state file was read "
-                   f"({why}); back in its queue")
-    changes.job(rec.key, phase=JobPhase.PENDING, placements=[], started_s=None, flavor="",
-                alternative="", message=rec.message)
-    changes.event(now, EventReason.RESTORE_CONFLICT, "Job", rec.key, rec.message,
-                  rec.request.namespace, warning=True)
+    rec.message = (
+        f"its cards were held by another job when the state file was read "
+        f"({why}); back in its queue"
+    )
+    changes.job(
+        rec.key,
+        phase=JobPhase.PENDING,
+        placements=[],
+        started_s=None,
+        flavor="",
+        alternative="",
+        message=rec.message,
+    )
+    changes.event(
+        now,
+        EventReason.RESTORE_CONFLICT,
+        "Job",
+        rec.key,
+        rec.message,
+        rec.request.namespace,
+        warning=True,
+    )
 
 
 def end_s(plane: ControlPlane, rec: JobRecord, sched: Scheduler | None = None) -> float:

@@ -30,16 +30,19 @@ class StateLock:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as exc:
-            raise AdapterError(f"--state {self.state}: cannot create the lock file "
-                               f"{self.path}: {exc.strerror}") from exc
+            raise AdapterError(
+                f"--state {self.state}: cannot create the lock file {self.path}: {exc.strerror}"
+            ) from exc
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
             os.close(fd)
-            raise ConflictError(f"state file {self.state} is already served by pid {holder} "
-                                f"(lock {self.path}): stop that server, or give this one "
-                                "another --state") from None
+            raise ConflictError(
+                f"state file {self.state} is already served by pid {holder} "
+                f"(lock {self.path}): stop that server, or give this one "
+                "another --state"
+            ) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self._fd = fd

@@ -33,8 +33,7 @@ def rfc3339(wall: float) -> str:
     return stamp.replace("+00:00", "Z")
 
 
-def times(name: str, time_s: float | None, wall_of: Callable[[float], float]
-          ) -> dict[str, Any]:
+def times(name: str, time_s: float | None, wall_of: Callable[[float], float]) -> dict[str, Any]:
     """``{name: RFC 3339, name + "Seconds": cluster seconds}``, both None for no time."""
     if time_s is None:
         return {name: None, f"{name}Seconds": None}

@@ -60,8 +60,12 @@ class _QNode:
         return max(0, u - self.guaranteed.get(key, 0))
 
 
-def _load(node: _QNode, flavors: Iterable[FlavorQuotas], non_preemptive: bool = False,
-          normalized: Quota | None = None) -> None:
+def _load(
+    node: _QNode,
+    flavors: Iterable[FlavorQuotas],
+    non_preemptive: bool = False,
+    normalized: Quota | None = None,
+) -> None:
     if normalized is not None:
         flavors = [*flavors, FlavorQuotas(ACROSS_FLAVORS, {Resource.NORMALIZED_MILLI: normalized})]
     for fq in flavors:
@@ -82,9 +86,11 @@ class QuotaTree:
         self.queues: dict[str, ClusterQueue] = {q.name: q for q in config.cluster_queues}
         self.flavors: dict[str, ResourceFlavor] = {f.name: f for f in config.flavors}
         self._nodes: dict[str, _QNode] = {}
-        self.normalized = config.settings.normalized_shares or any(
-            q.normalized is not None for q in config.cluster_queues) or any(
-            c.normalized is not None for c in config.cohorts)
+        self.normalized = (
+            config.settings.normalized_shares
+            or any(q.normalized is not None for q in config.cluster_queues)
+            or any(c.normalized is not None for c in config.cohorts)
+        )
         """Whether normalised compute is charged (some quota or the shares use it)."""
         cohorts = {c.name: c for c in config.cohorts}
         for c in config.cohorts:
@@ -96,8 +102,13 @@ class QuotaTree:
             if q.cohort is not None and q.cohort not in self._nodes:
                 self._nodes[q.cohort] = _QNode(q.cohort, False, 1.0)  # implicit cohort
         for name, n in list(self._nodes.items()):  # an implicit parent is added on the way
-            parent = (self.queues[name].cohort if n.is_queue
-                      else cohorts[name].parent if name in cohorts else None)
+            parent = (
+                self.queues[name].cohort
+                if n.is_queue
+                else cohorts[name].parent
+                if name in cohorts
+                else None
+            )
             if parent is not None:
                 if parent not in self._nodes:
                     self._nodes[parent] = _QNode(parent, False, 1.0)
@@ -121,8 +132,10 @@ class QuotaTree:
                 n.subtree[k] = n.subtree.get(k, 0) + v - c.guaranteed.get(k, 0)
             for k, v in c.total.items():
                 n.total[k] = n.total.get(k, 0) + v
-        n.guaranteed = {k: max(0, v - n.lending_limit[k]) if k in n.lending_limit else 0
-                        for k, v in n.subtree.items()}
+        n.guaranteed = {
+            k: max(0, v - n.lending_limit[k]) if k in n.lending_limit else 0
+            for k, v in n.subtree.items()
+        }
         if n.parent is None:  # a root lends to nobody: all of it is its own
             n.guaranteed = dict(n.subtree)
 
@@ -157,8 +170,10 @@ class QuotaTree:
     def node(self, cq: str) -> _QNode:
         n = self._nodes.get(cq)
         if n is None or not n.is_queue:
-            raise NotFoundError(f"ClusterQueue {cq!r} does not exist; known: "
-                                f"{', '.join(sorted(self.queues)) or 'none'}")
+            raise NotFoundError(
+                f"ClusterQueue {cq!r} does not exist; known: "
+                f"{', '.join(sorted(self.queues)) or 'none'}"
+            )
         return n
 
     def cohort_root(self, cq: str) -> str:
@@ -199,21 +214,29 @@ class QuotaTree:
         n = self.node(cq)
         out = []
         # GPUs first, then GPU memory, CPU, memory: what the job is about leads the sentence
-        for key, amount in sorted(demand.items(), key=lambda kv: (kv[0][0],
-                                                                  RESOURCES.index(kv[0][1]))):
+        for key, amount in sorted(
+            demand.items(), key=lambda kv: (kv[0][0], RESOURCES.index(kv[0][1]))
+        ):
             if amount <= 0 or key not in n.nominal:
                 continue
             free = self._available(n, key)
             if amount > free:
-                out.append(step(Step.QUOTA, _describe_short(
-                    cq, key, n.usage.get(key, 0), n.nominal[key], amount, free),
-                    flavor=None if key[0] == ACROSS_FLAVORS else key[0]))
+                out.append(
+                    step(
+                        Step.QUOTA,
+                        _describe_short(cq, key, n.usage.get(key, 0), n.nominal[key], amount, free),
+                        flavor=None if key[0] == ACROSS_FLAVORS else key[0],
+                    )
+                )
         return out
 
     def borrows(self, cq: str, demand: Mapping[Key, int]) -> bool:
         n = self.node(cq)
-        return any(n.usage.get(k, 0) + v > n.nominal.get(k, 0)
-                   for k, v in demand.items() if k in n.nominal and v > 0)
+        return any(
+            n.usage.get(k, 0) + v > n.nominal.get(k, 0)
+            for k, v in demand.items()
+            if k in n.nominal and v > 0
+        )
 
     def below_nominal(self, cq: str) -> bool:
         """Whether the queue holds less than its nominal quota of accelerators in every flavor
@@ -232,8 +255,7 @@ class QuotaTree:
 
     def borrowed(self, cq: str) -> dict[Key, int]:
         n = self.node(cq)
-        return {k: n.usage.get(k, 0) - v for k, v in n.nominal.items()
-                if n.usage.get(k, 0) > v}
+        return {k: n.usage.get(k, 0) - v for k, v in n.nominal.items() if n.usage.get(k, 0) > v}
 
     def add(self, cq: str, demand: Mapping[Key, int], sign: int = 1) -> None:
         n = self.node(cq)
@@ -260,8 +282,10 @@ class QuotaTree:
         n = self.node(cq)
         used: dict[Resource, float] = {}
         ent: dict[Resource, float] = {}
-        normalized = self.config.settings.normalized_shares and n.entitled.get(
-            (ACROSS_FLAVORS, Resource.NORMALIZED_MILLI), 0.0) > 0
+        normalized = (
+            self.config.settings.normalized_shares
+            and n.entitled.get((ACROSS_FLAVORS, Resource.NORMALIZED_MILLI), 0.0) > 0
+        )
         for key, e in n.entitled.items():
             if e <= 0:
                 continue
@@ -285,8 +309,10 @@ class QuotaTree:
         ent = self.node(cq).entitled
         total = 0.0
         for f in sorted({f for f, _ in ent}):
-            total += max(ent.get((f, Resource.GPU_MILLI), 0.0) / WHOLE_GPU_MILLI,
-                         ent.get((f, Resource.GPU), 0.0))
+            total += max(
+                ent.get((f, Resource.GPU_MILLI), 0.0) / WHOLE_GPU_MILLI,
+                ent.get((f, Resource.GPU), 0.0),
+            )
         return total
 
 
@@ -299,7 +325,8 @@ ENTITLEMENT_BASIS = (
     "entitlement: nominal quota first (guaranteed), then the quota a cohort holds of its own "
     "split among its children by fair-sharing weight; share: usage over entitlement, GPUs "
     "summed over flavors, the largest over resources, plus the share held over the last hour "
-    "when ordering queues")
+    "when ordering queues"
+)
 """How the entitlement and the share are computed, in one sentence for people."""
 
 
@@ -309,17 +336,27 @@ def _describe_short(cq: str, key: Key, usage: int, nominal: int, amount: int, fr
     flavor, res = key
     flavor = "all flavors" if flavor == ACROSS_FLAVORS else flavor
     memory = res in (Resource.MEMORY_MIB, Resource.GPU_MEMORY_MIB)
-    div = 1000 if res in (Resource.GPU_MILLI, Resource.CPU_MILLI,
-                          Resource.NORMALIZED_MILLI) else 1  # milli
-    unit = ("" if memory else " CPUs" if res is Resource.CPU_MILLI
-            else " normalised GPUs" if res is Resource.NORMALIZED_MILLI else " GPUs")
+    div = (
+        1000 if res in (Resource.GPU_MILLI, Resource.CPU_MILLI, Resource.NORMALIZED_MILLI) else 1
+    )  # milli
+    unit = (
+        ""
+        if memory
+        else " CPUs"
+        if res is Resource.CPU_MILLI
+        else " normalised GPUs"
+        if res is Resource.NORMALIZED_MILLI
+        else " GPUs"
+    )
 
     def say(v: int) -> str:
         return said.mib(v) if memory else said.count(v / div)
 
-    return (f"queue {cq} at quota for {flavor} {said.resource_name(res)} ({say(usage)}/"
-            f"{say(nominal)}{unit} used, {say(amount)} asked, {say(max(free, 0))} available "
-            "with borrowing)")
+    return (
+        f"queue {cq} at quota for {flavor} {said.resource_name(res)} ({say(usage)}/"
+        f"{say(nominal)}{unit} used, {say(amount)} asked, {say(max(free, 0))} available "
+        "with borrowing)"
+    )
 
 
 # -- what a job costs -----------------------------------------------------------------------
@@ -366,8 +403,9 @@ def slice_charge_milli(gpu_milli: int, memory_mib: int, card_mib: int) -> int:
     return min(WHOLE_GPU_MILLI, max(gpu_milli, by_memory))
 
 
-def placement_demand(placements: Iterable[Placement], flavor: str, table: NodeTable,
-                     normalized: bool = False) -> Vec:
+def placement_demand(
+    placements: Iterable[Placement], flavor: str, table: NodeTable, normalized: bool = False
+) -> Vec:
     """The exact quota cost of placements: cards, compute and memory as placed. A slice's
     compute (``gpu_milli``) is charged by :func:`slice_charge_milli`. With ``normalized``
     (the tree counts normalised compute), compute is charged again in normalised units
@@ -403,8 +441,9 @@ def placement_demand(placements: Iterable[Placement], flavor: str, table: NodeTa
             norm = table.device(row, s.index).normalized_milli(milli)
             put(Resource.NORMALIZED_MILLI, norm)
             if norm:
-                d[(ACROSS_FLAVORS, Resource.NORMALIZED_MILLI)] = d.get(
-                    (ACROSS_FLAVORS, Resource.NORMALIZED_MILLI), 0) + norm
+                d[(ACROSS_FLAVORS, Resource.NORMALIZED_MILLI)] = (
+                    d.get((ACROSS_FLAVORS, Resource.NORMALIZED_MILLI), 0) + norm
+                )
     return d
 
 
@@ -435,9 +474,15 @@ def flavor_job(job: Job, flavor: ResourceFlavor | None) -> Job | None:
     return replace(job, pod_sets=tuple(pod_sets))
 
 
-def try_admit(job: Job, cq: str, tree: QuotaTree, snap: Snapshot, profile: Profile,
-              failed: dict[Hashable, Status] | None = None,
-              only: tuple[str, str] | None = None) -> tuple[Fit | None, Status]:
+def try_admit(
+    job: Job,
+    cq: str,
+    tree: QuotaTree,
+    snap: Snapshot,
+    profile: Profile,
+    failed: dict[Hashable, Status] | None = None,
+    only: tuple[str, str] | None = None,
+) -> tuple[Fit | None, Status]:
     """Tries the queue's flavors in order, and in each the job's own request and then its
     alternatives: quota first (cheap), then placement, then quota again with what the
     placement really takes. Returns the fit, or why not.
@@ -472,8 +517,14 @@ def try_admit(job: Job, cq: str, tree: QuotaTree, snap: Snapshot, profile: Profi
                 continue
             fj = flavor_job(vj, flavor)
             if fj is None:
-                reasons.append(step(Step.FLAVOR, f"node selector conflicts with flavor {fname}",
-                                    flavor=fname, resolvable=False))
+                reasons.append(
+                    step(
+                        Step.FLAVOR,
+                        f"node selector conflicts with flavor {fname}",
+                        flavor=fname,
+                        resolvable=False,
+                    )
+                )
                 continue
             shape = (key, tuple(_shape(ps) for ps in fj.pod_sets), fj.min_member)
             status = failed.get(shape) if failed is not None else None
@@ -485,8 +536,11 @@ def try_admit(job: Job, cq: str, tree: QuotaTree, snap: Snapshot, profile: Profi
                     failed[shape] = status
                 scope = () if said is None else (said,)
                 reasons.extend(r.within(*scope, flavor=fname) for r in status.reasons)
-                code = status.code if status.code is Code.UNRESOLVABLE and code is not \
-                    Code.UNSCHEDULABLE else Code.UNSCHEDULABLE
+                code = (
+                    status.code
+                    if status.code is Code.UNRESOLVABLE and code is not Code.UNSCHEDULABLE
+                    else Code.UNSCHEDULABLE
+                )
                 continue
             demand = placement_demand(placements, key, snap.table, tree.normalized)
             short = tree.short_reasons(cq, demand)
@@ -507,7 +561,19 @@ def _shape(ps: PodSet) -> Hashable:
     """What placement reads of a pod set: two pod sets of one shape fit the same nodes, so a
     failure of one within a cycle stands for the other (node and pod rules included: a pod
     whose affinity fails says nothing of a pod without it)."""
-    return (ps.count, ps.cpu_milli, ps.memory_mib, ps.gpu,
-            tuple(sorted(ps.node_selector.items())), ps.tolerations, ps.node_affinity,
-            ps.pod_affinity, ps.pod_anti_affinity, ps.spread, ps.extended, ps.pod.namespace,
-            tuple(sorted(ps.pod.labels.items())), ps.pod.anti_affinity)
+    return (
+        ps.count,
+        ps.cpu_milli,
+        ps.memory_mib,
+        ps.gpu,
+        tuple(sorted(ps.node_selector.items())),
+        ps.tolerations,
+        ps.node_affinity,
+        ps.pod_affinity,
+        ps.pod_anti_affinity,
+        ps.spread,
+        ps.extended,
+        ps.pod.namespace,
+        tuple(sorted(ps.pod.labels.items())),
+        ps.pod.anti_affinity,
+    )

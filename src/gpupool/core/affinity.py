@@ -16,8 +16,14 @@ from dataclasses import dataclass, field
 from gpupool.core.errors import InvalidJobError
 
 __all__ = [
-    "OPERATORS", "SELECTOR_OPERATORS", "LabelSelector", "NodeAffinityTerm", "NodeRequirement",
-    "PodAffinityTerm", "PodMeta", "SpreadConstraint",
+    "OPERATORS",
+    "SELECTOR_OPERATORS",
+    "LabelSelector",
+    "NodeAffinityTerm",
+    "NodeRequirement",
+    "PodAffinityTerm",
+    "PodMeta",
+    "SpreadConstraint",
 ]
 
 OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
@@ -34,8 +40,7 @@ class NodeRequirement:
         where = f"nodeAffinity requirement {self.key}"
         op, values = self.operator, list(self.values)
         if op not in OPERATORS:
-            raise InvalidJobError(f"{where}.operator", op, "must be one of "
-                                  + ", ".join(OPERATORS))
+            raise InvalidJobError(f"{where}.operator", op, "must be one of " + ", ".join(OPERATORS))
         if op in ("In", "NotIn") and not values:
             raise InvalidJobError(f"{where}.values", values, f"{op} needs at least one value")
         if op in ("Exists", "DoesNotExist") and values:
@@ -43,8 +48,11 @@ class NodeRequirement:
         if op in ("Gt", "Lt") and (len(values) != 1 or _integer(values[0]) is None):
             raise InvalidJobError(f"{where}.values", values, f"{op} needs one integer value")
         if self.field and (self.key != "metadata.name" or op not in ("In", "NotIn")):
-            raise InvalidJobError("nodeAffinity matchFields", f"{self.key} {op}",
-                                  "only metadata.name with In or NotIn is allowed")
+            raise InvalidJobError(
+                "nodeAffinity matchFields",
+                f"{self.key} {op}",
+                "only metadata.name with In or NotIn is allowed",
+            )
 
     def matches(self, name: str, labels: Mapping[str, str]) -> bool:
         if self.field:
@@ -72,12 +80,15 @@ class NodeAffinityTerm:
     requirements: tuple[NodeRequirement, ...] = ()
 
     def matches(self, name: str, labels: Mapping[str, str]) -> bool:
-        return bool(self.requirements) and all(r.matches(name, labels)
-                                               for r in self.requirements)
+        return bool(self.requirements) and all(r.matches(name, labels) for r in self.requirements)
 
     def __str__(self) -> str:
-        return " and ".join(f"{r.key} {r.operator} {','.join(r.values)}".rstrip()
-                            for r in self.requirements) or "(empty term)"
+        return (
+            " and ".join(
+                f"{r.key} {r.operator} {','.join(r.values)}".rstrip() for r in self.requirements
+            )
+            or "(empty term)"
+        )
 
 
 def _integer(text: str) -> int | None:
@@ -106,13 +117,16 @@ class LabelSelector:
     def __post_init__(self) -> None:
         for e in self.expressions:
             if e.operator not in SELECTOR_OPERATORS or e.field:
-                raise InvalidJobError(f"labelSelector.matchExpressions {e.key}.operator",
-                                      e.operator, "must be one of "
-                                      + ", ".join(SELECTOR_OPERATORS))
+                raise InvalidJobError(
+                    f"labelSelector.matchExpressions {e.key}.operator",
+                    e.operator,
+                    "must be one of " + ", ".join(SELECTOR_OPERATORS),
+                )
 
     def matches(self, labels: Mapping[str, str]) -> bool:
-        return (all(labels.get(k) == v for k, v in self.match_labels)
-                and all(e.matches("", labels) for e in self.expressions))
+        return all(labels.get(k) == v for k, v in self.match_labels) and all(
+            e.matches("", labels) for e in self.expressions
+        )
 
     def __str__(self) -> str:
         parts = [f"{k}={v}" for k, v in self.match_labels]
@@ -131,13 +145,16 @@ class PodAffinityTerm:
 
     def __post_init__(self) -> None:
         if not self.topology_key:
-            raise InvalidJobError("podAffinityTerm.topologyKey", self.topology_key,
-                                  "must not be empty")
+            raise InvalidJobError(
+                "podAffinityTerm.topologyKey", self.topology_key, "must not be empty"
+            )
 
     def matches(self, namespace: str, labels: Mapping[str, str]) -> bool:
-        return (self.selector is not None
-                and (self.namespaces is None or namespace in self.namespaces)
-                and self.selector.matches(labels))
+        return (
+            self.selector is not None
+            and (self.namespaces is None or namespace in self.namespaces)
+            and self.selector.matches(labels)
+        )
 
     def __str__(self) -> str:
         where = "any namespace" if self.namespaces is None else ",".join(sorted(self.namespaces))
@@ -162,18 +179,22 @@ class SpreadConstraint:
 
     def __post_init__(self) -> None:
         if self.max_skew < 1:
-            raise InvalidJobError("topologySpreadConstraints.maxSkew", self.max_skew,
-                                  "must be at least 1")
+            raise InvalidJobError(
+                "topologySpreadConstraints.maxSkew", self.max_skew, "must be at least 1"
+            )
         if not self.topology_key:
-            raise InvalidJobError("topologySpreadConstraints.topologyKey", self.topology_key,
-                                  "must not be empty")
+            raise InvalidJobError(
+                "topologySpreadConstraints.topologyKey", self.topology_key, "must not be empty"
+            )
         if self.min_domains is not None and self.min_domains < 1:
-            raise InvalidJobError("topologySpreadConstraints.minDomains", self.min_domains,
-                                  "must be at least 1")
+            raise InvalidJobError(
+                "topologySpreadConstraints.minDomains", self.min_domains, "must be at least 1"
+            )
 
     def __str__(self) -> str:
-        return (f"maxSkew {self.max_skew} of pods {self.selector or '(none)'} per "
-                f"{self.topology_key}")
+        return (
+            f"maxSkew {self.max_skew} of pods {self.selector or '(none)'} per {self.topology_key}"
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,8 +19,9 @@ OWN = ""
 
 def variant(job: Job, alt: Alternative) -> Job:
     """``job`` with each GPU pod set asking ``alt``'s request instead."""
-    pod_sets = tuple(replace(ps, gpu=alt.gpu) if ps.gpu.kind is not GpuKind.NONE else ps
-                     for ps in job.pod_sets)
+    pod_sets = tuple(
+        replace(ps, gpu=alt.gpu) if ps.gpu.kind is not GpuKind.NONE else ps for ps in job.pod_sets
+    )
     return replace(job, pod_sets=pod_sets, alternatives=())
 
 

@@ -91,8 +91,9 @@ class ClusterState:
 
     def assume(self, p: Placement) -> None:
         if p.task in self._held:
-            raise ConflictError(f"task {p.task} is already placed on "
-                                f"{self._held[p.task].placement.node}")
+            raise ConflictError(
+                f"task {p.task} is already placed on {self._held[p.task].placement.node}"
+            )
         self.table.apply(p, +1)
         self._held[p.task] = _Held(p, confirmed=False)
         self._by_node[p.node].add(p.task)
@@ -110,7 +111,6 @@ class ClusterState:
         self._by_node[held.placement.node].discard(task)
         self.pods.remove(held.placement)
         return held.placement
-
 
     def _get(self, task: TaskId) -> _Held:
         try:
@@ -169,9 +169,11 @@ class ClusterState:
         """Everything that allocation changes, for tests that state is restored exactly."""
         t, n = self.table, self.table.n
         return (
-            t.cpu_free[:n].tobytes(), t.mem_free[:n].tobytes(), t.used_milli[:n].tobytes(),
-            t.used_mib[:n].tobytes(), t.free_whole[:n].tobytes(),
+            t.cpu_free[:n].tobytes(),
+            t.mem_free[:n].tobytes(),
+            t.used_milli[:n].tobytes(),
+            t.used_mib[:n].tobytes(),
+            t.free_whole[:n].tobytes(),
             tuple(sorted((p, a[:n].tobytes()) for p, a in t.mig_free.items())),
             tuple(sorted(self._held)),
         )
-

@@ -70,9 +70,18 @@ def weighted_share(tree: QuotaTree, q: str, demand: Vec) -> float:
     return max((v / ent[k] for k, v in demand.items() if ent.get(k, 0) > 0), default=0.0)
 
 
-def start(ctx: Context, snap: Snapshot, job: Job, q: str, flavor: str,
-          placements: Sequence[Placement], demand: Vec, now_s: float,
-          preemptions: int, alternative: str = "") -> Running:
+def start(
+    ctx: Context,
+    snap: Snapshot,
+    job: Job,
+    q: str,
+    flavor: str,
+    placements: Sequence[Placement],
+    demand: Vec,
+    now_s: float,
+    preemptions: int,
+    alternative: str = "",
+) -> Running:
     """A job starts: its placements are assumed (in the cycle's snapshot and in the state),
     its demand charged to its queue's quota, its expected use charged to its user, and it is
     running from ``now_s`` (in the form ``alternative`` names, "" its own request)."""
@@ -83,8 +92,9 @@ def start(ctx: Context, snap: Snapshot, job: Job, q: str, flavor: str,
     ctx.tree.add(q, demand)
     charge = weighted_share(ctx.tree, q, demand) * ctx.runtimes(job)
     ctx.ledger.charge(q, job.user, charge, now_s)
-    r = ctx.running[job.id] = Running(job, q, flavor, held, demand, now_s, preemptions, charge,
-                                       alternative)
+    r = ctx.running[job.id] = Running(
+        job, q, flavor, held, demand, now_s, preemptions, charge, alternative
+    )
     ctx.runtimes.started(job, now_s)
     if ctx.reservation is not None and ctx.reservation.job == job.id:
         ctx.reservation = None
@@ -92,8 +102,9 @@ def start(ctx: Context, snap: Snapshot, job: Job, q: str, flavor: str,
     return r
 
 
-def release(ctx: Context, job: JobId, now_s: float, snap: Snapshot | None = None,
-            wake: bool = True) -> Running:
+def release(
+    ctx: Context, job: JobId, now_s: float, snap: Snapshot | None = None, wake: bool = True
+) -> Running:
     """Free what a running job holds (it ended, was cancelled or evicted) and wake the
     parked jobs that the freed capacity could help (not for an eviction inside a cycle: the
     room is held for the preemptor, and waking would offer the victim its place back)."""

@@ -27,8 +27,18 @@ from gpupool.core.quota import QueueingStrategy
 from gpupool.core.reasons import Step, step
 from gpupool.core.snapshot import Reservation, Snapshot
 
-__all__ = ["SHARE_HALF_LIFE_S", "Context", "admission_order", "borrowing_turn", "dominant",
-           "fair_key", "release", "request_share", "run_cycle", "schedule"]
+__all__ = [
+    "SHARE_HALF_LIFE_S",
+    "Context",
+    "admission_order",
+    "borrowing_turn",
+    "dominant",
+    "fair_key",
+    "release",
+    "request_share",
+    "run_cycle",
+    "schedule",
+]
 
 
 def run_cycle(state: ClusterState, pending: Iterable[Job], profile: Profile) -> CycleResult:
@@ -38,14 +48,14 @@ def run_cycle(state: ClusterState, pending: Iterable[Job], profile: Profile) -> 
     Decisions come out; nothing is bound here. Placements are assumed in ``state`` at once,
     so the adapter confirms or forgets each after its bind.
     """
-    snap = state.snapshot()                                   # 1. one consistent view
+    snap = state.snapshot()  # 1. one consistent view
     result = CycleResult(cycle=state.next_cycle())
-    for job in pending:                                       # 2. in the queue's order
-        placements, status = place_job(job, snap, profile)    # 3. filter -> score -> cards
+    for job in pending:  # 2. in the queue's order
+        placements, status = place_job(job, snap, profile)  # 3. filter -> score -> cards
         if not placements:
-            result.parks.append(Park(job.id, status))         # 4. parked, with the reason
+            result.parks.append(Park(job.id, status))  # 4. parked, with the reason
             continue
-        for p in placements:                                  # 5. reserve: the whole gang
+        for p in placements:  # 5. reserve: the whole gang
             snap.assume(p)
             state.assume(p)
         result.binds.append(Bind(job.id, tuple(placements)))  # 6. the adapter binds
@@ -70,18 +80,19 @@ def schedule(ctx: Context, now_s: float) -> CycleResult:
     step 3 their jobs reserve quota and get a ProvisioningRequest instead of a placement
     (``admit.request_capacity``); see ``gpupool.core.provisioning``.
     """
-    snap = ctx.state.snapshot()                                             # 1.
+    snap = ctx.state.snapshot()  # 1.
     snap.now_s = now_s
     for q in ctx.queues.queues():
         ctx.history.advance(q, now_s)
-    if ctx.reservation is not None and not _next_in_fair_order(ctx, ctx.reservation.queue,
-                                                               _held_for(ctx)):
+    if ctx.reservation is not None and not _next_in_fair_order(
+        ctx, ctx.reservation.queue, _held_for(ctx)
+    ):
         ctx.reservation = None  # its queue is no longer first in the fair order: room freed
     snap.reservation = ctx.reservation
     snap.load = ctx.usage.view(snap.table, now_s) if ctx.usage is not None else None
     result = CycleResult(cycle=ctx.state.next_cycle())
     if ctx.checks is not None:
-        admit.settle(ctx, ctx.checks, snap, now_s, result)                  # 0.
+        admit.settle(ctx, ctx.checks, snap, now_s, result)  # 0.
     failed: dict[Hashable, Status] = {}
     # Per queue, the highest priority whose preemption attempt found no victim set this
     # cycle: a job of that queue with no higher priority would find none either.
@@ -91,7 +102,7 @@ def schedule(ctx: Context, now_s: float) -> CycleResult:
     for p in nominated:
         if p is not None:
             _try(ctx, snap, p, now_s, result, failed, no_victims, preempt=False)
-    order = admission_order(ctx, now_s)                                     # 2.
+    order = admission_order(ctx, now_s)  # 2.
     ctx.held = {}
     while (p := order.next()) is not None:
         order.offered(_try(ctx, snap, p, now_s, result, failed, no_victims, preempt=True))
@@ -120,18 +131,31 @@ def fair_key(ctx: Context, q: str) -> float:
     return key if ctx.tree.below_nominal(q) else key + BORROWING_KEY
 
 
-def admission_order(ctx: Context, now_s: float, active_only: bool = True,
-                    only: Set[JobId] | None = None,
-                    ahead: Mapping[str, float] | None = None) -> AdmissionOrder:
+def admission_order(
+    ctx: Context,
+    now_s: float,
+    active_only: bool = True,
+    only: Set[JobId] | None = None,
+    ahead: Mapping[str, float] | None = None,
+) -> AdmissionOrder:
     """The cycle's order of pending jobs (see ``AdmissionOrder``); the wait estimator walks
     the same order on its forecast (``only``: the jobs it still has to place; ``ahead``: share
     to add to a queue's key for jobs counted as admitted without being placed)."""
-    strict = frozenset(q for q, cq in ctx.tree.queues.items()
-                       if cq.queueing_strategy is QueueingStrategy.STRICT_FIFO)
+    strict = frozenset(
+        q
+        for q, cq in ctx.tree.queues.items()
+        if cq.queueing_strategy is QueueingStrategy.STRICT_FIFO
+    )
     extra = ahead if ahead is not None else {}
-    return AdmissionOrder(ctx.queues, ctx.queues.queues(),
-                          lambda q: fair_key(ctx, q) + extra.get(q, 0.0), now_s,
-                          strict=strict, active_only=active_only, only=only)
+    return AdmissionOrder(
+        ctx.queues,
+        ctx.queues.queues(),
+        lambda q: fair_key(ctx, q) + extra.get(q, 0.0),
+        now_s,
+        strict=strict,
+        active_only=active_only,
+        only=only,
+    )
 
 
 def request_share(ctx: Context, q: str, job: Job) -> float:
@@ -141,18 +165,37 @@ def request_share(ctx: Context, q: str, job: Job) -> float:
     return weighted_share(ctx.tree, q, request_demand(job, flavor))
 
 
-def _try(ctx: Context, snap: Snapshot, p: Pending, now_s: float, result: CycleResult,
-         failed: dict[Hashable, Status], no_victims: dict[str, int], preempt: bool) -> bool:
+def _try(
+    ctx: Context,
+    snap: Snapshot,
+    p: Pending,
+    now_s: float,
+    result: CycleResult,
+    failed: dict[Hashable, Status],
+    no_victims: dict[str, int],
+    preempt: bool,
+) -> bool:
     job, q = p.job, p.queue
     if ctx.checks is not None and ctx.checks.check_for(q) is not None:
         return admit.request_capacity(ctx, ctx.checks, snap, p, now_s, result)
     res = ctx.reservation
-    if res is not None and res.holds_quota and res.queue == q \
-            and not res.admits(job.id, job.run_limit_s, now_s):
-        status = Status(Code.UNSCHEDULABLE, (step(
-            Step.HOLD,
-            f"waiting behind gang {res.job} of queue {q}, which holds room from "
-            f"t={res.start_s:.0f}s (a job with a run limit ending before then may backfill)"),))
+    if (
+        res is not None
+        and res.holds_quota
+        and res.queue == q
+        and not res.admits(job.id, job.run_limit_s, now_s)
+    ):
+        status = Status(
+            Code.UNSCHEDULABLE,
+            (
+                step(
+                    Step.HOLD,
+                    f"waiting behind gang {res.job} of queue {q}, which holds room from "
+                    f"t={res.start_s:.0f}s (a job with a run limit ending before then may "
+                    "backfill)",
+                ),
+            ),
+        )
         ctx.queues.park(job.id, status)
         result.parks.append(Park(job.id, status))
         return False
@@ -163,42 +206,67 @@ def _try(ctx: Context, snap: Snapshot, p: Pending, now_s: float, result: CycleRe
         result.parks.append(Park(job.id, status))
         return False
     if preempt and ctx.tree.queues[q].fungibility.searches_with_preemption:
-        choice, status = fungibility.choose(                                # 3. and 4.
-            job, q, ctx.tree, snap, ctx.profile, failed,
-            lambda only: _plan(ctx, snap, job, q, now_s, no_victims, only))
+        choice, status = fungibility.choose(  # 3. and 4.
+            job,
+            q,
+            ctx.tree,
+            snap,
+            ctx.profile,
+            failed,
+            lambda only: _plan(ctx, snap, job, q, now_s, no_victims, only),
+        )
         if choice is not None and not choice.victims:
             return _admit_unless_reclaimed(ctx, snap, p, choice.fit, now_s, result)  # 6.
         if choice is not None:
-            _preempt(ctx, snap, job, q, list(choice.victims), choice.fit, now_s, result,
-                     failed, no_victims)
+            _preempt(
+                ctx,
+                snap,
+                job,
+                q,
+                list(choice.victims),
+                choice.fit,
+                now_s,
+                result,
+                failed,
+                no_victims,
+            )
             return False
     else:
         fit, status = try_admit(job, q, ctx.tree, snap, ctx.profile, failed)  # 3.
         if fit is not None:
             return _admit_unless_reclaimed(ctx, snap, p, fit, now_s, result)  # 6.
-        if preempt and status.code is not Code.UNRESOLVABLE:                # 4.
+        if preempt and status.code is not Code.UNRESOLVABLE:  # 4.
             planned = _plan(ctx, snap, job, q, now_s, no_victims)
             if planned is None:
                 no_victims[q] = max(job.priority, no_victims.get(q, -(1 << 62)))
             else:
-                _preempt(ctx, snap, job, q, planned[0], planned[1], now_s, result, failed,
-                         no_victims)
+                _preempt(
+                    ctx, snap, job, q, planned[0], planned[1], now_s, result, failed, no_victims
+                )
                 return False
-    if ctx.reservation is None and _gpus(job) >= ctx.reserve_min_gpus \
-            and _next_in_fair_order(ctx, q, job):
-        ctx.reservation = _reserve(ctx, snap, p, now_s)                     # 5.
+    if (
+        ctx.reservation is None
+        and _gpus(job) >= ctx.reserve_min_gpus
+        and _next_in_fair_order(ctx, q, job)
+    ):
+        ctx.reservation = _reserve(ctx, snap, p, now_s)  # 5.
         if ctx.reservation is not None:
             snap.reservation = ctx.reservation
-            result.holds.append(Hold(job.id, tuple(
-                snap.table.nodes[int(r)].name for r in ctx.reservation.rows),
-                ctx.reservation.start_s))
+            result.holds.append(
+                Hold(
+                    job.id,
+                    tuple(snap.table.nodes[int(r)].name for r in ctx.reservation.rows),
+                    ctx.reservation.start_s,
+                )
+            )
     ctx.queues.park(job.id, status)
     result.parks.append(Park(job.id, status))
     return False
 
 
-def _admit_unless_reclaimed(ctx: Context, snap: Snapshot, p: Pending, fit: Fit, now_s: float,
-                            result: CycleResult) -> bool:
+def _admit_unless_reclaimed(
+    ctx: Context, snap: Snapshot, p: Pending, fit: Fit, now_s: float, result: CycleResult
+) -> bool:
     """Admits ``p`` with ``fit`` unless the quota it would borrow is its lender's again soon
     (``lending.reclaimed_soon``): then it is parked with that reason. True when admitted."""
     soon = lending.reclaimed_soon(ctx, p, fit, now_s)
@@ -211,25 +279,41 @@ def _admit_unless_reclaimed(ctx: Context, snap: Snapshot, p: Pending, fit: Fit, 
     return False
 
 
-def _plan(ctx: Context, snap: Snapshot, job: Job, q: str, now_s: float,
-          no_victims: dict[str, int], only: tuple[str, str] | None = None,
-          ) -> tuple[list[preemption.Victim], Fit] | None:
+def _plan(
+    ctx: Context,
+    snap: Snapshot,
+    job: Job,
+    q: str,
+    now_s: float,
+    no_victims: dict[str, int],
+    only: tuple[str, str] | None = None,
+) -> tuple[list[preemption.Victim], Fit] | None:
     """The minimal victim set that lets ``job`` fit (in ``only``'s flavor and form when
     given), or None; nothing is changed."""
     if job.priority <= no_victims.get(q, -(1 << 62)):
         return None  # a job of this queue with no lower priority found none this cycle
     lately = ctx.history.averages()
     held = ctx.held.get(q)
-    cands = preemption.candidates(job, q, ctx.tree, ctx.running, ctx.settings, now_s,
-                                  ctx.preempted_by, lately, held, only)
+    cands = preemption.candidates(
+        job, q, ctx.tree, ctx.running, ctx.settings, now_s, ctx.preempted_by, lately, held, only
+    )
     if ctx.checks is not None:  # jobs on provisioned nodes free nothing others could use
         cands = [v for v in cands if ctx.checks.booking_of(v.running.job.id) is None]
     return preemption.plan(job, q, ctx.tree, snap, ctx.profile, cands, lately, held, only)
 
 
-def _preempt(ctx: Context, snap: Snapshot, job: Job, q: str, victims: list[preemption.Victim],
-             fit: Fit, now_s: float, result: CycleResult, failed: dict[Hashable, Status],
-             no_victims: dict[str, int]) -> None:
+def _preempt(
+    ctx: Context,
+    snap: Snapshot,
+    job: Job,
+    q: str,
+    victims: list[preemption.Victim],
+    fit: Fit,
+    now_s: float,
+    result: CycleResult,
+    failed: dict[Hashable, Status],
+    no_victims: dict[str, int],
+) -> None:
     """Evicts the victims and holds the room (and the quota) for ``job``, which binds once
     they are gone."""
     for v in victims:
@@ -244,8 +328,10 @@ def _preempt(ctx: Context, snap: Snapshot, job: Job, q: str, victims: list[preem
     ctx.nominated.append(job.id)
     failed.clear()
     no_victims.clear()
-    ctx.queues.note(job.id, Status(Code.WAIT, (step(
-        Step.PREEMPTION, f"preempting {len(victims)} job(s) to start"),)))
+    ctx.queues.note(
+        job.id,
+        Status(Code.WAIT, (step(Step.PREEMPTION, f"preempting {len(victims)} job(s) to start"),)),
+    )
 
 
 def borrowing_turn(ctx: Context, q: str, job: Job) -> str | None:
@@ -273,9 +359,11 @@ def borrowing_turn(ctx: Context, q: str, job: Job) -> str | None:
     midway = ctx.history.projected(q, ctx.tree.share(q, demand), runtime / 2)
     if midway <= 1.0:
         return None
-    return (f"waiting for queue {q}'s turn to borrow: it held {ctx.history.average(q):.2f} "
-            f"of its share lately, {midway:.2f} halfway through this job (a job this large "
-            "borrows once that is 1.00 or less)")
+    return (
+        f"waiting for queue {q}'s turn to borrow: it held {ctx.history.average(q):.2f} "
+        f"of its share lately, {midway:.2f} halfway through this job (a job this large "
+        "borrows once that is 1.00 or less)"
+    )
 
 
 def _held_for(ctx: Context) -> Job | None:
@@ -295,43 +383,83 @@ def _next_in_fair_order(ctx: Context, q: str, job: Job | None = None) -> bool:
         return False
     mine = fair_key(ctx, q)
     root = ctx.tree.cohort_root(q)
-    return all(mine <= fair_key(ctx, o) for o in ctx.queues.queues()
-               if o != q and ctx.queues.has_pending(o) and ctx.tree.cohort_root(o) == root)
+    return all(
+        mine <= fair_key(ctx, o)
+        for o in ctx.queues.queues()
+        if o != q and ctx.queues.has_pending(o) and ctx.tree.cohort_root(o) == root
+    )
 
 
 def _gpus(job: Job) -> int:
-    return sum(ps.count * (ps.gpu.count or (1 if ps.gpu.kind is not GpuKind.NONE else 0))
-               for ps in job.pod_sets)
+    return sum(
+        ps.count * (ps.gpu.count or (1 if ps.gpu.kind is not GpuKind.NONE else 0))
+        for ps in job.pod_sets
+    )
 
 
-def _admit(ctx: Context, snap: Snapshot, p: Pending, fit: Fit, now_s: float,
-           result: CycleResult) -> None:
+def _admit(
+    ctx: Context, snap: Snapshot, p: Pending, fit: Fit, now_s: float, result: CycleResult
+) -> None:
     job, q = p.job, p.queue
     ctx.queues.remove(job.id)
-    start(ctx, snap, job, q, fit.flavor, fit.placements, fit.demand, now_s, p.preemptions,
-          fit.alternative)
+    start(
+        ctx,
+        snap,
+        job,
+        q,
+        fit.flavor,
+        fit.placements,
+        fit.demand,
+        now_s,
+        p.preemptions,
+        fit.alternative,
+    )
     result.binds.append(Bind(job.id, fit.placements, q, fit.flavor, fit.alternative))
 
 
-def _evict(ctx: Context, snap: Snapshot, v: preemption.Victim, preemptor: JobId, now_s: float,
-           result: CycleResult) -> None:
+def _evict(
+    ctx: Context,
+    snap: Snapshot,
+    v: preemption.Victim,
+    preemptor: JobId,
+    now_s: float,
+    result: CycleResult,
+) -> None:
     r = v.running
     release(ctx, r.job.id, now_s, snap=snap, wake=False)
     ctx.queues.add(r.job, preemptions=r.preemptions + 1)
     # Parked until the next event that frees capacity: not re-admitted in this same cycle.
-    ctx.queues.park(r.job.id, Status(Code.UNSCHEDULABLE, (step(
-        Step.EVICTION, f"evicted ({v.kind}) by {preemptor}; waiting to be admitted again"),)))
+    ctx.queues.park(
+        r.job.id,
+        Status(
+            Code.UNSCHEDULABLE,
+            (
+                step(
+                    Step.EVICTION,
+                    f"evicted ({v.kind}) by {preemptor}; waiting to be admitted again",
+                ),
+            ),
+        ),
+    )
     ctx.preempted_by.setdefault(r.job.id, {})[preemptor] = now_s
-    result.evicts.append(Evict(r.job.id, ClusterQueueName(r.queue), v.kind, preemptor,
-                               f"{v.kind}: preempted by {preemptor}"))
+    result.evicts.append(
+        Evict(
+            r.job.id,
+            ClusterQueueName(r.queue),
+            v.kind,
+            preemptor,
+            f"{v.kind}: preempted by {preemptor}",
+        )
+    )
 
 
 def _reserve(ctx: Context, snap: Snapshot, p: Pending, now_s: float) -> Reservation | None:
     """When and where the gang could start if running jobs end as expected: release them in
     order of expected end (binary search on how many) until quota and cards both fit."""
     job, q = p.job, p.queue
-    ends = sorted(ctx.running.values(), key=lambda r: (r.start_s + ctx.runtimes.at_most(r.job),
-                                                       r.job.id))
+    ends = sorted(
+        ctx.running.values(), key=lambda r: (r.start_s + ctx.runtimes.at_most(r.job), r.job.id)
+    )
 
     def fits(k: int) -> tuple[Placement, ...]:
         with snap.trial():
@@ -359,7 +487,10 @@ def _reserve(ctx: Context, snap: Snapshot, p: Pending, now_s: float) -> Reservat
         else:
             lo = mid + 1
     placements = fits(lo)
-    start = now_s if lo == 0 else max(
-        now_s, ends[lo - 1].start_s + ctx.runtimes.at_most(ends[lo - 1].job))
+    start = (
+        now_s
+        if lo == 0
+        else max(now_s, ends[lo - 1].start_s + ctx.runtimes.at_most(ends[lo - 1].job))
+    )
     rows = np.unique(np.array([snap.table.row(pl.node) for pl in placements], np.int64))
     return Reservation(job.id, rows, start, q, holds_quota)

@@ -77,8 +77,11 @@ class DeviceClass:
     @property
     def is_plain(self) -> bool:
         """Divided as today's NVIDIA cards are: any milli, any MiB."""
-        return (self.division is Division.FREE and self.compute_steps == WHOLE_MILLI
-                and self.memory_step_mib == 1)
+        return (
+            self.division is Division.FREE
+            and self.compute_steps == WHOLE_MILLI
+            and self.memory_step_mib == 1
+        )
 
     def problems(self) -> list[str]:
         """What is wrong with this class, each as ``field=value rule``; empty when valid."""
@@ -93,14 +96,18 @@ class DeviceClass:
             out.append("templates=[] must list at least one template for division=templates")
         for t in self.templates:
             if not 0 < t.gpu_milli < WHOLE_MILLI or t.memory_mib < 1:
-                out.append(f"templates[{t.name}]=({t.gpu_milli} milli, {t.memory_mib} MiB) "
-                           f"must be 1..{WHOLE_MILLI - 1} milli and at least 1 MiB")
+                out.append(
+                    f"templates[{t.name}]=({t.gpu_milli} milli, {t.memory_mib} MiB) "
+                    f"must be 1..{WHOLE_MILLI - 1} milli and at least 1 MiB"
+                )
         if self.division is Division.FRACTIONS and not self.fractions:
             out.append("fractions=[] must list at least one fraction for division=fractions")
         for f in self.fractions:
             if not 0 < f < WHOLE_MILLI:
-                out.append(f"fractions={list(self.fractions)}: {f} must be 1..{WHOLE_MILLI - 1} "
-                           "milli of the card")
+                out.append(
+                    f"fractions={list(self.fractions)}: {f} must be 1..{WHOLE_MILLI - 1} "
+                    "milli of the card"
+                )
         return out
 
     def slice_shape(self, gpu_milli: int, memory_mib: int, card_mib: int) -> tuple[int, int] | None:
@@ -112,9 +119,13 @@ class DeviceClass:
         if self.division is Division.WHOLE:
             return None
         if self.division is Division.TEMPLATES:
-            fits = [t for t in self.templates
-                    if t.gpu_milli >= gpu_milli and t.memory_mib >= memory_mib
-                    and t.memory_mib <= card_mib]
+            fits = [
+                t
+                for t in self.templates
+                if t.gpu_milli >= gpu_milli
+                and t.memory_mib >= memory_mib
+                and t.memory_mib <= card_mib
+            ]
             if not fits:
                 return None
             best = min(fits, key=lambda t: (t.memory_mib, t.gpu_milli, t.name))
@@ -150,11 +161,13 @@ class DeviceClass:
         if self.division is Division.WHOLE:
             return False
         if self.division is Division.TEMPLATES:
-            return any(t.gpu_milli == gpu_milli and t.memory_mib == memory_mib
-                       for t in self.templates)
+            return any(
+                t.gpu_milli == gpu_milli and t.memory_mib == memory_mib for t in self.templates
+            )
         if self.division is Division.FRACTIONS:
-            return any(f == gpu_milli and card_mib * f // WHOLE_MILLI == memory_mib
-                       for f in self.fractions)
+            return any(
+                f == gpu_milli and card_mib * f // WHOLE_MILLI == memory_mib for f in self.fractions
+            )
         return self.slice_shape(gpu_milli, memory_mib, card_mib) == (gpu_milli, memory_mib)
 
     def normalized_milli(self, gpu_milli: int) -> int:

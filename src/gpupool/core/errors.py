@@ -59,17 +59,39 @@ class ConfigError(GpupoolError):
     document: tuple[str, str] | None
 
     @overload
-    def __init__(self, field: str, value: object, rule: str, /, *, where: str | None = None,
-                 document: tuple[str, str] | None = None) -> None: ...
+    def __init__(
+        self,
+        field: str,
+        value: object,
+        rule: str,
+        /,
+        *,
+        where: str | None = None,
+        document: tuple[str, str] | None = None,
+    ) -> None: ...
 
     @overload
-    def __init__(self, message: str, /, *, field: str | None = None, value: object = None,
-                 rule: str | None = None, where: str | None = None,
-                 document: tuple[str, str] | None = None) -> None: ...
+    def __init__(
+        self,
+        message: str,
+        /,
+        *,
+        field: str | None = None,
+        value: object = None,
+        rule: str | None = None,
+        where: str | None = None,
+        document: tuple[str, str] | None = None,
+    ) -> None: ...
 
-    def __init__(self, *args: object, field: str | None = None, value: object = None,
-                 rule: str | None = None, where: str | None = None,
-                 document: tuple[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        *args: object,
+        field: str | None = None,
+        value: object = None,
+        rule: str | None = None,
+        where: str | None = None,
+        document: tuple[str, str] | None = None,
+    ) -> None:
         if len(args) == 3:
             field, value, rule = str(args[0]), args[1], str(args[2])
             text = field_text(field, value, rule)
@@ -77,8 +99,9 @@ class ConfigError(GpupoolError):
         elif len(args) == 1:
             message = str(args[0])
         else:
-            raise TypeError("ConfigError takes (field, value, rule) or (message), "
-                            f"not {len(args)} arguments")
+            raise TypeError(
+                f"ConfigError takes (field, value, rule) or (message), not {len(args)} arguments"
+            )
         super().__init__(message)
         self.field = field
         self.value = value
@@ -101,14 +124,21 @@ class ConfigError(GpupoolError):
     def __reduce__(self) -> str | tuple[object, ...]:
         if type(self) is not ConfigError:  # a subclass pickles as its own kind
             return super().__reduce__()
-        return (_rebuild_config_error, (str(self), self.field, self.value, self.rule,
-                                        self.where, self.document))
+        return (
+            _rebuild_config_error,
+            (str(self), self.field, self.value, self.rule, self.where, self.document),
+        )
 
 
-def _rebuild_config_error(message: str, field: str | None, value: object, rule: str | None,
-                          where: str | None, document: tuple[str, str] | None) -> ConfigError:
-    return ConfigError(message, field=field, value=value, rule=rule, where=where,
-                       document=document)
+def _rebuild_config_error(
+    message: str,
+    field: str | None,
+    value: object,
+    rule: str | None,
+    where: str | None,
+    document: tuple[str, str] | None,
+) -> ConfigError:
+    return ConfigError(message, field=field, value=value, rule=rule, where=where, document=document)
 
 
 class InvalidJobError(GpupoolError):

@@ -174,8 +174,7 @@ def _ending(ctx: Context, now_s: float) -> list[tuple[float, int, _End]]:
         left = ctx.runtimes.remaining(r.job, now_s - r.start_s, now_s)
         at = now_s + left.runtime_s
         out.append((at, i, _End(at, r.job.id, r.queue, r.placements, r.demand, left.basis)))
-    for (i, r, _), left_s in zip(spread, spread_ends([res for _, _, res in spread]),
-                                   strict=True):
+    for (i, r, _), left_s in zip(spread, spread_ends([res for _, _, res in spread]), strict=True):
         at = now_s + left_s
         basis = f"{ctx.runtimes.expected(r.job, now_s).basis}, spread by its recent runtimes"
         out.append((at, i, _End(at, r.job.id, r.queue, r.placements, r.demand, basis)))
@@ -234,9 +233,15 @@ def estimate(ctx: Context, now_s: float, limit: int = 200) -> dict[JobId, Estima
         order.offered(True)
     timed = set(positions[:limit])
     out: dict[JobId, Estimate] = {
-        j: Estimate(i, None, "no start foreseen within the forecast" if j in timed
-                    else "beyond the jobs the forecast times")
-        for i, j in enumerate(positions)}
+        j: Estimate(
+            i,
+            None,
+            "no start foreseen within the forecast"
+            if j in timed
+            else "beyond the jobs the forecast times",
+        )
+        for i, j in enumerate(positions)
+    }
     ends = _ending(ctx, now_s)
     seq = len(ends)
     horizon = max((e.at_s for _, _, e in ends), default=now_s) + HORIZON_PAST_ENDS_S
@@ -250,9 +255,16 @@ def estimate(ctx: Context, now_s: float, limit: int = 200) -> dict[JobId, Estima
         ctx.history = real_history
 
 
-def _forecast(ctx: Context, snap: Snapshot, now_s: float, out: dict[JobId, Estimate],
-              timed: set[JobId], ends: list[tuple[float, int, _End]], seq: int,
-              coming: list[Job]) -> dict[JobId, Estimate]:
+def _forecast(
+    ctx: Context,
+    snap: Snapshot,
+    now_s: float,
+    out: dict[JobId, Estimate],
+    timed: set[JobId],
+    ends: list[tuple[float, int, _End]],
+    seq: int,
+    coming: list[Job],
+) -> dict[JobId, Estimate]:
     """The walk over expected ends (see the module), with ``coming`` jobs pending from their
     expected arrival on."""
     from gpupool.core.cycle import admission_order, borrowing_turn
@@ -288,10 +300,15 @@ def _forecast(ctx: Context, snap: Snapshot, now_s: float, out: dict[JobId, Estim
                         misses += 1
                         walk.offered(False)
                         continue
-                    if t == now_s and p.job.id in left and walks_flavors(tree, p.queue) \
-                            and p.job.priority > no_victims.get(p.queue, -(1 << 62)):
-                        fit, basis = admit_by_walk(ctx, snap, p, now_s, Books(
-                            gone, changes, failed))  # as the cycle does: core/forecast_walk.py
+                    if (
+                        t == now_s
+                        and p.job.id in left
+                        and walks_flavors(tree, p.queue)
+                        and p.job.priority > no_victims.get(p.queue, -(1 << 62))
+                    ):
+                        fit, basis = admit_by_walk(
+                            ctx, snap, p, now_s, Books(gone, changes, failed)
+                        )  # as the cycle does: core/forecast_walk.py
                         basis = basis or why
                         status = Status.ok() if fit is not None else Status(Code.UNRESOLVABLE)
                         if fit is None:
@@ -299,12 +316,18 @@ def _forecast(ctx: Context, snap: Snapshot, now_s: float, out: dict[JobId, Estim
                     else:
                         fit, status = try_admit(p.job, p.queue, tree, snap, ctx.profile, failed)
                         basis = why
-                    if fit is not None and lending.reclaimed_soon(
-                            ctx, p, fit, now_s, waiting) is not None:
+                    if (
+                        fit is not None
+                        and lending.reclaimed_soon(ctx, p, fit, now_s, waiting) is not None
+                    ):
                         fit = None  # the cycle does not borrow what is claimed back soon
-                    if fit is None and t == now_s and p.job.id in left \
-                            and status.code is not Code.UNRESOLVABLE \
-                            and p.job.priority > no_victims.get(p.queue, -(1 << 62)):
+                    if (
+                        fit is None
+                        and t == now_s
+                        and p.job.id in left
+                        and status.code is not Code.UNRESOLVABLE
+                        and p.job.priority > no_victims.get(p.queue, -(1 << 62))
+                    ):
                         fit, basis = _by_preemption(ctx, snap, p, now_s, gone, changes)
                         if fit is None:
                             no_victims[p.queue] = p.job.priority
@@ -337,9 +360,21 @@ def _forecast(ctx: Context, snap: Snapshot, now_s: float, out: dict[JobId, Estim
                     if p.job.id in out:
                         out[p.job.id] = replace(out[p.job.id], start_s=t, basis=basis)
                     seq += 1
-                    heapq.heappush(ends, (t + run_s, seq, _End(
-                        t + run_s, p.job.id, p.queue, fit.placements, fit.demand,
-                        f"{exp.basis}, started in this forecast")))
+                    heapq.heappush(
+                        ends,
+                        (
+                            t + run_s,
+                            seq,
+                            _End(
+                                t + run_s,
+                                p.job.id,
+                                p.queue,
+                                fit.placements,
+                                fit.demand,
+                                f"{exp.basis}, started in this forecast",
+                            ),
+                        ),
+                    )
                     walk.offered(True)
                 for q in ctx.queues.queues():
                     ctx.history.hold(q, tree.share(q), t, waiting=ctx.queues.has_pending(q))
@@ -357,8 +392,9 @@ def _forecast(ctx: Context, snap: Snapshot, now_s: float, out: dict[JobId, Estim
                 if not freed:
                     break
                 t = freed[-1].at_s
-                why = (f"room freed when {freed[0].job} ends ({freed[0].basis})"
-                       + (f", with {len(freed) - 1} more" if len(freed) > 1 else ""))
+                why = f"room freed when {freed[0].job} ends ({freed[0].basis})" + (
+                    f", with {len(freed) - 1} more" if len(freed) > 1 else ""
+                )
     finally:
         for q, d in reversed(changes):
             tree.add(q, d, -1)
@@ -377,16 +413,26 @@ def _queues_of(ctx: Context, jobs: Set[JobId]) -> set[str]:
     return out
 
 
-def _by_preemption(ctx: Context, snap: Snapshot, p: Pending, now_s: float, gone: set[JobId],
-                   changes: list[tuple[str, Vec]]) -> tuple[Fit | None, str]:
+def _by_preemption(
+    ctx: Context,
+    snap: Snapshot,
+    p: Pending,
+    now_s: float,
+    gone: set[JobId],
+    changes: list[tuple[str, Vec]],
+) -> tuple[Fit | None, str]:
     """What the cycle's post-filter would do now for a job that does not fit: the minimal
     victim set (lower-priority jobs of its queue, borrowed capacity of others). The victims
     leave the forecast; the job starts at once (after the victims' grace period, which the
     core does not know)."""
     lately = ctx.history.averages()
-    cands = [v for v in preemption.candidates(p.job, p.queue, ctx.tree, ctx.running,
-                                              ctx.settings, now_s, ctx.preempted_by, lately)
-             if v.running.job.id not in gone]
+    cands = [
+        v
+        for v in preemption.candidates(
+            p.job, p.queue, ctx.tree, ctx.running, ctx.settings, now_s, ctx.preempted_by, lately
+        )
+        if v.running.job.id not in gone
+    ]
     planned = preemption.plan(p.job, p.queue, ctx.tree, snap, ctx.profile, cands, lately)
     if planned is None:
         return None, ""

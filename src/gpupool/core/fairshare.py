@@ -105,5 +105,6 @@ class ShareHistory:
 
     def state(self) -> dict[str, tuple[float, float, float]]:
         """(average, share held, since) per queue: for snapshots and tests."""
-        return {q: (self._avg.get(q, 0.0), self._held.get(q, 0.0), at)
-                for q, at in self._at.items()}
+        return {
+            q: (self._avg.get(q, 0.0), self._held.get(q, 0.0), at) for q, at in self._at.items()
+        }

@@ -23,8 +23,10 @@ from gpupool.core.validation import _never_fits
 
 
 def _has_nodes(flavor: ResourceFlavor, table: NodeTable) -> bool:
-    return any(all(table.nodes[i].labels.get(k) == v for k, v in flavor.node_labels.items())
-               for i in table.live().tolist())
+    return any(
+        all(table.nodes[i].labels.get(k) == v for k, v in flavor.node_labels.items())
+        for i in table.live().tolist()
+    )
 
 
 def flavor_problem(job: Job, flavor: ResourceFlavor | None, table: NodeTable) -> str | None:
@@ -36,7 +38,8 @@ def flavor_problem(job: Job, flavor: ResourceFlavor | None, table: NodeTable) ->
     restricted = flavor_job(job, flavor)
     if restricted is None:
         return "the job's node selector contradicts the flavor's node labels " + ", ".join(
-            f"{k}={v}" for k, v in sorted(flavor.node_labels.items()))
+            f"{k}={v}" for k, v in sorted(flavor.node_labels.items())
+        )
     for i, ps in enumerate(restricted.pod_sets):
         problem = _never_fits(ps, table)
         if problem is not None:
@@ -51,8 +54,9 @@ def flavor_problem(job: Job, flavor: ResourceFlavor | None, table: NodeTable) ->
     return None
 
 
-def never_runs(job: Job, flavors: Sequence[ResourceFlavor | None],
-               table: NodeTable) -> list[tuple[str, str]] | None:
+def never_runs(
+    job: Job, flavors: Sequence[ResourceFlavor | None], table: NodeTable
+) -> list[tuple[str, str]] | None:
     """None when some flavor could hold the job (or ``flavors`` is empty); else, per flavor,
     ``(flavor name, why not)``."""
     reasons = []
@@ -64,8 +68,9 @@ def never_runs(job: Job, flavors: Sequence[ResourceFlavor | None],
     return reasons or None
 
 
-def never_admitted(job: Job, cq: str, idle: QuotaTree, table: NodeTable, *,
-                   nodes: bool = True) -> InvalidJobError | None:
+def never_admitted(
+    job: Job, cq: str, idle: QuotaTree, table: NodeTable, *, nodes: bool = True
+) -> InvalidJobError | None:
     """Why no flavor of ClusterQueue ``cq`` could ever admit ``job`` (None when one could):
     its quota, with every other queue idle and all it may borrow (``idle``: a QuotaTree with
     nothing charged), is too small, or (with ``nodes``) the flavor's nodes, empty, could not
@@ -79,6 +84,10 @@ def never_admitted(job: Job, cq: str, idle: QuotaTree, table: NodeTable, *,
         reasons.append(f"flavor {fq.flavor}: " + "; ".join([*short, *([why] if why else [])]))
     if not reasons:
         return None
-    return InvalidJobError("pod_sets", "(the whole job)",
-                           f"can never be admitted by ClusterQueue {cq}, even with every other "
-                           f"queue idle: {' | '.join(reasons)}", job=job.id)
+    return InvalidJobError(
+        "pod_sets",
+        "(the whole job)",
+        f"can never be admitted by ClusterQueue {cq}, even with every other "
+        f"queue idle: {' | '.join(reasons)}",
+        job=job.id,
+    )

@@ -46,8 +46,9 @@ class Books:
     failed: dict[Hashable, Status]
 
 
-def admit_by_walk(ctx: Context, snap: Snapshot, p: Pending, now_s: float,
-                  books: Books) -> tuple[Fit | None, str]:
+def admit_by_walk(
+    ctx: Context, snap: Snapshot, p: Pending, now_s: float, books: Books
+) -> tuple[Fit | None, str]:
     """The fit the walk chooses for ``p`` now, and the preemption it rests on ("" when it
     needs none); (None, "") when no flavor and form fits even by preempting. Victims of a
     preemption are released from ``snap`` and the quota tree (recorded in ``books.changes``,
@@ -56,15 +57,27 @@ def admit_by_walk(ctx: Context, snap: Snapshot, p: Pending, now_s: float,
     lately = ctx.history.averages()
 
     def plan(only: tuple[str, str]) -> tuple[list[preemption.Victim], Fit] | None:
-        cands = [v for v in preemption.candidates(p.job, p.queue, ctx.tree, ctx.running,
-                                                  ctx.settings, now_s, ctx.preempted_by,
-                                                  lately, None, only)
-                 if v.running.job.id not in gone]
-        return preemption.plan(p.job, p.queue, ctx.tree, snap, ctx.profile, cands, lately,
-                               None, only)
+        cands = [
+            v
+            for v in preemption.candidates(
+                p.job,
+                p.queue,
+                ctx.tree,
+                ctx.running,
+                ctx.settings,
+                now_s,
+                ctx.preempted_by,
+                lately,
+                None,
+                only,
+            )
+            if v.running.job.id not in gone
+        ]
+        return preemption.plan(
+            p.job, p.queue, ctx.tree, snap, ctx.profile, cands, lately, None, only
+        )
 
-    choice, _ = fungibility.choose(p.job, p.queue, ctx.tree, snap, ctx.profile, books.failed,
-                                   plan)
+    choice, _ = fungibility.choose(p.job, p.queue, ctx.tree, snap, ctx.profile, books.failed, plan)
     if choice is None:
         return None, ""
     if not choice.victims:

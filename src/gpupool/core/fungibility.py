@@ -81,8 +81,15 @@ def better(a: Choice, b: Choice, preference: Preference) -> bool:
     return (a.mode, not a.fit.borrowing) > (b.mode, not b.fit.borrowing)
 
 
-def choose(job: Job, cq: str, tree: QuotaTree, snap: Snapshot, profile: Profile,
-           failed: dict[Hashable, Status] | None, plan: Planner) -> tuple[Choice | None, Status]:
+def choose(
+    job: Job,
+    cq: str,
+    tree: QuotaTree,
+    snap: Snapshot,
+    profile: Profile,
+    failed: dict[Hashable, Status] | None,
+    plan: Planner,
+) -> tuple[Choice | None, Status]:
     """The queue's flavors walked one by one, each form tried without and then with
     preemption (``plan``); see the module's docstring for the rules. Changes nothing."""
     queue = tree.queues[cq]

@@ -32,8 +32,9 @@ if TYPE_CHECKING:
     from gpupool.core.queueing import Pending
 
 
-def expected_claims(ctx: Context, q: str, runtime_s: float, now_s: float,
-                    pending: Set[str] | None = None) -> dict[str, Vec]:
+def expected_claims(
+    ctx: Context, q: str, runtime_s: float, now_s: float, pending: Set[str] | None = None
+) -> dict[str, Vec]:
     """Per other queue of ``q``'s cohort tree with nothing pending and a steady stream: the
     part of its unused nominal quota it is expected to ask for within ``runtime_s``.
     ``pending``: the queues with jobs pending (a forecast's own view), else the real ones."""
@@ -51,8 +52,11 @@ def expected_claims(ctx: Context, q: str, runtime_s: float, now_s: float,
         gap, recent = got
         jobs = runtime_s / gap if gap > 0 else float(len(recent))
         nominal, usage = tree.nominal(o), tree.usage(o)
-        unused = {k: v - usage.get(k, 0) for k, v in nominal.items()
-                  if k[1] in ACCELERATOR_RESOURCES and usage.get(k, 0) < v}
+        unused = {
+            k: v - usage.get(k, 0)
+            for k, v in nominal.items()
+            if k[1] in ACCELERATOR_RESOURCES and usage.get(k, 0) < v
+        }
         if not unused:
             continue
         asked: dict[tuple[str, object], float] = {}
@@ -67,8 +71,9 @@ def expected_claims(ctx: Context, q: str, runtime_s: float, now_s: float,
     return out
 
 
-def reclaimed_soon(ctx: Context, p: Pending, fit: Fit, now_s: float,
-                   pending: Set[str] | None = None) -> str | None:
+def reclaimed_soon(
+    ctx: Context, p: Pending, fit: Fit, now_s: float, pending: Set[str] | None = None
+) -> str | None:
     """Why the borrowing ``fit`` of pending job ``p`` is not worth it (one sentence), or None
     when it is (or does not borrow). See the module; ``pending`` as for ``expected_claims``
     (the wait estimates ask at their forecast's times, with the streams as they are now)."""
@@ -90,6 +95,8 @@ def reclaimed_soon(ctx: Context, p: Pending, fit: Fit, now_s: float,
     if not short:
         return None
     owners = ", ".join(sorted(claims))
-    return (f"queue {q} would borrow quota that {owners} submit for steadily and would "
-            f"reclaim within this job's expected {exp.runtime_s / 60:.0f} min "
-            f"({exp.basis}); waiting for capacity nobody is expected to claim")
+    return (
+        f"queue {q} would borrow quota that {owners} submit for steadily and would "
+        f"reclaim within this job's expected {exp.runtime_s / 60:.0f} min "
+        f"({exp.basis}); waiting for capacity nobody is expected to claim"
+    )

@@ -39,22 +39,21 @@ def instance_mib(gpu: Gpu, profile: str) -> int:
 def share_mib(share: GpuShare, gpu: Gpu) -> int:
     """The memory a placement's share of ``gpu`` holds: its MiB, or for a MIG instance the
     memory its card declares for the profile."""
-    return share.memory_mib if share.mig_profile is None else instance_mib(gpu,
-                                                                            share.mig_profile)
+    return share.memory_mib if share.mig_profile is None else instance_mib(gpu, share.mig_profile)
 
 
 def taken_milli(gpu: Gpu, taken: Mapping[str, int]) -> int:
     """The compute a MIG card's taken instances count for (``taken``: instances held, by
     profile): the sum of their declared shares, at most a whole card."""
-    return min(WHOLE_GPU_MILLI, sum(n * instance_milli(gpu, profile)
-                                    for profile, n in taken.items()))
+    return min(
+        WHOLE_GPU_MILLI, sum(n * instance_milli(gpu, profile) for profile, n in taken.items())
+    )
 
 
 def share_milli(share: GpuShare, gpu: Gpu) -> int:
     """The compute a placement's share of ``gpu`` counts for: its milli-GPU, or for a MIG
     instance the share its card declares for the profile."""
-    return share.gpu_milli if share.mig_profile is None else instance_milli(gpu,
-                                                                              share.mig_profile)
+    return share.gpu_milli if share.mig_profile is None else instance_milli(gpu, share.mig_profile)
 
 
 def request_milli(request: GpuRequest, gpus: Iterable[Gpu]) -> int:
@@ -63,5 +62,4 @@ def request_milli(request: GpuRequest, gpus: Iterable[Gpu]) -> int:
     if request.kind is not GpuKind.MIG or request.mig_profile is None:
         return request.total_milli
     profile = request.mig_profile
-    return request.mig_instances * next((m for g in gpus if (m := instance_milli(g, profile))),
-                                        0)
+    return request.mig_instances * next((m for g in gpus if (m := instance_milli(g, profile))), 0)

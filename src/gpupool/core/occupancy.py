@@ -51,15 +51,29 @@ def node_use(t: NodeTable, row: int) -> NodeUse:
         if g.mig:
             free = tuple((m.profile, int(t.mig_free[m.profile][row, g.index])) for m in g.mig)
             taken = {m.profile: m.count - n for m, (_, n) in zip(g.mig, free, strict=True)}
-            cards.append(CardUse(
-                g.index, mig.taken_milli(g, taken),
-                sum(n * mig.instance_mib(g, p) for p, n in taken.items()), free))
+            cards.append(
+                CardUse(
+                    g.index,
+                    mig.taken_milli(g, taken),
+                    sum(n * mig.instance_mib(g, p) for p, n in taken.items()),
+                    free,
+                )
+            )
         else:
-            cards.append(CardUse(g.index, int(t.used_milli[row, g.index]),
-                                 int(t.used_mib[row, g.index]),
-                                 counted=bool(t.gpu_usable[row, g.index])))
-    return NodeUse(node, int(t.cpu_cap[row] - t.cpu_free[row]),
-                   int(t.mem_cap[row] - t.mem_free[row]), tuple(cards))
+            cards.append(
+                CardUse(
+                    g.index,
+                    int(t.used_milli[row, g.index]),
+                    int(t.used_mib[row, g.index]),
+                    counted=bool(t.gpu_usable[row, g.index]),
+                )
+            )
+    return NodeUse(
+        node,
+        int(t.cpu_cap[row] - t.cpu_free[row]),
+        int(t.mem_cap[row] - t.mem_free[row]),
+        tuple(cards),
+    )
 
 
 def fragmentation(t: NodeTable) -> tuple[int, int]:

@@ -79,8 +79,12 @@ class PodIndex:
             return
         anti = bool(meta.anti_affinity)
         for version, match, counts, anti_only in self._counts.values():
-            if (anti or not anti_only) and version == t.version and counts.size > row \
-                    and match(meta):
+            if (
+                (anti or not anti_only)
+                and version == t.version
+                and counts.size > row
+                and match(meta)
+            ):
                 counts[row] += sign
 
     def copy(self) -> PodIndex:
@@ -102,8 +106,9 @@ class PodIndex:
         """The topology keys of the required anti-affinity terms of the pods here."""
         return frozenset(self._anti_keys)
 
-    def counts(self, table: NodeTable, question: Hashable, match: Matcher,
-               anti_only: bool = False) -> Counts:
+    def counts(
+        self, table: NodeTable, question: Hashable, match: Matcher, anti_only: bool = False
+    ) -> Counts:
         """Per table row, how many pods ``match`` accepts (``question`` names ``match``:
         equal questions must match the same pods; ``anti_only``: ``match`` accepts only pods
         with anti-affinity terms, so others need not be asked). Do not change the array."""
@@ -119,4 +124,3 @@ class PodIndex:
                 counts[row] += 1
         self._counts[question] = (table.version, match, counts, anti_only)
         return counts
-

@@ -61,16 +61,23 @@ class Victim:
 def _within_nominal(tree: QuotaTree, cq: str, demand: Vec) -> bool:
     usage = tree.usage(cq)
     nominal = tree.nominal(cq)
-    return all(usage.get(k, 0) + v <= nominal[k] for k, v in demand.items()
-               if k in nominal and v > 0)
+    return all(
+        usage.get(k, 0) + v <= nominal[k] for k, v in demand.items() if k in nominal and v > 0
+    )
 
 
-def candidates(job: Job, cq: str, tree: QuotaTree, running: Mapping[JobId, Running],
-               settings: QueueSettings, now_s: float,
-               preempted_by: Mapping[JobId, Mapping[JobId, float]],
-               lately: Mapping[str, float] | None = None,
-               held: Mapping[Key, int] | None = None,
-               only: tuple[str, str] | None = None) -> list[Victim]:
+def candidates(
+    job: Job,
+    cq: str,
+    tree: QuotaTree,
+    running: Mapping[JobId, Running],
+    settings: QueueSettings,
+    now_s: float,
+    preempted_by: Mapping[JobId, Mapping[JobId, float]],
+    lately: Mapping[str, float] | None = None,
+    held: Mapping[Key, int] | None = None,
+    only: tuple[str, str] | None = None,
+) -> list[Victim]:
     """Jobs that may be preempted for ``job``, cheapest first. ``lately``: each queue's share
     held over the last while (``fairshare.ShareHistory``), added to the share in the
     fair-share comparison as in the admission order. ``held``: quota the preemptor's queue
@@ -94,21 +101,32 @@ def candidates(job: Job, cq: str, tree: QuotaTree, running: Mapping[JobId, Runni
         if now_s - recent.get(r.job.id, -1e300) < settings.preemption_cooldown_s:
             continue  # r preempted this job recently: no preempting back
         if r.queue == cq:
-            if policy.within_cluster_queue is WithinQueue.LOWER_PRIORITY \
-                    and r.job.priority < job.priority:
+            if (
+                policy.within_cluster_queue is WithinQueue.LOWER_PRIORITY
+                and r.job.priority < job.priority
+            ):
                 out.append(Victim(r, Preemption.WITHIN_QUEUE))
             continue
         if tree.cohort_root(r.queue) != root or not tree.borrowed(r.queue):
             continue
         reclaim = policy.reclaim_within_cohort
-        if within_nominal and (reclaim is Reclaim.ANY or (
-                reclaim is Reclaim.LOWER_PRIORITY and r.job.priority < job.priority)):
+        if within_nominal and (
+            reclaim is Reclaim.ANY
+            or (reclaim is Reclaim.LOWER_PRIORITY and r.job.priority < job.priority)
+        ):
             out.append(Victim(r, Preemption.RECLAIM))
         elif policy.fair_share and my_share < tree.share(
-                r.queue, {k: -v for k, v in r.demand.items()}) + past.get(r.queue, 0.0):
+            r.queue, {k: -v for k, v in r.demand.items()}
+        ) + past.get(r.queue, 0.0):
             out.append(Victim(r, Preemption.FAIR_SHARE))
-    out.sort(key=lambda v: (v.kind == "within-queue", v.running.job.priority,
-                            -v.running.start_s, v.running.job.id))
+    out.sort(
+        key=lambda v: (
+            v.kind == "within-queue",
+            v.running.job.priority,
+            -v.running.start_s,
+            v.running.job.id,
+        )
+    )
     return out
 
 
@@ -126,14 +144,20 @@ def _lower_bound(job: Job, tree: QuotaTree, cq: str, only: tuple[str, str] | Non
     own request in the queue's first flavor."""
     if only is not None:
         return request_demand(chosen(job, only[1]), only[0])
-    return request_demand(job, tree.queues[cq].flavors[0].flavor if tree.queues[cq].flavors
-                          else "")
+    return request_demand(job, tree.queues[cq].flavors[0].flavor if tree.queues[cq].flavors else "")
 
 
-def plan(job: Job, cq: str, tree: QuotaTree, snap: Snapshot, profile: Profile,
-         cands: list[Victim], lately: Mapping[str, float] | None = None,
-         held: Mapping[Key, int] | None = None,
-         only: tuple[str, str] | None = None) -> tuple[list[Victim], Fit] | None:
+def plan(
+    job: Job,
+    cq: str,
+    tree: QuotaTree,
+    snap: Snapshot,
+    profile: Profile,
+    cands: list[Victim],
+    lately: Mapping[str, float] | None = None,
+    held: Mapping[Key, int] | None = None,
+    only: tuple[str, str] | None = None,
+) -> tuple[list[Victim], Fit] | None:
     """The minimal victim set that lets ``job`` fit, and its fit; None when none does.
     ``lately``, ``held`` and ``only`` as for ``candidates``; with ``only`` the job must fit
     in that flavor and form.
@@ -171,12 +195,15 @@ def plan(job: Job, cq: str, tree: QuotaTree, snap: Snapshot, profile: Profile,
             return True
         vq = v.running.queue
         usage, nominal = tree.usage(vq), tree.nominal(vq)
-        if any(usage.get(k, 0) - d < nominal[k] for k, d in v.running.demand.items()
-               if k in nominal and d > 0):
+        if any(
+            usage.get(k, 0) - d < nominal[k]
+            for k, d in v.running.demand.items()
+            if k in nominal and d > 0
+        ):
             return False
-        return v.kind != "fair-share" or \
-            tree.share(cq, _plus(lower_bound, held)) + past.get(cq, 0.0) < \
-            tree.share(vq, {k: -d for k, d in v.running.demand.items()}) + past.get(vq, 0.0)
+        return v.kind != "fair-share" or tree.share(cq, _plus(lower_bound, held)) + past.get(
+            cq, 0.0
+        ) < tree.share(vq, {k: -d for k, d in v.running.demand.items()}) + past.get(vq, 0.0)
 
     try:
         with snap.trial():

@@ -136,11 +136,12 @@ class Queues:
 
     def ordered(self, queue: str, now_s: float, active_only: bool = True) -> list[Pending]:
         led = self.ledger
-        usage = {u: led.value(queue, u, now_s) for u in {p.job.user for p in
-                                                          self._by_queue[queue].values()}}
+        usage = {
+            u: led.value(queue, u, now_s)
+            for u in {p.job.user for p in self._by_queue[queue].values()}
+        }
         jobs = [p for p in self._by_queue[queue].values() if not (active_only and p.parked)]
-        jobs.sort(key=lambda p: (-p.job.priority, usage[p.job.user], p.job.submit_time_s,
-                                 p.seq))
+        jobs.sort(key=lambda p: (-p.job.priority, usage[p.job.user], p.job.submit_time_s, p.seq))
         return jobs
 
     def has_pending(self, queue: str) -> bool:
@@ -167,9 +168,17 @@ class AdmissionOrder:
     (the forecast's jobs not yet started), in the same order.
     """
 
-    def __init__(self, queues: Queues, names: Iterable[str], key: Callable[[str], float],
-                 now_s: float, *, strict: frozenset[str] = frozenset(),
-                 active_only: bool = True, only: Set[JobId] | None = None) -> None:
+    def __init__(
+        self,
+        queues: Queues,
+        names: Iterable[str],
+        key: Callable[[str], float],
+        now_s: float,
+        *,
+        strict: frozenset[str] = frozenset(),
+        active_only: bool = True,
+        only: Set[JobId] | None = None,
+    ) -> None:
         self._queues = queues
         self._key = key
         self._now_s = now_s
@@ -178,8 +187,11 @@ class AdmissionOrder:
         self._only = only
         self._jobs: dict[str, list[Pending]] = {}
         self._next: dict[str, int] = {}
-        self._heap = [(key(q), q) for q in names
-                      if (queues.has_active(q) if active_only else queues.has_pending(q))]
+        self._heap = [
+            (key(q), q)
+            for q in names
+            if (queues.has_active(q) if active_only else queues.has_pending(q))
+        ]
         heapq.heapify(self._heap)
         self._current: str | None = None
 

@@ -132,8 +132,10 @@ class FlavorFungibility:
         """Whether flavors are walked one by one with preemption tried in each (Kueue's
         flavor assigner); else every flavor is tried without preemption before any with it,
         which is what the defaults amount to."""
-        return self.when_can_preempt is Fungibility.STOP or \
-            self.preference is Preference.PREEMPTION_OVER_BORROWING
+        return (
+            self.when_can_preempt is Fungibility.STOP
+            or self.preference is Preference.PREEMPTION_OVER_BORROWING
+        )
 
 
 class QueueingStrategy(StrEnum):
@@ -242,10 +244,13 @@ class QueueConfig:
         queues = {q.name for q in self.cluster_queues}
         clash = queues & set(cohorts)
         if clash:
-            raise ConfigError(f"ClusterQueue and Cohort share the name {sorted(clash)[0]!r}; "
-                              "names must be unique across both")
-        for owner, fqs in [(f"ClusterQueue {q.name}", q.flavors) for q in self.cluster_queues] \
-                + [(f"Cohort {c.name}", c.flavors) for c in self.cohorts]:
+            raise ConfigError(
+                f"ClusterQueue and Cohort share the name {sorted(clash)[0]!r}; "
+                "names must be unique across both"
+            )
+        for owner, fqs in [(f"ClusterQueue {q.name}", q.flavors) for q in self.cluster_queues] + [
+            (f"Cohort {c.name}", c.flavors) for c in self.cohorts
+        ]:
             doc = _document(owner)
             seen: set[str] = set()
             for fq in fqs:
@@ -253,57 +258,87 @@ class QueueConfig:
                     known = f"known: {', '.join(sorted(flavors)) or 'none'}"
                     raise ConfigError(
                         f"{owner}: flavor {fq.flavor!r} is not a ResourceFlavor; {known}",
-                        field="flavors", value=fq.flavor,
-                        rule=f"is not a ResourceFlavor; {known}", where=owner, document=doc)
+                        field="flavors",
+                        value=fq.flavor,
+                        rule=f"is not a ResourceFlavor; {known}",
+                        where=owner,
+                        document=doc,
+                    )
                 if fq.flavor in seen:
-                    raise ConfigError(f"{owner}: flavor {fq.flavor!r} is listed twice",
-                                      field="flavors", value=fq.flavor, rule="is listed twice",
-                                      where=owner, document=doc)
+                    raise ConfigError(
+                        f"{owner}: flavor {fq.flavor!r} is listed twice",
+                        field="flavors",
+                        value=fq.flavor,
+                        rule="is listed twice",
+                        where=owner,
+                        document=doc,
+                    )
                 seen.add(fq.flavor)
                 for res, quota in fq.resources.items():
                     # A cohort lends from its whole subtree, so only a queue's lending limit
                     # is bounded by its own nominal quota.
-                    _check_quota(f"{owner}: {fq.flavor}.{res}", quota,
-                                 own_only=owner.startswith("ClusterQueue"))
-        for owner, norm in [(f"ClusterQueue {q.name}", q.normalized)
-                            for q in self.cluster_queues] + [
-                                (f"Cohort {c.name}", c.normalized) for c in self.cohorts]:
+                    _check_quota(
+                        f"{owner}: {fq.flavor}.{res}",
+                        quota,
+                        own_only=owner.startswith("ClusterQueue"),
+                    )
+        for owner, norm in [
+            (f"ClusterQueue {q.name}", q.normalized) for q in self.cluster_queues
+        ] + [(f"Cohort {c.name}", c.normalized) for c in self.cohorts]:
             if norm is not None:
-                _check_quota(f"{owner}: normalized", norm,
-                             own_only=owner.startswith("ClusterQueue"))
+                _check_quota(
+                    f"{owner}: normalized", norm, own_only=owner.startswith("ClusterQueue")
+                )
         for q in self.cluster_queues:
             if not q.weight > 0:
-                raise ConfigError(f"ClusterQueue {q.name}: weight={q.weight} must be positive",
-                                  field="weight", value=q.weight, rule="must be positive",
-                                  where=f"ClusterQueue {q.name}",
-                                  document=("ClusterQueue", q.name))
+                raise ConfigError(
+                    f"ClusterQueue {q.name}: weight={q.weight} must be positive",
+                    field="weight",
+                    value=q.weight,
+                    rule="must be positive",
+                    where=f"ClusterQueue {q.name}",
+                    document=("ClusterQueue", q.name),
+                )
             if q.non_preemptive:
                 for fq in q.flavors:
                     for res, quota in fq.resources.items():
                         if quota.borrowing_limit not in (None, 0):
-                            rule = ("a non-preemptive queue cannot borrow, since borrowed "
-                                    "capacity must be reclaimable")
+                            rule = (
+                                "a non-preemptive queue cannot borrow, since borrowed "
+                                "capacity must be reclaimable"
+                            )
                             raise ConfigError(
                                 f"ClusterQueue {q.name}: {fq.flavor}.{res} borrowingLimit="
                                 f"{quota.borrowing_limit}: {rule}",
                                 field=f"{fq.flavor}.{res}.borrowingLimit",
-                                value=quota.borrowing_limit, rule=rule,
+                                value=quota.borrowing_limit,
+                                rule=rule,
                                 where=f"ClusterQueue {q.name}",
-                                document=("ClusterQueue", q.name))
+                                document=("ClusterQueue", q.name),
+                            )
         for c in self.cohorts:
             if not c.weight > 0:
-                raise ConfigError(f"Cohort {c.name}: weight={c.weight} must be positive",
-                                  field="weight", value=c.weight, rule="must be positive",
-                                  where=f"Cohort {c.name}", document=("Cohort", c.name))
+                raise ConfigError(
+                    f"Cohort {c.name}: weight={c.weight} must be positive",
+                    field="weight",
+                    value=c.weight,
+                    rule="must be positive",
+                    where=f"Cohort {c.name}",
+                    document=("Cohort", c.name),
+                )
             seen_path = [c.name]
             parent = c.parent
             while parent is not None:
                 if parent in seen_path:
                     cycle = " -> ".join([*seen_path, parent])
-                    raise ConfigError(f"Cohort {c.name}: cycle in the cohort tree: {cycle}",
-                                      field="parent", value=c.parent,
-                                      rule=f"closes a cycle in the cohort tree: {cycle}",
-                                      where=f"Cohort {c.name}", document=("Cohort", c.name))
+                    raise ConfigError(
+                        f"Cohort {c.name}: cycle in the cohort tree: {cycle}",
+                        field="parent",
+                        value=c.parent,
+                        rule=f"closes a cycle in the cohort tree: {cycle}",
+                        where=f"Cohort {c.name}",
+                        document=("Cohort", c.name),
+                    )
                 seen_path.append(parent)
                 parent = cohorts[parent].parent if parent in cohorts else None
         _unique("AdmissionCheck", (c.name for c in self.admission_checks))
@@ -314,22 +349,34 @@ class QueueConfig:
                     rule = f"is not an AdmissionCheck; known: {', '.join(sorted(checks)) or 'none'}"
                     raise ConfigError(
                         f"ClusterQueue {q.name}: admission check {name!r} {rule}",
-                        field="admissionChecks", value=name, rule=rule,
-                        where=f"ClusterQueue {q.name}", document=("ClusterQueue", q.name))
+                        field="admissionChecks",
+                        value=name,
+                        rule=rule,
+                        where=f"ClusterQueue {q.name}",
+                        document=("ClusterQueue", q.name),
+                    )
             if len(q.admission_checks) > 1:
                 rule = "one provisioning check per queue (a job is provisioned once)"
                 raise ConfigError(
                     f"ClusterQueue {q.name}: admissionChecks={list(q.admission_checks)}: {rule}",
-                    field="admissionChecks", value=list(q.admission_checks), rule=rule,
-                    where=f"ClusterQueue {q.name}", document=("ClusterQueue", q.name))
+                    field="admissionChecks",
+                    value=list(q.admission_checks),
+                    rule=rule,
+                    where=f"ClusterQueue {q.name}",
+                    document=("ClusterQueue", q.name),
+                )
         for lq in self.local_queues:
             if lq.cluster_queue not in queues:
                 rule = f"does not exist; known: {', '.join(sorted(queues)) or 'none'}"
                 raise ConfigError(
                     f"LocalQueue {lq.namespace}/{lq.name}: clusterQueue {lq.cluster_queue!r} "
-                    f"{rule}", field="clusterQueue", value=lq.cluster_queue, rule=rule,
+                    f"{rule}",
+                    field="clusterQueue",
+                    value=lq.cluster_queue,
+                    rule=rule,
                     where=f"LocalQueue {lq.namespace}/{lq.name}",
-                    document=("LocalQueue", f"{lq.namespace}/{lq.name}"))
+                    document=("LocalQueue", f"{lq.namespace}/{lq.name}"),
+                )
         s = self.settings
         for name in ("usage_half_life_s", "default_runtime_s"):
             if not getattr(s, name) > 0:
@@ -339,7 +386,8 @@ class QueueConfig:
                 raise ConfigError(f"settings.{name}={getattr(s, name)} must be zero or more")
         if s.max_preemptions_per_job < 0:
             raise ConfigError(
-                f"settings.max_preemptions_per_job={s.max_preemptions_per_job} must be >= 0")
+                f"settings.max_preemptions_per_job={s.max_preemptions_per_job} must be >= 0"
+            )
         return self
 
     def priority(self, name: str) -> int:
@@ -347,9 +395,12 @@ class QueueConfig:
             if p.name == name:
                 return p.value
         known = ", ".join(p.name for p in self.priority_classes) or "none"
-        raise ConfigError(f"unknown priority class {name!r}; known: {known}",
-                          field="priorityClassName", value=name,
-                          rule=f"is not a PriorityClass; known: {known}")
+        raise ConfigError(
+            f"unknown priority class {name!r}; known: {known}",
+            field="priorityClassName",
+            value=name,
+            rule=f"is not a PriorityClass; known: {known}",
+        )
 
 
 def _unique(kind: str, names: Iterable[str]) -> None:
@@ -358,24 +409,43 @@ def _unique(kind: str, names: Iterable[str]) -> None:
         if not n:
             raise ConfigError(f"{kind}: name must not be empty")
         if n in seen:
-            raise ConfigError(f"{kind} {n!r} is defined twice", field="metadata.name", value=n,
-                              rule="is defined twice", where=f"{kind} {n}", document=(kind, n))
+            raise ConfigError(
+                f"{kind} {n!r} is defined twice",
+                field="metadata.name",
+                value=n,
+                rule="is defined twice",
+                where=f"{kind} {n}",
+                document=(kind, n),
+            )
         seen.add(n)
 
 
 def _check_quota(where: str, q: Quota, own_only: bool = True) -> None:
     owner, _, res = where.partition(": ")
-    for name, value in (("nominalQuota", q.nominal), ("borrowingLimit", q.borrowing_limit),
-                        ("lendingLimit", q.lending_limit)):
+    for name, value in (
+        ("nominalQuota", q.nominal),
+        ("borrowingLimit", q.borrowing_limit),
+        ("lendingLimit", q.lending_limit),
+    ):
         if value is not None and value < 0:
-            raise ConfigError(f"{where}: {name}={value} must be zero or more",
-                              field=f"{res}.{name}", value=value, rule="must be zero or more",
-                              where=owner, document=_document(owner))
+            raise ConfigError(
+                f"{where}: {name}={value} must be zero or more",
+                field=f"{res}.{name}",
+                value=value,
+                rule="must be zero or more",
+                where=owner,
+                document=_document(owner),
+            )
     if own_only and q.lending_limit is not None and q.lending_limit > q.nominal:
         rule = f"is above nominalQuota={q.nominal}; a queue cannot lend more than it has"
-        raise ConfigError(f"{where}: lendingLimit={q.lending_limit} {rule}",
-                          field=f"{res}.lendingLimit", value=q.lending_limit, rule=rule,
-                          where=owner, document=_document(owner))
+        raise ConfigError(
+            f"{where}: lendingLimit={q.lending_limit} {rule}",
+            field=f"{res}.lendingLimit",
+            value=q.lending_limit,
+            rule=rule,
+            where=owner,
+            document=_document(owner),
+        )
 
 
 def _document(owner: str) -> tuple[str, str]:

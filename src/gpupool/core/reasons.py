@@ -71,12 +71,12 @@ class Reason:
 
     def within(self, *scope: str, flavor: str | None = None) -> Reason:
         """The same clause, said of ``scope`` (put before the existing one)."""
-        return replace(self, scope=(*scope, *self.scope),
-                       flavor=self.flavor if flavor is None else flavor)
+        return replace(
+            self, scope=(*scope, *self.scope), flavor=self.flavor if flavor is None else flavor
+        )
 
 
-def step(kind: Step, message: str, *, flavor: str | None = None,
-         resolvable: bool = True) -> Reason:
+def step(kind: Step, message: str, *, flavor: str | None = None, resolvable: bool = True) -> Reason:
     """A clause from one of the core's own steps (not about nodes)."""
     return Reason(str(kind), message, flavor=flavor, resolvable=resolvable)
 

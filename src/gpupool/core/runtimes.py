@@ -70,6 +70,7 @@ def survival(ended: list[float], going: list[float], tail_at: float) -> Dist:
         out.append((max(tail_at, events[-1][0]), left))
     return out
 
+
 PRIOR_JOBS = 3
 """The runtime assumed before any job ended (the run limit, else the default runtime) counts
 as this many jobs in the learned runtime: ``(n * average + 3 * assumed) / (n + 3)`` after
@@ -92,7 +93,7 @@ class _Ema:
         """Squared coefficient of variation, 0 (always the same) to 1 (memoryless) or more."""
         if self.value <= 0 or self.n < 2:
             return 0.0
-        return max(0.0, self.square - self.value ** 2) / self.value ** 2
+        return max(0.0, self.square - self.value**2) / self.value**2
 
 
 @dataclass(slots=True)
@@ -109,8 +110,9 @@ class _Going:
 class Runtimes:
     """Expected runtimes: declared, learned per queue and user, limited, or the default."""
 
-    def __init__(self, default_runtime_s: float, weight: float = EMA_WEIGHT,
-                 prior_jobs: float = PRIOR_JOBS) -> None:
+    def __init__(
+        self, default_runtime_s: float, weight: float = EMA_WEIGHT, prior_jobs: float = PRIOR_JOBS
+    ) -> None:
         self.default_runtime_s = default_runtime_s
         self.weight = weight
         self.prior_jobs = prior_jobs
@@ -128,12 +130,16 @@ class Runtimes:
         jobs that declare no duration are followed."""
         if job.duration_s is not None:
             return
-        for g in (self._going_user.setdefault((str(job.queue), job.user), _Going()),
-                  self._going_queue.setdefault(str(job.queue), _Going())):
+        for g in (
+            self._going_user.setdefault((str(job.queue), job.user), _Going()),
+            self._going_queue.setdefault(str(job.queue), _Going()),
+        ):
             g.count += sign
             g.starts += sign * now_s
-        for d in (self._starts_user.setdefault((str(job.queue), job.user), {}),
-                  self._starts_queue.setdefault(str(job.queue), {})):
+        for d in (
+            self._starts_user.setdefault((str(job.queue), job.user), {}),
+            self._starts_queue.setdefault(str(job.queue), {}),
+        ):
             if sign > 0:
                 d[str(job.id)] = now_s
             else:
@@ -149,10 +155,11 @@ class Runtimes:
             return
         user_key = (str(job.queue), job.user)
         self._by_user[user_key] = self._step(self._by_user.get(user_key), runtime_s)
-        self._by_queue[str(job.queue)] = self._step(self._by_queue.get(str(job.queue)),
-                                                    runtime_s)
-        for d in (self._samples_user.setdefault(user_key, deque(maxlen=SAMPLES)),
-                  self._samples_queue.setdefault(str(job.queue), deque(maxlen=SAMPLES))):
+        self._by_queue[str(job.queue)] = self._step(self._by_queue.get(str(job.queue)), runtime_s)
+        for d in (
+            self._samples_user.setdefault(user_key, deque(maxlen=SAMPLES)),
+            self._samples_queue.setdefault(str(job.queue), deque(maxlen=SAMPLES)),
+        ):
             d.append(runtime_s)
 
     def distribution(self, job: Job, now_s: float | None = None) -> Dist | None:
@@ -166,13 +173,15 @@ class Runtimes:
             return None
         user_key = (str(job.queue), job.user)
         prior = job.run_limit_s if job.run_limit_s is not None else self.default_runtime_s
-        for ended, going in ((self._samples_user.get(user_key), self._starts_user.get(user_key)),
-                             (self._samples_queue.get(str(job.queue)),
-                              self._starts_queue.get(str(job.queue)))):
+        for ended, going in (
+            (self._samples_user.get(user_key), self._starts_user.get(user_key)),
+            (self._samples_queue.get(str(job.queue)), self._starts_queue.get(str(job.queue))),
+        ):
             if ended is None or len(ended) < MIN_SAMPLES:
                 continue
-            ages = [max(0.0, now_s - t) for t in going.values()] \
-                if going and now_s is not None else []
+            ages = (
+                [max(0.0, now_s - t) for t in going.values()] if going and now_s is not None else []
+            )
             return survival(list(ended), ages, prior)
         return None
 
@@ -208,15 +217,14 @@ class Runtimes:
 
     def _step(self, ema: _Ema | None, runtime_s: float) -> _Ema:
         if ema is None:
-            return _Ema(runtime_s, 1, runtime_s ** 2)
+            return _Ema(runtime_s, 1, runtime_s**2)
         ema.value += self.weight * (runtime_s - ema.value)
-        ema.square += self.weight * (runtime_s ** 2 - ema.square)
+        ema.square += self.weight * (runtime_s**2 - ema.square)
         ema.n += 1
         return ema
 
     def _ema(self, job: Job) -> _Ema | None:
-        return self._by_user.get((str(job.queue), job.user)) or \
-            self._by_queue.get(str(job.queue))
+        return self._by_user.get((str(job.queue), job.user)) or self._by_queue.get(str(job.queue))
 
     def remaining(self, job: Job, age_s: float, now_s: float | None = None) -> Expected:
         """How much longer a job that has run ``age_s`` is expected to run.
@@ -245,10 +253,17 @@ class Runtimes:
         runs still going as at least their age when ``now_s`` is given."""
         user_key = (str(job.queue), job.user)
         for ema, going, who in (
-                (self._by_user.get(user_key), self._going_user.get(user_key),
-                 f"{job.queue}/{job.user}"),
-                (self._by_queue.get(str(job.queue)), self._going_queue.get(str(job.queue)),
-                 str(job.queue))):
+            (
+                self._by_user.get(user_key),
+                self._going_user.get(user_key),
+                f"{job.queue}/{job.user}",
+            ),
+            (
+                self._by_queue.get(str(job.queue)),
+                self._going_queue.get(str(job.queue)),
+                str(job.queue),
+            ),
+        ):
             if ema is None:
                 continue
             # The first few ends are the short runs (the long ones are still going): until

@@ -41,9 +41,14 @@ def gpus(n: float) -> str:
     return f"{count(n)} GPU{'' if n == 1 else 's'}"
 
 
-_NAMES = {Resource.GPU: "GPUs", Resource.GPU_MILLI: "GPUs", Resource.GPU_MEMORY_MIB: "GPU memory",
-          Resource.CPU_MILLI: "CPU", Resource.MEMORY_MIB: "memory",
-          Resource.NORMALIZED_MILLI: "normalised GPUs"}
+_NAMES = {
+    Resource.GPU: "GPUs",
+    Resource.GPU_MILLI: "GPUs",
+    Resource.GPU_MEMORY_MIB: "GPU memory",
+    Resource.CPU_MILLI: "CPU",
+    Resource.MEMORY_MIB: "memory",
+    Resource.NORMALIZED_MILLI: "normalised GPUs",
+}
 
 
 def resource_name(res: Resource) -> str:

@@ -39,10 +39,14 @@ from gpupool.core.validation import Validator
 
 
 class Scheduler(ProvisioningFacts, SchedulerQueries):
-    def __init__(self, nodes: Iterable[Node], config: QueueConfig,
-                 profile: Profile | None = None,
-                 reserve_min_gpus: int = 8,
-                 max_requests_per_project: int = MAX_ACTIVE_PER_PROJECT) -> None:
+    def __init__(
+        self,
+        nodes: Iterable[Node],
+        config: QueueConfig,
+        profile: Profile | None = None,
+        reserve_min_gpus: int = 8,
+        max_requests_per_project: int = MAX_ACTIVE_PER_PROJECT,
+    ) -> None:
         """How long a job is expected to run (for usage charged at admission, reservations
         and wait estimates) is ``core.runtimes``: declared, learned from the jobs that ended,
         limited, or the configured default. ``max_requests_per_project``: active
@@ -58,9 +62,14 @@ class Scheduler(ProvisioningFacts, SchedulerQueries):
         self.validator = Validator()
 
         self._ctx = Context(
-            state=self._state, tree=self._tree, queues=self._queues, ledger=self.ledger,
-            settings=settings, profile=profile or default_profile(),
-            runtimes=Runtimes(settings.default_runtime_s), reserve_min_gpus=reserve_min_gpus,
+            state=self._state,
+            tree=self._tree,
+            queues=self._queues,
+            ledger=self.ledger,
+            settings=settings,
+            profile=profile or default_profile(),
+            runtimes=Runtimes(settings.default_runtime_s),
+            reserve_min_gpus=reserve_min_gpus,
         )
         self._max_requests = max_requests_per_project
         checks = AdmissionChecks(config, max_requests_per_project)
@@ -90,8 +99,10 @@ class Scheduler(ProvisioningFacts, SchedulerQueries):
             raise ConfigError(
                 f"settings.usage_half_life_s={config.settings.usage_half_life_s} cannot change "
                 f"in place (it is {self.ledger.half_life_s}); restart to change it",
-                field="settings.usage_half_life_s", value=config.settings.usage_half_life_s,
-                rule="cannot change in place")
+                field="settings.usage_half_life_s",
+                value=config.settings.usage_half_life_s,
+                rule="cannot change in place",
+            )
         names = {q.name for q in config.cluster_queues}
         ac = self._ctx.checks
         holding = [(r.queue, r.job.id) for r in self._ctx.running.values()]
@@ -101,9 +112,11 @@ class Scheduler(ProvisioningFacts, SchedulerQueries):
         if gone:
             queue = gone[0][0]
             jobs = [j for q, j in gone if q == queue]
-            raise ConflictError(f"ClusterQueue {queue} is gone from the configuration but "
-                                f"still holds quota for {len(jobs)} job(s) ({', '.join(jobs[:5])})"
-                                "; it stays until they end")
+            raise ConflictError(
+                f"ClusterQueue {queue} is gone from the configuration but "
+                f"still holds quota for {len(jobs)} job(s) ({', '.join(jobs[:5])})"
+                "; it stays until they end"
+            )
         tree = QuotaTree(config)
         for r in self._ctx.running.values():
             tree.add(r.queue, r.demand)
@@ -149,8 +162,7 @@ class Scheduler(ProvisioningFacts, SchedulerQueries):
         else:
             self.validator.check(job, self._state.table)
         cq = self._queues.resolve(job.queue)
-        refused = never_admitted(job, cq, self._idle, self._state.table,
-                                 nodes=provisioned is None)
+        refused = never_admitted(job, cq, self._idle, self._state.table, nodes=provisioned is None)
         if refused is not None:
             raise refused
         return cq
@@ -212,15 +224,26 @@ class Scheduler(ProvisioningFacts, SchedulerQueries):
             return
         self.finished(job, now_s)
 
-    def restore(self, job: Job, placements: Iterable[Placement], start_s: float,
-                flavor: str = "", preemptions: int = 0, alternative: str = "") -> Running:
+    def restore(
+        self,
+        job: Job,
+        placements: Iterable[Placement],
+        start_s: float,
+        flavor: str = "",
+        preemptions: int = 0,
+        alternative: str = "",
+    ) -> Running:
         """A job that was running before a restart runs on where it was: its cards and quota
         are taken again as they were, in the form it ran as (``alternative``), with no new
         decision. ConflictError if a card it held is taken already (nothing changes then);
         usage charged before the restart is not known and is charged again at its end."""
         if alternative and all(a.name != alternative for a in job.alternatives):
-            raise InvalidJobError("alternative", alternative, "must name one of the job's "
-                                  f"alternatives {[a.name for a in job.alternatives]}", job.id)
+            raise InvalidJobError(
+                "alternative",
+                alternative,
+                f"must name one of the job's alternatives {[a.name for a in job.alternatives]}",
+                job.id,
+            )
         self.validator.check(job, self._state.table)
         q = self._queues.resolve(job.queue)
         if job.id in self._queues or job.id in self._ctx.running:
@@ -293,8 +316,7 @@ class Scheduler(ProvisioningFacts, SchedulerQueries):
 
     def remove_node(self, name: NodeName, now_s: float) -> list[JobId]:
         """A node left: every job with a task there goes back to its queue, whole."""
-        hit = sorted({p.job for p in self._state.placements_on(name)
-                      if p.job in self._ctx.running})
+        hit = sorted({p.job for p in self._state.placements_on(name) if p.job in self._ctx.running})
         for job in hit:
             submitted = self._unbook(job)
             r = release(self._ctx, job, now_s)
@@ -333,9 +355,16 @@ class Scheduler(ProvisioningFacts, SchedulerQueries):
                 if rec.job.id in self._queues:
                     continue
                 code = Code.UNRESOLVABLE if rec.state is CheckState.REJECTED else Code.WAIT
-                out.append(Pending(rec.job, ClusterQueueName(rec.queue), 0,
-                                   Status(code, (ac.reason(rec),)), parked=True,
-                                   preemptions=rec.preemptions))
+                out.append(
+                    Pending(
+                        rec.job,
+                        ClusterQueueName(rec.queue),
+                        0,
+                        Status(code, (ac.reason(rec),)),
+                        parked=True,
+                        preemptions=rec.preemptions,
+                    )
+                )
         return out
 
     def run_limit_s(self, job: JobId) -> float | None:
@@ -365,16 +394,20 @@ class Scheduler(ProvisioningFacts, SchedulerQueries):
         if ac is not None:
             for p in self._queues.all():
                 if ac.check_for(p.queue) is not None and p.job.id in out:
-                    out[p.job.id] = Estimate(out[p.job.id].position, None,
-                                             "waits for its ProvisioningRequest")
+                    out[p.job.id] = Estimate(
+                        out[p.job.id].position, None, "waits for its ProvisioningRequest"
+                    )
             for rec in ac.records():
                 if rec.job.id not in self._queues:
                     req = ac.request(rec.request) if rec.request else None
                     booked = req is not None and req.booked
                     out[rec.job.id] = Estimate(
-                        0, now_s if booked else None,
-                        "its capacity is provisioned" if booked
-                        else "waits for its ProvisioningRequest")
+                        0,
+                        now_s if booked else None,
+                        "its capacity is provisioned"
+                        if booked
+                        else "waits for its ProvisioningRequest",
+                    )
         return out
 
     def expected_end_s(self, job: JobId) -> float | None:

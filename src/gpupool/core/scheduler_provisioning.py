@@ -58,8 +58,9 @@ class ProvisioningFacts:
         ac = self._ctx.checks
         return ac.export() if ac is not None else ProvisioningState()
 
-    def create_provisioning_request(self, req: ProvisioningRequest,
-                                    now_s: float) -> ProvisioningRequest:
+    def create_provisioning_request(
+        self, req: ProvisioningRequest, now_s: float
+    ) -> ProvisioningRequest:
         """A request made by hand, for no job: its booking is left alone by admission checks
         and expires unless its owner's pods consume it (``consume_provisioning_request``)."""
         return self._book().create(req, now_s)
@@ -67,8 +68,9 @@ class ProvisioningFacts:
     def provisioning_accepted(self, key: str, now_s: float) -> ProvisioningRequest:
         return self._book().accept(key, now_s)
 
-    def provisioning_provisioned(self, key: str, nodes: Iterable[str],
-                                 now_s: float) -> ProvisioningRequest:
+    def provisioning_provisioned(
+        self, key: str, nodes: Iterable[str], now_s: float
+    ) -> ProvisioningRequest:
         """Every node of the request has joined (add them with ``add_node`` first or after:
         the job starts once they are there). The job waiting for it starts at the next
         cycle."""
@@ -76,8 +78,9 @@ class ProvisioningFacts:
         self._queues.wake()
         return req
 
-    def provisioning_failed(self, key: str, message: str, now_s: float,
-                            reason: str = "ProvisioningFailed") -> ProvisioningRequest:
+    def provisioning_failed(
+        self, key: str, message: str, now_s: float, reason: str = "ProvisioningFailed"
+    ) -> ProvisioningRequest:
         return self._book().request_failed(key, message, now_s, reason)
 
     def provisioning_revoked(self, key: str, message: str, now_s: float) -> ProvisioningRequest:
@@ -101,9 +104,18 @@ class ProvisioningFacts:
         and consumption; nothing is asked of the cloud."""
         self._book().restore(requests)
 
-    def restore_check(self, job: JobId, state: CheckState, *, request: str = "",
-                      flavor: str = "", attempts: int = 0, made: int = 0,
-                      retry_at_s: float = 0.0, message: str = "") -> CheckRecord:
+    def restore_check(
+        self,
+        job: JobId,
+        state: CheckState,
+        *,
+        request: str = "",
+        flavor: str = "",
+        attempts: int = 0,
+        made: int = 0,
+        retry_at_s: float = 0.0,
+        message: str = "",
+    ) -> CheckRecord:
         """A pending job's place in its queue's admission check, as before a restart. The job
         was submitted again first (it is in its queue); where the check held quota for it (a
         request made and not failed: Pending with a request, or Ready) the quota is reserved
@@ -119,10 +131,23 @@ class ProvisioningFacts:
         if check is None:
             raise NotFoundError(f"ClusterQueue {p.queue} has no admission check")
         holds = bool(request) and state in (CheckState.PENDING, CheckState.READY)
-        rec = ac.restore_record(CheckRecord(
-            p.job, p.queue, check, ac.namespace(p.job), state, request, flavor,
-            request_demand(p.job, flavor) if holds else {}, attempts=attempts,
-            retry_at_s=retry_at_s, message=message, preemptions=p.preemptions), made)
+        rec = ac.restore_record(
+            CheckRecord(
+                p.job,
+                p.queue,
+                check,
+                ac.namespace(p.job),
+                state,
+                request,
+                flavor,
+                request_demand(p.job, flavor) if holds else {},
+                attempts=attempts,
+                retry_at_s=retry_at_s,
+                message=message,
+                preemptions=p.preemptions,
+            ),
+            made,
+        )
         if holds:
             self._tree.add(p.queue, rec.demand)
         if holds or state in (CheckState.RETRY, CheckState.REJECTED):

@@ -37,6 +37,7 @@ class SchedulerQueries:
     _ctx: Context
 
     if TYPE_CHECKING:
+
         def pending(self) -> list[Pending]: ...
 
     # -- questions adapters ask ------------------------------------------------------------
@@ -107,8 +108,11 @@ class SchedulerQueries:
         """The flavors of ClusterQueue ``cq`` whose nodes, empty, could hold ``job``
         (``feasibility.flavor_problem``)."""
         t = self._state.table
-        return {f for f in self.flavors_of(cq)
-                if flavor_problem(job, self._tree.flavors.get(f), t) is None}
+        return {
+            f
+            for f in self.flavors_of(cq)
+            if flavor_problem(job, self._tree.flavors.get(f), t) is None
+        }
 
     @property
     def nodes_version(self) -> int:
@@ -185,7 +189,6 @@ class SchedulerQueries:
 
     # -- elastic GPU objects ------------------------------------------------------------------
 
-
     def new_binder(self, classes: Iterable[ElasticGPUClass] = ()) -> Binder:
         """A binder of ElasticGPU objects on this scheduler's cards, with its profile: jobs and
         ElasticGPUs see each other's cards taken."""
@@ -225,8 +228,7 @@ class SchedulerQueries:
         if not rows.size:
             return {}
         scores = normalized_scores(task, snap, self._ctx.profile, rows)
-        return {snap.table.nodes[int(r)].name: float(s)
-                for r, s in zip(rows, scores, strict=True)}
+        return {snap.table.nodes[int(r)].name: float(s) for r, s in zip(rows, scores, strict=True)}
 
     def place_on(self, task: Task, node: NodeName) -> Placement:
         """The placement of ``task`` on ``node`` (its cards chosen by the profile), without
@@ -240,5 +242,11 @@ class SchedulerQueries:
         shares = self._ctx.profile.cards.choose_cards(cs, task, row)
         if shares is None:
             raise ConflictError(f"no cards for the pod on {node}")
-        return Placement(task=task.id, job=task.job, node=node, cpu_milli=task.cpu_milli,
-                         memory_mib=task.memory_mib, shares=shares)
+        return Placement(
+            task=task.id,
+            job=task.job,
+            node=node,
+            cpu_milli=task.cpu_milli,
+            memory_mib=task.memory_mib,
+            shares=shares,
+        )

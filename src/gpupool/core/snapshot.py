@@ -43,8 +43,11 @@ class Snapshot:
         """Bring every row up to ``src``; a no-op for rows that did not change."""
         if self._trial_log:
             raise RuntimeError("cannot sync a snapshot inside a trial")
-        if src.version != self._src_version or src.cap_rows != self.table.cap_rows \
-                or src.width != self.table.width:
+        if (
+            src.version != self._src_version
+            or src.cap_rows != self.table.cap_rows
+            or src.width != self.table.width
+        ):
             keep = self.table._counter
             self.table = src.copy()
             # Generations must only grow within one snapshot, or caches could match stale rows.

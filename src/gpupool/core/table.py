@@ -34,15 +34,37 @@ I32 = npt.NDArray[np.int32]
 Bool = npt.NDArray[np.bool_]
 
 _ROW_COLUMNS = (
-    "cpu_cap", "cpu_free", "mem_cap", "mem_free", "cpu_outside", "mem_outside",
-    "schedulable", "alive", "gpu_count",
-    "free_whole", "rank", "milli_total", "milli_free", "max_free_milli", "max_free_mib",
+    "cpu_cap",
+    "cpu_free",
+    "mem_cap",
+    "mem_free",
+    "cpu_outside",
+    "mem_outside",
+    "schedulable",
+    "alive",
+    "gpu_count",
+    "free_whole",
+    "rank",
+    "milli_total",
+    "milli_free",
+    "max_free_milli",
+    "max_free_mib",
     "binds_in_flight",
 )
 _KIND_COLUMNS = ("tasks_by_kind",)
 _CELL_COLUMNS = (
-    "gpu_usable", "gpu_mig", "gpu_model", "gpu_mem_cap", "used_milli", "used_mib",
-    "free_milli", "free_mib", "holders", "holder_cap", "gpu_uuid", "gpu_device",
+    "gpu_usable",
+    "gpu_mig",
+    "gpu_model",
+    "gpu_mem_cap",
+    "used_milli",
+    "used_mib",
+    "free_milli",
+    "free_mib",
+    "holders",
+    "holder_cap",
+    "gpu_uuid",
+    "gpu_device",
 )
 NO_HOLDER_LIMIT = 1 << 40
 """``holder_cap`` of a card without a split count."""
@@ -175,7 +197,8 @@ class NodeTable:
         if len(node.gpus) != len(old.gpus):
             raise ConflictError(
                 f"node {node.name}: GPU count cannot change from {len(old.gpus)} to "
-                f"{len(node.gpus)} while it is in the cluster; remove and add it")
+                f"{len(node.gpus)} while it is in the cluster; remove and add it"
+            )
         self.nodes[i] = node
         self.cpu_free[i] += node.cpu_milli - self.cpu_cap[i]
         self.mem_free[i] += node.memory_mib - self.mem_cap[i]
@@ -239,7 +262,8 @@ class NodeTable:
         for gpu in node.gpus:
             if not 0 <= gpu.index < len(node.gpus):
                 raise ConflictError(
-                    f"node {node.name}: GPU index {gpu.index} outside 0..{len(node.gpus) - 1}")
+                    f"node {node.name}: GPU index {gpu.index} outside 0..{len(node.gpus) - 1}"
+                )
             code = self.model_code.get(gpu.model)
             if code is None:
                 code = self.model_code[gpu.model] = len(self.models)
@@ -272,7 +296,8 @@ class NodeTable:
         self.free_milli[i] = np.where(open_, WHOLE_GPU_MILLI - self.used_milli[i], -1)
         self.free_mib[i] = np.where(open_, self.gpu_mem_cap[i] - self.used_mib[i], -1)
         self.free_whole[i] = int(
-            np.count_nonzero(usable & (self.used_milli[i] == 0) & (self.used_mib[i] == 0)))
+            np.count_nonzero(usable & (self.used_milli[i] == 0) & (self.used_mib[i] == 0))
+        )
         self.milli_total[i] = WHOLE_GPU_MILLI * int(np.count_nonzero(usable))
         free = self.free_milli[i]
         self.milli_free[i] = int(free[free > 0].sum())
@@ -323,11 +348,13 @@ class NodeTable:
                 raise ConflictError(f"{where}: the node has no GPU {s.index}")
             if s.mig_profile is not None:
                 pool = self.mig_free.get(s.mig_profile)
-                asked = sum(1 for o in p.shares
-                            if o.index == s.index and o.mig_profile == s.mig_profile)
+                asked = sum(
+                    1 for o in p.shares if o.index == s.index and o.mig_profile == s.mig_profile
+                )
                 if pool is None or pool[i, s.index] < asked:
-                    raise ConflictError(f"{where}: GPU {s.index} has fewer than {asked} free "
-                                        f"{s.mig_profile}")
+                    raise ConflictError(
+                        f"{where}: GPU {s.index} has fewer than {asked} free {s.mig_profile}"
+                    )
                 continue
             if s.index in seen:
                 raise ConflictError(f"{where}: GPU {s.index} listed twice")
@@ -335,19 +362,25 @@ class NodeTable:
             if self.holders[i, s.index] >= self.holder_cap[i, s.index]:
                 raise ConflictError(
                     f"{where}: GPU {s.index} already has {self.holders[i, s.index]} holders, "
-                    f"its split count")
+                    f"its split count"
+                )
             if not self.plain and not self.devices[int(self.gpu_device[i, s.index])].allows(
-                    s.gpu_milli, s.memory_mib, int(self.gpu_mem_cap[i, s.index])):
+                s.gpu_milli, s.memory_mib, int(self.gpu_mem_cap[i, s.index])
+            ):
                 dev = self.devices[int(self.gpu_device[i, s.index])]
                 raise ConflictError(
                     f"{where}: GPU {s.index} ({dev.vendor}, division {dev.division}) cannot "
-                    f"give a share of {s.gpu_milli} milli and {s.memory_mib} MiB")
-            if (s.gpu_milli > self.free_milli[i, s.index]
-                    or s.memory_mib > self.free_mib[i, s.index]):
+                    f"give a share of {s.gpu_milli} milli and {s.memory_mib} MiB"
+                )
+            if (
+                s.gpu_milli > self.free_milli[i, s.index]
+                or s.memory_mib > self.free_mib[i, s.index]
+            ):
                 raise ConflictError(
                     f"{where}: GPU {s.index} has {self.free_milli[i, s.index]} milli and "
                     f"{self.free_mib[i, s.index]} MiB free, {s.gpu_milli} milli and "
-                    f"{s.memory_mib} MiB asked")
+                    f"{s.memory_mib} MiB asked"
+                )
 
     # -- copies ----------------------------------------------------------------------------
 
@@ -407,12 +440,12 @@ class NodeTable:
         if not self.plain:
             milli, mib = self.slice_need(rows, req)
             shaped: Bool = (self.free_milli[rows] >= np.maximum(milli, 1)) & (
-                self.free_mib[rows] >= mib)
+                self.free_mib[rows] >= mib
+            )
             return shaped
         fits: Bool = self.free_milli[rows] >= max(req.gpu_milli, 1)
         if req.memory_percent:
-            need = np.maximum(req.memory_mib,
-                              self.gpu_mem_cap[rows] * req.memory_percent // 100)
+            need = np.maximum(req.memory_mib, self.gpu_mem_cap[rows] * req.memory_percent // 100)
             fits &= self.free_mib[rows] >= need
         else:
             fits &= self.free_mib[rows] >= req.memory_mib
@@ -422,8 +455,11 @@ class NodeTable:
         """[len(rows), width] each: the milli and MiB one slice of ``req`` takes of each card
         of ``rows`` under the card's division rule (``NO_SHAPE`` where it cannot be given)."""
         cap = self.gpu_mem_cap[rows]
-        mib: I64 = np.maximum(req.memory_mib, cap * req.memory_percent // 100) \
-            if req.memory_percent else np.full(cap.shape, req.memory_mib, np.int64)
+        mib: I64 = (
+            np.maximum(req.memory_mib, cap * req.memory_percent // 100)
+            if req.memory_percent
+            else np.full(cap.shape, req.memory_mib, np.int64)
+        )
         milli: I64 = np.full(cap.shape, req.gpu_milli, np.int64)
         codes = self.gpu_device[rows]
         for code in np.unique(codes).tolist():
@@ -431,8 +467,9 @@ class NodeTable:
             if dev.is_plain:
                 continue
             on = codes == code
-            for card_mib, want_mib in {(int(c), int(w)) for c, w in
-                                       zip(cap[on].tolist(), mib[on].tolist(), strict=True)}:
+            for card_mib, want_mib in {
+                (int(c), int(w)) for c, w in zip(cap[on].tolist(), mib[on].tolist(), strict=True)
+            }:
                 cell = on & (cap == card_mib) & (mib == want_mib)
                 shape = dev.slice_shape(req.gpu_milli, want_mib, card_mib)
                 milli[cell], mib[cell] = shape if shape is not None else (NO_SHAPE, NO_SHAPE)
@@ -447,8 +484,9 @@ class NodeTable:
         for s in shares:
             dev = self.devices[int(self.gpu_device[row, s.index])]
             if s.mig_profile is None and s.gpu_milli < WHOLE_GPU_MILLI and not dev.is_plain:
-                shape = dev.slice_shape(s.gpu_milli, s.memory_mib,
-                                        int(self.gpu_mem_cap[row, s.index]))
+                shape = dev.slice_shape(
+                    s.gpu_milli, s.memory_mib, int(self.gpu_mem_cap[row, s.index])
+                )
                 if shape is not None:
                     s = GpuShare(s.index, shape[0], shape[1])
             out.append(s)

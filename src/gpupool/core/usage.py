@@ -50,8 +50,15 @@ from gpupool.core.table import NodeTable
 from gpupool.core.usage_view import IDLE_FREE_PCT, CardLoad
 from gpupool.core.usage_workload import WorkloadUse
 
-__all__ = ["IDLE_FREE_PCT", "CardLoad", "CardReading", "CardSample", "LoadModel",
-           "LoadSettings", "hot_milli"]
+__all__ = [
+    "IDLE_FREE_PCT",
+    "CardLoad",
+    "CardReading",
+    "CardSample",
+    "LoadModel",
+    "LoadSettings",
+    "hot_milli",
+]
 
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
@@ -95,13 +102,18 @@ class LoadSettings:
             value = getattr(self, name)
             if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
                 raise ConfigError(f"measured use: {name}={value!r} must be a number above 0")
-        if not (isinstance(self.settle_s, int | float) and math.isfinite(self.settle_s)
-                and self.settle_s >= 0):
-            raise ConfigError(f"measured use: settle_s={self.settle_s!r} must be a number of "
-                              "seconds, 0 or more")
+        if not (
+            isinstance(self.settle_s, int | float)
+            and math.isfinite(self.settle_s)
+            and self.settle_s >= 0
+        ):
+            raise ConfigError(
+                f"measured use: settle_s={self.settle_s!r} must be a number of seconds, 0 or more"
+            )
         if not (isinstance(self.quantile, int | float) and 0 < self.quantile <= 1):
-            raise ConfigError(f"measured use: quantile={self.quantile!r} must be above 0 and "
-                              "at most 1")
+            raise ConfigError(
+                f"measured use: quantile={self.quantile!r} must be above 0 and at most 1"
+            )
         return self
 
 
@@ -247,8 +259,11 @@ class LoadModel:
         if card is None:
             return
         k = card.slot
-        kept = [] if not recent else \
-            [r for r in recent if r[0] > self.last_s[k] - self.settings.settle_s]
+        kept = (
+            []
+            if not recent
+            else [r for r in recent if r[0] > self.last_s[k] - self.settings.settle_s]
+        )
         if kept:
             self._recent[key] = kept
         else:
@@ -261,8 +276,7 @@ class LoadModel:
         workload's slices were measured to use, ``core/usage_workload.py``) stands in for it
         until it shows (``sign`` -1: a placement that left, whose estimate comes off until
         it is gone from the samples)."""
-        counted = self.workloads.placed(p, now_s) if sign > 0 else \
-            self.workloads.released(p)
+        counted = self.workloads.placed(p, now_s) if sign > 0 else self.workloads.released(p)
         for s, est in zip(p.shares, counted, strict=True):
             if s.mig_profile is None and (s.gpu_milli or s.memory_mib):
                 key = (p.node, s.index)
@@ -292,9 +306,10 @@ class LoadModel:
     def measure(self, slot: int, card_mib: float) -> tuple[float, int]:
         """:meth:`measures` of one card, in plain Python."""
         last_util = float(self.last_util[slot])
-        load = max(float(self.agg_util[slot]) * 10.0,
-                   (0.0 if math.isnan(last_util) else last_util) * 10.0
-                   + float(self.est_milli[slot]))
+        load = max(
+            float(self.agg_util[slot]) * 10.0,
+            (0.0 if math.isnan(last_util) else last_util) * 10.0 + float(self.est_milli[slot]),
+        )
         used = float(self.last_used[slot])
         if math.isnan(used):
             return load, -1
@@ -309,15 +324,16 @@ class LoadModel:
         card's memory, for samples that read no free memory)."""
         last_util = self.last_util[slots]
         last_util = np.where(np.isnan(last_util), 0.0, last_util)
-        load = np.maximum(self.agg_util[slots] * 10.0,
-                          last_util * 10.0 + self.est_milli[slots])
+        load = np.maximum(self.agg_util[slots] * 10.0, last_util * 10.0 + self.est_milli[slots])
         used = self.last_used[slots]
         has = ~np.isnan(used)
         last_free = self.last_free[slots]
         card = np.where(np.isnan(last_free), card_mib, used + last_free)
         left = np.maximum(0.0, card - np.maximum(0.0, used + self.est_mib[slots]))
-        return (np.asarray(load, np.float64),
-                np.where(has, np.where(has, left, 0.0), -1.0).astype(np.int64))
+        return (
+            np.asarray(load, np.float64),
+            np.where(has, np.where(has, left, 0.0), -1.0).astype(np.int64),
+        )
 
     def cells(self, table: NodeTable) -> tuple[I64, I64]:
         """Row and column of each slot in ``table`` (-1 where the node or card is gone)."""
@@ -351,15 +367,20 @@ class LoadModel:
             est_milli = int(self.est_milli[k]) if k >= 0 else 0
             fresh = bool(view.measured[row, g])
             used = self.last_used[k] if k >= 0 else math.nan
-            out.append(CardReading(
-                gpu=g, measured=fresh, load_milli=round(float(view.milli[row, g])),
-                util_pct=round(float(self.agg_util[k]), 1) if fresh else None,
-                used_mib=int(used) if fresh and not math.isnan(used) else None,
-                free_mib=int(view.free_mib[row, g]) if fresh and view.free_mib[row, g] >= 0
-                else None,
-                age_s=round(max(0.0, now_s - float(self.last_s[k])), 1) if k >= 0 else None,
-                estimate_milli=est_milli if fresh else 0,
-            ))
+            out.append(
+                CardReading(
+                    gpu=g,
+                    measured=fresh,
+                    load_milli=round(float(view.milli[row, g])),
+                    util_pct=round(float(self.agg_util[k]), 1) if fresh else None,
+                    used_mib=int(used) if fresh and not math.isnan(used) else None,
+                    free_mib=int(view.free_mib[row, g])
+                    if fresh and view.free_mib[row, g] >= 0
+                    else None,
+                    age_s=round(max(0.0, now_s - float(self.last_s[k])), 1) if k >= 0 else None,
+                    estimate_milli=est_milli if fresh else 0,
+                )
+            )
         return out
 
 

@@ -106,8 +106,12 @@ class CardLoad:
         """Bring the view to ``table`` as it is now, at ``now_s``."""
         m = self._model
         shape = (table.version, table.cap_rows, table.width)
-        if (shape != self._shape or self._rev != m.revision or self._slots != m.slots
-                or not self._built_s <= now_s <= self._until):
+        if (
+            shape != self._shape
+            or self._rev != m.revision
+            or self._slots != m.slots
+            or not self._built_s <= now_s <= self._until
+        ):
             self._build(table, now_s, shape)
         else:
             n = table.n
@@ -144,8 +148,11 @@ class CardLoad:
         self.mfree = np.full((n, w), -1, np.int64)
         if not m.source_down and rows.size:
             last_s = m.last_s[: rows.size]
-            fresh = present & (now_s - last_s <= m.settings.stale_after_s) \
+            fresh = (
+                present
+                & (now_s - last_s <= m.settings.stale_after_s)
                 & ~np.isnan(m.agg_util[: rows.size])
+            )
             self._stale = np.flatnonzero(present & ~fresh)
             k = np.flatnonzero(fresh)
             if k.size:
@@ -188,8 +195,9 @@ class CardLoad:
         self.idle[r] = idle
         usable = table.gpu_usable.take(r, 0)
         whole = float(WHOLE_GPU_MILLI)
-        self.node_offset[r] = np.where(meas & usable, np.minimum(mload, whole) - used,
-                                       0.0).sum(axis=1)
+        self.node_offset[r] = np.where(meas & usable, np.minimum(mload, whole) - used, 0.0).sum(
+            axis=1
+        )
         self.outside[r] = (usable > idle).any(axis=1)
         self.gen[r] = table.gen.take(r)
 
@@ -207,21 +215,27 @@ class CardLoad:
         placed by requests (or without a memory reading)."""
         table = self._table()
         used = table.used_mib if table is not None else 0
-        return np.asarray(np.where(self.free_offset < NO_LIMIT, self.free_offset - used, -1),
-                          np.int64)
+        return np.asarray(
+            np.where(self.free_offset < NO_LIMIT, self.free_offset - used, -1), np.int64
+        )
 
     # -- what plugins read -----------------------------------------------------------------
 
     def load(self, table: NodeTable, rows: Rows) -> F64:
         """[len(rows), width] compute load now, in milli of a card."""
-        return np.asarray(self.load_offset.take(rows, 0) + table.used_milli.take(rows, 0),
-                          np.float64)
+        return np.asarray(
+            self.load_offset.take(rows, 0) + table.used_milli.take(rows, 0), np.float64
+        )
 
     def free(self, table: NodeTable, rows: Rows) -> I64:
         """[len(rows), width] memory free now: measured where fresh, else by requests."""
-        return np.asarray(np.minimum(self.free_offset.take(rows, 0)
-                                     - table.used_mib.take(rows, 0),
-                                     table.free_mib.take(rows, 0)), np.int64)
+        return np.asarray(
+            np.minimum(
+                self.free_offset.take(rows, 0) - table.used_mib.take(rows, 0),
+                table.free_mib.take(rows, 0),
+            ),
+            np.int64,
+        )
 
     def expected_milli(self, task: Task) -> float:
         """Compute ``task``'s slice is expected to add to its card: its request, or more where
@@ -233,8 +247,12 @@ class CardLoad:
         whole card), milli: the measured cards' load, plus what is requested now of every
         card less what was requested of the measured ones at the view (a card at its split
         count counts as full)."""
-        return np.asarray(self.node_offset.take(rows) + table.milli_total.take(rows)
-                          - table.milli_free.take(rows), np.float64)
+        return np.asarray(
+            self.node_offset.take(rows)
+            + table.milli_total.take(rows)
+            - table.milli_free.take(rows),
+            np.float64,
+        )
 
     @property
     def measured_cards(self) -> int:
@@ -256,8 +274,9 @@ class CardLoad:
         if self.source:
             why = f"{self.source}: placed by requests"
             return {table.nodes[i].name: why for i in with_gpus.tolist()}
-        partly = with_gpus[np.count_nonzero(self.measured[with_gpus], axis=1)
-                           < table.gpu_count[with_gpus]]
+        partly = with_gpus[
+            np.count_nonzero(self.measured[with_gpus], axis=1) < table.gpu_count[with_gpus]
+        ]
         if not partly.size:
             return out
         limit = m.settings.stale_after_s
@@ -268,12 +287,16 @@ class CardLoad:
         for i in partly.tolist():
             node = table.nodes[i].name
             old = sorted(stale_by_node.get(node, []))
-            unseen = [g for g in range(int(table.gpu_count[i]))
-                      if not self.measured[i, g] and g not in old]
+            unseen = [
+                g
+                for g in range(int(table.gpu_count[i]))
+                if not self.measured[i, g] and g not in old
+            ]
             parts = []
             if old:
-                parts.append(f"GPU {', '.join(map(str, old))} stale (no sample in the last "
-                             f"{limit:g} s)")
+                parts.append(
+                    f"GPU {', '.join(map(str, old))} stale (no sample in the last {limit:g} s)"
+                )
             if unseen:
                 parts.append(f"GPU {', '.join(map(str, unseen))} never measured")
             out[node] = "; ".join(parts) + ": placed by requests"

@@ -99,12 +99,16 @@ class WorkloadUse:
         self._workload[p.task] = key
         out = []
         for s in p.shares:
-            est = self.expected(key, s.gpu_milli) if 0 < s.gpu_milli < WHOLE_GPU_MILLI \
+            est = (
+                self.expected(key, s.gpu_milli)
+                if 0 < s.gpu_milli < WHOLE_GPU_MILLI
                 else float(s.gpu_milli)
+            )
             out.append(est)
             if s.mig_profile is None and 0 < s.gpu_milli < WHOLE_GPU_MILLI:
                 self._holders.setdefault((p.node, s.index), {})[p.task] = _Holder(
-                    key, now_s, s.gpu_milli, est)
+                    key, now_s, s.gpu_milli, est
+                )
         return out
 
     def released(self, p: Placement) -> list[float]:

@@ -41,8 +41,9 @@ def check_request(job: Job) -> None:
     for i, ps in enumerate(job.pod_sets):
         _check_pod_set(ps, f"pod_sets[{i}]", bad)
     if job.min_member is not None and not 1 <= job.min_member <= job.task_count:
-        raise bad("min_member", job.min_member,
-                  f"must be between 1 and the job's {job.task_count} tasks")
+        raise bad(
+            "min_member", job.min_member, f"must be between 1 and the job's {job.task_count} tasks"
+        )
     if job.duration_s is not None and not job.duration_s >= 0:
         raise bad("duration_s", job.duration_s, "must be zero or more seconds")
 
@@ -53,28 +54,52 @@ def _check_pod_set(ps: PodSet, at: str, bad: Callable[[str, object, str], Invali
             raise bad(f"{at}.{field}", value, rule)
 
     need(1 <= ps.count <= MAX_REPLICAS, "count", ps.count, f"must be 1..{MAX_REPLICAS} replicas")
-    need(0 <= ps.cpu_milli <= MAX_CPU_MILLI, "cpu_milli", ps.cpu_milli,
-         f"must be 0..{MAX_CPU_MILLI} milli-CPU")
-    need(0 <= ps.memory_mib <= MAX_MEMORY_MIB, "memory_mib", ps.memory_mib,
-         f"must be 0..{MAX_MEMORY_MIB} MiB")
+    need(
+        0 <= ps.cpu_milli <= MAX_CPU_MILLI,
+        "cpu_milli",
+        ps.cpu_milli,
+        f"must be 0..{MAX_CPU_MILLI} milli-CPU",
+    )
+    need(
+        0 <= ps.memory_mib <= MAX_MEMORY_MIB,
+        "memory_mib",
+        ps.memory_mib,
+        f"must be 0..{MAX_MEMORY_MIB} MiB",
+    )
     g = ps.gpu
     need(g.count >= 0, "gpu.count", g.count, "must be zero or more whole GPUs")
     need(g.count <= 64, "gpu.count", g.count, "at most 64 whole GPUs per task")
     need(g.gpu_milli >= 0, "gpu.gpu_milli", g.gpu_milli, "must be zero or more milli-GPU")
     need(g.memory_mib >= 0, "gpu.memory_mib", g.memory_mib, "must be zero or more MiB")
     if g.mig_profile:
-        need(g.count == 0 and g.gpu_milli == 0 and g.memory_mib == 0, "gpu.mig_profile",
-             g.mig_profile, "a MIG request names one profile and no count, milli or memory")
+        need(
+            g.count == 0 and g.gpu_milli == 0 and g.memory_mib == 0,
+            "gpu.mig_profile",
+            g.mig_profile,
+            "a MIG request names one profile and no count, milli or memory",
+        )
     elif g.count > 0:
-        need(g.gpu_milli == 0, "gpu.gpu_milli", g.gpu_milli,
-             "whole GPUs (count) and a slice (gpu_milli) cannot be combined; "
-             "a slice is part of one card")
+        need(
+            g.gpu_milli == 0,
+            "gpu.gpu_milli",
+            g.gpu_milli,
+            "whole GPUs (count) and a slice (gpu_milli) cannot be combined; "
+            "a slice is part of one card",
+        )
     else:
-        need(g.gpu_milli < WHOLE_GPU_MILLI, "gpu.gpu_milli", g.gpu_milli,
-             "a slice is 1..999 milli-GPU of one card; ask for whole GPUs with count")
+        need(
+            g.gpu_milli < WHOLE_GPU_MILLI,
+            "gpu.gpu_milli",
+            g.gpu_milli,
+            "a slice is 1..999 milli-GPU of one card; ask for whole GPUs with count",
+        )
     need(1 <= g.cards <= 64, "gpu.cards", g.cards, "a slice goes on 1..64 distinct cards")
-    need(0 <= g.memory_percent <= 100, "gpu.memory_percent", g.memory_percent,
-         "must be 0..100 percent of a card's memory")
+    need(
+        0 <= g.memory_percent <= 100,
+        "gpu.memory_percent",
+        g.memory_percent,
+        "must be 0..100 percent of a card's memory",
+    )
 
 
 class Validator:
@@ -130,28 +155,45 @@ def _never_fits(ps: PodSet, t: NodeTable) -> str | None:
         return out("count", ps.count, "the cluster has no nodes")
     for m in sorted(g.models):
         if m not in t.model_code:
-            return out("gpu.models", m, f"no node has GPU model {m}; models here: "
-                       f"{', '.join(sorted(t.models)) or 'none'}")
+            return out(
+                "gpu.models",
+                m,
+                f"no node has GPU model {m}; models here: {', '.join(sorted(t.models)) or 'none'}",
+            )
     cpu_ok = t.cpu_cap[live] >= ps.cpu_milli
     if not cpu_ok.any():
-        return out("cpu_milli", ps.cpu_milli,
-                   f"larger than any node (largest has {said.cpus(int(t.cpu_cap[live].max()))})")
+        return out(
+            "cpu_milli",
+            ps.cpu_milli,
+            f"larger than any node (largest has {said.cpus(int(t.cpu_cap[live].max()))})",
+        )
     mem_ok = t.mem_cap[live] >= ps.memory_mib
     if not mem_ok.any():
-        return out("memory_mib", ps.memory_mib,
-                   f"larger than any node (largest has {said.mib(int(t.mem_cap[live].max()))})")
+        return out(
+            "memory_mib",
+            ps.memory_mib,
+            f"larger than any node (largest has {said.mib(int(t.mem_cap[live].max()))})",
+        )
     node_ok = cpu_ok & mem_ok
     if ps.node_selector:
-        sel = np.fromiter((all(t.nodes[i].labels.get(k) == v for k, v in ps.node_selector.items())
-                           for i in live.tolist()), np.bool_, count=live.size)
+        sel = np.fromiter(
+            (
+                all(t.nodes[i].labels.get(k) == v for k, v in ps.node_selector.items())
+                for i in live.tolist()
+            ),
+            np.bool_,
+            count=live.size,
+        )
         if not sel.any():
             return out("node_selector", dict(ps.node_selector), "no node has these labels")
         node_ok &= sel
     if kind is GpuKind.NONE:
         if not node_ok.any():
-            return out("cpu_milli", ps.cpu_milli,
-                       f"no node has {said.cpus(ps.cpu_milli)} and {said.mib(ps.memory_mib)} "
-                       "together")
+            return out(
+                "cpu_milli",
+                ps.cpu_milli,
+                f"no node has {said.cpus(ps.cpu_milli)} and {said.mib(ps.memory_mib)} together",
+            )
         return None
     cards = t.gpu_usable[live].copy()
     if g.models:
@@ -159,10 +201,13 @@ def _never_fits(ps: PodSet, t: NodeTable) -> str | None:
     if kind is GpuKind.MIG:
         pool = t.mig_free.get(g.mig_profile or "")
         if pool is None:
-            return out("gpu.mig_profile", g.mig_profile,
-                       f"no GPU offers this MIG profile; profiles here: "
-                       f"{', '.join(sorted(t.mig_profiles)) or 'none'}")
-        cards = (t.gpu_mig[live] & (t.gpu_model[live] >= 0))
+            return out(
+                "gpu.mig_profile",
+                g.mig_profile,
+                f"no GPU offers this MIG profile; profiles here: "
+                f"{', '.join(sorted(t.mig_profiles)) or 'none'}",
+            )
+        cards = t.gpu_mig[live] & (t.gpu_model[live] >= 0)
         if g.models:
             cards &= np.isin(t.gpu_model[live], [t.model_code[m] for m in g.models])
         per_node = cards.any(axis=1)
@@ -170,30 +215,46 @@ def _never_fits(ps: PodSet, t: NodeTable) -> str | None:
         if not t.plain:
             shaped = cards & (t.slice_need(live, g)[0] < NO_SHAPE)
             if cards.any() and not shaped.any():
-                return out("gpu.gpu_milli", g.gpu_milli,
-                           "no card here can be divided into this slice (whole-only cards, "
-                           "or no template or fraction holds it)")
+                return out(
+                    "gpu.gpu_milli",
+                    g.gpu_milli,
+                    "no card here can be divided into this slice (whole-only cards, "
+                    "or no template or fraction holds it)",
+                )
             cards = shaped
         biggest = int(t.gpu_mem_cap[live][cards].max()) if cards.any() else 0
         if g.memory_mib > biggest:
-            return out("gpu.memory_mib", g.memory_mib,
-                       f"more than any single GPU has (largest: {said.mib(biggest)})")
+            return out(
+                "gpu.memory_mib",
+                g.memory_mib,
+                f"more than any single GPU has (largest: {said.mib(biggest)})",
+            )
         counts = (cards & (t.gpu_mem_cap[live] >= g.memory_mib)).sum(axis=1)
         if g.cards > 1 and int(counts.max()) < g.cards:
-            return out("gpu.cards", g.cards,
-                       f"more GPUs than any node has (most on one node: {int(counts.max())})")
+            return out(
+                "gpu.cards",
+                g.cards,
+                f"more GPUs than any node has (most on one node: {int(counts.max())})",
+            )
         per_node = counts >= g.cards
     else:
         cards &= t.gpu_mem_cap[live] >= g.memory_mib
         counts = cards.sum(axis=1)
         if int(counts.max()) < g.count:
-            return out("gpu.count", g.count,
-                       f"more GPUs than any node has (most on one node: {int(counts.max())}"
-                       + (f" of {'|'.join(sorted(g.models))}" if g.models else "") + ")")
+            return out(
+                "gpu.count",
+                g.count,
+                f"more GPUs than any node has (most on one node: {int(counts.max())}"
+                + (f" of {'|'.join(sorted(g.models))}" if g.models else "")
+                + ")",
+            )
         per_node = counts >= g.count
     if not (per_node & node_ok).any():
-        return out("gpu", _describe(ps),
-                   "no node offers this GPU request together with the CPU, memory and labels")
+        return out(
+            "gpu",
+            _describe(ps),
+            "no node offers this GPU request together with the CPU, memory and labels",
+        )
     return None
 
 
@@ -203,5 +264,7 @@ def _describe(ps: PodSet) -> str:
         return f"{said.gpus(g.count)}, {said.cpus(ps.cpu_milli)}, {said.mib(ps.memory_mib)}"
     if g.kind is GpuKind.MIG:
         return f"MIG {g.mig_profile}, {said.cpus(ps.cpu_milli)}, {said.mib(ps.memory_mib)}"
-    return (f"{said.card_share(g.gpu_milli)} + {said.mib(g.memory_mib)}, "
-            f"{said.cpus(ps.cpu_milli)}, {said.mib(ps.memory_mib)}")
+    return (
+        f"{said.card_share(g.gpu_milli)} + {said.mib(g.memory_mib)}, "
+        f"{said.cpus(ps.cpu_milli)}, {said.mib(ps.memory_mib)}"
+    )

@@ -26,14 +26,20 @@ from gpupool.core.errors import ConfigError
 VENDOR_CLASSES: dict[str, DeviceClass] = {
     "nvidia": NVIDIA,
     "hygon": DeviceClass("hygon", Division.FREE, compute_steps=100),
-    "ascend": DeviceClass("ascend", Division.TEMPLATES, templates=(
-        Template("vir05_1c_16g", 250, 16384), Template("vir10_3c_32g", 500, 32768))),
+    "ascend": DeviceClass(
+        "ascend",
+        Division.TEMPLATES,
+        templates=(Template("vir05_1c_16g", 250, 16384), Template("vir10_3c_32g", 500, 32768)),
+    ),
     "cambricon": DeviceClass("cambricon", Division.FREE, compute_steps=100, memory_step_mib=256),
     "iluvatar": DeviceClass("iluvatar", Division.FREE, compute_steps=100, memory_step_mib=256),
     "mthreads": DeviceClass("mthreads", Division.FREE, compute_steps=16, memory_step_mib=512),
     "metax": DeviceClass("metax", Division.FREE, compute_steps=100, memory_step_mib=1024),
-    "enflame": DeviceClass("enflame", Division.TEMPLATES, templates=(
-        Template("quarter", 250, 16384), Template("half", 500, 32768))),
+    "enflame": DeviceClass(
+        "enflame",
+        Division.TEMPLATES,
+        templates=(Template("quarter", 250, 16384), Template("half", 500, 32768)),
+    ),
     "kunlunxin": DeviceClass("kunlunxin", Division.FRACTIONS, fractions=(250, 500)),
 }
 """Vendor name -> default device class."""
@@ -46,5 +52,7 @@ def vendor_class(vendor: str) -> DeviceClass:
     except KeyError:
         raise ConfigError(
             f"vendor={vendor!r} is not known; known: {', '.join(sorted(VENDOR_CLASSES))}",
-            field="vendor", value=vendor,
-            rule=f"is not known; known: {', '.join(sorted(VENDOR_CLASSES))}") from None
+            field="vendor",
+            value=vendor,
+            rule=f"is not known; known: {', '.join(sorted(VENDOR_CLASSES))}",
+        ) from None

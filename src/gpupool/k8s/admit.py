@@ -57,25 +57,30 @@ class PodAdmission(ControllerParts):
     def read_request(self, pod: Mapping[str, Any]) -> PodRequest:
         if self._inventory is None:
             nodes = self.nodes_by_name.values()
-            self._inventory = (card_floor(nodes),
-                               frozenset(g.model for n in nodes for g in n.gpus),
-                               frozenset(g.model for n in nodes for g in n.gpus
-                                         if not g.mig and g.vendor == "nvidia"))
+            self._inventory = (
+                card_floor(nodes),
+                frozenset(g.model for n in nodes for g in n.gpus),
+                frozenset(
+                    g.model for n in nodes for g in n.gpus if not g.mig and g.vendor == "nvidia"
+                ),
+            )
         floor, models, core_models = self._inventory
         req = pod_request(pod, self.opt.names, card_memory_mib=floor, models=models)
         annotations = (pod.get("metadata") or {}).get("annotations") or {}
         mode = annotations.get(VGPU_MODE)
         if allows(mode, MIG_MODE) and (mode is not None or self.mig.profiles):
-            req = mig_request(req, annotations, self.mig.cards(self.nodes_by_name),
-                              core_models)
+            req = mig_request(req, annotations, self.mig.cards(self.nodes_by_name), core_models)
         if req.gpu.kind.value == "none":  # another vendor's cards, by its resource names
-            req = vendor_pod_request(pod, req, self._vendor_models(),
-                                     card_memory(self.nodes_by_name.values())) or req
+            req = (
+                vendor_pod_request(
+                    pod, req, self._vendor_models(), card_memory(self.nodes_by_name.values())
+                )
+                or req
+            )
         elif not req.gpu.models:  # NVIDIA's resource names: NVIDIA's cards only
             vendors = self._vendor_models()
             if set(vendors) - {"nvidia"}:
-                req = replace(req, gpu=replace(req.gpu,
-                                               models=vendors.get("nvidia", frozenset())))
+                req = replace(req, gpu=replace(req.gpu, models=vendors.get("nvidia", frozenset())))
         if self.elastic is not None:
             req = self.elastic.consumer_request(pod, req)  # its claims hold the cards
         return req
@@ -110,8 +115,11 @@ class PodAdmission(ControllerParts):
         gates = scheduling_gates(pod)
         if gates:
             self.gated[key] = gates
-            self.status.park(key, "waiting for its scheduling gates to be removed: "
-                             + ", ".join(gates), reason="SchedulingGated")
+            self.status.park(
+                key,
+                "waiting for its scheduling gates to be removed: " + ", ".join(gates),
+                reason="SchedulingGated",
+            )
             return
         self.gated.pop(key, None)
         if self._in_backoff(key):
@@ -132,10 +140,16 @@ class PodAdmission(ControllerParts):
         self.constraints[key] = cons
         ignored = ignored_constraints(pod, self.namespaces.watched)
         if ignored and self.is_leader():
-            self._spawn(self.status.event(
-                pod, "Warning", "ConstraintIgnored",
-                "gpupool does not honour " + ", ".join(ignored)
-                + "; the pod is placed as if they were absent"))
+            self._spawn(
+                self.status.event(
+                    pod,
+                    "Warning",
+                    "ConstraintIgnored",
+                    "gpupool does not honour "
+                    + ", ".join(ignored)
+                    + "; the pod is placed as if they were absent",
+                )
+            )
         self.uids[key] = str((pod.get("metadata") or {}).get("uid") or "")
         if gang is None:
             self._submit(pod_job_id(pod), queue, {key: req}, gang_size=1)
@@ -165,8 +179,12 @@ class PodAdmission(ControllerParts):
             await asyncio.sleep(wait)
         finally:
             self._backoff_timers.discard(key)
-        if (self.sched is not None and key not in self.pod_job and not self._in_gang(key)
-                and key not in self.rejected):
+        if (
+            self.sched is not None
+            and key not in self.pod_job
+            and not self._in_gang(key)
+            and key not in self.rejected
+        ):
             self._admit(key)
             self._dirty.set()
 
@@ -189,7 +207,8 @@ class PodAdmission(ControllerParts):
     async def _fetch_job_size(self, gang: GangRef, owner: str) -> None:
         try:
             job = await self.kube.request(
-                "GET", f"/apis/batch/v1/namespaces/{gang.namespace}/jobs/{gang.job_owner}")
+                "GET", f"/apis/batch/v1/namespaces/{gang.namespace}/jobs/{gang.job_owner}"
+            )
         except KubeError as exc:
             log.warning("gang %s: Job %s: %s", gang.job_id, owner, exc)
             return
@@ -221,22 +240,29 @@ class PodAdmission(ControllerParts):
             return
         if len(members) < size:
             for key in members:
-                self.status.park(key, f"gang {gang.name} waiting for its pods: "
-                                      f"{len(members)}/{size} created")
+                self.status.park(
+                    key, f"gang {gang.name} waiting for its pods: {len(members)}/{size} created"
+                )
             return
         del self.gangs[job_id]
         for key in members:
             self.gang_of.pop(key, None)
         self._submit(job_id, queue, members, gang_size=size)
 
-    def _submit(self, job_id: JobId, queue: str, pods: Mapping[str, PodRequest],
-                gang_size: int) -> None:
+    def _submit(
+        self, job_id: JobId, queue: str, pods: Mapping[str, PodRequest], gang_size: int
+    ) -> None:
         assert self.sched is not None
         keys = sorted(pods)
         job, task_pod = job_for_pods(
-            job_id, queue, [(k, pods[k]) for k in keys], gang=gang_size > 1,
-            min_member=gang_size if gang_size > 1 else None, now_s=self.clock(),
-            constraints={k: self.constraints.get(k, Constraints()) for k in keys})
+            job_id,
+            queue,
+            [(k, pods[k]) for k in keys],
+            gang=gang_size > 1,
+            min_member=gang_size if gang_size > 1 else None,
+            now_s=self.clock(),
+            constraints={k: self.constraints.get(k, Constraints()) for k in keys},
+        )
         try:
             self.sched.submit(job, self.clock())
         except (InvalidJobError, NotFoundError, ConflictError) as exc:

@@ -61,20 +61,50 @@ CARD_MIB = 40960
 
 
 async def _node(kube: Kube, name: str, gpus: int) -> None:
-    reg = json.dumps([{"id": f"GPU-{name}-{i}", "index": i, "count": 10, "devmem": CARD_MIB,
-                       "devcore": 100, "type": MODEL, "mode": "hami-core", "health": True}
-                      for i in range(gpus)])
-    await kube.request("POST", "/api/v1/nodes", {
-        "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": name, "labels": {"gpupool.io/bench": "true"},
-                     "annotations": {"hami.io/node-nvidia-register": reg}}})
+    reg = json.dumps(
+        [
+            {
+                "id": f"GPU-{name}-{i}",
+                "index": i,
+                "count": 10,
+                "devmem": CARD_MIB,
+                "devcore": 100,
+                "type": MODEL,
+                "mode": "hami-core",
+                "health": True,
+            }
+            for i in range(gpus)
+        ]
+    )
+    await kube.request(
+        "POST",
+        "/api/v1/nodes",
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": name,
+                "labels": {"gpupool.io/bench": "true"},
+                "annotations": {"hami.io/node-nvidia-register": reg},
+            },
+        },
+    )
     alloc = {"cpu": "128", "memory": "1Ti", "pods": "250", "nvidia.com/gpu": str(gpus * 10)}
-    await kube.request("PATCH", f"/api/v1/nodes/{name}/status", {"status": {
-        "capacity": alloc, "allocatable": alloc,
-        "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}]}},
-        content_type=MERGE_PATCH)
-    await kube.request("PATCH", f"/api/v1/nodes/{name}", {"spec": {"taints": None}},
-                       content_type=MERGE_PATCH)
+    await kube.request(
+        "PATCH",
+        f"/api/v1/nodes/{name}/status",
+        {
+            "status": {
+                "capacity": alloc,
+                "allocatable": alloc,
+                "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],
+            }
+        },
+        content_type=MERGE_PATCH,
+    )
+    await kube.request(
+        "PATCH", f"/api/v1/nodes/{name}", {"spec": {"taints": None}}, content_type=MERGE_PATCH
+    )
 
 
 def _pod(name: str, ns: str, scheduler: str, plain: bool = False) -> dict[str, Any]:
@@ -82,28 +112,37 @@ def _pod(name: str, ns: str, scheduler: str, plain: bool = False) -> dict[str, A
     if not plain:
         gpu.update({"nvidia.com/gpucores": 50, "nvidia.com/gpumem": 16000})
     return {
-        "apiVersion": "v1", "kind": "Pod",
+        "apiVersion": "v1",
+        "kind": "Pod",
         "metadata": {"name": name, "namespace": ns},
-        "spec": {"schedulerName": scheduler, "terminationGracePeriodSeconds": 0,
-                 "containers": [{"name": "main", "image": "example.invalid/cuda:12",
-                                 "resources": {
-                                     "requests": {"cpu": "100m", "memory": "256Mi"},
-                                     "limits": gpu}}]},
+        "spec": {
+            "schedulerName": scheduler,
+            "terminationGracePeriodSeconds": 0,
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "example.invalid/cuda:12",
+                    "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": gpu},
+                }
+            ],
+        },
     }
 
 
 async def _cleanup(kube: Kube, ns: str) -> None:
     for space in (ns, _others(ns)):
         with contextlib.suppress(KubeError):
-            await kube.request("DELETE", f"/api/v1/namespaces/{space}/pods",
-                               {"apiVersion": "v1", "kind": "DeleteOptions",
-                                "gracePeriodSeconds": 0})
+            await kube.request(
+                "DELETE",
+                f"/api/v1/namespaces/{space}/pods",
+                {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0},
+            )
     with contextlib.suppress(KubeError):
-        await kube.request("DELETE", "/api/v1/nodes",
-                           params={"labelSelector": "gpupool.io/bench=true"})
+        await kube.request(
+            "DELETE", "/api/v1/nodes", params={"labelSelector": "gpupool.io/bench=true"}
+        )
     for _ in range(200):
-        left = await kube.request("GET", f"/api/v1/namespaces/{ns}/pods",
-                                  params={"limit": "1"})
+        left = await kube.request("GET", f"/api/v1/namespaces/{ns}/pods", params={"limit": "1"})
         if not left.get("items"):
             return
         await asyncio.sleep(0.1)
@@ -114,8 +153,9 @@ def _others(ns: str) -> str:
     return f"{ns}-others"
 
 
-async def _agents_done(fleet: Fleet, kube: Kube, ns: str, judged_all: int, bound: int,
-                       timeout_s: float) -> int:
+async def _agents_done(
+    fleet: Fleet, kube: Kube, ns: str, judged_all: int, bound: int, timeout_s: float
+) -> int:
     """Waits until the agents have admitted or rejected ``judged_all`` pods (every bound one,
     the other schedulers' included) or ``timeout_s`` passed; the number of the ``bound``
     benchmark pods the API server shows Running."""
@@ -130,21 +170,33 @@ async def _agents_done(fleet: Fleet, kube: Kube, ns: str, judged_all: int, bound
     count = 0
     while time.perf_counter() < running_deadline:
         listed = await kube.request("GET", f"/api/v1/namespaces/{ns}/pods")
-        count = sum(1 for p in listed.get("items") or ()
-                    if (p.get("status") or {}).get("phase") == "Running"
-                    and p["metadata"]["name"] != "warmup")
+        count = sum(
+            1
+            for p in listed.get("items") or ()
+            if (p.get("status") or {}).get("phase") == "Running"
+            and p["metadata"]["name"] != "warmup"
+        )
         if count >= bound - len(fleet.ledger.rejections):
             break
         await asyncio.sleep(0.2)
     return count
 
 
-async def run_bench(kubeconfig: str | None, nodes: int, gpus: int, pods: int, ns: str,
-                    scheduler: str = "gpupool", timeout_s: float = 300.0,
-                    profile: str | None = None, rate: float = 0.0,
-                    external: bool = False, node_agents: bool = True,
-                    other_cpu_pct: float = 0.0,
-                    bind_queue_weight: float | None = None) -> dict[str, Any]:
+async def run_bench(
+    kubeconfig: str | None,
+    nodes: int,
+    gpus: int,
+    pods: int,
+    ns: str,
+    scheduler: str = "gpupool",
+    timeout_s: float = 300.0,
+    profile: str | None = None,
+    rate: float = 0.0,
+    external: bool = False,
+    node_agents: bool = True,
+    other_cpu_pct: float = 0.0,
+    bind_queue_weight: float | None = None,
+) -> dict[str, Any]:
     """``external``: start no gpupool; another scheduler (kube-scheduler, for a baseline)
     binds pods of ``scheduler``, which then ask for ``nvidia.com/gpu: 1`` alone (the only
     GPU resource the fake nodes advertise, so kube-scheduler can count it).
@@ -153,16 +205,21 @@ async def run_bench(kubeconfig: str | None, nodes: int, gpus: int, pods: int, ns
     if not 0 <= other_cpu_pct < 100:
         raise ConfigError(f"--other-cpu-pct={other_cpu_pct} must be at least 0 and below 100")
     if other_cpu_pct and not node_agents:
-        raise ConfigError(f"--other-cpu-pct={other_cpu_pct} needs the node agents (they "
-                         "admit and run the other pods); drop --no-node-agents")
+        raise ConfigError(
+            f"--other-cpu-pct={other_cpu_pct} needs the node agents (they "
+            "admit and run the other pods); drop --no-node-agents"
+        )
     kube = await Kube.connect(kubeconfig)
     proc: subprocess.Popen[bytes] | None = None
     fleet: Fleet | None = None
     try:
         for space in (ns, _others(ns)):
             with contextlib.suppress(KubeError):
-                await kube.request("POST", "/api/v1/namespaces", {
-                    "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": space}})
+                await kube.request(
+                    "POST",
+                    "/api/v1/namespaces",
+                    {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": space}},
+                )
         await _cleanup(kube, ns)
         sem = asyncio.Semaphore(32)
 
@@ -176,21 +233,38 @@ async def run_bench(kubeconfig: str | None, nodes: int, gpus: int, pods: int, ns
             fleet = Fleet(kube, nodes=names, device_plugin="nvidia" if external else "hami")
             await fleet.start()
             if other_cpu_pct:
-                await asyncio.gather(*(limited(fleet.occupy(
-                    name, other_cpu_pct, memory_pct=10, namespace=_others(ns)))
-                    for name in names))
+                await asyncio.gather(
+                    *(
+                        limited(
+                            fleet.occupy(name, other_cpu_pct, memory_pct=10, namespace=_others(ns))
+                        )
+                        for name in names
+                    )
+                )
                 await fleet.settle(timeout_s=60)
         prof = ["-m", "cProfile", "-o", profile] if profile else []
         spawn = not external
-        cmd = [sys.executable, *prof, "-m", "gpupool.k8s", "run", "--no-leader-elect",
-               "--scheduler-name", scheduler]
+        cmd = [
+            sys.executable,
+            *prof,
+            "-m",
+            "gpupool.k8s",
+            "run",
+            "--no-leader-elect",
+            "--scheduler-name",
+            scheduler,
+        ]
         if bind_queue_weight is not None:
             cmd += ["--bind-queue-weight", str(bind_queue_weight)]
         if kubeconfig:
             cmd += ["--kubeconfig", kubeconfig]
         if spawn:
-            proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                    env={**os.environ, "PYTHONUNBUFFERED": "1"})
+            proc = subprocess.Popen(
+                cmd,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            )
         created: dict[str, float] = {}
         bound: dict[str, float] = {}
         bound_to: dict[str, str] = {}
@@ -203,15 +277,23 @@ async def run_bench(kubeconfig: str | None, nodes: int, gpus: int, pods: int, ns
             nonlocal rv
             while not done.is_set():
                 try:
-                    async for ev in kube.watch(f"/api/v1/namespaces/{ns}/pods",
-                                               {"resourceVersion": rv,
-                                                "allowWatchBookmarks": "true",
-                                                "timeoutSeconds": "300"}):
+                    async for ev in kube.watch(
+                        f"/api/v1/namespaces/{ns}/pods",
+                        {
+                            "resourceVersion": rv,
+                            "allowWatchBookmarks": "true",
+                            "timeoutSeconds": "300",
+                        },
+                    ):
                         obj = ev.get("object") or {}
                         rv = str(obj.get("metadata", {}).get("resourceVersion", rv))
                         name = obj.get("metadata", {}).get("name")
-                        if name and obj.get("spec", {}).get("nodeName") and \
-                                name not in bound and name not in ignored:
+                        if (
+                            name
+                            and obj.get("spec", {}).get("nodeName")
+                            and name not in bound
+                            and name not in ignored
+                        ):
                             bound[name] = time.perf_counter()
                             bound_to[name] = str(obj["spec"]["nodeName"])
                             if len(bound) >= pods and "warmup" not in bound:
@@ -223,13 +305,16 @@ async def run_bench(kubeconfig: str | None, nodes: int, gpus: int, pods: int, ns
         watcher = asyncio.create_task(watch())
         # one pod first, to know the scheduler is up (imports, list, sync) before the clock
         # starts; it keeps its half card, and is left out of the figures
-        await kube.request("POST", f"/api/v1/namespaces/{ns}/pods",
-                           _pod("warmup", ns, scheduler, plain=external))
+        await kube.request(
+            "POST", f"/api/v1/namespaces/{ns}/pods", _pod("warmup", ns, scheduler, plain=external)
+        )
         deadline = time.perf_counter() + 60
         while "warmup" not in bound:
             if proc is not None and proc.poll() is not None:
-                raise RuntimeError("gpupool k8s run exited: "
-                                   + (proc.stderr.read().decode() if proc.stderr else ""))
+                raise RuntimeError(
+                    "gpupool k8s run exited: "
+                    + (proc.stderr.read().decode() if proc.stderr else "")
+                )
             if time.perf_counter() > deadline:
                 raise RuntimeError("the scheduler bound no pod within 60 s")
             await asyncio.sleep(0.05)
@@ -241,8 +326,9 @@ async def run_bench(kubeconfig: str | None, nodes: int, gpus: int, pods: int, ns
             if rate > 0:  # an open-loop arrival rate: pod i is due at t0 + i / rate
                 await asyncio.sleep(max(0.0, t0 + i / rate - time.perf_counter()))
             created[name] = time.perf_counter()
-            await kube.request("POST", f"/api/v1/namespaces/{ns}/pods",
-                               _pod(name, ns, scheduler, plain=external))
+            await kube.request(
+                "POST", f"/api/v1/namespaces/{ns}/pods", _pod(name, ns, scheduler, plain=external)
+            )
 
         t0 = time.perf_counter()
         if rate > 0:
@@ -263,29 +349,45 @@ async def run_bench(kubeconfig: str | None, nodes: int, gpus: int, pods: int, ns
         last = max(bound.values()) if bound else t0
         wall = last - t0
         node_side: dict[str, Any] = dict.fromkeys(
-            ("swapped_allocations", "misdirected_allocations", "kubelet_rejections",
-             "rejections_by_reason", "cards_over_split", "cards_over_memory",
-             "pods_admitted", "pods_running"))
+            (
+                "swapped_allocations",
+                "misdirected_allocations",
+                "kubelet_rejections",
+                "rejections_by_reason",
+                "cards_over_split",
+                "cards_over_memory",
+                "pods_admitted",
+                "pods_running",
+            )
+        )
         if fleet is not None:
             others = nodes if other_cpu_pct else 0
-            running = await _agents_done(fleet, kube, ns, len(bound) + 1 + others,
-                                         len(bound), 120.0)
+            running = await _agents_done(
+                fleet, kube, ns, len(bound) + 1 + others, len(bound), 120.0
+            )
             summary = fleet.summary()
             node_side.update({k: summary[k] for k in node_side if k in summary})
             node_side["pods_running"] = running
         return {
             "scheduler": scheduler if external else "gpupool",
-            "nodes": nodes, "gpus": nodes * gpus, "pods": pods, "bound": len(bound),
-            "rate": rate or None, "wall_s": round(wall, 3), "create_s": round(created_s, 3),
+            "nodes": nodes,
+            "gpus": nodes * gpus,
+            "pods": pods,
+            "bound": len(bound),
+            "rate": rate or None,
+            "wall_s": round(wall, 3),
+            "create_s": round(created_s, 3),
             "pods_per_s": round(len(bound) / wall, 1) if wall > 0 else 0.0,
             "create_to_bound_ms": {
                 "p50": round(float(np.percentile(lat, 50)), 1) if lat.size else None,
                 "p99": round(float(np.percentile(lat, 99)), 1) if lat.size else None,
-                "max": round(float(lat.max()), 1) if lat.size else None},
+                "max": round(float(lat.max()), 1) if lat.size else None,
+            },
             "slowest": slow,
             "nodes_used": len(per_node),
             "most_pods_on_a_node": max(per_node.values(), default=0),
-            "node_agents": node_agents, "other_cpu_pct": other_cpu_pct,
+            "node_agents": node_agents,
+            "other_cpu_pct": other_cpu_pct,
             "bind_queue_weight": None if external else bind_queue_weight,
             **node_side,
         }
@@ -303,9 +405,17 @@ async def run_bench(kubeconfig: str | None, nodes: int, gpus: int, pods: int, ns
         await kube.close()
 
 
-async def run_with_kube_scheduler(binary: str, kubeconfig: str | None, nodes: int, gpus: int,
-                                  pods: int, ns: str, *, qps: int = 50,
-                                  **kwargs: Any) -> dict[str, Any]:
+async def run_with_kube_scheduler(
+    binary: str,
+    kubeconfig: str | None,
+    nodes: int,
+    gpus: int,
+    pods: int,
+    ns: str,
+    *,
+    qps: int = 50,
+    **kwargs: Any,
+) -> dict[str, Any]:
     """gpupool's run, then kube-scheduler's on the same API server at once after it (its own
     namespace, the same nodes made afresh, NVIDIA's stock device plugin on the agents):
     gpupool's figures with ``kube_scheduler`` (the other run's) and ``ratio`` (gpupool's
@@ -316,16 +426,26 @@ async def run_with_kube_scheduler(binary: str, kubeconfig: str | None, nodes: in
     kwargs.pop("profile", None)
     await ks.start()
     try:
-        theirs = await run_bench(kubeconfig, nodes, gpus, pods, f"{ns}-ks",
-                                 scheduler="default-scheduler", external=True, **kwargs)
+        theirs = await run_bench(
+            kubeconfig,
+            nodes,
+            gpus,
+            pods,
+            f"{ns}-ks",
+            scheduler="default-scheduler",
+            external=True,
+            **kwargs,
+        )
     finally:
         ks.stop()
     theirs["client_qps"] = qps
     ours["kube_scheduler"] = theirs
     ours["ratio"] = {
         "pods_per_s": _ratio(ours["pods_per_s"], theirs["pods_per_s"]),
-        "create_to_bound_p99": _ratio(ours["create_to_bound_ms"]["p99"],
-                                      theirs["create_to_bound_ms"]["p99"])}
+        "create_to_bound_p99": _ratio(
+            ours["create_to_bound_ms"]["p99"], theirs["create_to_bound_ms"]["p99"]
+        ),
+    }
     return ours
 
 
@@ -338,22 +458,44 @@ def bench_command(args: argparse.Namespace) -> int:
         from gpupool.k8s.bench_scale import scale_command
 
         return scale_command(args)
-    common: dict[str, Any] = {"rate": args.rate, "node_agents": args.node_agents,
-                              "other_cpu_pct": args.other_cpu_pct}
+    common: dict[str, Any] = {
+        "rate": args.rate,
+        "node_agents": args.node_agents,
+        "other_cpu_pct": args.other_cpu_pct,
+    }
     if args.bind_queue_weight is not None:
         common["bind_queue_weight"] = args.bind_queue_weight
     if args.compare_kube_scheduler:
         if args.external:
-            raise ConfigError("--compare-kube-scheduler measures gpupool and then "
-                              "kube-scheduler; drop --external")
-        result = asyncio.run(run_with_kube_scheduler(
-            args.compare_kube_scheduler, args.kubeconfig, args.nodes, args.gpus_per_node,
-            args.pods, args.namespace, qps=args.kube_scheduler_qps, profile=args.profile,
-            **common))
+            raise ConfigError(
+                "--compare-kube-scheduler measures gpupool and then kube-scheduler; drop --external"
+            )
+        result = asyncio.run(
+            run_with_kube_scheduler(
+                args.compare_kube_scheduler,
+                args.kubeconfig,
+                args.nodes,
+                args.gpus_per_node,
+                args.pods,
+                args.namespace,
+                qps=args.kube_scheduler_qps,
+                profile=args.profile,
+                **common,
+            )
+        )
     else:
-        result = asyncio.run(run_bench(args.kubeconfig, args.nodes, args.gpus_per_node,
-                                       args.pods, args.namespace, args.scheduler_name,
-                                       profile=args.profile, external=args.external,
-                                       **common))
+        result = asyncio.run(
+            run_bench(
+                args.kubeconfig,
+                args.nodes,
+                args.gpus_per_node,
+                args.pods,
+                args.namespace,
+                args.scheduler_name,
+                profile=args.profile,
+                external=args.external,
+                **common,
+            )
+        )
     print(json.dumps(result, indent=None if args.json else 2))
     return 0

@@ -64,11 +64,20 @@ def _free_port() -> int:
 
 
 def _kubeconfig(path: Path, port: int) -> None:
-    path.write_text(json.dumps({
-        "apiVersion": "v1", "kind": "Config", "current-context": "replay",
-        "clusters": [{"name": "replay", "cluster": {"server": f"http://127.0.0.1:{port}"}}],
-        "users": [{"name": "replay", "user": {"token": "replay"}}],
-        "contexts": [{"name": "replay", "context": {"cluster": "replay", "user": "replay"}}]}))
+    path.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "replay",
+                "clusters": [{"name": "replay", "cluster": {"server": f"http://127.0.0.1:{port}"}}],
+                "users": [{"name": "replay", "user": {"token": "replay"}}],
+                "contexts": [
+                    {"name": "replay", "context": {"cluster": "replay", "user": "replay"}}
+                ],
+            }
+        )
+    )
 
 
 def _rss_mib(pid: int, field: str = "VmHWM") -> float:
@@ -92,6 +101,7 @@ def _cpu_s(pid: int) -> float:
 
 def object_costs(server: ReplayServer) -> dict[str, int]:
     """JSON bytes and cached bytes (full, slim) of sample objects, averaged."""
+
     def avg(values: list[int]) -> int:
         return int(sum(values) / max(1, len(values)))
 
@@ -107,12 +117,14 @@ def object_costs(server: ReplayServer) -> dict[str, int]:
         out[f"json_bytes_per_pod_{kind}"] = avg([len(t) for t in texts])
         out[f"cached_bytes_per_pod_{kind}_before"] = avg([slim.deep_size(p) for p in full])
         out[f"cached_bytes_per_pod_{kind}_after"] = avg(
-            [slim.deep_size(cut(json.loads(t))) for t in texts])
+            [slim.deep_size(cut(json.loads(t))) for t in texts]
+        )
     texts = [server.node_json(i) for i in range(min(10, server.n_nodes))]
     out["json_bytes_per_node"] = avg([len(t) for t in texts])
     out["cached_bytes_per_node_before"] = avg([slim.deep_size(json.loads(t)) for t in texts])
     out["cached_bytes_per_node_after"] = avg(
-        [slim.deep_size(slim.node(json.loads(t))) for t in texts])
+        [slim.deep_size(slim.node(json.loads(t))) for t in texts]
+    )
     return out
 
 
@@ -144,13 +156,23 @@ def _lease(renewals: list[list[Any]], lease_s: float, until: float) -> dict[str,
     if times:
         gaps.append(until - times[-1])
     changed = any(h != first for h in holders)
-    return {"lease_max_gap_s": round(max(gaps, default=0.0), 2),
-            "lease_renewals": len(times), "lease_changed_hands": changed,
-            "lease_lost_gap": bool(gaps) and max(gaps) >= lease_s}
+    return {
+        "lease_max_gap_s": round(max(gaps, default=0.0), 2),
+        "lease_renewals": len(times),
+        "lease_changed_hands": changed,
+        "lease_lost_gap": bool(gaps) and max(gaps) >= lease_s,
+    }
 
 
-async def run_scale_bench(nodes: int, pods: int, pending: int, *, timeout_s: float = 600.0,
-                          lease_s: float = 15.0, renew_s: float = 2.0) -> dict[str, Any]:
+async def run_scale_bench(
+    nodes: int,
+    pods: int,
+    pending: int,
+    *,
+    timeout_s: float = 600.0,
+    lease_s: float = 15.0,
+    renew_s: float = 2.0,
+) -> dict[str, Any]:
     if pending > pods:
         raise ConfigError(f"--pending={pending} must not exceed --pods={pods}")
     if nodes < 1 or pods < 1:
@@ -161,9 +183,22 @@ async def run_scale_bench(nodes: int, pods: int, pending: int, *, timeout_s: flo
     _kubeconfig(kubeconfig, port)
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     server = subprocess.Popen(
-        [sys.executable, "-m", "gpupool.k8s.bench_scale", "--port", str(port), "--nodes",
-         str(nodes), "--pods", str(pods), "--pending", str(pending)],
-        stdout=subprocess.PIPE, env=env)
+        [
+            sys.executable,
+            "-m",
+            "gpupool.k8s.bench_scale",
+            "--port",
+            str(port),
+            "--nodes",
+            str(nodes),
+            "--pods",
+            str(pods),
+            "--pending",
+            str(pending),
+        ],
+        stdout=subprocess.PIPE,
+        env=env,
+    )
     sched: subprocess.Popen[bytes] | None = None
     log_path = tmp / "scheduler.log"
     try:
@@ -174,10 +209,24 @@ async def run_scale_bench(nodes: int, pods: int, pending: int, *, timeout_s: flo
         started = time.time()
         with log_path.open("wb") as log:
             sched = subprocess.Popen(
-                [sys.executable, "-m", "gpupool.k8s", "run", "--kubeconfig", str(kubeconfig),
-                 "--identity", "bench", "--lease-duration", str(lease_s),
-                 "--renew-interval", str(renew_s)], stdout=log, stderr=subprocess.STDOUT,
-                env=env)
+                [
+                    sys.executable,
+                    "-m",
+                    "gpupool.k8s",
+                    "run",
+                    "--kubeconfig",
+                    str(kubeconfig),
+                    "--identity",
+                    "bench",
+                    "--lease-duration",
+                    str(lease_s),
+                    "--renew-interval",
+                    str(renew_s),
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+            )
         stats: dict[str, Any] = {}
         rss_now = 0.0
         async with aiohttp.ClientSession() as session:
@@ -185,8 +234,7 @@ async def run_scale_bench(nodes: int, pods: int, pending: int, *, timeout_s: flo
             while time.monotonic() < deadline:
                 await asyncio.sleep(0.5)
                 if sched.poll() is not None:
-                    raise RuntimeError("gpupool k8s run exited:\n"
-                                       + log_path.read_text()[-3000:])
+                    raise RuntimeError("gpupool k8s run exited:\n" + log_path.read_text()[-3000:])
                 rss_now = max(rss_now, _rss_mib(sched.pid, "VmRSS"))
                 stats = await _stats(session, port)
                 if stats["binds"] >= pending:
@@ -195,10 +243,12 @@ async def run_scale_bench(nodes: int, pods: int, pending: int, *, timeout_s: flo
             stats = await _stats(session, port)
             ended = time.time()
         peak = _rss_mib(sched.pid)
-        cpu: dict[str, Any] = {"scheduler_cpu_s": round(_cpu_s(sched.pid), 1),
-               "replay_server_cpu_s": round(_cpu_s(server.pid), 1),
-               "wall_s": round(time.time() - started, 1),
-               "load_average": [round(x, 1) for x in os.getloadavg()]}
+        cpu: dict[str, Any] = {
+            "scheduler_cpu_s": round(_cpu_s(sched.pid), 1),
+            "replay_server_cpu_s": round(_cpu_s(server.pid), 1),
+            "wall_s": round(time.time() - started, 1),
+            "load_average": [round(x, 1) for x in os.getloadavg()],
+        }
         text = log_path.read_text(errors="replace")  # before its shutdown gives the lease up
         sched.send_signal(signal.SIGTERM)
         with contextlib.suppress(subprocess.TimeoutExpired):
@@ -209,8 +259,12 @@ async def run_scale_bench(nodes: int, pods: int, pending: int, *, timeout_s: flo
         lease = _lease(stats["renewals"], lease_s, ended)
         stopped = text.count("stopped leading")
         return {
-            "source": "replay", "nodes": nodes, "pods": pods, "pending": pending,
-            "own_bound": stats["own_bound"], "other_pods": stats["others"],
+            "source": "replay",
+            "nodes": nodes,
+            "pods": pods,
+            "pending": pending,
+            "own_bound": stats["own_bound"],
+            "other_pods": stats["others"],
             "bound": stats["binds"],
             "peak_rss_mib": round(max(peak, rss_now), 1),
             "initial_sync_s": round(sync_at - started, 2) if sync_at else None,
@@ -219,14 +273,14 @@ async def run_scale_bench(nodes: int, pods: int, pending: int, *, timeout_s: flo
             "list_mib": round(stats["list_bytes"] / 2**20, 1),
             "pods_per_s": round(stats["binds"] / bind_wall, 1) if bind_wall > 0 else 0.0,
             "bind_wall_s": round(bind_wall, 2),
-            "binds_per_scheduler_cpu_s": round(stats["binds"] / max(
-                1e-9, cpu["scheduler_cpu_s"]), 1),
-            "binds_only_per_s": round(stats["binds"] / max(
-                1e-9, stats["last_bind_s"] - stats["first_bind_s"]), 1),
-            "lease_lost": lease["lease_changed_hands"] or lease["lease_lost_gap"]
-            or stopped > 0,
-            **{k: v for k, v in lease.items() if k.startswith("lease_m")
-               or k == "lease_renewals"},
+            "binds_per_scheduler_cpu_s": round(
+                stats["binds"] / max(1e-9, cpu["scheduler_cpu_s"]), 1
+            ),
+            "binds_only_per_s": round(
+                stats["binds"] / max(1e-9, stats["last_bind_s"] - stats["first_bind_s"]), 1
+            ),
+            "lease_lost": lease["lease_changed_hands"] or lease["lease_lost_gap"] or stopped > 0,
+            **{k: v for k, v in lease.items() if k.startswith("lease_m") or k == "lease_renewals"},
             "status_writes": stats["status_writes"],
             "events_written": stats["events_written"],
             "lock_conflicts": stats["conflicts"],
@@ -245,8 +299,7 @@ async def run_scale_bench(nodes: int, pods: int, pending: int, *, timeout_s: flo
 
 def scale_command(args: argparse.Namespace) -> int:
     pending = args.pending if args.pending is not None else max(1, args.pods // 10)
-    result = asyncio.run(run_scale_bench(args.nodes, args.pods, pending,
-                                         timeout_s=args.timeout))
+    result = asyncio.run(run_scale_bench(args.nodes, args.pods, pending, timeout_s=args.timeout))
     print(json.dumps(result, indent=None if args.json else 2))
     return 0
 

@@ -49,19 +49,25 @@ BIND_QUEUE_WEIGHT = 1.0
 bind_queue.py``): under the node lock a node binds one GPU pod at a time."""
 
 
-def scheduling_profile(node_lock: bool, weight: float = BIND_QUEUE_WEIGHT, *,
-                       measured_hot_pct: float | None = None) -> Profile:
+def scheduling_profile(
+    node_lock: bool, weight: float = BIND_QUEUE_WEIGHT, *, measured_hot_pct: float | None = None
+) -> Profile:
     """The core's profile for the cluster: the default (or, with ``measured_hot_pct``, the
     measured-use profile: ``core.placement.registry.measured_profile``), plus the
     ``bind-queue`` score at ``weight`` when binds take HAMi's node lock (a burst spreads over
     nodes whose lock queues are short instead of waiting in line behind the fullest)."""
     if weight < 0:
-        raise ConfigError(f"--bind-queue-weight={weight} must be at least 0",
-                          field="bind_queue_weight", value=weight, rule="at least 0")
+        raise ConfigError(
+            f"--bind-queue-weight={weight} must be at least 0",
+            field="bind_queue_weight",
+            value=weight,
+            rule="at least 0",
+        )
     queue = {"bind-queue": weight} if node_lock and weight > 0 else {}
     if measured_hot_pct is not None:
-        return measured_profile(hot_pct=measured_hot_pct,
-                                scores={**DEFAULT_SCORES, **MEASURED_SCORES, **queue})
+        return measured_profile(
+            hot_pct=measured_hot_pct, scores={**DEFAULT_SCORES, **MEASURED_SCORES, **queue}
+        )
     if not queue:
         return default_profile()
     return default_profile(scores={**DEFAULT_SCORES, **queue})
@@ -73,18 +79,25 @@ log = logging.getLogger("gpupool.k8s")
 class BindHost(ControllerParts):
     """The bind half of :class:`~gpupool.k8s.controller.Controller` (mixed into it)."""
 
-    def _bind_item(self, key: str, p: Placement, info: JobInfo, flavor: str, now: float,
-                   pod: Mapping[str, Any] | None) -> BindItem:
+    def _bind_item(
+        self,
+        key: str,
+        p: Placement,
+        info: JobInfo,
+        flavor: str,
+        now: float,
+        pod: Mapping[str, Any] | None,
+    ) -> BindItem:
         """What binding ``key`` writes: gpupool's record, HAMi's annotations, the hooks'."""
         req = self.requests.get(key)
         node = self.nodes_by_name.get(p.node)
-        annotations = {PLACEMENT_ANNOTATION: placement_annotation(
-            p, info.queue, flavor, now, info.gang_size)}
+        annotations = {
+            PLACEMENT_ANNOTATION: placement_annotation(p, info.queue, flavor, now, info.gang_size)
+        }
         annotations["gpupool.io/bound-by"] = self.opt.identity
         if req is not None and node is not None:
             vendor = vendor_annotations(req, p, node, now, pod)  # another vendor's cards
-            annotations.update(vendor or hami_annotations(req, p, node, now,
-                                                          self.mig.of(key)))
+            annotations.update(vendor or hami_annotations(req, p, node, now, self.mig.of(key)))
         if self.elastic is not None:
             annotations.update(self.elastic.bind_annotations(pod or {}, p.node, now))
         if self.provisioning is not None:
@@ -94,11 +107,19 @@ class BindHost(ControllerParts):
         # annotations (its cards, or an Elastic consumer's claims' cards), never on nodes
         # whose cards HAMi did not register (no plugin there would release it)
         devices = DEVICES_TO_ALLOCATE in annotations or any(
-            k.endswith("-devices-to-allocate") for k in annotations)
+            k.endswith("-devices-to-allocate") for k in annotations
+        )
         stamp = BIND_ORDER_STAMP if BIND_ORDER_STAMP in annotations else ""
-        return BindItem(key=key, uid=uid, node=str(p.node), annotations=annotations,
-                        lock=self.opt.node_lock and devices, job=str(info.id),
-                        ordered=bool(stamp), stamp=stamp)
+        return BindItem(
+            key=key,
+            uid=uid,
+            node=str(p.node),
+            annotations=annotations,
+            lock=self.opt.node_lock and devices,
+            job=str(info.id),
+            ordered=bool(stamp),
+            stamp=stamp,
+        )
 
     def _report_binds_in_flight(self) -> None:
         """Before a cycle: each node's locked binds still to make, for the ``bind-queue``
@@ -134,8 +155,9 @@ class BindHost(ControllerParts):
             raise
         return True
 
-    def bind_done(self, item: BindItem, outcome: BindOutcome, reason: str,
-                  pod: Mapping[str, Any] | None) -> None:
+    def bind_done(
+        self, item: BindItem, outcome: BindOutcome, reason: str, pod: Mapping[str, Any] | None
+    ) -> None:
         """The binder's answer for one pod."""
         key = item.key
         if self.pod_job.get(key) != item.job or self.uids.get(key, item.uid) != item.uid:

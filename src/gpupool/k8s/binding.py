@@ -92,7 +92,7 @@ class RetryPolicy:
         return exc.status in (0, 429) or exc.status >= 500
 
     def delay(self, attempt: int) -> float:
-        return float(min(self.base_s * 2 ** attempt, self.max_s))
+        return float(min(self.base_s * 2**attempt, self.max_s))
 
 
 @dataclass(frozen=True)
@@ -116,8 +116,9 @@ class BinderHost(Protocol):
 
     def is_leader(self) -> bool: ...
 
-    def bind_done(self, item: BindItem, outcome: BindOutcome, reason: str,
-                  pod: Mapping[str, Any] | None) -> None:
+    def bind_done(
+        self, item: BindItem, outcome: BindOutcome, reason: str, pod: Mapping[str, Any] | None
+    ) -> None:
         """Called once per item with its outcome (``pod``: the pod as read back, for
         ``ELSEWHERE``)."""
 
@@ -131,9 +132,17 @@ class PodBinder:
     allocating pod per node under HAMi's node lock (the core's ``elastic.Binder`` binds
     ElasticGPUClaims, another thing)."""
 
-    def __init__(self, kube: Kube, locks: NodeLocks, host: BinderHost, *,
-                 concurrency: int = 64, retry: RetryPolicy = RetryPolicy(),
-                 annotate_first: bool = False, lock_poll_s: float = 1.0) -> None:
+    def __init__(
+        self,
+        kube: Kube,
+        locks: NodeLocks,
+        host: BinderHost,
+        *,
+        concurrency: int = 64,
+        retry: RetryPolicy = RetryPolicy(),
+        annotate_first: bool = False,
+        lock_poll_s: float = 1.0,
+    ) -> None:
         self.kube = kube
         self.locks = locks
         self.host = host
@@ -264,13 +273,13 @@ class PodBinder:
                     raise
                 await asyncio.sleep(self.retry.delay(attempt))
 
-    async def _bind(self, item: BindItem, lock_wait_s: float | None = None
-                    ) -> tuple[BindOutcome, str, Mapping[str, Any] | None]:
+    async def _bind(
+        self, item: BindItem, lock_wait_s: float | None = None
+    ) -> tuple[BindOutcome, str, Mapping[str, Any] | None]:
         ns, name = item.key.split("/", 1)
         labelled = None
         if item.stamp:
-            item = replace(item, annotations={**item.annotations,
-                                              item.stamp: str(time.time_ns())})
+            item = replace(item, annotations={**item.annotations, item.stamp: str(time.time_ns())})
         if item.lock:
             self._label_ahead(item)  # (started already while the one before held the lock)
             labelled = self._take_label(item)
@@ -283,8 +292,9 @@ class PodBinder:
             if why is not None:
                 return why, "", None
             self._in_flight[item.node] = self._in_flight.get(item.node, 0) + 1
-            self.max_in_flight[item.node] = max(self.max_in_flight.get(item.node, 0),
-                                                self._in_flight[item.node])
+            self.max_in_flight[item.node] = max(
+                self.max_in_flight.get(item.node, 0), self._in_flight[item.node]
+            )
         try:
             outcome, reason, pod = await self._write(item, ns, name, labelled)
         except asyncio.CancelledError:
@@ -302,11 +312,11 @@ class PodBinder:
         try:
             await self.locks.release(item.node, ns, name)
         except KubeError as exc:
-            log.warning("releasing the lock of node %s for %s: %s (it expires)", item.node,
-                        item.key, exc)
+            log.warning(
+                "releasing the lock of node %s for %s: %s (it expires)", item.node, item.key, exc
+            )
 
-    def _pod_patch(self, item: BindItem, *, labels_only: bool = False
-                   ) -> dict[str, Any] | None:
+    def _pod_patch(self, item: BindItem, *, labels_only: bool = False) -> dict[str, Any] | None:
         """The pod patch a bind writes before its Binding (a Binding carries no labels):
         HAMi's label, and with ``annotate_first`` the annotations; None when none."""
         labels = hami_labels(item.annotations)
@@ -337,8 +347,9 @@ class PodBinder:
 
         async def label() -> None:
             async with self._sem:
-                await self.kube.request("PATCH", f"/api/v1/namespaces/{ns}/pods/{name}",
-                                        patch, content_type=MERGE_PATCH)
+                await self.kube.request(
+                    "PATCH", f"/api/v1/namespaces/{ns}/pods/{name}", patch, content_type=MERGE_PATCH
+                )
 
         task = self._spawn(label())
         # its error is read by the bind that awaits it; one never awaited is let go
@@ -352,9 +363,9 @@ class PodBinder:
             return None
         return started[1]
 
-    async def _write(self, item: BindItem, ns: str, name: str,
-                     labelled: asyncio.Task[None] | None = None
-                     ) -> tuple[BindOutcome, str, Mapping[str, Any] | None]:
+    async def _write(
+        self, item: BindItem, ns: str, name: str, labelled: asyncio.Task[None] | None = None
+    ) -> tuple[BindOutcome, str, Mapping[str, Any] | None]:
         """The pod patch (unless ``labelled``, started ahead: awaited instead) and the
         Binding, retried by the policy."""
         metadata: dict[str, Any] = {"name": name, "namespace": ns}
@@ -362,8 +373,12 @@ class PodBinder:
             metadata["uid"] = item.uid
         if not self.annotate_first:
             metadata["annotations"] = dict(item.annotations)
-        binding = {"apiVersion": "v1", "kind": "Binding", "metadata": metadata,
-                   "target": {"apiVersion": "v1", "kind": "Node", "name": item.node}}
+        binding = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": metadata,
+            "target": {"apiVersion": "v1", "kind": "Node", "name": item.node},
+        }
         deadline = time.monotonic() + self.retry.deadline_s
         attempt = 0
         while True:
@@ -377,7 +392,7 @@ class PodBinder:
                 return BindOutcome.GONE, "", None
             try:
                 # one bind per node holds a lock: those need no permit (see the top)
-                async with (_UNLIMITED if item.lock else self._sem):
+                async with _UNLIMITED if item.lock else self._sem:
                     if labelled is not None:
                         ahead, labelled = labelled, None
                         await ahead
@@ -385,10 +400,14 @@ class PodBinder:
                         patch = self._pod_patch(item)
                         if patch is not None:
                             await self.kube.request(
-                                "PATCH", f"/api/v1/namespaces/{ns}/pods/{name}", patch,
-                                content_type=MERGE_PATCH)
+                                "PATCH",
+                                f"/api/v1/namespaces/{ns}/pods/{name}",
+                                patch,
+                                content_type=MERGE_PATCH,
+                            )
                     await self.kube.request(
-                        "POST", f"/api/v1/namespaces/{ns}/pods/{name}/binding", binding)
+                        "POST", f"/api/v1/namespaces/{ns}/pods/{name}/binding", binding
+                    )
                 return BindOutcome.BOUND, "", None
             except KubeError as exc:
                 if exc.status == 409:
@@ -402,8 +421,9 @@ class PodBinder:
                 log.warning("binding %s to %s failed: %s", item.key, item.node, exc)
                 return BindOutcome.FAILED, f"binding to {item.node} failed: {exc.message}", None
 
-    async def _conflict(self, item: BindItem, ns: str, name: str, exc: KubeError
-                        ) -> tuple[BindOutcome, str, Mapping[str, Any] | None]:
+    async def _conflict(
+        self, item: BindItem, ns: str, name: str, exc: KubeError
+    ) -> tuple[BindOutcome, str, Mapping[str, Any] | None]:
         """A 409: read the pod back to tell "bound here already" from the rest."""
         try:
             pod = await self.kube.request("GET", f"/api/v1/namespaces/{ns}/pods/{name}")
@@ -443,8 +463,11 @@ class PodBinder:
         pod is already gone. True when the eviction was accepted."""
         ns, name = key.split("/", 1)
         version = await self.eviction_version()
-        body = {"apiVersion": f"policy/{version}", "kind": "Eviction",
-                "metadata": {"name": name, "namespace": ns}}
+        body = {
+            "apiVersion": f"policy/{version}",
+            "kind": "Eviction",
+            "metadata": {"name": name, "namespace": ns},
+        }
         deadline = time.monotonic() + self.retry.deadline_s
         attempt = 0
         while True:
@@ -452,7 +475,8 @@ class PodBinder:
             try:
                 async with self._sem:
                     await self.kube.request(
-                        "POST", f"/api/v1/namespaces/{ns}/pods/{name}/eviction", body)
+                        "POST", f"/api/v1/namespaces/{ns}/pods/{name}/eviction", body
+                    )
                 return True
             except KubeError as exc:
                 if exc.status == 404:

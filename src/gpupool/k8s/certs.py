@@ -40,12 +40,17 @@ WEBHOOKS = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
 
 def service_names(service: str, namespace: str) -> list[str]:
     """The DNS names a Service is called by inside the cluster."""
-    return [service, f"{service}.{namespace}", f"{service}.{namespace}.svc",
-            f"{service}.{namespace}.svc.cluster.local"]
+    return [
+        service,
+        f"{service}.{namespace}",
+        f"{service}.{namespace}.svc",
+        f"{service}.{namespace}.svc.cluster.local",
+    ]
 
 
-def covers(cert_pem: bytes, names: Sequence[str], renew_days: int,
-           now: dt.datetime | None = None) -> bool:
+def covers(
+    cert_pem: bytes, names: Sequence[str], renew_days: int, now: dt.datetime | None = None
+) -> bool:
     """Whether the certificate names every one of ``names`` and stays valid for more than
     ``renew_days``."""
     try:
@@ -63,25 +68,43 @@ def _b64(data: bytes) -> str:
 
 
 def _secret(name: str, namespace: str, certs: Certificates) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
-            "metadata": {"name": name, "namespace": namespace,
-                         "labels": {"app.kubernetes.io/name": "gpupool"}},
-            "data": {"tls.crt": _b64(certs.cert_pem), "tls.key": _b64(certs.key_pem),
-                     "ca.crt": _b64(certs.ca_pem)}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "kubernetes.io/tls",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {"app.kubernetes.io/name": "gpupool"},
+        },
+        "data": {
+            "tls.crt": _b64(certs.cert_pem),
+            "tls.key": _b64(certs.key_pem),
+            "ca.crt": _b64(certs.ca_pem),
+        },
+    }
 
 
 def _from_secret(obj: dict[str, Any]) -> Certificates | None:
     data = obj.get("data") or {}
     try:
-        return Certificates(ca_pem=base64.b64decode(data["ca.crt"]),
-                            cert_pem=base64.b64decode(data["tls.crt"]),
-                            key_pem=base64.b64decode(data["tls.key"]))
+        return Certificates(
+            ca_pem=base64.b64decode(data["ca.crt"]),
+            cert_pem=base64.b64decode(data["tls.crt"]),
+            key_pem=base64.b64decode(data["tls.key"]),
+        )
     except (KeyError, ValueError):
         return None
 
 
-async def _certificates(kube: Kube, namespace: str, secret: str, names: Sequence[str],
-                        ips: Sequence[str], renew_days: int) -> Certificates:
+async def _certificates(
+    kube: Kube,
+    namespace: str,
+    secret: str,
+    names: Sequence[str],
+    ips: Sequence[str],
+    renew_days: int,
+) -> Certificates:
     path = f"/api/v1/namespaces/{namespace}/secrets"
     for _ in range(3):
         try:
@@ -106,8 +129,9 @@ async def _certificates(kube: Kube, namespace: str, secret: str, names: Sequence
             if exc.status == 409:  # another replica wrote it first: read theirs
                 continue
             raise AdapterError(f"writing Secret {namespace}/{secret} failed") from exc
-        log.info("Secret %s/%s written: a new certificate for %s", namespace, secret,
-                 ", ".join(names))
+        log.info(
+            "Secret %s/%s written: a new certificate for %s", namespace, secret, ", ".join(names)
+        )
         return made
     raise AdapterError(f"Secret {namespace}/{secret}: kept changing under 3 attempts")
 
@@ -119,11 +143,13 @@ async def _ca_bundle(kube: Kube, webhook: str, ca_pem: bytes) -> None:
             obj = await kube.request("GET", f"{WEBHOOKS}/{webhook}")
         except KubeError as exc:
             if exc.status == 404:
-                log.warning("MutatingWebhookConfiguration %s does not exist: caBundle not "
-                            "set (apply deploy/webhook.yaml, then run certs again)", webhook)
+                log.warning(
+                    "MutatingWebhookConfiguration %s does not exist: caBundle not "
+                    "set (apply deploy/webhook.yaml, then run certs again)",
+                    webhook,
+                )
                 return
-            raise AdapterError(f"reading MutatingWebhookConfiguration {webhook} failed") \
-                from exc
+            raise AdapterError(f"reading MutatingWebhookConfiguration {webhook} failed") from exc
         hooks = obj.get("webhooks") or []
         if all((h.get("clientConfig") or {}).get("caBundle") == bundle for h in hooks):
             return
@@ -134,17 +160,25 @@ async def _ca_bundle(kube: Kube, webhook: str, ca_pem: bytes) -> None:
         except KubeError as exc:
             if exc.status == 409:
                 continue
-            raise AdapterError(f"updating MutatingWebhookConfiguration {webhook} failed") \
-                from exc
-        log.info("MutatingWebhookConfiguration %s: caBundle set on %d webhooks", webhook,
-                 len(hooks))
+            raise AdapterError(f"updating MutatingWebhookConfiguration {webhook} failed") from exc
+        log.info(
+            "MutatingWebhookConfiguration %s: caBundle set on %d webhooks", webhook, len(hooks)
+        )
         return
     raise AdapterError(f"MutatingWebhookConfiguration {webhook}: kept changing")
 
 
-async def bootstrap(kube: Kube, *, namespace: str, secret: str, webhook: str,
-                    names: Sequence[str], ips: Sequence[str] = (), out: str | Path = "",
-                    renew_days: int = 30) -> Certificates:
+async def bootstrap(
+    kube: Kube,
+    *,
+    namespace: str,
+    secret: str,
+    webhook: str,
+    names: Sequence[str],
+    ips: Sequence[str] = (),
+    out: str | Path = "",
+    renew_days: int = 30,
+) -> Certificates:
     """The Secret's certificate (made when missing, wrong or about to expire), the
     webhook's caBundle set to its CA, and the files in ``out`` when given."""
     certs = await _certificates(kube, namespace, secret, names, ips, renew_days)

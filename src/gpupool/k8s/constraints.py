@@ -90,17 +90,24 @@ def _requirement(expr: Any, where: str, *, field: bool) -> NodeRequirement:
     if isinstance(values, str) or not all(isinstance(v, str) for v in values):
         raise InvalidJobError(f"{where}.values", values, "must be a list of strings")
     try:
-        return NodeRequirement(key=str(expr.get("key", "")),
-                               operator=str(expr.get("operator", "")),
-                               values=tuple(values), field=field)
+        return NodeRequirement(
+            key=str(expr.get("key", "")),
+            operator=str(expr.get("operator", "")),
+            values=tuple(values),
+            field=field,
+        )
     except InvalidJobError as exc:  # named by where it is in the pod, not by its key
-        part = exc.field.rsplit(".", 1)[-1] if exc.field.startswith("nodeAffinity requirement") \
-            else "key"  # matchFields on another key than metadata.name
+        part = (
+            exc.field.rsplit(".", 1)[-1]
+            if exc.field.startswith("nodeAffinity requirement")
+            else "key"
+        )  # matchFields on another key than metadata.name
         raise InvalidJobError(f"{where}.{part}", exc.value, exc.rule) from exc
 
 
-def pod_constraints(pod: Mapping[str, Any],
-                    namespaces: NamespaceLabels | None = None) -> Constraints:
+def pod_constraints(
+    pod: Mapping[str, Any], namespaces: NamespaceLabels | None = None
+) -> Constraints:
     """The pod's required node affinity, pod (anti-)affinity and topology spread;
     InvalidJobError naming the field when one cannot be read (an unknown operator, Gt
     without an integer, maxSkew 0, ...). ``namespaces`` (name -> labels) resolves a
@@ -124,25 +131,28 @@ def pod_constraints(pod: Mapping[str, Any],
 def _term(term: Any, where: str) -> NodeAffinityTerm:
     """One ``NodeSelectorTerm``: its ``matchExpressions`` and ``matchFields``, ANDed."""
     if term is not None and not isinstance(term, Mapping):
-        raise InvalidJobError(where, term, "must be an object with matchExpressions or "
-                              "matchFields")
+        raise InvalidJobError(where, term, "must be an object with matchExpressions or matchFields")
     term = term or {}
-    reqs = [_requirement(e, f"{where}.matchExpressions[{j}]", field=False)
-            for j, e in enumerate(term.get("matchExpressions") or ())]
-    reqs += [_requirement(e, f"{where}.matchFields[{j}]", field=True)
-             for j, e in enumerate(term.get("matchFields") or ())]
+    reqs = [
+        _requirement(e, f"{where}.matchExpressions[{j}]", field=False)
+        for j, e in enumerate(term.get("matchExpressions") or ())
+    ]
+    reqs += [
+        _requirement(e, f"{where}.matchFields[{j}]", field=True)
+        for j, e in enumerate(term.get("matchFields") or ())
+    ]
     return NodeAffinityTerm(tuple(reqs))
 
 
-def _preferred_node_affinity(pod: Mapping[str, Any]
-                             ) -> tuple[tuple[int, NodeAffinityTerm], ...]:
+def _preferred_node_affinity(pod: Mapping[str, Any]) -> tuple[tuple[int, NodeAffinityTerm], ...]:
     """(weight, term) for each preferred node affinity term; an empty ``preference``
     matches no node and is left out (Kubernetes: a no-op)."""
     affinity = ((pod.get("spec") or {}).get("affinity") or {}).get("nodeAffinity") or {}
     base = "spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution"
     out = []
-    for i, entry in enumerate(affinity.get("preferredDuringSchedulingIgnoredDuringExecution")
-                              or ()):
+    for i, entry in enumerate(
+        affinity.get("preferredDuringSchedulingIgnoredDuringExecution") or ()
+    ):
         where = f"{base}[{i}]"
         if not isinstance(entry, Mapping):
             raise InvalidJobError(where, entry, "must be an object with weight and preference")

@@ -101,9 +101,13 @@ class Options:
 
     def __post_init__(self) -> None:
         if self.bind_queue_weight < 0:
-            raise ConfigError(f"--bind-queue-weight={self.bind_queue_weight} must be at least "
-                              "0", field="bind_queue_weight", value=self.bind_queue_weight,
-                              rule="at least 0")
+            raise ConfigError(
+                f"--bind-queue-weight={self.bind_queue_weight} must be at least 0",
+                field="bind_queue_weight",
+                value=self.bind_queue_weight,
+                rule="at least 0",
+            )
+
     lock_expire_s: float = LOCK_EXPIRE_S  # HAMi's HAMI_NODELOCK_EXPIRE
     backoff_initial_s: float = 1.0  # a pod whose bind was refused waits this, doubling
     backoff_max_s: float = 10.0  # each time up to this (kube-scheduler's defaults)
@@ -132,10 +136,17 @@ class Stats:
     bound_at: dict[str, float] = field(default_factory=dict)  # pod key -> wall time bound
 
 
-class Controller(PodEvents, PodAdmission, NodeEvents, Decisions, ExtendedAndMigResources,
-                 Rebuild, BindHost):
-    def __init__(self, kube: Kube, config: QueueConfig, options: Options = Options(), *,
-                 clock: Callable[[], float] = time.time) -> None:
+class Controller(
+    PodEvents, PodAdmission, NodeEvents, Decisions, ExtendedAndMigResources, Rebuild, BindHost
+):
+    def __init__(
+        self,
+        kube: Kube,
+        config: QueueConfig,
+        options: Options = Options(),
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.kube = kube
         self.config = config
         self.opt = options
@@ -162,30 +173,61 @@ class Controller(PodEvents, PodAdmission, NodeEvents, Decisions, ExtendedAndMigR
         self.deferred: dict[JobId, tuple[Bind, float]] = {}  # binds waiting for victims
         self.usage = NodeUsage()  # what pods outside the core take of each node
         # extended resources other than GPUs: gpupool's own pods' share (others: usage)
-        self.extended = ExtendedLedger(self.usage, frozenset(options.names.all()) | frozenset(
-            r for p in PROTOCOLS for r in (*p.resources(), p.capacity_count,
-                                            p.capacity_cores, p.capacity_memory) if r))
+        self.extended = ExtendedLedger(
+            self.usage,
+            frozenset(options.names.all())
+            | frozenset(
+                r
+                for p in PROTOCOLS
+                for r in (*p.resources(), p.capacity_count, p.capacity_cores, p.capacity_memory)
+                if r
+            ),
+        )
         self.extended_asks: dict[str, dict[str, int]] = {}  # pod key -> what it asks
         self.mig = MigLedger()  # the instances on MIG-mode cards, whoever placed them
         self._mig_recheck = False  # instances changed: pending MIG pods chosen again
         self.stats = Stats()
-        self.measured: MeasuredUse | None = None if options.prometheus is None else MeasuredUse(
-            PrometheusReader(options.prometheus), options.measured, options.measured_interval_s)
-        self.node_informer = Informer(kube, "/api/v1/nodes", self._on_node, name="nodes",
-                                      transform=slim.node, shape=lambda _: projection.NODE)
+        self.measured: MeasuredUse | None = (
+            None
+            if options.prometheus is None
+            else MeasuredUse(
+                PrometheusReader(options.prometheus), options.measured, options.measured_interval_s
+            )
+        )
+        self.node_informer = Informer(
+            kube,
+            "/api/v1/nodes",
+            self._on_node,
+            name="nodes",
+            transform=slim.node,
+            shape=lambda _: projection.NODE,
+        )
         watched = frozenset({options.scheduler_name, *options.foreign_schedulers})
         self.pod_informer = Informer(
-            kube, "/api/v1/pods", self._on_pod, name="pods",
-            transform=lambda pod: slim.own_pod(pod) if (pod.get("spec") or {}).get(
-                "schedulerName") in watched else reduce(pod),
-            shape=projection.pod_shape(watched))
+            kube,
+            "/api/v1/pods",
+            self._on_pod,
+            name="pods",
+            transform=lambda pod: (
+                slim.own_pod(pod)
+                if (pod.get("spec") or {}).get("schedulerName") in watched
+                else reduce(pod)
+            ),
+            shape=projection.pod_shape(watched),
+        )
         self.namespaces = Namespaces(kube, self._namespace_changed)
         self.elector: LeaseThread | None = None
         if options.leader_elect:  # renewed on its own thread: no cycle can starve it
             self.elector = LeaseThread(
-                kube, options.lease_namespace, options.lease_name, options.identity,
-                lease_s=options.lease_s, renew_s=options.renew_s,
-                on_started=self._became_leader, on_stopped=self._lost_leadership)
+                kube,
+                options.lease_namespace,
+                options.lease_name,
+                options.identity,
+                lease_s=options.lease_s,
+                renew_s=options.renew_s,
+                on_started=self._became_leader,
+                on_stopped=self._lost_leadership,
+            )
         self._dirty = asyncio.Event()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._leader_ready = asyncio.Event()
@@ -193,22 +235,39 @@ class Controller(PodEvents, PodAdmission, NodeEvents, Decisions, ExtendedAndMigR
         # whenever the nodes change
         self._inventory: tuple[int, frozenset[str], frozenset[str]] | None = None
         self.status = StatusWriter(
-            kube, component=options.scheduler_name, identity=options.identity, pod=self.pod,
-            is_leader=self.is_leader, still_waiting=self._still_waiting,
-            writes_per_s=options.status_writes_per_s, concurrency=options.status_concurrency)
-        self.locks = NodeLocks(kube, self.node_informer.cache.get, self._pod_exists,
-                               expire_s=options.lock_expire_s, clock=clock)
-        self.binder = PodBinder(kube, self.locks, self, concurrency=options.bind_concurrency,
-                             retry=RetryPolicy(deadline_s=options.bind_retry_s),
-                             annotate_first=options.annotate_first)
+            kube,
+            component=options.scheduler_name,
+            identity=options.identity,
+            pod=self.pod,
+            is_leader=self.is_leader,
+            still_waiting=self._still_waiting,
+            writes_per_s=options.status_writes_per_s,
+            concurrency=options.status_concurrency,
+        )
+        self.locks = NodeLocks(
+            kube,
+            self.node_informer.cache.get,
+            self._pod_exists,
+            expire_s=options.lock_expire_s,
+            clock=clock,
+        )
+        self.binder = PodBinder(
+            kube,
+            self.locks,
+            self,
+            concurrency=options.bind_concurrency,
+            retry=RetryPolicy(deadline_s=options.bind_retry_s),
+            annotate_first=options.annotate_first,
+        )
         # attached by k8s/main.py (attach): Elastic GPU objects, queued provisioning
         self.elastic: ElasticHook | None = None
         self.provisioning: ProvisioningHook | None = None
         # waiting bare pods made again in another of their forms (k8s/vendors/switch.py)
         self.switcher = FormSwitcher()
 
-    def attach(self, *, elastic: ElasticHook | None = None,
-               provisioning: ProvisioningHook | None = None) -> None:
+    def attach(
+        self, *, elastic: ElasticHook | None = None, provisioning: ProvisioningHook | None = None
+    ) -> None:
         """Attach Elastic GPU objects and/or queued provisioning (before :meth:`run`)."""
         if elastic is not None:
             self.elastic = elastic
@@ -227,14 +286,17 @@ class Controller(PodEvents, PodAdmission, NodeEvents, Decisions, ExtendedAndMigR
     def ready(self) -> bool:
         """Whether this replica should receive the extender's and webhook's calls: synced
         and leading (a Service then reaches only the leader)."""
-        return (self.pod_informer.synced.is_set() and self.sched is not None
-                and self.is_leader())
+        return self.pod_informer.synced.is_set() and self.sched is not None and self.is_leader()
 
     async def run(self) -> None:
         """Watch, elect, schedule, until cancelled."""
         informers = [self.node_informer, self.pod_informer]
-        if await listable(self.kube, NAMESPACES, "pod affinity terms' namespaceSelectors "
-                          "and ClusterQueues' namespaceSelectors are not honoured"):
+        if await listable(
+            self.kube,
+            NAMESPACES,
+            "pod affinity terms' namespaceSelectors "
+            "and ClusterQueues' namespaceSelectors are not honoured",
+        ):
             informers.append(self.namespaces.informer)
         if self.elastic is not None:  # its objects are read before the first rebuild
             informers.extend(self.elastic.informers.values())
@@ -312,7 +374,8 @@ class Controller(PodEvents, PodAdmission, NodeEvents, Decisions, ExtendedAndMigR
             for p in r.placements:
                 key = info.task_pod.get(p.task)
                 if key is not None and key not in info.ended:
-                    out[key] = (str(p.node), tuple((s.index, s.gpu_milli, s.memory_mib)
-                                                   for s in p.shares))
+                    out[key] = (
+                        str(p.node),
+                        tuple((s.index, s.gpu_milli, s.memory_mib) for s in p.shares),
+                    )
         return out
-

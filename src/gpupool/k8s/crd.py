@@ -29,8 +29,12 @@ __all__ = ["API", "CRD_KINDS", "CrdStatus", "queue_documents"]
 log = logging.getLogger("gpupool.k8s.crd")
 
 API = "gpupool.io/v1alpha1"
-CRD_KINDS = {"ResourceFlavor": "resourceflavors", "Cohort": "cohorts",
-             "ClusterQueue": "clusterqueues", "LocalQueue": "localqueues"}
+CRD_KINDS = {
+    "ResourceFlavor": "resourceflavors",
+    "Cohort": "cohorts",
+    "ClusterQueue": "clusterqueues",
+    "LocalQueue": "localqueues",
+}
 
 
 async def queue_documents(kube: Kube) -> tuple[list[dict[str, Any]], bool]:
@@ -45,12 +49,14 @@ async def queue_documents(kube: Kube) -> tuple[list[dict[str, Any]], bool]:
                 continue
             raise
         present = True
-        for item in sorted(body.get("items") or (),
-                           key=lambda i: (i["metadata"].get("namespace") or "",
-                                          i["metadata"]["name"])):
+        for item in sorted(
+            body.get("items") or (),
+            key=lambda i: (i["metadata"].get("namespace") or "", i["metadata"]["name"]),
+        ):
             meta = item.get("metadata") or {}
             doc: dict[str, Any] = {
-                "apiVersion": API, "kind": kind,
+                "apiVersion": API,
+                "kind": kind,
                 "metadata": {k: meta[k] for k in ("name", "namespace") if meta.get(k)},
             }
             if "spec" in item:
@@ -91,9 +97,10 @@ class CrdStatus:
             out[f"/apis/{API}/clusterqueues/{cq.name}/status"] = {
                 "pendingWorkloads": pending_cq[cq.name],
                 "admittedWorkloads": admitted_cq[cq.name],
-                "flavorsUsage": [{"name": f, "resources": [{"name": k, "total": v}
-                                                           for k, v in res.items()]}
-                                 for f, res in usage.items()],
+                "flavorsUsage": [
+                    {"name": f, "resources": [{"name": k, "total": v} for k, v in res.items()]}
+                    for f, res in usage.items()
+                ],
             }
         members: dict[str, set[str]] = {}
         parents = {c.name: c.parent for c in sched.config.cohorts}
@@ -112,22 +119,31 @@ class CrdStatus:
             out[f"/apis/{API}/cohorts/{c.name}/status"] = {
                 "pendingWorkloads": sum(pending_cq[q] for q in queues),
                 "admittedWorkloads": sum(admitted_cq[q] for q in queues),
-                "flavorsUsage": [{"name": f, "resources": [{"name": k, "total": v}
-                                                           for k, v in sorted(res.items())]}
-                                 for f, res in sorted(total.items())],
+                "flavorsUsage": [
+                    {
+                        "name": f,
+                        "resources": [{"name": k, "total": v} for k, v in sorted(res.items())],
+                    }
+                    for f, res in sorted(total.items())
+                ],
             }
         nodes = list(self.controller.nodes_by_name.values())
         for f in sched.config.flavors:
-            matched = [n for n in nodes
-                       if all(n.labels.get(k) == v for k, v in f.node_labels.items())]
+            matched = [
+                n for n in nodes if all(n.labels.get(k) == v for k, v in f.node_labels.items())
+            ]
             out[f"/apis/{API}/resourceflavors/{f.name}/status"] = {
-                "nodes": len(matched), "gpus": sum(n.gpu_count for n in matched)}
+                "nodes": len(matched),
+                "gpus": sum(n.gpu_count for n in matched),
+            }
         for lq in sched.config.local_queues:
             key = f"{lq.namespace}/{lq.name}"
             n_pending = pending_lq[key] + (pending_lq[lq.name] if lq.namespace else 0)
             n_admitted = admitted_lq[key] + (admitted_lq[lq.name] if lq.namespace else 0)
             out[f"/apis/{API}/namespaces/{lq.namespace}/localqueues/{lq.name}/status"] = {
-                "pendingWorkloads": n_pending, "admittedWorkloads": n_admitted}
+                "pendingWorkloads": n_pending,
+                "admittedWorkloads": n_admitted,
+            }
         return out
 
     async def write(self) -> int:
@@ -137,8 +153,7 @@ class CrdStatus:
             if self._last.get(path) == status:
                 continue
             try:
-                await self.kube.request("PATCH", path, {"status": status},
-                                        content_type=MERGE_PATCH)
+                await self.kube.request("PATCH", path, {"status": status}, content_type=MERGE_PATCH)
             except KubeError as exc:
                 if exc.status != 404:
                     log.warning("status %s: %s", path, exc)

@@ -53,8 +53,14 @@ from gpupool.core.mig import profile_milli
 from gpupool.core.model import Gpu, MigInstance, Node, NodeName
 
 __all__ = [
-    "API", "DRIVER", "claim_from_resource_claim", "class_from_device_class", "device_class",
-    "gpus_from_resource_slice", "resource_claim", "resource_slice",
+    "API",
+    "DRIVER",
+    "claim_from_resource_claim",
+    "class_from_device_class",
+    "device_class",
+    "gpus_from_resource_slice",
+    "resource_claim",
+    "resource_slice",
 ]
 
 API = "resource.k8s.io/v1"
@@ -62,9 +68,18 @@ DRIVER = "gpu.nvidia.com"
 REQUEST = "gpu"
 ANN = "elasticgpu.io/"
 
-_MIB = {"Ki": 1 / 1024, "Mi": 1, "Gi": 1024, "Ti": 1024 ** 2, "K": 1000 / 1024 ** 2,
-        "k": 1000 / 1024 ** 2, "M": 1000 ** 2 / 1024 ** 2, "G": 1000 ** 3 / 1024 ** 2,
-        "T": 1000 ** 4 / 1024 ** 2, "": 1 / 1024 ** 2}
+_MIB = {
+    "Ki": 1 / 1024,
+    "Mi": 1,
+    "Gi": 1024,
+    "Ti": 1024**2,
+    "K": 1000 / 1024**2,
+    "k": 1000 / 1024**2,
+    "M": 1000**2 / 1024**2,
+    "G": 1000**3 / 1024**2,
+    "T": 1000**4 / 1024**2,
+    "": 1 / 1024**2,
+}
 
 
 def mib(quantity: object) -> int:
@@ -91,8 +106,10 @@ def _attrs(device: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _capacity(device: Mapping[str, Any]) -> dict[str, str]:
-    return {k.rsplit("/", 1)[-1]: str((v or {}).get("value"))
-            for k, v in (device.get("capacity") or {}).items()}
+    return {
+        k.rsplit("/", 1)[-1]: str((v or {}).get("value"))
+        for k, v in (device.get("capacity") or {}).items()
+    }
 
 
 def _label(text: str) -> str:
@@ -114,29 +131,51 @@ def resource_slice(node: Node, driver: str = DRIVER) -> dict[str, Any]:
             continue
         common = {"productName": {"string": g.model}}
         if not g.mig:
-            devices.append({
-                "name": f"gpu-{g.index}",
-                "attributes": {"type": {"string": "gpu"}, "uuid": {"string": g.uuid},
-                               "index": {"int": g.index}, **common},
-                "capacity": {"memory": {"value": f"{g.memory_mib}Mi"},
-                             "cores": {"value": "100"}}})
+            devices.append(
+                {
+                    "name": f"gpu-{g.index}",
+                    "attributes": {
+                        "type": {"string": "gpu"},
+                        "uuid": {"string": g.uuid},
+                        "index": {"int": g.index},
+                        **common,
+                    },
+                    "capacity": {
+                        "memory": {"value": f"{g.memory_mib}Mi"},
+                        "cores": {"value": "100"},
+                    },
+                }
+            )
             continue
         for inst in g.mig:
             for k in range(inst.count):
-                devices.append({
-                    "name": f"gpu-{g.index}-mig-{_label(inst.profile)}-{k}",
-                    "attributes": {"type": {"string": "mig"},
-                                   "profile": {"string": inst.profile},
-                                   "parentUUID": {"string": g.uuid},
-                                   "parentIndex": {"int": g.index}, **common},
-                    "capacity": {"memory": {"value": f"{inst.memory_mib}Mi"},
-                                 "cores": {"value": str(inst.gpu_milli // 10)}}})
-    return {"apiVersion": API, "kind": "ResourceSlice",
-            "metadata": {"name": f"{node.name}-{_label(driver)}"},
-            "spec": {"driver": driver, "nodeName": str(node.name),
-                     "pool": {"name": str(node.name), "generation": 1,
-                              "resourceSliceCount": 1},
-                     "devices": devices}}
+                devices.append(
+                    {
+                        "name": f"gpu-{g.index}-mig-{_label(inst.profile)}-{k}",
+                        "attributes": {
+                            "type": {"string": "mig"},
+                            "profile": {"string": inst.profile},
+                            "parentUUID": {"string": g.uuid},
+                            "parentIndex": {"int": g.index},
+                            **common,
+                        },
+                        "capacity": {
+                            "memory": {"value": f"{inst.memory_mib}Mi"},
+                            "cores": {"value": str(inst.gpu_milli // 10)},
+                        },
+                    }
+                )
+    return {
+        "apiVersion": API,
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"{node.name}-{_label(driver)}"},
+        "spec": {
+            "driver": driver,
+            "nodeName": str(node.name),
+            "pool": {"name": str(node.name), "generation": 1, "resourceSliceCount": 1},
+            "devices": devices,
+        },
+    }
 
 
 def gpus_from_resource_slice(obj: Mapping[str, Any]) -> tuple[NodeName, tuple[Gpu, ...]]:
@@ -145,8 +184,10 @@ def gpus_from_resource_slice(obj: Mapping[str, Any]) -> tuple[NodeName, tuple[Gp
     spec = obj.get("spec") or {}
     node = spec.get("nodeName")
     if not node:
-        raise ConfigError(f"ResourceSlice {(obj.get('metadata') or {}).get('name')}: "
-                          "spec.nodeName: a node's cards come from a slice of that node")
+        raise ConfigError(
+            f"ResourceSlice {(obj.get('metadata') or {}).get('name')}: "
+            "spec.nodeName: a node's cards come from a slice of that node"
+        )
     whole: dict[int, Gpu] = {}
     mig: dict[int, dict[str, Any]] = {}
     for d in spec.get("devices") or ():
@@ -155,20 +196,27 @@ def gpus_from_resource_slice(obj: Mapping[str, Any]) -> tuple[NodeName, tuple[Gp
         memory = mib(cap.get("memory", "0"))
         if kind == "mig":
             parent = int(at.get("parentIndex", -1))
-            entry = mig.setdefault(parent, {"model": str(at.get("productName", "")),
-                                            "uuid": str(at.get("parentUUID", "")),
-                                            "profiles": {}})
+            entry = mig.setdefault(
+                parent,
+                {
+                    "model": str(at.get("productName", "")),
+                    "uuid": str(at.get("parentUUID", "")),
+                    "profiles": {},
+                },
+            )
             prof = str(at.get("profile", ""))
             milli = int(cap.get("cores", "0") or 0) * 10 or profile_milli(prof)
             count, _, _ = entry["profiles"].get(prof, (0, milli, memory))
             entry["profiles"][prof] = (count + 1, milli, memory)
             continue
         index = int(at.get("index", len(whole)))
-        whole[index] = Gpu(index, str(at.get("productName", "")), memory,
-                           uuid=str(at.get("uuid", "")))
+        whole[index] = Gpu(
+            index, str(at.get("productName", "")), memory, uuid=str(at.get("uuid", ""))
+        )
     for index, entry in mig.items():
-        insts = tuple(MigInstance(p, c, m, mem)
-                      for p, (c, m, mem) in sorted(entry["profiles"].items()))
+        insts = tuple(
+            MigInstance(p, c, m, mem) for p, (c, m, mem) in sorted(entry["profiles"].items())
+        )
         total = sum(i.memory_mib * i.count for i in insts)
         whole[index] = Gpu(index, entry["model"], total, uuid=entry["uuid"], mig=insts)
     return NodeName(str(node)), tuple(whole[i] for i in sorted(whole))
@@ -192,14 +240,19 @@ def device_class(cls: ElasticGPUClass, driver: str = DRIVER) -> dict[str, Any]:
         terms.append(f"{attrs}.type == 'gpu'")
     if cls.models:
         terms.append(f"{attrs}.productName in {_cel_list(sorted(cls.models))}")
-    ann = {f"{ANN}provisioner": cls.provisioner.value,
-           f"{ANN}reclaim-policy": cls.reclaim_policy.value,
-           f"{ANN}binding-mode": cls.binding_mode.value}
+    ann = {
+        f"{ANN}provisioner": cls.provisioner.value,
+        f"{ANN}reclaim-policy": cls.reclaim_policy.value,
+        f"{ANN}binding-mode": cls.binding_mode.value,
+    }
     if cls.parameters:
         ann[f"{ANN}parameters"] = json.dumps(dict(sorted(cls.parameters.items())))
-    return {"apiVersion": API, "kind": "DeviceClass",
-            "metadata": {"name": cls.name, "annotations": ann},
-            "spec": {"selectors": [{"cel": {"expression": " && ".join(terms)}}]}}
+    return {
+        "apiVersion": API,
+        "kind": "DeviceClass",
+        "metadata": {"name": cls.name, "annotations": ann},
+        "spec": {"selectors": [{"cel": {"expression": " && ".join(terms)}}]},
+    }
 
 
 def class_from_device_class(obj: Mapping[str, Any]) -> ElasticGPUClass:
@@ -211,11 +264,17 @@ def class_from_device_class(obj: Mapping[str, Any]) -> ElasticGPUClass:
     name = str(meta.get("name", ""))
     if f"{ANN}provisioner" in ann:
         params = json.loads(ann.get(f"{ANN}parameters") or "{}")
-        return ElasticGPUClass(name, ann[f"{ANN}provisioner"], params,
-                               ann.get(f"{ANN}reclaim-policy", ReclaimPolicy.DELETE),
-                               ann.get(f"{ANN}binding-mode", BindingMode.IMMEDIATE))
-    cel = " && ".join(str((s.get("cel") or {}).get("expression", ""))
-                      for s in (obj.get("spec") or {}).get("selectors") or ())
+        return ElasticGPUClass(
+            name,
+            ann[f"{ANN}provisioner"],
+            params,
+            ann.get(f"{ANN}reclaim-policy", ReclaimPolicy.DELETE),
+            ann.get(f"{ANN}binding-mode", BindingMode.IMMEDIATE),
+        )
+    cel = " && ".join(
+        str((s.get("cel") or {}).get("expression", ""))
+        for s in (obj.get("spec") or {}).get("selectors") or ()
+    )
     params = {}
     models = re.search(r"productName\s+in\s+\[([^\]]*)\]", cel)
     if models:
@@ -234,16 +293,22 @@ def class_from_device_class(obj: Mapping[str, Any]) -> ElasticGPUClass:
 # -- ElasticGPUClaim <-> ResourceClaim -------------------------------------------------------
 
 
-def resource_claim(claim: ElasticGPUClaim, gpus: Sequence[ElasticGPU] = (),
-                   driver: str = DRIVER) -> dict[str, Any]:
+def resource_claim(
+    claim: ElasticGPUClaim, gpus: Sequence[ElasticGPU] = (), driver: str = DRIVER
+) -> dict[str, Any]:
     """The ResourceClaim of a claim; with its ElasticGPUs when Bound, the allocation."""
     r = claim.requests
     cls_name = claim.class_name
     selectors = []
     if r.models:
-        selectors.append({"cel": {"expression":
-                                  f"device.attributes['{driver}'].productName in "
-                                  f"{_cel_list(sorted(r.models))}"}})
+        selectors.append(
+            {
+                "cel": {
+                    "expression": f"device.attributes['{driver}'].productName in "
+                    f"{_cel_list(sorted(r.models))}"
+                }
+            }
+        )
     request: dict[str, Any] = {"name": REQUEST}
     ann: dict[str, str] = {}
     if r.tflops:
@@ -251,22 +316,40 @@ def resource_claim(claim: ElasticGPUClaim, gpus: Sequence[ElasticGPU] = (),
         subs = []
         for m in claim.serving_models:
             sub: dict[str, Any] = {
-                "name": _label(m.model) or "model", "deviceClassName": cls_name,
-                "selectors": [{"cel": {"expression":
-                                       f"device.attributes['{driver}'].productName == "
-                                       f"'{m.model}'"}}]}
+                "name": _label(m.model) or "model",
+                "deviceClassName": cls_name,
+                "selectors": [
+                    {
+                        "cel": {
+                            "expression": f"device.attributes['{driver}'].productName == "
+                            f"'{m.model}'"
+                        }
+                    }
+                ],
+            }
             if m.cards:
                 sub.update(allocationMode="ExactCount", count=m.cards)
             else:
-                sub.update(allocationMode="ExactCount", count=1, capacity={"requests": {
-                    "cores": str(math.ceil(m.gpu_milli / 10)),
-                    **({"memory": f"{r.memory_mib}Mi"} if r.memory_mib else {})}})
+                sub.update(
+                    allocationMode="ExactCount",
+                    count=1,
+                    capacity={
+                        "requests": {
+                            "cores": str(math.ceil(m.gpu_milli / 10)),
+                            **({"memory": f"{r.memory_mib}Mi"} if r.memory_mib else {}),
+                        }
+                    },
+                )
             subs.append(sub)
-        request["firstAvailable"] = subs or [{"name": "any", "deviceClassName": cls_name,
-                                              "allocationMode": "ExactCount", "count": 1}]
+        request["firstAvailable"] = subs or [
+            {"name": "any", "deviceClassName": cls_name, "allocationMode": "ExactCount", "count": 1}
+        ]
     else:
-        exactly: dict[str, Any] = {"deviceClassName": cls_name, "allocationMode": "ExactCount",
-                                   "count": r.cards or 1}
+        exactly: dict[str, Any] = {
+            "deviceClassName": cls_name,
+            "allocationMode": "ExactCount",
+            "count": r.cards or 1,
+        }
         if selectors:
             exactly["selectors"] = selectors
         if not r.cards:
@@ -277,15 +360,26 @@ def resource_claim(claim: ElasticGPUClaim, gpus: Sequence[ElasticGPU] = (),
                 reqs["memory"] = f"{r.memory_mib}Mi"
             exactly["capacity"] = {"requests": reqs}
         elif r.memory_mib:
-            exactly.setdefault("selectors", []).append({"cel": {"expression": (
-                f"device.capacity['{driver}'].memory.compareTo(quantity('{r.memory_mib}Mi'))"
-                " >= 0")}})
+            exactly.setdefault("selectors", []).append(
+                {
+                    "cel": {
+                        "expression": (
+                            f"device.capacity['{driver}'].memory.compareTo(quantity('{r.memory_mib}Mi'))"
+                            " >= 0"
+                        )
+                    }
+                }
+            )
         request["exactly"] = exactly
     meta: dict[str, Any] = {"name": claim.name, "namespace": claim.namespace}
     if ann:
         meta["annotations"] = ann
-    obj: dict[str, Any] = {"apiVersion": API, "kind": "ResourceClaim", "metadata": meta,
-                           "spec": {"devices": {"requests": [request]}}}
+    obj: dict[str, Any] = {
+        "apiVersion": API,
+        "kind": "ResourceClaim",
+        "metadata": meta,
+        "spec": {"devices": {"requests": [request]}},
+    }
     if gpus and claim.node:
         sub_name = ""
         if r.tflops:
@@ -293,19 +387,37 @@ def resource_claim(claim: ElasticGPUClaim, gpus: Sequence[ElasticGPU] = (),
             sub_name = "/" + (_label(model) or "model")
         results = []
         for g in gpus:
-            device = f"gpu-{g.card}" if g.source is not Source.MIG else \
-                f"gpu-{g.card}-mig-{_label(g.mig_profile or '')}-{_mig_index(g)}"
-            res: dict[str, Any] = {"request": REQUEST + sub_name, "driver": driver,
-                                   "pool": claim.node, "device": device}
+            device = (
+                f"gpu-{g.card}"
+                if g.source is not Source.MIG
+                else f"gpu-{g.card}-mig-{_label(g.mig_profile or '')}-{_mig_index(g)}"
+            )
+            res: dict[str, Any] = {
+                "request": REQUEST + sub_name,
+                "driver": driver,
+                "pool": claim.node,
+                "device": device,
+            }
             if g.source is Source.SLICE:
                 res["consumedCapacity"] = {
                     "cores": str(g.capacity.gpu_milli // 10),
-                    "memory": f"{g.capacity.memory_mib}Mi"}
+                    "memory": f"{g.capacity.memory_mib}Mi",
+                }
             results.append(res)
-        obj["status"] = {"allocation": {
-            "devices": {"results": results},
-            "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
-                {"key": "metadata.name", "operator": "In", "values": [claim.node]}]}]}}}
+        obj["status"] = {
+            "allocation": {
+                "devices": {"results": results},
+                "nodeSelector": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchFields": [
+                                {"key": "metadata.name", "operator": "In", "values": [claim.node]}
+                            ]
+                        }
+                    ]
+                },
+            }
+        }
     return obj
 
 
@@ -325,34 +437,48 @@ def claim_from_resource_claim(obj: Mapping[str, Any]) -> ElasticGPUClaim:
     where = f"ResourceClaim {ns}/{name}"
     reqs = ((obj.get("spec") or {}).get("devices") or {}).get("requests") or []
     if len(reqs) != 1:
-        raise InvalidJobError("spec.devices.requests", len(reqs),
-                              "an ElasticGPUClaim is one request", job=where)
+        raise InvalidJobError(
+            "spec.devices.requests", len(reqs), "an ElasticGPUClaim is one request", job=where
+        )
     req = reqs[0]
     exactly = req.get("exactly")
     if exactly is None and req.get("firstAvailable"):
         exactly = req["firstAvailable"][0]
     if exactly is None:
-        raise InvalidJobError("spec.devices.requests[0]", req,
-                              "needs exactly or firstAvailable", job=where)
-    cel = " ".join(str((s.get("cel") or {}).get("expression", ""))
-                   for s in exactly.get("selectors") or ())
-    models = frozenset(re.findall(r"'([^']*)'", m.group(1))) if (
-        m := re.search(r"productName\s+in\s+\[([^\]]*)\]", cel)) else frozenset()
+        raise InvalidJobError(
+            "spec.devices.requests[0]", req, "needs exactly or firstAvailable", job=where
+        )
+    cel = " ".join(
+        str((s.get("cel") or {}).get("expression", "")) for s in exactly.get("selectors") or ()
+    )
+    models = (
+        frozenset(re.findall(r"'([^']*)'", m.group(1)))
+        if (m := re.search(r"productName\s+in\s+\[([^\]]*)\]", cel))
+        else frozenset()
+    )
     cls = str(exactly.get("deviceClassName", ""))
     if exactly.get("allocationMode", "ExactCount") != "ExactCount":
-        raise InvalidJobError("spec.devices.requests[0].allocationMode",
-                              exactly.get("allocationMode"),
-                              "only ExactCount maps to a claim", job=where)
+        raise InvalidJobError(
+            "spec.devices.requests[0].allocationMode",
+            exactly.get("allocationMode"),
+            "only ExactCount maps to a claim",
+            job=where,
+        )
     capacity = (exactly.get("capacity") or {}).get("requests") or {}
     memory = mib(capacity["memory"]) if "memory" in capacity else 0
     if f"{ANN}tflops" in ann:
-        requests = ClaimRequests(tflops=float(ann[f"{ANN}tflops"]), memory_mib=memory,
-                                 models=models)
+        requests = ClaimRequests(
+            tflops=float(ann[f"{ANN}tflops"]), memory_mib=memory, models=models
+        )
     elif capacity:
-        requests = ClaimRequests(gpu_milli=int(capacity.get("cores", "0")) * 10,
-                                 memory_mib=memory, models=models)
+        requests = ClaimRequests(
+            gpu_milli=int(capacity.get("cores", "0")) * 10, memory_mib=memory, models=models
+        )
     else:
         mem = re.search(r"quantity\('([^']*)'\)", cel)
-        requests = ClaimRequests(cards=int(exactly.get("count", 1)),
-                                 memory_mib=mib(mem.group(1)) if mem else 0, models=models)
+        requests = ClaimRequests(
+            cards=int(exactly.get("count", 1)),
+            memory_mib=mib(mem.group(1)) if mem else 0,
+            models=models,
+        )
     return ElasticGPUClaim(name, requests, namespace=ns, class_name=cls)

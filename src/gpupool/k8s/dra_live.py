@@ -32,12 +32,16 @@ async def dra_versions(kube: Kube) -> list[str]:
 
 def dra_message(versions: list[str]) -> str:
     if not versions:
-        return (f"DRA is off: the API server serves no {GROUP} (Kubernetes 1.34 and later "
-                f"serve {GROUP}/v1); GPUs are read from node allocatable and HAMi's register "
-                "annotation, Elastic GPU objects from elasticgpu.io")
-    return (f"the API server serves {GROUP} ({', '.join(versions)}); gpupool does not read "
-            "ResourceSlices or ResourceClaims yet: devices of DRA drivers are not counted, "
-            "and pods that claim them are not gpupool's to place")
+        return (
+            f"DRA is off: the API server serves no {GROUP} (Kubernetes 1.34 and later "
+            f"serve {GROUP}/v1); GPUs are read from node allocatable and HAMi's register "
+            "annotation, Elastic GPU objects from elasticgpu.io"
+        )
+    return (
+        f"the API server serves {GROUP} ({', '.join(versions)}); gpupool does not read "
+        "ResourceSlices or ResourceClaims yet: devices of DRA drivers are not counted, "
+        "and pods that claim them are not gpupool's to place"
+    )
 
 
 async def announce_dra(kube: Kube) -> list[str]:

@@ -94,13 +94,21 @@ if TYPE_CHECKING:
     from gpupool.k8s.controller import Controller
 
 __all__ = [
-    "API", "CLAIM_PREFIX", "HOSTNAME_LABEL", "PLURALS", "ElasticController", "claim_from_cr",
-    "claim_status", "class_from_cr", "gpu_from_cr", "gpu_to_cr", "pod_claims",
+    "API",
+    "CLAIM_PREFIX",
+    "HOSTNAME_LABEL",
+    "PLURALS",
+    "ElasticController",
+    "claim_from_cr",
+    "claim_status",
+    "class_from_cr",
+    "gpu_from_cr",
+    "gpu_to_cr",
+    "pod_claims",
     "resources_for",
 ]
 
 log = logging.getLogger("gpupool.k8s.elastic")
-
 
 
 # -- the controller --------------------------------------------------------------------------
@@ -124,7 +132,8 @@ class ElasticController:
         self._dirty = asyncio.Event()
         self.informers = {
             kind: Informer(kube, _path(plural), self._changed, name=plural)
-            for kind, plural in PLURALS.items()}
+            for kind, plural in PLURALS.items()
+        }
 
     # -- caches ----------------------------------------------------------------------------
 
@@ -204,8 +213,11 @@ class ElasticController:
                 binder.delete_class(cls.name)
         # nodes that left fail their ElasticGPUs
         here = self.controller.nodes_by_name
-        for node in {g.node for g in binder.gpus()
-                     if g.node and g.phase is not GpuPhase.FAILED and g.node not in here}:
+        for node in {
+            g.node
+            for g in binder.gpus()
+            if g.node and g.phase is not GpuPhase.FAILED and g.node not in here
+        }:
             binder.node_removed(node)
         # claims deleted: released by policy
         cached = self._objects("ElasticGPUClaim")
@@ -230,9 +242,10 @@ class ElasticController:
             if g.name not in gpu_objs and not g.class_name and g.phase is not GpuPhase.BOUND:
                 binder.delete_gpu(g.name)  # an operator deleted it
         # new claims
-        for key, obj in sorted(cached.items(),
-                               key=lambda kv: str((kv[1].get("metadata") or {})
-                                                  .get("creationTimestamp", ""))):
+        for key, obj in sorted(
+            cached.items(),
+            key=lambda kv: str((kv[1].get("metadata") or {}).get("creationTimestamp", "")),
+        ):
             if key in {c.key for c in binder.claims()}:
                 continue
             try:
@@ -254,8 +267,13 @@ class ElasticController:
             body = gpu_to_cr(g)
             if name not in gpu_objs:
                 writes.append(("POST", _path("elasticgpus"), body))
-                writes.append(("PATCH", _path("elasticgpus", name=name) + "/status",
-                               {"status": body["status"]}))
+                writes.append(
+                    (
+                        "PATCH",
+                        _path("elasticgpus", name=name) + "/status",
+                        {"status": body["status"]},
+                    )
+                )
                 continue
             obj = gpu_objs[name]
             spec = obj.get("spec") or {}
@@ -264,8 +282,13 @@ class ElasticController:
                 patch = {**body["spec"], **{k: None for k in spec if k not in body["spec"]}}
                 writes.append(("PATCH", _path("elasticgpus", name=name), {"spec": patch}))
             if (obj.get("status") or {}) != body["status"]:
-                writes.append(("PATCH", _path("elasticgpus", name=name) + "/status",
-                               {"status": body["status"]}))
+                writes.append(
+                    (
+                        "PATCH",
+                        _path("elasticgpus", name=name) + "/status",
+                        {"status": body["status"]},
+                    )
+                )
         for name, obj in gpu_objs.items():
             if name not in mine and _made_by_binder(obj):
                 writes.append(("DELETE", _path("elasticgpus", name=name), None))
@@ -273,23 +296,33 @@ class ElasticController:
         for key, obj in cached.items():
             ns, name = key.split("/", 1)
             found = claims.get(key)
-            status = claim_status(found) if found is not None else {
-                "phase": "Pending", "elasticGPUs": [], "servingModels": [],
-                "message": "rejected: " + self.errors.get(f"claim/{key}", "not taken")}
+            status = (
+                claim_status(found)
+                if found is not None
+                else {
+                    "phase": "Pending",
+                    "elasticGPUs": [],
+                    "servingModels": [],
+                    "message": "rejected: " + self.errors.get(f"claim/{key}", "not taken"),
+                }
+            )
             if (obj.get("status") or {}) != status:
-                writes.append(("PATCH", _path("elasticgpuclaims", ns, name) + "/status",
-                               {"status": status}))
+                writes.append(
+                    ("PATCH", _path("elasticgpuclaims", ns, name) + "/status", {"status": status})
+                )
         return writes
 
     async def write(self, writes: list[tuple[str, str, Any]]) -> None:
         for method, path, body in writes:
             try:
-                await self.kube.request(method, path, body,
-                                        content_type=MERGE_PATCH if method == "PATCH"
-                                        else "application/json")
+                await self.kube.request(
+                    method,
+                    path,
+                    body,
+                    content_type=MERGE_PATCH if method == "PATCH" else "application/json",
+                )
             except KubeError as exc:
-                if not (exc.status == 404 and method in ("DELETE", "PATCH")) and \
-                        exc.status != 409:
+                if not (exc.status == 404 and method in ("DELETE", "PATCH")) and exc.status != 409:
                     log.warning("%s %s: %s", method, path, exc)
 
     async def step(self) -> None:
@@ -311,8 +344,7 @@ class ElasticController:
 
     # -- the scheduler's side --------------------------------------------------------------
 
-    def _bound(self, pod: Mapping[str, Any]) -> dict[str, tuple[ElasticGPUClaim,
-                                                                list[ElasticGPU]]]:
+    def _bound(self, pod: Mapping[str, Any]) -> dict[str, tuple[ElasticGPUClaim, list[ElasticGPU]]]:
         """Container -> (claim, its ElasticGPUs) for each claim the pod names; NotFoundError
         for a missing claim, InvalidJobError for one not bound or bound on another node than
         the pod's other claims."""
@@ -328,16 +360,21 @@ class ElasticController:
             try:
                 c = binder.claim(f"{ns}/{claim}")
             except NotFoundError:
-                raise NotFoundError(f"{where}: ElasticGPUClaim {ns}/{claim} does not exist"
-                                    ) from None
+                raise NotFoundError(
+                    f"{where}: ElasticGPUClaim {ns}/{claim} does not exist"
+                ) from None
             if c.phase is not ClaimPhase.BOUND:
-                raise InvalidJobError(where, claim, f"ElasticGPUClaim {ns}/{claim} is "
-                                      f"{c.phase.value}, not Bound"
-                                      + (f": {c.message}" if c.message else ""))
+                raise InvalidJobError(
+                    where,
+                    claim,
+                    f"ElasticGPUClaim {ns}/{claim} is "
+                    f"{c.phase.value}, not Bound" + (f": {c.message}" if c.message else ""),
+                )
             gpus = binder.bound_to(c.key)
             if c.node and node and c.node != node:
-                raise InvalidJobError(where, claim, f"bound on node {c.node}; the pod's "
-                                      f"other claims are on {node}")
+                raise InvalidJobError(
+                    where, claim, f"bound on node {c.node}; the pod's other claims are on {node}"
+                )
             node = node or c.node
             out[container] = (c, gpus)
         return out
@@ -372,19 +409,29 @@ class ElasticController:
         if node:
             spec = pod.get("spec") or {}
             if spec.get("nodeSelector") is None:
-                patch.append({"op": "add", "path": "/spec/nodeSelector",
-                              "value": {HOSTNAME_LABEL: node}})
+                patch.append(
+                    {"op": "add", "path": "/spec/nodeSelector", "value": {HOSTNAME_LABEL: node}}
+                )
             else:
-                patch.append({"op": "add",
-                              "path": f"/spec/nodeSelector/{_escape(HOSTNAME_LABEL)}",
-                              "value": node})
+                patch.append(
+                    {
+                        "op": "add",
+                        "path": f"/spec/nodeSelector/{_escape(HOSTNAME_LABEL)}",
+                        "value": node,
+                    }
+                )
             if (pod.get("metadata") or {}).get("annotations") is None:
-                patch.append({"op": "add", "path": "/metadata/annotations",
-                              "value": {NODE_ANNOTATION: node}})
+                patch.append(
+                    {"op": "add", "path": "/metadata/annotations", "value": {NODE_ANNOTATION: node}}
+                )
             else:
-                patch.append({"op": "add",
-                              "path": f"/metadata/annotations/{_escape(NODE_ANNOTATION)}",
-                              "value": node})
+                patch.append(
+                    {
+                        "op": "add",
+                        "path": f"/metadata/annotations/{_escape(NODE_ANNOTATION)}",
+                        "value": node,
+                    }
+                )
         return patch
 
     def admit_claim(self, obj: Mapping[str, Any]) -> None:
@@ -393,8 +440,7 @@ class ElasticController:
         peak, a request no node or class can hold). Checked on a copy of the cluster:
         nothing is bound or stored."""
         binder = self.ready()
-        scratch = Binder(ClusterState(binder.state.nodes()), binder.profile,
-                         binder.classes())
+        scratch = Binder(ClusterState(binder.state.nodes()), binder.profile, binder.classes())
         scratch.submit(claim_from_cr(obj))
 
     def consumer_request(self, pod: Mapping[str, Any], req: PodRequest) -> PodRequest:
@@ -409,8 +455,7 @@ class ElasticController:
             selector[HOSTNAME_LABEL] = node
         return replace(req, gpu=GpuRequest(), containers=(), node_selector=selector)
 
-    def bind_annotations(self, pod: Mapping[str, Any], node: str,
-                         now_s: float) -> dict[str, str]:
+    def bind_annotations(self, pod: Mapping[str, Any], node: str, now_s: float) -> dict[str, str]:
         """HAMi's device annotations for a claim-consuming pod: per container slot, the
         ElasticGPUs' cards (``UUID,NVIDIA,MiB,cores:``); empty for a pod naming no claim."""
         if not pod_claims(pod):
@@ -428,16 +473,25 @@ class ElasticController:
                 for g in entry[1]:
                     if g.source is Source.REMOTE or not g.uuid:
                         continue
-                    cores = 0 if g.source is Source.PHYSICAL else \
-                        max(1, g.capacity.gpu_milli * 100 // WHOLE_GPU_MILLI)
+                    cores = (
+                        0
+                        if g.source is Source.PHYSICAL
+                        else max(1, g.capacity.gpu_milli * 100 // WHOLE_GPU_MILLI)
+                    )
                     devs += f"{g.uuid},{HAMI_DEVICE_TYPE},{g.capacity.memory_mib},{cores}:"
             slots.append(devs + ";")
         devices = "".join(slots)
         if not devices.strip(";"):
             return {}
         stamp = str(int(now_s))
-        return {VGPU_NODE: node, VGPU_TIME: stamp, DEVICES_TO_ALLOCATE: devices,
-                DEVICES_ALLOCATED: devices, BIND_PHASE: "allocating", BIND_TIME: stamp}
+        return {
+            VGPU_NODE: node,
+            VGPU_TIME: stamp,
+            DEVICES_TO_ALLOCATE: devices,
+            DEVICES_ALLOCATED: devices,
+            BIND_PHASE: "allocating",
+            BIND_TIME: stamp,
+        }
 
 
 def _made_by_binder(obj: Mapping[str, Any]) -> bool:

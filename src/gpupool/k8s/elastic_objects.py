@@ -25,8 +25,11 @@ from gpupool.k8s.translate import ResourceNames
 
 GROUP = "elasticgpu.io"
 API = f"{GROUP}/v1alpha1"
-PLURALS = {"ElasticGPUClass": "elasticgpuclasses", "ElasticGPUClaim": "elasticgpuclaims",
-           "ElasticGPU": "elasticgpus"}
+PLURALS = {
+    "ElasticGPUClass": "elasticgpuclasses",
+    "ElasticGPUClaim": "elasticgpuclaims",
+    "ElasticGPU": "elasticgpus",
+}
 CLAIM_PREFIX = f"{GROUP}/egpuc-"
 """``elasticgpu.io/egpuc-<container>: <claim>`` on a pod: the container consumes the claim."""
 NODE_ANNOTATION = f"{GROUP}/node"
@@ -48,11 +51,15 @@ def _path(plural: str, namespace: str = "", name: str = "") -> str:
 def class_from_cr(obj: Mapping[str, Any]) -> ElasticGPUClass:
     """An ElasticGPUClass object as the core's class; ConfigError naming the field."""
     meta = obj.get("metadata") or {}
-    return class_from_json({
-        "name": meta.get("name", ""), "provisioner": obj.get("provisioner", ""),
-        "parameters": obj.get("parameters") or {},
-        "reclaimPolicy": obj.get("reclaimPolicy") or "Delete",
-        "bindingMode": obj.get("bindingMode") or "Immediate"})
+    return class_from_json(
+        {
+            "name": meta.get("name", ""),
+            "provisioner": obj.get("provisioner", ""),
+            "parameters": obj.get("parameters") or {},
+            "reclaimPolicy": obj.get("reclaimPolicy") or "Delete",
+            "bindingMode": obj.get("bindingMode") or "Immediate",
+        }
+    )
 
 
 def claim_from_cr(obj: Mapping[str, Any], *, with_status: bool = False) -> ElasticGPUClaim:
@@ -60,12 +67,19 @@ def claim_from_cr(obj: Mapping[str, Any], *, with_status: bool = False) -> Elast
     status for a restore); InvalidJobError naming the field."""
     meta = obj.get("metadata") or {}
     spec = obj.get("spec") or {}
-    body = {"name": meta.get("name", ""), "namespace": meta.get("namespace") or "default",
-            "requests": spec.get("requests"), "className": spec.get("className") or ""}
+    body = {
+        "name": meta.get("name", ""),
+        "namespace": meta.get("namespace") or "default",
+        "requests": spec.get("requests"),
+        "className": spec.get("className") or "",
+    }
     if with_status:
         st = obj.get("status") or {}
-        body |= {k: st[k] for k in ("phase", "elasticGPUs", "node", "servingModels",
-                                    "message") if st.get(k) is not None}
+        body |= {
+            k: st[k]
+            for k in ("phase", "elasticGPUs", "node", "servingModels", "message")
+            if st.get(k) is not None
+        }
     return claim_from_json(body, with_status=with_status)
 
 
@@ -82,13 +96,26 @@ def _clean(value: Any) -> Any:
 
 def claim_status(c: ElasticGPUClaim) -> dict[str, Any]:
     d = claim_to_json(c)
-    out: dict[str, Any] = _clean({k: d[k] for k in ("phase", "elasticGPUs", "node",
-                                                     "servingModels", "message")})
+    out: dict[str, Any] = _clean(
+        {k: d[k] for k in ("phase", "elasticGPUs", "node", "servingModels", "message")}
+    )
     return out
 
 
-_GPU_SPEC = ("source", "model", "capacity", "node", "card", "uuid", "migProfile", "pool",
-             "endpoint", "className", "reclaimPolicy", "claimRef")
+_GPU_SPEC = (
+    "source",
+    "model",
+    "capacity",
+    "node",
+    "card",
+    "uuid",
+    "migProfile",
+    "pool",
+    "endpoint",
+    "className",
+    "reclaimPolicy",
+    "claimRef",
+)
 
 
 def gpu_from_cr(obj: Mapping[str, Any]) -> ElasticGPU:
@@ -97,16 +124,21 @@ def gpu_from_cr(obj: Mapping[str, Any]) -> ElasticGPU:
     spec = {k: v for k, v in (obj.get("spec") or {}).items() if v is not None}
     st = obj.get("status") or {}
     phase = st.get("phase") or ("Bound" if spec.get("claimRef") else "Available")
-    return gpu_from_json({"name": meta.get("name", ""), **spec, "phase": phase,
-                          "message": st.get("message") or ""})
+    return gpu_from_json(
+        {"name": meta.get("name", ""), **spec, "phase": phase, "message": st.get("message") or ""}
+    )
 
 
 def gpu_to_cr(g: ElasticGPU) -> dict[str, Any]:
     """The object for an ElasticGPU: spec (with the binding's claimRef) and status."""
     d = gpu_to_json(g)
-    return {"apiVersion": API, "kind": "ElasticGPU", "metadata": {"name": g.name},
-            "spec": _clean({k: d[k] for k in _GPU_SPEC}),
-            "status": _clean({"phase": d["phase"], "message": d["message"]})}
+    return {
+        "apiVersion": API,
+        "kind": "ElasticGPU",
+        "metadata": {"name": g.name},
+        "spec": _clean({k: d[k] for k in _GPU_SPEC}),
+        "status": _clean({"phase": d["phase"], "message": d["message"]}),
+    }
 
 
 # -- pods ------------------------------------------------------------------------------------
@@ -115,8 +147,9 @@ def gpu_to_cr(g: ElasticGPU) -> dict[str, Any]:
 def pod_claims(pod: Mapping[str, Any]) -> dict[str, str]:
     """Container name -> claim name, from ``elasticgpu.io/egpuc-<container>`` annotations."""
     ann = (pod.get("metadata") or {}).get("annotations") or {}
-    return {k[len(CLAIM_PREFIX):]: str(v) for k, v in ann.items()
-            if k.startswith(CLAIM_PREFIX) and v}
+    return {
+        k[len(CLAIM_PREFIX) :]: str(v) for k, v in ann.items() if k.startswith(CLAIM_PREFIX) and v
+    }
 
 
 def resources_for(gpus: list[ElasticGPU], names: ResourceNames) -> dict[str, str]:
@@ -130,16 +163,20 @@ def resources_for(gpus: list[ElasticGPU], names: ResourceNames) -> dict[str, str
     if g.source is Source.MIG:
         return {f"nvidia.com/mig-{g.mig_profile}": "1"}
     if g.source is Source.SLICE:
-        return {names.count: "1", names.memory: str(g.capacity.memory_mib),
-                names.cores: str(max(1, g.capacity.gpu_milli * 100 // WHOLE_GPU_MILLI))}
+        return {
+            names.count: "1",
+            names.memory: str(g.capacity.memory_mib),
+            names.cores: str(max(1, g.capacity.gpu_milli * 100 // WHOLE_GPU_MILLI)),
+        }
     return {names.count: str(len(gpus))}
 
 
 def _containers(pod: Mapping[str, Any]) -> list[tuple[str, int, Mapping[str, Any]]]:
     """(field, index, container), init containers first: HAMi's slot order."""
     spec = pod.get("spec") or {}
-    return ([("initContainers", i, c) for i, c in enumerate(spec.get("initContainers") or ())]
-            + [("containers", i, c) for i, c in enumerate(spec.get("containers") or ())])
+    return [("initContainers", i, c) for i, c in enumerate(spec.get("initContainers") or ())] + [
+        ("containers", i, c) for i, c in enumerate(spec.get("containers") or ())
+    ]
 
 
 def _escape(key: str) -> str:

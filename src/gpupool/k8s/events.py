@@ -52,8 +52,14 @@ class _Seen:
 
 
 class EventCorrelator:
-    def __init__(self, component: str, *, max_similar: int = 10, interval_s: float = 600.0,
-                 max_keys: int = 4096) -> None:
+    def __init__(
+        self,
+        component: str,
+        *,
+        max_similar: int = 10,
+        interval_s: float = 600.0,
+        max_keys: int = 4096,
+    ) -> None:
         self.component = component
         self.max_similar = max_similar
         self.interval_s = interval_s
@@ -62,15 +68,27 @@ class EventCorrelator:
         # aggregate key -> (distinct messages seen, first time of the window)
         self._similar: OrderedDict[tuple[str, ...], tuple[set[str], float]] = OrderedDict()
 
-    def correlate(self, obj: Mapping[str, Any], type_: str, reason: str, message: str,
-                  now: float) -> EventWrite:
+    def correlate(
+        self, obj: Mapping[str, Any], type_: str, reason: str, message: str, now: float
+    ) -> EventWrite:
         meta = obj.get("metadata") or {}
-        involved = {"apiVersion": obj.get("apiVersion", "v1"), "kind": obj.get("kind", "Pod"),
-                    "name": meta.get("name"), "namespace": meta.get("namespace"),
-                    "uid": meta.get("uid")}
+        involved = {
+            "apiVersion": obj.get("apiVersion", "v1"),
+            "kind": obj.get("kind", "Pod"),
+            "name": meta.get("name"),
+            "namespace": meta.get("namespace"),
+            "uid": meta.get("uid"),
+        }
         namespace = str(meta.get("namespace") or "default")
-        base = (self.component, str(involved["kind"]), namespace, str(meta.get("name")),
-                str(meta.get("uid") or ""), type_, reason)
+        base = (
+            self.component,
+            str(involved["kind"]),
+            namespace,
+            str(meta.get("name")),
+            str(meta.get("uid") or ""),
+            type_,
+            reason,
+        )
         messages, since = self._similar.pop(base, (set(), now))
         if now - since > self.interval_s:
             messages, since = set(), now
@@ -86,8 +104,9 @@ class EventCorrelator:
         else:
             seen.count += 1
         self._remember(self._seen, key, seen)
-        return EventWrite(key, namespace, involved, type_, reason, message, seen.count,
-                          seen.first_s, seen.name)
+        return EventWrite(
+            key, namespace, involved, type_, reason, message, seen.count, seen.first_s, seen.name
+        )
 
     def created(self, key: tuple[str, ...], name: str) -> None:
         """The Event for ``key`` was created with ``name``: repeats PATCH it."""

@@ -111,8 +111,10 @@ class ExtendedLedger:
             if skip in self.own and self.own[skip][0] == node:
                 used -= self.own[skip][1].get(name, 0)
             if asked[name] > alloc[name] - used:
-                return (f"node {node} has {max(0, alloc[name] - used)} {name} free of "
-                        f"{alloc[name]}; the pod asks {asked[name]}")
+                return (
+                    f"node {node} has {max(0, alloc[name] - used)} {name} free of "
+                    f"{alloc[name]}; the pod asks {asked[name]}"
+                )
         return None
 
 
@@ -131,13 +133,15 @@ class ExtendedResourcesFit:
         if not asked:
             return np.ones(rows.size, np.bool_)
         nodes = cs.table.nodes
-        return np.fromiter((self.ledger.shortfall(str(nodes[r].name), asked) is None
-                            for r in rows), np.bool_, count=rows.size)
+        return np.fromiter(
+            (self.ledger.shortfall(str(nodes[r].name), asked) is None for r in rows),
+            np.bool_,
+            count=rows.size,
+        )
 
     def reason(self, task: Task) -> str:
         asked = dict(task.pod_set.extended)
-        return "not enough " + ", ".join(f"{v} {k}" for k, v in sorted(asked.items())) \
-            + " free"
+        return "not enough " + ", ".join(f"{v} {k}" for k, v in sorted(asked.items())) + " free"
 
 
 def with_extended_filter(profile: Profile, plugin: ExtendedResourcesFit) -> Profile:

@@ -109,13 +109,22 @@ class Endpoints:
             return {"Nodes": None, "NodeNames": None, "FailedNodes": {}, "Error": str(exc)}
         ok = {str(n) for n in fit}
         why = status.message or "the pod's GPU request does not fit on this node"
-        failed = {n: (why if n in self.c.nodes_by_name else "not a node gpupool knows")
-                  for n in names if n not in ok}
+        failed = {
+            n: (why if n in self.c.nodes_by_name else "not a node gpupool knows")
+            for n in names
+            if n not in ok
+        }
         passed = [n for n in names if n in ok]
         if items is not None:
-            return {"Nodes": {"metadata": {}, "items": [i for i in items
-                                                       if i["metadata"]["name"] in ok]},
-                    "NodeNames": None, "FailedNodes": failed, "Error": ""}
+            return {
+                "Nodes": {
+                    "metadata": {},
+                    "items": [i for i in items if i["metadata"]["name"] in ok],
+                },
+                "NodeNames": None,
+                "FailedNodes": failed,
+                "Error": "",
+            }
         return {"Nodes": None, "NodeNames": passed, "FailedNodes": failed, "Error": ""}
 
     def prioritize(self, args: dict[str, Any]) -> list[dict[str, Any]]:
@@ -123,8 +132,9 @@ class Endpoints:
         names, _ = self._candidates(args)
         try:
             sched, task = self._task(pod)
-            scores = {str(n): round(MAX_PRIORITY * s / 100.0)
-                      for n, s in sched.node_scores(task).items()}
+            scores = {
+                str(n): round(MAX_PRIORITY * s / 100.0) for n, s in sched.node_scores(task).items()
+            }
         except (InvalidJobError, TranslateError, NotFoundError):
             return [{"Host": n, "Score": 0} for n in names]
         return [{"Host": n, "Score": scores.get(n, 0)} for n in names]
@@ -144,8 +154,11 @@ class Endpoints:
 
     def _choose(self, pod: dict[str, Any], node: NodeName) -> Placement:
         sched, task = self._task(pod)
-        return replace(sched.place_on(task, node), task=TaskId(f"{pod_job_id(pod)}/ps0-0"),
-                       job=JobId(pod_job_id(pod)))
+        return replace(
+            sched.place_on(task, node),
+            task=TaskId(f"{pod_job_id(pod)}/ps0-0"),
+            job=JobId(pod_job_id(pod)),
+        )
 
     # -- webhook ---------------------------------------------------------------------------
 
@@ -157,62 +170,91 @@ class Endpoints:
         names = self.c.opt.names
         spec = pod.get("spec") or {}
         containers = list(spec.get("initContainers") or ()) + list(spec.get("containers") or ())
-        wants_gpu = any(n in ((c.get("resources") or {}).get("limits") or {})
-                        or n in ((c.get("resources") or {}).get("requests") or {})
-                        for c in containers for n in names.all())
+        wants_gpu = any(
+            n in ((c.get("resources") or {}).get("limits") or {})
+            or n in ((c.get("resources") or {}).get("requests") or {})
+            for c in containers
+            for n in names.all()
+        )
         answer: dict[str, Any] = {"uid": uid, "allowed": True}
         elastic = self.c.elastic
         try:
             if elastic is not None and (req.get("kind") or {}).get("kind") == "ElasticGPUClaim":
                 if req.get("operation", "CREATE") == "CREATE" and self.c.sched is not None:
                     elastic.admit_claim(pod)
-                return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-                        "response": answer}
+                return {
+                    "apiVersion": "admission.k8s.io/v1",
+                    "kind": "AdmissionReview",
+                    "response": answer,
+                }
             if elastic is not None and self.c.sched is not None and pod_claims(pod):
                 patch.extend(elastic.admit_pod(pod, names))  # claims into resources
                 wants_gpu = True
             alternatives = pod_alternatives(pod)
-            if alternatives and self.c.sched is not None \
-                    and req.get("operation", "CREATE") == "CREATE":
+            if (
+                alternatives
+                and self.c.sched is not None
+                and req.get("operation", "CREATE") == "CREATE"
+            ):
                 chosen = self._choose_form(pod, alternatives)
                 if chosen is not None:  # the pod is made in the form its queue admits now
                     patch.extend(overlay_patch(pod, chosen, names))
                     pod = pod_in_form(pod, chosen, names)
         except (InvalidJobError, NotFoundError, ConflictError) as exc:
-            return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-                    "response": {"uid": uid, "allowed": False,
-                                 "status": {"code": 422, "reason": "Invalid",
-                                            "message": f"gpupool: {exc}"}}}
+            return {
+                "apiVersion": "admission.k8s.io/v1",
+                "kind": "AdmissionReview",
+                "response": {
+                    "uid": uid,
+                    "allowed": False,
+                    "status": {"code": 422, "reason": "Invalid", "message": f"gpupool: {exc}"},
+                },
+            }
         if wants_gpu:
             try:
                 self._check(pod)
             except (InvalidJobError, TranslateError, NotFoundError) as exc:
-                answer = {"uid": uid, "allowed": False,
-                          "status": {"code": 422, "reason": "Invalid",
-                                     "message": f"gpupool: {exc}"}}
-                return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-                        "response": answer}
+                answer = {
+                    "uid": uid,
+                    "allowed": False,
+                    "status": {"code": 422, "reason": "Invalid", "message": f"gpupool: {exc}"},
+                }
+                return {
+                    "apiVersion": "admission.k8s.io/v1",
+                    "kind": "AdmissionReview",
+                    "response": answer,
+                }
             if spec.get("schedulerName") in (None, "", "default-scheduler"):
                 op = "replace" if "schedulerName" in spec else "add"
-                patch.append({"op": op, "path": "/spec/schedulerName",
-                              "value": self.c.opt.scheduler_name})
+                patch.append(
+                    {"op": op, "path": "/spec/schedulerName", "value": self.c.opt.scheduler_name}
+                )
             labels = (pod.get("metadata") or {}).get("labels")
             if not any((labels or {}).get(k) for k in QUEUE_LABELS):
                 if labels is None:
-                    patch.append({"op": "add", "path": "/metadata/labels",
-                                  "value": {QUEUE_LABEL: self.c.opt.default_queue}})
+                    patch.append(
+                        {
+                            "op": "add",
+                            "path": "/metadata/labels",
+                            "value": {QUEUE_LABEL: self.c.opt.default_queue},
+                        }
+                    )
                 else:
-                    patch.append({"op": "add",
-                                  "path": "/metadata/labels/" + QUEUE_LABEL.replace("/", "~1"),
-                                  "value": self.c.opt.default_queue})
+                    patch.append(
+                        {
+                            "op": "add",
+                            "path": "/metadata/labels/" + QUEUE_LABEL.replace("/", "~1"),
+                            "value": self.c.opt.default_queue,
+                        }
+                    )
         if patch:
             answer["patchType"] = "JSONPatch"
             answer["patch"] = base64.b64encode(json.dumps(patch).encode()).decode()
-        return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-                "response": answer}
+        return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": answer}
 
-    def _choose_form(self, pod: dict[str, Any], alternatives: list[PodAlternative]
-                     ) -> PodAlternative | None:
+    def _choose_form(
+        self, pod: dict[str, Any], alternatives: list[PodAlternative]
+    ) -> PodAlternative | None:
         """The alternative the pod's queue would admit now (flavors in the queue's order,
         the pod's own form first in each); None for its own form, or when no form fits."""
         sched = self.c.sched
@@ -220,10 +262,12 @@ class Endpoints:
         meta = pod.setdefault("metadata", {})
         meta.setdefault("name", meta.get("generateName", "pod"))
         own = self.c.read_request(pod)
-        forms = [(a, self.c.read_request(pod_in_form(pod, a, self.c.opt.names)))
-                 for a in alternatives]
-        job, _ = job_for_pods(pod_job_id(pod), self.c.resolve_queue(pod), [("pod", own)],
-                              gang=False)
+        forms = [
+            (a, self.c.read_request(pod_in_form(pod, a, self.c.opt.names))) for a in alternatives
+        ]
+        job, _ = job_for_pods(
+            pod_job_id(pod), self.c.resolve_queue(pod), [("pod", own)], gang=False
+        )
         job = replace(job, alternatives=tuple(Alternative(a.name, r.gpu) for a, r in forms))
         form = sched.admissible_form(job)
         if not form:
@@ -281,8 +325,9 @@ def make_app(controller: Controller, max_body: int = MAX_BODY_BYTES) -> web.Appl
     return app
 
 
-async def serve_http(controller: Controller, port: int, *, host: str = "0.0.0.0",
-                     tls_dir: str | None = None) -> web.AppRunner:
+async def serve_http(
+    controller: Controller, port: int, *, host: str = "0.0.0.0", tls_dir: str | None = None
+) -> web.AppRunner:
     """Serves the extender, the webhook and health (HTTPS when ``tls_dir`` is given)."""
     runner = web.AppRunner(make_app(controller), access_log=None)
     await runner.setup()
@@ -301,7 +346,8 @@ def metrics_text(controller: Controller) -> str:
     running = len(sched.running()) if sched else 0
     lines = [
         "# HELP gpupool_k8s_binds_total Pods bound through the API server.",
-        "# TYPE gpupool_k8s_binds_total counter", f"gpupool_k8s_binds_total {s.binds}",
+        "# TYPE gpupool_k8s_binds_total counter",
+        f"gpupool_k8s_binds_total {s.binds}",
         "# HELP gpupool_k8s_bind_failures_total Binds that failed for good.",
         "# TYPE gpupool_k8s_bind_failures_total counter",
         f"gpupool_k8s_bind_failures_total {s.bind_failures}",
@@ -309,16 +355,20 @@ def metrics_text(controller: Controller) -> str:
         "# TYPE gpupool_k8s_pods_rejected_total counter",
         f"gpupool_k8s_pods_rejected_total {s.rejected}",
         "# HELP gpupool_k8s_cycles_total Scheduling cycles run.",
-        "# TYPE gpupool_k8s_cycles_total counter", f"gpupool_k8s_cycles_total {s.cycles}",
+        "# TYPE gpupool_k8s_cycles_total counter",
+        f"gpupool_k8s_cycles_total {s.cycles}",
         "# HELP gpupool_k8s_relists_total Watches re-listed after 410 Gone.",
         "# TYPE gpupool_k8s_relists_total counter",
         f"gpupool_k8s_relists_total {controller.pod_informer.relists}",
         "# HELP gpupool_jobs_pending Jobs waiting in gpupool's queues.",
-        "# TYPE gpupool_jobs_pending gauge", f"gpupool_jobs_pending {pending}",
+        "# TYPE gpupool_jobs_pending gauge",
+        f"gpupool_jobs_pending {pending}",
         "# HELP gpupool_jobs_running Jobs holding cards.",
-        "# TYPE gpupool_jobs_running gauge", f"gpupool_jobs_running {running}",
+        "# TYPE gpupool_jobs_running gauge",
+        f"gpupool_jobs_running {running}",
         "# HELP gpupool_k8s_leader 1 while this replica holds the lease.",
-        "# TYPE gpupool_k8s_leader gauge", f"gpupool_k8s_leader {int(controller.is_leader())}",
+        "# TYPE gpupool_k8s_leader gauge",
+        f"gpupool_k8s_leader {int(controller.is_leader())}",
         f"# generated {time.time():.0f}",
     ]
     lines[-1:-1] = _pending_reasons(sched.pending_reasons() if sched else {})
@@ -332,22 +382,25 @@ def metrics_text(controller: Controller) -> str:
 
 def _pending_reasons(by_plugin: dict[str, int]) -> list[str]:
     """``gpupool_pending_reasons{plugin}``, as ``gpupool serve`` reports it."""
-    return ["# HELP gpupool_pending_reasons Pending jobs by the plugin (a filter, or a step "
-            "of the core such as quota) that holds them back; a job held back by two counts "
-            "under both.", "# TYPE gpupool_pending_reasons gauge",
-            *(f'gpupool_pending_reasons{{plugin="{p}"}} {n}' for p, n in sorted(by_plugin.items()))]
+    return [
+        "# HELP gpupool_pending_reasons Pending jobs by the plugin (a filter, or a step "
+        "of the core such as quota) that holds them back; a job held back by two counts "
+        "under both.",
+        "# TYPE gpupool_pending_reasons gauge",
+        *(f'gpupool_pending_reasons{{plugin="{p}"}} {n}' for p, n in sorted(by_plugin.items())),
+    ]
 
 
 def _metrics_handler(controller: Controller) -> Any:
     async def handle(_: web.Request) -> web.Response:
-        return web.Response(text=metrics_text(controller),
-                            content_type="text/plain", charset="utf-8")
+        return web.Response(
+            text=metrics_text(controller), content_type="text/plain", charset="utf-8"
+        )
 
     return handle
 
 
-async def serve_metrics(controller: Controller, port: int,
-                        host: str = "0.0.0.0") -> web.AppRunner:
+async def serve_metrics(controller: Controller, port: int, host: str = "0.0.0.0") -> web.AppRunner:
     app = web.Application()
     app.router.add_get("/metrics", _metrics_handler(controller))
     runner = web.AppRunner(app, access_log=None)

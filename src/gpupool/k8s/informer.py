@@ -58,12 +58,20 @@ def object_key(obj: Mapping[str, Any]) -> str:
 
 
 class Informer:
-    def __init__(self, kube: Kube, path: str, handler: Handler, *,
-                 params: Mapping[str, str] | None = None, name: str = "",
-                 watch_timeout_s: int = 240,
-                 transform: Callable[[dict[str, Any]], dict[str, Any]] | None = strip,
-                 page_size: int = 500, yield_every: int = 500,
-                 shape: Callable[[Any], projection.Shape | None] | None = None) -> None:
+    def __init__(
+        self,
+        kube: Kube,
+        path: str,
+        handler: Handler,
+        *,
+        params: Mapping[str, str] | None = None,
+        name: str = "",
+        watch_timeout_s: int = 240,
+        transform: Callable[[dict[str, Any]], dict[str, Any]] | None = strip,
+        page_size: int = 500,
+        yield_every: int = 500,
+        shape: Callable[[Any], projection.Shape | None] | None = None,
+    ) -> None:
         self.kube = kube
         self.path = path
         self.handler = handler
@@ -126,11 +134,16 @@ class Informer:
                 if exc.status != 410 or not token:
                     raise
                 self.expired_lists += 1
-                log.info("%s: the list's continue token expired after %d objects; listing "
-                         "again from the start", self.name, len(fresh))
+                log.info(
+                    "%s: the list's continue token expired after %d objects; listing "
+                    "again from the start",
+                    self.name,
+                    len(fresh),
+                )
 
-    async def _page(self, params: dict[str, str], into: dict[str, dict[str, Any]]
-                    ) -> tuple[str, str, str]:
+    async def _page(
+        self, params: dict[str, str], into: dict[str, dict[str, Any]]
+    ) -> tuple[str, str, str]:
         """One page into ``into``: (kind, the list's version, the continue token)."""
         if self.shape is not None and projection.available():
             raw = await self.kube.request_raw("GET", self.path, params=params, timeout_s=120)
@@ -142,8 +155,9 @@ class Informer:
                 assert isinstance(item, dict)
                 self._keep(item, kind, into)
             return kind, head[1], head[2]
-        body = await self.kube.request("GET", self.path, params=params, timeout_s=120,
-                                       raw_filter=drop_managed_fields)
+        body = await self.kube.request(
+            "GET", self.path, params=params, timeout_s=120, raw_filter=drop_managed_fields
+        )
         kind = str(body.get("kind", "")).removesuffix("List")
         for item in body.pop("items", None) or ():
             self._keep(item, kind, into)
@@ -201,8 +215,11 @@ class Informer:
                 backoff = 0.2
             except KubeError as exc:
                 if exc.status == 410:
-                    log.info("%s: watch from %s is too old, listing again", self.name,
-                             self.resource_version)
+                    log.info(
+                        "%s: watch from %s is too old, listing again",
+                        self.name,
+                        self.resource_version,
+                    )
                     self.relists += 1
                     need_list = True
                     continue
@@ -214,8 +231,12 @@ class Informer:
         version = self.resource_version
         if self._resume_from is not None:
             version, self._resume_from = self._resume_from, None
-        params = {**self.params, "resourceVersion": version, "allowWatchBookmarks": "true",
-                  "timeoutSeconds": str(self.watch_timeout_s)}
+        params = {
+            **self.params,
+            "resourceVersion": version,
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": str(self.watch_timeout_s),
+        }
         parse = None
         if self.shape is not None and projection.available():
             shape = self.shape
@@ -228,8 +249,12 @@ class Informer:
             obj = ev.get("object") or {}
             if kind == "ERROR":
                 code = int(obj.get("code") or 0)
-                raise KubeError(code, str(obj.get("reason", "")), str(obj.get("message", "")),
-                               f"WATCH {self.path}")
+                raise KubeError(
+                    code,
+                    str(obj.get("reason", "")),
+                    str(obj.get("message", "")),
+                    f"WATCH {self.path}",
+                )
             rv = str((obj.get("metadata") or {}).get("resourceVersion", ""))
             if kind == "BOOKMARK":
                 self.resource_version = rv

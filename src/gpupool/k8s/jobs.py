@@ -34,10 +34,16 @@ class JobInfo:
         return list(self.task_pod.values())
 
 
-def job_for_pods(job_id: JobId, queue: str, pods: list[tuple[str, PodRequest]], *, gang: bool,
-                 min_member: int | None = None, now_s: float = 0.0,
-                 constraints: Mapping[str, Constraints] | None = None
-                 ) -> tuple[Job, dict[TaskId, str]]:
+def job_for_pods(
+    job_id: JobId,
+    queue: str,
+    pods: list[tuple[str, PodRequest]],
+    *,
+    gang: bool,
+    min_member: int | None = None,
+    now_s: float = 0.0,
+    constraints: Mapping[str, Constraints] | None = None,
+) -> tuple[Job, dict[TaskId, str]]:
     """A core job for pods: pods with the same request (and constraints) share a pod set;
     tasks map to pods in the order given."""
     cons = constraints or {}
@@ -48,20 +54,35 @@ def job_for_pods(job_id: JobId, queue: str, pods: list[tuple[str, PodRequest]], 
     task_pod: dict[TaskId, str] = {}
     for i, ((_, con), members) in enumerate(groups.items()):
         req = members[0][1]
-        ps = PodSet(name=f"ps{i}", count=len(members), cpu_milli=req.cpu_milli,
-                    memory_mib=req.memory_mib, gpu=req.gpu, node_selector=req.node_selector,
-                    tolerations=req.tolerations, node_affinity=con.node_affinity,
-                    preferred_node_affinity=con.preferred_node_affinity, pod=con.pod,
-                    pod_affinity=con.pod_affinity, pod_anti_affinity=con.pod_anti_affinity,
-                    spread=con.spread, soft_spread=con.soft_spread,
-                    preferred_affinity=con.preferred_affinity,
-                    preferred_anti_affinity=con.preferred_anti_affinity,
-                    extended=con.extended)
+        ps = PodSet(
+            name=f"ps{i}",
+            count=len(members),
+            cpu_milli=req.cpu_milli,
+            memory_mib=req.memory_mib,
+            gpu=req.gpu,
+            node_selector=req.node_selector,
+            tolerations=req.tolerations,
+            node_affinity=con.node_affinity,
+            preferred_node_affinity=con.preferred_node_affinity,
+            pod=con.pod,
+            pod_affinity=con.pod_affinity,
+            pod_anti_affinity=con.pod_anti_affinity,
+            spread=con.spread,
+            soft_spread=con.soft_spread,
+            preferred_affinity=con.preferred_affinity,
+            preferred_anti_affinity=con.preferred_anti_affinity,
+            extended=con.extended,
+        )
         pod_sets.append(ps)
         for j, (key, _) in enumerate(members):
             task_pod[TaskId(f"{job_id}/ps{i}-{j}")] = key
     priority = max((req.priority for _, req in pods), default=0)
-    job = Job(id=job_id, pod_sets=tuple(pod_sets), queue=QueueName(queue),
-              priority=priority, submit_time_s=now_s,
-              min_member=min_member if gang else None)
+    job = Job(
+        id=job_id,
+        pod_sets=tuple(pod_sets),
+        queue=QueueName(queue),
+        priority=priority,
+        submit_time_s=now_s,
+        min_member=min_member if gang else None,
+    )
     return job, task_pod

@@ -58,25 +58,27 @@ async def load_configuration(kubeconfig: str | None = None) -> Configuration:
             raise AdapterError(f"kubeconfig {kubeconfig} cannot be loaded: {exc}") from exc
         try:
             k8s_config.load_incluster_config(  # type: ignore[no-untyped-call]
-                client_configuration=cfg)
+                client_configuration=cfg
+            )
         except k8s_config.ConfigException as exc2:
-            raise AdapterError("no kubeconfig and not running in a cluster: "
-                               f"{exc}; {exc2}") from exc2
+            raise AdapterError(
+                f"no kubeconfig and not running in a cluster: {exc}; {exc2}"
+            ) from exc2
     return cfg
 
 
 class Kube:
     """One API server connection. ``await Kube.connect(path)``; ``await kube.close()``."""
 
-    def __init__(self, cfg: Configuration, *, connections: int = 128,
-                 max_line_bytes: int = 256 << 20) -> None:
+    def __init__(
+        self, cfg: Configuration, *, connections: int = 128, max_line_bytes: int = 256 << 20
+    ) -> None:
         self.cfg = cfg
         self.max_line_bytes = max_line_bytes
         self.host = str(cfg.host or "").rstrip("/")
         ctx: ssl.SSLContext | bool
         if self.host.startswith("https"):
-            ctx = ssl.create_default_context(cafile=cfg.ssl_ca_cert) if cfg.verify_ssl \
-                else False
+            ctx = ssl.create_default_context(cafile=cfg.ssl_ca_cert) if cfg.verify_ssl else False
             if isinstance(ctx, ssl.SSLContext) and cfg.cert_file:
                 ctx.load_cert_chain(cfg.cert_file, cfg.key_file)
         else:
@@ -104,21 +106,36 @@ class Kube:
             self._auth_at = now
         return self._auth
 
-    async def request(self, method: str, path: str, body: object = None, *,
-                      params: Mapping[str, str] | None = None, content_type: str = JSON,
-                      timeout_s: float = 30.0,
-                      raw_filter: Callable[[bytes], bytes] | None = None) -> dict[str, Any]:
+    async def request(
+        self,
+        method: str,
+        path: str,
+        body: object = None,
+        *,
+        params: Mapping[str, str] | None = None,
+        content_type: str = JSON,
+        timeout_s: float = 30.0,
+        raw_filter: Callable[[bytes], bytes] | None = None,
+    ) -> dict[str, Any]:
         """One request; the answer as a dict (``{}`` when empty). KubeError on failure.
         ``raw_filter`` maps the answer's bytes before they are parsed."""
-        raw = await self.request_raw(method, path, body, params=params,
-                                     content_type=content_type, timeout_s=timeout_s)
+        raw = await self.request_raw(
+            method, path, body, params=params, content_type=content_type, timeout_s=timeout_s
+        )
         if raw_filter is not None:
             raw = raw_filter(raw)
         return json.loads(raw) if raw else {}
 
-    async def request_raw(self, method: str, path: str, body: object = None, *,
-                          params: Mapping[str, str] | None = None,
-                          content_type: str = JSON, timeout_s: float = 30.0) -> bytes:
+    async def request_raw(
+        self,
+        method: str,
+        path: str,
+        body: object = None,
+        *,
+        params: Mapping[str, str] | None = None,
+        content_type: str = JSON,
+        timeout_s: float = 30.0,
+    ) -> bytes:
         """One request; the answer's bytes, unparsed. KubeError on failure."""
         headers = {**await self._headers(), "Accept": JSON}
         data = None
@@ -128,8 +145,13 @@ class Kube:
         what = f"{method} {path}"
         try:
             async with self._session.request(
-                    method, self.host + path, data=data, params=params, headers=headers,
-                    timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
+                method,
+                self.host + path,
+                data=data,
+                params=params,
+                headers=headers,
+                timeout=aiohttp.ClientTimeout(total=timeout_s),
+            ) as resp:
                 raw = await resp.read()
                 if resp.status >= 400:
                     raise _error(resp.status, raw.decode("utf-8", "replace"), what)
@@ -137,10 +159,13 @@ class Kube:
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             raise KubeError(0, type(exc).__name__, str(exc) or "no answer", what) from exc
 
-    async def watch(self, path: str, params: Mapping[str, str],
-                    raw_filter: Callable[[bytes], bytes] | None = None,
-                    parse: Callable[[bytes], dict[str, Any]] | None = None
-                    ) -> AsyncIterator[dict[str, Any]]:
+    async def watch(
+        self,
+        path: str,
+        params: Mapping[str, str],
+        raw_filter: Callable[[bytes], bytes] | None = None,
+        parse: Callable[[bytes], dict[str, Any]] | None = None,
+    ) -> AsyncIterator[dict[str, Any]]:
         """The events of a watch (``{"type", "object"}``) until the server ends it;
         ``raw_filter`` maps each event's bytes before they are parsed, ``parse`` parses them
         (``json.loads`` by default)."""
@@ -149,9 +174,11 @@ class Kube:
         query = {**params, "watch": "true"}
         try:
             async with self._session.get(
-                    self.host + path, params=query, headers=headers,
-                    timeout=aiohttp.ClientTimeout(total=None, sock_connect=10,
-                                                  sock_read=None)) as resp:
+                self.host + path,
+                params=query,
+                headers=headers,
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=None),
+            ) as resp:
                 if resp.status >= 400:
                     raise _error(resp.status, await resp.text(), what)
                 async for line in _lines(resp.content, self.max_line_bytes, what):
@@ -162,8 +189,7 @@ class Kube:
             raise KubeError(0, type(exc).__name__, str(exc) or "stream broken", what) from exc
 
 
-async def _lines(stream: aiohttp.StreamReader, max_bytes: int,
-                 what: str) -> AsyncIterator[bytes]:
+async def _lines(stream: aiohttp.StreamReader, max_bytes: int, what: str) -> AsyncIterator[bytes]:
     """The non-empty lines of a stream, however long (up to ``max_bytes``)."""
     buf = bytearray()
     async for chunk in stream.iter_any():
@@ -178,8 +204,7 @@ async def _lines(stream: aiohttp.StreamReader, max_bytes: int,
         if start:
             del buf[:start]
         if len(buf) > max_bytes:
-            raise KubeError(0, "LineTooLong", f"a watch event longer than {max_bytes} bytes",
-                           what)
+            raise KubeError(0, "LineTooLong", f"a watch event longer than {max_bytes} bytes", what)
     if buf.strip():
         yield bytes(buf)
 
@@ -187,7 +212,6 @@ async def _lines(stream: aiohttp.StreamReader, max_bytes: int,
 def _error(status: int, text: str, what: str) -> KubeError:
     try:
         body = json.loads(text)
-        return KubeError(status, str(body.get("reason", "")), str(body.get("message", text)),
-                        what)
+        return KubeError(status, str(body.get("reason", "")), str(body.get("message", text)), what)
     except (json.JSONDecodeError, AttributeError):
         return KubeError(status, "", text[:500], what)

@@ -41,15 +41,17 @@ def scheduler_config(kubeconfig: str, qps: int, health_port: int) -> str:
     """The configuration file's text."""
     if qps < 1:
         raise ConfigError(f"kube-scheduler qps={qps} must be at least 1")
-    return "\n".join([
-        "apiVersion: kubescheduler.config.k8s.io/v1beta1",
-        "kind: KubeSchedulerConfiguration",
-        f"clientConnection: {{kubeconfig: {kubeconfig}, qps: {qps}, burst: {2 * qps}}}",
-        "leaderElection: {leaderElect: false}",
-        f"healthzBindAddress: 127.0.0.1:{health_port}",
-        f"metricsBindAddress: 127.0.0.1:{health_port}",
-        "",
-    ])
+    return "\n".join(
+        [
+            "apiVersion: kubescheduler.config.k8s.io/v1beta1",
+            "kind: KubeSchedulerConfiguration",
+            f"clientConnection: {{kubeconfig: {kubeconfig}, qps: {qps}, burst: {2 * qps}}}",
+            "leaderElection: {leaderElect: false}",
+            f"healthzBindAddress: 127.0.0.1:{health_port}",
+            f"metricsBindAddress: 127.0.0.1:{health_port}",
+            "",
+        ]
+    )
 
 
 def _free_port() -> int:
@@ -63,12 +65,15 @@ class KubeScheduler:
 
     def __init__(self, binary: str, kubeconfig: str, *, qps: int = 50) -> None:
         if not Path(binary).is_file() or not os.access(binary, os.X_OK):
-            raise ConfigError(f"--compare-kube-scheduler={binary!r}: not an executable file "
-                              "(e.g. ~/.cache/gpupool-k8s/bin/kube-scheduler, built by "
-                              "scripts/k8s-fixture.sh install)")
+            raise ConfigError(
+                f"--compare-kube-scheduler={binary!r}: not an executable file "
+                "(e.g. ~/.cache/gpupool-k8s/bin/kube-scheduler, built by "
+                "scripts/k8s-fixture.sh install)"
+            )
         if not Path(kubeconfig).is_file():
-            raise ConfigError(f"kubeconfig {kubeconfig!r} for kube-scheduler: no such file "
-                              "(pass --kubeconfig)")
+            raise ConfigError(
+                f"kubeconfig {kubeconfig!r} for kube-scheduler: no such file (pass --kubeconfig)"
+            )
         self.binary = binary
         self.kubeconfig = str(Path(kubeconfig).resolve())
         self.qps = qps
@@ -96,22 +101,28 @@ class KubeScheduler:
         with open(self.log_path, "wb") as log:
             self._proc = subprocess.Popen(
                 [self.binary, f"--config={config}", "--port=0", "--secure-port=0"],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
         deadline = time.monotonic() + timeout_s
         url = f"http://127.0.0.1:{self.port}/healthz"
         async with aiohttp.ClientSession() as session:
             while True:
                 if self._proc.poll() is not None:
-                    raise RuntimeError(f"kube-scheduler exited with {self._proc.returncode}:"
-                                       f"\n{self.log_tail()}")
+                    raise RuntimeError(
+                        f"kube-scheduler exited with {self._proc.returncode}:\n{self.log_tail()}"
+                    )
                 with contextlib.suppress(aiohttp.ClientError, OSError, TimeoutError):
                     async with session.get(url, timeout=aiohttp.ClientTimeout(total=2)) as r:
                         if r.status == 200:
                             return
                 if time.monotonic() > deadline:
                     self.stop()
-                    raise RuntimeError(f"kube-scheduler not healthy on {url} within "
-                                       f"{timeout_s:.0f} s:\n{self.log_tail()}")
+                    raise RuntimeError(
+                        f"kube-scheduler not healthy on {url} within "
+                        f"{timeout_s:.0f} s:\n{self.log_tail()}"
+                    )
                 await asyncio.sleep(0.2)
 
     def stop(self) -> None:

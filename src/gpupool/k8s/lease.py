@@ -37,10 +37,19 @@ def micro_time(t: float | None = None) -> str:
 
 
 class LeaderElector:
-    def __init__(self, kube: Kube, namespace: str, name: str, identity: str, *,
-                 lease_s: float = 15.0, renew_s: float = 2.0, margin_s: float = 2.0,
-                 on_started: Callable[[], Awaitable[None]] | None = None,
-                 on_stopped: Callable[[], Awaitable[None]] | None = None) -> None:
+    def __init__(
+        self,
+        kube: Kube,
+        namespace: str,
+        name: str,
+        identity: str,
+        *,
+        lease_s: float = 15.0,
+        renew_s: float = 2.0,
+        margin_s: float = 2.0,
+        on_started: Callable[[], Awaitable[None]] | None = None,
+        on_stopped: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
         self.kube = kube
         self.namespace = namespace
         self.name = name
@@ -59,8 +68,7 @@ class LeaderElector:
 
     @property
     def path(self) -> str:
-        return (f"/apis/coordination.k8s.io/v1/namespaces/{self.namespace}/leases/"
-                f"{self.name}")
+        return f"/apis/coordination.k8s.io/v1/namespaces/{self.namespace}/leases/{self.name}"
 
     def is_leader(self) -> bool:
         return self._leading and time.monotonic() < self._valid_until
@@ -74,8 +82,9 @@ class LeaderElector:
                     log.warning("lease %s/%s: %s", self.namespace, self.name, exc)
                 if self._leading and not self.is_leader():
                     await self._stop()
-                await asyncio.sleep(self.renew_s if self._leading
-                                    else max(self.renew_s, self.lease_s / 4))
+                await asyncio.sleep(
+                    self.renew_s if self._leading else max(self.renew_s, self.lease_s / 4)
+                )
         finally:
             if self._leading:
                 await self._stop()
@@ -111,9 +120,13 @@ class LeaderElector:
 
     def _spec(self, acquire: str, transitions: int) -> dict[str, Any]:
         now = micro_time()
-        return {"holderIdentity": self.identity, "leaseDurationSeconds": int(self.lease_s),
-                "acquireTime": acquire or now, "renewTime": now,
-                "leaseTransitions": transitions}
+        return {
+            "holderIdentity": self.identity,
+            "leaseDurationSeconds": int(self.lease_s),
+            "acquireTime": acquire or now,
+            "renewTime": now,
+            "leaseTransitions": transitions,
+        }
 
     async def _try(self) -> None:
         started = time.monotonic()
@@ -122,13 +135,19 @@ class LeaderElector:
         except KubeError as exc:
             if exc.status != 404:
                 raise
-            body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                    "metadata": {"name": self.name, "namespace": self.namespace},
-                    "spec": self._spec("", 0)}
+            body = {
+                "apiVersion": "coordination.k8s.io/v1",
+                "kind": "Lease",
+                "metadata": {"name": self.name, "namespace": self.namespace},
+                "spec": self._spec("", 0),
+            }
             try:
                 await self.kube.request(
-                    "POST", f"/apis/coordination.k8s.io/v1/namespaces/{self.namespace}/leases",
-                    body, timeout_s=self.timeout_s)
+                    "POST",
+                    f"/apis/coordination.k8s.io/v1/namespaces/{self.namespace}/leases",
+                    body,
+                    timeout_s=self.timeout_s,
+                )
             except KubeError as exc2:
                 if exc2.status == 409:
                     return
@@ -143,8 +162,12 @@ class LeaderElector:
         duration = float(spec.get("leaseDurationSeconds") or self.lease_s)
         now = time.monotonic()
         if holder == self.identity:
-            lease["spec"] = {**spec, **self._spec(str(spec.get("acquireTime") or ""),
-                                                   int(spec.get("leaseTransitions") or 0))}
+            lease["spec"] = {
+                **spec,
+                **self._spec(
+                    str(spec.get("acquireTime") or ""), int(spec.get("leaseTransitions") or 0)
+                ),
+            }
         else:
             if self._seen != (holder, renew):
                 self._seen, self._seen_at = (holder, renew), now

@@ -41,10 +41,19 @@ Callback = Callable[[], Awaitable[None]]
 
 
 class LeaseThread:
-    def __init__(self, kube: Kube, namespace: str, name: str, identity: str, *,
-                 lease_s: float = 15.0, renew_s: float = 2.0, margin_s: float = 2.0,
-                 on_started: Callback | None = None,
-                 on_stopped: Callback | None = None) -> None:
+    def __init__(
+        self,
+        kube: Kube,
+        namespace: str,
+        name: str,
+        identity: str,
+        *,
+        lease_s: float = 15.0,
+        renew_s: float = 2.0,
+        margin_s: float = 2.0,
+        on_started: Callback | None = None,
+        on_stopped: Callback | None = None,
+    ) -> None:
         self.kube = kube
         self.namespace = namespace
         self.name = name
@@ -74,8 +83,9 @@ class LeaseThread:
     async def run(self) -> None:
         """Starts the lease thread and waits for it; cancelled, gives the lease up."""
         self._main = asyncio.get_running_loop()
-        self._thread = threading.Thread(target=self._thread_main, daemon=True,
-                                        name=f"lease {self.namespace}/{self.name}")
+        self._thread = threading.Thread(
+            target=self._thread_main, daemon=True, name=f"lease {self.namespace}/{self.name}"
+        )
         self._thread.start()
         try:
             await asyncio.wrap_future(self._ended)
@@ -107,6 +117,7 @@ class LeaseThread:
                 return
             with contextlib.suppress(RuntimeError):  # the controller's loop is closing
                 asyncio.run_coroutine_threadsafe(_called(callback), main)
+
         return relay
 
     def _thread_main(self) -> None:
@@ -124,9 +135,16 @@ class LeaseThread:
         self._loop = asyncio.get_running_loop()
         kube = Kube(self.kube.cfg, connections=4)
         self.elector = LeaderElector(
-            kube, self.namespace, self.name, self.identity, lease_s=self.lease_s,
-            renew_s=self.renew_s, margin_s=self.margin_s,
-            on_started=self._relay(self.on_started), on_stopped=self._relay(self.on_stopped))
+            kube,
+            self.namespace,
+            self.name,
+            self.identity,
+            lease_s=self.lease_s,
+            renew_s=self.renew_s,
+            margin_s=self.margin_s,
+            on_started=self._relay(self.on_started),
+            on_stopped=self._relay(self.on_stopped),
+        )
         self._task = asyncio.current_task()
         self._ready.set()
         try:

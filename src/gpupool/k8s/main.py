@@ -42,12 +42,12 @@ log = logging.getLogger("gpupool.k8s")
 
 def default_config(queue: str = "default") -> QueueConfig:
     """One ClusterQueue without quota (and a LocalQueue of the same name)."""
-    return QueueConfig(cluster_queues=(ClusterQueue(queue, flavors=()),),
-                       local_queues=(LocalQueue(queue, queue),)).validate()
+    return QueueConfig(
+        cluster_queues=(ClusterQueue(queue, flavors=()),), local_queues=(LocalQueue(queue, queue),)
+    ).validate()
 
 
-async def load_crd_config(kube: Kube, default_queue: str = "default"
-                          ) -> tuple[QueueConfig, bool]:
+async def load_crd_config(kube: Kube, default_queue: str = "default") -> tuple[QueueConfig, bool]:
     """The queue configuration from gpupool's CRD objects; (config, whether CRDs exist)."""
     docs, present = await queue_documents(kube)
     if not docs:
@@ -56,29 +56,37 @@ async def load_crd_config(kube: Kube, default_queue: str = "default"
 
 
 def options_from_args(args: argparse.Namespace) -> Options:
-    names = ResourceNames(count=args.gpu_resource, memory=args.gpumem_resource,
-                          memory_percentage=args.gpumem_percentage_resource,
-                          cores=args.gpucores_resource)
+    names = ResourceNames(
+        count=args.gpu_resource,
+        memory=args.gpumem_resource,
+        memory_percentage=args.gpumem_percentage_resource,
+        cores=args.gpucores_resource,
+    )
     extra: dict[str, Any] = {}
     if getattr(args, "prometheus", ""):
         extra.update(measured_options(args))
     if getattr(args, "identity", ""):
         extra["identity"] = args.identity
-    return Options(scheduler_name=args.scheduler_name, default_queue=args.default_queue,
-                   names=names, lease_namespace=getattr(args, "lease_namespace",
-                                                        "gpupool-system"),
-                   lease_name=getattr(args, "lease_name", "gpupool-scheduler"),
-                   leader_elect=not getattr(args, "no_leader_elect", False),
-                   lease_s=getattr(args, "lease_duration", 15.0),
-                   renew_s=getattr(args, "renew_interval", 2.0),
-                   annotate_first=getattr(args, "annotate_first", False),
-                   bind_queue_weight=getattr(args, "bind_queue_weight", 1.0),
-                   foreign_schedulers=tuple(getattr(args, "extender_for", ())), **extra)
+    return Options(
+        scheduler_name=args.scheduler_name,
+        default_queue=args.default_queue,
+        names=names,
+        lease_namespace=getattr(args, "lease_namespace", "gpupool-system"),
+        lease_name=getattr(args, "lease_name", "gpupool-scheduler"),
+        leader_elect=not getattr(args, "no_leader_elect", False),
+        lease_s=getattr(args, "lease_duration", 15.0),
+        renew_s=getattr(args, "renew_interval", 2.0),
+        annotate_first=getattr(args, "annotate_first", False),
+        bind_queue_weight=getattr(args, "bind_queue_weight", 1.0),
+        foreign_schedulers=tuple(getattr(args, "extender_for", ())),
+        **extra,
+    )
 
 
 def run_command(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     return asyncio.run(_run(args))
 
 
@@ -102,19 +110,26 @@ async def _run(args: argparse.Namespace) -> int:
                 try:
                     config, use_crds = await load_crd_config(kube, args.default_queue)
                 except ConfigError as exc:  # never down for a bad object: wait for a fix
-                    log.error("gpupool.io queue objects: %s; no queue admits anything until "
-                              "they load", exc)
+                    log.error(
+                        "gpupool.io queue objects: %s; no queue admits anything until they load",
+                        exc,
+                    )
                     config, use_crds, unloaded = default_config(args.default_queue), True, True
             controller = (KueueController if kueue is not None else Controller)(
-                kube, config, options_from_args(args))
+                kube, config, options_from_args(args)
+            )
             servers = await _serve(args, controller)
             changed = asyncio.Event()
             if unloaded:
                 changed.set()  # read them again once running: the bad object gets its Event
-            watchers = [asyncio.create_task(_watch_crds(kube, changed)),
-                        asyncio.create_task(_apply_crds(kube, controller, changed,
-                                                        args.default_queue))
-                        ] if use_crds else []
+            watchers = (
+                [
+                    asyncio.create_task(_watch_crds(kube, changed)),
+                    asyncio.create_task(_apply_crds(kube, controller, changed, args.default_queue)),
+                ]
+                if use_crds
+                else []
+            )
             status = CrdStatus(kube, controller) if use_crds else None
             if status is not None:
                 watchers.append(asyncio.create_task(status.run()))
@@ -147,8 +162,9 @@ async def _run(args: argparse.Namespace) -> int:
 async def _has_elastic_crds(kube: Kube) -> bool:
     """Whether the cluster serves the Elastic GPU kinds (``elasticgpu.io/v1alpha1``)."""
     try:
-        await kube.request("GET", "/apis/elasticgpu.io/v1alpha1/elasticgpuclasses",
-                           params={"limit": "1"})
+        await kube.request(
+            "GET", "/apis/elasticgpu.io/v1alpha1/elasticgpuclasses", params={"limit": "1"}
+        )
     except KubeError as exc:
         if exc.status == 404:
             return False
@@ -156,8 +172,9 @@ async def _has_elastic_crds(kube: Kube) -> bool:
     return True
 
 
-async def _apply_crds(kube: Kube, controller: Controller, changed: asyncio.Event,
-                      default_queue: str) -> None:
+async def _apply_crds(
+    kube: Kube, controller: Controller, changed: asyncio.Event, default_queue: str
+) -> None:
     """Applies changes to gpupool's queue objects in place (``k8s/reconfigure.py``): no
     informer, server or Lease restarts. Objects that do not load, or a configuration the
     scheduler refuses, leave the last configuration in use, said in the log and, where the
@@ -193,11 +210,13 @@ def _mark_bad(controller: Controller, exc: ConfigError) -> None:
     kind, name = exc.document
     namespace, _, short = name.rpartition("/")
     meta = {"name": short, **({"namespace": namespace} if namespace else {})}
-    what = (f"{exc.field}={exc.value!r}: {exc.rule}" if exc.field and exc.rule
-            else str(exc))
-    controller.status.record({"apiVersion": API, "kind": kind, "metadata": meta}, "Warning",
-                             "InvalidConfiguration",
-                             f"{what}; gpupool keeps its last valid queue configuration")
+    what = f"{exc.field}={exc.value!r}: {exc.rule}" if exc.field and exc.rule else str(exc)
+    controller.status.record(
+        {"apiVersion": API, "kind": kind, "metadata": meta},
+        "Warning",
+        "InvalidConfiguration",
+        f"{what}; gpupool keeps its last valid queue configuration",
+    )
 
 
 async def _watch_crds(kube: Kube, dirty: asyncio.Event) -> None:
@@ -208,8 +227,10 @@ async def _watch_crds(kube: Kube, dirty: asyncio.Event) -> None:
         if synced and (event == "DELETED" or old is None or obj.get("spec") != old.get("spec")):
             dirty.set()
 
-    informers = [Informer(kube, f"/apis/gpupool.io/v1alpha1/{plural}", changed, name=plural)
-                 for plural in CRD_KINDS.values()]
+    informers = [
+        Informer(kube, f"/apis/gpupool.io/v1alpha1/{plural}", changed, name=plural)
+        for plural in CRD_KINDS.values()
+    ]
     tasks = [asyncio.create_task(i.run()) for i in informers]
     try:
         for i in informers:
@@ -239,7 +260,6 @@ async def _serve(args: argparse.Namespace, controller: Controller) -> list[Any]:
     return runners
 
 
-
 def measured_options(args: argparse.Namespace) -> dict[str, Any]:
     """``Options`` fields of the measured-use flags; ConfigError names a bad one."""
     from gpupool.core.usage import LoadSettings
@@ -253,10 +273,15 @@ def measured_options(args: argparse.Namespace) -> dict[str, Any]:
         raise ConfigError(f"--measured-hot-pct {hot:g}: must be above 0 and at most 100")
     labels = tuple(args.prometheus_hostname_label) or ("Hostname", "hostname")
     return {
-        "prometheus": PrometheusSettings(url=args.prometheus, lookback_s=4 * interval,
-                                         query=args.prometheus_query,
-                                         hostname_labels=labels).validate(),
-        "measured": LoadSettings(window_s=args.measured_window,
-                                 stale_after_s=args.measured_stale_after).validate(),
-        "measured_interval_s": interval, "hot_pct": hot,
+        "prometheus": PrometheusSettings(
+            url=args.prometheus,
+            lookback_s=4 * interval,
+            query=args.prometheus_query,
+            hostname_labels=labels,
+        ).validate(),
+        "measured": LoadSettings(
+            window_s=args.measured_window, stale_after_s=args.measured_stale_after
+        ).validate(),
+        "measured_interval_s": interval,
+        "hot_pct": hot,
     }

@@ -27,8 +27,9 @@ log = logging.getLogger("gpupool.k8s.measured")
 
 
 def resolver(c: Controller) -> Resolve:
-    return inventory_resolver((NodeName(n.name), g.index, g.uuid)
-                              for n in c.nodes_by_name.values() for g in n.gpus)
+    return inventory_resolver(
+        (NodeName(n.name), g.index, g.uuid) for n in c.nodes_by_name.values() for g in n.gpus
+    )
 
 
 async def measured_loop(c: Controller, feed: MeasuredUse) -> None:

@@ -39,8 +39,7 @@ class MigLedger:
     def has_mig(self, node: str) -> bool:
         return node in self.profiles
 
-    def take(self, key: str, node: str, allocations: Sequence[MigAllocation],
-             held: bool) -> bool:
+    def take(self, key: str, node: str, allocations: Sequence[MigAllocation], held: bool) -> bool:
         """Records the pod's instances; whether anything changed."""
         entry = (node, tuple(allocations), held)
         if not allocations:
@@ -60,12 +59,16 @@ class MigLedger:
         return () if entry is None else entry[1]
 
     def occupied(self, node: str, uuid: str) -> list[Span]:
-        return [a.span for n, allocs, _ in self.pods.values() if n == node
-                for a in allocs if a.uuid == uuid]
+        return [
+            a.span
+            for n, allocs, _ in self.pods.values()
+            if n == node
+            for a in allocs
+            if a.uuid == uuid
+        ]
 
     def profile(self, node: str, uuid: str, name: str) -> HamiMigProfile | None:
-        return next((p for p in self.profiles.get(node, {}).get(uuid, ()) if p.name == name),
-                    None)
+        return next((p for p in self.profiles.get(node, {}).get(uuid, ()) if p.name == name), None)
 
     def counted(self, node: Node) -> Node:
         """``node`` with its MIG-mode cards' instance counts as the instances on them leave
@@ -80,9 +83,19 @@ class MigLedger:
                     per = held.setdefault(a.uuid, {})
                     per[a.profile] = per.get(a.profile, 0) + 1
         gpus = tuple(
-            replace(g, mig=instances(mine[g.uuid], self.occupied(str(node.name), g.uuid),
-                                     held.get(g.uuid, {}), usable=g.healthy))
-            if g.uuid in mine else g for g in node.gpus)
+            replace(
+                g,
+                mig=instances(
+                    mine[g.uuid],
+                    self.occupied(str(node.name), g.uuid),
+                    held.get(g.uuid, {}),
+                    usable=g.healthy,
+                ),
+            )
+            if g.uuid in mine
+            else g
+            for g in node.gpus
+        )
         return replace(node, gpus=gpus)
 
     def cards(self, nodes: Mapping[str, Node]) -> Iterator[MigCard]:

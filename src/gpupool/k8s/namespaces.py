@@ -45,8 +45,9 @@ class Namespaces:
     def __init__(self, kube: Kube, on_change: Callable[[str], None]) -> None:
         self.labels: dict[str, dict[str, str]] = {}
         self.watched = False  # True once listed and synced
-        self.informer = Informer(kube, NAMESPACES, self._on_event, name="namespaces",
-                                 transform=slim.metadata_only)
+        self.informer = Informer(
+            kube, NAMESPACES, self._on_event, name="namespaces", transform=slim.metadata_only
+        )
         self._on_change = on_change
 
     def _on_event(self, event: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:

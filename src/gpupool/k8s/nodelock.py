@@ -34,7 +34,12 @@ from gpupool.core.errors import AdapterError
 from gpupool.k8s.kube import MERGE_PATCH, Kube, KubeError
 
 __all__ = [
-    "LOCK_ANNOTATION", "LOCK_EXPIRE_S", "LockBusy", "NodeLock", "NodeLocks", "format_lock",
+    "LOCK_ANNOTATION",
+    "LOCK_EXPIRE_S",
+    "LockBusy",
+    "NodeLock",
+    "NodeLocks",
+    "format_lock",
     "parse_lock",
 ]
 
@@ -63,8 +68,9 @@ class LockBusy(AdapterError):
     def __init__(self, node: str, lock: NodeLock) -> None:
         self.node = node
         self.lock = lock
-        super().__init__(f"node {node} is locked for {lock.namespace}/{lock.name} since "
-                         f"{format_time(lock.at_s)}")
+        super().__init__(
+            f"node {node} is locked for {lock.namespace}/{lock.name} since {format_time(lock.at_s)}"
+        )
 
 
 def format_time(t: float) -> str:
@@ -80,13 +86,16 @@ def parse_lock(value: str) -> NodeLock:
     """A lock annotation's value; ValueError naming the value when it is malformed."""
     parts = value.split(_SEP)
     if len(parts) not in (1, 3):
-        raise ValueError(f"{LOCK_ANNOTATION}={value!r}: expected '<RFC 3339 time>' or "
-                         f"'<time>,<namespace>,<name>', got {len(parts)} parts")
+        raise ValueError(
+            f"{LOCK_ANNOTATION}={value!r}: expected '<RFC 3339 time>' or "
+            f"'<time>,<namespace>,<name>', got {len(parts)} parts"
+        )
     try:
         at = dt.datetime.fromisoformat(parts[0].replace("Z", "+00:00"))
     except ValueError as exc:
-        raise ValueError(f"{LOCK_ANNOTATION}={value!r}: {parts[0]!r} is not an RFC 3339 "
-                         "time") from exc
+        raise ValueError(
+            f"{LOCK_ANNOTATION}={value!r}: {parts[0]!r} is not an RFC 3339 time"
+        ) from exc
     if at.tzinfo is None:
         raise ValueError(f"{LOCK_ANNOTATION}={value!r}: {parts[0]!r} has no time zone")
     if len(parts) == 1:
@@ -117,9 +126,16 @@ class NodeLocks:
     says whether a lock's pod still exists (a dangling lock is taken over).
     """
 
-    def __init__(self, kube: Kube, cached: Callable[[str], Mapping[str, Any] | None],
-                 pod_exists: PodExists, *, expire_s: float = LOCK_EXPIRE_S,
-                 clock: Callable[[], float], attempts: int = 5) -> None:
+    def __init__(
+        self,
+        kube: Kube,
+        cached: Callable[[str], Mapping[str, Any] | None],
+        pod_exists: PodExists,
+        *,
+        expire_s: float = LOCK_EXPIRE_S,
+        clock: Callable[[], float],
+        attempts: int = 5,
+    ) -> None:
         self.kube = kube
         self.cached = cached
         self.pod_exists = pod_exists
@@ -136,8 +152,9 @@ class NodeLocks:
         meta: dict[str, Any] = {"annotations": {LOCK_ANNOTATION: value}}
         if version:
             meta["resourceVersion"] = version
-        await self.kube.request("PATCH", f"/api/v1/nodes/{node}", {"metadata": meta},
-                                content_type=MERGE_PATCH)
+        await self.kube.request(
+            "PATCH", f"/api/v1/nodes/{node}", {"metadata": meta}, content_type=MERGE_PATCH
+        )
 
     async def acquire(self, node: str, namespace: str, name: str) -> None:
         """Takes the node's lock for pod ``namespace/name``. LockBusy when another pod's
@@ -163,8 +180,12 @@ class NodeLocks:
                 if exc.status != 409:
                     raise
                 obj = await self._get(node)  # someone wrote the node: look again
-        raise KubeError(409, "Conflict", f"node lock for {namespace}/{name} lost the race "
-                       f"{self.attempts} times", f"PATCH /api/v1/nodes/{node}")
+        raise KubeError(
+            409,
+            "Conflict",
+            f"node lock for {namespace}/{name} lost the race {self.attempts} times",
+            f"PATCH /api/v1/nodes/{node}",
+        )
 
     async def _stale(self, lock: NodeLock) -> bool:
         if self.clock() - lock.at_s > self.expire_s:

@@ -87,8 +87,7 @@ class ExtendedAndMigResources(ControllerParts):
                 new = self.read_request(pod)
             except (InvalidJobError, NotFoundError, TranslateError):
                 continue  # read again, and refused with the reason, at its admission
-            if (new.gpu.mig_profile, new.gpu.models) != (req.gpu.mig_profile,
-                                                         req.gpu.models):
+            if (new.gpu.mig_profile, new.gpu.models) != (req.gpu.mig_profile, req.gpu.models):
                 again.append(key)
         for key in again:
             self._pod_ended(key)
@@ -110,16 +109,25 @@ class ExtendedAndMigResources(ControllerParts):
         out: list[MigAllocation] = []
         for device, s in enumerate(p.shares):
             card = cards.get(s.index)
-            profile = None if card is None else self.mig.profile(str(p.node), card.uuid,
-                                                                 s.mig_profile or "")
+            profile = (
+                None
+                if card is None
+                else self.mig.profile(str(p.node), card.uuid, s.mig_profile or "")
+            )
             if card is None or profile is None:
                 return f"card {s.index} of {p.node} offers no MIG profile {s.mig_profile}"
             taken = self.mig.occupied(str(p.node), card.uuid) + [
-                a.span for a in out if a.uuid == card.uuid]
+                a.span for a in out if a.uuid == card.uuid
+            ]
             span = choose_placement(profile, taken)
             if span is None:
-                return (f"card {card.uuid} has no free placement for a {profile.name} "
-                        f"instance beside {sorted(taken)}")
-            out.append(MigAllocation(req.containers[0].slot, device, card.uuid, profile.name,
-                                     span[0], span[1]))
+                return (
+                    f"card {card.uuid} has no free placement for a {profile.name} "
+                    f"instance beside {sorted(taken)}"
+                )
+            out.append(
+                MigAllocation(
+                    req.containers[0].slot, device, card.uuid, profile.name, span[0], span[1]
+                )
+            )
         return out

@@ -27,8 +27,7 @@ class NodeEvents(ControllerParts):
         for name in self.usage.take_changed() if names is None else names:
             if name in self.nodes_by_name:
                 used = self.usage.of(name)
-                self.sched.set_outside(NodeName(name), used.get("cpu", 0),
-                                       used.get("memory", 0))
+                self.sched.set_outside(NodeName(name), used.get("cpu", 0), used.get("memory", 0))
 
     def _on_node(self, event: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
         name = str((obj.get("metadata") or {}).get("name"))

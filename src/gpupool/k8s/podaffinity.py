@@ -32,8 +32,15 @@ from gpupool.core.affinity import (
 )
 from gpupool.core.errors import InvalidJobError
 
-__all__ = ["NamespaceLabels", "affinity_terms", "has_namespace_selector", "pod_meta",
-           "preferred_terms", "spread_constraints", "unhonoured"]
+__all__ = [
+    "NamespaceLabels",
+    "affinity_terms",
+    "has_namespace_selector",
+    "pod_meta",
+    "preferred_terms",
+    "spread_constraints",
+    "unhonoured",
+]
 
 NamespaceLabels = Mapping[str, Mapping[str, str]]
 """Namespace name -> its labels, every Namespace the API server has."""
@@ -52,8 +59,7 @@ def label_selector(raw: Any, where: str) -> LabelSelector | None:
     if raw is None:
         return None
     if not isinstance(raw, Mapping):
-        raise InvalidJobError(where, raw, "must be an object with matchLabels, "
-                              "matchExpressions")
+        raise InvalidJobError(where, raw, "must be an object with matchLabels, matchExpressions")
     labels = raw.get("matchLabels") or {}
     if not isinstance(labels, Mapping) or not all(isinstance(v, str) for v in labels.values()):
         raise InvalidJobError(f"{where}.matchLabels", labels, "must map keys to strings")
@@ -64,8 +70,9 @@ def label_selector(raw: Any, where: str) -> LabelSelector | None:
             raise InvalidJobError(at, e, "must be an object with key, operator, values")
         op = str(e.get("operator", ""))
         if op not in SELECTOR_OPERATORS:
-            raise InvalidJobError(f"{at}.operator", op,
-                                  "must be one of " + ", ".join(SELECTOR_OPERATORS))
+            raise InvalidJobError(
+                f"{at}.operator", op, "must be one of " + ", ".join(SELECTOR_OPERATORS)
+            )
         values = e.get("values") or ()
         if isinstance(values, str) or not all(isinstance(v, str) for v in values):
             raise InvalidJobError(f"{at}.values", values, "must be a list of strings")
@@ -77,16 +84,19 @@ def label_selector(raw: Any, where: str) -> LabelSelector | None:
     return LabelSelector(tuple(sorted((str(k), v) for k, v in labels.items())), tuple(exprs))
 
 
-def affinity_terms(pod: Mapping[str, Any], kind: str,
-                   namespaces: NamespaceLabels | None = None) -> tuple[PodAffinityTerm, ...]:
+def affinity_terms(
+    pod: Mapping[str, Any], kind: str, namespaces: NamespaceLabels | None = None
+) -> tuple[PodAffinityTerm, ...]:
     """The required terms of ``spec.affinity.<kind>`` (podAffinity or podAntiAffinity);
     ``namespaces`` resolves a non-empty ``namespaceSelector`` (None: not resolved, the term
     then counts the namespaces listed, else the pod's own)."""
     spec = pod.get("spec") or {}
     raw = ((spec.get("affinity") or {}).get(kind) or {}).get(REQUIRED) or ()
     own = _namespace(pod)
-    return tuple(_term(term, f"spec.affinity.{kind}.{REQUIRED}[{i}]", own, namespaces)
-                 for i, term in enumerate(raw))
+    return tuple(
+        _term(term, f"spec.affinity.{kind}.{REQUIRED}[{i}]", own, namespaces)
+        for i, term in enumerate(raw)
+    )
 
 
 def has_namespace_selector(pod: Mapping[str, Any]) -> bool:
@@ -96,16 +106,18 @@ def has_namespace_selector(pod: Mapping[str, Any]) -> bool:
     for kind in ("podAffinity", "podAntiAffinity"):
         rules = affinity.get(kind) or {}
         terms = list(rules.get(REQUIRED) or ()) + [
-            (t or {}).get("podAffinityTerm") for t in rules.get(PREFERRED) or ()
-            if isinstance(t, Mapping)]
+            (t or {}).get("podAffinityTerm")
+            for t in rules.get(PREFERRED) or ()
+            if isinstance(t, Mapping)
+        ]
         if any(isinstance(t, Mapping) and t.get("namespaceSelector") for t in terms):
             return True
     return False
 
 
-def preferred_terms(pod: Mapping[str, Any], kind: str,
-                    namespaces: NamespaceLabels | None = None
-                    ) -> tuple[tuple[int, PodAffinityTerm], ...]:
+def preferred_terms(
+    pod: Mapping[str, Any], kind: str, namespaces: NamespaceLabels | None = None
+) -> tuple[tuple[int, PodAffinityTerm], ...]:
     """The preferred terms of ``spec.affinity.<kind>``, each with its weight (1..100)."""
     spec = pod.get("spec") or {}
     raw = ((spec.get("affinity") or {}).get(kind) or {}).get(PREFERRED) or ()
@@ -118,13 +130,16 @@ def preferred_terms(pod: Mapping[str, Any], kind: str,
         weight = item.get("weight")
         if not isinstance(weight, int) or isinstance(weight, bool) or not 1 <= weight <= 100:
             raise InvalidJobError(f"{where}.weight", weight, "must be an integer in 1..100")
-        out.append((weight, _term(item.get("podAffinityTerm"), f"{where}.podAffinityTerm",
-                                  own, namespaces)))
+        out.append(
+            (
+                weight,
+                _term(item.get("podAffinityTerm"), f"{where}.podAffinityTerm", own, namespaces),
+            )
+        )
     return tuple(out)
 
 
-def _term(term: Any, where: str, own: str,
-          known: NamespaceLabels | None = None) -> PodAffinityTerm:
+def _term(term: Any, where: str, own: str, known: NamespaceLabels | None = None) -> PodAffinityTerm:
     """One pod affinity term at ``where``; namespaces defaulted as Kubernetes does
     (kube-scheduler's ``newAffinityTerm``: the own namespace only when neither
     ``namespaces`` nor ``namespaceSelector`` is given)."""
@@ -144,15 +159,18 @@ def _term(term: Any, where: str, own: str,
         chosen = label_selector(ns_selector, f"{where}.namespaceSelector")
         assert chosen is not None
         namespaces = frozenset(listed) | frozenset(
-            name for name, labels in known.items() if chosen.matches(labels))
+            name for name, labels in known.items() if chosen.matches(labels)
+        )
     else:
         namespaces = frozenset(listed) or frozenset({own})
-    return PodAffinityTerm(key, label_selector(term.get("labelSelector"),
-                                               f"{where}.labelSelector"), namespaces)
+    return PodAffinityTerm(
+        key, label_selector(term.get("labelSelector"), f"{where}.labelSelector"), namespaces
+    )
 
 
-def spread_constraints(pod: Mapping[str, Any], when: str = "DoNotSchedule"
-                       ) -> tuple[SpreadConstraint, ...]:
+def spread_constraints(
+    pod: Mapping[str, Any], when: str = "DoNotSchedule"
+) -> tuple[SpreadConstraint, ...]:
     """The pod's topology spread constraints of ``whenUnsatisfiable: <when>``."""
     out = []
     for i, c in enumerate((pod.get("spec") or {}).get("topologySpreadConstraints") or ()):
@@ -161,8 +179,9 @@ def spread_constraints(pod: Mapping[str, Any], when: str = "DoNotSchedule"
             raise InvalidJobError(where, c, "must be a topology spread constraint")
         given = c.get("whenUnsatisfiable", "DoNotSchedule")
         if given not in ("DoNotSchedule", "ScheduleAnyway"):
-            raise InvalidJobError(f"{where}.whenUnsatisfiable", given,
-                                  "must be DoNotSchedule or ScheduleAnyway")
+            raise InvalidJobError(
+                f"{where}.whenUnsatisfiable", given, "must be DoNotSchedule or ScheduleAnyway"
+            )
         if c.get("whenUnsatisfiable", "DoNotSchedule") != when:
             continue
         skew = c.get("maxSkew")
@@ -172,13 +191,20 @@ def spread_constraints(pod: Mapping[str, Any], when: str = "DoNotSchedule"
         if not isinstance(key, str) or not key:
             raise InvalidJobError(f"{where}.topologyKey", key, "must be a non-empty label key")
         min_domains = c.get("minDomains")
-        if min_domains is not None and (not isinstance(min_domains, int)
-                                        or isinstance(min_domains, bool) or min_domains < 1):
-            raise InvalidJobError(f"{where}.minDomains", min_domains,
-                                  "must be an integer of at least 1")
-        out.append(SpreadConstraint(skew, key, label_selector(c.get("labelSelector"),
-                                                              f"{where}.labelSelector"),
-                                    min_domains))
+        if min_domains is not None and (
+            not isinstance(min_domains, int) or isinstance(min_domains, bool) or min_domains < 1
+        ):
+            raise InvalidJobError(
+                f"{where}.minDomains", min_domains, "must be an integer of at least 1"
+            )
+        out.append(
+            SpreadConstraint(
+                skew,
+                key,
+                label_selector(c.get("labelSelector"), f"{where}.labelSelector"),
+                min_domains,
+            )
+        )
     return tuple(out)
 
 
@@ -191,8 +217,7 @@ def pod_meta(pod: Mapping[str, Any], namespaces: NamespaceLabels | None = None) 
         anti = affinity_terms(pod, "podAntiAffinity", namespaces)
     except InvalidJobError:
         anti = ()
-    return PodMeta(_namespace(pod), labels, anti,
-                   terminating=bool(meta.get("deletionTimestamp")))
+    return PodMeta(_namespace(pod), labels, anti, terminating=bool(meta.get("deletionTimestamp")))
 
 
 def unhonoured(pod: Mapping[str, Any], namespaces_known: bool = False) -> list[str]:
@@ -212,8 +237,10 @@ def unhonoured(pod: Mapping[str, Any], namespaces_known: bool = False) -> list[s
                 if term.get(f):
                     out.append(f"{where}.{f}")
     for i, c in enumerate(spec.get("topologySpreadConstraints") or ()):
-        if not isinstance(c, Mapping) or c.get("whenUnsatisfiable",
-                                                "DoNotSchedule") != "DoNotSchedule":
+        if (
+            not isinstance(c, Mapping)
+            or c.get("whenUnsatisfiable", "DoNotSchedule") != "DoNotSchedule"
+        ):
             continue
         where = f"spec.topologySpreadConstraints[{i}]"
         if c.get("matchLabelKeys"):

@@ -58,8 +58,7 @@ def is_reduced(pod: Mapping[str, Any]) -> bool:
 class PodEvents(ControllerParts):
     """The pod half of :class:`~gpupool.k8s.controller.Controller` (mixed into it)."""
 
-    def _on_pod(self, event: str, obj: dict[str, Any],
-                old: dict[str, Any] | None) -> None:
+    def _on_pod(self, event: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
         if self.sched is None:
             return
         key = object_key(obj)

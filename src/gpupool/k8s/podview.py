@@ -96,8 +96,11 @@ def reduce(pod: dict[str, Any]) -> dict[str, Any]:
     """A pod of another scheduler, cut down to what counting it needs."""
     meta = pod.get("metadata") or {}
     spec = pod.get("spec") or {}
-    small_meta = {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion",
-                                       "labels", "deletionTimestamp") if k in meta}
+    small_meta = {
+        k: meta[k]
+        for k in ("name", "namespace", "uid", "resourceVersion", "labels", "deletionTimestamp")
+        if k in meta
+    }
     mig = (meta.get("annotations") or {}).get(MIG_ALLOCATIONS)
     if mig:  # the MIG instances HAMi's scheduler placed it on
         small_meta["annotations"] = {MIG_ALLOCATIONS: mig}
@@ -137,8 +140,11 @@ class NodeUsage:
 
     def _add(self, node: str, usage: PodUsage, sign: int) -> None:
         sums = self._nodes.setdefault(node, {})
-        for name, value in (("cpu", usage.cpu_milli), ("memory", usage.memory_mib),
-                            *usage.extended.items()):
+        for name, value in (
+            ("cpu", usage.cpu_milli),
+            ("memory", usage.memory_mib),
+            *usage.extended.items(),
+        ):
             sums[name] = sums.get(name, 0) + sign * value
         if not any(sums.values()):
             del self._nodes[node]

@@ -40,34 +40,76 @@ __all__ = [
 
 Shape = dict[str, Any]
 
-_META: Shape = {"*": True, "managedFields": False,
-               "ownerReferences": [{"apiVersion": True, "kind": True, "name": True,
-                                    "controller": True}]}
-NODE: Shape = {"kind": True, "apiVersion": True, "metadata": _META,
-               "spec": {"taints": True, "unschedulable": True, "providerID": True},
-               "status": {"allocatable": True, "capacity": True,
-                          "conditions": [{"type": True, "status": True, "reason": True}]}}
+_META: Shape = {
+    "*": True,
+    "managedFields": False,
+    "ownerReferences": [{"apiVersion": True, "kind": True, "name": True, "controller": True}],
+}
+NODE: Shape = {
+    "kind": True,
+    "apiVersion": True,
+    "metadata": _META,
+    "spec": {"taints": True, "unschedulable": True, "providerID": True},
+    "status": {
+        "allocatable": True,
+        "capacity": True,
+        "conditions": [{"type": True, "status": True, "reason": True}],
+    },
+}
 _CONTAINERS = ("containers", "initContainers")
 POD_PENDING: Shape = {
-    "kind": True, "apiVersion": True, "metadata": _META,
-    "spec": {"*": True, **{k: [{"name": True, "image": True, "resources": True,
-                                "ports": True, "securityContext": True,
-                                "restartPolicy": True}] for k in _CONTAINERS}},
-    "status": {"phase": True}}
+    "kind": True,
+    "apiVersion": True,
+    "metadata": _META,
+    "spec": {
+        "*": True,
+        **{
+            k: [
+                {
+                    "name": True,
+                    "image": True,
+                    "resources": True,
+                    "ports": True,
+                    "securityContext": True,
+                    "restartPolicy": True,
+                }
+            ]
+            for k in _CONTAINERS
+        },
+    },
+    "status": {"phase": True},
+}
 POD_BOUND: Shape = {
-    "kind": True, "apiVersion": True, "metadata": _META,
-    "spec": {"*": True, "volumes": False,
-             **{k: [{"name": True, "resources": True}] for k in _CONTAINERS}},
-    "status": {"phase": True}}
+    "kind": True,
+    "apiVersion": True,
+    "metadata": _META,
+    "spec": {
+        "*": True,
+        "volumes": False,
+        **{k: [{"name": True, "resources": True}] for k in _CONTAINERS},
+    },
+    "status": {"phase": True},
+}
 POD_OTHER: Shape = {
-    "kind": True, "apiVersion": True,
-    "metadata": {**{k: True for k in ("name", "namespace", "uid", "resourceVersion",
-                                      "labels", "deletionTimestamp")},
-                 # the MIG instances such a pod holds (HAMi's scheduler placed it)
-                 "annotations": {"hami.io/vgpu-mig-allocations": True}},
-    "spec": {"nodeName": True, "schedulerName": True, "affinity": True, "overhead": True,
-             **{k: [{"resources": True}] for k in _CONTAINERS}},
-    "status": {"phase": True}}
+    "kind": True,
+    "apiVersion": True,
+    "metadata": {
+        **{
+            k: True
+            for k in ("name", "namespace", "uid", "resourceVersion", "labels", "deletionTimestamp")
+        },
+        # the MIG instances such a pod holds (HAMi's scheduler placed it)
+        "annotations": {"hami.io/vgpu-mig-allocations": True},
+    },
+    "spec": {
+        "nodeName": True,
+        "schedulerName": True,
+        "affinity": True,
+        "overhead": True,
+        **{k: [{"resources": True}] for k in _CONTAINERS},
+    },
+    "status": {"phase": True},
+}
 
 
 def available() -> bool:
@@ -77,11 +119,13 @@ def available() -> bool:
 def pod_shape(watched: frozenset[str]) -> Callable[[Any], Shape]:
     """The shape of a pod: its scheduler's pods (``watched``) pending or bound, or another
     scheduler's pod (what ``podview.reduce`` reads)."""
+
     def shape(pod: Any) -> Shape:
         spec = pod.get("spec") or {}
         if spec.get("schedulerName") not in watched:
             return POD_OTHER
         return POD_BOUND if spec.get("nodeName") else POD_PENDING
+
     return shape
 
 
@@ -133,16 +177,20 @@ def project(value: Any, shape: Any) -> Any:
     return out
 
 
-def items(raw: bytes, shape: Callable[[Any], Shape | None]) -> Iterator[dict[str, Any] | tuple[
-        str, str, str]]:
+def items(
+    raw: bytes, shape: Callable[[Any], Shape | None]
+) -> Iterator[dict[str, Any] | tuple[str, str, str]]:
     """Parses a list page: first ``(kind, resourceVersion, continue)``, then each item
     projected to ``shape(item)`` (``None``: the item whole)."""
     assert simdjson is not None
     parser: Any = simdjson.Parser()
     doc: Any = parser.parse(raw)
     meta = doc.get("metadata") or {}
-    yield (str(doc.get("kind") or ""), str(meta.get("resourceVersion") or ""),
-           str(meta.get("continue") or ""))
+    yield (
+        str(doc.get("kind") or ""),
+        str(meta.get("resourceVersion") or ""),
+        str(meta.get("continue") or ""),
+    )
     listed = doc.get("items") or []
     for i in range(len(listed)):
         item = listed[i]

@@ -74,9 +74,19 @@ if TYPE_CHECKING:
     from gpupool.core.decisions import CycleResult
     from gpupool.k8s.controller import Controller
 
-__all__ = ["API", "PR_PATH", "Marks", "ProvisioningAdapter", "attempt_of", "conditions_of",
-           "marks_of", "pod_template", "request_from_object", "request_object",
-           "template_name"]
+__all__ = [
+    "API",
+    "PR_PATH",
+    "Marks",
+    "ProvisioningAdapter",
+    "attempt_of",
+    "conditions_of",
+    "marks_of",
+    "pod_template",
+    "request_from_object",
+    "request_object",
+    "template_name",
+]
 
 log = logging.getLogger("gpupool.k8s.provisioning")
 _ENDS = ("Failed", "BookingExpired", "CapacityRevoked")
@@ -148,8 +158,9 @@ class ProvisioningAdapter(TakeBack):
             key = sorted(info.pods)[0]
         return self.controller.pod_informer.cache.get(key) if key else None
 
-    async def create(self, req: ProvisioningRequest, flavor: str | None = None,
-                     attempt: int | None = None) -> None:
+    async def create(
+        self, req: ProvisioningRequest, flavor: str | None = None, attempt: int | None = None
+    ) -> None:
         if flavor is None or attempt is None:
             flavor, attempt = self._marks(req)
         pods = self._job_pods(req)
@@ -158,11 +169,16 @@ class ProvisioningAdapter(TakeBack):
             for i in range(len(req.pod_sets)):
                 with contextlib.suppress(KubeError):  # a template left by a former attempt
                     await self.kube.request("DELETE", f"{tpl_path}/{template_name(req, i)}")
-                await self.kube.request("POST", tpl_path, pod_template(
-                    req, self._first_pod(req, i), i, self.controller.opt.names))
-            await self.kube.request("POST", _ns_path(req.namespace, "provisioningrequests"),
-                                    request_object(req, self._parameters(req), flavor,
-                                                   attempt))
+                await self.kube.request(
+                    "POST",
+                    tpl_path,
+                    pod_template(req, self._first_pod(req, i), i, self.controller.opt.names),
+                )
+            await self.kube.request(
+                "POST",
+                _ns_path(req.namespace, "provisioningrequests"),
+                request_object(req, self._parameters(req), flavor, attempt),
+            )
             self.made.add(req.key)
         except KubeError as exc:
             if exc.status != 409:
@@ -170,14 +186,16 @@ class ProvisioningAdapter(TakeBack):
                 self._fact("failed", req.key, f"not created: {exc.message}", "CreateFailed")
                 return
             self.made.add(req.key)
-        annotations = {CONSUME_ANNOTATION: req.name,
-                       CLASS_ANNOTATION: req.provisioning_class_name}
+        annotations = {CONSUME_ANNOTATION: req.name, CLASS_ANNOTATION: req.provisioning_class_name}
         for key in pods:
             ns, name = key.split("/", 1)
             with contextlib.suppress(KubeError):
-                await self.kube.request("PATCH", f"/api/v1/namespaces/{ns}/pods/{name}",
-                                        {"metadata": {"annotations": annotations}},
-                                        content_type=MERGE_PATCH)
+                await self.kube.request(
+                    "PATCH",
+                    f"/api/v1/namespaces/{ns}/pods/{name}",
+                    {"metadata": {"annotations": annotations}},
+                    content_type=MERGE_PATCH,
+                )
 
     async def delete(self, key: str) -> None:
         ns, name = key.split("/", 1)
@@ -189,8 +207,10 @@ class ProvisioningAdapter(TakeBack):
         names = set(template_names(obj))
         if req is not None:
             names |= {template_name(req, i) for i in range(len(req.pod_sets))}
-        for path in (_ns_path(ns, "provisioningrequests", name),
-                     *(f"/api/v1/namespaces/{ns}/podtemplates/{t}" for t in sorted(names))):
+        for path in (
+            _ns_path(ns, "provisioningrequests", name),
+            *(f"/api/v1/namespaces/{ns}/podtemplates/{t}" for t in sorted(names)),
+        ):
             try:
                 await self.kube.request("DELETE", path)
             except KubeError as exc:
@@ -238,9 +258,14 @@ class ProvisioningAdapter(TakeBack):
         ns, name = key.split("/", 1)
         value = f"{ns}.{name}"
         held = self.booking.nodes(key)
-        return sorted({n.name for n in self.controller.nodes_by_name.values()
-                       if n.labels.get(REQUEST_LABEL) == value and n.name not in held}
-                      | set(held))
+        return sorted(
+            {
+                n.name
+                for n in self.controller.nodes_by_name.values()
+                if n.labels.get(REQUEST_LABEL) == value and n.name not in held
+            }
+            | set(held)
+        )
 
     # -- the nodes of a request (k8s/provisioning_nodes.py) ----------------------------------
 
@@ -253,8 +278,11 @@ class ProvisioningAdapter(TakeBack):
         """The controller's view of a node it read: with the label and taint of the request
         holding it; a free node that joined is offered to requests still taking nodes."""
         key = self.booking.holder.get(node.name)
-        if key is None and REQUEST_LABEL not in node.labels and \
-                (self.booking.short or self.booking.selector):
+        if (
+            key is None
+            and REQUEST_LABEL not in node.labels
+            and (self.booking.short or self.booking.selector)
+        ):
             self._offer(node)
         elif key is not None and (key in self.booking.short or key in self.booking.arriving):
             self._arrived(key, node)
@@ -266,8 +294,10 @@ class ProvisioningAdapter(TakeBack):
         req = self._book_request(key)
         if req is None:
             return
-        held = [fresh if n == fresh.name else self.controller.nodes_by_name.get(n)
-                for n in self.booking.nodes(key)]
+        held = [
+            fresh if n == fresh.name else self.controller.nodes_by_name.get(n)
+            for n in self.booking.nodes(key)
+        ]
         if not enough(req.pod_sets, [n for n in held if n is not None]):
             return
         self.booking.short.discard(key)
@@ -308,8 +338,13 @@ class ProvisioningAdapter(TakeBack):
         """node label -> provisioningClassDetails key, of the request's config."""
         rec = self._record(req)
         sched = self.controller.sched
-        check = rec.check if rec is not None else \
-            sched.checks.check_for(req.queue) if sched is not None and sched.checks else None
+        check = (
+            rec.check
+            if rec is not None
+            else sched.checks.check_for(req.queue)
+            if sched is not None and sched.checks
+            else None
+        )
         return dict(check.config.node_selector_details) if check is not None else {}
 
     def _attribute(self, key: str, obj: dict[str, Any]) -> tuple[list[str], bool]:
@@ -320,14 +355,22 @@ class ProvisioningAdapter(TakeBack):
         if req is None:
             return [], False
         ctl = self.controller
-        labelled = [n.name for n in ctl.nodes_by_name.values()
-                    if n.labels.get(REQUEST_LABEL) == req.node_label]
+        labelled = [
+            n.name
+            for n in ctl.nodes_by_name.values()
+            if n.labels.get(REQUEST_LABEL) == req.node_label
+        ]
         if labelled:
             return sorted(labelled), True
         held = [ctl.nodes_by_name[n] for n in self.booking.nodes(key) if n in ctl.nodes_by_name]
-        free = [n for n in ctl.nodes_by_name.values()
-                if n.name not in self.booking.holder and REQUEST_LABEL not in n.labels
-                and n.schedulable and not self._busy(n.name)]
+        free = [
+            n
+            for n in ctl.nodes_by_name.values()
+            if n.name not in self.booking.holder
+            and REQUEST_LABEL not in n.labels
+            and n.schedulable
+            and not self._busy(n.name)
+        ]
         wanted = self._config_details(req)
         details = class_details(obj)
         if wanted and all(d in details for d in wanted.values()):
@@ -338,8 +381,7 @@ class ProvisioningAdapter(TakeBack):
         else:
             since = wall_s((obj.get("metadata") or {}).get("creationTimestamp")) or 0.0
             free = [n for n in free if any(fits(ps, n) for ps in req.pod_sets)]
-            free.sort(key=lambda n: (self._created(n.name) < since, -self._created(n.name),
-                                     n.name))
+            free.sort(key=lambda n: (self._created(n.name) < since, -self._created(n.name), n.name))
             chosen, full = pick(req.pod_sets, free, held)
             if not full:
                 self.booking.short.add(key)
@@ -373,9 +415,12 @@ class ProvisioningAdapter(TakeBack):
         ns, name = key.split("/", 1)
         value = ",".join(self.booking.nodes(key))
         try:
-            await self.kube.request("PATCH", _ns_path(ns, "provisioningrequests", name),
-                                    {"metadata": {"annotations": {NODES_ANNOTATION: value}}},
-                                    content_type=MERGE_PATCH)
+            await self.kube.request(
+                "PATCH",
+                _ns_path(ns, "provisioningrequests", name),
+                {"metadata": {"annotations": {NODES_ANNOTATION: value}}},
+                content_type=MERGE_PATCH,
+            )
         except KubeError as exc:
             if exc.status != 404:
                 log.warning("ProvisioningRequest %s: nodes not recorded: %s", key, exc)
@@ -395,8 +440,9 @@ class ProvisioningAdapter(TakeBack):
         key = object_key(obj)
         conds = conditions_of(obj)
         ends = [k for k in _ENDS if conds.get(k, (False,))[0]]
-        if ends == ["BookingExpired"] and (key in self.booking.arriving
-                                           or key in self.booking.late_expiry):
+        if ends == ["BookingExpired"] and (
+            key in self.booking.arriving or key in self.booking.late_expiry
+        ):
             ends = []  # the autoscaler's clock, while the nodes it asked for still register
         if event == "DELETED" or ends:
             self._release(key)
@@ -425,8 +471,13 @@ class ProvisioningAdapter(TakeBack):
                     self._fact("provisioned", key, nodes)
                 else:  # best-effort: the scale-up was asked for; its nodes still register
                     self.booking.arriving.add(key)
-                    log.info("ProvisioningRequest %s Provisioned (%s); %d nodes there, the "
-                             "rest still registering", key, reason, len(nodes))
+                    log.info(
+                        "ProvisioningRequest %s Provisioned (%s); %d nodes there, the "
+                        "rest still registering",
+                        key,
+                        reason,
+                        len(nodes),
+                    )
             elif kind == "Failed":
                 self._fact("failed", key, message or "failed", reason or "ProvisioningFailed")
             elif kind == "BookingExpired" and key in self.booking.arriving:
@@ -434,8 +485,11 @@ class ProvisioningAdapter(TakeBack):
                 # job cannot have used it while the nodes were still registering (Kueue has
                 # admitted the workload at Provisioned, and ignores it too)
                 self.booking.late_expiry.add(key)  # and on the request's later events
-                log.info("ProvisioningRequest %s: BookingExpired ignored: its nodes are still "
-                         "registering", key)
+                log.info(
+                    "ProvisioningRequest %s: BookingExpired ignored: its nodes are still "
+                    "registering",
+                    key,
+                )
             elif kind == "BookingExpired":
                 self._fact("failed", key, message or "booking expired", "BookingExpired")
             else:

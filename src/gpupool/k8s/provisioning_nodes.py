@@ -52,8 +52,11 @@ def fits(ps: PodSet, node: Node) -> bool:
         return False
     if any(node.labels.get(k) != v for k, v in ps.node_selector.items() if k != REQUEST_LABEL):
         return False
-    return all(any(t.tolerates(taint) for t in ps.tolerations)
-               for taint in node.taints if taint.effect in _HARD and taint.key != REQUEST_LABEL)
+    return all(
+        any(t.tolerates(taint) for t in ps.tolerations)
+        for taint in node.taints
+        if taint.effect in _HARD and taint.key != REQUEST_LABEL
+    )
 
 
 def pods_per_node(ps: PodSet, node: Node) -> int:
@@ -63,9 +66,13 @@ def pods_per_node(ps: PodSet, node: Node) -> int:
     if g.kind is GpuKind.WHOLE:
         by_gpu = len(cards) // g.count
     elif g.kind is GpuKind.SLICE:
-        by_gpu = sum(min(1000 // g.gpu_milli if g.gpu_milli else 10**9,
-                         c.memory_mib // g.memory_mib if g.memory_mib else 10**9)
-                     for c in cards)
+        by_gpu = sum(
+            min(
+                1000 // g.gpu_milli if g.gpu_milli else 10**9,
+                c.memory_mib // g.memory_mib if g.memory_mib else 10**9,
+            )
+            for c in cards
+        )
     elif g.kind is GpuKind.MIG:
         by_gpu = sum(m.count for c in cards for m in c.mig if m.profile == g.mig_profile)
     else:
@@ -133,8 +140,11 @@ class NodeBook:
         value = self.label.get(key) if key is not None else None
         if value is None or node.labels.get(REQUEST_LABEL) == value:
             return node
-        return replace(node, labels={**node.labels, REQUEST_LABEL: value},
-                       taints=(*node.taints, Taint(REQUEST_LABEL, value)))
+        return replace(
+            node,
+            labels={**node.labels, REQUEST_LABEL: value},
+            taints=(*node.taints, Taint(REQUEST_LABEL, value)),
+        )
 
     def wants(self, key: str, node: Node, pod_sets: Sequence[PodSet]) -> bool:
         """Whether request ``key``, still taking nodes, takes ``node`` (free, empty)."""
@@ -144,8 +154,9 @@ class NodeBook:
         return key in self.short and any(fits(ps, node) for ps in pod_sets)
 
 
-def pick(pod_sets: Sequence[PodSet], candidates: Sequence[Node],
-         held: Sequence[Node] = ()) -> tuple[list[Node], bool]:
+def pick(
+    pod_sets: Sequence[PodSet], candidates: Sequence[Node], held: Sequence[Node] = ()
+) -> tuple[list[Node], bool]:
     """Nodes from ``candidates`` (in their order) until, with ``held``, they hold every pod;
     and whether they do."""
     chosen: list[Node] = []

@@ -44,10 +44,24 @@ from gpupool.core.provisioning import (
 )
 from gpupool.k8s.translate import ResourceNames
 
-__all__ = ["API", "MANAGED_BY", "NODES_ANNOTATION", "PR_PATH", "Marks", "attempt_of",
-           "class_details", "conditions_of", "marks_of", "nodes_annotation", "pod_template",
-           "request_from_object", "request_object", "template_name", "template_names",
-           "wall_s"]
+__all__ = [
+    "API",
+    "MANAGED_BY",
+    "NODES_ANNOTATION",
+    "PR_PATH",
+    "Marks",
+    "attempt_of",
+    "class_details",
+    "conditions_of",
+    "marks_of",
+    "nodes_annotation",
+    "pod_template",
+    "request_from_object",
+    "request_object",
+    "template_name",
+    "template_names",
+    "wall_s",
+]
 
 API = "autoscaling.x-k8s.io/v1"
 PR_PATH = f"/apis/{API}/provisioningrequests"
@@ -64,14 +78,16 @@ _SCHEDULER_FIELDS = ("nodeName", "schedulerName", "priority", "preemptionPolicy"
 def template_name(req: ProvisioningRequest, index: int = 0) -> str:
     """The PodTemplate of pod set ``index``: ``ppt-<request>-<pod set>``."""
     ps = re.sub(r"[^a-z0-9-]+", "-", req.pod_sets[index].name.lower()).strip("-") or str(index)
-    return f"{TEMPLATE_PREFIX}{req.name[:240 - len(ps)]}-{ps}"
+    return f"{TEMPLATE_PREFIX}{req.name[: 240 - len(ps)]}-{ps}"
 
 
 def template_names(obj: Mapping[str, Any]) -> list[str]:
     """The PodTemplates a ProvisioningRequest object points to."""
-    return [str((ps.get("podTemplateRef") or {}).get("name"))
-            for ps in (obj.get("spec") or {}).get("podSets") or ()
-            if (ps.get("podTemplateRef") or {}).get("name")]
+    return [
+        str((ps.get("podTemplateRef") or {}).get("name"))
+        for ps in (obj.get("spec") or {}).get("podSets") or ()
+        if (ps.get("podTemplateRef") or {}).get("name")
+    ]
 
 
 def _synthetic_spec(ps: PodSet) -> dict[str, Any]:
@@ -85,8 +101,15 @@ def _synthetic_spec(ps: PodSet) -> dict[str, Any]:
     elif g.gpu_milli or g.memory_mib:
         limits["nvidia.com/gpu"] = "1"
     requests = {"cpu": f"{ps.cpu_milli}m", "memory": f"{ps.memory_mib}Mi"}
-    return {"containers": [{"name": "main", "image": "registry.k8s.io/pause:3.9",
-                            "resources": {"requests": requests, "limits": limits}}]}
+    return {
+        "containers": [
+            {
+                "name": "main",
+                "image": "registry.k8s.io/pause:3.9",
+                "resources": {"requests": requests, "limits": limits},
+            }
+        ]
+    }
 
 
 def _advertised(container: dict[str, Any], hami_only: frozenset[str]) -> None:
@@ -115,8 +138,12 @@ def _toleration_dict(t: Toleration) -> dict[str, str]:
     return out
 
 
-def pod_template(req: ProvisioningRequest, pod: Mapping[str, Any] | None, index: int = 0,
-                 names: ResourceNames | None = None) -> dict[str, Any]:
+def pod_template(
+    req: ProvisioningRequest,
+    pod: Mapping[str, Any] | None,
+    index: int = 0,
+    names: ResourceNames | None = None,
+) -> dict[str, Any]:
     """The PodTemplate pod set ``index`` of ``req`` points to: ``pod``'s spec (the pod set's
     first pod), or one made from the pod set when ``pod`` is None; see the module's doc."""
     ps = req.pod_sets[index]
@@ -142,15 +169,21 @@ def pod_template(req: ProvisioningRequest, pod: Mapping[str, Any] | None, index:
             tolerations.append(d)
     if tolerations:
         spec["tolerations"] = tolerations
-    return {"apiVersion": "v1", "kind": "PodTemplate",
-            "metadata": {"name": template_name(req, index), "namespace": req.namespace,
-                         "labels": {"gpupool.io/provisioning-request": req.name,
-                                    MANAGED_BY[0]: MANAGED_BY[1]}},
-            "template": {"metadata": {"labels": labels}, "spec": spec}}
+    return {
+        "apiVersion": "v1",
+        "kind": "PodTemplate",
+        "metadata": {
+            "name": template_name(req, index),
+            "namespace": req.namespace,
+            "labels": {"gpupool.io/provisioning-request": req.name, MANAGED_BY[0]: MANAGED_BY[1]},
+        },
+        "template": {"metadata": {"labels": labels}, "spec": spec},
+    }
 
 
-def request_object(req: ProvisioningRequest, parameters: Mapping[str, str],
-                   flavor: str = "", attempt: int = 0) -> dict[str, Any]:
+def request_object(
+    req: ProvisioningRequest, parameters: Mapping[str, str], flavor: str = "", attempt: int = 0
+) -> dict[str, Any]:
     """The ``autoscaling.x-k8s.io/v1`` ProvisioningRequest for the core's request, one
     ``podSets`` entry per pod set: ``parameters`` are the ProvisioningRequestConfig's
     (strings), with the request's ``maxRunDurationSeconds``. A request made for a job names
@@ -159,16 +192,30 @@ def request_object(req: ProvisioningRequest, parameters: Mapping[str, str],
     params = {str(k): str(v) for k, v in parameters.items()}
     if req.max_run_duration_s is not None:
         params[MAX_RUN_PARAMETER] = str(int(req.max_run_duration_s))
-    meta: dict[str, Any] = {"name": req.name, "namespace": req.namespace,
-                            "labels": {MANAGED_BY[0]: MANAGED_BY[1]}}
+    meta: dict[str, Any] = {
+        "name": req.name,
+        "namespace": req.namespace,
+        "labels": {MANAGED_BY[0]: MANAGED_BY[1]},
+    }
     if req.job:
-        meta["annotations"] = {JOB_ANNOTATION: req.job, QUEUE_ANNOTATION: req.queue,
-                               FLAVOR_ANNOTATION: flavor, ATTEMPT_ANNOTATION: str(attempt)}
+        meta["annotations"] = {
+            JOB_ANNOTATION: req.job,
+            QUEUE_ANNOTATION: req.queue,
+            FLAVOR_ANNOTATION: flavor,
+            ATTEMPT_ANNOTATION: str(attempt),
+        }
     body: dict[str, Any] = {
-        "apiVersion": API, "kind": "ProvisioningRequest", "metadata": meta,
-        "spec": {"provisioningClassName": req.provisioning_class_name,
-                 "podSets": [{"podTemplateRef": {"name": template_name(req, i)},
-                              "count": ps.count} for i, ps in enumerate(req.pod_sets)]}}
+        "apiVersion": API,
+        "kind": "ProvisioningRequest",
+        "metadata": meta,
+        "spec": {
+            "provisioningClassName": req.provisioning_class_name,
+            "podSets": [
+                {"podTemplateRef": {"name": template_name(req, i)}, "count": ps.count}
+                for i, ps in enumerate(req.pod_sets)
+            ],
+        },
+    }
     if params:
         body["spec"]["parameters"] = params
     return body
@@ -178,8 +225,11 @@ def conditions_of(obj: Mapping[str, Any]) -> dict[str, tuple[bool, str, str]]:
     """Condition type -> (status is True, reason, message) of a ProvisioningRequest."""
     out: dict[str, tuple[bool, str, str]] = {}
     for c in (obj.get("status") or {}).get("conditions") or ():
-        out[str(c.get("type"))] = (str(c.get("status")) == "True", str(c.get("reason") or ""),
-                                   str(c.get("message") or ""))
+        out[str(c.get("type"))] = (
+            str(c.get("status")) == "True",
+            str(c.get("reason") or ""),
+            str(c.get("message") or ""),
+        )
     return out
 
 
@@ -220,9 +270,12 @@ def marks_of(obj: Mapping[str, Any]) -> Marks | None:
         return None
     raw = str(ann.get(ATTEMPT_ANNOTATION) or "")
     flavor = ann.get(FLAVOR_ANNOTATION)
-    return Marks(JobId(job), str(ann.get(QUEUE_ANNOTATION) or ""),
-                 None if flavor is None else str(flavor),
-                 int(raw) if raw.isdigit() else 0)
+    return Marks(
+        JobId(job),
+        str(ann.get(QUEUE_ANNOTATION) or ""),
+        None if flavor is None else str(flavor),
+        int(raw) if raw.isdigit() else 0,
+    )
 
 
 def attempt_of(name: str, job: str) -> int:
@@ -245,9 +298,13 @@ def wall_s(stamp: object) -> float | None:
         return None
 
 
-def request_from_object(obj: Mapping[str, Any], pod_sets: Sequence[PodSet] | None,
-                        nodes: Iterable[str], at: Callable[[float | None], float],
-                        consumed_s: float | None = None) -> ProvisioningRequest:
+def request_from_object(
+    obj: Mapping[str, Any],
+    pod_sets: Sequence[PodSet] | None,
+    nodes: Iterable[str],
+    at: Callable[[float | None], float],
+    consumed_s: float | None = None,
+) -> ProvisioningRequest:
     """The core's request for a ProvisioningRequest object gpupool made, as it stands:
     conditions (their times through ``at``, wall seconds -> the controller's clock), ``nodes``
     and ``consumed_s``. ``pod_sets`` are the job's (None, or counts that differ from the
@@ -270,16 +327,27 @@ def request_from_object(obj: Mapping[str, Any], pod_sets: Sequence[PodSet] | Non
     for c in (obj.get("status") or {}).get("conditions") or ():
         kind = known.get(str(c.get("type")))
         if kind is not None and all(x.type is not kind for x in conds):
-            conds.append(Condition(kind, str(c.get("status")) == "True",
-                                   str(c.get("reason") or ""), str(c.get("message") or ""),
-                                   at(wall_s(c.get("lastTransitionTime")))))
+            conds.append(
+                Condition(
+                    kind,
+                    str(c.get("status")) == "True",
+                    str(c.get("reason") or ""),
+                    str(c.get("message") or ""),
+                    at(wall_s(c.get("lastTransitionTime"))),
+                )
+            )
     order = list(ConditionType)
     conds.sort(key=lambda c: order.index(c.type))
     return ProvisioningRequest(
-        name=str(meta.get("name") or ""), pod_sets=tuple(pod_sets),
+        name=str(meta.get("name") or ""),
+        pod_sets=tuple(pod_sets),
         namespace=str(meta.get("namespace") or "default"),
         provisioning_class_name=str(spec.get("provisioningClassName") or ""),
-        max_run_duration_s=max_run, job=str(marks.job) if marks else "",
+        max_run_duration_s=max_run,
+        job=str(marks.job) if marks else "",
         queue=marks.queue if marks else "",
-        created_s=at(wall_s(meta.get("creationTimestamp"))), conditions=tuple(conds),
-        nodes=tuple(nodes), consumed_s=consumed_s)
+        created_s=at(wall_s(meta.get("creationTimestamp"))),
+        conditions=tuple(conds),
+        nodes=tuple(nodes),
+        consumed_s=consumed_s,
+    )

@@ -65,6 +65,7 @@ class TakeBack:
     waiting: dict[JobId, list[str]]  # requests read back, by job, for jobs not submitted yet
 
     if TYPE_CHECKING:
+
         def nodes_of(self, key: str) -> list[str]: ...
 
         def _attribute(self, key: str, obj: dict[str, Any]) -> tuple[list[str], bool]: ...
@@ -82,8 +83,9 @@ class TakeBack:
         if obj is None or marks is None:
             return None
         try:
-            return request_from_object(obj, self._pod_sets(marks), self.nodes_of(key),
-                                       self._at, consumed_s)
+            return request_from_object(
+                obj, self._pod_sets(marks), self.nodes_of(key), self._at, consumed_s
+            )
         except GpupoolError as exc:
             log.warning("ProvisioningRequest %s cannot be read back; left alone: %s", key, exc)
             return None
@@ -119,8 +121,7 @@ class TakeBack:
         """The request (key) bound pods among ``pods`` are annotated to consume."""
         for key in pods:
             pod = self.controller.pod(key) or {}
-            name = ((pod.get("metadata") or {}).get("annotations") or {}).get(
-                CONSUME_ANNOTATION)
+            name = ((pod.get("metadata") or {}).get("annotations") or {}).get(CONSUME_ANNOTATION)
             if name and (pod.get("spec") or {}).get("nodeName"):
                 return f"{key.split('/', 1)[0]}/{name}"
         return None
@@ -130,8 +131,11 @@ class TakeBack:
         ns, name = key.split("/", 1)
         for k, pod in self.controller.all_pods():
             meta = pod.get("metadata") or {}
-            if k.startswith(ns + "/") and (pod.get("spec") or {}).get("nodeName") and \
-                    (meta.get("annotations") or {}).get(CONSUME_ANNOTATION) == name:
+            if (
+                k.startswith(ns + "/")
+                and (pod.get("spec") or {}).get("nodeName")
+                and (meta.get("annotations") or {}).get(CONSUME_ANNOTATION) == name
+            ):
                 return True
         return False
 
@@ -149,15 +153,20 @@ class TakeBack:
                 continue
             info = ctl.jobs.get(marks.job)
             r = sched.running_job(marks.job)
-            if info is not None and info.running and r is not None and \
-                    self._consumes(info.pods) == key:
+            if (
+                info is not None
+                and info.running
+                and r is not None
+                and self._consumes(info.pods) == key
+            ):
                 req = self._read(key, consumed_s=r.start_s)
                 if req is None:
                     continue
                 self._taken_back(sched, req)
                 sched.restore_booking(marks.job, key)
-                log.info("ProvisioningRequest %s taken back: booking of running job %s", key,
-                         marks.job)
+                log.info(
+                    "ProvisioningRequest %s taken back: booking of running job %s", key, marks.job
+                )
                 continue
             self.waiting.setdefault(marks.job, []).append(key)
 
@@ -172,8 +181,7 @@ class TakeBack:
         made = 0
         for key in info.pods if info is not None else ():
             pod = self.controller.pod(key) or {}
-            name = ((pod.get("metadata") or {}).get("annotations") or {}).get(
-                CONSUME_ANNOTATION)
+            name = ((pod.get("metadata") or {}).get("annotations") or {}).get(CONSUME_ANNOTATION)
             made = max(made, attempt_of(str(name or ""), str(job)))
         reqs = [r for r in map(self._read, self.waiting.pop(job, ())) if r is not None]
         reqs.sort(key=lambda r: (attempt_of(r.name, str(job)), r.key))
@@ -193,14 +201,22 @@ class TakeBack:
         flavor = marks.flavor
         if flavor is None:
             flavor = next(iter(sched.flavors_of(p.queue)), "")
-        state = CheckState.READY if req.provisioned_s is not None and not req.ended \
+        state = (
+            CheckState.READY
+            if req.provisioned_s is not None and not req.ended
             else CheckState.PENDING
+        )
         self._taken_back(sched, req)
         try:
-            sched.restore_check(job, state, request=req.key, flavor=flavor,
-                                attempts=marks.attempt or attempt_of(req.name, str(job)) or 1,
-                                made=made, message=f"ProvisioningRequest {req.key} taken "
-                                                   "back after a restart")
+            sched.restore_check(
+                job,
+                state,
+                request=req.key,
+                flavor=flavor,
+                attempts=marks.attempt or attempt_of(req.name, str(job)) or 1,
+                made=made,
+                message=f"ProvisioningRequest {req.key} taken back after a restart",
+            )
         except NotFoundError as exc:
             self._drop(sched, req, f"job {job}: {exc}")
             return
@@ -224,8 +240,13 @@ class TakeBack:
                     continue
                 if req.booked and not self._consumed(key):
                     self._taken_back(sched, req)
-                    log.info("ProvisioningRequest %s taken back: a booking of gone job %s, "
-                             "for the next job of queue %s", key, job, req.queue)
+                    log.info(
+                        "ProvisioningRequest %s taken back: a booking of gone job %s, "
+                        "for the next job of queue %s",
+                        key,
+                        job,
+                        req.queue,
+                    )
                 elif job in ctl.jobs:
                     self._drop(sched, req, f"its job {job} runs without it")
                 else:

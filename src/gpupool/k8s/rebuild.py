@@ -70,16 +70,30 @@ class Rebuild(ControllerParts):
         self.nodes_by_name = {n.name: n for n in nodes}
         self._inventory = None
         measured = getattr(self, "measured", None)
-        profile = with_extended_filter(scheduling_profile(
-            self.opt.node_lock, self.opt.bind_queue_weight,
-            measured_hot_pct=None if measured is None else self.opt.hot_pct),
-            ExtendedResourcesFit(self.extended))
+        profile = with_extended_filter(
+            scheduling_profile(
+                self.opt.node_lock,
+                self.opt.bind_queue_weight,
+                measured_hot_pct=None if measured is None else self.opt.hot_pct,
+            ),
+            ExtendedResourcesFit(self.extended),
+        )
         self.sched = Scheduler(nodes, self.config, profile=profile)
         if measured is not None:  # the model outlives schedulers: its samples stay valid
             self.sched.use_measurements(measured.model)
-        for d in (self.jobs, self.pod_job, self.requests, self.constraints, self.gangs,
-                  self.rejected, self.deferred, self.gated, self.gang_of, self.unclaimed,
-                  self.unclaimed_job):
+        for d in (
+            self.jobs,
+            self.pod_job,
+            self.requests,
+            self.constraints,
+            self.gangs,
+            self.rejected,
+            self.deferred,
+            self.gated,
+            self.gang_of,
+            self.unclaimed,
+            self.unclaimed_job,
+        ):
             d.clear()
         bound: dict[JobId, list[tuple[str, RecordedPlacement]]] = {}
         pending: list[str] = []
@@ -122,8 +136,7 @@ class Rebuild(ControllerParts):
             self._count("ADDED", key, pod)
         self._apply_usage()  # every node with other pods on it
 
-    def _restore(self, job_id: JobId,
-                 members: list[tuple[str, RecordedPlacement]]) -> None:
+    def _restore(self, job_id: JobId, members: list[tuple[str, RecordedPlacement]]) -> None:
         assert self.sched is not None
         first = members[0][1]
         pods = {}
@@ -135,20 +148,31 @@ class Rebuild(ControllerParts):
             except (InvalidJobError, TranslateError, NotFoundError) as exc:
                 log.warning("bound pod %s cannot be read: %s", key, exc)
                 return
-        job = job_for_pods(job_id, first.queue, [(k, pods[k]) for k, _ in members],
-                           gang=len(members) > 1, constraints=cons)[0]
+        job = job_for_pods(
+            job_id,
+            first.queue,
+            [(k, pods[k]) for k, _ in members],
+            gang=len(members) > 1,
+            constraints=cons,
+        )[0]
         # with the pod, so that other pods' affinity and spread count it
-        placements = [replace(rec.placement(), pod=pod_meta(self.pod(key) or {},
-                                                           self.namespaces.known()))
-                      for key, rec in members]
+        placements = [
+            replace(rec.placement(), pod=pod_meta(self.pod(key) or {}, self.namespaces.known()))
+            for key, rec in members
+        ]
         try:
             self.sched.restore(job, placements, first.start_s, first.flavor)
         except (GpupoolError, KeyError, ValueError) as exc:
             self.stats.restore_conflicts += 1
             log.error("job %s bound before cannot be taken back: %s", job_id, exc)
             return
-        info = JobInfo(job_id, first.queue, {rec.task: key for key, rec in members},
-                       gang_size=first.gang_size, running=True)
+        info = JobInfo(
+            job_id,
+            first.queue,
+            {rec.task: key for key, rec in members},
+            gang_size=first.gang_size,
+            running=True,
+        )
         self.jobs[job_id] = info
         for key, _ in members:
             self.pod_job[key] = job_id

@@ -41,8 +41,12 @@ def apply_config(ctl: Controller, config: QueueConfig, source: str) -> bool:
     ctl.config = config
     if ctl.sched is not None:
         readmit(ctl)
-    log.info("%s: configuration applied in place (%d cluster queues, %d local queues)", source,
-             len(config.cluster_queues), len(config.local_queues))
+    log.info(
+        "%s: configuration applied in place (%d cluster queues, %d local queues)",
+        source,
+        len(config.cluster_queues),
+        len(config.local_queues),
+    )
     return True
 
 
@@ -62,8 +66,11 @@ def readmit(ctl: Controller) -> None:
     """Pods refused because their queue did not exist or did not admit their namespace,
     whose queue now does: offered again."""
     for key, reason in list(ctl.rejected.items()):
-        if "does not exist" not in reason and "no longer exists" not in reason \
-                and "does not admit" not in reason:
+        if (
+            "does not exist" not in reason
+            and "no longer exists" not in reason
+            and "does not admit" not in reason
+        ):
             continue
         pod = ctl.pod_informer.cache.get(key)
         if pod is None:

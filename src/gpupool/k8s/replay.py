@@ -64,8 +64,16 @@ class ReplayServer:
     the rest gpupool's already bound (one whole card each, recorded in
     ``gpupool.io/placement``), the others DaemonSet-like pods of other schedulers."""
 
-    def __init__(self, nodes: int, pods: int, pending: int, *, gpus: int = 8,
-                 history: int = 20_000, page_limit: int = 500) -> None:
+    def __init__(
+        self,
+        nodes: int,
+        pods: int,
+        pending: int,
+        *,
+        gpus: int = 8,
+        history: int = 20_000,
+        page_limit: int = 500,
+    ) -> None:
         self.n_nodes = nodes
         self.gpus = gpus
         self.n_pods = pods
@@ -77,8 +85,7 @@ class ReplayServer:
         self.nodes: dict[str, dict[str, Any]] = {}
         self.pods: dict[str, dict[str, Any]] = {}
         self.history: deque[tuple[int, str, bytes]] = deque(maxlen=history)
-        self.watchers: dict[str, set[asyncio.Queue[bytes | None]]] = {"nodes": set(),
-                                                                      "pods": set()}
+        self.watchers: dict[str, set[asyncio.Queue[bytes | None]]] = {"nodes": set(), "pods": set()}
         self.lease: dict[str, Any] | None = None
         self.events: dict[str, dict[str, Any]] = {}
         self._templates: dict[str, JsonTemplate] = {}
@@ -101,11 +108,21 @@ class ReplayServer:
             per = max(1, self.gpus - 2)
             node = f"node-{j // per:05d}"
             ns, name = self._pod_key(i)
-            place = json.dumps({"job": f"{ns}/{name}", "task": f"{ns}/{name}/ps0-0",
-                                "queue": "default", "flavor": "", "node": node,
-                                "cpu": 2000, "mem": 8192, "start": 0.0, "gang": 1,
-                                "cards": [[j % per, 1000, CARD_MIB, None]]},
-                               separators=(",", ":"))
+            place = json.dumps(
+                {
+                    "job": f"{ns}/{name}",
+                    "task": f"{ns}/{name}/ps0-0",
+                    "queue": "default",
+                    "flavor": "",
+                    "node": node,
+                    "cpu": 2000,
+                    "mem": 8192,
+                    "start": 0.0,
+                    "gang": 1,
+                    "cards": [[j % per, 1000, CARD_MIB, None]],
+                },
+                separators=(",", ":"),
+            )
             return "own", node, place
         return "other", f"node-{j % self.n_nodes:05d}", ""
 
@@ -132,11 +149,17 @@ class ReplayServer:
         kind, node, place = self._pod_shape(i)
         tpl = self._templates.get(kind)
         if tpl is None:
-            sample = self._make_pod_as(kind, SENTINEL, node and "@NODE@",
-                                       place and "@PLACE@")
+            sample = self._make_pod_as(kind, SENTINEL, node and "@NODE@", place and "@PLACE@")
             tpl = self._templates[kind] = JsonTemplate(_dumps(sample))
-        return tpl.fill({"pod-999999": name, "team-49": ns, SENTINEL_UID: str(uuid.UUID(
-            int=i + 1)), "@NODE@": node, "@PLACE@": json.dumps(place)[1:-1]}).encode()
+        return tpl.fill(
+            {
+                "pod-999999": name,
+                "team-49": ns,
+                SENTINEL_UID: str(uuid.UUID(int=i + 1)),
+                "@NODE@": node,
+                "@PLACE@": json.dumps(place)[1:-1],
+            }
+        ).encode()
 
     def node_json(self, i: int) -> bytes:
         name = f"node-{i:05d}"
@@ -193,22 +216,33 @@ class ReplayServer:
 
     async def h_stats(self, req: web.Request) -> web.Response:
         s = self.stats
-        return web.json_response({
-            "list_requests": s.list_requests, "list_bytes": s.list_bytes,
-            "first_request_s": s.first_request_s, "synced_s": s.synced_s,
-            "binds": len(s.binds), "first_bind_s": min(s.binds, default=0.0),
-            "last_bind_s": max(s.binds, default=0.0), "status_writes": s.status_writes,
-            "events_written": s.events_written, "renewals": s.renewals,
-            "conflicts": s.conflicts, "pending": self.pending, "own_bound": self.own_bound,
-            "others": self.others})
+        return web.json_response(
+            {
+                "list_requests": s.list_requests,
+                "list_bytes": s.list_bytes,
+                "first_request_s": s.first_request_s,
+                "synced_s": s.synced_s,
+                "binds": len(s.binds),
+                "first_bind_s": min(s.binds, default=0.0),
+                "last_bind_s": max(s.binds, default=0.0),
+                "status_writes": s.status_writes,
+                "events_written": s.events_written,
+                "renewals": s.renewals,
+                "conflicts": s.conflicts,
+                "pending": self.pending,
+                "own_bound": self.own_bound,
+                "others": self.others,
+            }
+        )
 
     async def h_collection(self, req: web.Request, kind: str) -> web.StreamResponse:
         if not self.stats.first_request_s:
             self.stats.first_request_s = time.time()
         if req.query.get("watch") in ("true", "1"):
             return await self._watch(req, kind)
-        limit = int(req.query.get("limit") or 0) or (self.n_nodes if kind == "nodes"
-                                                      else self.n_pods)
+        limit = int(req.query.get("limit") or 0) or (
+            self.n_nodes if kind == "nodes" else self.n_pods
+        )
         start, rv = 0, self.rv
         token = req.query.get("continue")
         if token:
@@ -222,8 +256,13 @@ class ReplayServer:
         if end < total:
             meta["continue"] = f"{end}:{rv}"
             meta["remainingItemCount"] = total - end
-        head = _dumps({"kind": "NodeList" if kind == "nodes" else "PodList",
-                       "apiVersion": "v1", "metadata": meta})[:-1]
+        head = _dumps(
+            {
+                "kind": "NodeList" if kind == "nodes" else "PodList",
+                "apiVersion": "v1",
+                "metadata": meta,
+            }
+        )[:-1]
         body = head.encode() + b',"items":[' + items + b"]}"
         self.stats.list_requests += 1
         self.stats.list_bytes += len(body)
@@ -239,9 +278,16 @@ class ReplayServer:
         full = self.history.maxlen is not None and len(self.history) == self.history.maxlen
         floor = self.history[0][0] - 1 if full else 0
         if since < floor:
-            gone = {"type": "ERROR", "object": {"kind": "Status", "code": 410,
-                                                "reason": "Expired", "status": "Failure",
-                                                "message": f"too old resource version: {since}"}}
+            gone = {
+                "type": "ERROR",
+                "object": {
+                    "kind": "Status",
+                    "code": 410,
+                    "reason": "Expired",
+                    "status": "Failure",
+                    "message": f"too old resource version: {since}",
+                },
+            }
             await resp.write(json.dumps(gone).encode() + b"\n")
             return resp
         q: asyncio.Queue[bytes | None] = asyncio.Queue()
@@ -284,8 +330,11 @@ class ReplayServer:
         want = meta.get("resourceVersion")
         if want and want != node["metadata"]["resourceVersion"]:
             self.stats.conflicts += 1
-            return _status(409, "Conflict", f'Operation cannot be fulfilled on nodes "{name}"'
-                           ": the object has been modified")
+            return _status(
+                409,
+                "Conflict",
+                f'Operation cannot be fulfilled on nodes "{name}": the object has been modified',
+            )
         node = _copy(node)
         _merge(node["metadata"].setdefault("annotations", {}), meta.get("annotations") or {})
         _merge(node["metadata"].setdefault("labels", {}), meta.get("labels") or {})
@@ -327,8 +376,11 @@ class ReplayServer:
         conds = ((await req.json()).get("status") or {}).get("conditions") or []
         pod = _copy(pod)
         status = pod.setdefault("status", {})
-        kept = [c for c in status.get("conditions") or ()
-                if c.get("type") not in {d.get("type") for d in conds}]
+        kept = [
+            c
+            for c in status.get("conditions") or ()
+            if c.get("type") not in {d.get("type") for d in conds}
+        ]
         status["conditions"] = kept + conds
         self.pods[key] = pod
         self.stats.status_writes += 1
@@ -342,11 +394,16 @@ class ReplayServer:
         binding = await req.json()
         node = (binding.get("target") or {}).get("name")
         if pod["spec"].get("nodeName"):
-            return _status(409, "Conflict", f"pod {key} is already assigned to node "
-                           f'"{pod["spec"]["nodeName"]}"')
+            return _status(
+                409,
+                "Conflict",
+                f'pod {key} is already assigned to node "{pod["spec"]["nodeName"]}"',
+            )
         pod = _copy(pod)
-        _merge(pod["metadata"].setdefault("annotations", {}),
-               (binding.get("metadata") or {}).get("annotations") or {})
+        _merge(
+            pod["metadata"].setdefault("annotations", {}),
+            (binding.get("metadata") or {}).get("annotations") or {},
+        )
         pod["spec"]["nodeName"] = node
         self.pods[key] = pod
         self.stats.binds.append(time.time())
@@ -393,8 +450,9 @@ class ReplayServer:
         if req.method == "PUT":
             if self.lease is None:
                 return _status(404, "NotFound", "leases not found")
-            if (body.get("metadata") or {}).get("resourceVersion") != \
-                    self.lease["metadata"]["resourceVersion"]:
+            if (body.get("metadata") or {}).get("resourceVersion") != self.lease["metadata"][
+                "resourceVersion"
+            ]:
                 return _status(409, "Conflict", "the object has been modified")
         self.rv += 1
         body.setdefault("metadata", {})["resourceVersion"] = str(self.rv)
@@ -432,7 +490,15 @@ def _merge(into: dict[str, Any], patch: dict[str, Any]) -> None:
 
 
 def _status(code: int, reason: str, message: str, success: bool = False) -> web.Response:
-    return web.json_response({"kind": "Status", "apiVersion": "v1", "metadata": {},
-                              "status": "Success" if success else "Failure",
-                              "message": message, "reason": reason, "code": code},
-                             status=code)
+    return web.json_response(
+        {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Success" if success else "Failure",
+            "message": message,
+            "reason": reason,
+            "code": code,
+        },
+        status=code,
+    )

@@ -37,18 +37,33 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["LAST_APPLIED", "deep_size", "drop_managed_fields", "metadata_only", "node",
-           "own_pod", "strip"]
+__all__ = [
+    "LAST_APPLIED",
+    "deep_size",
+    "drop_managed_fields",
+    "metadata_only",
+    "node",
+    "own_pod",
+    "strip",
+]
 
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 
-_META = ("name", "namespace", "uid", "resourceVersion", "labels", "ownerReferences",
-         "deletionTimestamp", "creationTimestamp", "generation")
+_META = (
+    "name",
+    "namespace",
+    "uid",
+    "resourceVersion",
+    "labels",
+    "ownerReferences",
+    "deletionTimestamp",
+    "creationTimestamp",
+    "generation",
+)
 _OWNER = ("apiVersion", "kind", "name", "controller")
 _NODE_SPEC = ("taints", "unschedulable", "providerID")
 _CONTAINER = ("name", "resources")
-_TEMPLATE_CONTAINER = ("name", "image", "resources", "ports", "securityContext",
-                       "restartPolicy")
+_TEMPLATE_CONTAINER = ("name", "image", "resources", "ports", "securityContext", "restartPolicy")
 """Of a pending pod's containers, what a ProvisioningRequest's PodTemplate needs for the
 autoscaler's scheduling simulation (no env, mounts, probes, commands)."""
 
@@ -101,8 +116,9 @@ def drop_managed_fields(raw: bytes) -> bytes:
 def strip(obj: dict[str, Any]) -> dict[str, Any]:
     """The object without ``managedFields`` and the last-applied annotation (in place)."""
     meta = obj.get("metadata")
-    if isinstance(meta, dict) and ("managedFields" in meta
-                                   or LAST_APPLIED in (meta.get("annotations") or {})):
+    if isinstance(meta, dict) and (
+        "managedFields" in meta or LAST_APPLIED in (meta.get("annotations") or {})
+    ):
         obj["metadata"] = _meta(meta)
     return obj
 
@@ -119,15 +135,21 @@ def node(obj: dict[str, Any]) -> dict[str, Any]:
     """A Node cut to what inventory, taints, readiness and HAMi's node lock need."""
     spec = obj.get("spec") or {}
     status = obj.get("status") or {}
-    small_status: dict[str, Any] = {k: status[k] for k in ("allocatable", "capacity")
-                                    if k in status}
+    small_status: dict[str, Any] = {
+        k: status[k] for k in ("allocatable", "capacity") if k in status
+    }
     conds = status.get("conditions")
     if conds:
-        small_status["conditions"] = [{k: c[k] for k in ("type", "status", "reason") if k in c}
-                                      for c in conds if isinstance(c, Mapping)]
-    out = {"metadata": _meta(obj.get("metadata") or {}),
-           "spec": {k: spec[k] for k in _NODE_SPEC if k in spec},
-           "status": small_status}
+        small_status["conditions"] = [
+            {k: c[k] for k in ("type", "status", "reason") if k in c}
+            for c in conds
+            if isinstance(c, Mapping)
+        ]
+    out = {
+        "metadata": _meta(obj.get("metadata") or {}),
+        "spec": {k: spec[k] for k in _NODE_SPEC if k in spec},
+        "status": small_status,
+    }
     for k in ("kind", "apiVersion"):
         if k in obj:
             out[k] = obj[k]
@@ -145,8 +167,11 @@ def own_pod(obj: dict[str, Any]) -> dict[str, Any]:
     for kind in ("containers", "initContainers"):
         if kind in spec:
             spec[kind] = [{k: c[k] for k in keep if k in c} for c in spec[kind]]
-    out = {"metadata": _meta(obj.get("metadata") or {}), "spec": spec,
-           "status": {k: status[k] for k in ("phase",) if k in status}}
+    out = {
+        "metadata": _meta(obj.get("metadata") or {}),
+        "spec": spec,
+        "status": {k: status[k] for k in ("phase",) if k in status},
+    }
     for k in ("kind", "apiVersion"):
         if k in obj:
             out[k] = obj[k]

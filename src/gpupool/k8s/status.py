@@ -58,12 +58,20 @@ class WriteStats:
 
 
 class StatusWriter:
-    def __init__(self, kube: Kube, *, component: str, identity: str,
-                 pod: Callable[[str], Mapping[str, Any] | None],
-                 is_leader: Callable[[], bool], still_waiting: Callable[[str], bool],
-                 writes_per_s: float = 50.0, concurrency: int = 4,
-                 max_queued: int = 20_000,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        kube: Kube,
+        *,
+        component: str,
+        identity: str,
+        pod: Callable[[str], Mapping[str, Any] | None],
+        is_leader: Callable[[], bool],
+        still_waiting: Callable[[str], bool],
+        writes_per_s: float = 50.0,
+        concurrency: int = 4,
+        max_queued: int = 20_000,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.kube = kube
         self.component = component
         self.identity = identity
@@ -106,12 +114,12 @@ class StatusWriter:
         message = f"rejected: {reason}"
         if self.last.get(key) == message:
             return
-        if self._put(("condition", key), _Condition(key, "Unschedulable", message,
-                                                    "Rejected", final=True)):
+        if self._put(
+            ("condition", key), _Condition(key, "Unschedulable", message, "Rejected", final=True)
+        ):
             self.last[key] = message
 
-    async def event(self, obj: Mapping[str, Any], type_: str, reason: str,
-                    message: str) -> None:
+    async def event(self, obj: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
         """Records an Event for ``obj`` (queued; aggregated with earlier ones)."""
         self.record(obj, type_, reason, message)
 
@@ -157,8 +165,10 @@ class StatusWriter:
         """Waits for the rate limit (a token bucket of one second's writes)."""
         while True:
             now = time.monotonic()
-            self._tokens = min(max(1.0, self.writes_per_s),
-                               self._tokens + (now - self._refilled) * self.writes_per_s)
+            self._tokens = min(
+                max(1.0, self.writes_per_s),
+                self._tokens + (now - self._refilled) * self.writes_per_s,
+            )
             self._refilled = now
             if self._tokens >= 1.0:
                 self._tokens -= 1.0
@@ -183,8 +193,7 @@ class StatusWriter:
 
     async def _condition(self, item: _Condition) -> None:
         pod = self.pod(item.key)
-        if pod is None or not self.is_leader() or not (item.final
-                                                       or self.still_waiting(item.key)):
+        if pod is None or not self.is_leader() or not (item.final or self.still_waiting(item.key)):
             if self.last.get(item.key) == item.message:
                 self.last.pop(item.key, None)  # not written: offered again if still true
             return
@@ -193,12 +202,24 @@ class StatusWriter:
         ns, name = meta.get("namespace"), meta.get("name")
         try:
             await self.kube.request(
-                "PATCH", f"/api/v1/namespaces/{ns}/pods/{name}/status",
-                {"status": {"conditions": [{
-                    "type": "PodScheduled", "status": "False", "reason": item.reason,
-                    "message": item.message, "lastProbeTime": None,
-                    "lastTransitionTime": micro_time()[:19] + "Z"}]}},
-                content_type=STRATEGIC_PATCH)
+                "PATCH",
+                f"/api/v1/namespaces/{ns}/pods/{name}/status",
+                {
+                    "status": {
+                        "conditions": [
+                            {
+                                "type": "PodScheduled",
+                                "status": "False",
+                                "reason": item.reason,
+                                "message": item.message,
+                                "lastProbeTime": None,
+                                "lastTransitionTime": micro_time()[:19] + "Z",
+                            }
+                        ]
+                    }
+                },
+                content_type=STRATEGIC_PATCH,
+            )
             self.stats.conditions += 1
         except KubeError as exc:
             if exc.status != 404:
@@ -211,10 +232,12 @@ class StatusWriter:
         path = f"/api/v1/namespaces/{w.namespace}/events"
         if w.name:
             try:
-                await self.kube.request("PATCH", f"{path}/{w.name}",
-                                        {"count": w.count, "lastTimestamp": now,
-                                         "message": w.message},
-                                        content_type=STRATEGIC_PATCH)
+                await self.kube.request(
+                    "PATCH",
+                    f"{path}/{w.name}",
+                    {"count": w.count, "lastTimestamp": now, "message": w.message},
+                    content_type=STRATEGIC_PATCH,
+                )
                 self.stats.events_repeated += 1
                 return
             except KubeError as exc:
@@ -225,14 +248,19 @@ class StatusWriter:
         name = f"{w.involved.get('name')}.{time.time_ns():x}"
         first = micro_time(w.first_s)[:19] + "Z"
         body = {
-            "apiVersion": "v1", "kind": "Event",
+            "apiVersion": "v1",
+            "kind": "Event",
             "metadata": {"name": name, "namespace": w.namespace},
             "involvedObject": dict(w.involved),
-            "reason": w.reason, "message": w.message, "type": w.type,
+            "reason": w.reason,
+            "message": w.message,
+            "type": w.type,
             "source": {"component": self.component},
             "reportingComponent": self.component,
             "reportingInstance": self.identity,
-            "firstTimestamp": first, "lastTimestamp": now, "count": w.count,
+            "firstTimestamp": first,
+            "lastTimestamp": now,
+            "count": w.count,
         }
         try:
             await self.kube.request("POST", path, body)

@@ -154,8 +154,9 @@ def _quantity(fn: Any, value: object, where: str) -> int:
     return result
 
 
-def gpu_refusals(obj: Mapping[str, Any], *, now_s: float | None = None,
-                 count_resource: str = GPU_RESOURCE) -> dict[str, str]:
+def gpu_refusals(
+    obj: Mapping[str, Any], *, now_s: float | None = None, count_resource: str = GPU_RESOURCE
+) -> dict[str, str]:
     """UUID -> why that card of a HAMi node takes no new work (node health, cordon, device
     health, MIG mode); empty for a node without HAMi's register annotation."""
     meta = obj.get("metadata") or {}
@@ -169,12 +170,16 @@ def gpu_refusals(obj: Mapping[str, Any], *, now_s: float | None = None,
         devices = parse_hami_register(register)
     except TranslateError as exc:
         raise TranslateError(f"node {meta.get('name', '')}: {exc}") from exc
-    return card_refusals(devices, cordoned_uuids(annotations),
-                         node_refusal(annotations, alloc, count_resource, now_s))
+    return card_refusals(
+        devices,
+        cordoned_uuids(annotations),
+        node_refusal(annotations, alloc, count_resource, now_s),
+    )
 
 
-def node_from_k8s(obj: Mapping[str, Any], *, now_s: float | None = None,
-                  count_resource: str = GPU_RESOURCE) -> Node:
+def node_from_k8s(
+    obj: Mapping[str, Any], *, now_s: float | None = None, count_resource: str = GPU_RESOURCE
+) -> Node:
     """A core Node from a Kubernetes Node; TranslateError when it cannot be read. ``now_s``
     (Unix seconds) lets HAMi's handshake time out; cards that take no new work
     (:func:`gpu_refusals`) are in the node but not usable."""
@@ -195,24 +200,36 @@ def node_from_k8s(obj: Mapping[str, Any], *, now_s: float | None = None,
         except TranslateError as exc:
             raise TranslateError(f"{at}: {exc}") from exc
         annotations = meta.get("annotations") or {}
-        refused = card_refusals(devices, cordoned_uuids(annotations),
-                                node_refusal(annotations, alloc, count_resource, now_s))
+        refused = card_refusals(
+            devices,
+            cordoned_uuids(annotations),
+            node_refusal(annotations, alloc, count_resource, now_s),
+        )
         gpus = hami_gpus(devices, refused)
     else:
         # NVIDIA's cards as GPU feature discovery counts them, else another vendor's
         gpus = _gfd_gpus(name, labels, alloc, count_resource) or vendor_gpus(obj)
-    taints = tuple(_taint(t, f"{at}: spec.taints[{i}]")
-                   for i, t in enumerate(spec.get("taints") or ()))
+    taints = tuple(
+        _taint(t, f"{at}: spec.taints[{i}]") for i, t in enumerate(spec.get("taints") or ())
+    )
     ready = True
     for cond in status.get("conditions") or ():
         if cond.get("type") == "Ready":
             ready = cond.get("status") == "True"
-    return Node(name=NodeName(name), cpu_milli=cpu, memory_mib=mem, gpus=gpus, labels=labels,
-                taints=taints, schedulable=ready and not spec.get("unschedulable", False))
+    return Node(
+        name=NodeName(name),
+        cpu_milli=cpu,
+        memory_mib=mem,
+        gpus=gpus,
+        labels=labels,
+        taints=taints,
+        schedulable=ready and not spec.get("unschedulable", False),
+    )
 
 
-def _gfd_gpus(name: str, labels: Mapping[str, str], alloc: Mapping[str, Any],
-              count_resource: str) -> tuple[Gpu, ...]:
+def _gfd_gpus(
+    name: str, labels: Mapping[str, str], alloc: Mapping[str, Any], count_resource: str
+) -> tuple[Gpu, ...]:
     raw = alloc.get(count_resource, labels.get(GFD_COUNT, 0))
     count = _quantity(whole_number, raw, f"node {name}: allocatable.{count_resource}")
     if count == 0:
@@ -226,8 +243,9 @@ def _taint(t: Mapping[str, Any], where: str) -> Taint:
     try:
         effect = TaintEffect(t.get("effect", "NoSchedule"))
     except ValueError:
-        raise TranslateError(f"{where}.effect={t.get('effect')!r} is not NoSchedule, "
-                             "PreferNoSchedule or NoExecute") from None
+        raise TranslateError(
+            f"{where}.effect={t.get('effect')!r} is not NoSchedule, PreferNoSchedule or NoExecute"
+        ) from None
     return Taint(key=str(t.get("key", "")), value=str(t.get("value", "")), effect=effect)
 
 
@@ -279,18 +297,28 @@ def pod_gang(pod: Mapping[str, Any]) -> GangRef | None:
         return None
     ns = str(meta.get("namespace", "default"))
     raw_size = annotations.get(GANG_SIZE_ANNOTATION)
-    owner = next((o.get("name") for o in meta.get("ownerReferences") or ()
-                  if o.get("kind") == "Job" and o.get("controller")), None)
+    owner = next(
+        (
+            o.get("name")
+            for o in meta.get("ownerReferences") or ()
+            if o.get("kind") == "Job" and o.get("controller")
+        ),
+        None,
+    )
     if raw_size is not None:
         size = _whole(raw_size, f"metadata.annotations[{GANG_SIZE_ANNOTATION}]")
         if size < 1:
-            raise InvalidJobError(f"metadata.annotations[{GANG_SIZE_ANNOTATION}]", raw_size,
-                                  "must be 1 or more")
+            raise InvalidJobError(
+                f"metadata.annotations[{GANG_SIZE_ANNOTATION}]", raw_size, "must be 1 or more"
+            )
         name = f"job-{owner}" if value == "job" and owner else str(value)
         return GangRef(ns, name, size)
     if owner is None:
-        raise InvalidJobError(f"metadata.annotations[{GANG_ANNOTATION}]", value,
-                              f"a gang needs {GANG_SIZE_ANNOTATION}, or a Job owning the pod")
+        raise InvalidJobError(
+            f"metadata.annotations[{GANG_ANNOTATION}]",
+            value,
+            f"a gang needs {GANG_SIZE_ANNOTATION}, or a Job owning the pod",
+        )
     return GangRef(ns, f"job-{owner}", 0, job_owner=str(owner))
 
 
@@ -319,18 +347,34 @@ class RecordedPlacement:
     gang_size: int = 1
 
     def placement(self) -> Placement:
-        return Placement(task=self.task, job=self.job, node=self.node, cpu_milli=self.cpu_milli,
-                         memory_mib=self.memory_mib, shares=self.shares)
+        return Placement(
+            task=self.task,
+            job=self.job,
+            node=self.node,
+            cpu_milli=self.cpu_milli,
+            memory_mib=self.memory_mib,
+            shares=self.shares,
+        )
 
 
-def placement_annotation(p: Placement, queue: str, flavor: str, start_s: float,
-                         gang_size: int = 1) -> str:
-    return json.dumps({
-        "job": p.job, "task": p.task, "queue": queue, "flavor": flavor, "node": p.node,
-        "cpu": p.cpu_milli, "mem": p.memory_mib, "start": round(start_s, 3),
-        "gang": gang_size,
-        "cards": [[s.index, s.gpu_milli, s.memory_mib, s.mig_profile] for s in p.shares],
-    }, separators=(",", ":"))
+def placement_annotation(
+    p: Placement, queue: str, flavor: str, start_s: float, gang_size: int = 1
+) -> str:
+    return json.dumps(
+        {
+            "job": p.job,
+            "task": p.task,
+            "queue": queue,
+            "flavor": flavor,
+            "node": p.node,
+            "cpu": p.cpu_milli,
+            "mem": p.memory_mib,
+            "start": round(start_s, 3),
+            "gang": gang_size,
+            "cards": [[s.index, s.gpu_milli, s.memory_mib, s.mig_profile] for s in p.shares],
+        },
+        separators=(",", ":"),
+    )
 
 
 def read_placement(pod: Mapping[str, Any]) -> RecordedPlacement | None:
@@ -342,21 +386,37 @@ def read_placement(pod: Mapping[str, Any]) -> RecordedPlacement | None:
         return None
     try:
         d = json.loads(text)
-        shares = tuple(GpuShare(index=int(c[0]), gpu_milli=int(c[1]), memory_mib=int(c[2]),
-                                mig_profile=c[3] if len(c) > 3 else None)
-                       for c in d["cards"])
+        shares = tuple(
+            GpuShare(
+                index=int(c[0]),
+                gpu_milli=int(c[1]),
+                memory_mib=int(c[2]),
+                mig_profile=c[3] if len(c) > 3 else None,
+            )
+            for c in d["cards"]
+        )
         return RecordedPlacement(
-            job=JobId(str(d["job"])), task=TaskId(str(d["task"])), queue=str(d["queue"]),
-            flavor=str(d.get("flavor", "")), node=NodeName(str(d["node"])),
-            cpu_milli=int(d["cpu"]), memory_mib=int(d["mem"]), shares=shares,
-            start_s=float(d.get("start", 0.0)), gang_size=int(d.get("gang", 1)))
+            job=JobId(str(d["job"])),
+            task=TaskId(str(d["task"])),
+            queue=str(d["queue"]),
+            flavor=str(d.get("flavor", "")),
+            node=NodeName(str(d["node"])),
+            cpu_milli=int(d["cpu"]),
+            memory_mib=int(d["mem"]),
+            shares=shares,
+            start_s=float(d.get("start", 0.0)),
+            gang_size=int(d.get("gang", 1)),
+        )
     except (ValueError, KeyError, TypeError, IndexError) as exc:
-        raise TranslateError(f"pod {meta.get('namespace')}/{meta.get('name')}: "
-                             f"{PLACEMENT_ANNOTATION}={text!r} cannot be read: {exc}") from exc
+        raise TranslateError(
+            f"pod {meta.get('namespace')}/{meta.get('name')}: "
+            f"{PLACEMENT_ANNOTATION}={text!r} cannot be read: {exc}"
+        ) from exc
 
 
-def placement_from_hami(pod: Mapping[str, Any], node: Node, queue: str,
-                        cpu_milli: int, memory_mib: int) -> RecordedPlacement | None:
+def placement_from_hami(
+    pod: Mapping[str, Any], node: Node, queue: str, cpu_milli: int, memory_mib: int
+) -> RecordedPlacement | None:
     """The cards a bound pod holds according to HAMi's ``hami.io/vgpu-devices-allocated``
     alone (a pod bound by HAMi's own scheduler, or by gpupool before it recorded
     ``gpupool.io/placement``), counted as HAMi counts them
@@ -367,8 +427,16 @@ def placement_from_hami(pod: Mapping[str, Any], node: Node, queue: str,
         return None
     job = pod_job_id(pod)
     return RecordedPlacement(
-        job=job, task=TaskId(f"{job}/ps0-0"), queue=queue, flavor="", node=node.name,
-        cpu_milli=cpu_milli, memory_mib=memory_mib, shares=shares, start_s=0.0)
+        job=job,
+        task=TaskId(f"{job}/ps0-0"),
+        queue=queue,
+        flavor="",
+        node=node.name,
+        cpu_milli=cpu_milli,
+        memory_mib=memory_mib,
+        shares=shares,
+        start_s=0.0,
+    )
 
 
 def is_terminal(pod: Mapping[str, Any]) -> bool:

@@ -56,42 +56,71 @@ class _Live(Collector):
     def collect(self) -> Iterable[GaugeMetricFamily]:
         g = self.source()
 
-        def family(name: str, doc: str, labels: list[str],
-                   values: Mapping[Any, float]) -> GaugeMetricFamily:
+        def family(
+            name: str, doc: str, labels: list[str], values: Mapping[Any, float]
+        ) -> GaugeMetricFamily:
             fam = GaugeMetricFamily(name, doc, labels=labels)
             for key, value in sorted(values.items(), key=lambda kv: str(kv[0])):
-                fam.add_metric(list(key) if isinstance(key, tuple) else [str(key)],
-                               float(value))
+                fam.add_metric(list(key) if isinstance(key, tuple) else [str(key)], float(value))
             return fam
 
-        yield family("gpupool_jobs_pending", "Jobs waiting in each ClusterQueue.",
-                     ["queue"], g.pending)
-        yield family("gpupool_jobs_running", "Jobs running, by ClusterQueue.", ["queue"],
-                     g.running)
-        yield family("gpupool_gpus_allocated", "GPUs held (slices counted as fractions), by "
-                     "flavor and ClusterQueue.", ["flavor", "queue"], g.gpus_allocated)
-        yield family("gpupool_gpu_milli_allocated", "GPU compute held in milli-GPU, by flavor "
-                     "and ClusterQueue.", ["flavor", "queue"], g.gpu_milli_allocated)
+        yield family(
+            "gpupool_jobs_pending", "Jobs waiting in each ClusterQueue.", ["queue"], g.pending
+        )
+        yield family("gpupool_jobs_running", "Jobs running, by ClusterQueue.", ["queue"], g.running)
+        yield family(
+            "gpupool_gpus_allocated",
+            "GPUs held (slices counted as fractions), by flavor and ClusterQueue.",
+            ["flavor", "queue"],
+            g.gpus_allocated,
+        )
+        yield family(
+            "gpupool_gpu_milli_allocated",
+            "GPU compute held in milli-GPU, by flavor and ClusterQueue.",
+            ["flavor", "queue"],
+            g.gpu_milli_allocated,
+        )
         yield family("gpupool_gpus_total", "Usable GPUs, by flavor.", ["flavor"], g.gpus_total)
-        yield family("gpupool_gpu_milli_total", "Usable GPU compute in milli-GPU, by flavor.",
-                     ["flavor"], g.gpu_milli_total)
-        yield family("gpupool_queue_nominal_gpus", "Nominal GPU quota of each ClusterQueue "
-                     "(fractions of a card count), by flavor and ClusterQueue.",
-                     ["flavor", "queue"],
-                     {k: v / 1000 for k, v in g.gpu_milli_nominal.items()})
-        yield family("gpupool_queue_nominal_gpu_milli", "Nominal GPU quota of each "
-                     "ClusterQueue in milli-GPU, by flavor and ClusterQueue.",
-                     ["flavor", "queue"], g.gpu_milli_nominal)
+        yield family(
+            "gpupool_gpu_milli_total",
+            "Usable GPU compute in milli-GPU, by flavor.",
+            ["flavor"],
+            g.gpu_milli_total,
+        )
+        yield family(
+            "gpupool_queue_nominal_gpus",
+            "Nominal GPU quota of each ClusterQueue "
+            "(fractions of a card count), by flavor and ClusterQueue.",
+            ["flavor", "queue"],
+            {k: v / 1000 for k, v in g.gpu_milli_nominal.items()},
+        )
+        yield family(
+            "gpupool_queue_nominal_gpu_milli",
+            "Nominal GPU quota of each ClusterQueue in milli-GPU, by flavor and ClusterQueue.",
+            ["flavor", "queue"],
+            g.gpu_milli_nominal,
+        )
         yield family("gpupool_nodes", "Nodes by state.", ["state"], g.nodes)
-        yield family("gpupool_queue_dominant_share", "Weighted dominant-resource share of "
-                     "each ClusterQueue (1 is exactly its fair share).", ["queue"],
-                     g.queue_share)
-        yield family("gpupool_pending_reasons", "Pending jobs by the plugin (a filter, or a "
-                     "step of the core such as quota) that holds them back; a job held back "
-                     "by two counts under both.", ["plugin"], g.pending_reasons)
-        frag = GaugeMetricFamily("gpupool_fragmentation_ratio", "Share of free GPU compute "
-                                 "that sits on partly used cards or on nodes whose CPU or "
-                                 "memory is used up.")
+        yield family(
+            "gpupool_queue_dominant_share",
+            "Weighted dominant-resource share of each ClusterQueue (1 is exactly its fair share).",
+            ["queue"],
+            g.queue_share,
+        )
+        yield family(
+            "gpupool_pending_reasons",
+            "Pending jobs by the plugin (a filter, or a "
+            "step of the core such as quota) that holds them back; a job held back "
+            "by two counts under both.",
+            ["plugin"],
+            g.pending_reasons,
+        )
+        frag = GaugeMetricFamily(
+            "gpupool_fragmentation_ratio",
+            "Share of free GPU compute "
+            "that sits on partly used cards or on nodes whose CPU or "
+            "memory is used up.",
+        )
         frag.add_metric([], g.fragmentation_ratio)
         yield frag
 
@@ -100,21 +129,38 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
-        self._submitted = Counter("gpupool_jobs_submitted_total", "Jobs accepted.", ["queue"],
-                                  registry=r)
-        self._admitted = Counter("gpupool_jobs_admitted_total", "Jobs admitted and bound.",
-                                 ["queue"], registry=r)
-        self._preempted = Counter("gpupool_preemptions_total", "Jobs preempted, by reason "
-                                  "(within-queue, reclaim, fair-share).", ["queue", "reason"],
-                                  registry=r)
-        self._wait = Histogram("gpupool_admission_wait_seconds", "Time from submission to "
-                               "admission, in cluster seconds.", ["queue"],
-                               buckets=WAIT_BUCKETS, registry=r)
-        self._decision = Histogram("gpupool_decision_latency_seconds", "Wall time of one "
-                                   "scheduling cycle.", buckets=LATENCY_BUCKETS, registry=r)
-        self._requests = Histogram("gpupool_api_request_duration_seconds", "API request "
-                                   "latency.", ["method", "route", "code"],
-                                   buckets=LATENCY_BUCKETS, registry=r)
+        self._submitted = Counter(
+            "gpupool_jobs_submitted_total", "Jobs accepted.", ["queue"], registry=r
+        )
+        self._admitted = Counter(
+            "gpupool_jobs_admitted_total", "Jobs admitted and bound.", ["queue"], registry=r
+        )
+        self._preempted = Counter(
+            "gpupool_preemptions_total",
+            "Jobs preempted, by reason (within-queue, reclaim, fair-share).",
+            ["queue", "reason"],
+            registry=r,
+        )
+        self._wait = Histogram(
+            "gpupool_admission_wait_seconds",
+            "Time from submission to admission, in cluster seconds.",
+            ["queue"],
+            buckets=WAIT_BUCKETS,
+            registry=r,
+        )
+        self._decision = Histogram(
+            "gpupool_decision_latency_seconds",
+            "Wall time of one scheduling cycle.",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self._requests = Histogram(
+            "gpupool_api_request_duration_seconds",
+            "API request latency.",
+            ["method", "route", "code"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
         # gpupool_process_resident_memory_bytes, _cpu_seconds_total, _open_fds, ...
         ProcessCollector(namespace="gpupool", registry=r)
 

@@ -49,15 +49,20 @@ GIB = 1024
 
 KINDS = ("training", "notebook", "inference", "mig", "cpu")
 KIND_LABEL = {
-    "training": "training", "notebook": "notebook", "inference": "inference",
-    "mig": "MIG pod", "cpu": "CPU-only",
+    "training": "training",
+    "notebook": "notebook",
+    "inference": "inference",
+    "mig": "MIG pod",
+    "cpu": "CPU-only",
 }
 KIND_COLOR = {
-    "training": "dodger_blue1", "notebook": "green3", "inference": "magenta",
-    "mig": "cyan", "cpu": "yellow",
+    "training": "dodger_blue1",
+    "notebook": "green3",
+    "inference": "magenta",
+    "mig": "cyan",
+    "cpu": "yellow",
 }
-PREFIX = {"training": "train", "notebook": "nb", "inference": "inf", "mig": "mig",
-          "cpu": "cpu"}
+PREFIX = {"training": "train", "notebook": "nb", "inference": "inf", "mig": "mig", "cpu": "cpu"}
 DEFAULT_JOBS = 150
 DEFAULT_SEED = 7
 
@@ -69,31 +74,62 @@ def demo_cluster() -> list[Node]:
     """4 x 8 A100-80GB (NVLink mesh), 4 x 4 T4, 1 node with 2 MIG A100s, 2 CPU-only nodes."""
     nodes: list[Node] = []
     for i in range(4):
-        cards = tuple(Gpu(g, A100, 80 * GIB, uuid=f"GPU-a100-{i}-{g}",
-                          nvlink_peers=tuple(p for p in range(8) if p != g))
-                      for g in range(8))
-        nodes.append(Node(NodeName(f"a100-{i}"), 128_000, 1024 * GIB, cards,
-                          labels={"gpupool.io/flavor": "a100"}, taints=(GPU_TAINT,)))
+        cards = tuple(
+            Gpu(
+                g,
+                A100,
+                80 * GIB,
+                uuid=f"GPU-a100-{i}-{g}",
+                nvlink_peers=tuple(p for p in range(8) if p != g),
+            )
+            for g in range(8)
+        )
+        nodes.append(
+            Node(
+                NodeName(f"a100-{i}"),
+                128_000,
+                1024 * GIB,
+                cards,
+                labels={"gpupool.io/flavor": "a100"},
+                taints=(GPU_TAINT,),
+            )
+        )
     for i in range(4):
         cards = tuple(Gpu(g, T4, 16 * GIB, uuid=f"GPU-t4-{i}-{g}") for g in range(4))
-        nodes.append(Node(NodeName(f"t4-{i}"), 48_000, 192 * GIB, cards,
-                          labels={"gpupool.io/flavor": "t4"}, taints=(GPU_TAINT,)))
+        nodes.append(
+            Node(
+                NodeName(f"t4-{i}"),
+                48_000,
+                192 * GIB,
+                cards,
+                labels={"gpupool.io/flavor": "t4"},
+                taints=(GPU_TAINT,),
+            )
+        )
     mig = (MigInstance(MIG_PROFILE, 7, WHOLE_GPU_MILLI // 7, 10 * GIB),)
-    nodes.append(Node(NodeName("mig-0"), 64_000, 512 * GIB,
-                      tuple(Gpu(g, A100, 80 * GIB, uuid=f"GPU-mig-{g}", mig=mig)
-                            for g in range(2)),
-                      labels={"gpupool.io/flavor": "a100-mig"}, taints=(GPU_TAINT,)))
+    nodes.append(
+        Node(
+            NodeName("mig-0"),
+            64_000,
+            512 * GIB,
+            tuple(Gpu(g, A100, 80 * GIB, uuid=f"GPU-mig-{g}", mig=mig) for g in range(2)),
+            labels={"gpupool.io/flavor": "a100-mig"},
+            taints=(GPU_TAINT,),
+        )
+    )
     for i in range(2):
-        nodes.append(Node(NodeName(f"cpu-{i}"), 64_000, 256 * GIB,
-                          labels={"gpupool.io/flavor": "cpu"}))
+        nodes.append(
+            Node(NodeName(f"cpu-{i}"), 64_000, 256 * GIB, labels={"gpupool.io/flavor": "cpu"})
+        )
     return nodes
 
 
 # -- the jobs ----------------------------------------------------------------------------
 
 
-def demo_jobs(seed: int = DEFAULT_SEED, count: int = DEFAULT_JOBS,
-              mean_gap_s: float = 150.0) -> list[Job]:
+def demo_jobs(
+    seed: int = DEFAULT_SEED, count: int = DEFAULT_JOBS, mean_gap_s: float = 150.0
+) -> list[Job]:
     """A seeded stream: Poisson arrivals every ``mean_gap_s`` on average, a mix of kinds."""
     rng = random.Random(seed)
     jobs: list[Job] = []
@@ -117,37 +153,87 @@ def _make(kind: str, job_id: JobId, at: float, rng: random.Random) -> Job:
     gpu_tol = (GPU_TOLERATION,)
     if kind == "training":
         tasks, per_task = rng.choices(
-            [(1, 1), (1, 2), (1, 4), (1, 8), (2, 4), (2, 8)], weights=[18, 22, 26, 18, 8, 8])[0]
-        pod = PodSet("worker", count=tasks, cpu_milli=per_task * 10_000,
-                     memory_mib=per_task * 64 * GIB,
-                     gpu=GpuRequest(count=per_task, models=frozenset({A100})),
-                     tolerations=gpu_tol)
-        return Job(job_id, (pod,), QueueName("research"), submit_time_s=at,
-                   duration_s=_minutes(rng, 45, 240), user=rng.choice(["ana", "bo", "chen"]))
+            [(1, 1), (1, 2), (1, 4), (1, 8), (2, 4), (2, 8)], weights=[18, 22, 26, 18, 8, 8]
+        )[0]
+        pod = PodSet(
+            "worker",
+            count=tasks,
+            cpu_milli=per_task * 10_000,
+            memory_mib=per_task * 64 * GIB,
+            gpu=GpuRequest(count=per_task, models=frozenset({A100})),
+            tolerations=gpu_tol,
+        )
+        return Job(
+            job_id,
+            (pod,),
+            QueueName("research"),
+            submit_time_s=at,
+            duration_s=_minutes(rng, 45, 240),
+            user=rng.choice(["ana", "bo", "chen"]),
+        )
     if kind == "notebook":
-        milli, mem = rng.choice([(250, 10 * GIB), (250, 8 * GIB), (500, 20 * GIB),
-                                 (330, 12 * GIB)])
-        pod = PodSet("notebook", cpu_milli=rng.choice([2000, 4000, 8000]),
-                     memory_mib=rng.choice([16, 32]) * GIB,
-                     gpu=GpuRequest(gpu_milli=milli, memory_mib=mem), tolerations=gpu_tol)
-        return Job(job_id, (pod,), QueueName("notebooks"), submit_time_s=at,
-                   duration_s=_minutes(rng, 20, 120), user=rng.choice(["dee", "eli", "fay"]))
+        milli, mem = rng.choice([(250, 10 * GIB), (250, 8 * GIB), (500, 20 * GIB), (330, 12 * GIB)])
+        pod = PodSet(
+            "notebook",
+            cpu_milli=rng.choice([2000, 4000, 8000]),
+            memory_mib=rng.choice([16, 32]) * GIB,
+            gpu=GpuRequest(gpu_milli=milli, memory_mib=mem),
+            tolerations=gpu_tol,
+        )
+        return Job(
+            job_id,
+            (pod,),
+            QueueName("notebooks"),
+            submit_time_s=at,
+            duration_s=_minutes(rng, 20, 120),
+            user=rng.choice(["dee", "eli", "fay"]),
+        )
     if kind == "inference":
         milli, mem = rng.choice([(300, 6 * GIB), (500, 8 * GIB), (250, 4 * GIB)])
-        pod = PodSet("server", cpu_milli=4000, memory_mib=16 * GIB,
-                     gpu=GpuRequest(gpu_milli=milli, memory_mib=mem, models=frozenset({T4})),
-                     tolerations=gpu_tol)
-        return Job(job_id, (pod,), QueueName("serving"), submit_time_s=at,
-                   duration_s=_minutes(rng, 30, 180), user="svc")
+        pod = PodSet(
+            "server",
+            cpu_milli=4000,
+            memory_mib=16 * GIB,
+            gpu=GpuRequest(gpu_milli=milli, memory_mib=mem, models=frozenset({T4})),
+            tolerations=gpu_tol,
+        )
+        return Job(
+            job_id,
+            (pod,),
+            QueueName("serving"),
+            submit_time_s=at,
+            duration_s=_minutes(rng, 30, 180),
+            user="svc",
+        )
     if kind == "mig":
-        pod = PodSet("dev", cpu_milli=4000, memory_mib=32 * GIB,
-                     gpu=GpuRequest(mig_profile=MIG_PROFILE), tolerations=gpu_tol)
-        return Job(job_id, (pod,), QueueName("notebooks"), submit_time_s=at,
-                   duration_s=_minutes(rng, 15, 90), user=rng.choice(["dee", "eli"]))
-    pod = PodSet("etl", cpu_milli=rng.choice([4000, 8000, 16000, 24000]),
-                 memory_mib=rng.choice([16, 32, 64]) * GIB)
-    return Job(job_id, (pod,), QueueName("data"), submit_time_s=at,
-               duration_s=_minutes(rng, 10, 90), user="etl")
+        pod = PodSet(
+            "dev",
+            cpu_milli=4000,
+            memory_mib=32 * GIB,
+            gpu=GpuRequest(mig_profile=MIG_PROFILE),
+            tolerations=gpu_tol,
+        )
+        return Job(
+            job_id,
+            (pod,),
+            QueueName("notebooks"),
+            submit_time_s=at,
+            duration_s=_minutes(rng, 15, 90),
+            user=rng.choice(["dee", "eli"]),
+        )
+    pod = PodSet(
+        "etl",
+        cpu_milli=rng.choice([4000, 8000, 16000, 24000]),
+        memory_mib=rng.choice([16, 32, 64]) * GIB,
+    )
+    return Job(
+        job_id,
+        (pod,),
+        QueueName("data"),
+        submit_time_s=at,
+        duration_s=_minutes(rng, 10, 90),
+        user="etl",
+    )
 
 
 def kind_of(job_id: str) -> str:
@@ -163,8 +249,10 @@ def describe_request(job: Job) -> str:
     elif g.count:
         gpu = f"{g.count}×{next(iter(g.models), 'GPU')}"
     elif g.gpu_milli or g.memory_mib:
-        gpu = f"{g.gpu_milli / 10:.0f}% of a {'|'.join(sorted(g.models)) or 'GPU'}, " \
-              f"{g.memory_mib // GIB} GiB"
+        gpu = (
+            f"{g.gpu_milli / 10:.0f}% of a {'|'.join(sorted(g.models)) or 'GPU'}, "
+            f"{g.memory_mib // GIB} GiB"
+        )
     else:
         gpu = "no GPU"
     tasks = f"{ps.count} × " if ps.count > 1 else ""
@@ -268,12 +356,15 @@ def _moment(engine: Engine) -> Moment:
             cpu += p.cpu_milli
             jobs[p.job] = jobs.get(p.job, 0) + p.cpu_milli
             for s in p.shares:
-                by_card[s.index].append(CardHold(p.job, share_milli(s, node.gpus[s.index]),
-                                               s.memory_mib, s.mig_profile))
+                by_card[s.index].append(
+                    CardHold(p.job, share_milli(s, node.gpus[s.index]), s.memory_mib, s.mig_profile)
+                )
         cards = tuple(
-            CardView(g.index, g.model, g.memory_mib, sum(i.count for i in g.mig),
-                     tuple(by_card[g.index]))
-            for g in node.gpus)
+            CardView(
+                g.index, g.model, g.memory_mib, sum(i.count for i in g.mig), tuple(by_card[g.index])
+            )
+            for g in node.gpus
+        )
         views.append(NodeMoment(node.name, cards, cpu, node.cpu_milli, tuple(jobs.items())))
     pending = tuple((j.id, engine.records[j.id].last_reason) for j in engine.pending_jobs())
     return Moment(engine.now, used, total, engine.running, pending, tuple(views))
@@ -295,9 +386,11 @@ def summary(run: DemoRun) -> dict[str, Any]:
             "jobs": len(recs),
             "completed": sum(1 for x in recs if x.completed),
             "waited": int(np.count_nonzero(w > 0)),
-            "wait_s": {"mean": round(float(w.mean()), 1) if w.size else 0.0,
-                       **{k: round(v, 1) for k, v in percentiles(w, (90,)).items()},
-                       "max": round(float(w.max()), 1) if w.size else 0.0},
+            "wait_s": {
+                "mean": round(float(w.mean()), 1) if w.size else 0.0,
+                **{k: round(v, 1) for k, v in percentiles(w, (90,)).items()},
+                "max": round(float(w.max()), 1) if w.size else 0.0,
+            },
         }
     return {
         "seed": run.seed,
@@ -307,9 +400,11 @@ def summary(run: DemoRun) -> dict[str, Any]:
         "completed": sum(1 for x in records if x.completed),
         "rejected": sum(1 for x in records if x.rejected),
         "waited": int(np.count_nonzero(waits > 0)),
-        "wait_s": {**{k: round(v, 1) for k, v in percentiles(waits).items()},
-                   "mean": round(float(waits.mean()), 1) if waits.size else 0.0,
-                   "max": round(float(waits.max()), 1) if waits.size else 0.0},
+        "wait_s": {
+            **{k: round(v, 1) for k, v in percentiles(waits).items()},
+            "mean": round(float(waits.mean()), 1) if waits.size else 0.0,
+            "max": round(float(waits.max()), 1) if waits.size else 0.0,
+        },
         "utilisation_pct": {
             "mean": round(r.series.time_weighted_mean(gpu), 2) if len(r.series) else 0.0,
             "peak": round(float(gpu.max()), 2) if len(r.series) else 0.0,
@@ -332,11 +427,23 @@ def _moment_json(m: Moment) -> dict[str, Any]:
         "nodes": {
             n.name: {
                 "cpu_used_milli": n.cpu_used_milli,
-                "cards": [{"index": c.index, "model": c.model, "used_milli": c.used_milli,
-                           "holders": [{"job": h.job, "gpu_milli": h.milli,
-                                        "memory_mib": h.mib, "mig_profile": h.mig_profile}
-                                       for h in c.holders]}
-                          for c in n.cards],
+                "cards": [
+                    {
+                        "index": c.index,
+                        "model": c.model,
+                        "used_milli": c.used_milli,
+                        "holders": [
+                            {
+                                "job": h.job,
+                                "gpu_milli": h.milli,
+                                "memory_mib": h.mib,
+                                "mig_profile": h.mig_profile,
+                            }
+                            for h in c.holders
+                        ],
+                    }
+                    for c in n.cards
+                ],
             }
             for n in m.nodes
         },
@@ -352,14 +459,24 @@ def add_parser(sub: Any) -> None:
         "demo",
         help="a small simulated cluster and a seeded stream of jobs, in a few seconds",
         description="Schedule a seeded stream of notebooks, inference pods, MIG pods, training\n"
-                    "gangs and CPU jobs on a small built-in cluster, on a simulated clock, and\n"
-                    "show the cards, the waits and the reasons.",
+        "gangs and CPU jobs on a small built-in cluster, on a simulated clock, and\n"
+        "show the cards, the waits and the reasons.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--seed", type=int, default=DEFAULT_SEED, metavar="N",
-                   help=f"seed of the job stream (default {DEFAULT_SEED})")
-    p.add_argument("--jobs", type=int, default=DEFAULT_JOBS, metavar="N",
-                   help=f"number of jobs (default {DEFAULT_JOBS})")
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=DEFAULT_SEED,
+        metavar="N",
+        help=f"seed of the job stream (default {DEFAULT_SEED})",
+    )
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=DEFAULT_JOBS,
+        metavar="N",
+        help=f"number of jobs (default {DEFAULT_JOBS})",
+    )
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
     p.set_defaults(func=run)
 

@@ -46,22 +46,37 @@ def render(run: DemoRun, console: Any) -> None:
     width = max(60, min(int(console.width), 120))
 
     def table(title: str | None = None) -> Table:
-        return Table(title=title, title_justify="left", title_style="bold", box=None,
-                     padding=(0, 2), show_edge=False, header_style="dim")
+        return Table(
+            title=title,
+            title_justify="left",
+            title_style="bold",
+            box=None,
+            padding=(0, 2),
+            show_edge=False,
+            header_style="dim",
+        )
 
-    console.print(Panel.fit(
-        Text.from_markup(
-            "[bold]gpupool demo[/]: a small simulated cluster, a seeded stream of jobs, and "
-            "the gpupool core placing them\n"
-            f"[dim]seed {run.seed} · {len(run.jobs)} jobs · the clock is simulated, so hours "
-            "of cluster time take a moment[/]"),
-        border_style="dodger_blue1"))
+    console.print(
+        Panel.fit(
+            Text.from_markup(
+                "[bold]gpupool demo[/]: a small simulated cluster, a seeded stream of jobs, and "
+                "the gpupool core placing them\n"
+                f"[dim]seed {run.seed} · {len(run.jobs)} jobs · the clock is simulated, so hours "
+                "of cluster time take a moment[/]"
+            ),
+            border_style="dodger_blue1",
+        )
+    )
 
     t = table("The cluster")
     for col in ("nodes", "each", "GPUs", "for"):
         t.add_column(col, style="bold" if col == "nodes" else "")
-    t.add_row("a100-0..3", "128 CPU, 1 TiB", f"8 × {A100}", "training gangs (NVLink mesh), "
-              "notebook slices")
+    t.add_row(
+        "a100-0..3",
+        "128 CPU, 1 TiB",
+        f"8 × {A100}",
+        "training gangs (NVLink mesh), notebook slices",
+    )
     t.add_row("t4-0..3", "48 CPU, 192 GiB", f"4 × {T4}", "inference and notebook slices")
     t.add_row("mig-0", "64 CPU, 512 GiB", f"2 × {A100}", f"MIG, 7 × {MIG_PROFILE} per card")
     t.add_row("cpu-0..1", "64 CPU, 256 GiB", "none", "CPU-only jobs (GPU nodes are tainted)")
@@ -76,31 +91,53 @@ def render(run: DemoRun, console: Any) -> None:
         ks = [j for j in run.jobs if kind_of(j.id) == kind]
         if ks:
             examples = list(dict.fromkeys(describe_request(j) for j in ks))[:3]
-            w.add_row(Text(KIND_LABEL[kind], style=KIND_COLOR[kind]), str(len(ks)),
-                      " | ".join(examples))
+            w.add_row(
+                Text(KIND_LABEL[kind], style=KIND_COLOR[kind]), str(len(ks)), " | ".join(examples)
+            )
     console.print(w)
     last = max(j.submit_time_s for j in run.jobs)
-    console.print(Text(f"  Jobs arrive over {fmt_duration(last)}. A gang starts with all its "
-                       "tasks or waits; jobs that do not fit wait in arrival order.",
-                       style="dim"))
+    console.print(
+        Text(
+            f"  Jobs arrive over {fmt_duration(last)}. A gang starts with all its "
+            "tasks or waits; jobs that do not fit wait in arrival order.",
+            style="dim",
+        )
+    )
 
     console.print()
-    legend = Text("  cards: ", style="dim") + Text("███", style="grey70") + \
-        Text(" held ", style="dim") + Text("░░░", style="grey35") + \
-        Text(" free, one group of three per card (MIG: share of instances in use)\n"
-             "  colours: ", style="dim")
+    legend = (
+        Text("  cards: ", style="dim")
+        + Text("███", style="grey70")
+        + Text(" held ", style="dim")
+        + Text("░░░", style="grey35")
+        + Text(
+            " free, one group of three per card (MIG: share of instances in use)\n  colours: ",
+            style="dim",
+        )
+    )
     legend += Text("  ").join(Text(KIND_LABEL[k], style=KIND_COLOR[k]) for k in KINDS)
-    legend += Text("\n  holding: #0-3 cards 0 to 3 whole · #6 25% a quarter of card 6's "
-                   "compute · #0 1g a MIG instance on card 0 · 8c CPUs of a job without "
-                   "GPUs", style="dim")
+    legend += Text(
+        "\n  holding: #0-3 cards 0 to 3 whole · #6 25% a quarter of card 6's "
+        "compute · #0 1g a MIG instance on card 0 · 8c CPUs of a job without "
+        "GPUs",
+        style="dim",
+    )
     console.print(legend)
     console.print()
     for m in run.moments:
-        console.print(Rule(Text.assemble(
-            (f"t = {clock(m.time_s)}", "bold"), (f" · {m.label}" if m.label else "", "bold"),
-            f" · GPU {100 * m.gpu_used_milli / max(1, m.gpu_total_milli):.0f} % allocated · "
-            f"{m.running} running · {len(m.pending)} waiting "), align="left",
-            style="grey50"))
+        console.print(
+            Rule(
+                Text.assemble(
+                    (f"t = {clock(m.time_s)}", "bold"),
+                    (f" · {m.label}" if m.label else "", "bold"),
+                    f" · GPU {100 * m.gpu_used_milli / max(1, m.gpu_total_milli):.0f} "
+                    "% allocated · "
+                    f"{m.running} running · {len(m.pending)} waiting ",
+                ),
+                align="left",
+                style="grey50",
+            )
+        )
         console.print(_cards_table(m))
         if m.pending:
             p = table()
@@ -108,29 +145,38 @@ def render(run: DemoRun, console: Any) -> None:
             p.add_column("asks for", no_wrap=True, style="dim")
             p.add_column("why, as the scheduler says it")
             for job_id, why in m.pending[:4]:
-                p.add_row(Text(job_id, style=KIND_COLOR[kind_of(job_id)]),
-                          describe_request(jobs[JobId(job_id)]), why)
+                p.add_row(
+                    Text(job_id, style=KIND_COLOR[kind_of(job_id)]),
+                    describe_request(jobs[JobId(job_id)]),
+                    why,
+                )
             if len(m.pending) > 4:
                 p.add_row(Text(f"+{len(m.pending) - 4} more", style="dim"), "", "")
             console.print(p)
         console.print()
 
     console.print()
-    console.print(Rule(Text("Over the whole run", style="bold"), align="left",
-                       style="grey50"))
+    console.print(Rule(Text("Over the whole run", style="bold"), align="left", style="grey50"))
     series = run.result.series
     gpu = series.gpu_fraction() * 100.0
     tt = np.asarray(series.time_s)
     pend = np.asarray(series.pending, np.float64)
     spark = max(20, width - 46)
     u = s["utilisation_pct"]
-    console.print(Text.assemble(("  GPU allocated  ", "bold"),
-                                (_sparkline(tt, gpu, 0, 100, spark), "dodger_blue1"),
-                                f"  mean {u['mean']:.0f} %, peak {u['peak']:.0f} %"))
-    console.print(Text.assemble(("  jobs waiting   ", "bold"),
-                                (_sparkline(tt, pend, 0, max(1.0, float(pend.max(initial=0))),
-                                            spark), "red"),
-                                f"  peak {int(pend.max(initial=0))}"))
+    console.print(
+        Text.assemble(
+            ("  GPU allocated  ", "bold"),
+            (_sparkline(tt, gpu, 0, 100, spark), "dodger_blue1"),
+            f"  mean {u['mean']:.0f} %, peak {u['peak']:.0f} %",
+        )
+    )
+    console.print(
+        Text.assemble(
+            ("  jobs waiting   ", "bold"),
+            (_sparkline(tt, pend, 0, max(1.0, float(pend.max(initial=0))), spark), "red"),
+            f"  peak {int(pend.max(initial=0))}",
+        )
+    )
     end = clock(run.result.end_s)
     console.print(Text(f"{'':17}0:00{end:>{spark - 4}}", style="dim"))
 
@@ -141,18 +187,34 @@ def render(run: DemoRun, console: Any) -> None:
     for kind in KINDS:
         k = s["by_kind"][kind]
         if k["jobs"]:
-            r.add_row(Text(KIND_LABEL[kind], style=KIND_COLOR[kind]), str(k["jobs"]),
-                      str(k["completed"]), str(k["waited"]), fmt_duration(k["wait_s"]["mean"]),
-                      fmt_duration(k["wait_s"]["p90"]), fmt_duration(k["wait_s"]["max"]))
+            r.add_row(
+                Text(KIND_LABEL[kind], style=KIND_COLOR[kind]),
+                str(k["jobs"]),
+                str(k["completed"]),
+                str(k["waited"]),
+                fmt_duration(k["wait_s"]["mean"]),
+                fmt_duration(k["wait_s"]["p90"]),
+                fmt_duration(k["wait_s"]["max"]),
+            )
     ws = s["wait_s"]
-    r.add_row(Text("all", style="bold"), str(s["jobs"]), str(s["completed"]), str(s["waited"]),
-              fmt_duration(ws["mean"]), fmt_duration(ws["p90"]), fmt_duration(ws["max"]))
+    r.add_row(
+        Text("all", style="bold"),
+        str(s["jobs"]),
+        str(s["completed"]),
+        str(s["waited"]),
+        fmt_duration(ws["mean"]),
+        fmt_duration(ws["p90"]),
+        fmt_duration(ws["max"]),
+    )
     console.print(r)
-    console.print(Text(
-        f"  {s['completed']} of {s['jobs']} jobs finished in {fmt_duration(s['span_s'])} of "
-        f"cluster time · wait p50 {fmt_duration(ws['p50'])}, p90 {fmt_duration(ws['p90'])}, "
-        f"p99 {fmt_duration(ws['p99'])} · {s['gpu_hours']:.0f} GPU-hours used · "
-        f"{s['cycles']} scheduling cycles"))
+    console.print(
+        Text(
+            f"  {s['completed']} of {s['jobs']} jobs finished in {fmt_duration(s['span_s'])} of "
+            f"cluster time · wait p50 {fmt_duration(ws['p50'])}, p90 {fmt_duration(ws['p90'])}, "
+            f"p99 {fmt_duration(ws['p99'])} · {s['gpu_hours']:.0f} GPU-hours used · "
+            f"{s['cycles']} scheduling cycles"
+        )
+    )
 
     reasons = s["wait_reasons"]
     if reasons:
@@ -164,23 +226,34 @@ def render(run: DemoRun, console: Any) -> None:
             y.add_row(str(n), why)
         console.print(y)
         console.print()
-        longest = sorted((x for x in run.result.records.values() if x.wait_s),
-                         key=lambda x: (-(x.wait_s or 0), x.id))[:5]
+        longest = sorted(
+            (x for x in run.result.records.values() if x.wait_s),
+            key=lambda x: (-(x.wait_s or 0), x.id),
+        )[:5]
         lw = table("Longest waits")
         lw.add_column("job", no_wrap=True)
         lw.add_column("waited", justify="right", no_wrap=True)
         lw.add_column("asks for", no_wrap=True, style="dim")
         lw.add_column("reason when it was first parked")
         for x in longest:
-            lw.add_row(Text(x.id, style=KIND_COLOR[kind_of(x.id)]), fmt_duration(x.wait_s or 0),
-                       describe_request(jobs[x.id]), x.first_reason)
+            lw.add_row(
+                Text(x.id, style=KIND_COLOR[kind_of(x.id)]),
+                fmt_duration(x.wait_s or 0),
+                describe_request(jobs[x.id]),
+                x.first_reason,
+            )
         console.print(lw)
         note = _observation(s)
         if note:
             console.print(Text("  " + note, style="italic"))
     console.print()
-    console.print(Text("Next: gpupool demo --seed 3 (another day) · gpupool demo --json · "
-                       "gpupool sim replay (a real trace; docs/sim-replay.md)", style="dim"))
+    console.print(
+        Text(
+            "Next: gpupool demo --seed 3 (another day) · gpupool demo --json · "
+            "gpupool sim replay (a real trace; docs/sim-replay.md)",
+            style="dim",
+        )
+    )
 
 
 def _observation(s: dict[str, Any]) -> str:
@@ -190,8 +263,10 @@ def _observation(s: dict[str, Any]) -> str:
         return ""
     worst = max(kinds, key=lambda k: by[k]["wait_s"]["mean"])
     if worst == "training":
-        return ("Training gangs wait longest: a gang needs all its cards free at the same "
-                "time, while slices and small jobs fit into the gaps as cards free up.")
+        return (
+            "Training gangs wait longest: a gang needs all its cards free at the same "
+            "time, while slices and small jobs fit into the gaps as cards free up."
+        )
     return f"{KIND_LABEL[worst]} jobs waited longest on average."
 
 
@@ -199,8 +274,14 @@ def _cards_table(m: Moment) -> Any:
     from rich.table import Table
     from rich.text import Text
 
-    table = Table(box=None, padding=(0, 1), show_header=True, header_style="dim",
-                  show_edge=False, pad_edge=True)
+    table = Table(
+        box=None,
+        padding=(0, 1),
+        show_header=True,
+        header_style="dim",
+        show_edge=False,
+        pad_edge=True,
+    )
     table.add_column("node", style="bold", no_wrap=True)
     table.add_column("CPU", justify="right", no_wrap=True)
     table.add_column("cards", no_wrap=True)

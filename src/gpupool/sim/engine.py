@@ -61,8 +61,16 @@ from gpupool.sim.engine_records import (
 )
 from gpupool.sim.parked import NO_SLOTS, ParkedIndex, fifo
 
-__all__ = ["ClusterSeries", "Engine", "Event", "EventKind", "JobOutcome", "ProgressFn",
-           "SimResult", "percentiles"]
+__all__ = [
+    "ClusterSeries",
+    "Engine",
+    "Event",
+    "EventKind",
+    "JobOutcome",
+    "ProgressFn",
+    "SimResult",
+    "percentiles",
+]
 
 
 ProgressFn = Callable[[float], None]
@@ -141,8 +149,10 @@ class Engine:
 
     def _push(self, event: Event) -> None:
         if event.time_s < self.now:
-            raise ConfigError(f"{event.kind} at t={event.time_s:g}s is in the past "
-                              f"(the clock reads {self.now:g}s)")
+            raise ConfigError(
+                f"{event.kind} at t={event.time_s:g}s is in the past "
+                f"(the clock reads {self.now:g}s)"
+            )
         self._events.schedule(event.time_s, event)
 
     # -- the loop ------------------------------------------------------------------------------
@@ -184,8 +194,9 @@ class Engine:
         return self.result()
 
     def result(self) -> SimResult:
-        return SimResult(self.records, self.series, self.log, self.cycles, self.offers,
-                         self.start_s, self.now)
+        return SimResult(
+            self.records, self.series, self.log, self.cycles, self.offers, self.start_s, self.now
+        )
 
     # -- events ----------------------------------------------------------------------------
 
@@ -279,8 +290,9 @@ class Engine:
                 self.on_cycle(self, result)
         self._sample()
 
-    def _offer(self, direct: list[Job], hinted: npt.NDArray[np.int64],
-               rows: npt.NDArray[np.int64]) -> Iterator[Job]:
+    def _offer(
+        self, direct: list[Job], hinted: npt.NDArray[np.int64], rows: npt.NDArray[np.int64]
+    ) -> Iterator[Job]:
         """The jobs of one cycle, in FIFO order, as ``run_cycle`` pulls them.
 
         ``direct`` jobs are offered as they are; ``hinted`` are parked jobs (slots of the
@@ -335,8 +347,7 @@ class Engine:
             if self.keep_log:
                 self._note("bind", job.id, _describe_binds(bind.placements))
             if job.duration_s is not None:
-                self._push(Event(self.now + job.duration_s, EventKind.COMPLETION, job=job,
-                                 run=run))
+                self._push(Event(self.now + job.duration_s, EventKind.COMPLETION, job=job, run=run))
         for park in result.parks:
             job = self._jobs[park.job]
             rec = self.records[job.id]
@@ -430,8 +441,15 @@ def _describe_binds(placements: tuple[Placement, ...]) -> str:
     parts = []
     for p in placements:
         cards = ",".join(
-            f"{s.index}" + (f":{s.mig_profile}" if s.mig_profile else
-                            "" if s.gpu_milli == WHOLE_GPU_MILLI else f":{s.gpu_milli}m")
-            for s in p.shares)
+            f"{s.index}"
+            + (
+                f":{s.mig_profile}"
+                if s.mig_profile
+                else ""
+                if s.gpu_milli == WHOLE_GPU_MILLI
+                else f":{s.gpu_milli}m"
+            )
+            for s in p.shares
+        )
         parts.append(f"{p.node}[{cards}]" if cards else p.node)
     return " ".join(parts)

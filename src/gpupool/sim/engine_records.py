@@ -130,8 +130,9 @@ class SimResult:
         return total / 3600.0
 
 
-def percentiles(values: npt.NDArray[np.float64], qs: Iterable[int] = (50, 90, 99)) \
-        -> dict[str, float]:
+def percentiles(
+    values: npt.NDArray[np.float64], qs: Iterable[int] = (50, 90, 99)
+) -> dict[str, float]:
     """{"p50": ..., ...}; zeros for an empty array (no job started, nothing waited)."""
     if values.size == 0:
         return {f"p{q}": 0.0 for q in qs}

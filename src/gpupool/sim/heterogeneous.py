@@ -48,13 +48,19 @@ NORM = (ACROSS_FLAVORS, Resource.NORMALIZED_MILLI)
 
 def pinned(scenario: Scenario) -> Scenario:
     """The scenario with every job's alternatives removed."""
+
     def strip(stream: Stream) -> Stream:
-        jobs = tuple(dataclasses.replace(j, shape=dataclasses.replace(j.shape, alternatives=()))
-                     for j in stream.jobs)
+        jobs = tuple(
+            dataclasses.replace(j, shape=dataclasses.replace(j.shape, alternatives=()))
+            for j in stream.jobs
+        )
         return dataclasses.replace(
-            stream, shape=dataclasses.replace(stream.shape, alternatives=()), jobs=jobs)
-    tenants = tuple(dataclasses.replace(t, streams=tuple(strip(s) for s in t.streams))
-                    for t in scenario.tenants)
+            stream, shape=dataclasses.replace(stream.shape, alternatives=()), jobs=jobs
+        )
+
+    tenants = tuple(
+        dataclasses.replace(t, streams=tuple(strip(s) for s in t.streams)) for t in scenario.tenants
+    )
     return dataclasses.replace(scenario, tenants=tenants)
 
 
@@ -80,7 +86,8 @@ class _NormalisedRun(ScenarioRun):
                 self.shares += 1
                 card = node.gpus[s.index]
                 if s.mig_profile is None and not card.device.allows(
-                        s.gpu_milli, s.memory_mib, card.memory_mib):
+                    s.gpu_milli, s.memory_mib, card.memory_mib
+                ):
                     self.forbidden += 1
         running = self.sched.running_job(JobId(bind.job))
         norm = int(running.demand.get(NORM, 0)) if running is not None else 0
@@ -104,16 +111,16 @@ class _NormalisedRun(ScenarioRun):
             self.norm_series.append(list(self.norm_used))
 
 
-def _window_mean(time_s: list[float], values: np.ndarray[Any, Any], window: tuple[float, float],
-                 end_s: float) -> np.ndarray[Any, Any]:
+def _window_mean(
+    time_s: list[float], values: np.ndarray[Any, Any], window: tuple[float, float], end_s: float
+) -> np.ndarray[Any, Any]:
     """Time-weighted mean over ``window`` of a step function sampled at ``time_s``."""
     t = np.asarray(time_s, np.float64)
     nxt = np.append(t[1:], end_s)
     lo, hi = window
     dt = np.clip(np.minimum(nxt, hi) - np.maximum(t, lo), 0.0, None)
     span = hi - lo
-    return np.asarray((values * dt[:, None]).sum(axis=0) / span if span > 0 else
-                      values[-1] * 0.0)
+    return np.asarray((values * dt[:, None]).sum(axis=0) / span if span > 0 else values[-1] * 0.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,7 +143,9 @@ class ModeResult:
             "wait_p50_s": round(self.wait_p50_s, 1),
             "jain": round(self.jain, 4),
             "forbidden_placements": self.forbidden_placements,
-            "jobs": self.jobs, "started": self.started, "shares_checked": self.shares_checked,
+            "jobs": self.jobs,
+            "started": self.started,
+            "shares_checked": self.shares_checked,
             "runs_by_form": dict(sorted(self.runs_by_form.items())),
             "queue_shares": {q: round(v, 4) for q, v in sorted(self.queue_shares.items())},
         }
@@ -154,8 +163,9 @@ def measure(scenario: Scenario, seed: int) -> ModeResult:
     util = float(_window_mean(list(t), used, window, end).sum()) / max(1, cards_milli)
     norm = np.asarray(run.norm_series, np.float64).reshape(len(run.norm_time), len(run.queues))
     held = _window_mean(run.norm_time, norm, window, end)
-    capacity = sum(g.device.relative_capacity * 1000 for n in scenario.nodes for g in n.gpus
-                   if g.healthy)
+    capacity = sum(
+        g.device.relative_capacity * 1000 for n in scenario.nodes for g in n.gpus if g.healthy
+    )
     util_norm = float(held.sum()) / max(1.0, capacity)
     shares: dict[str, float] = {}
     for i, q in enumerate(run.queues):
@@ -163,16 +173,30 @@ def measure(scenario: Scenario, seed: int) -> ModeResult:
         if ent > 0:
             shares[q] = float(held[i]) / ent
     xs = np.asarray(list(shares.values()), np.float64)
-    jain = float(xs.sum() ** 2 / (xs.size * (xs ** 2).sum())) if xs.size and xs.any() else 0.0
-    waits = [((r.start_s if r.start_s is not None else end) - r.submit_s)
-             for r in result.jobs.values() if not r.rejected]
+    jain = float(xs.sum() ** 2 / (xs.size * (xs**2).sum())) if xs.size and xs.any() else 0.0
+    waits = [
+        ((r.start_s if r.start_s is not None else end) - r.submit_s)
+        for r in result.jobs.values()
+        if not r.rejected
+    ]
     started = sum(1 for r in result.jobs.values() if r.start_s is not None)
-    return ModeResult(util, util_norm, float(np.median(waits)) if waits else math.nan, jain,
-                      run.forbidden, len(waits), started, run.shares, run.forms, shares)
+    return ModeResult(
+        util,
+        util_norm,
+        float(np.median(waits)) if waits else math.nan,
+        jain,
+        run.forbidden,
+        len(waits),
+        started,
+        run.shares,
+        run.forms,
+        shares,
+    )
 
 
-def run(path: str | Path | None = None, seed: int = 1,
-        duration_s: float | None = None) -> dict[str, ModeResult]:
+def run(
+    path: str | Path | None = None, seed: int = 1, duration_s: float | None = None
+) -> dict[str, ModeResult]:
     """Both modes of one scenario: ``{"pinned": ..., "fallback": ...}``."""
     scenario = load_scenario(path or DEFAULT_SCENARIO)
     if duration_s is not None:

@@ -85,14 +85,16 @@ class MeasuredSpec:
 
 def _seconds(where: str, value: object) -> float:
     if isinstance(value, bool):
-        raise ConfigError(f"{where}: {value!r} must be a number of seconds or a duration "
-                          "such as 5m")
+        raise ConfigError(
+            f"{where}: {value!r} must be a number of seconds or a duration such as 5m"
+        )
     if isinstance(value, int | float):
         return float(value)
     m = _DURATION.match(str(value))
     if m is None:
-        raise ConfigError(f"{where}: {value!r} must be a number of seconds or a duration "
-                          "such as 5m")
+        raise ConfigError(
+            f"{where}: {value!r} must be a number of seconds or a duration such as 5m"
+        )
     return float(m.group(1)) * _UNIT_S[m.group(2)]
 
 
@@ -101,8 +103,9 @@ def _pct(where: str, value: object) -> float:
     try:
         pct = float(text)  # type: ignore[arg-type]
     except (TypeError, ValueError):
-        raise ConfigError(f"{where}: {value!r} must be a percentage above 0 and at most "
-                          "100") from None
+        raise ConfigError(
+            f"{where}: {value!r} must be a percentage above 0 and at most 100"
+        ) from None
     if isinstance(value, bool) or not math.isfinite(pct) or not 0 < pct <= 100:
         raise ConfigError(f"{where}: {value!r} must be a percentage above 0 and at most 100")
     return pct
@@ -115,19 +118,20 @@ def parse_measured_use(doc: object, where: str = "spec.measuredUse") -> Measured
         raise ConfigError(f"{where}: {doc!r} must be a mapping ({', '.join(_KEYS)})")
     unknown = sorted(set(map(str, doc)) - set(_KEYS))
     if unknown:
-        raise ConfigError(f"{where}: unknown field(s) {', '.join(unknown)}; known: "
-                          f"{', '.join(_KEYS)}")
+        raise ConfigError(
+            f"{where}: unknown field(s) {', '.join(unknown)}; known: {', '.join(_KEYS)}"
+        )
     use = doc.get("actualUse", {})
     if not isinstance(use, Mapping):
-        raise ConfigError(f"{where}.actualUse: {use!r} must map stream names (or \"*\") to "
-                          "{compute, memory}")
+        raise ConfigError(
+            f'{where}.actualUse: {use!r} must map stream names (or "*") to {{compute, memory}}'
+        )
     checker = random.Random(0)
     for stream, body in use.items():
         parse_profile(body, f"{where}.actualUse.{stream}", checker)  # fails on a bad field
     place_by = doc.get("placeBy", "measured")
     if place_by not in PLACE_BY:
-        raise ConfigError(f"{where}.placeBy: {place_by!r} must be one of "
-                          f"{', '.join(PLACE_BY)}")
+        raise ConfigError(f"{where}.placeBy: {place_by!r} must be one of {', '.join(PLACE_BY)}")
     hot = _pct(f"{where}.hotPct", doc.get("hotPct", 80))
     target = _pct(f"{where}.targetPct", doc.get("targetPct", 80))
     if target >= 100:
@@ -135,28 +139,27 @@ def parse_measured_use(doc: object, where: str = "spec.measuredUse") -> Measured
     base = LoadSettings()
     settings = LoadSettings(
         window_s=_seconds(f"{where}.window", doc.get("window", base.window_s)),
-        stale_after_s=_seconds(f"{where}.staleAfter", doc.get("staleAfter",
-                                                              base.stale_after_s)),
+        stale_after_s=_seconds(f"{where}.staleAfter", doc.get("staleAfter", base.stale_after_s)),
         settle_s=_seconds(f"{where}.settle", doc.get("settle", base.settle_s)),
     )
     try:
         settings.validate()
     except ConfigError as exc:
         raise ConfigError(f"{where}: {exc}") from None
-    return MeasuredSpec({str(k): v for k, v in use.items()}, hot, target, settings,
-                        str(place_by))
+    return MeasuredSpec({str(k): v for k, v in use.items()}, hot, target, settings, str(place_by))
 
 
 class SimMeasuredUse:
     """One run's measured use: the jobs' profiles, the load model and what it measures."""
 
-    def __init__(self, spec: MeasuredSpec, sources: Mapping[JobId, _Source], seed: int
-                 ) -> None:
+    def __init__(self, spec: MeasuredSpec, sources: Mapping[JobId, _Source], seed: int) -> None:
         self.spec = spec
         self.model = LoadModel(spec.settings)
-        self.profile: Profile | None = measured_profile(
-            hot_pct=spec.hot_pct, target_pct=spec.target_pct) \
-            if spec.places_by_measured else None
+        self.profile: Profile | None = (
+            measured_profile(hot_pct=spec.hot_pct, target_pct=spec.target_pct)
+            if spec.places_by_measured
+            else None
+        )
         """The scheduler's profile; None (the default, by requests) with ``placeBy:
         requests``."""
         self._sources = sources
@@ -187,9 +190,15 @@ class SimMeasuredUse:
             src = self._sources.get(JobId(job))
             stream = src.stream if src is not None else ""
             body = self.spec.actual_use.get(stream, self.spec.actual_use.get("*"))
-            got = FULL if body is None else parse_profile(
-                body, f"spec.measuredUse.actualUse.{stream or '*'}",
-                random.Random(f"{self._seed}:{job}"))
+            got = (
+                FULL
+                if body is None
+                else parse_profile(
+                    body,
+                    f"spec.measuredUse.actualUse.{stream or '*'}",
+                    random.Random(f"{self._seed}:{job}"),
+                )
+            )
             self._use[job] = got
         return got
 
@@ -210,8 +219,12 @@ class SimMeasuredUse:
         out = []
         hot = over = 0
         busy = 0.0
-        cards = [(n.name, g.index, g.memory_mib) for n in nodes
-                 for g in n.gpus if g.healthy and not g.mig]  # nodes come and go (cloud)
+        cards = [
+            (n.name, g.index, g.memory_mib)
+            for n in nodes
+            for g in n.gpus
+            if g.healthy and not g.mig
+        ]  # nodes come and go (cloud)
         for node, gpu, card_mib in cards:
             u = use.get((NodeName(node), gpu))
             util = u.util_pct if u is not None else 0.0
@@ -232,8 +245,10 @@ class SimMeasuredUse:
     def summary(self) -> dict[str, float | str]:
         """What the run measured: hot-card time, card-seconds of memory above a card,
         GPU-seconds of compute delivered, and how many samples the model took."""
-        return {"place_by": self.spec.place_by,
-                "hot_card_gpu_s": round(self.hot_card_gpu_s, 1),
-                "memory_over_card_s": round(self.memory_over_card_s, 1),
-                "busy_gpu_s": round(self.busy_gpu_s, 1),
-                "samples": self.samples}
+        return {
+            "place_by": self.spec.place_by,
+            "hot_card_gpu_s": round(self.hot_card_gpu_s, 1),
+            "memory_over_card_s": round(self.memory_over_card_s, 1),
+            "busy_gpu_s": round(self.busy_gpu_s, 1),
+            "samples": self.samples,
+        }

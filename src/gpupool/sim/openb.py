@@ -45,10 +45,20 @@ BINS = 131
 """Arrived-load bins 0..130 % of the cluster's GPU capacity."""
 
 POLICIES: tuple[str, ...] = (
-    "random", "dotprod", "gpupacking", "gpuclustering", "bestfit", "fgd", "gpupool",
+    "random",
+    "dotprod",
+    "gpupacking",
+    "gpuclustering",
+    "bestfit",
+    "fgd",
+    "gpupool",
 )
 PUBLISHED_DEFAULT = {
-    "fgd": 4.77, "bestfit": 7.14, "gpupacking": 8.22, "gpuclustering": 8.35, "dotprod": 9.38,
+    "fgd": 4.77,
+    "bestfit": 7.14,
+    "gpupacking": 8.22,
+    "gpuclustering": 8.35,
+    "dotprod": 9.38,
     "random": 13.70,
 }
 """Unallocated GPU % at 100 % arrived load on openb_pod_list_default, mean of seeds 42-51,
@@ -98,10 +108,18 @@ def arrival_order(
             if total + src.gpu_milli > target_milli:  # the reference checks milli per GPU
                 break
             total += src.total_gpu_milli
-            order.append(TracePod(
-                name=f"{src.name}-tuned-{i}", cpu_milli=src.cpu_milli,
-                memory_mib=src.memory_mib, num_gpu=src.num_gpu, gpu_milli=src.gpu_milli,
-                gpu_spec=src.gpu_spec, qos=src.qos, pod_phase=src.pod_phase))
+            order.append(
+                TracePod(
+                    name=f"{src.name}-tuned-{i}",
+                    cpu_milli=src.cpu_milli,
+                    memory_mib=src.memory_mib,
+                    num_gpu=src.num_gpu,
+                    gpu_milli=src.gpu_milli,
+                    gpu_spec=src.gpu_spec,
+                    qos=src.qos,
+                    pod_phase=src.pod_phase,
+                )
+            )
             i += 1
     while total > target_milli and order:
         gone = order.pop(int(rng.integers(len(order))))
@@ -117,7 +135,9 @@ def tie_order(nodes: Sequence[Node], rng: np.random.Generator) -> list[NodeName]
 
 
 def bin_by_arrival(
-    arrived_milli: npt.NDArray[np.int64], values: npt.NDArray[np.float64], gpus: int,
+    arrived_milli: npt.NDArray[np.int64],
+    values: npt.NDArray[np.float64],
+    gpus: int,
     decimals: int | None = None,
 ) -> npt.NDArray[np.float64]:
     """Mean of ``values`` per arrived-load bin 0..130 (% of ``gpus`` whole GPUs).
@@ -200,9 +220,18 @@ def run_experiment(
     unallocated = 100.0 - bin_by_arrival(arrived, alloc, gpus, decimals=2)
     frag_pct = bin_by_arrival(arrived, 100.0 * tp.frag_milli(frag) / capacity, gpus)
     return ExperimentResult(
-        trace=trace, policy=policy, seed=seed, nodes=len(nodes), gpus=gpus,
-        unallocated_pct=unallocated, frag_pct=frag_pct, wall_s=time.perf_counter() - started,
-        decisions=n, decision_us=decision_us, placed=placed, failed=n - placed,
+        trace=trace,
+        policy=policy,
+        seed=seed,
+        nodes=len(nodes),
+        gpus=gpus,
+        unallocated_pct=unallocated,
+        frag_pct=frag_pct,
+        wall_s=time.perf_counter() - started,
+        decisions=n,
+        decision_us=decision_us,
+        placed=placed,
+        failed=n - placed,
     )
 
 

@@ -50,29 +50,54 @@ def add_parser(sim_sub: Any) -> None:
         "openb",
         help="replay an openb trace (ATC'23 FGD benchmark) for policies x seeds",
         description="Place every pod of an openb trace, shuffled and tuned to --tune times\n"
-                    "the cluster's GPU capacity, once per policy and seed; write summary.json,\n"
-                    "report.md, curves.csv and PNG plots to --out.",
+        "the cluster's GPU capacity, once per policy and seed; write summary.json,\n"
+        "report.md, curves.csv and PNG plots to --out.",
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--nodes", required=True, metavar="NODES.csv",
-                   help="openb node list (sn,cpu_milli,memory_mib,gpu,model)")
-    p.add_argument("--pods", required=True, metavar="PODS.csv",
-                   help="openb pod list (11- or 5-column layout)")
-    p.add_argument("--policy", required=True, metavar="P1,P2,...",
-                   help='comma-separated policies, or "all"')
-    p.add_argument("--seeds", default=DEFAULT_SEEDS, metavar="SEEDS",
-                   help=f"seeds: 42-51, 42,43,50 or 42 (default {DEFAULT_SEEDS})")
-    p.add_argument("--tune", default=str(DEFAULT_TUNE), metavar="X",
-                   help="tune the pod list to X times the cluster's GPU capacity "
-                        f"(default {DEFAULT_TUNE})")
-    p.add_argument("--workers", default="1", metavar="N",
-                   help="run experiments in N processes (default 1: in this process)")
-    p.add_argument("--out", required=True, metavar="DIR",
-                   help="output folder, created if missing; files in it are replaced")
-    p.add_argument("--trace", default=None, metavar="NAME",
-                   help="trace name in the outputs (default: from the pods file name, "
-                        f"{TRACE_PREFIX}NAME.csv); published figures are shown for 'default'")
+    p.add_argument(
+        "--nodes",
+        required=True,
+        metavar="NODES.csv",
+        help="openb node list (sn,cpu_milli,memory_mib,gpu,model)",
+    )
+    p.add_argument(
+        "--pods", required=True, metavar="PODS.csv", help="openb pod list (11- or 5-column layout)"
+    )
+    p.add_argument(
+        "--policy", required=True, metavar="P1,P2,...", help='comma-separated policies, or "all"'
+    )
+    p.add_argument(
+        "--seeds",
+        default=DEFAULT_SEEDS,
+        metavar="SEEDS",
+        help=f"seeds: 42-51, 42,43,50 or 42 (default {DEFAULT_SEEDS})",
+    )
+    p.add_argument(
+        "--tune",
+        default=str(DEFAULT_TUNE),
+        metavar="X",
+        help=f"tune the pod list to X times the cluster's GPU capacity (default {DEFAULT_TUNE})",
+    )
+    p.add_argument(
+        "--workers",
+        default="1",
+        metavar="N",
+        help="run experiments in N processes (default 1: in this process)",
+    )
+    p.add_argument(
+        "--out",
+        required=True,
+        metavar="DIR",
+        help="output folder, created if missing; files in it are replaced",
+    )
+    p.add_argument(
+        "--trace",
+        default=None,
+        metavar="NAME",
+        help="trace name in the outputs (default: from the pods file name, "
+        f"{TRACE_PREFIX}NAME.csv); published figures are shown for 'default'",
+    )
     p.add_argument("--json", action="store_true", help="also print summary.json to stdout")
     p.add_argument("--quiet", action="store_true", help="no progress bar, no closing line")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
@@ -88,16 +113,19 @@ def parse_seeds(text: str) -> list[int]:
     seeds: list[int] = []
     parts = [part.strip() for part in text.split(",")]
     if not text.strip() or any(not part for part in parts):
-        raise ConfigError(f"--seeds {text!r}: expected a range (42-51), a list (42,43,50) or "
-                          "one seed (42)")
+        raise ConfigError(
+            f"--seeds {text!r}: expected a range (42-51), a list (42,43,50) or one seed (42)"
+        )
     for part in parts:
         lo_text, dash, hi_text = part.partition("-")
         try:
             lo = int(lo_text)
             hi = int(hi_text) if dash else lo
         except ValueError:
-            raise ConfigError(f"--seeds {text!r}: {part!r} is not a seed or a range of seeds "
-                              "(non-negative integers, as 42 or 42-51)") from None
+            raise ConfigError(
+                f"--seeds {text!r}: {part!r} is not a seed or a range of seeds "
+                "(non-negative integers, as 42 or 42-51)"
+            ) from None
         if hi < lo:
             raise ConfigError(f"--seeds {text!r}: range {part!r} runs backwards")
         seeds.extend(range(lo, hi + 1))
@@ -113,12 +141,14 @@ def parse_policies(text: str, known: Sequence[str]) -> list[str]:
     if names == ["all"]:
         return list(known)
     if any(not n for n in names):
-        raise ConfigError(f"--policy {text!r}: expected comma-separated policy names; known: "
-                          f"{', '.join(known)}")
+        raise ConfigError(
+            f"--policy {text!r}: expected comma-separated policy names; known: {', '.join(known)}"
+        )
     for name in names:
         if name not in known:
-            raise ConfigError(f"--policy: unknown policy {name!r}; known: {', '.join(known)} "
-                              "(or all)")
+            raise ConfigError(
+                f"--policy: unknown policy {name!r}; known: {', '.join(known)} (or all)"
+            )
     for i, name in enumerate(names):
         if name in names[:i]:
             raise ConfigError(f"--policy {text!r}: {name!r} is given twice")
@@ -204,20 +234,30 @@ def run(args: argparse.Namespace) -> int:
     jobs = [(policy, seed) for policy in policies for seed in seeds]
     show = not args.quiet and sys.stderr.isatty()
     with experiment_bar(show, len(jobs), "openb experiments", _label) as tick:
-        results = run_experiments(jobs, nodes, pods, tune=tune, trace=trace, workers=workers,
-                                  on_result=tick)
+        results = run_experiments(
+            jobs, nodes, pods, tune=tune, trace=trace, workers=workers, on_result=tick
+        )
 
     published = experiment.PUBLISHED_DEFAULT if trace == "default" else None
     summary = report.write_outputs(
-        results, out, trace=trace, seeds=seeds, policies=policies, published=published,
-        extra={"tune": tune, "pods": len(pods)}, plots=not args.no_plots,
+        results,
+        out,
+        trace=trace,
+        seeds=seeds,
+        policies=policies,
+        published=published,
+        extra={"tune": tune, "pods": len(pods)},
+        plots=not args.no_plots,
     )
     if args.json:
         sys.stdout.write(report.dumps_summary(summary))
         sys.stdout.flush()
     if not args.quiet:
-        print(f"gpupool: {len(results)} experiments; wrote {out / report.SUMMARY_FILE} and "
-              f"{out / report.REPORT_FILE}", file=sys.stderr)
+        print(
+            f"gpupool: {len(results)} experiments; wrote {out / report.SUMMARY_FILE} and "
+            f"{out / report.REPORT_FILE}",
+            file=sys.stderr,
+        )
     return 0
 
 
@@ -249,16 +289,23 @@ def run_experiments(
     workers = min(workers, len(jobs))
     if workers <= 1:
         for policy, seed in jobs:
-            finished((policy, seed), experiment.run_experiment(
-                nodes, pods, policy, seed, tune=tune, trace=trace))
+            finished(
+                (policy, seed),
+                experiment.run_experiment(nodes, pods, policy, seed, tune=tune, trace=trace),
+            )
         return [done[key] for key in jobs]
 
     context = multiprocessing.get_context("spawn")
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=context,
-                               initializer=_init_worker, initargs=(nodes, pods, tune, trace))
+    pool = ProcessPoolExecutor(
+        max_workers=workers,
+        mp_context=context,
+        initializer=_init_worker,
+        initargs=(nodes, pods, tune, trace),
+    )
     try:
         futures: dict[Future[ExperimentResult], tuple[str, int]] = {
-            pool.submit(_run_in_worker, policy, seed): (policy, seed) for policy, seed in jobs}
+            pool.submit(_run_in_worker, policy, seed): (policy, seed) for policy, seed in jobs
+        }
         for future in as_completed(futures):
             finished(futures[future], future.result())
     except BaseException:

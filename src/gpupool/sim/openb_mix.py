@@ -67,8 +67,11 @@ class MixSpec:
     def name(self) -> str:
         """``gpushare40``, ``cpu250``, as the openb files are named (decimals kept)."""
         v = self.value
-        text = f"{int(v):03d}" if self.axis == "cpu" and v == int(v) else (
-            str(int(v)) if v == int(v) else f"{v:g}")
+        text = (
+            f"{int(v):03d}"
+            if self.axis == "cpu" and v == int(v)
+            else (str(int(v)) if v == int(v) else f"{v:g}")
+        )
         return f"{self.axis}{text}"
 
 
@@ -92,13 +95,13 @@ class Composition:
 
     @property
     def gpushare_pct(self) -> float:
-        return 100.0 * self.sharing_milli / self.gpu_request_milli if self.gpu_request_milli \
-            else 0.0
+        return (
+            100.0 * self.sharing_milli / self.gpu_request_milli if self.gpu_request_milli else 0.0
+        )
 
     @property
     def multigpu_pct(self) -> float:
-        return 100.0 * self.multi_milli / self.gpu_request_milli if self.gpu_request_milli \
-            else 0.0
+        return 100.0 * self.multi_milli / self.gpu_request_milli if self.gpu_request_milli else 0.0
 
     @property
     def gpuspec_pct(self) -> float:
@@ -107,16 +110,27 @@ class Composition:
 
     def value(self, axis: str) -> float:
         """The composition's own value on ``axis``, in that axis's unit."""
-        return {"gpushare": self.gpushare_pct, "cpu": 10.0 * self.cpu_pct,
-                "multigpu": self.multigpu_pct, "gpuspec": self.gpuspec_pct}[axis]
+        return {
+            "gpushare": self.gpushare_pct,
+            "cpu": 10.0 * self.cpu_pct,
+            "multigpu": self.multigpu_pct,
+            "gpuspec": self.gpuspec_pct,
+        }[axis]
 
     def as_dict(self) -> dict[str, float | int]:
-        return {"pods": self.pods, "cpu_only": self.cpu_only, "sharing": self.sharing,
-                "one_gpu": self.one_gpu, "multi_gpu": self.multi_gpu, "pinned": self.pinned,
-                "gpu_request": round(self.gpu_request_milli / 1000, 2),
-                "cpu_pct": round(self.cpu_pct, 2), "gpushare_pct": round(self.gpushare_pct, 2),
-                "multigpu_pct": round(self.multigpu_pct, 2),
-                "gpuspec_pct": round(self.gpuspec_pct, 2)}
+        return {
+            "pods": self.pods,
+            "cpu_only": self.cpu_only,
+            "sharing": self.sharing,
+            "one_gpu": self.one_gpu,
+            "multi_gpu": self.multi_gpu,
+            "pinned": self.pinned,
+            "gpu_request": round(self.gpu_request_milli / 1000, 2),
+            "cpu_pct": round(self.cpu_pct, 2),
+            "gpushare_pct": round(self.gpushare_pct, 2),
+            "multigpu_pct": round(self.multigpu_pct, 2),
+            "gpuspec_pct": round(self.gpuspec_pct, 2),
+        }
 
 
 def composition(pods: Sequence[TracePod]) -> Composition:
@@ -124,8 +138,11 @@ def composition(pods: Sequence[TracePod]) -> Composition:
     sharing = [p for p in pods if p.is_sharing]
     multi = [p for p in pods if p.num_gpu > 1]
     return Composition(
-        pods=len(pods), cpu_only=cpu_only, sharing=len(sharing),
-        one_gpu=len(pods) - cpu_only - len(sharing) - len(multi), multi_gpu=len(multi),
+        pods=len(pods),
+        cpu_only=cpu_only,
+        sharing=len(sharing),
+        one_gpu=len(pods) - cpu_only - len(sharing) - len(multi),
+        multi_gpu=len(multi),
         pinned=sum(1 for p in pods if p.num_gpu and p.gpu_spec),
         gpu_request_milli=sum(p.total_gpu_milli for p in pods),
         sharing_milli=sum(p.total_gpu_milli for p in sharing),
@@ -143,8 +160,9 @@ def check_value(axis: str, value: float) -> None:
         raise ConfigError(f"mix {axis}={value:g}: must be {bound} ({AXIS_UNIT[axis]})")
 
 
-def resample(pool: Sequence[TracePod], n: int, rng: np.random.Generator,
-             taken: Counter[str]) -> list[TracePod]:
+def resample(
+    pool: Sequence[TracePod], n: int, rng: np.random.Generator, taken: Counter[str]
+) -> list[TracePod]:
     """``n`` pods of ``pool``: ``n // len(pool)`` copies of each, the rest drawn without
     replacement; a pod's second and later copies get fresh names (``<name>-mix-<i>``)."""
     if n <= 0 or not pool:
@@ -165,8 +183,9 @@ def _mean_milli(pods: Sequence[TracePod]) -> float:
     return sum(p.total_gpu_milli for p in pods) / len(pods) if pods else 0.0
 
 
-def _count_for_share(share: float, per_pod: float, others: float,
-                     slots: int | None = None, per_other: float = 0.0) -> int:
+def _count_for_share(
+    share: float, per_pod: float, others: float, slots: int | None = None, per_other: float = 0.0
+) -> int:
     """Pods of a kind (mean ``per_pod`` milli) for their request to be ``share`` of the total.
 
     With ``slots``, the kind and the others share a fixed number of pods (the others' mean
@@ -178,13 +197,15 @@ def _count_for_share(share: float, per_pod: float, others: float,
         if share >= 1:
             return slots
         # n a = s (n a + (N - n) b)  ->  n = s N b / (a (1 - s) + s b)
-        return min(slots, round(share * slots * per_other
-                                / (per_pod * (1 - share) + share * per_other)))
+        return min(
+            slots, round(share * slots * per_other / (per_pod * (1 - share) + share * per_other))
+        )
     return round(share * others / ((1 - share) * per_pod))
 
 
-def derive(pods: Sequence[TracePod], spec: MixSpec, nodes: Sequence[Node] = (),
-           mix_seed: int = 0) -> list[TracePod]:
+def derive(
+    pods: Sequence[TracePod], spec: MixSpec, nodes: Sequence[Node] = (), mix_seed: int = 0
+) -> list[TracePod]:
     """The mix ``spec`` derived from ``pods`` (see the module docstring for each axis)."""
     check_value(spec.axis, spec.value)
     rng = np.random.default_rng(mix_seed)
@@ -197,32 +218,38 @@ def derive(pods: Sequence[TracePod], spec: MixSpec, nodes: Sequence[Node] = (),
     if spec.axis == "gpushare":
         if (share > 0 and not sharing) or (share < 1 and not whole and gpu_pods):
             need = "sharing" if share > 0 and not sharing else "whole-GPU"
-            raise ConfigError(f"mix gpushare={spec.value:g}: the pod list has no {need} pods "
-                              "to draw from")
-        n = _count_for_share(share, _mean_milli(sharing), 0.0, len(gpu_pods),
-                             _mean_milli(whole))
-        return resample(cpu, len(cpu), rng, taken) + resample(sharing, n, rng, taken) \
+            raise ConfigError(
+                f"mix gpushare={spec.value:g}: the pod list has no {need} pods to draw from"
+            )
+        n = _count_for_share(share, _mean_milli(sharing), 0.0, len(gpu_pods), _mean_milli(whole))
+        return (
+            resample(cpu, len(cpu), rng, taken)
+            + resample(sharing, n, rng, taken)
             + resample(whole, len(gpu_pods) - n, rng, taken)
+        )
     if spec.axis == "cpu":
         frac = spec.value / 1000.0
         n = round(frac * len(gpu_pods) / (1 - frac))
         if n and not cpu:
-            raise ConfigError(f"mix cpu={spec.value:g}: the pod list has no CPU-only pods to "
-                              "draw from")
+            raise ConfigError(
+                f"mix cpu={spec.value:g}: the pod list has no CPU-only pods to draw from"
+            )
         return resample(cpu, n, rng, taken) + list(gpu_pods)
     if spec.axis == "multigpu":
         multi = [p for p in gpu_pods if p.num_gpu > 1]
         rest = [p for p in pods if p.num_gpu <= 1]
         if share > 0 and not multi:
-            raise ConfigError(f"mix multigpu={spec.value:g}: the pod list has no multi-GPU "
-                              "pods to draw from")
+            raise ConfigError(
+                f"mix multigpu={spec.value:g}: the pod list has no multi-GPU pods to draw from"
+            )
         n = _count_for_share(share, _mean_milli(multi), sum(p.total_gpu_milli for p in rest))
         return list(rest) + resample(multi, n, rng, taken)
     return pin_models(pods, share, nodes, rng)
 
 
-def pin_models(pods: Sequence[TracePod], share: float, nodes: Sequence[Node],
-               rng: np.random.Generator) -> list[TracePod]:
+def pin_models(
+    pods: Sequence[TracePod], share: float, nodes: Sequence[Node], rng: np.random.Generator
+) -> list[TracePod]:
     """``share`` of the GPU pods (those without a model yet) pinned to one model each."""
     if not nodes:
         raise ConfigError("mix gpuspec: needs the node list to draw models from")
@@ -232,14 +259,22 @@ def pin_models(pods: Sequence[TracePod], share: float, nodes: Sequence[Node],
             cards[(n.gpus[0].model, len(n.gpus))] += len(n.gpus)
     models = sorted({m for m, _ in cards})
     free = [i for i, p in enumerate(pods) if p.num_gpu and not p.gpu_spec]
-    chosen: list[int] = sorted(rng.choice(len(free), round(share * len(free)),
-                                          replace=False).tolist()) if free else []
+    chosen: list[int] = (
+        sorted(rng.choice(len(free), round(share * len(free)), replace=False).tolist())
+        if free
+        else []
+    )
     out = list(pods)
     for j in chosen:
         i = free[j]
         pod = out[i]
-        weight = np.asarray([sum(c for (m2, size), c in cards.items()
-                                 if m2 == m and size >= pod.num_gpu) for m in models], float)
+        weight = np.asarray(
+            [
+                sum(c for (m2, size), c in cards.items() if m2 == m and size >= pod.num_gpu)
+                for m in models
+            ],
+            float,
+        )
         if not weight.sum():
             continue
         model = models[int(rng.choice(len(models), p=weight / weight.sum()))]
@@ -262,9 +297,10 @@ def parse_values(text: str, axis: str) -> list[float]:
             else:
                 values.append(float(part))
         except ValueError:
-            raise ConfigError(f"--{axis} {text!r}: {part!r} is not a value or a range "
-                              "LOW-HIGH:STEP (e.g. 0,20,40 or 0-100:20)") from None
+            raise ConfigError(
+                f"--{axis} {text!r}: {part!r} is not a value or a range "
+                "LOW-HIGH:STEP (e.g. 0,20,40 or 0-100:20)"
+            ) from None
     for v in values:
         check_value(axis, v)
     return sorted(set(values))
-

@@ -67,8 +67,12 @@ def compare(policy: float | None, baseline: float | None) -> dict[str, Any]:
         return {"diff": None, "relative_pct": None, "wins": None, "meets_target": None}
     rel = 100.0 * (policy - baseline) / baseline if baseline else 0.0
     meets = policy < baseline and (baseline < TARGET_FLOOR_PCT or -rel >= TARGET_RELATIVE_PCT)
-    return {"diff": round(policy - baseline, 4), "relative_pct": round(rel, 2),
-            "wins": policy < baseline, "meets_target": meets}
+    return {
+        "diff": round(policy - baseline, 4),
+        "relative_pct": round(rel, 2),
+        "wins": policy < baseline,
+        "meets_target": meets,
+    }
 
 
 def summarize_family(
@@ -86,21 +90,29 @@ def summarize_family(
         entry: dict[str, Any] = dict(mix)
         pols: dict[str, Any] = {}
         for policy in policies:
-            rs = sorted((r for r in records if r.mix == mix["name"] and r.policy == policy),
-                        key=lambda r: r.seed)
+            rs = sorted(
+                (r for r in records if r.mix == mix["name"] and r.policy == policy),
+                key=lambda r: r.seed,
+            )
             pols[policy] = {
-                "unallocated_gpu_pct": {"100": _stat(rs, "unallocated_100"),
-                                        "130": _stat(rs, "unallocated_130")},
+                "unallocated_gpu_pct": {
+                    "100": _stat(rs, "unallocated_100"),
+                    "130": _stat(rs, "unallocated_130"),
+                },
                 "wall_s": round(float(np.mean([r.wall_s for r in rs])), 3) if rs else None,
                 "wall_s_max": round(max(r.wall_s for r in rs), 3) if rs else None,
-                "per_seed": {"seed": [r.seed for r in rs],
-                             "unallocated_gpu_pct_100": [r.unallocated_100 for r in rs]},
+                "per_seed": {
+                    "seed": [r.seed for r in rs],
+                    "unallocated_gpu_pct_100": [r.unallocated_100 for r in rs],
+                },
             }
         entry["policies"] = pols
         base = pols[baseline]["unallocated_gpu_pct"]["100"]["mean"]
         entry["versus_" + baseline] = {
             p: compare(pols[p]["unallocated_gpu_pct"]["100"]["mean"], base)
-            for p in policies if p != baseline}
+            for p in policies
+            if p != baseline
+        }
         out_mixes.append(entry)
     verdict: dict[str, Any] = {}
     for p in policies:
@@ -117,10 +129,18 @@ def summarize_family(
             "worst_mix": worst[0] if worst else None,
             "worst_relative_pct": worst[1]["relative_pct"] if worst else None,
         }
-    return {**extra, "seeds": list(seeds), "policies": list(policies), "baseline": baseline,
-            "target": {"relative_pct": TARGET_RELATIVE_PCT, "where_baseline_pct_at_least":
-                       TARGET_FLOOR_PCT},
-            "mixes": out_mixes, "verdict": verdict}
+    return {
+        **extra,
+        "seeds": list(seeds),
+        "policies": list(policies),
+        "baseline": baseline,
+        "target": {
+            "relative_pct": TARGET_RELATIVE_PCT,
+            "where_baseline_pct_at_least": TARGET_FLOOR_PCT,
+        },
+        "mixes": out_mixes,
+        "verdict": verdict,
+    }
 
 
 def _cell(stat: Mapping[str, Any]) -> str:
@@ -129,8 +149,12 @@ def _cell(stat: Mapping[str, Any]) -> str:
     return f"{stat['mean']:.2f} ({stat['sd']:.2f})"
 
 
-AS_MIXED = {"gpushare": "gpushare_pct", "cpu": "cpu_pct", "multigpu": "multigpu_pct",
-            "gpuspec": "gpuspec_pct"}
+AS_MIXED = {
+    "gpushare": "gpushare_pct",
+    "cpu": "cpu_pct",
+    "multigpu": "multigpu_pct",
+    "gpuspec": "gpuspec_pct",
+}
 
 
 def _as_mixed(composition: Mapping[str, Any], axis: str) -> str:
@@ -143,8 +167,11 @@ def render_family_report(summary: Mapping[str, Any], plots: Sequence[str] = ()) 
     baseline: str = summary["baseline"]
     others = [p for p in policies if p != baseline]
     seeds = summary["seeds"]
-    seed_text = f"{seeds[0]}-{seeds[-1]}" if seeds == list(range(seeds[0], seeds[-1] + 1)) \
+    seed_text = (
+        f"{seeds[0]}-{seeds[-1]}"
+        if seeds == list(range(seeds[0], seeds[-1] + 1))
         else ", ".join(map(str, seeds))
+    )
     lines = [
         f"# openb mixes derived from `{summary.get('base', '?')}`",
         "",
@@ -152,14 +179,19 @@ def render_family_report(summary: Mapping[str, Any], plots: Sequence[str] = ()) 
         f"({len(seeds)} seeds), tune {summary.get('tune')}, mix seed {summary.get('mix_seed')}. "
         f"Target: below {baseline} on every mix, by at least {TARGET_RELATIVE_PCT:g} % "
         f"relative where {baseline} leaves at least {TARGET_FLOOR_PCT:g} % unallocated. "
-        "\"as mixed\" is the mix's own value on its axis.",
+        '"as mixed" is the mix\'s own value on its axis.',
         "",
     ]
     for axis in dict.fromkeys(m["axis"] for m in summary["mixes"]):
         rows = [m for m in summary["mixes"] if m["axis"] == axis]
         lines += [f"## {axis}: {rows[0].get('unit', '')}", ""]
-        head = "| mix | as mixed | pods | CPU-only | sharing | whole-GPU | " + \
-            " | ".join(policies) + " | " + " | ".join(f"{p} vs {baseline}" for p in others) + " |"
+        head = (
+            "| mix | as mixed | pods | CPU-only | sharing | whole-GPU | "
+            + " | ".join(policies)
+            + " | "
+            + " | ".join(f"{p} vs {baseline}" for p in others)
+            + " |"
+        )
         lines += [head, "|" + "---|" * (6 + len(policies) + len(others))]
         for m in rows:
             c = m["composition"]
@@ -170,21 +202,33 @@ def render_family_report(summary: Mapping[str, Any], plots: Sequence[str] = ()) 
                 rel = cmp["relative_pct"]
                 mark = "" if cmp["meets_target"] else " ✗"
                 vs.append("n/a" if rel is None else f"{rel:+.1f} %{mark}")
-            lines.append(f"| {m['name']} | {_as_mixed(c, axis)} | {c['pods']} | "
-                         f"{c['cpu_only']} | {c['sharing']} | "
-                         f"{c['one_gpu'] + c['multi_gpu']} | " + " | ".join(cells) + " | "
-                         + " | ".join(vs) + " |")
+            lines.append(
+                f"| {m['name']} | {_as_mixed(c, axis)} | {c['pods']} | "
+                f"{c['cpu_only']} | {c['sharing']} | "
+                f"{c['one_gpu'] + c['multi_gpu']} | "
+                + " | ".join(cells)
+                + " | "
+                + " | ".join(vs)
+                + " |"
+            )
         lines.append("")
     lines += ["## Verdict", ""]
     for p, v in summary["verdict"].items():
-        lines.append(f"- `{p}`: below {baseline} on {v['wins']} of {v['mixes']} mixes, meets "
-                     f"the target on {v['meets_target']}; worst: {v['worst_mix']} "
-                     f"({v['worst_relative_pct']:+.1f} %)" if v["worst_mix"] else
-                     f"- `{p}`: no data")
+        lines.append(
+            f"- `{p}`: below {baseline} on {v['wins']} of {v['mixes']} mixes, meets "
+            f"the target on {v['meets_target']}; worst: {v['worst_mix']} "
+            f"({v['worst_relative_pct']:+.1f} %)"
+            if v["worst_mix"]
+            else f"- `{p}`: no data"
+        )
     if plots:
         lines += ["", "## Plot", ""] + [f"![{name}]({name})" for name in plots]
-    walls = [(m["name"], p, m["policies"][p]["wall_s_max"]) for m in summary["mixes"]
-             for p in policies if m["policies"][p]["wall_s_max"] is not None]
+    walls = [
+        (m["name"], p, m["policies"][p]["wall_s_max"])
+        for m in summary["mixes"]
+        for p in policies
+        if m["policies"][p]["wall_s_max"] is not None
+    ]
     if walls:
         name, p, w = max(walls, key=lambda x: x[2])
         lines += ["", f"Slowest experiment: {w:.1f} s of wall clock ({p}, {name})."]
@@ -199,26 +243,34 @@ def plot_family(summary: Mapping[str, Any], path: Path) -> None:
     fig = _new_figure(5.2 * max(1, len(axes_names)), 4.0)
     panels = fig.subplots(1, max(1, len(axes_names)), squeeze=False)[0]
     for ax, axis in zip(panels, axes_names, strict=False):
-        rows = sorted((m for m in summary["mixes"] if m["axis"] == axis),
-                      key=lambda m: m["value"])
+        rows = sorted((m for m in summary["mixes"] if m["axis"] == axis), key=lambda m: m["value"])
         x = np.asarray([m["value"] for m in rows], np.float64)
         for p in policies:
             st = [m["policies"][p]["unallocated_gpu_pct"]["100"] for m in rows]
             y = np.asarray([np.nan if s["mean"] is None else s["mean"] for s in st])
             e = np.asarray([0.0 if s["sd"] is None else s["sd"] for s in st])
-            ax.errorbar(x, y, yerr=e, marker="o", ms=4, capsize=3, label=p,
-                        color=policy_color(p, policies))
+            ax.errorbar(
+                x, y, yerr=e, marker="o", ms=4, capsize=3, label=p, color=policy_color(p, policies)
+            )
         base = summary.get("base_composition", {}).get(AS_MIXED[axis])
         if base is not None:
-            ax.axvline(base * (10 if axis == "cpu" else 1), color="grey", ls="--", lw=0.8,
-                       label=f"{summary.get('base', 'base')} as given")
+            ax.axvline(
+                base * (10 if axis == "cpu" else 1),
+                color="grey",
+                ls="--",
+                lw=0.8,
+                label=f"{summary.get('base', 'base')} as given",
+            )
         ax.set_xlabel(f"{axis} ({rows[0].get('unit', '')})", fontsize=8)
         ax.set_ylabel("unallocated GPUs at 100 % arrived load (%)")
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    fig.suptitle(f"openb mixes from {summary.get('base', '?')}: mean ± sd over "
-                 f"{len(summary['seeds'])} seeds", fontsize=10)
+    fig.suptitle(
+        f"openb mixes from {summary.get('base', '?')}: mean ± sd over "
+        f"{len(summary['seeds'])} seeds",
+        fontsize=10,
+    )
     _save(fig, path)
 
 

@@ -22,7 +22,6 @@ def fifo(job: Job) -> tuple[float, str]:
     return job.submit_time_s, job.id
 
 
-
 class ParkedIndex:
     """Parked one-task jobs as numpy columns, to find in one pass which could fit a change.
 
@@ -83,7 +82,8 @@ class ParkedIndex:
         ps = job.pod_sets[0]
         req = ps.gpu
         kind = {GpuKind.NONE: _NONE, GpuKind.WHOLE: _WHOLE, GpuKind.SLICE: _SLICE}.get(
-            req.kind, _ALWAYS)
+            req.kind, _ALWAYS
+        )
         self.cpu[i], self.mem[i], self.kind[i] = ps.cpu_milli, ps.memory_mib, kind
         self.count[i], self.milli[i], self.mib[i] = req.count, req.gpu_milli, req.memory_mib
         self.submit[i] = job.submit_time_s
@@ -99,8 +99,7 @@ class ParkedIndex:
             self._ids[i] = None
             self._free.append(i)
 
-    def candidates(self, t: NodeTable, rows: npt.NDArray[np.int64] | None) \
-            -> npt.NDArray[np.int64]:
+    def candidates(self, t: NodeTable, rows: npt.NDArray[np.int64] | None) -> npt.NDArray[np.int64]:
         """Slots of the parked jobs that pass the hint on ``rows`` (all of them when None),
         in FIFO order."""
         if not self._slot:
@@ -121,28 +120,31 @@ class ParkedIndex:
                 while end + 1 < len(out) and keys[out[end + 1]][0] == keys[out[start]][0]:
                     end += 1
                 if end > start:
-                    out[start:end + 1] = sorted(out[start:end + 1], key=keys.__getitem__)
+                    out[start : end + 1] = sorted(out[start : end + 1], key=keys.__getitem__)
                 start = end + 1
             slots = np.asarray(out, np.int64)
         return slots
 
-    def could_fit(self, t: NodeTable, rows: npt.NDArray[np.int64],
-                  slots: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
+    def could_fit(
+        self, t: NodeTable, rows: npt.NDArray[np.int64], slots: npt.NDArray[np.int64]
+    ) -> npt.NDArray[np.bool_]:
         """For each slot: might its job fit on one of ``rows``?"""
         rows = rows[rows < t.n]
         rows = rows[t.alive[rows] & t.schedulable[rows]]
         if rows.size == 0 or slots.size == 0:
             return np.zeros(slots.size, np.bool_)
         kind = self.kind[slots]
-        ok = (self.cpu[slots, None] <= t.cpu_free[rows][None, :]) & \
-             (self.mem[slots, None] <= t.mem_free[rows][None, :])
+        ok = (self.cpu[slots, None] <= t.cpu_free[rows][None, :]) & (
+            self.mem[slots, None] <= t.mem_free[rows][None, :]
+        )
         whole = kind == _WHOLE
         if whole.any():
             ok[whole] &= self.count[slots[whole], None] <= t.free_whole[rows][None, :]
         piece = kind == _SLICE
         if piece.any():
             s = slots[piece]
-            card = (t.free_milli[rows][None, :, :] >= self.milli[s, None, None]) & \
-                   (t.free_mib[rows][None, :, :] >= self.mib[s, None, None])
+            card = (t.free_milli[rows][None, :, :] >= self.milli[s, None, None]) & (
+                t.free_mib[rows][None, :, :] >= self.mib[s, None, None]
+            )
             ok[piece] &= card.any(axis=2)
         return np.asarray(ok.any(axis=1) | (kind == _ALWAYS), np.bool_)

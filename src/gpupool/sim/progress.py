@@ -14,8 +14,9 @@ T = TypeVar("T")
 
 
 @contextmanager
-def experiment_bar(enabled: bool, total: int, title: str,
-                   label: Callable[[T], str]) -> Iterator[Callable[[T], None]]:
+def experiment_bar(
+    enabled: bool, total: int, title: str, label: Callable[[T], str]
+) -> Iterator[Callable[[T], None]]:
     """Yields ``tick(result)``; ``label(result)`` says which experiment just finished."""
     if not enabled:
         yield lambda _result: None
@@ -30,9 +31,16 @@ def experiment_bar(enabled: bool, total: int, title: str,
         TimeRemainingColumn,
     )
 
-    columns = (TextColumn("[progress.description]{task.description}"), BarColumn(),
-               MofNCompleteColumn(), TextColumn("elapsed"), TimeElapsedColumn(),
-               TextColumn("ETA"), TimeRemainingColumn(), TextColumn("{task.fields[last]}"))
+    columns = (
+        TextColumn("[progress.description]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("elapsed"),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+        TextColumn("{task.fields[last]}"),
+    )
     with Progress(*columns, console=Console(file=sys.stderr)) as bar:
         task = bar.add_task(title, total=total, last="")
 

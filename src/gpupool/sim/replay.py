@@ -70,8 +70,9 @@ def policy_names(registry: Registry | None = None) -> list[str]:
     return names
 
 
-def replay_profile(policy: str, pods: Sequence[TracePod], seed: int = 0,
-                   registry: Registry | None = None) -> Profile:
+def replay_profile(
+    policy: str, pods: Sequence[TracePod], seed: int = 0, registry: Registry | None = None
+) -> Profile:
     """Every default filter, ``policy`` as the only score, and the policy's own card choice
     where it has one (as ``gpupool sim openb`` pairs them). ``fgd`` and ``gpupool`` measure
     fragmentation against the trace's typical pods; ``random`` is seeded with ``seed``."""
@@ -84,16 +85,26 @@ def replay_profile(policy: str, pods: Sequence[TracePod], seed: int = 0,
         args[policy] = {"typical_pods": trace_typical_pods(pods)}
     elif policy == "random":
         args[policy] = {"seed": seed}
-    return Profile.build(registry, filters=DEFAULT_FILTERS, scores={policy: 1.0},
-                         cards=OPENB_CARDS.get(policy, "best-fit-cards"), args=args,
-                         name=f"replay-{policy}")
+    return Profile.build(
+        registry,
+        filters=DEFAULT_FILTERS,
+        scores={policy: 1.0},
+        cards=OPENB_CARDS.get(policy, "best-fit-cards"),
+        args=args,
+        name=f"replay-{policy}",
+    )
 
 
 # -- the trace as jobs -----------------------------------------------------------------------
 
 
-def trace_jobs(pods: Sequence[TracePod], *, source: str = "pods", limit: int | None = None,
-               time_scale: float = 1.0) -> list[Job]:
+def trace_jobs(
+    pods: Sequence[TracePod],
+    *,
+    source: str = "pods",
+    limit: int | None = None,
+    time_scale: float = 1.0,
+) -> list[Job]:
     """One job per pod, arriving at its scaled creation offset, running for its recorded life.
 
     ``limit`` keeps the ``limit`` earliest arrivals (file order among equal times).
@@ -105,7 +116,8 @@ def trace_jobs(pods: Sequence[TracePod], *, source: str = "pods", limit: int | N
             f"{source}: the {len(POD_COLUMNS_SHORT)}-column layout "
             f"({','.join(POD_COLUMNS_SHORT)}) has no creation or deletion times; a time-based "
             f"replay needs the {len(POD_COLUMNS)}-column layout with creation_time and "
-            "deletion_time ('gpupool sim openb' replays arrival-only experiments)")
+            "deletion_time ('gpupool sim openb' replays arrival-only experiments)"
+        )
     if not (math.isfinite(time_scale) and time_scale > 0):
         raise ConfigError(f"--time-scale {time_scale!r}: must be a number above 0")
     if limit is not None and limit < 1:
@@ -132,8 +144,14 @@ class Replay:
     summary: dict[str, Any]
 
 
-def replay(nodes: Sequence[Node], jobs: Sequence[Job], profile: Profile, *,
-           progress: ProgressFn | None = None, keep_log: bool = False) -> SimResult:
+def replay(
+    nodes: Sequence[Node],
+    jobs: Sequence[Job],
+    profile: Profile,
+    *,
+    progress: ProgressFn | None = None,
+    keep_log: bool = False,
+) -> SimResult:
     """Runs the jobs through the engine until every one has finished or can never start."""
     engine = Engine(nodes, profile, keep_log=keep_log, progress=progress)
     engine.submit_all(jobs)
@@ -148,8 +166,16 @@ def expected_end_s(jobs: Sequence[Job]) -> float:
 # -- figures -------------------------------------------------------------------------------
 
 
-def summarise(result: SimResult, *, nodes: Sequence[Node], trace: str, policy: str,
-              time_scale: float, limit: int | None, wall_s: float) -> dict[str, Any]:
+def summarise(
+    result: SimResult,
+    *,
+    nodes: Sequence[Node],
+    trace: str,
+    policy: str,
+    time_scale: float,
+    limit: int | None,
+    wall_s: float,
+) -> dict[str, Any]:
     records = list(result.records.values())
     waits = result.waits_s()
     series = result.series
@@ -170,9 +196,11 @@ def summarise(result: SimResult, *, nodes: Sequence[Node], trace: str, policy: s
         "rejected": sum(1 for r in records if r.rejected),
         "never_started": sum(1 for r in records if r.start_s is None and not r.rejected),
         "waited": int(np.count_nonzero(waits > 0)),
-        "wait_s": {**{k: round(v, 3) for k, v in percentiles(waits).items()},
-                   "mean": round(float(waits.mean()), 3) if waits.size else 0.0,
-                   "max": round(float(waits.max()), 3) if waits.size else 0.0},
+        "wait_s": {
+            **{k: round(v, 3) for k, v in percentiles(waits).items()},
+            "mean": round(float(waits.mean()), 3) if waits.size else 0.0,
+            "max": round(float(waits.max()), 3) if waits.size else 0.0,
+        },
         "utilisation_pct": {
             "mean": round(series.time_weighted_mean(gpu), 3) if len(series) else 0.0,
             "peak": round(float(gpu.max()), 3) if len(series) else 0.0,
@@ -198,8 +226,16 @@ _PLUGIN_KINDS = {
     "gpu-model": "GPU model",
 }
 _GPU_FIT_KINDS = {"whole": "whole GPUs", "mig": "MIG instance"}
-_KIND_ORDER = ("room on one GPU", "CPU or memory", "whole GPUs", "MIG instance", "cordoned",
-               "taints", "node selector", "GPU model")
+_KIND_ORDER = (
+    "room on one GPU",
+    "CPU or memory",
+    "whole GPUs",
+    "MIG instance",
+    "cordoned",
+    "taints",
+    "node selector",
+    "GPU model",
+)
 
 
 def reason_kind(reason: Reason) -> str:
@@ -242,15 +278,20 @@ def wait_reasons(records: Sequence[JobOutcome]) -> Counter[str]:
 # -- files ---------------------------------------------------------------------------------
 
 
-def write_outputs(out: Path, summary: dict[str, Any], result: SimResult,
-                  plot: bool = True) -> list[Path]:
+def write_outputs(
+    out: Path, summary: dict[str, Any], result: SimResult, plot: bool = True
+) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / SUMMARY_FILE, out / REPORT_FILE]
     (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n")
     (out / REPORT_FILE).write_text(report_markdown(summary, result, plot))
     if plot:
-        plot_utilisation(out / PLOT_FILE, result, title=f"{summary['trace']} · "
-                         f"{summary['policy']} · time scale {summary['time_scale']:g}")
+        plot_utilisation(
+            out / PLOT_FILE,
+            result,
+            title=f"{summary['trace']} · "
+            f"{summary['policy']} · time scale {summary['time_scale']:g}",
+        )
         paths.append(out / PLOT_FILE)
     return paths
 
@@ -277,7 +318,8 @@ def report_markdown(summary: dict[str, Any], result: SimResult, plot: bool = Tru
         "",
         f"{s['jobs']:,} pods on {s['nodes']:,} nodes ({s['gpus']:,} GPUs), policy "
         f"`{s['policy']}`, time scale {s['time_scale']:g}"
-        + (f", the first {s['limit']:,} arrivals" if s["limit"] else "") + ". "
+        + (f", the first {s['limit']:,} arrivals" if s["limit"] else "")
+        + ". "
         "Each pod arrives at its creation time and runs for deletion − creation seconds "
         "once placed; pods that do not fit wait in FIFO order.",
         "",
@@ -305,17 +347,28 @@ def report_markdown(summary: dict[str, Any], result: SimResult, plot: bool = Tru
     records = list(result.records.values())
     reasons = wait_reasons(records)
     if reasons:
-        lines += ["## Why pods waited", "",
-                  "Pods that waited, by what the nodes lacked when the pod was first parked "
-                  "(each node short of at least one of these):", "",
-                  "| short of | pods |", "|---|---|"]
+        lines += [
+            "## Why pods waited",
+            "",
+            "Pods that waited, by what the nodes lacked when the pod was first parked "
+            "(each node short of at least one of these):",
+            "",
+            "| short of | pods |",
+            "|---|---|",
+        ]
         lines += [f"| {why} | {n:,} |" for why, n in reasons.most_common(10)]
         lines.append("")
         longest = sorted((r for r in records if r.wait_s), key=lambda r: (-(r.wait_s or 0), r.id))
-        lines += ["## Longest waits", "", "| pod | waited | GPU milli | reason |",
-                  "|---|---|---|---|"]
-        lines += [f"| {r.id} | {fmt_duration(r.wait_s or 0)} | {r.gpu_milli} | "
-                  f"{r.first_reason} |" for r in longest[:10]]
+        lines += [
+            "## Longest waits",
+            "",
+            "| pod | waited | GPU milli | reason |",
+            "|---|---|---|---|",
+        ]
+        lines += [
+            f"| {r.id} | {fmt_duration(r.wait_s or 0)} | {r.gpu_milli} | {r.first_reason} |"
+            for r in longest[:10]
+        ]
         lines.append("")
     rejected = [r for r in records if r.rejected]
     if rejected:
@@ -389,11 +442,18 @@ def plot_utilisation(path: Path, result: SimResult, title: str = "") -> None:
     top.set_ylim(0, 100.0 if peak >= 80 else min(100.0, max(5.0, peak * 1.15)))
     top.set_ylabel("allocated, % of capacity")
     mean_gpu = s.time_weighted_mean(gpu) if t.size else 0.0
-    top.axhline(mean_gpu, color="#1f77b4", linestyle=":", linewidth=1,
-                label="GPU mean over the whole run")
-    top.legend(loc="upper right", frameon=True, framealpha=0.85,
-               title=f"GPU mean {mean_gpu:.2f} %, peak {gpu.max(initial=0):.2f} %",
-               title_fontsize=9, fontsize=9, alignment="left")
+    top.axhline(
+        mean_gpu, color="#1f77b4", linestyle=":", linewidth=1, label="GPU mean over the whole run"
+    )
+    top.legend(
+        loc="upper right",
+        frameon=True,
+        framealpha=0.85,
+        title=f"GPU mean {mean_gpu:.2f} %, peak {gpu.max(initial=0):.2f} %",
+        title_fontsize=9,
+        fontsize=9,
+        alignment="left",
+    )
     top.grid(True, alpha=0.3)
     if title:
         top.set_title(title + (" · busy window" if zoom else ""), fontsize=11)
@@ -402,8 +462,15 @@ def plot_utilisation(path: Path, result: SimResult, title: str = "") -> None:
     middle.set_ylabel("pending jobs")
     middle.grid(True, alpha=0.3)
     if not pending.any():
-        middle.text(0.5, 0.5, "no job ever waited", transform=middle.transAxes,
-                    ha="center", va="center", color="#555555")
+        middle.text(
+            0.5,
+            0.5,
+            "no job ever waited",
+            transform=middle.transAxes,
+            ha="center",
+            va="center",
+            color="#555555",
+        )
     xmax = max(window / unit, 1e-9)
     top.set_xlim(0, xmax)
     middle.set_xlim(0, xmax)
@@ -415,8 +482,9 @@ def plot_utilisation(path: Path, result: SimResult, title: str = "") -> None:
         overview.set_xlim(0, span / o_unit)
         overview.set_ylim(0, 100.0 if peak >= 80 else min(100.0, max(5.0, peak * 1.15)))
         overview.set_ylabel("GPU %")
-        overview.set_xlabel(f"whole run ({o_name}); shaded: the window above, after it "
-                            "only running jobs finish")
+        overview.set_xlabel(
+            f"whole run ({o_name}); shaded: the window above, after it only running jobs finish"
+        )
         overview.grid(True, alpha=0.3)
     else:
         middle.set_xlabel(f"simulated time since the first arrival ({unit_name})")
@@ -434,10 +502,17 @@ def _steps(ax: Axes, x: np.ndarray, y: np.ndarray, color: str, label: str, fill:
 # -- one call for the CLI ------------------------------------------------------------------
 
 
-def run_replay(nodes_path: str | Path, pods_path: str | Path, *, policy: str = DEFAULT_POLICY,
-               limit: int | None = None, time_scale: float = 1.0, seed: int = 0,
-               progress: Callable[[float, float], None] | None = None,
-               clock: Callable[[], float] | None = None) -> Replay:
+def run_replay(
+    nodes_path: str | Path,
+    pods_path: str | Path,
+    *,
+    policy: str = DEFAULT_POLICY,
+    limit: int | None = None,
+    time_scale: float = 1.0,
+    seed: int = 0,
+    progress: Callable[[float, float], None] | None = None,
+    clock: Callable[[], float] | None = None,
+) -> Replay:
     """Load, replay and summarise. ``progress(now_s, expected_end_s)`` is called as the
     simulated clock moves; ``clock`` measures wall time for the summary (none: 0)."""
     from gpupool.sim.traces.openb import load_nodes, load_pods
@@ -458,6 +533,13 @@ def run_replay(nodes_path: str | Path, pods_path: str | Path, *, policy: str = D
 
     result = replay(nodes, jobs, profile, progress=tick)
     wall = (clock() - started) if clock else 0.0
-    summary = summarise(result, nodes=nodes, trace=pods_path.name, policy=policy,
-                        time_scale=time_scale, limit=limit, wall_s=wall)
+    summary = summarise(
+        result,
+        nodes=nodes,
+        trace=pods_path.name,
+        policy=policy,
+        time_scale=time_scale,
+        limit=limit,
+        wall_s=wall,
+    )
     return Replay(result, summary)

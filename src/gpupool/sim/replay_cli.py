@@ -41,25 +41,48 @@ def add_parser(sim_sub: Any) -> None:
         "replay",
         help="replay an openb pod list in time: pods arrive, run, leave; jobs wait when full",
         description="Replay an openb trace on its own clock through the scheduling core and\n"
-                    "report waits, GPU allocation over time and GPU-hours.",
+        "report waits, GPU allocation over time and GPU-hours.",
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--nodes", required=True, metavar="NODES.csv",
-                   help="openb node list (sn,cpu_milli,memory_mib,gpu,model)")
-    p.add_argument("--pods", required=True, metavar="PODS.csv",
-                   help="openb pod list with times (the 11-column layout)")
-    p.add_argument("--policy", default=DEFAULT_POLICY, metavar="NAME",
-                   help=f"placement score policy (default {DEFAULT_POLICY}); one of "
-                        f"{', '.join(policy_names())}")
-    p.add_argument("--limit", type=int, default=None, metavar="N",
-                   help="replay only the N earliest arrivals")
-    p.add_argument("--time-scale", type=float, default=1.0, metavar="X",
-                   help="multiply arrival offsets by X, durations unchanged (default 1)")
-    p.add_argument("--seed", type=int, default=0, metavar="N",
-                   help="seed of the random policy (default 0)")
-    p.add_argument("--out", required=True, metavar="DIR",
-                   help="output folder, created if missing; files in it are replaced")
+    p.add_argument(
+        "--nodes",
+        required=True,
+        metavar="NODES.csv",
+        help="openb node list (sn,cpu_milli,memory_mib,gpu,model)",
+    )
+    p.add_argument(
+        "--pods",
+        required=True,
+        metavar="PODS.csv",
+        help="openb pod list with times (the 11-column layout)",
+    )
+    p.add_argument(
+        "--policy",
+        default=DEFAULT_POLICY,
+        metavar="NAME",
+        help=f"placement score policy (default {DEFAULT_POLICY}); one of "
+        f"{', '.join(policy_names())}",
+    )
+    p.add_argument(
+        "--limit", type=int, default=None, metavar="N", help="replay only the N earliest arrivals"
+    )
+    p.add_argument(
+        "--time-scale",
+        type=float,
+        default=1.0,
+        metavar="X",
+        help="multiply arrival offsets by X, durations unchanged (default 1)",
+    )
+    p.add_argument(
+        "--seed", type=int, default=0, metavar="N", help="seed of the random policy (default 0)"
+    )
+    p.add_argument(
+        "--out",
+        required=True,
+        metavar="DIR",
+        help="output folder, created if missing; files in it are replaced",
+    )
     p.add_argument("--json", action="store_true", help="print summary.json to stdout")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--no-plot", action="store_true", help=f"skip {PLOT_FILE}")
@@ -69,11 +92,17 @@ def add_parser(sim_sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     show_progress = not args.quiet and sys.stderr.isatty()
     with _progress_bar(show_progress) as progress:
-        outcome = run_replay(args.nodes, args.pods, policy=args.policy, limit=args.limit,
-                             time_scale=args.time_scale, seed=args.seed, progress=progress,
-                             clock=time.perf_counter)
-    paths = write_outputs(Path(args.out), outcome.summary, outcome.result,
-                          plot=not args.no_plot)
+        outcome = run_replay(
+            args.nodes,
+            args.pods,
+            policy=args.policy,
+            limit=args.limit,
+            time_scale=args.time_scale,
+            seed=args.seed,
+            progress=progress,
+            clock=time.perf_counter,
+        )
+    paths = write_outputs(Path(args.out), outcome.summary, outcome.result, plot=not args.no_plot)
     if args.json:
         print(json.dumps(outcome.summary, indent=2))
     else:
@@ -89,8 +118,12 @@ def _progress_bar(enabled: bool) -> Iterator[Callable[[float, float], None] | No
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    columns = (TextColumn("replay"), BarColumn(), TextColumn("{task.description}"),
-               TimeElapsedColumn())
+    columns = (
+        TextColumn("replay"),
+        BarColumn(),
+        TextColumn("{task.description}"),
+        TimeElapsedColumn(),
+    )
     with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
         task = bar.add_task("", total=1.0)
 
@@ -106,20 +139,31 @@ def _print_summary(s: dict[str, Any], paths: list[Path]) -> None:
     from rich.table import Table
 
     console = Console()
-    table = Table(title=f"replay of {s['trace']} · policy {s['policy']} · "
-                        f"time scale {s['time_scale']:g}", show_header=False, box=None,
-                  title_justify="left", padding=(0, 2))
+    table = Table(
+        title=f"replay of {s['trace']} · policy {s['policy']} · time scale {s['time_scale']:g}",
+        show_header=False,
+        box=None,
+        title_justify="left",
+        padding=(0, 2),
+    )
     table.add_column(style="bold")
     table.add_column()
     w, u = s["wait_s"], s["utilisation_pct"]
     table.add_row("cluster", f"{s['nodes']:,} nodes, {s['gpus']:,} GPUs")
-    table.add_row("jobs", f"{s['jobs']:,} submitted, {s['completed']:,} completed, "
-                          f"{s['rejected']:,} rejected, {s['waited']:,} waited")
-    table.add_row("wait", f"p50 {fmt_duration(w['p50'])}, p90 {fmt_duration(w['p90'])}, "
-                          f"p99 {fmt_duration(w['p99'])}, max {fmt_duration(w['max'])}")
+    table.add_row(
+        "jobs",
+        f"{s['jobs']:,} submitted, {s['completed']:,} completed, "
+        f"{s['rejected']:,} rejected, {s['waited']:,} waited",
+    )
+    table.add_row(
+        "wait",
+        f"p50 {fmt_duration(w['p50'])}, p90 {fmt_duration(w['p90'])}, "
+        f"p99 {fmt_duration(w['p99'])}, max {fmt_duration(w['max'])}",
+    )
     table.add_row("GPU allocated", f"mean {u['mean']:.2f} %, peak {u['peak']:.2f} %")
     table.add_row("GPU-hours", f"{s['gpu_hours']:,.1f}")
-    table.add_row("simulated", f"{fmt_duration(s['span_s'])} in {s['wall_s']:.2f} s "
-                               f"({s['cycles']:,} cycles)")
+    table.add_row(
+        "simulated", f"{fmt_duration(s['span_s'])} in {s['wall_s']:.2f} s ({s['cycles']:,} cycles)"
+    )
     console.print(table)
     console.print("wrote " + ", ".join(str(p) for p in paths))

@@ -51,12 +51,35 @@ from gpupool.sim.report_stats import (
     point_stat,
 )
 
-__all__ = ["BAND", "BINS", "CURVES_FILE", "FRAG_AT", "PLOT_BARS", "PLOT_FRAG",
-           "PLOT_UNALLOCATED", "REPORT_FILE", "SUMMARY_FILE", "TOLERANCE", "UNALLOCATED_AT",
-           "ExperimentLike", "_new_figure", "_save", "curve_band", "curve_matrix",
-           "dumps_summary", "group_by_policy", "plot_bars", "plot_frag", "plot_unallocated",
-           "point_stat", "policy_color", "render_report", "summarize", "write_curves",
-           "write_outputs"]
+__all__ = [
+    "BAND",
+    "BINS",
+    "CURVES_FILE",
+    "FRAG_AT",
+    "PLOT_BARS",
+    "PLOT_FRAG",
+    "PLOT_UNALLOCATED",
+    "REPORT_FILE",
+    "SUMMARY_FILE",
+    "TOLERANCE",
+    "UNALLOCATED_AT",
+    "ExperimentLike",
+    "_new_figure",
+    "_save",
+    "curve_band",
+    "curve_matrix",
+    "dumps_summary",
+    "group_by_policy",
+    "plot_bars",
+    "plot_frag",
+    "plot_unallocated",
+    "point_stat",
+    "policy_color",
+    "render_report",
+    "summarize",
+    "write_curves",
+    "write_outputs",
+]
 
 UNALLOCATED_AT = (100, 130)
 FRAG_AT = (50, 80, 90)
@@ -95,7 +118,8 @@ def summarize(
         if (r.nodes, r.gpus) != (first.nodes, first.gpus):
             raise ValueError(
                 f"{r.policy} seed {r.seed} ran on {r.nodes} nodes / {r.gpus} GPUs, "
-                f"{first.policy} seed {first.seed} on {first.nodes} / {first.gpus}")
+                f"{first.policy} seed {first.seed} on {first.nodes} / {first.gpus}"
+            )
     groups = group_by_policy(results, policies)
     all_seeds = sorted({r.seed for r in results}) if seeds is None else list(seeds)
     summary: dict[str, Any] = {
@@ -135,7 +159,8 @@ def _policy_summary(results: Sequence[ExperimentLike], published: float | None) 
         "per_seed": {
             "seed": [int(r.seed) for r in results],
             "unallocated_gpu_pct": {
-                str(b): [_num(v) for v in unalloc[:, b]] for b in UNALLOCATED_AT},
+                str(b): [_num(v) for v in unalloc[:, b]] for b in UNALLOCATED_AT
+            },
             "frag_pct": {str(b): [_num(v) for v in frag[:, b]] for b in FRAG_AT},
             "wall_s": [_num(r.wall_s) for r in results],
             "placed": [int(r.placed) for r in results],
@@ -205,20 +230,26 @@ def render_report(summary: Mapping[str, Any], plots: Sequence[str] = ()) -> str:
     add("")
     add(f"- Cluster: {summary['nodes']} nodes, {summary['gpus']} GPUs")
     if "pods" in summary:
-        add(f"- Trace: {summary['pods']} pods in the file"
-            + (f", tuned to {summary['tune']}× cluster GPU capacity" if "tune" in summary else ""))
+        add(
+            f"- Trace: {summary['pods']} pods in the file"
+            + (f", tuned to {summary['tune']}× cluster GPU capacity" if "tune" in summary else "")
+        )
     add(f"- Seeds: {_seed_text(summary['seeds'])}")
-    add("- Unallocated GPUs and fragmentation are % of the cluster's GPU capacity, read at an "
+    add(
+        "- Unallocated GPUs and fragmentation are % of the cluster's GPU capacity, read at an "
         "arrived GPU demand of the given % of that capacity (failed pods count as arrived). "
-        "Cells are mean ± sample sd over seeds.")
+        "Cells are mean ± sample sd over seeds."
+    )
     add("")
 
     add("## Unallocated GPUs (%)")
     add("")
     has_pub = any("published" in p for p in pol.values())
     if has_pub:
-        add(f"Published: the ATC'23 FGD paper's simulator, mean of seeds 42–51 at 100 % "
-            f"arrived load. ✓ marks a mean within ±{TOLERANCE} points of it.")
+        add(
+            f"Published: the ATC'23 FGD paper's simulator, mean of seeds 42–51 at 100 % "
+            f"arrived load. ✓ marks a mean within ±{TOLERANCE} points of it."
+        )
         add("")
         add("| policy | published @100 % | ours @100 % | difference | within ±0.5 | ours @130 % |")
         add("|---|---:|---:|---:|:---:|---:|")
@@ -238,8 +269,10 @@ def render_report(summary: Mapping[str, Any], plots: Sequence[str] = ()) -> str:
                 ok = pub["within_tolerance"]
                 mark = "n/a" if ok is None else ("✓" if ok else "✗")
                 diff = "n/a" if pub["diff"] is None else f"{pub['diff']:+.2f}"
-                add(f"| {name} | {pub['unallocated_gpu_pct']['100']:.2f} | {u100} | {diff} "
-                    f"| {mark} | {u130} |")
+                add(
+                    f"| {name} | {pub['unallocated_gpu_pct']['100']:.2f} | {u100} | {diff} "
+                    f"| {mark} | {u130} |"
+                )
         else:
             add(f"| {name} | {u100} | {u130} |")
     add("")
@@ -255,24 +288,29 @@ def render_report(summary: Mapping[str, Any], plots: Sequence[str] = ()) -> str:
     add("| policy | " + " | ".join(f"@{b} %" for b in FRAG_AT) + " |")
     add("|---|" + "---:|" * len(FRAG_AT))
     for name, p in pol.items():
-        add(f"| {name} | " + " | ".join(_fmt_stat(p["frag_pct"][str(b)]) for b in FRAG_AT)
-            + " |")
+        add(f"| {name} | " + " | ".join(_fmt_stat(p["frag_pct"][str(b)]) for b in FRAG_AT) + " |")
     add("")
 
     add("## Speed")
     add("")
-    add("Wall time is per experiment (one policy, one seed, the whole trace). Decision latency "
-        "percentiles pool every placement decision of the policy's experiments.")
+    add(
+        "Wall time is per experiment (one policy, one seed, the whole trace). Decision latency "
+        "percentiles pool every placement decision of the policy's experiments."
+    )
     add("")
-    add("| policy | wall s (mean) | wall s (max) | decisions (total) | decisions/s "
-        "| p50 µs | p99 µs | placed (mean) | failed (mean) |")
+    add(
+        "| policy | wall s (mean) | wall s (max) | decisions (total) | decisions/s "
+        "| p50 µs | p99 µs | placed (mean) | failed (mean) |"
+    )
     add("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for name, p in pol.items():
         lat = p["decision_us"]
         rate = p.get("decisions_per_s")
-        add(f"| {name} | {_fmt(p['wall_s'])} | {_fmt(p.get('wall_s_max'))} | {p['decisions']} "
+        add(
+            f"| {name} | {_fmt(p['wall_s'])} | {_fmt(p.get('wall_s_max'))} | {p['decisions']} "
             f"| {_fmt(rate, 0)} | {_fmt(lat['p50'], 1)} | {_fmt(lat['p99'], 1)} "
-            f"| {_fmt(p['placed']['mean'], 1)} | {_fmt(p['failed']['mean'], 1)} |")
+            f"| {_fmt(p['placed']['mean'], 1)} | {_fmt(p['failed']['mean'], 1)} |"
+        )
     add("")
 
     if plots:
@@ -295,16 +333,16 @@ def _versus_fgd(pol: Mapping[str, Any]) -> str:
         return ""
     diff = ours - fgd
     verdict = "below" if diff < 0 else "not below"
-    return (f"gpupool − fgd at 100 %: {diff:+.2f} points (gpupool is {verdict} FGD on this "
-            "trace).")
+    return f"gpupool − fgd at 100 %: {diff:+.2f} points (gpupool is {verdict} FGD on this trace)."
 
 
 # ---------------------------------------------------------------------------------------------
 # curves.csv
 
 
-def write_curves(results: Sequence[ExperimentLike], path: Path,
-                 policies: Sequence[str] | None = None) -> None:
+def write_curves(
+    results: Sequence[ExperimentLike], path: Path, policies: Sequence[str] | None = None
+) -> None:
     """Every experiment's curves, one row per (policy, seed, bin); empty cell for no data."""
     groups = group_by_policy(results, policies)
     with path.open("w", newline="", encoding="utf-8") as fh:
@@ -342,19 +380,26 @@ def write_outputs(
 
     Returns the summary. ``out_dir`` must exist.
     """
-    summary = summarize(results, trace=trace, seeds=seeds, policies=policies,
-                        published=published, extra=extra)
+    summary = summarize(
+        results, trace=trace, seeds=seeds, policies=policies, published=published, extra=extra
+    )
     trace_name: str = summary["trace"]
     seed_list: list[int] = summary["seeds"]
     (out_dir / SUMMARY_FILE).write_text(dumps_summary(summary), encoding="utf-8")
     write_curves(results, out_dir / CURVES_FILE, policies)
     names: list[str] = []
     if plots:
-        plot_unallocated(results, out_dir / PLOT_UNALLOCATED, trace=trace_name, seeds=seed_list,
-                         policies=policies)
+        plot_unallocated(
+            results,
+            out_dir / PLOT_UNALLOCATED,
+            trace=trace_name,
+            seeds=seed_list,
+            policies=policies,
+        )
         plot_bars(summary, out_dir / PLOT_BARS)
-        plot_frag(results, out_dir / PLOT_FRAG, trace=trace_name, seeds=seed_list,
-                  policies=policies)
+        plot_frag(
+            results, out_dir / PLOT_FRAG, trace=trace_name, seeds=seed_list, policies=policies
+        )
         names = [PLOT_UNALLOCATED, PLOT_BARS, PLOT_FRAG]
     (out_dir / REPORT_FILE).write_text(render_report(summary, names), encoding="utf-8")
     return summary

@@ -79,7 +79,8 @@ def curve_matrix(results: Sequence[ExperimentLike], metric: str) -> np.ndarray:
         row = np.asarray(getattr(r, metric), dtype=np.float64)
         if row.shape != (BINS,):
             raise ValueError(
-                f"{r.policy} seed {r.seed}: {metric} has shape {row.shape}, expected ({BINS},)")
+                f"{r.policy} seed {r.seed}: {metric} has shape {row.shape}, expected ({BINS},)"
+            )
         rows.append(row)
     if not rows:
         return np.full((0, BINS), np.nan)
@@ -107,7 +108,8 @@ def _percentile(samples: np.ndarray, q: float) -> float | None:
 
 
 def group_by_policy(
-    results: Sequence[ExperimentLike], policies: Sequence[str] | None = None,
+    results: Sequence[ExperimentLike],
+    policies: Sequence[str] | None = None,
 ) -> dict[str, list[ExperimentLike]]:
     """Results per policy, policies in the given order (else first appearance), seeds sorted."""
     order = list(policies) if policies is not None else []

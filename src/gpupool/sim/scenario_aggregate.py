@@ -14,16 +14,22 @@ from gpupool.sim.scenario_targets import check_targets
 
 __all__ = ["ENTITLED_BASIS", "aggregate", "summarise"]
 
-ENTITLED_BASIS = ("what the scheduler acts on, QuotaTree.entitled summed over flavors in GPUs: "
-                  "nominal quota first (guaranteed), then a cohort's own quota split by "
-                  "fair-sharing weight")
+ENTITLED_BASIS = (
+    "what the scheduler acts on, QuotaTree.entitled summed over flavors in GPUs: "
+    "nominal quota first (guaranteed), then a cohort's own quota split by "
+    "fair-sharing weight"
+)
 
 
 # -- over seeds -----------------------------------------------------------------------------
 
 
-def summarise(scenario: Scenario, runs: Sequence[RunResult], wall_s: float = 0.0,
-              duration_override: bool = False) -> dict[str, Any]:
+def summarise(
+    scenario: Scenario,
+    runs: Sequence[RunResult],
+    wall_s: float = 0.0,
+    duration_override: bool = False,
+) -> dict[str, Any]:
     per_seed = [summarise_run(r) for r in runs]
     for p in per_seed:
         p["targets"] = check_targets(scenario.targets, p)
@@ -50,15 +56,30 @@ def summarise(scenario: Scenario, runs: Sequence[RunResult], wall_s: float = 0.0
         "scheduling_interval_s": scenario.interval_s,
         "grace_period_s": scenario.grace_s,
         "window": {"start_s": scenario.window[0], "end_s": scenario.window[1]},
-        "cluster": {"nodes": len(scenario.nodes), "gpus": scenario.gpus,
-                    **({"cloud": {
-                        "name": scenario.cloud.name, "region": scenario.cloud.region,
+        "cluster": {
+            "nodes": len(scenario.nodes),
+            "gpus": scenario.gpus,
+            **(
+                {
+                    "cloud": {
+                        "name": scenario.cloud.name,
+                        "region": scenario.cloud.region,
                         "gpu_quota": scenario.cloud.gpu_quota,
-                        "pools": {p.name: {"model": p.model, "gpus_per_node": p.gpus_per_node,
-                                           "zones": list(p.zones),
-                                           "max_nodes_per_zone": p.max_nodes_per_zone}
-                                  for p in scenario.cloud.pools}}}
-                       if scenario.cloud is not None else {})},
+                        "pools": {
+                            p.name: {
+                                "model": p.model,
+                                "gpus_per_node": p.gpus_per_node,
+                                "zones": list(p.zones),
+                                "max_nodes_per_zone": p.max_nodes_per_zone,
+                            }
+                            for p in scenario.cloud.pools
+                        },
+                    }
+                }
+                if scenario.cloud is not None
+                else {}
+            ),
+        },
         "settings": {
             "max_preemptions_per_job": scenario.config.settings.max_preemptions_per_job,
             "min_runtime_s": scenario.config.settings.min_runtime_s,
@@ -88,8 +109,10 @@ def aggregate(per_seed: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             "share": stats([row["share"] for row in rows]),
             "entitled_share": rows[0]["entitled_share"],
             "nominal_share": rows[0]["nominal_share"],
-            "share_error_pts": {**stats(errors, 2),
-                                "max_abs": rounded(max((abs(e) for e in errors), default=0.0), 2)},
+            "share_error_pts": {
+                **stats(errors, 2),
+                "max_abs": rounded(max((abs(e) for e in errors), default=0.0), 2),
+            },
             "gpu_seconds": stats([row["gpu_seconds"] for row in rows], 1),
             "wait_p50_s": stats([row["wait_s"]["p50"] for row in rows], 1),
             "wait_p99_s": stats([row["wait_s"]["p99"] for row in rows], 1),
@@ -117,11 +140,11 @@ def aggregate(per_seed: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         extra["provisioning"] = {
             "submit_to_start_p50_s": stats([pv["submit_to_start_s"]["p50"] for pv in prov], 1),
             "submit_to_start_max_s": stats([pv["submit_to_start_s"]["max"] for pv in prov], 1),
-            "submit_to_start_mean_s": stats([pv["submit_to_start_s"]["mean"] for pv in prov],
-                                            1),
+            "submit_to_start_mean_s": stats([pv["submit_to_start_s"]["mean"] for pv in prov], 1),
             "idle_booking_gpu_hours": stats([pv["idle_booking_gpu_hours"] for pv in prov], 3),
             "idle_booking_gpu_hours_unconsumed": stats(
-                [pv["idle_booking_gpu_hours_unconsumed"] for pv in prov], 3),
+                [pv["idle_booking_gpu_hours_unconsumed"] for pv in prov], 3
+            ),
             "cloud_gpu_hours": stats([pv["cloud_gpu_hours"] for pv in prov], 2),
             "requests": sum(pv["requests"] for pv in prov),
             "by_outcome": dict(sorted(outcomes.items())),
@@ -135,10 +158,13 @@ def aggregate(per_seed: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     if measured:
         extra["measured_use"] = {
             "place_by": measured[0]["place_by"],
-            **{k: stats([m[k] for m in measured], 1)
-               for k in ("hot_card_gpu_s", "memory_over_card_s", "busy_gpu_s")},
+            **{
+                k: stats([m[k] for m in measured], 1)
+                for k in ("hot_card_gpu_s", "memory_over_card_s", "busy_gpu_s")
+            },
         }
-    return {**extra,
+    return {
+        **extra,
         "jain_index": stats([p["jain_index"] for p in per_seed]),
         "utilization": stats([p["utilization"] for p in per_seed]),
         "partial_gang_placements": sum(p["partial_gang_placements"] for p in per_seed),
@@ -147,21 +173,24 @@ def aggregate(per_seed: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "preemptions": {
             "count": stats([p["preemptions"]["count"] for p in per_seed], 1),
             "by_reason": dict(sorted(reasons.items())),
-            "guaranteed_preempted": sum(p["preemptions"]["guaranteed_preempted"]
-                                        for p in per_seed),
+            "guaranteed_preempted": sum(p["preemptions"]["guaranteed_preempted"] for p in per_seed),
             "mutual": sum(p["preemptions"]["mutual"] for p in per_seed),
         },
         "wait_p50_s": stats([p["wait_s"]["p50"] for p in per_seed], 1),
         "wait_p99_s": stats([p["wait_s"]["p99"] for p in per_seed], 1),
         "wait_estimate_median_abs_error_s": stats(est, 1),
         "wait_estimate_median_rel_error": stats(est_rel),
-        "evictions_per_started_job": stats([
-            p["preemptions"]["count"] / p["jobs"]["started"] if p["jobs"]["started"] else 0.0
-            for p in per_seed]),
-        "max_abs_share_error_pts": rounded(max(
-            (out_q[q]["share_error_pts"]["max_abs"] or 0.0) for q in queues), 2)
-        if queues else None,
+        "evictions_per_started_job": stats(
+            [
+                p["preemptions"]["count"] / p["jobs"]["started"] if p["jobs"]["started"] else 0.0
+                for p in per_seed
+            ]
+        ),
+        "max_abs_share_error_pts": rounded(
+            max((out_q[q]["share_error_pts"]["max_abs"] or 0.0) for q in queues), 2
+        )
+        if queues
+        else None,
         "queues": out_q,
         "users": out_u,
     }
-

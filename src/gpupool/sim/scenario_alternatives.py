@@ -29,8 +29,7 @@ if TYPE_CHECKING:
 __all__ = ["read_alternatives"]
 
 
-def read_alternatives(r: Reader, path: str,
-                      docs: list[AlternativeDoc]) -> tuple[Alternative, ...]:
+def read_alternatives(r: Reader, path: str, docs: list[AlternativeDoc]) -> tuple[Alternative, ...]:
     out: list[Alternative] = []
     for i, doc in enumerate(docs):
         out.append(_alternative(r, f"{path}[{i}]", doc, {a.name for a in out}))
@@ -45,19 +44,29 @@ def _alternative(r: Reader, at: str, doc: AlternativeDoc, taken: set[str]) -> Al
     models = frozenset(doc.models)
     if doc.gpus is not None:
         if doc.gpu_milli is not None or doc.gpu_memory is not None:
-            raise r.fail(f"{at}.gpus", "cannot go with gpuMilli or gpuMemory: give either "
-                                       "gpus (whole cards) or gpuMilli and gpuMemory (a slice "
-                                       "of one card), not both", doc.gpus)
+            raise r.fail(
+                f"{at}.gpus",
+                "cannot go with gpuMilli or gpuMemory: give either "
+                "gpus (whole cards) or gpuMilli and gpuMemory (a slice "
+                "of one card), not both",
+                doc.gpus,
+            )
         if doc.gpus < 1:
             raise r.fail(f"{at}.gpus", "must be 1 or more", doc.gpus)
         gpu = GpuRequest(count=doc.gpus, models=models)
     else:
         milli = doc.gpu_milli or 0
         if doc.gpu_milli is not None and not 1 <= milli < WHOLE_GPU_MILLI:
-            raise r.fail(f"{at}.gpuMilli", "is not a slice: a slice is 1..999 milli of one "
-                                           "GPU; ask for whole cards with gpus", milli)
-        mib = 0 if doc.gpu_memory is None else \
-            r.quantity(f"{at}.gpuMemory", doc.gpu_memory, gpu_memory_mib)
+            raise r.fail(
+                f"{at}.gpuMilli",
+                "is not a slice: a slice is 1..999 milli of one GPU; ask for whole cards with gpus",
+                milli,
+            )
+        mib = (
+            0
+            if doc.gpu_memory is None
+            else r.quantity(f"{at}.gpuMemory", doc.gpu_memory, gpu_memory_mib)
+        )
         if not milli and not mib:
             raise r.fail(at, "asks for no GPU: give gpus, or gpuMilli and gpuMemory")
         gpu = GpuRequest(gpu_milli=milli, memory_mib=mib, models=models)

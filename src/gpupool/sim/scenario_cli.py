@@ -51,18 +51,30 @@ def add_parser(sim_sub: Any) -> None:
         "scenario",
         help="replay a multi-tenant scenario (queues, quotas, tenants' job streams)",
         description="Replay a scenario file (cluster, queues and each tenant's submissions)\n"
-                    "through the queue-aware scheduler, once per seed, and report fairness,\n"
-                    "utilization, waits, preemptions and quota checks.",
+        "through the queue-aware scheduler, once per seed, and report fairness,\n"
+        "utilization, waits, preemptions and quota checks.",
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("file", metavar="FILE.yaml", help="the scenario file")
-    p.add_argument("--seeds", default=DEFAULT_SEEDS, metavar="SEEDS",
-                   help=f"seeds: 1-3, 1,2,5 or 1 (default {DEFAULT_SEEDS})")
-    p.add_argument("--duration", default=None, metavar="D",
-                   help="simulate D (e.g. 2h, 90m) instead of the scenario's spec.duration")
-    p.add_argument("--out", required=True, metavar="DIR",
-                   help="output folder, created if missing; files in it are replaced")
+    p.add_argument(
+        "--seeds",
+        default=DEFAULT_SEEDS,
+        metavar="SEEDS",
+        help=f"seeds: 1-3, 1,2,5 or 1 (default {DEFAULT_SEEDS})",
+    )
+    p.add_argument(
+        "--duration",
+        default=None,
+        metavar="D",
+        help="simulate D (e.g. 2h, 90m) instead of the scenario's spec.duration",
+    )
+    p.add_argument(
+        "--out",
+        required=True,
+        metavar="DIR",
+        help="output folder, created if missing; files in it are replaced",
+    )
     p.add_argument("--json", action="store_true", help="also print summary.json to stdout")
     p.add_argument("--quiet", action="store_true", help="no progress bar, no closing table")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
@@ -92,8 +104,9 @@ def run(args: argparse.Namespace) -> int:
         for i, seed in enumerate(seeds):
             tick = None if progress is None else functools.partial(progress, i, seed)
             runs.append(simulate(scenario, seed, progress=tick, clock=time.perf_counter))
-    summary = summarise(scenario, runs, wall_s=time.perf_counter() - started,
-                        duration_override=duration is not None)
+    summary = summarise(
+        scenario, runs, wall_s=time.perf_counter() - started, duration_override=duration is not None
+    )
     paths = write_outputs(Path(args.out), summary, runs, plots=not args.no_plots)
     if args.json:
         sys.stdout.write(dumps_summary(summary))
@@ -103,23 +116,31 @@ def run(args: argparse.Namespace) -> int:
 
 
 @contextmanager
-def _progress_bar(enabled: bool, seeds: int, duration_s: float) \
-        -> Iterator[Callable[[int, int, float], None] | None]:
+def _progress_bar(
+    enabled: bool, seeds: int, duration_s: float
+) -> Iterator[Callable[[int, int, float], None] | None]:
     if not enabled:
         yield None
         return
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    columns = (TextColumn("scenario"), BarColumn(), TextColumn("{task.description}"),
-               TimeElapsedColumn())
+    columns = (
+        TextColumn("scenario"),
+        BarColumn(),
+        TextColumn("{task.description}"),
+        TimeElapsedColumn(),
+    )
     with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
         task = bar.add_task("", total=float(seeds))
 
         def update(index: int, seed: int, now_s: float) -> None:
             done = index + (min(1.0, now_s / duration_s) if duration_s > 0 else 1.0)
-            bar.update(task, completed=done,
-                       description=f"seed {seed} ({index + 1}/{seeds}) at {fmt_s(now_s)}")
+            bar.update(
+                task,
+                completed=done,
+                description=f"seed {seed} ({index + 1}/{seeds}) at {fmt_s(now_s)}",
+            )
 
         yield update
 
@@ -130,18 +151,23 @@ def _print_summary(s: dict[str, Any], paths: list[Path]) -> None:
 
     a = s["aggregate"]
     console = Console()
-    table = Table(title=f"scenario {s['scenario']} · seeds {', '.join(map(str, s['seeds']))}"
-                        f" · {fmt_s(s['duration_s'])} simulated", title_justify="left")
-    for col in ("queue", "entitled", "share", "gap (pts)", "wait p50", "wait p99",
-                "preempted"):
+    table = Table(
+        title=f"scenario {s['scenario']} · seeds {', '.join(map(str, s['seeds']))}"
+        f" · {fmt_s(s['duration_s'])} simulated",
+        title_justify="left",
+    )
+    for col in ("queue", "entitled", "share", "gap (pts)", "wait p50", "wait p99", "preempted"):
         table.add_column(col, justify="left" if col == "queue" else "right")
     for q, row in a["queues"].items():
-        table.add_row(q, f"{100 * row['entitled_share']:.1f} %",
-                      f"{100 * (row['share']['mean'] or 0):.1f} %",
-                      f"{row['share_error_pts']['mean'] or 0:+.2f}",
-                      f"{(row['wait_p50_s']['mean'] or 0) / 60:.1f} min",
-                      f"{(row['wait_p99_s']['mean'] or 0) / 60:.1f} min",
-                      str(row["preempted"]))
+        table.add_row(
+            q,
+            f"{100 * row['entitled_share']:.1f} %",
+            f"{100 * (row['share']['mean'] or 0):.1f} %",
+            f"{row['share_error_pts']['mean'] or 0:+.2f}",
+            f"{(row['wait_p50_s']['mean'] or 0) / 60:.1f} min",
+            f"{(row['wait_p99_s']['mean'] or 0) / 60:.1f} min",
+            str(row["preempted"]),
+        )
     console.print(table)
     jain = a["jain_index"]["mean"]
     util = a["utilization"]["mean"]
@@ -150,18 +176,21 @@ def _print_summary(s: dict[str, Any], paths: list[Path]) -> None:
         f"{'n/a' if util is None else f'{100 * util:.1f} %'} · partial gangs "
         f"{a['partial_gang_placements']} · most "
         f"preemptions of one job {a['max_preemptions_per_job']}/"
-        f"{a['max_preemptions_allowed']} · {s['wall_s']:.1f} s")
+        f"{a['max_preemptions_allowed']} · {s['wall_s']:.1f} s"
+    )
     err = a["wait_estimate_median_abs_error_s"]["mean"]
     rel = a["wait_estimate_median_rel_error"]["mean"]
     console.print(
         "wait estimate: median absolute error "
         f"{'n/a' if err is None else f'{err / 60:.1f} min'}"
-        f"{'' if rel is None else f' ({100 * rel:.1f} % of the wait)'}")
+        f"{'' if rel is None else f' ({100 * rel:.1f} % of the wait)'}"
+    )
     for seed, run in s["runs"].items():
         missed = [t for t in run.get("targets", ()) if not t["met"]]
         for t in missed:
-            console.print(f"seed {seed}: target missed: {t['target']} {t['goal']}, measured "
-                          f"{t['measured']}")
+            console.print(
+                f"seed {seed}: target missed: {t['target']} {t['goal']}, measured {t['measured']}"
+            )
     if any(run.get("targets") for run in s["runs"].values()):
         console.print(f"targets met on every seed: {'yes' if s['targets_met'] else 'no'}")
     prov = a.get("provisioning")
@@ -175,5 +204,6 @@ def _print_summary(s: dict[str, Any], paths: list[Path]) -> None:
             f"{'n/a' if top is None else f'{top / 60:.1f} min'} · GPU-hours idle in bookings "
             f"{'n/a' if idle is None else f'{idle:.2f}'} · requests "
             + ", ".join(f"{k} {v}" for k, v in prov["by_outcome"].items())
-            + f" · partial provisions {prov['partial_provisions']}")
+            + f" · partial provisions {prov['partial_provisions']}"
+        )
     console.print("wrote " + ", ".join(str(p) for p in paths))

@@ -28,8 +28,9 @@ class JobSource:
     duration_s: float  # how long it really runs (it tells the scheduler only if it declares)
 
 
-def _arrival_times(stream: Stream, rng: np.random.Generator,
-                   duration_s: float) -> npt.NDArray[np.float64]:
+def _arrival_times(
+    stream: Stream, rng: np.random.Generator, duration_s: float
+) -> npt.NDArray[np.float64]:
     stop = min(stream.stop_s, duration_s)
     if stream.kind == "poisson":
         mean_gap = 3600.0 / stream.rate_per_h
@@ -79,23 +80,32 @@ def generate_jobs(scenario: Scenario, seed: int) -> tuple[list[Job], dict[JobId,
                 shapes = [stream.shape] * n
                 names = [None] * n
             if stream.kind == "jobs":  # one draw per job, in order
-                durations = np.asarray([sh.duration.draw(rng, 1)[0] for sh in shapes],
-                                       np.float64)
+                durations = np.asarray([sh.duration.draw(rng, 1)[0] for sh in shapes], np.float64)
             else:
                 durations = stream.shape.duration.draw(rng, n)
             picks = rng.integers(0, len(tenant.users), n)
             for k in range(n):
                 shape = shapes[k]
                 user = shape.user or tenant.users[int(picks[k])]
-                jid = JobId(f"{tenant.name}-{names[k]}" if names[k] else
-                            f"{tenant.name}-{stream.name}-{k:05d}")
+                jid = JobId(
+                    f"{tenant.name}-{names[k]}"
+                    if names[k]
+                    else f"{tenant.name}-{stream.name}-{k:05d}"
+                )
                 if jid in sources:
                     raise ConfigError(f"{scenario.path}: job name {jid} is used twice")
                 actual = max(1e-3, float(durations[k]))
                 job = Job(
                     id=jid,
-                    pod_sets=(PodSet("main", count=shape.tasks, cpu_milli=shape.cpu_milli,
-                                     memory_mib=shape.memory_mib, gpu=shape.request()),),
+                    pod_sets=(
+                        PodSet(
+                            "main",
+                            count=shape.tasks,
+                            cpu_milli=shape.cpu_milli,
+                            memory_mib=shape.memory_mib,
+                            gpu=shape.request(),
+                        ),
+                    ),
                     queue=QueueName(tenant.queue),
                     priority=shape.priority,
                     submit_time_s=float(times[k]),
@@ -109,4 +119,3 @@ def generate_jobs(scenario: Scenario, seed: int) -> tuple[list[Job], dict[JobId,
                 jobs.append((float(times[k]), ti, si, k, job))
     jobs.sort(key=lambda x: x[:4])
     return [j[4] for j in jobs], sources
-

@@ -32,8 +32,14 @@ from gpupool.sim.scenario_targets import Targets, parse_targets
 __all__ = ["load_scenario", "parse_scenario"]
 
 
-def parse_scenario(doc: Mapping[str, Any], *, where: str, nodes: Sequence[Node],
-                   config: QueueConfig, path: str = "") -> Scenario:
+def parse_scenario(
+    doc: Mapping[str, Any],
+    *,
+    where: str,
+    nodes: Sequence[Node],
+    config: QueueConfig,
+    path: str = "",
+) -> Scenario:
     """One ``kind: Scenario`` document, checked against the file's queues. ``where`` names
     the document in error messages."""
     r = Reader(where, config)
@@ -48,27 +54,43 @@ def parse_scenario(doc: Mapping[str, Any], *, where: str, nodes: Sequence[Node],
     if duration <= 0:
         raise r.fail("spec.duration", "must be positive", spec.duration)
     r.duration_s = duration
-    interval = _optional(r, "spec.schedulingInterval", spec.scheduling_interval,
-                         DEFAULT_INTERVAL_S)
+    interval = _optional(r, "spec.schedulingInterval", spec.scheduling_interval, DEFAULT_INTERVAL_S)
     if interval <= 0:
         raise r.fail("spec.schedulingInterval", "must be positive", spec.scheduling_interval)
     grace = _optional(r, "spec.gracePeriod", spec.grace_period, DEFAULT_GRACE_S)
-    estimate_every = _optional(r, "spec.estimateEvery", spec.estimate_every,
-                               DEFAULT_ESTIMATE_EVERY_S)
+    estimate_every = _optional(
+        r, "spec.estimateEvery", spec.estimate_every, DEFAULT_ESTIMATE_EVERY_S
+    )
     window = _window(r, spec.saturated_window, duration)
     tenants = _tenants(r, spec, config)
-    targets = parse_targets(Where(where), "spec.targets", spec.targets,
-                            {q.name for q in config.cluster_queues}) \
-        if spec.targets is not None else Targets()
+    targets = (
+        parse_targets(
+            Where(where), "spec.targets", spec.targets, {q.name for q in config.cluster_queues}
+        )
+        if spec.targets is not None
+        else Targets()
+    )
     measured = None
     if spec.measured_use is not None:
         try:
             measured = parse_measured_use(spec.measured_use)
         except ConfigError as exc:
             raise r.placed(exc) from None
-    return Scenario(model.metadata.name, path, duration, interval, grace, window, tenants,
-                    tuple(nodes), config, spec.description.strip(), estimate_every,
-                    targets=targets, measured=measured)
+    return Scenario(
+        model.metadata.name,
+        path,
+        duration,
+        interval,
+        grace,
+        window,
+        tenants,
+        tuple(nodes),
+        config,
+        spec.description.strip(),
+        estimate_every,
+        targets=targets,
+        measured=measured,
+    )
 
 
 def _optional(r: Reader, path: str, value: str | int | float | None, default: float) -> float:
@@ -82,11 +104,13 @@ def _window(r: Reader, doc: WindowDoc | None, duration: float) -> tuple[float, f
     start = _optional(r, "spec.saturatedWindow.start", doc.start, 0.0)
     end = _optional(r, "spec.saturatedWindow.end", doc.end, duration)
     if end <= start:
-        raise r.fail("spec.saturatedWindow.end", f"is not after start ({fmt_s(start)})",
-                     doc.end)
+        raise r.fail("spec.saturatedWindow.end", f"is not after start ({fmt_s(start)})", doc.end)
     if end > duration:
-        raise r.fail("spec.saturatedWindow.end", f"is after the end of the scenario "
-                                                 f"({fmt_s(duration)})", doc.end)
+        raise r.fail(
+            "spec.saturatedWindow.end",
+            f"is after the end of the scenario ({fmt_s(duration)})",
+            doc.end,
+        )
     return (start, end)
 
 
@@ -99,8 +123,7 @@ def _tenants(r: Reader, spec: SpecDoc, config: QueueConfig) -> tuple[Tenant, ...
     for i, td in enumerate(spec.tenants):
         tenant = read_tenant(r, f"spec.tenants[{i}]", td, local)
         if any(t.name == tenant.name for t in tenants):
-            raise r.fail(f"spec.tenants[{i}].name", "is the name of another tenant",
-                         tenant.name)
+            raise r.fail(f"spec.tenants[{i}].name", "is the name of another tenant", tenant.name)
         tenants.append(tenant)
     return tuple(tenants)
 
@@ -134,28 +157,37 @@ def load_scenario(path: str | Path) -> Scenario:
         else:
             raise d.error("kind", d.kind, f"is not a known kind; known: {known}")
     if not scenarios:
-        raise ConfigError(f"{source}: no kind: {SCENARIO_KIND} document; a scenario file "
-                          "holds the cluster, the queues and one Scenario")
+        raise ConfigError(
+            f"{source}: no kind: {SCENARIO_KIND} document; a scenario file "
+            "holds the cluster, the queues and one Scenario"
+        )
     if len(scenarios) > 1:
-        raise ConfigError(f"{source}: documents {scenarios[0].index} and "
-                          f"{scenarios[1].index} are both kind: {SCENARIO_KIND}; a file holds "
-                          "one scenario")
+        raise ConfigError(
+            f"{source}: documents {scenarios[0].index} and "
+            f"{scenarios[1].index} are both kind: {SCENARIO_KIND}; a file holds "
+            "one scenario"
+        )
     if not cluster:
         raise ConfigError(f"{source}: no kind: Cluster document: the scenario needs nodes")
     if not queues:
-        raise ConfigError(f"{source}: no queue objects (ResourceFlavor, ClusterQueue, "
-                          "LocalQueue, ...): every tenant submits to a LocalQueue")
+        raise ConfigError(
+            f"{source}: no queue objects (ResourceFlavor, ClusterQueue, "
+            "LocalQueue, ...): every tenant submits to a LocalQueue"
+        )
     if len(clouds) > 1:
-        raise ConfigError(f"{source}: documents {clouds[0].index} and {clouds[1].index} are "
-                          f"both kind: {CLOUD_KIND}; a scenario has one cloud")
+        raise ConfigError(
+            f"{source}: documents {clouds[0].index} and {clouds[1].index} are "
+            f"both kind: {CLOUD_KIND}; a scenario has one cloud"
+        )
     nodes = nodes_from_documents(cluster, source)
     config = queue_config_from_documents(queues)
     cloud = parse_cloud(clouds[0]) if clouds else None
     if config.admission_checks and cloud is None:
-        raise ConfigError(f"{source}: ClusterQueues name admission checks "
-                          f"({', '.join(c.name for c in config.admission_checks)}) but there is "
-                          f"no kind: {CLOUD_KIND} document to provision capacity from")
+        raise ConfigError(
+            f"{source}: ClusterQueues name admission checks "
+            f"({', '.join(c.name for c in config.admission_checks)}) but there is "
+            f"no kind: {CLOUD_KIND} document to provision capacity from"
+        )
     doc = scenarios[0]
-    scenario = parse_scenario(doc.body, where=doc.where, nodes=nodes, config=config,
-                              path=source)
+    scenario = parse_scenario(doc.body, where=doc.where, nodes=nodes, config=config, path=source)
     return replace(scenario, cloud=cloud)

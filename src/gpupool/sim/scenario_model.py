@@ -20,8 +20,17 @@ if TYPE_CHECKING:
     from gpupool.cloud.spec import CloudSpec
     from gpupool.sim.measured import MeasuredSpec
 
-__all__ = ["DEFAULT_ESTIMATE_EVERY_S", "DEFAULT_GRACE_S", "DEFAULT_INTERVAL_S", "SCENARIO_KIND",
-           "ExplicitJob", "Scenario", "Shape", "Stream", "Tenant"]
+__all__ = [
+    "DEFAULT_ESTIMATE_EVERY_S",
+    "DEFAULT_GRACE_S",
+    "DEFAULT_INTERVAL_S",
+    "SCENARIO_KIND",
+    "ExplicitJob",
+    "Scenario",
+    "Shape",
+    "Stream",
+    "Tenant",
+]
 
 SCENARIO_KIND = "Scenario"
 DEFAULT_INTERVAL_S = 10.0
@@ -56,8 +65,9 @@ class Shape:
     def request(self) -> GpuRequest:
         if self.gpus:
             return GpuRequest(count=self.gpus, models=self.models)
-        return GpuRequest(gpu_milli=self.gpu_milli, memory_mib=self.gpu_memory_mib,
-                          models=self.models)
+        return GpuRequest(
+            gpu_milli=self.gpu_milli, memory_mib=self.gpu_memory_mib, models=self.models
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,12 +127,22 @@ class Scenario:
     def shortened(self, duration_s: float) -> Scenario:
         """The same scenario run for ``duration_s``; the fairness window is cut to fit."""
         if not duration_s > 0:
-            raise ConfigError(f"--duration {duration_s:g}s: must be positive",
-                              field="--duration", value=duration_s, rule="must be positive")
+            raise ConfigError(
+                f"--duration {duration_s:g}s: must be positive",
+                field="--duration",
+                value=duration_s,
+                rule="must be positive",
+            )
         start, end = self.window
         if start >= duration_s:
-            rule = (f"ends before the saturated window of {self.path} starts "
-                    f"({fmt_s(start)}); give a longer duration")
-            raise ConfigError(f"--duration {fmt_s(duration_s)} {rule}", field="--duration",
-                              value=duration_s, rule=rule)
+            rule = (
+                f"ends before the saturated window of {self.path} starts "
+                f"({fmt_s(start)}); give a longer duration"
+            )
+            raise ConfigError(
+                f"--duration {fmt_s(duration_s)} {rule}",
+                field="--duration",
+                value=duration_s,
+                rule=rule,
+            )
         return replace(self, duration_s=duration_s, window=(start, min(end, duration_s)))

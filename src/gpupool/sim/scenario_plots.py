@@ -24,8 +24,18 @@ SHARES_PLOT = "shares.png"
 USERS_PLOT = "users.png"
 WAITS_PLOT = "waits.png"
 
-_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
-           "#7f7f7f", "#bcbd22", "#17becf")
+_COLORS = (
+    "#1f77b4",
+    "#ff7f0e",
+    "#2ca02c",
+    "#d62728",
+    "#9467bd",
+    "#8c564b",
+    "#e377c2",
+    "#7f7f7f",
+    "#bcbd22",
+    "#17becf",
+)
 
 
 def _figure(width: float, height: float) -> Figure:
@@ -45,8 +55,9 @@ def _hours(span_s: float) -> tuple[float, str]:
     return (3600.0, "hours") if span_s > 3 * 3600 else (60.0, "minutes")
 
 
-def resample(t: npt.NDArray[np.float64], y: npt.NDArray[np.float64], end_s: float,
-             step_s: float) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+def resample(
+    t: npt.NDArray[np.float64], y: npt.NDArray[np.float64], end_s: float, step_s: float
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
     """Mean of a step function (each column of ``y`` held from t[i] on) per bin of
     ``step_s``, over [0, end_s]."""
     edges = np.arange(0.0, end_s + step_s, step_s)
@@ -79,13 +90,21 @@ def plot_shares(path: Path, r: RunResult, by: str = "queue") -> None:
     top, bottom = fig.subplots(2, 1, sharex=True, height_ratios=(3, 2.4))
     x = mid / unit
     colors = {q: _COLORS[i % len(_COLORS)] for i, q in enumerate(names)}
-    top.stackplot(x, binned.T, labels=names, colors=[colors[q] for q in names], alpha=0.85,
-                  linewidth=0)
+    top.stackplot(
+        x, binned.T, labels=names, colors=[colors[q] for q in names], alpha=0.85, linewidth=0
+    )
     if r.cloud is not None and by == "queue":
         ct = np.asarray([*r.cloud.capacity_t, s.duration_s], np.float64)
         cg = np.asarray([*r.cloud.capacity_gpus, r.cloud.capacity_gpus[-1]], np.float64)
-        top.step(ct / unit, s.gpus + cg, where="post", color="black", linewidth=1,
-                 linestyle="--", label="capacity")
+        top.step(
+            ct / unit,
+            s.gpus + cg,
+            where="post",
+            color="black",
+            linewidth=1,
+            linestyle="--",
+            label="capacity",
+        )
         ymax = float(s.gpus + cg.max())
     else:
         top.axhline(s.gpus, color="black", linewidth=1, linestyle="--", label="capacity")
@@ -93,28 +112,41 @@ def plot_shares(path: Path, r: RunResult, by: str = "queue") -> None:
     top.set_ylim(0, max(ymax, float(binned.sum(axis=1).max()) if binned.size else 0.0) * 1.08)
     top.set_ylabel("GPUs allocated")
     top.legend(loc="lower right", fontsize=8, ncol=min(len(names) + 1, 6), framealpha=0.9)
-    top.set_title(f"{s.name} · seed {r.seed} · GPUs allocated per {by} ({fmt_s(step)} "
-                  f"means); below: shares of the allocated GPU-time over "
-                  f"{fmt_s(smooth * step)}", fontsize=11)
+    top.set_title(
+        f"{s.name} · seed {r.seed} · GPUs allocated per {by} ({fmt_s(step)} "
+        f"means); below: shares of the allocated GPU-time over "
+        f"{fmt_s(smooth * step)}",
+        fontsize=11,
+    )
     kernel = np.ones(smooth)
-    rolled = np.stack([np.convolve(binned[:, i], kernel, mode="same")
-                       for i in range(len(names))], axis=1) if names else binned
+    rolled = (
+        np.stack(
+            [np.convolve(binned[:, i], kernel, mode="same") for i in range(len(names))], axis=1
+        )
+        if names
+        else binned
+    )
     total = rolled.sum(axis=1)
     ent_sum = sum(r.entitled_gpu.values()) or 1.0
     for i, q in enumerate(names):
         share = np.divide(rolled[:, i], total, out=np.zeros_like(total), where=total > 0)
         bottom.plot(x, 100 * share, color=colors[q], linewidth=1.3, label=q)
         if by == "queue":
-            bottom.axhline(100 * r.entitled_gpu[q] / ent_sum, color=colors[q], linewidth=1,
-                           linestyle=(0, (4, 3)))
+            bottom.axhline(
+                100 * r.entitled_gpu[q] / ent_sum,
+                color=colors[q],
+                linewidth=1,
+                linestyle=(0, (4, 3)),
+            )
     for ax in (top, bottom):
-        ax.axvspan(s.window[0] / unit, s.window[1] / unit, color="#999999", alpha=0.15,
-                   linewidth=0)
+        ax.axvspan(s.window[0] / unit, s.window[1] / unit, color="#999999", alpha=0.15, linewidth=0)
         ax.grid(True, alpha=0.3)
     bottom.set_ylim(0, 104)
     bottom.set_ylabel("% of allocated GPUs")
-    bottom.set_xlabel(f"simulated time ({unit_name}); shaded: the saturated window"
-                      + ("; dashed: entitled shares" if by == "queue" else ""))
+    bottom.set_xlabel(
+        f"simulated time ({unit_name}); shaded: the saturated window"
+        + ("; dashed: entitled shares" if by == "queue" else "")
+    )
     bottom.set_xlim(0, s.duration_s / unit)
     bottom.legend(loc="upper right", fontsize=8, ncol=min(len(names), 6), framealpha=0.9)
     _save(fig, path)
@@ -144,8 +176,13 @@ def plot_waits(path: Path, runs: Sequence[RunResult]) -> None:
     fig = _figure(max(6.0, 1.5 * len(queues) + 2), 4.8)
     ax: Axes = fig.subplots()
     shown = [d if d.size else np.zeros(1) for d in data]
-    box = ax.boxplot(shown, whis=(1, 99), showfliers=False, patch_artist=True,
-                     medianprops={"color": "black", "linewidth": 1.4})
+    box = ax.boxplot(
+        shown,
+        whis=(1, 99),
+        showfliers=False,
+        patch_artist=True,
+        medianprops={"color": "black", "linewidth": 1.4},
+    )
     ax.set_xticks(range(1, len(queues) + 1), queues)
     for i, patch in enumerate(box["boxes"]):
         patch.set_facecolor(_COLORS[i % len(_COLORS)])
@@ -160,9 +197,11 @@ def plot_waits(path: Path, runs: Sequence[RunResult]) -> None:
     ax.set_ylim(0, max(1.0, top * 1.3))
     ax.set_ylabel("wait before the first start (minutes)")
     seeds = ", ".join(str(r.seed) for r in runs)
-    ax.set_title(f"{runs[0].scenario.name if runs else ''} · waits per queue · seeds {seeds} "
-                 "· whiskers p1–p99", fontsize=11)
+    ax.set_title(
+        f"{runs[0].scenario.name if runs else ''} · waits per queue · seeds {seeds} "
+        "· whiskers p1–p99",
+        fontsize=11,
+    )
     ax.set_xlabel("jobs that never started count with their wait until the end")
     ax.grid(True, axis="y", alpha=0.3)
     _save(fig, path)
-

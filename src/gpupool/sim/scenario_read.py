@@ -49,14 +49,23 @@ class Reader:
     def fail(self, path: str, rule: str, value: object = _UNSET) -> ConfigError:
         """``path=value rule``, or ``path: rule`` for a problem of a whole object."""
         text = f"{path}: {rule}" if value is _UNSET else field_text(path, value, rule)
-        return ConfigError(f"{self.where}: {text}", field=path,
-                           value=None if value is _UNSET else value, rule=rule,
-                           where=self.where)
+        return ConfigError(
+            f"{self.where}: {text}",
+            field=path,
+            value=None if value is _UNSET else value,
+            rule=rule,
+            where=self.where,
+        )
 
     def placed(self, exc: ConfigError) -> ConfigError:
         """A field error from a parser that knew the path but not the document."""
-        return ConfigError(f"{self.where}: {exc}", field=exc.field, value=exc.value,
-                           rule=exc.rule, where=self.where)
+        return ConfigError(
+            f"{self.where}: {exc}",
+            field=exc.field,
+            value=exc.value,
+            rule=exc.rule,
+            where=self.where,
+        )
 
     def shape_error(self, exc: ValidationError) -> ConfigError:
         """pydantic's first problem (an unknown key first), in the document's own terms."""
@@ -66,8 +75,10 @@ class Reader:
         path, kind, value = path_of(loc), first["type"], first.get("input")
         if kind == "extra_forbidden":
             known = _known_keys(loc[:-1])
-            return self.fail(path, "unknown field" + (f"; known fields here: {', '.join(known)}"
-                                                      if known else ""))
+            return self.fail(
+                path,
+                "unknown field" + (f"; known fields here: {', '.join(known)}" if known else ""),
+            )
         if kind == "missing":
             return self.fail(path, "required field is missing")
         msg = str(first["msg"]).removeprefix("Value error, ").replace(" after validation", "")
@@ -87,8 +98,7 @@ class Reader:
             return Dist("fixed", self.seconds(path, value))
         given = sorted(value.model_fields_set)
         if len(given) != 1:
-            raise self.fail(path, "give one of fixed, uniform, exponential (or a duration)",
-                            given)
+            raise self.fail(path, "give one of fixed, uniform, exponential (or a duration)", given)
         at = f"{path}.{given[0]}"
         if value.fixed is not None:
             return Dist("fixed", self.seconds(at, value.fixed))
@@ -134,7 +144,6 @@ def _without_tags(loc: tuple[int | str, ...]) -> tuple[int | str, ...]:
 
 def _known_keys(loc: tuple[int | str, ...]) -> list[str]:
     if "duration" in loc:  # inside a distribution: its own model
-        rest = loc[loc.index("duration") + 1:]
+        rest = loc[loc.index("duration") + 1 :]
         return known_fields(DistDoc, rest)
     return known_fields(ScenarioDoc, loc)
-

@@ -68,18 +68,37 @@ from gpupool.sim.scenario_summary import (
 from gpupool.sim.scenario_tables import render_provisioning, render_report, render_targets
 
 __all__ = [
-    "ENTITLED_BASIS", "REPORT_FILE", "SHARES_PLOT", "SUMMARY_FILE", "USERS_PLOT", "WAITS_PLOT",
-    "aggregate", "capacity_gpu_s", "gangs", "jain", "plot_shares", "plot_waits",
-    "provisioned_queues", "provisioning_summary", "render_provisioning", "render_report",
-    "render_targets", "resample", "step_mean", "summarise", "summarise_run", "write_outputs",
+    "ENTITLED_BASIS",
+    "REPORT_FILE",
+    "SHARES_PLOT",
+    "SUMMARY_FILE",
+    "USERS_PLOT",
+    "WAITS_PLOT",
+    "aggregate",
+    "capacity_gpu_s",
+    "gangs",
+    "jain",
+    "plot_shares",
+    "plot_waits",
+    "provisioned_queues",
+    "provisioning_summary",
+    "render_provisioning",
+    "render_report",
+    "render_targets",
+    "resample",
+    "step_mean",
+    "summarise",
+    "summarise_run",
+    "write_outputs",
 ]
 
 SUMMARY_FILE = "summary.json"
 REPORT_FILE = "report.md"
 
 
-def write_outputs(out: Path, summary: Mapping[str, Any], runs: Sequence[RunResult],
-                  plots: bool = True) -> list[Path]:
+def write_outputs(
+    out: Path, summary: Mapping[str, Any], runs: Sequence[RunResult], plots: bool = True
+) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     names: list[str] = []
     if plots and runs:

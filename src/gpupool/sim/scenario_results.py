@@ -109,8 +109,6 @@ class RunResult:
     measured: dict[str, float | str] | None = None  # SimMeasuredUse.summary(), when measured
 
 
-
-
 class QuotaFigures(Protocol):
     """Where a ClusterQueue's entitlement and nominal quota are read: the Scheduler's
     queries (or a quota tree)."""
@@ -129,8 +127,12 @@ def gpu_entitlement(tree: QuotaFigures, cq: str) -> tuple[float, int]:
     e_total = 0.0
     n_total = 0
     for f in sorted(flavors):
-        e_total += max(float(entitled.get((f, Resource.GPU), 0)) * WHOLE_GPU_MILLI,
-                       float(entitled.get((f, Resource.GPU_MILLI), 0)))
-        n_total += max(int(nominal.get((f, Resource.GPU), 0)) * WHOLE_GPU_MILLI,
-                       int(nominal.get((f, Resource.GPU_MILLI), 0)))
+        e_total += max(
+            float(entitled.get((f, Resource.GPU), 0)) * WHOLE_GPU_MILLI,
+            float(entitled.get((f, Resource.GPU_MILLI), 0)),
+        )
+        n_total += max(
+            int(nominal.get((f, Resource.GPU), 0)) * WHOLE_GPU_MILLI,
+            int(nominal.get((f, Resource.GPU_MILLI), 0)),
+        )
     return e_total, n_total

@@ -55,10 +55,15 @@ CycleObserver = Callable[[float, "Scheduler"], None]
 """Called after every cycle with the simulated time and the scheduler, to check it."""
 
 
-def simulate(scenario: Scenario, seed: int, *, progress: ProgressFn | None = None,
-             progress_every: int = 64,
-             clock: Callable[[], float] | None = None,
-             observe: CycleObserver | None = None) -> RunResult:
+def simulate(
+    scenario: Scenario,
+    seed: int,
+    *,
+    progress: ProgressFn | None = None,
+    progress_every: int = 64,
+    clock: Callable[[], float] | None = None,
+    observe: CycleObserver | None = None,
+) -> RunResult:
     """Run one seed of ``scenario`` (see the module docstring for the loop); ``observe``
     sees the scheduler after every cycle."""
     started = clock() if clock else 0.0
@@ -75,9 +80,17 @@ _ARRIVAL, _END = 0, 1
 class ScenarioRun:
     """One seed of one scenario, run; ``loop`` returns what happened."""
 
-    def __init__(self, scenario: Scenario, seed: int, jobs: list[Job],
-                 sources: dict[JobId, JobSource], progress: ProgressFn | None,
-                 progress_every: int, *, observe: CycleObserver | None = None) -> None:
+    def __init__(
+        self,
+        scenario: Scenario,
+        seed: int,
+        jobs: list[Job],
+        sources: dict[JobId, JobSource],
+        progress: ProgressFn | None,
+        progress_every: int,
+        *,
+        observe: CycleObserver | None = None,
+    ) -> None:
         from gpupool.core.scheduler import Scheduler
 
         self.s = scenario
@@ -87,8 +100,11 @@ class ScenarioRun:
             from gpupool.sim.measured import SimMeasuredUse
 
             self.measured = SimMeasuredUse(scenario.measured, sources, seed)
-        self.sched = Scheduler(list(scenario.nodes), scenario.config,
-                               profile=self.measured.profile if self.measured else None)
+        self.sched = Scheduler(
+            list(scenario.nodes),
+            scenario.config,
+            profile=self.measured.profile if self.measured else None,
+        )
         if self.measured is not None:
             self.measured.attach(self.sched)
         self.queues = sorted(q.name for q in scenario.config.cluster_queues)
@@ -100,8 +116,15 @@ class ScenarioRun:
         for job in jobs:
             src = sources[job.id]
             milli = job.task_count * job.pod_sets[0].gpu.total_milli
-            self.jobs[job.id] = JobRun(job, src.tenant, src.stream, tenant_cq[src.tenant],
-                                       milli, job.submit_time_s, src.duration_s)
+            self.jobs[job.id] = JobRun(
+                job,
+                src.tenant,
+                src.stream,
+                tenant_cq[src.tenant],
+                milli,
+                job.submit_time_s,
+                src.duration_s,
+            )
         self.events: EventQueue[tuple[int, JobId, int]] = EventQueue()  # (what, job, run)
         for job in jobs:
             self.events.schedule(job.submit_time_s, (_ARRIVAL, job.id, 0))
@@ -123,8 +146,13 @@ class ScenarioRun:
         self.nominal_flavor: dict[tuple[str, str], int] = {}
         for q in self.queues:
             for (f, res), v in self.sched.nominal(q).items():
-                milli = v * WHOLE_GPU_MILLI if res is Resource.GPU else \
-                    v if res is Resource.GPU_MILLI else 0
+                milli = (
+                    v * WHOLE_GPU_MILLI
+                    if res is Resource.GPU
+                    else v
+                    if res is Resource.GPU_MILLI
+                    else 0
+                )
                 self.nominal_flavor[(q, f)] = max(self.nominal_flavor.get((q, f), 0), milli)
         for q in self.queues:
             e, n = gpu_entitlement(self.sched, q)
@@ -139,8 +167,7 @@ class ScenarioRun:
         if scenario.cloud is not None:
             from gpupool.cloud.region import Cloud, SchedulerHost
 
-            self.cloud = Cloud(scenario.cloud, SchedulerHost(self.sched), seed,
-                               scenario.duration_s)
+            self.cloud = Cloud(scenario.cloud, SchedulerHost(self.sched), seed, scenario.duration_s)
 
     # -- the loop -----------------------------------------------------------------------
 
@@ -213,10 +240,20 @@ class ScenarioRun:
             else:
                 ttn[q] = None
         return RunResult(
-            self.s, self.seed, self.jobs, self.series, self.evictions, self.partial,
-            self.cycles, self.entitled, self.nominal, ttn,
-            self.s.config.settings.max_preemptions_per_job, cloud=cloud,
-            measured=self.measured.summary() if self.measured is not None else None)
+            self.s,
+            self.seed,
+            self.jobs,
+            self.series,
+            self.evictions,
+            self.partial,
+            self.cycles,
+            self.entitled,
+            self.nominal,
+            ttn,
+            self.s.config.settings.max_preemptions_per_job,
+            cloud=cloud,
+            measured=self.measured.summary() if self.measured is not None else None,
+        )
 
     @property
     def n_pending(self) -> int:
@@ -295,8 +332,9 @@ class ScenarioRun:
             waiting = [j for j in self.fresh if self.jobs[j].start_s is None]
             if waiting:
                 every = self.s.estimate_every_s
-                self.next_estimate = (math.floor(self.now / every) + 1) * every if every \
-                    else self.now
+                self.next_estimate = (
+                    (math.floor(self.now / every) + 1) * every if every else self.now
+                )
                 est = self.sched.estimates(self.now)
                 for jid in waiting:
                     rec = self.jobs[jid]
@@ -314,8 +352,12 @@ class ScenarioRun:
             self.measured.sample(self.sched, self.now, feed=False)
         self._sample()
         for q in self.queues:
-            if q not in self.at_nominal and q in self.first_submit and \
-                    self.nominal[q] > 0 and self.used[self.qindex[q]] >= self.nominal[q]:
+            if (
+                q not in self.at_nominal
+                and q in self.first_submit
+                and self.nominal[q] > 0
+                and self.used[self.qindex[q]] >= self.nominal[q]
+            ):
                 self.at_nominal[q] = self.now
         return bool(result.evicts)
 
@@ -335,10 +377,19 @@ class ScenarioRun:
         rec = self.jobs[jid]
         key = (rec.queue, rec.flavor)
         preemptor = self.jobs.get(JobId(ev.preemptor))
-        self.evictions.append(Eviction(
-            self.now, jid, rec.queue, str(ev.reason), str(ev.preemptor),
-            preemptor.queue if preemptor else "", rec.gpu_milli, used_before.get(key, 0),
-            self.nominal_flavor.get(key, 0)))
+        self.evictions.append(
+            Eviction(
+                self.now,
+                jid,
+                rec.queue,
+                str(ev.reason),
+                str(ev.preemptor),
+                preemptor.queue if preemptor else "",
+                rec.gpu_milli,
+                used_before.get(key, 0),
+                self.nominal_flavor.get(key, 0),
+            )
+        )
         used_before[key] = used_before.get(key, 0) - rec.gpu_milli
         rec.evictions += 1
         if jid in self.running:
@@ -354,8 +405,9 @@ class ScenarioRun:
             rec.start_s = self.now
         self.running[jid] = (rec.runs, self.now)
         self.used[self.qindex[rec.queue]] += rec.gpu_milli
-        self.used_flavor[(rec.queue, rec.flavor)] = \
+        self.used_flavor[(rec.queue, rec.flavor)] = (
             self.used_flavor.get((rec.queue, rec.flavor), 0) + rec.gpu_milli
+        )
         self.used_by_user[self.uindex[rec.job.user]] += rec.gpu_milli
         duration = rec.duration_s
         limit = self.sched.run_limit_s(jid)  # a provisioning booking may cut the job's own

@@ -18,8 +18,17 @@ from pydantic import Discriminator, Field, PlainValidator, Tag
 
 from gpupool.config.documents import Duration, Metadata, Quantity, Strict
 
-__all__ = ["DIST_TAGS", "AlternativeDoc", "DistDoc", "ExplicitJobDoc", "ScenarioDoc",
-           "ShapeDoc", "SpecDoc", "StreamDoc", "TenantDoc"]
+__all__ = [
+    "DIST_TAGS",
+    "AlternativeDoc",
+    "DistDoc",
+    "ExplicitJobDoc",
+    "ScenarioDoc",
+    "ShapeDoc",
+    "SpecDoc",
+    "StreamDoc",
+    "TenantDoc",
+]
 
 
 def _names(value: object) -> list[str]:
@@ -71,7 +80,8 @@ DIST_TAGS = ("duration", "distribution")
 
 DurationOrDist = Annotated[
     Annotated[Duration, Tag("duration")] | Annotated[DistDoc, Tag("distribution")],
-    Discriminator(_dist_tag)]
+    Discriminator(_dist_tag),
+]
 
 
 class AlternativeDoc(Strict):

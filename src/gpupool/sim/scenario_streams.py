@@ -39,23 +39,26 @@ def shape_fields(doc: BaseModel, path: str, r: Reader) -> dict[str, Any]:
     return out
 
 
-def read_shape(r: Reader, path: str, given: Mapping[str, Any], base: Shape | None,
-               users: Sequence[str]) -> Shape:
+def read_shape(
+    r: Reader, path: str, given: Mapping[str, Any], base: Shape | None, users: Sequence[str]
+) -> Shape:
     """The shape ``given`` writes over ``base`` (a stream's shape, for its explicit jobs)."""
     changes = _resources(r, path, given)
     changes.update(_scheduling(r, path, given, users))
     if base is None:
         if "duration" not in changes:
-            raise r.fail(f"{path}.duration", "required field is missing: how long each job "
-                                             "runs (30m, {uniform: {min: 10m, max: 1h}}, ...)")
+            raise r.fail(
+                f"{path}.duration",
+                "required field is missing: how long each job "
+                "runs (30m, {uniform: {min: 10m, max: 1h}}, ...)",
+            )
         shape = Shape(**changes)
     else:
         shape = replace(base, **changes)
     if shape.gpus == 0 and shape.gpu_milli == 0 and shape.gpu_memory_mib == 0:
         raise r.fail(path, "asks for no GPU: give gpus, or gpuMilli and gpuMemory")
     if shape.min_member is not None and shape.min_member > shape.tasks:
-        raise r.fail(f"{path}.minMember", f"is more than tasks ({shape.tasks})",
-                     shape.min_member)
+        raise r.fail(f"{path}.minMember", f"is more than tasks ({shape.tasks})", shape.min_member)
     return shape
 
 
@@ -64,18 +67,26 @@ def _resources(r: Reader, path: str, given: Mapping[str, Any]) -> dict[str, Any]
     if "gpu_milli" in given:
         milli = given["gpu_milli"]
         if milli >= WHOLE_GPU_MILLI:
-            raise r.fail(f"{path}.gpuMilli", "is not a slice: a slice is 1..999 milli of one "
-                                             "GPU; ask for whole cards with gpus", milli)
+            raise r.fail(
+                f"{path}.gpuMilli",
+                "is not a slice: a slice is 1..999 milli of one GPU; ask for whole cards with gpus",
+                milli,
+            )
         changes.update(gpu_milli=milli, gpus=0)
     if "gpus" in given:
         if "gpu_milli" in given or "gpu_memory" in given:
-            raise r.fail(f"{path}.gpus", "cannot go with gpuMilli or gpuMemory: give either "
-                                         "gpus (whole cards) or gpuMilli and gpuMemory (a "
-                                         "slice of one card), not both", given["gpus"])
+            raise r.fail(
+                f"{path}.gpus",
+                "cannot go with gpuMilli or gpuMemory: give either "
+                "gpus (whole cards) or gpuMilli and gpuMemory (a "
+                "slice of one card), not both",
+                given["gpus"],
+            )
         changes.update(gpus=given["gpus"], gpu_milli=0, gpu_memory_mib=0)
     if "gpu_memory" in given:
-        changes["gpu_memory_mib"] = r.quantity(f"{path}.gpuMemory", given["gpu_memory"],
-                                               gpu_memory_mib)
+        changes["gpu_memory_mib"] = r.quantity(
+            f"{path}.gpuMemory", given["gpu_memory"], gpu_memory_mib
+        )
     if "cpu" in given:
         changes["cpu_milli"] = r.quantity(f"{path}.cpu", given["cpu"], cpu_milli)
     if "memory" in given:
@@ -87,20 +98,21 @@ def _resources(r: Reader, path: str, given: Mapping[str, Any]) -> dict[str, Any]
     if "models" in given:
         changes["models"] = frozenset(given["models"])
     if "alternatives" in given:
-        changes["alternatives"] = read_alternatives(r, f"{path}.alternatives",
-                                                    given["alternatives"])
+        changes["alternatives"] = read_alternatives(
+            r, f"{path}.alternatives", given["alternatives"]
+        )
     return changes
 
 
-def _scheduling(r: Reader, path: str, given: Mapping[str, Any],
-                users: Sequence[str]) -> dict[str, Any]:
+def _scheduling(
+    r: Reader, path: str, given: Mapping[str, Any], users: Sequence[str]
+) -> dict[str, Any]:
     changes: dict[str, Any] = {}
     if "duration" in given:
         changes["duration"] = r.dist(f"{path}.duration", given["duration"])
     if "run_limit" in given:
         limit = given["run_limit"]
-        changes["run_limit_s"] = None if limit is None else \
-            r.seconds(f"{path}.runLimit", limit)
+        changes["run_limit_s"] = None if limit is None else r.seconds(f"{path}.runLimit", limit)
         if changes["run_limit_s"] == 0:
             raise r.fail(f"{path}.runLimit", "must be positive", limit)
     if "priority" in given:
@@ -111,28 +123,32 @@ def _scheduling(r: Reader, path: str, given: Mapping[str, Any],
             try:
                 changes["priority"] = r.config.priority(prio)
             except ConfigError as exc:
-                raise r.fail(f"{path}.priority", f"is not a priority class of this file "
-                                                 f"({exc})", prio) from None
+                raise r.fail(
+                    f"{path}.priority", f"is not a priority class of this file ({exc})", prio
+                ) from None
             changes["priority_name"] = prio
     if "declare_duration" in given:
         changes["declare_duration"] = given["declare_duration"]
     if "user" in given:
         user = given["user"]
         if user not in users:
-            raise r.fail(f"{path}.user", f"is not one of the tenant's users "
-                                         f"({', '.join(users)})", user)
+            raise r.fail(
+                f"{path}.user", f"is not one of the tenant's users ({', '.join(users)})", user
+            )
         changes["user"] = user
     return changes
 
 
-def read_stream(r: Reader, path: str, doc: StreamDoc, index: int,
-                users: Sequence[str]) -> Stream:
+def read_stream(r: Reader, path: str, doc: StreamDoc, index: int, users: Sequence[str]) -> Stream:
     """One arrival process of a tenant, ``index`` its place in the tenant's list."""
     name = r.name(f"{path}.name", doc.name) if doc.name is not None else f"s{index}"
     kinds = [k for k in _ARRIVALS if k in doc.model_fields_set]
     if len(kinds) != 1:
-        raise r.fail(path, "give exactly one arrival process: poisson, every, burst or jobs"
-                           + (f" (found {', '.join(kinds)})" if kinds else ""))
+        raise r.fail(
+            path,
+            "give exactly one arrival process: poisson, every, burst or jobs"
+            + (f" (found {', '.join(kinds)})" if kinds else ""),
+        )
     kind = kinds[0]
     given = shape_fields(doc, path, r)
     start = r.seconds(f"{path}.start", doc.start) if doc.start is not None else 0.0
@@ -155,13 +171,17 @@ def read_stream(r: Reader, path: str, doc: StreamDoc, index: int,
         raise r.fail(f"{path}.{kind}", "should not be null", None)
     at = r.seconds(f"{path}.burst.at", doc.burst.at)
     if at >= r.duration_s:
-        raise r.fail(f"{path}.burst.at", f"is not before the end of the scenario "
-                                         f"({fmt_s(r.duration_s)})", doc.burst.at)
+        raise r.fail(
+            f"{path}.burst.at",
+            f"is not before the end of the scenario ({fmt_s(r.duration_s)})",
+            doc.burst.at,
+        )
     return Stream(name, kind, shape, burst_at_s=at, burst_count=doc.burst.count, **common)
 
 
-def _explicit_jobs(r: Reader, path: str, doc: StreamDoc, given: dict[str, Any],
-                   users: Sequence[str]) -> list[ExplicitJob]:
+def _explicit_jobs(
+    r: Reader, path: str, doc: StreamDoc, given: dict[str, Any], users: Sequence[str]
+) -> list[ExplicitJob]:
     """A ``jobs`` stream: its own shape fields are each job's defaults (a whole shape when
     they give a duration)."""
     items = doc.jobs or []
@@ -172,8 +192,11 @@ def _explicit_jobs(r: Reader, path: str, doc: StreamDoc, given: dict[str, Any],
     for j, item in enumerate(items):
         jp = f"{path}.jobs[{j}]"
         mine = shape_fields(item, jp, r)
-        shape = read_shape(r, jp, {**given, **mine}, None, users) if base is None else \
-            read_shape(r, jp, mine, base, users)
+        shape = (
+            read_shape(r, jp, {**given, **mine}, None, users)
+            if base is None
+            else read_shape(r, jp, mine, base, users)
+        )
         jname = None if item.name is None else r.name(f"{jp}.name", item.name)
         jobs.append(ExplicitJob(r.seconds(f"{jp}.at", item.at), shape, jname))
     return jobs
@@ -186,8 +209,11 @@ def read_tenant(r: Reader, path: str, doc: TenantDoc, local: Mapping[str, str]) 
     cq = local.get(doc.queue)
     if cq is None:
         known = sorted(local) or ["none"]
-        raise r.fail(f"{path}.queue", f"is not a LocalQueue of this file; known: "
-                                      f"{', '.join(known)}", doc.queue)
+        raise r.fail(
+            f"{path}.queue",
+            f"is not a LocalQueue of this file; known: {', '.join(known)}",
+            doc.queue,
+        )
     users = [name] if doc.users is None else doc.users
     if not users or not all(users):
         raise r.fail(f"{path}.users", "should be a non-empty list of user names", users)
@@ -197,7 +223,10 @@ def read_tenant(r: Reader, path: str, doc: TenantDoc, local: Mapping[str, str]) 
     for i, sd in enumerate(doc.streams):
         stream = read_stream(r, f"{path}.streams[{i}]", sd, i, users)
         if any(s.name == stream.name for s in streams):
-            raise r.fail(f"{path}.streams[{i}].name", "is the name of another stream of this "
-                                                      "tenant", stream.name)
+            raise r.fail(
+                f"{path}.streams[{i}].name",
+                "is the name of another stream of this tenant",
+                stream.name,
+            )
         streams.append(stream)
     return Tenant(name, doc.queue, cq, tuple(users), tuple(streams))

@@ -15,8 +15,18 @@ from gpupool.core.model import WHOLE_GPU_MILLI
 from gpupool.sim.scenario_model import Scenario
 from gpupool.sim.scenario_results import JobRun, RunResult
 
-__all__ = ["capacity_gpu_s", "gangs", "jain", "provisioned_queues", "provisioning_summary",
-           "rounded", "stats", "step_mean", "summarise_run", "wait_stats"]
+__all__ = [
+    "capacity_gpu_s",
+    "gangs",
+    "jain",
+    "provisioned_queues",
+    "provisioning_summary",
+    "rounded",
+    "stats",
+    "step_mean",
+    "summarise_run",
+    "wait_stats",
+]
 
 
 def rounded(x: float | None, digits: int = 4) -> float | None:
@@ -31,9 +41,12 @@ def wait_stats(values: Iterable[float]) -> dict[str, float | None]:
     arr = np.asarray(list(values), np.float64)
     if arr.size == 0:
         return {"p50": None, "p99": None, "max": None, "n": 0}
-    return {"p50": rounded(float(np.percentile(arr, 50)), 1),
-            "p99": rounded(float(np.percentile(arr, 99)), 1),
-            "max": rounded(float(arr.max()), 1), "n": int(arr.size)}
+    return {
+        "p50": rounded(float(np.percentile(arr, 50)), 1),
+        "p99": rounded(float(np.percentile(arr, 99)), 1),
+        "max": rounded(float(arr.max()), 1),
+        "n": int(arr.size),
+    }
 
 
 def stats(values: Sequence[float | None], digits: int = 4) -> dict[str, float | None]:
@@ -41,8 +54,11 @@ def stats(values: Sequence[float | None], digits: int = 4) -> dict[str, float | 
     vals = [v for v in values if v is not None]
     if not vals:
         return {"mean": None, "min": None, "max": None}
-    return {"mean": rounded(sum(vals) / len(vals), digits), "min": rounded(min(vals), digits),
-            "max": rounded(max(vals), digits)}
+    return {
+        "mean": rounded(sum(vals) / len(vals), digits),
+        "min": rounded(min(vals), digits),
+        "max": rounded(max(vals), digits),
+    }
 
 
 def jain(xs: Sequence[float]) -> float | None:
@@ -55,15 +71,13 @@ def jain(xs: Sequence[float]) -> float | None:
     return sum(xs) ** 2 / (len(xs) * sq)
 
 
-def step_mean(t: npt.NDArray[np.float64], y: npt.NDArray[np.float64], a: float,
-              b: float) -> float:
+def step_mean(t: npt.NDArray[np.float64], y: npt.NDArray[np.float64], a: float, b: float) -> float:
     """Mean over [a, b] of the step function that holds y[i] from t[i] to t[i+1]."""
     if b <= a or t.size == 0:
         return 0.0
     edges = np.clip(np.append(t, max(b, float(t[-1]))), a, b)
     widths = np.diff(edges)
     return float(np.sum(y * widths) / (b - a))
-
 
 
 # -- one run --------------------------------------------------------------------------------
@@ -113,8 +127,8 @@ def summarise_run(r: RunResult) -> dict[str, Any]:
             "never_started": sum(1 for j in qjobs if j.start_s is None),
             "wait_s": wait_stats(waits),
             "wait_with_unstarted_s": wait_stats(
-                j.wait_s if j.wait_s is not None else s.duration_s - j.submit_s
-                for j in qjobs),
+                j.wait_s if j.wait_s is not None else s.duration_s - j.submit_s for j in qjobs
+            ),
             "preempted": by_queue_evictions[q],
             "time_to_nominal_s": rounded(r.time_to_nominal_s.get(q), 1),
         }
@@ -154,26 +168,42 @@ def summarise_run(r: RunResult) -> dict[str, Any]:
     for g in gangs(r):
         until = g.start_s if g.start_s is not None else s.duration_s
         cap = capacity_gpu_s(r, g.submit_s, until) * WHOLE_GPU_MILLI
-        util = step_mean(t, total_used, g.submit_s, until) * (until - g.submit_s) / cap \
-            if cap and until > g.submit_s else None
-        gang_rows.append({
-            "job": g.job.id, "tasks": g.job.task_count, "gpus": rounded(g.gpu_milli / 1000, 3),
-            "submit_s": rounded(g.submit_s, 1), "start_s": rounded(g.start_s, 1),
-            "wait_s": rounded(g.wait_s, 1), "utilization_while_waiting": rounded(util),
-            "preempted": g.evictions,
-        })
+        util = (
+            step_mean(t, total_used, g.submit_s, until) * (until - g.submit_s) / cap
+            if cap and until > g.submit_s
+            else None
+        )
+        gang_rows.append(
+            {
+                "job": g.job.id,
+                "tasks": g.job.task_count,
+                "gpus": rounded(g.gpu_milli / 1000, 3),
+                "submit_s": rounded(g.submit_s, 1),
+                "start_s": rounded(g.start_s, 1),
+                "wait_s": rounded(g.wait_s, 1),
+                "utilization_while_waiting": rounded(util),
+                "preempted": g.evictions,
+            }
+        )
     reasons = Counter(e.reason for e in r.evictions)
     pairs = {(e.preemptor, e.job) for e in r.evictions}
     mutual = sum(1 for a, b in pairs if a < b and (b, a) in pairs)
-    guaranteed = sum(1 for e in r.evictions if e.reason != "within-queue" and
-                     e.queue_used_before_milli - e.gpu_milli < e.queue_nominal_milli)
-    judged = [j for j in accepted
-              if j.estimated and j.estimate_s is not None and j.start_s is not None]
+    guaranteed = sum(
+        1
+        for e in r.evictions
+        if e.reason != "within-queue"
+        and e.queue_used_before_milli - e.gpu_milli < e.queue_nominal_milli
+    )
+    judged = [
+        j for j in accepted if j.estimated and j.estimate_s is not None and j.start_s is not None
+    ]
     errors = [abs(j.estimate_s - j.start_s) for j in judged]  # type: ignore[operator]
     # Relative to the job's actual wait, submission to start (a wait under 1 s counts 1 s).
-    rel = [abs(j.estimate_s - j.start_s)  # type: ignore[operator]
-           / max(1.0, j.start_s - j.submit_s)  # type: ignore[operator]
-           for j in judged]
+    rel = [
+        abs(j.estimate_s - j.start_s)  # type: ignore[operator]
+        / max(1.0, j.start_s - j.submit_s)  # type: ignore[operator]
+        for j in judged
+    ]
     estimated = [j for j in accepted if j.estimated]
     asked = [j for j in accepted if j.estimate_at_s is not None]
     delays = [j.estimate_at_s - j.submit_s for j in estimated if j.estimate_at_s is not None]
@@ -191,7 +221,8 @@ def summarise_run(r: RunResult) -> dict[str, Any]:
         "gpu_seconds": rounded(sum(j.gpu_s for j in jobs), 1),
         "window_gpu_seconds": rounded(window_total, 1),
         "utilization": rounded(window_total / capacity_gpu_s(r, w0, w1))
-        if capacity_gpu_s(r, w0, w1) > 0 else None,
+        if capacity_gpu_s(r, w0, w1) > 0
+        else None,
         "jain_index": rounded(jain(ratios)),
         "jain_queues": sorted(q for q in queues if q in active and r.entitled_gpu[q] > 0),
         "partial_gang_placements": r.partial_gang_placements,
@@ -243,8 +274,11 @@ def provisioning_summary(r: RunResult) -> dict[str, Any]:
     outcomes = Counter(q.outcome for q in reqs)
     partial = 0
     for q in reqs:
-        if q.node_names and (len(q.node_names) != q.nodes or len(set(q.nodes_added_s)) != 1
-                             or any(f"-{q.zone}-" not in n for n in q.node_names)):
+        if q.node_names and (
+            len(q.node_names) != q.nodes
+            or len(set(q.nodes_added_s)) != 1
+            or any(f"-{q.zone}-" not in n for n in q.node_names)
+        ):
             partial += 1
     checked = provisioned_queues(s)
     by_job: dict[str, list[Any]] = defaultdict(list)
@@ -253,21 +287,30 @@ def provisioning_summary(r: RunResult) -> dict[str, Any]:
             by_job[q.job].append(q)
     rows: list[dict[str, Any]] = []
     waits: list[float] = []
-    for j in sorted((j for j in r.jobs.values() if j.queue in checked and not j.rejected),
-                    key=lambda j: (j.submit_s, j.job.id)):
+    for j in sorted(
+        (j for j in r.jobs.values() if j.queue in checked and not j.rejected),
+        key=lambda j: (j.submit_s, j.job.id),
+    ):
         if j.wait_s is not None:
             waits.append(j.wait_s)
         mine = by_job.get(j.job.id, [])
         first = next((q for q in mine if q.provisioned_s is not None), None)
-        rows.append({
-            "job": j.job.id, "tasks": j.job.task_count, "gpus": rounded(j.gpu_milli / 1000, 3),
-            "submit_s": rounded(j.submit_s, 1), "start_s": rounded(j.start_s, 1),
-            "wait_s": rounded(j.wait_s, 1), "requests": len(mine),
-            "failed_requests": sum(1 for q in mine if q.outcome == "failed"),
-            "zone": first.zone if first else None,
-            "provisioned_s": rounded(first.provisioned_s, 1) if first else None,
-            "stopped_at_run_limit": j.stopped_at_limit, "revoked": j.revoked,
-        })
+        rows.append(
+            {
+                "job": j.job.id,
+                "tasks": j.job.task_count,
+                "gpus": rounded(j.gpu_milli / 1000, 3),
+                "submit_s": rounded(j.submit_s, 1),
+                "start_s": rounded(j.start_s, 1),
+                "wait_s": rounded(j.wait_s, 1),
+                "requests": len(mine),
+                "failed_requests": sum(1 for q in mine if q.outcome == "failed"),
+                "zone": first.zone if first else None,
+                "provisioned_s": rounded(first.provisioned_s, 1) if first else None,
+                "stopped_at_run_limit": j.stopped_at_limit,
+                "revoked": j.revoked,
+            }
+        )
     idle = sum(q.idle_booking_gpu_s for q in reqs)
     return {
         "requests": len(reqs),
@@ -281,24 +324,42 @@ def provisioning_summary(r: RunResult) -> dict[str, Any]:
         "cloud_gpu_hours": rounded(cloud.gpu_seconds(0.0, s.duration_s) / 3600, 2),
         "peak_cloud_gpus": max(cloud.capacity_gpus, default=0),
         "idle_booking_gpu_hours": rounded(idle / 3600, 3),
-        "idle_booking_gpu_hours_consumed": rounded(sum(
-            q.idle_booking_gpu_s for q in reqs if q.consumed_s is not None) / 3600, 3),
-        "idle_booking_gpu_hours_unconsumed": rounded(sum(
-            q.idle_booking_gpu_s for q in reqs if q.consumed_s is None) / 3600, 3),
+        "idle_booking_gpu_hours_consumed": rounded(
+            sum(q.idle_booking_gpu_s for q in reqs if q.consumed_s is not None) / 3600, 3
+        ),
+        "idle_booking_gpu_hours_unconsumed": rounded(
+            sum(q.idle_booking_gpu_s for q in reqs if q.consumed_s is None) / 3600, 3
+        ),
         "jobs": len(rows),
         "started": len(waits),
         "never_started": len(rows) - len(waits),
         "stopped_at_run_limit": sum(1 for row in rows if row["stopped_at_run_limit"]),
-        "submit_to_start_s": {**wait_stats(waits),
-                              "mean": rounded(sum(waits) / len(waits), 1) if waits else None},
+        "submit_to_start_s": {
+            **wait_stats(waits),
+            "mean": rounded(sum(waits) / len(waits), 1) if waits else None,
+        },
         "gangs": rows,
-        "request_log": [{
-            "request": q.key, "job": q.job, "pool": q.pool, "zone": q.zone, "nodes": q.nodes,
-            "gpus": q.gpus, "created_s": rounded(q.created_s, 1),
-            "provisioned_s": rounded(q.provisioned_s, 1), "consumed_s": rounded(q.consumed_s, 1),
-            "ended_s": rounded(q.ended_s, 1), "outcome": q.outcome, "reason": q.reason,
-            "idle_booking_gpu_hours": rounded(q.idle_booking_gpu_s / 3600, 3)} for q in reqs],
-        "stockouts": {k: [[rounded(a, 1), rounded(b, 1)] for a, b in v]
-                      for k, v in cloud.stockouts.items() if v},
+        "request_log": [
+            {
+                "request": q.key,
+                "job": q.job,
+                "pool": q.pool,
+                "zone": q.zone,
+                "nodes": q.nodes,
+                "gpus": q.gpus,
+                "created_s": rounded(q.created_s, 1),
+                "provisioned_s": rounded(q.provisioned_s, 1),
+                "consumed_s": rounded(q.consumed_s, 1),
+                "ended_s": rounded(q.ended_s, 1),
+                "outcome": q.outcome,
+                "reason": q.reason,
+                "idle_booking_gpu_hours": rounded(q.idle_booking_gpu_s / 3600, 3),
+            }
+            for q in reqs
+        ],
+        "stockouts": {
+            k: [[rounded(a, 1), rounded(b, 1)] for a, b in v]
+            for k, v in cloud.stockouts.items()
+            if v
+        },
     }
-

@@ -93,17 +93,26 @@ def render_report(summary: Mapping[str, Any], plots: Sequence[str] = ()) -> str:
             f"{_pct(row['entitled_share'])} | {_mmm(row['share'], _pct)} | "
             f"{_mmm(row['share_error_pts'], lambda x: f'{x:+.2f}')} | "
             f"{_mmm(row['wait_p50_s'], _dur)} | {_mmm(row['wait_p99_s'], _dur)} | "
-            f"{row['preempted']} | {_mmm(row['time_to_nominal_s'], _dur)} |")
-    lines += ["", "\"At nominal after\": from the queue's first submission to the first cycle "
-              "after which it held its nominal GPU quota.", ""]
+            f"{row['preempted']} | {_mmm(row['time_to_nominal_s'], _dur)} |"
+        )
+    lines += [
+        "",
+        '"At nominal after": from the queue\'s first submission to the first cycle '
+        "after which it held its nominal GPU quota.",
+        "",
+    ]
     if SHARES_PLOT in plots:
-        lines += [f"![GPU allocation by queue over time, and shares against entitlement]"
-                  f"({SHARES_PLOT})", ""]
+        lines += [
+            f"![GPU allocation by queue over time, and shares against entitlement]({SHARES_PLOT})",
+            "",
+        ]
     lines += ["## Users", "", "| user | GPU-hours | share of the window |", "|---|---|---|"]
     for u, row in a["users"].items():
         gh = row["gpu_seconds"]
-        lines.append(f"| {u} | {_mmm(gh, lambda x: f'{x / 3600:,.1f}')} | "
-                     f"{_mmm(row['window_share'], _pct)} |")
+        lines.append(
+            f"| {u} | {_mmm(gh, lambda x: f'{x / 3600:,.1f}')} | "
+            f"{_mmm(row['window_share'], _pct)} |"
+        )
     if USERS_PLOT in plots:
         lines += ["", f"![GPU allocation by user over time]({USERS_PLOT})"]
     lines += ["", "## Preemptions", ""]
@@ -116,39 +125,54 @@ def render_report(summary: Mapping[str, Any], plots: Sequence[str] = ()) -> str:
     lines.append("")
     first = s["runs"][str(seeds[0])] if seeds else None
     if first is not None:
-        lines += [f"## Streams (seed {seeds[0]})", "",
-                  "| tenant/stream | jobs | started | stopped at run limit | wait p50 | "
-                  "wait p99 | wait max |", "|---|---|---|---|---|---|---|"]
+        lines += [
+            f"## Streams (seed {seeds[0]})",
+            "",
+            "| tenant/stream | jobs | started | stopped at run limit | wait p50 | "
+            "wait p99 | wait max |",
+            "|---|---|---|---|---|---|---|",
+        ]
         for key, row in first["streams"].items():
             ws = row["wait_s"]
-            lines.append(f"| {key} | {row['jobs']} | {row['started']} | "
-                         f"{row['stopped_at_run_limit']} | {_dur(ws['p50'])} | "
-                         f"{_dur(ws['p99'])} | {_dur(ws['max'])} |")
+            lines.append(
+                f"| {key} | {row['jobs']} | {row['started']} | "
+                f"{row['stopped_at_run_limit']} | {_dur(ws['p50'])} | "
+                f"{_dur(ws['p99'])} | {_dur(ws['max'])} |"
+            )
         lines.append("")
         if first["gangs"]:
-            lines += [f"## Gangs (seed {seeds[0]}, the largest)", "",
-                      "| job | tasks | GPUs | submitted | started | waited | GPU utilization "
-                      "while it waited | preempted |", "|---|---|---|---|---|---|---|---|"]
+            lines += [
+                f"## Gangs (seed {seeds[0]}, the largest)",
+                "",
+                "| job | tasks | GPUs | submitted | started | waited | GPU utilization "
+                "while it waited | preempted |",
+                "|---|---|---|---|---|---|---|---|",
+            ]
             for g in first["gangs"][:10]:
                 lines.append(
                     f"| {g['job']} | {g['tasks']} | {g['gpus']:g} | {_dur(g['submit_s'])} | "
                     f"{_dur(g['start_s'])} | {_dur(g['wait_s'])} | "
-                    f"{_pct(g['utilization_while_waiting'])} | {g['preempted']} |")
+                    f"{_pct(g['utilization_while_waiting'])} | {g['preempted']} |"
+                )
             lines.append("")
         j = first["jobs"]
-        lines += [f"## Jobs (seed {seeds[0]})", "",
-                  f"{j['submitted']:,} submitted, {j['rejected']:,} rejected, "
-                  f"{j['started']:,} started, {j['completed']:,} completed "
-                  f"({j['stopped_at_run_limit']:,} stopped at their run limit), "
-                  f"{j['never_started']:,} never started; {first['cycles']:,} scheduling "
-                  f"cycles. Wait estimates: {first['wait_estimate']['asked']:,} jobs were still "
-                  "pending at the first estimate after they arrived (median "
-                  f"{_dur(first['wait_estimate']['median_estimate_delay_s'])} after), "
-                  f"{first['wait_estimate']['estimated_jobs']:,} got a start time; for the "
-                  f"{first['wait_estimate']['started']:,} of them that started, the median "
-                  "absolute error was "
-                  f"{_dur(first['wait_estimate']['median_abs_error_s'])} (p90 "
-                  f"{_dur(first['wait_estimate']['p90_abs_error_s'])}).", ""]
+        lines += [
+            f"## Jobs (seed {seeds[0]})",
+            "",
+            f"{j['submitted']:,} submitted, {j['rejected']:,} rejected, "
+            f"{j['started']:,} started, {j['completed']:,} completed "
+            f"({j['stopped_at_run_limit']:,} stopped at their run limit), "
+            f"{j['never_started']:,} never started; {first['cycles']:,} scheduling "
+            f"cycles. Wait estimates: {first['wait_estimate']['asked']:,} jobs were still "
+            "pending at the first estimate after they arrived (median "
+            f"{_dur(first['wait_estimate']['median_estimate_delay_s'])} after), "
+            f"{first['wait_estimate']['estimated_jobs']:,} got a start time; for the "
+            f"{first['wait_estimate']['started']:,} of them that started, the median "
+            "absolute error was "
+            f"{_dur(first['wait_estimate']['median_abs_error_s'])} (p90 "
+            f"{_dur(first['wait_estimate']['p90_abs_error_s'])}).",
+            "",
+        ]
     if WAITS_PLOT in plots:
         lines += [f"![Waits per queue]({WAITS_PLOT})", ""]
     if "provisioning" in a:
@@ -162,10 +186,14 @@ def render_targets(s: Mapping[str, Any]) -> list[str]:
     if not runs or not next(iter(runs.values())).get("targets"):
         return []
     seeds = list(runs)
-    lines = ["## Targets of this scenario", "",
-             f"All met on every seed: **{'yes' if s['targets_met'] else 'no'}**.", "",
-             "| target | goal | " + " | ".join(f"seed {k}" for k in seeds) + " |",
-             "|---|---|" + "---|" * len(seeds)]
+    lines = [
+        "## Targets of this scenario",
+        "",
+        f"All met on every seed: **{'yes' if s['targets_met'] else 'no'}**.",
+        "",
+        "| target | goal | " + " | ".join(f"seed {k}" for k in seeds) + " |",
+        "|---|---|" + "---|" * len(seeds),
+    ]
     first = runs[seeds[0]]["targets"]
     for i, row in enumerate(first):
         cells = []
@@ -181,14 +209,19 @@ def render_provisioning(s: Mapping[str, Any]) -> list[str]:
     seed's gangs and requests."""
     a = s["aggregate"]["provisioning"]
     cloud = s["cluster"].get("cloud", {})
-    pools = ", ".join(f"{n} ({p['gpus_per_node']} x {p['model']} a node, zones "
-                      f"{'/'.join(p['zones'])}, {p['max_nodes_per_zone']} nodes a zone)"
-                      for n, p in cloud.get("pools", {}).items())
+    pools = ", ".join(
+        f"{n} ({p['gpus_per_node']} x {p['model']} a node, zones "
+        f"{'/'.join(p['zones'])}, {p['max_nodes_per_zone']} nodes a zone)"
+        for n, p in cloud.get("pools", {}).items()
+    )
     lines = [
-        "## Provisioning", "",
+        "## Provisioning",
+        "",
         f"Cloud {cloud.get('name', '')} ({cloud.get('region', '')}): regional quota "
-        f"{cloud.get('gpu_quota', 0)} GPUs; pools {pools or 'none'}.", "",
-        "| figure | value |", "|---|---|",
+        f"{cloud.get('gpu_quota', 0)} GPUs; pools {pools or 'none'}.",
+        "",
+        "| figure | value |",
+        "|---|---|",
         f"| time from submission to start, provisioned jobs, p50 | "
         f"{_mmm(a['submit_to_start_p50_s'], _dur)} |",
         f"| time from submission to start, provisioned jobs, mean | "
@@ -214,28 +247,38 @@ def render_provisioning(s: Mapping[str, Any]) -> list[str]:
     first = s["runs"][str(seeds[0])]["provisioning"] if seeds else None
     if first is None:
         return lines
-    lines += [f"### Provisioned jobs (seed {seeds[0]})", "",
-              "| job | GPUs | submitted | provisioned | started | waited | requests | zone | "
-              "stopped at run limit |", "|---|---|---|---|---|---|---|---|---|"]
+    lines += [
+        f"### Provisioned jobs (seed {seeds[0]})",
+        "",
+        "| job | GPUs | submitted | provisioned | started | waited | requests | zone | "
+        "stopped at run limit |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for g in first["gangs"]:
         lines.append(
             f"| {g['job']} | {g['gpus']:g} | {_dur(g['submit_s'])} | "
             f"{_dur(g['provisioned_s'])} | {_dur(g['start_s'])} | {_dur(g['wait_s'])} | "
             f"{g['requests']} ({g['failed_requests']} failed) | {g['zone'] or '–'} | "
-            f"{'yes' if g['stopped_at_run_limit'] else 'no'} |")
-    lines += ["", f"### Requests (seed {seeds[0]})", "",
-              "| request | pool/zone | nodes | made | provisioned | consumed | ended | outcome "
-              "| GPU-hours idle booked |", "|---|---|---|---|---|---|---|---|---|"]
+            f"{'yes' if g['stopped_at_run_limit'] else 'no'} |"
+        )
+    lines += [
+        "",
+        f"### Requests (seed {seeds[0]})",
+        "",
+        "| request | pool/zone | nodes | made | provisioned | consumed | ended | outcome "
+        "| GPU-hours idle booked |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for q in first["request_log"]:
         lines.append(
             f"| {q['request']} | {q['pool']}/{q['zone'] or '–'} | {q['nodes']} | "
             f"{_dur(q['created_s'])} | {_dur(q['provisioned_s'])} | {_dur(q['consumed_s'])} | "
             f"{_dur(q['ended_s'])} | {q['outcome']}"
             + (f" ({q['reason']})" if q["reason"] else "")
-            + f" | {q['idle_booking_gpu_hours']:.2f} |")
+            + f" | {q['idle_booking_gpu_hours']:.2f} |"
+        )
     lines.append("")
     return lines
-
 
 
 def render_measured(a: Mapping[str, Any]) -> list[str]:
@@ -249,14 +292,15 @@ def render_measured(a: Mapping[str, Any]) -> list[str]:
 
     how = "measured use" if m["place_by"] == "measured" else "requests (measured only)"
     return [
-        "## Measured use", "",
-        f"Placed by {how}; every card sampled for what its jobs actually use before each "
-        "cycle.", "",
-        "| figure | value |", "|---|---|",
+        "## Measured use",
+        "",
+        f"Placed by {how}; every card sampled for what its jobs actually use before each cycle.",
+        "",
+        "| figure | value |",
+        "|---|---|",
         f"| hot-card time (card-time with actual compute demand above the card) | "
         f"{_mmm(m['hot_card_gpu_s'], hours)} |",
-        f"| card-time with actual memory above the card | "
-        f"{_mmm(m['memory_over_card_s'], hours)} |",
+        f"| card-time with actual memory above the card | {_mmm(m['memory_over_card_s'], hours)} |",
         f"| GPU-time of compute actually delivered | {_mmm(m['busy_gpu_s'], hours)} |",
         "",
     ]

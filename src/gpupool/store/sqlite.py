@@ -97,9 +97,17 @@ class EventRow:
     message: str
 
     def to_json(self) -> dict[str, Any]:
-        return {"seq": self.seq, "wall": self.wall, "time_s": round(self.time_s, 3),
-                "type": self.type, "reason": self.reason, "kind": self.kind,
-                "object": self.object, "namespace": self.namespace, "message": self.message}
+        return {
+            "seq": self.seq,
+            "wall": self.wall,
+            "time_s": round(self.time_s, 3),
+            "type": self.type,
+            "reason": self.reason,
+            "kind": self.kind,
+            "object": self.object,
+            "namespace": self.namespace,
+            "message": self.message,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,13 +121,30 @@ class NewEvent:
     message: str
 
 
-_JOB_COLUMNS = ("uid, key, namespace, name, queue, document, phase, submitted_s, started_s, "
-                "finished_s, flavor, placements, preemptions, message, alternative")
+_JOB_COLUMNS = (
+    "uid, key, namespace, name, queue, document, phase, submitted_s, started_s, "
+    "finished_s, flavor, placements, preemptions, message, alternative"
+)
 
 
 def _job(row: Sequence[Any]) -> JobRow:
-    return JobRow(row[0], row[1], row[2], row[3], row[4], json.loads(row[5]), row[6], row[7],
-                  row[8], row[9], row[10], json.loads(row[11]), row[12], row[13], row[14])
+    return JobRow(
+        row[0],
+        row[1],
+        row[2],
+        row[3],
+        row[4],
+        json.loads(row[5]),
+        row[6],
+        row[7],
+        row[8],
+        row[9],
+        row[10],
+        json.loads(row[11]),
+        row[12],
+        row[13],
+        row[14],
+    )
 
 
 class Store:
@@ -140,8 +165,9 @@ class Store:
         try:
             if self.path != ":memory:":
                 Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(self.path, isolation_level=None,
-                                       check_same_thread=False, timeout=30.0)
+            self._db = sqlite3.connect(
+                self.path, isolation_level=None, check_same_thread=False, timeout=30.0
+            )
             self._db.execute("PRAGMA journal_mode=WAL")
             # NORMAL syncs the WAL before each checkpoint and the database after it; the
             # fsync after each commit is ours (sync()), so that it can be shared
@@ -160,8 +186,10 @@ class Store:
     def _migrate(self) -> None:
         current = self.schema_version
         if current > len(MIGRATIONS):
-            raise AdapterError(f"{self.path} has schema version {current}; this gpupool knows "
-                               f"versions up to {len(MIGRATIONS)}: upgrade gpupool")
+            raise AdapterError(
+                f"{self.path} has schema version {current}; this gpupool knows "
+                f"versions up to {len(MIGRATIONS)}: upgrade gpupool"
+            )
         for version in range(current + 1, len(MIGRATIONS) + 1):
             with self.transaction() as db:
                 db.executescript_in_tx(MIGRATIONS[version - 1])
@@ -222,8 +250,7 @@ class Store:
             return
         wal = self.path + "-wal"
         try:
-            if self._wal_fd is not None and \
-                    os.fstat(self._wal_fd).st_ino != os.stat(wal).st_ino:
+            if self._wal_fd is not None and os.fstat(self._wal_fd).st_ino != os.stat(wal).st_ino:
                 os.close(self._wal_fd)  # the WAL file was made anew
                 self._wal_fd = None
             if self._wal_fd is None:
@@ -251,11 +278,13 @@ class Store:
         with self._lock:
             if kind is None:
                 rows = self._db.execute(
-                    "SELECT kind, name, body, version FROM objects ORDER BY rowid").fetchall()
+                    "SELECT kind, name, body, version FROM objects ORDER BY rowid"
+                ).fetchall()
             else:
                 rows = self._db.execute(
                     "SELECT kind, name, body, version FROM objects WHERE kind=? ORDER BY rowid",
-                    (kind,)).fetchall()
+                    (kind,),
+                ).fetchall()
         return [(k, n, json.loads(b), v) for k, n, b, v in rows]
 
     def jobs(self, phases: Sequence[str] | None = None) -> list[JobRow]:
@@ -265,43 +294,51 @@ class Store:
                 rows = self._db.execute(f"SELECT {_JOB_COLUMNS} FROM jobs ORDER BY uid")
             else:
                 marks = ",".join("?" * len(phases))
-                rows = self._db.execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE phase IN "
-                                        f"({marks}) ORDER BY uid", tuple(phases))
+                rows = self._db.execute(
+                    f"SELECT {_JOB_COLUMNS} FROM jobs WHERE phase IN ({marks}) ORDER BY uid",
+                    tuple(phases),
+                )
             return [_job(r) for r in rows.fetchall()]
 
     def job(self, key: str) -> JobRow | None:
         with self._lock:
-            row = self._db.execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE key=?",
-                                   (key,)).fetchone()
+            row = self._db.execute(
+                f"SELECT {_JOB_COLUMNS} FROM jobs WHERE key=?", (key,)
+            ).fetchone()
         return None if row is None else _job(row)
 
-    def events(self, since: int = 0, limit: int = 200,
-               namespaces: Sequence[str] | None = None) -> list[EventRow]:
+    def events(
+        self, since: int = 0, limit: int = 200, namespaces: Sequence[str] | None = None
+    ) -> list[EventRow]:
         """Events after ``since`` (oldest first), at most ``limit``; with ``namespaces``, only
         theirs and the cluster's own (namespace '')."""
         with self._lock:
             if namespaces is None:
                 rows = self._db.execute(
-                    "SELECT * FROM events WHERE seq>? ORDER BY seq LIMIT ?", (since, limit))
+                    "SELECT * FROM events WHERE seq>? ORDER BY seq LIMIT ?", (since, limit)
+                )
             else:
                 marks = ",".join("?" * (len(namespaces) + 1))
                 rows = self._db.execute(
                     f"SELECT * FROM events WHERE seq>? AND namespace IN ({marks}) "
-                    "ORDER BY seq LIMIT ?", (since, "", *namespaces, limit))
+                    "ORDER BY seq LIMIT ?",
+                    (since, "", *namespaces, limit),
+                )
             return [EventRow(*r) for r in rows.fetchall()]
 
-    def last_events(self, limit: int = 200,
-                    namespaces: Sequence[str] | None = None) -> list[EventRow]:
+    def last_events(
+        self, limit: int = 200, namespaces: Sequence[str] | None = None
+    ) -> list[EventRow]:
         """The newest ``limit`` events, oldest first."""
         with self._lock:
             if namespaces is None:
-                rows = self._db.execute("SELECT * FROM events ORDER BY seq DESC LIMIT ?",
-                                        (limit,))
+                rows = self._db.execute("SELECT * FROM events ORDER BY seq DESC LIMIT ?", (limit,))
             else:
                 marks = ",".join("?" * (len(namespaces) + 1))
                 rows = self._db.execute(
-                    f"SELECT * FROM events WHERE namespace IN ({marks}) ORDER BY seq DESC "
-                    "LIMIT ?", ("", *namespaces, limit))
+                    f"SELECT * FROM events WHERE namespace IN ({marks}) ORDER BY seq DESC LIMIT ?",
+                    ("", *namespaces, limit),
+                )
             return [EventRow(*r) for r in reversed(rows.fetchall())]
 
     def counts(self) -> dict[str, int]:
@@ -331,34 +368,51 @@ class _Tx:
                 self.execute(statement)
 
     def set_meta(self, key: str, value: str) -> None:
-        self.execute("INSERT INTO meta(key, value) VALUES(?, ?) ON CONFLICT(key) DO UPDATE "
-                     "SET value=excluded.value", (key, value))
+        self.execute(
+            "INSERT INTO meta(key, value) VALUES(?, ?) ON CONFLICT(key) DO UPDATE "
+            "SET value=excluded.value",
+            (key, value),
+        )
 
     def put_object(self, kind: str, name: str, body: Mapping[str, Any]) -> int:
         """Create or replace; returns the object's new version (1 when created)."""
-        row = self._db.execute("SELECT version FROM objects WHERE kind=? AND name=?",
-                               (kind, name)).fetchone()
+        row = self._db.execute(
+            "SELECT version FROM objects WHERE kind=? AND name=?", (kind, name)
+        ).fetchone()
         version = 1 if row is None else int(row[0]) + 1
         text = json.dumps(body, sort_keys=True)
         if row is None:
-            self.execute("INSERT INTO objects(kind, name, body, version) VALUES(?, ?, ?, ?)",
-                         (kind, name, text, version))
+            self.execute(
+                "INSERT INTO objects(kind, name, body, version) VALUES(?, ?, ?, ?)",
+                (kind, name, text, version),
+            )
         else:
-            self.execute("UPDATE objects SET body=?, version=? WHERE kind=? AND name=?",
-                         (text, version, kind, name))
+            self.execute(
+                "UPDATE objects SET body=?, version=? WHERE kind=? AND name=?",
+                (text, version, kind, name),
+            )
         return version
 
     def delete_object(self, kind: str, name: str) -> bool:
-        return self.execute("DELETE FROM objects WHERE kind=? AND name=?",
-                            (kind, name)).rowcount > 0
+        return (
+            self.execute("DELETE FROM objects WHERE kind=? AND name=?", (kind, name)).rowcount > 0
+        )
 
-    def insert_job(self, key: str, namespace: str, name: str, queue: str,
-                   document: Mapping[str, Any], submitted_s: float) -> int:
+    def insert_job(
+        self,
+        key: str,
+        namespace: str,
+        name: str,
+        queue: str,
+        document: Mapping[str, Any],
+        submitted_s: float,
+    ) -> int:
         """A new job, Pending; ConflictError when ``key`` exists. Returns its uid."""
         cur = self.execute(
             "INSERT INTO jobs(key, namespace, name, queue, document, phase, submitted_s) "
             "VALUES(?, ?, ?, ?, ?, 'Pending', ?)",
-            (key, namespace, name, queue, json.dumps(document, sort_keys=True), submitted_s))
+            (key, namespace, name, queue, json.dumps(document, sort_keys=True), submitted_s),
+        )
         return int(cur.lastrowid or 0)
 
     def update_job(self, key: str, **fields: Any) -> None:
@@ -378,11 +432,22 @@ class _Tx:
             cur = self.execute(
                 "INSERT INTO events(wall, time_s, type, reason, kind, object, namespace, "
                 "message) VALUES(?, ?, ?, ?, ?, ?, ?, ?)",
-                (wall, e.time_s, e.type, e.reason, e.kind, e.object, e.namespace, e.message))
-            out.append(EventRow(int(cur.lastrowid or 0), wall, e.time_s, e.type, e.reason,
-                             e.kind, e.object, e.namespace, e.message))
+                (wall, e.time_s, e.type, e.reason, e.kind, e.object, e.namespace, e.message),
+            )
+            out.append(
+                EventRow(
+                    int(cur.lastrowid or 0),
+                    wall,
+                    e.time_s,
+                    e.type,
+                    e.reason,
+                    e.kind,
+                    e.object,
+                    e.namespace,
+                    e.message,
+                )
+            )
         return out
 
     def trim_events(self, keep: int) -> None:
-        self.execute("DELETE FROM events WHERE seq <= (SELECT MAX(seq) FROM events) - ?",
-                     (keep,))
+        self.execute("DELETE FROM events WHERE seq <= (SELECT MAX(seq) FROM events) - ?", (keep,))

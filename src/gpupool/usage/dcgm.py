@@ -56,8 +56,10 @@ def render(hostname: str, cards: Iterable[CardMetrics], hostname_label: str = "H
         lines.append(f"# HELP {name} {help_text}")
         lines.append(f"# TYPE {name} gauge")
         for c in cards:
-            labels = (f'gpu="{c.gpu}",UUID="{_label(c.uuid)}",device="nvidia{c.gpu}",'
-                      f'modelName="{_label(c.model)}",{hostname_label}="{_label(hostname)}"')
+            labels = (
+                f'gpu="{c.gpu}",UUID="{_label(c.uuid)}",device="nvidia{c.gpu}",'
+                f'modelName="{_label(c.model)}",{hostname_label}="{_label(hostname)}"'
+            )
             if name == "DCGM_FI_DEV_GPU_UTIL":
                 value = f"{round(c.util_pct)}"
             elif name == "DCGM_FI_DEV_FB_FREE":
@@ -78,8 +80,13 @@ class ExporterServer:
     """Serves ``/nodes/<node>/metrics`` for every node ``source`` knows, on ``host:port``
     (port 0: a free one). Start with :meth:`start`, stop with :meth:`stop`."""
 
-    def __init__(self, source: Source, host: str = "127.0.0.1", port: int = 0,
-                 hostname_label: str = "Hostname") -> None:
+    def __init__(
+        self,
+        source: Source,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        hostname_label: str = "Hostname",
+    ) -> None:
         self.source = source
         self.hostname_label = hostname_label
         outer = self
@@ -88,8 +95,12 @@ class ExporterServer:
             def do_GET(self) -> None:
                 parts = [unquote(p) for p in self.path.split("?")[0].strip("/").split("/")]
                 nodes = outer.source()
-                if len(parts) == 3 and parts[0] == "nodes" and parts[2] == "metrics" \
-                        and parts[1] in nodes:
+                if (
+                    len(parts) == 3
+                    and parts[0] == "nodes"
+                    and parts[2] == "metrics"
+                    and parts[1] in nodes
+                ):
                     body = render(parts[1], nodes[parts[1]], outer.hostname_label).encode()
                     self.send_response(200)
                     self.send_header("Content-Type", CONTENT_TYPE)
@@ -121,8 +132,9 @@ class ExporterServer:
         return f"/nodes/{node}/metrics"
 
     def start(self) -> ExporterServer:
-        self._thread = threading.Thread(target=self._server.serve_forever,
-                                        name="gpupool-dcgm-exporter", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="gpupool-dcgm-exporter", daemon=True
+        )
         self._thread.start()
         return self
 

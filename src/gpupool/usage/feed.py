@@ -30,8 +30,12 @@ log = logging.getLogger("gpupool.usage")
 
 
 class MeasuredUse:
-    def __init__(self, reader: PrometheusReader, settings: LoadSettings | None = None,
-                 interval_s: float = 15.0) -> None:
+    def __init__(
+        self,
+        reader: PrometheusReader,
+        settings: LoadSettings | None = None,
+        interval_s: float = 15.0,
+    ) -> None:
         self.reader = reader
         self.model = LoadModel(settings)
         self.interval_s = interval_s
@@ -43,8 +47,9 @@ class MeasuredUse:
     def due(self, now_s: float) -> bool:
         return now_s >= self._next_s
 
-    def poll(self, resolve: Resolve, now_s: float,
-             to_model_time: Callable[[float], float] | None = None) -> int:
+    def poll(
+        self, resolve: Resolve, now_s: float, to_model_time: Callable[[float], float] | None = None
+    ) -> int:
         """Read once; returns the new samples, or -1 when the read failed (the model then
         places by requests, saying why). ``to_model_time`` maps Prometheus's timestamps
         (Unix seconds) onto the model's clock when they differ (``serve``'s cluster time)."""
@@ -64,27 +69,37 @@ class MeasuredUse:
         self.last_error = str(exc)
         self.model.failed(str(exc))
 
-    def take(self, samples: Iterable[CardSample], now_s: float,
-             to_model_time: Callable[[float], float] | None = None) -> int:
+    def take(
+        self,
+        samples: Iterable[CardSample],
+        now_s: float,
+        to_model_time: Callable[[float], float] | None = None,
+    ) -> int:
         """A successful read's samples (read elsewhere, e.g. in a worker thread)."""
         self.reads_ok += 1
         self.last_error = ""
         self._next_s = max(self._next_s, now_s + self.interval_s)
         if to_model_time is not None:
-            samples = [CardSample(s.node, s.gpu, to_model_time(s.time_s), s.util_pct,
-                                  s.used_mib, s.free_mib) for s in samples]
+            samples = [
+                CardSample(
+                    s.node, s.gpu, to_model_time(s.time_s), s.util_pct, s.used_mib, s.free_mib
+                )
+                for s in samples
+            ]
         return self.model.add(samples, now_s=now_s)
 
-    def register(self, registry: CollectorRegistry,
-                 view: Callable[[], tuple[NodeTable, float] | None]) -> None:
+    def register(
+        self, registry: CollectorRegistry, view: Callable[[], tuple[NodeTable, float] | None]
+    ) -> None:
         """Report this feed's metrics at each scrape of ``registry``; ``view`` gives the
         scheduler's table and the time now (None while there is no scheduler)."""
         registry.register(_Collector(self, view))
 
 
 class _Collector(Collector):
-    def __init__(self, feed: MeasuredUse,
-                 view: Callable[[], tuple[NodeTable, float] | None]) -> None:
+    def __init__(
+        self, feed: MeasuredUse, view: Callable[[], tuple[NodeTable, float] | None]
+    ) -> None:
         self.feed = feed
         self.view = view
 
@@ -93,17 +108,24 @@ class _Collector(Collector):
 
     def collect(self) -> Iterable[Any]:
         f = self.feed
-        reads = CounterMetricFamily("gpupool_measured_reads", "Reads of the measured-use "
-                                    "source, by outcome.", labels=["outcome"])
+        reads = CounterMetricFamily(
+            "gpupool_measured_reads",
+            "Reads of the measured-use source, by outcome.",
+            labels=["outcome"],
+        )
         reads.add_metric(["ok"], f.reads_ok)
         reads.add_metric(["error"], f.reads_failed)
         yield reads
-        samples = CounterMetricFamily("gpupool_measured_samples", "Card samples taken into "
-                                      "the load model.")
+        samples = CounterMetricFamily(
+            "gpupool_measured_samples", "Card samples taken into the load model."
+        )
         samples.add_metric([], f.model.samples_total)
         yield samples
-        up = GaugeMetricFamily("gpupool_measured_source_up", "1 when the last read of the "
-                               "measured-use source succeeded, else 0 (placement by requests).")
+        up = GaugeMetricFamily(
+            "gpupool_measured_source_up",
+            "1 when the last read of the "
+            "measured-use source succeeded, else 0 (placement by requests).",
+        )
         up.add_metric([], 0.0 if f.model.source_down else 1.0)
         yield up
         got = self.view()
@@ -114,25 +136,38 @@ class _Collector(Collector):
         live = table.live()
         usable = table.gpu_usable[live]
         measured = int(load.measured[live][usable].sum())
-        cards = GaugeMetricFamily("gpupool_measured_cards", "Usable cards placed by measured "
-                                  "use and by requests (stale, unmeasured or source down).",
-                                  labels=["source"])
+        cards = GaugeMetricFamily(
+            "gpupool_measured_cards",
+            "Usable cards placed by measured "
+            "use and by requests (stale, unmeasured or source down).",
+            labels=["source"],
+        )
         cards.add_metric(["measured"], measured)
         cards.add_metric(["requests"], int(usable.sum()) - measured)
         yield cards
-        fallback = GaugeMetricFamily("gpupool_measured_fallback_nodes", "Nodes with a card "
-                                     "placed by requests, and why.", labels=["reason"])
+        fallback = GaugeMetricFamily(
+            "gpupool_measured_fallback_nodes",
+            "Nodes with a card placed by requests, and why.",
+            labels=["reason"],
+        )
         by_reason: dict[str, int] = {}
         for why in load.reasons.values():
             by_reason[why] = by_reason.get(why, 0) + 1
         for why, n in sorted(by_reason.items()):
             fallback.add_metric([why], n)
         yield fallback
-        ratio = GaugeMetricFamily("gpupool_gpu_measured_load_ratio", "Compute load of each "
-                                  "measured card as placement counts it (windowed aggregate "
-                                  "plus estimates; 1 is a full card).", labels=["node", "gpu"])
-        memory = GaugeMetricFamily("gpupool_gpu_measured_free_bytes", "Framebuffer free on "
-                                   "each measured card, less estimates.", labels=["node", "gpu"])
+        ratio = GaugeMetricFamily(
+            "gpupool_gpu_measured_load_ratio",
+            "Compute load of each "
+            "measured card as placement counts it (windowed aggregate "
+            "plus estimates; 1 is a full card).",
+            labels=["node", "gpu"],
+        )
+        memory = GaugeMetricFamily(
+            "gpupool_gpu_measured_free_bytes",
+            "Framebuffer free on each measured card, less estimates.",
+            labels=["node", "gpu"],
+        )
         for i in live.tolist():
             name = NodeName(table.nodes[i].name)
             for g in range(int(table.gpu_count[i])):

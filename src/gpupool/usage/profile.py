@@ -53,31 +53,40 @@ def _pct(where: str, field: str, value: object, hi: float) -> float:
         try:
             value = float(text)
         except ValueError:
-            raise ConfigError(f"{where}.{field}: {raw!r} is not a percentage "
-                              "(e.g. 30% or 30)") from None
-    if isinstance(value, bool) or not isinstance(value, int | float) \
-            or not math.isfinite(value) or not 0 <= value <= hi:
+            raise ConfigError(
+                f"{where}.{field}: {raw!r} is not a percentage (e.g. 30% or 30)"
+            ) from None
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or not 0 <= value <= hi
+    ):
         raise ConfigError(f"{where}.{field}: {raw!r} must be a percentage from 0 to {hi:g}")
     return float(value)
 
 
-def parse_profile(doc: object, where: str = "actualUse",
-                  rng: random.Random | None = None) -> UseProfile:
+def parse_profile(
+    doc: object, where: str = "actualUse", rng: random.Random | None = None
+) -> UseProfile:
     """``{compute: 30%, memory: 60%}``; a field given as ``[lo, hi]`` is drawn uniformly
     between them with ``rng`` (required then). Missing fields are 100 %."""
     if not isinstance(doc, Mapping):
         raise ConfigError(f"{where}: {doc!r} must be a mapping with compute and/or memory")
     unknown = set(doc) - {"compute", "memory"}
     if unknown:
-        raise ConfigError(f"{where}: unknown field(s) {', '.join(sorted(map(str, unknown)))}; "
-                          "known: compute, memory")
+        raise ConfigError(
+            f"{where}: unknown field(s) {', '.join(sorted(map(str, unknown)))}; "
+            "known: compute, memory"
+        )
     out = {}
     for field, hi in (("compute", MAX_COMPUTE_PCT), ("memory", 100.0)):
         value = doc.get(field, 100.0)
         if isinstance(value, list | tuple):
             if len(value) != 2:
-                raise ConfigError(f"{where}.{field}: {value!r} must be one percentage or a "
-                                  "range [low, high]")
+                raise ConfigError(
+                    f"{where}.{field}: {value!r} must be one percentage or a range [low, high]"
+                )
             lo, up = (_pct(where, field, v, hi) for v in value)
             if lo > up:
                 raise ConfigError(f"{where}.{field}: range {value!r} has low above high")
@@ -105,9 +114,11 @@ class ActualCardUse:
         return min(100.0, self.demand_milli / 10.0)
 
 
-def card_use(placements: Iterable[Placement], profiles: Mapping[str, UseProfile],
-             outside: Mapping[tuple[NodeName, int], tuple[float, float]] | None = None,
-             ) -> dict[tuple[NodeName, int], ActualCardUse]:
+def card_use(
+    placements: Iterable[Placement],
+    profiles: Mapping[str, UseProfile],
+    outside: Mapping[tuple[NodeName, int], tuple[float, float]] | None = None,
+) -> dict[tuple[NodeName, int], ActualCardUse]:
     """Every card some placement or outside work uses: ``profiles`` by job id (FULL when
     absent), ``outside``: (demand milli, memory MiB) of work no request accounts for."""
     demand: dict[tuple[NodeName, int], list[float]] = {}
@@ -137,8 +148,10 @@ def parse_annotation(text: str, key: str) -> UseProfile:
     for part in (p.strip() for p in text.split(",") if p.strip()):
         name, eq, value = part.partition("=")
         if not eq:
-            raise ConfigError(f"{where}: {text!r}: {part!r} is not field=percentage "
-                              "(e.g. compute=30%,memory=60% or compute=10%-40%)")
+            raise ConfigError(
+                f"{where}: {text!r}: {part!r} is not field=percentage "
+                "(e.g. compute=30%,memory=60% or compute=10%-40%)"
+            )
         lo, dash, hi = value.strip().partition("-")
         doc[name.strip()] = [lo, hi] if dash else value.strip()
     return parse_profile(doc, where, random.Random(key))
@@ -159,6 +172,11 @@ def check_annotation(body: object) -> None:
         parse_annotation(text, "")
     except ConfigError as exc:
         # the message is "<field>[.compute|.memory]: <rule>"; the rule keeps the subfield
-        rule = str(exc).removeprefix(f": {field}").removeprefix(".").removeprefix(": ") \
+        rule = (
+            str(exc)
+            .removeprefix(f": {field}")
+            .removeprefix(".")
+            .removeprefix(": ")
             .removeprefix(f"{text!r}: ")
+        )
         raise InvalidJobError(field, text, rule) from None

@@ -80,10 +80,20 @@ class PrometheusSettings:
             value = getattr(self, name)
             if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
                 raise ConfigError(f"prometheus {name}={value!r} must be a number above 0")
-        for name in ("util_metric", "engine_metric", "used_metric", "free_metric",
-                     "hami_util_metric", "hami_memory_metric", "gpu_label", "uuid_label",
-                     "hami_uuid_label", "hami_legacy_util_metric",
-                     "hami_legacy_memory_metric", "hami_legacy_uuid_label"):
+        for name in (
+            "util_metric",
+            "engine_metric",
+            "used_metric",
+            "free_metric",
+            "hami_util_metric",
+            "hami_memory_metric",
+            "gpu_label",
+            "uuid_label",
+            "hami_uuid_label",
+            "hami_legacy_util_metric",
+            "hami_legacy_memory_metric",
+            "hami_legacy_uuid_label",
+        ):
             value = getattr(self, name)
             if not re.match(r"^[A-Za-z_:][A-Za-z0-9_:]*$", value):
                 raise ConfigError(f"prometheus {name}={value!r} is not a Prometheus name")
@@ -94,17 +104,25 @@ class PrometheusSettings:
     def build_query(self) -> str:
         if self.query:
             return self.query
-        names = "|".join((self.util_metric, self.engine_metric, self.used_metric,
-                          self.free_metric, self.hami_util_metric, self.hami_memory_metric,
-                          self.hami_legacy_util_metric, self.hami_legacy_memory_metric))
+        names = "|".join(
+            (
+                self.util_metric,
+                self.engine_metric,
+                self.used_metric,
+                self.free_metric,
+                self.hami_util_metric,
+                self.hami_memory_metric,
+                self.hami_legacy_util_metric,
+                self.hami_legacy_memory_metric,
+            )
+        )
         return f'{{__name__=~"{names}"}}[{math.ceil(self.lookback_s)}s]'
 
 
 class PrometheusReader:
     """Reads card samples from Prometheus; one HTTP request per :meth:`read`."""
 
-    def __init__(self, settings: PrometheusSettings,
-                 client: httpx.Client | None = None) -> None:
+    def __init__(self, settings: PrometheusSettings, client: httpx.Client | None = None) -> None:
         self.settings = settings.validate()
         self._client = client or httpx.Client(timeout=settings.timeout_s)
         self.requests = 0
@@ -119,38 +137,46 @@ class PrometheusReader:
         try:
             resp = self._client.get(url, params={"query": self.settings.build_query()})
         except httpx.HTTPError as exc:
-            raise AdapterError(f"Prometheus at {self.settings.url} unreachable: "
-                               f"{type(exc).__name__}: {exc}") from exc
+            raise AdapterError(
+                f"Prometheus at {self.settings.url} unreachable: {type(exc).__name__}: {exc}"
+            ) from exc
         try:
             body = resp.json()
         except ValueError as exc:
-            raise AdapterError(f"Prometheus at {self.settings.url}: HTTP {resp.status_code}, "
-                               "a body that is not JSON") from exc
-        if resp.status_code != 200 or not isinstance(body, dict) \
-                or body.get("status") != "success":
+            raise AdapterError(
+                f"Prometheus at {self.settings.url}: HTTP {resp.status_code}, "
+                "a body that is not JSON"
+            ) from exc
+        if resp.status_code != 200 or not isinstance(body, dict) or body.get("status") != "success":
             detail = body.get("error", "") if isinstance(body, dict) else ""
-            raise AdapterError(f"Prometheus at {self.settings.url}: HTTP {resp.status_code}"
-                               f"{': ' + str(detail) if detail else ''}")
+            raise AdapterError(
+                f"Prometheus at {self.settings.url}: HTTP {resp.status_code}"
+                f"{': ' + str(detail) if detail else ''}"
+            )
         data = body.get("data") or {}
         kind = data.get("resultType")
         result = data.get("result")
         if not isinstance(result, list):
-            raise AdapterError(f"Prometheus at {self.settings.url}: no result list in the "
-                               "answer")
+            raise AdapterError(f"Prometheus at {self.settings.url}: no result list in the answer")
         if kind == "vector":  # a custom query without a range: one sample per series
-            return [{"metric": r.get("metric", {}), "values": [r.get("value")]}
-                    for r in result if isinstance(r, dict) and r.get("value")]
+            return [
+                {"metric": r.get("metric", {}), "values": [r.get("value")]}
+                for r in result
+                if isinstance(r, dict) and r.get("value")
+            ]
         if kind != "matrix":
-            raise AdapterError(f"Prometheus at {self.settings.url}: resultType {kind!r}, "
-                               "expected matrix or vector")
+            raise AdapterError(
+                f"Prometheus at {self.settings.url}: resultType {kind!r}, expected matrix or vector"
+            )
         return [r for r in result if isinstance(r, dict)]
 
     def read(self, resolve: Resolve) -> list[CardSample]:
         return to_samples(self.fetch(), self.settings, resolve)
 
 
-def to_samples(series: Iterable[Mapping[str, Any]], s: PrometheusSettings,
-               resolve: Resolve) -> list[CardSample]:
+def to_samples(
+    series: Iterable[Mapping[str, Any]], s: PrometheusSettings, resolve: Resolve
+) -> list[CardSample]:
     """Card samples from a query's series (times in seconds, as Prometheus stamps them)."""
     # (node, gpu, time) -> field -> value; MIG instances and HAMi containers are summed
     util: dict[tuple[NodeName, int, float], float] = {}
@@ -159,11 +185,19 @@ def to_samples(series: Iterable[Mapping[str, Any]], s: PrometheusSettings,
     free: dict[tuple[NodeName, int, float], float] = defaultdict(float)
     # HAMi's containers, by metric generation: 0 the ``hami_`` names, 1 the earlier ones
     hami_util: tuple[dict[tuple[NodeName, int, float], float], ...] = (
-        defaultdict(float), defaultdict(float))
+        defaultdict(float),
+        defaultdict(float),
+    )
     hami_used: tuple[dict[tuple[NodeName, int, float], float], ...] = (
-        defaultdict(float), defaultdict(float))
-    hami_names = {s.hami_util_metric: (0, True), s.hami_memory_metric: (0, False),
-                  s.hami_legacy_util_metric: (1, True), s.hami_legacy_memory_metric: (1, False)}
+        defaultdict(float),
+        defaultdict(float),
+    )
+    hami_names = {
+        s.hami_util_metric: (0, True),
+        s.hami_memory_metric: (0, False),
+        s.hami_legacy_util_metric: (1, True),
+        s.hami_legacy_memory_metric: (1, False),
+    }
     dcgm_cards: set[tuple[NodeName, int]] = set()
     for item in series:
         metric = item.get("metric") or {}
@@ -174,8 +208,9 @@ def to_samples(series: Iterable[Mapping[str, Any]], s: PrometheusSettings,
             card = resolve("", "", str(metric.get(label, ""))[:40])  # HAMi cuts UUIDs at 40
         else:
             host = next((str(metric[k]) for k in s.hostname_labels if metric.get(k)), "")
-            card = resolve(host, str(metric.get(s.gpu_label, "")),
-                           str(metric.get(s.uuid_label, "")))
+            card = resolve(
+                host, str(metric.get(s.gpu_label, "")), str(metric.get(s.uuid_label, ""))
+            )
         if card is None:
             continue
         weight = _instance_weight(str(metric.get(s.profile_label, "")))
@@ -207,9 +242,16 @@ def to_samples(series: Iterable[Mapping[str, Any]], s: PrometheusSettings,
     for key in keys:
         node, gpu, t = key
         u = max(util.get(key, 0.0), min(100.0, engine.get(key, 0.0)))
-        out.append(CardSample(node, gpu, t, min(100.0, u),
-                              int(used[key]) if key in used else None,
-                              int(free[key]) if key in free else None))
+        out.append(
+            CardSample(
+                node,
+                gpu,
+                t,
+                min(100.0, u),
+                int(used[key]) if key in used else None,
+                int(free[key]) if key in free else None,
+            )
+        )
     # A monitor between the two generations may serve both: the newer names win per card.
     newer = {(k[0], k[1]) for k in (*hami_util[0], *hami_used[0])}
     for gen in (0, 1):
@@ -217,9 +259,16 @@ def to_samples(series: Iterable[Mapping[str, Any]], s: PrometheusSettings,
         for key in set(h_util) | set(h_used):
             if (key[0], key[1]) in dcgm_cards or (gen and (key[0], key[1]) in newer):
                 continue  # DCGM's whole-card reading wins over the containers' sum
-            out.append(CardSample(key[0], key[1], key[2],
-                                  min(100.0, h_util[key]) if key in h_util else None,
-                                  int(h_used[key]) if key in h_used else None, None))
+            out.append(
+                CardSample(
+                    key[0],
+                    key[1],
+                    key[2],
+                    min(100.0, h_util[key]) if key in h_util else None,
+                    int(h_used[key]) if key in h_used else None,
+                    None,
+                )
+            )
     out.sort(key=lambda c: (c.time_s, c.node, c.gpu))
     return out
 
@@ -232,8 +281,9 @@ def _instance_weight(profile: str) -> float:
     return int(m.group(1)) / A100_SLICES if m else 1.0
 
 
-def inventory_resolver(cards: Iterable[tuple[NodeName, int, str]],
-                       hostnames: Mapping[str, NodeName] | None = None) -> Resolve:
+def inventory_resolver(
+    cards: Iterable[tuple[NodeName, int, str]], hostnames: Mapping[str, NodeName] | None = None
+) -> Resolve:
     """A resolver from (node, card index, UUID) of the inventory: by UUID first, then by host
     name (a node's name, or ``hostnames[host]``) and index."""
     by_uuid: dict[str, tuple[NodeName, int]] = {}

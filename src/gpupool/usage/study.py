@@ -55,22 +55,43 @@ class StudyJob:
 
 
 def cluster(nodes: int) -> list[Node]:
-    return [Node(NodeName(f"node-{i:03d}"), 128_000, 1_048_576,
-                 tuple(Gpu(g, "A100-80GB", CARD_MIB, uuid=f"GPU-{i:03d}-{g}",
-                           nvlink_peers=tuple(j for j in range(GPUS_PER_NODE) if j != g))
-                       for g in range(GPUS_PER_NODE)))
-            for i in range(nodes)]
+    return [
+        Node(
+            NodeName(f"node-{i:03d}"),
+            128_000,
+            1_048_576,
+            tuple(
+                Gpu(
+                    g,
+                    "A100-80GB",
+                    CARD_MIB,
+                    uuid=f"GPU-{i:03d}-{g}",
+                    nvlink_peers=tuple(j for j in range(GPUS_PER_NODE) if j != g),
+                )
+                for g in range(GPUS_PER_NODE)
+            ),
+        )
+        for i in range(nodes)
+    ]
 
 
 KINDS: tuple[tuple[str, float], ...] = (
-    ("notebook", 0.36), ("inference", 0.36), ("finetune", 0.16), ("training", 0.12))
+    ("notebook", 0.36),
+    ("inference", 0.36),
+    ("finetune", 0.16),
+    ("training", 0.12),
+)
 
 
 def workload(nodes: int, hours: float, seed: int, load: float = 0.9) -> list[StudyJob]:
     """Poisson arrivals of the four kinds, sized so requests offer ``load`` of the cluster."""
     rng = random.Random(seed)
-    mean_milli_s = {"notebook": 330 * 2400, "inference": 375 * 3600, "finetune": 500 * 3600,
-                    "training": 2.33 * WHOLE_GPU_MILLI * 5400}
+    mean_milli_s = {
+        "notebook": 330 * 2400,
+        "inference": 375 * 3600,
+        "finetune": 500 * 3600,
+        "training": 2.33 * WHOLE_GPU_MILLI * 5400,
+    }
     per_job = sum(p * mean_milli_s[k] for k, p in KINDS)
     rate = load * nodes * GPUS_PER_NODE * WHOLE_GPU_MILLI / per_job
     out: list[StudyJob] = []
@@ -83,13 +104,15 @@ def workload(nodes: int, hours: float, seed: int, load: float = 0.9) -> list[Stu
             return out
         kind = rng.choices([k for k, _ in KINDS], [p for _, p in KINDS])[0]
         if kind == "notebook":
-            gpu = GpuRequest(gpu_milli=rng.choice((200, 300, 500)),
-                             memory_mib=rng.choice((8192, 12288, 16384)))
+            gpu = GpuRequest(
+                gpu_milli=rng.choice((200, 300, 500)), memory_mib=rng.choice((8192, 12288, 16384))
+            )
             use = UseProfile(rng.uniform(10, 40), rng.uniform(30, 90))
             dur = rng.uniform(0.5, 1.0) * 4800
         elif kind == "inference":
-            gpu = GpuRequest(gpu_milli=rng.choice((250, 500)),
-                             memory_mib=rng.choice((10240, 20480)))
+            gpu = GpuRequest(
+                gpu_milli=rng.choice((250, 500)), memory_mib=rng.choice((10240, 20480))
+            )
             use = UseProfile(rng.uniform(10, 40), rng.uniform(30, 90))
             dur = rng.uniform(0.5, 1.5) * 3600
         elif kind == "finetune":
@@ -101,22 +124,27 @@ def workload(nodes: int, hours: float, seed: int, load: float = 0.9) -> list[Stu
             use = UseProfile(rng.uniform(90, 100), rng.uniform(60, 90))
             dur = rng.uniform(0.5, 1.5) * 5400
         cpu = 4000 * max(1, gpu.count)
-        job = Job(JobId(f"{kind}-{i}"), (PodSet("main", 1, cpu, 16_384, gpu,
-                                                pod=PodMeta("study", {"app": kind})),))
+        job = Job(
+            JobId(f"{kind}-{i}"),
+            (PodSet("main", 1, cpu, 16_384, gpu, pod=PodMeta("study", {"app": kind})),),
+        )
         out.append(StudyJob(job, kind, t, dur, use))
         i += 1
 
 
-def outside_memory(nodes: int, seed: int, share: float = 0.1
-                   ) -> dict[tuple[NodeName, int], tuple[float, float]]:
+def outside_memory(
+    nodes: int, seed: int, share: float = 0.1
+) -> dict[tuple[NodeName, int], tuple[float, float]]:
     """(demand, MiB) held outside the requests on ``share`` of the cards."""
     rng = random.Random(seed + 7)
     out = {}
     for i in range(nodes):
         for g in range(GPUS_PER_NODE):
             if rng.random() < share:
-                out[(NodeName(f"node-{i:03d}"), g)] = (rng.uniform(0, 100),
-                                                       rng.uniform(0.2, 0.6) * CARD_MIB)
+                out[(NodeName(f"node-{i:03d}"), g)] = (
+                    rng.uniform(0, 100),
+                    rng.uniform(0.2, 0.6) * CARD_MIB,
+                )
     return out
 
 
@@ -144,9 +172,16 @@ class Outcome:
         }
 
 
-def run_one(jobs: list[StudyJob], nodes: int, seed: int, profile: Profile,
-            model: LoadModel | None, step_s: float, hours: float,
-            outside: dict[tuple[NodeName, int], tuple[float, float]]) -> Outcome:
+def run_one(
+    jobs: list[StudyJob],
+    nodes: int,
+    seed: int,
+    profile: Profile,
+    model: LoadModel | None,
+    step_s: float,
+    hours: float,
+    outside: dict[tuple[NodeName, int], tuple[float, float]],
+) -> Outcome:
     started = time.perf_counter()
     state = ClusterState(cluster(nodes))
     total_milli = nodes * GPUS_PER_NODE * WHOLE_GPU_MILLI
@@ -171,13 +206,26 @@ def run_one(jobs: list[StudyJob], nodes: int, seed: int, profile: Profile,
         snap = state.snapshot()
         snap.now_s = t
         if model is not None:
-            model.add([CardSample(n, g, t, min(100.0, max(0.0, u.util_pct
-                                                          + rng.uniform(-3, 3))),
-                                  int(u.memory_mib), int(CARD_MIB - u.memory_mib))
-                       for (n, g), u in use.items()]
-                      + [CardSample(node.name, g, t, 0.0, 0, CARD_MIB)
-                         for node in state.nodes() for g in range(GPUS_PER_NODE)
-                         if (node.name, g) not in use], now_s=t)
+            model.add(
+                [
+                    CardSample(
+                        n,
+                        g,
+                        t,
+                        min(100.0, max(0.0, u.util_pct + rng.uniform(-3, 3))),
+                        int(u.memory_mib),
+                        int(CARD_MIB - u.memory_mib),
+                    )
+                    for (n, g), u in use.items()
+                ]
+                + [
+                    CardSample(node.name, g, t, 0.0, 0, CARD_MIB)
+                    for node in state.nodes()
+                    for g in range(GPUS_PER_NODE)
+                    if (node.name, g) not in use
+                ],
+                now_s=t,
+            )
             snap.load = model.view(snap.table, t)
         else:
             snap.load = None
@@ -206,8 +254,11 @@ def run_one(jobs: list[StudyJob], nodes: int, seed: int, profile: Profile,
                 if held > CARD_MIB:
                     out.memory_oversubscriptions += 1
         queue = waiting
-        use = card_use((p for p, _ in running.values()),
-                       {str(j): sj.use for j, (_, sj) in running.items()}, outside)
+        use = card_use(
+            (p for p, _ in running.values()),
+            {str(j): sj.use for j, (_, sj) in running.items()},
+            outside,
+        )
         hot = sum(1 for u in use.values() if u.demand_milli > WHOLE_GPU_MILLI)
         out.hot_card_gpu_s += hot * step_s
         delivered = sum(min(u.demand_milli, WHOLE_GPU_MILLI) for u in use.values())
@@ -220,20 +271,40 @@ def run_one(jobs: list[StudyJob], nodes: int, seed: int, profile: Profile,
     return out
 
 
-def run(nodes: int = 16, hours: float = 6.0, seed: int = 1, step_s: float = 15.0,
-        load: float = 0.9, hot_pct: float = 80.0) -> dict[str, Any]:
+def run(
+    nodes: int = 16,
+    hours: float = 6.0,
+    seed: int = 1,
+    step_s: float = 15.0,
+    load: float = 0.9,
+    hot_pct: float = 80.0,
+) -> dict[str, Any]:
     """Both runs on one workload; the JSON ``gpupool bench measured-use`` prints."""
     jobs = workload(nodes, hours, seed, load)
     outside = outside_memory(nodes, seed)
     req = run_one(jobs, nodes, seed, default_profile(), None, step_s, hours, outside)
-    meas = run_one(jobs, nodes, seed, measured_profile(hot_pct=hot_pct),
-                   LoadModel(LoadSettings(stale_after_s=4 * step_s, settle_s=step_s)),
-                   step_s, hours, outside)
+    meas = run_one(
+        jobs,
+        nodes,
+        seed,
+        measured_profile(hot_pct=hot_pct),
+        LoadModel(LoadSettings(stale_after_s=4 * step_s, settle_s=step_s)),
+        step_s,
+        hours,
+        outside,
+    )
     r, m = req.as_json(), meas.as_json()
     return {
-        "scenario": {"nodes": nodes, "gpus": nodes * GPUS_PER_NODE, "hours": hours,
-                     "seed": seed, "step_s": step_s, "offered_load": load,
-                     "jobs": len(jobs), "outside_memory_cards": len(outside)},
+        "scenario": {
+            "nodes": nodes,
+            "gpus": nodes * GPUS_PER_NODE,
+            "hours": hours,
+            "seed": seed,
+            "step_s": step_s,
+            "offered_load": load,
+            "jobs": len(jobs),
+            "outside_memory_cards": len(outside),
+        },
         "request_only": r,
         "measured": m,
         "targets": {

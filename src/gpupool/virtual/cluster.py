@@ -20,8 +20,9 @@ class VirtualCluster:
         self._ends: EventQueue[str] = EventQueue()
         self._live: dict[str, tuple[float, EventId]] = {}
 
-    def start(self, key: str, placements: Sequence[Placement], start_s: float,
-              end_s: float) -> None:
+    def start(
+        self, key: str, placements: Sequence[Placement], start_s: float, end_s: float
+    ) -> None:
         old = self._live.get(key)
         if old is not None:
             self._ends.cancel(old[1])

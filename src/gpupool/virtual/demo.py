@@ -45,14 +45,26 @@ def targets(config: QueueConfig, nodes: list[Node]) -> list[Target]:
             flavor = flavors.get(fq.flavor)
             if quota is None or flavor is None:
                 continue
-            members = [n for n in nodes if n.gpus and all(
-                n.labels.get(k) == v for k, v in flavor.node_labels.items())]
+            members = [
+                n
+                for n in nodes
+                if n.gpus and all(n.labels.get(k) == v for k, v in flavor.node_labels.items())
+            ]
             if not members:
                 continue
             card = members[0].gpus[0]
             mig = card.mig[0].profile if card.mig else None
-            out.append(Target(lq.namespace, lq.name, fq.flavor, (card.model,), mig,
-                              card.memory_mib, max(len(n.gpus) for n in members)))
+            out.append(
+                Target(
+                    lq.namespace,
+                    lq.name,
+                    fq.flavor,
+                    (card.model,),
+                    mig,
+                    card.memory_mib,
+                    max(len(n.gpus) for n in members),
+                )
+            )
     return out
 
 
@@ -80,8 +92,15 @@ class DemoStream:
     names): numbering carries on after it, and the random stream is seeded with it too, so a
     restart makes new jobs at once rather than repeating old names."""
 
-    def __init__(self, config: QueueConfig, nodes: list[Node], seed: int = 7,
-                 rate: float = 0.8, burst: bool = False, start: int = 0) -> None:
+    def __init__(
+        self,
+        config: QueueConfig,
+        nodes: list[Node],
+        seed: int = 7,
+        rate: float = 0.8,
+        burst: bool = False,
+        start: int = 0,
+    ) -> None:
         if not (rate > 0 and math.isfinite(rate)):
             raise ValueError(f"rate={rate!r} must be a finite number > 0 (jobs per second)")
         self.targets = targets(config, nodes)
@@ -89,8 +108,9 @@ class DemoStream:
         self.rate = rate
         self.count = start
         checked = {q.name for q in config.cluster_queues if q.admission_checks}
-        self.burst = [lq for lq in config.local_queues if lq.cluster_queue in checked] \
-            if burst else []
+        self.burst = (
+            [lq for lq in config.local_queues if lq.cluster_queue in checked] if burst else []
+        )
         self.burst_rng = random.Random(seed + 1 if not start else f"{seed + 1}/{start}")
 
     def gap_s(self) -> float:
@@ -125,15 +145,26 @@ class DemoStream:
             kind = "nb" if rng.random() < 0.5 else "inf"
             gpu, count = {"milli": milli, "memory": f"{mib}Mi"}, rng.choice((1, 1, 1, 2))
         job: dict[str, Any] = {
-            "apiVersion": "gpupool.io/v1alpha1", "kind": "Job",
-            "metadata": {"name": f"{kind}-{self.count:05d}-{rng.randrange(16**4):04x}",
-                         "namespace": t.namespace},
-            "spec": {"queue": t.queue, "duration": f"{minutes:.0f}m",
-                     "user": rng.choice(("alice", "bob", "carol", "dan")),
-                     "podSets": [{"name": "workers" if kind == "train" else "main",
-                                  "count": count, "cpu": 4 if kind == "train" else 2,
-                                  "memory": "32Gi" if kind == "train" else "8Gi",
-                                  "gpu": gpu}]},
+            "apiVersion": "gpupool.io/v1alpha1",
+            "kind": "Job",
+            "metadata": {
+                "name": f"{kind}-{self.count:05d}-{rng.randrange(16**4):04x}",
+                "namespace": t.namespace,
+            },
+            "spec": {
+                "queue": t.queue,
+                "duration": f"{minutes:.0f}m",
+                "user": rng.choice(("alice", "bob", "carol", "dan")),
+                "podSets": [
+                    {
+                        "name": "workers" if kind == "train" else "main",
+                        "count": count,
+                        "cpu": 4 if kind == "train" else 2,
+                        "memory": "32Gi" if kind == "train" else "8Gi",
+                        "gpu": gpu,
+                    }
+                ],
+            },
         }
         if count > 1 and kind == "train":
             job["spec"]["runLimit"] = f"{minutes * 1.5:.0f}m"
@@ -143,12 +174,24 @@ class DemoStream:
         rng = self.burst_rng
         lq = rng.choice(self.burst)
         return {
-            "apiVersion": "gpupool.io/v1alpha1", "kind": "Job",
-            "metadata": {"name": f"burst-{self.count:05d}-{rng.randrange(16**4):04x}",
-                         "namespace": lq.namespace},
-            "spec": {"queue": lq.name, "duration": f"{rng.uniform(20, 90):.0f}m",
-                     "user": rng.choice(("alice", "bob", "carol", "dan")),
-                     "podSets": [{"name": "workers", "count": 2, "cpu": 16, "memory": "64Gi",
-                                  "gpu": {"count": 8}}]},
+            "apiVersion": "gpupool.io/v1alpha1",
+            "kind": "Job",
+            "metadata": {
+                "name": f"burst-{self.count:05d}-{rng.randrange(16**4):04x}",
+                "namespace": lq.namespace,
+            },
+            "spec": {
+                "queue": lq.name,
+                "duration": f"{rng.uniform(20, 90):.0f}m",
+                "user": rng.choice(("alice", "bob", "carol", "dan")),
+                "podSets": [
+                    {
+                        "name": "workers",
+                        "count": 2,
+                        "cpu": 16,
+                        "memory": "64Gi",
+                        "gpu": {"count": 8},
+                    }
+                ],
+            },
         }
-

@@ -82,8 +82,10 @@ def name_schemas(spec: dict[str, Any]) -> None:
     for key, body in schemas.items():
         new = names.get(key, key)
         if new in renamed:
-            raise ValueError(f"components.schemas: {key!r} would be named {new!r}, a name "
-                             "another schema has; a schema name must be unique")
+            raise ValueError(
+                f"components.schemas: {key!r} would be named {new!r}, a name "
+                "another schema has; a schema name must be unique"
+            )
         if new != key and body.get("title") == key:
             body["title"] = new
         renamed[new] = body

@@ -105,14 +105,16 @@ class MeasuredCard(Wire):
     """What a card is measured to do (placement by measured use), beside its requests."""
 
     fresh: bool = Field(description="false: no recent sample, placed by requests")
-    load_milli: int = Field(description="the load placement uses: measured with estimates, "
-                            "or requested when not fresh")
+    load_milli: int = Field(
+        description="the load placement uses: measured with estimates, or requested when not fresh"
+    )
     util_pct: float | None
     used_mib: int | None
     free_mib: int | None
     age_seconds: float | None
     estimate_milli: int = Field(
-        description="what pods placed since the last sample are expected to add")
+        description="what pods placed since the last sample are expected to add"
+    )
 
 
 class Card(Wire):
@@ -120,10 +122,12 @@ class Card(Wire):
     model: str
     memory_mib: int
     vendor: str = Field("nvidia", description="the accelerator's vendor")
-    division: str = Field("", description="how the card may be divided (free split, "
-                          "templates, fractions, whole only)")
-    relative_capacity: float = Field(1.0, description="compute relative to the reference "
-                                     "card, for normalised quota and share")
+    division: str = Field(
+        "", description="how the card may be divided (free split, templates, fractions, whole only)"
+    )
+    relative_capacity: float = Field(
+        1.0, description="compute relative to the reference card, for normalised quota and share"
+    )
     uuid: str
     healthy: bool
     nvlink_peers: list[int]
@@ -154,8 +158,10 @@ class NodeView(Wire):
     memory_mib: Used
     gpus: list[Card]
     measured_reason: str | None = Field(
-        None, description="with placement by measured use: why this node is placed by "
-        "requests (stale or missing samples), empty when its samples are read")
+        None,
+        description="with placement by measured use: why this node is placed by "
+        "requests (stale or missing samples), empty when its samples are read",
+    )
 
 
 class NodeList(Wire):

@@ -1,5 +1,4 @@
-"""Elastic GPU objects: classes, claims, and the ElasticGPUs bound to claims (docs/elastic.md).
-"""
+"""Elastic GPU objects: classes, claims, and the ElasticGPUs bound to claims (docs/elastic.md)."""
 
 from __future__ import annotations
 

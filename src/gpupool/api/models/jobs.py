@@ -39,10 +39,12 @@ class JobStatus(Wire):
     finish_time_seconds: float | None
     preemptions: int
     message: str
-    alternative: str = Field("", description="the alternative form the job runs in (\"\": "
-                             "its own request)")
+    alternative: str = Field(
+        "", description='the alternative form the job runs in ("": its own request)'
+    )
     wait_seconds: float | None = Field(
-        description="pending: how long it has waited so far; else how long it waited")
+        description="pending: how long it has waited so far; else how long it waited"
+    )
     pending_reason: str | None = Field(description="why a pending job waits; null otherwise")
     queue_position: int | None
     estimated_start_time: str | None

@@ -78,7 +78,9 @@ class CohortList(Wire):
 STATUS_MODELS: dict[str, tuple[type[KubeObject], type[Wire]]] = {
     "ClusterQueue": (ClusterQueueView, ClusterQueueList),
     "LocalQueue": (LocalQueueView, LocalQueueList),
-    "ResourceFlavor": (Flavor, FlavorList), "Cohort": (CohortView, CohortList)}
+    "ResourceFlavor": (Flavor, FlavorList),
+    "Cohort": (CohortView, CohortList),
+}
 """Per kind: the object with its status, and a list of them."""
 
 Written = KubeObject

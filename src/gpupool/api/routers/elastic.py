@@ -92,16 +92,16 @@ def get_class(name: str, who: Who, service: Service) -> dict[str, Any]:
     return class_view(service.get_class(name))
 
 
-@router.post("/elasticgpuclasses", status_code=201, response_model=ElasticClass,
-             openapi_extra=_OBJECT)
+@router.post(
+    "/elasticgpuclasses", status_code=201, response_model=ElasticClass, openapi_extra=_OBJECT
+)
 async def create_class(doc: Body, who: Admin, service: Service) -> dict[str, Any]:
     return class_view(await run_in_threadpool(service.put_class, doc, create=True))
 
 
 @router.put("/elasticgpuclasses/{name}", response_model=ElasticClass, openapi_extra=_OBJECT)
 async def replace_class(name: str, doc: Body, who: Admin, service: Service) -> dict[str, Any]:
-    return class_view(await run_in_threadpool(service.put_class, doc, create=False,
-                                              name=name))
+    return class_view(await run_in_threadpool(service.put_class, doc, create=False, name=name))
 
 
 @router.delete("/elasticgpuclasses/{name}", response_model=Deleted)
@@ -114,16 +114,21 @@ def delete_class(name: str, who: Admin, service: Service) -> dict[str, Any]:
 
 
 @router.get("/elasticgpuclaims", response_model=ClaimList)
-def list_claims(who: Who, service: Service,
-                namespace: Annotated[str | None, Query(max_length=63)] = None
-                ) -> dict[str, Any]:
-    return {"items": [claim_view(c) for c in service.claims()
-                      if who.sees(c.namespace)
-                      and (namespace is None or c.namespace == namespace)]}
+def list_claims(
+    who: Who, service: Service, namespace: Annotated[str | None, Query(max_length=63)] = None
+) -> dict[str, Any]:
+    return {
+        "items": [
+            claim_view(c)
+            for c in service.claims()
+            if who.sees(c.namespace) and (namespace is None or c.namespace == namespace)
+        ]
+    }
 
 
-@router.post("/elasticgpuclaims", status_code=201, response_model=ElasticClaim,
-             openapi_extra=_OBJECT)
+@router.post(
+    "/elasticgpuclaims", status_code=201, response_model=ElasticClaim, openapi_extra=_OBJECT
+)
 async def create_claim(doc: Body, who: Who, service: Service) -> dict[str, Any]:
     ns = writable_namespace(who, doc, "claim in", top_level=True)
     return claim_view(await run_in_threadpool(service.submit, doc, ns))
@@ -139,8 +144,10 @@ def delete_claim(namespace: str, name: str, who: Who, service: Service) -> dict[
     key = seen(who, CLAIM, namespace, name)
     service.claim(key)
     r = service.delete_claim(key)
-    return {"deleted": r.claim, "elasticGPUs": {"deleted": list(r.deleted),
-                                                "retained": list(r.retained)}}
+    return {
+        "deleted": r.claim,
+        "elasticGPUs": {"deleted": list(r.deleted), "retained": list(r.retained)},
+    }
 
 
 # -- ElasticGPUs ---------------------------------------------------------------------------------
@@ -163,14 +170,16 @@ def get_gpu(name: str, who: Who, service: Service) -> dict[str, Any]:
     return gpu_view(_visible_gpu(who, service, name))
 
 
-@router.post("/elasticgpus", status_code=201, response_model=ElasticGpu,
-             openapi_extra=_OBJECT)
+@router.post("/elasticgpus", status_code=201, response_model=ElasticGpu, openapi_extra=_OBJECT)
 async def create_gpu(doc: Body, who: Admin, service: Service) -> dict[str, Any]:
     return gpu_view(await run_in_threadpool(service.add_gpu, doc))
 
 
-@router.patch("/elasticgpus/{name}", response_model=ElasticGpu,
-              openapi_extra=body_schema(MakeAvailable.model_json_schema()))
+@router.patch(
+    "/elasticgpus/{name}",
+    response_model=ElasticGpu,
+    openapi_extra=body_schema(MakeAvailable.model_json_schema()),
+)
 async def patch_gpu(name: str, doc: Body, who: Admin, service: Service) -> dict[str, Any]:
     validated(MakeAvailable, doc)
     return gpu_view(await run_in_threadpool(service.make_available, name))

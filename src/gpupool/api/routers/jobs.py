@@ -41,14 +41,15 @@ async def submit(doc: Body, who: Who, plane: Plane) -> dict[str, Any]:
 
 
 @router.get("", response_model=JobList)
-def list_jobs(who: Who, plane: Plane,
-              namespace: Annotated[str | None, Query(max_length=63)] = None,
-              queue: Annotated[str | None, Query(max_length=127)] = None,
-              phase: Annotated[str | None, Query(pattern=f"^{_ONE_PHASE}(,{_ONE_PHASE})*$")
-                               ] = None,
-              limit: Annotated[int, Query(ge=1, le=5000)] = 500,
-              after: Annotated[int, Query(ge=0, description="uid to continue after")] = 0,
-              ) -> dict[str, Any]:
+def list_jobs(
+    who: Who,
+    plane: Plane,
+    namespace: Annotated[str | None, Query(max_length=63)] = None,
+    queue: Annotated[str | None, Query(max_length=127)] = None,
+    phase: Annotated[str | None, Query(pattern=f"^{_ONE_PHASE}(,{_ONE_PHASE})*$")] = None,
+    limit: Annotated[int, Query(ge=1, le=5000)] = 500,
+    after: Annotated[int, Query(ge=0, description="uid to continue after")] = 0,
+) -> dict[str, Any]:
     phases = set(phase.split(",")) if phase else None
     with plane.lock:
         recs: list[JobRecord] = []
@@ -57,8 +58,11 @@ def list_jobs(who: Who, plane: Plane,
             ns = rec.request.namespace
             if rec.uid <= after or not who.sees(ns) or (namespace and ns != namespace):
                 continue
-            if queue and queue not in (rec.request.queue, rec.cluster_queue,
-                                       rec.request.queue.split("/", 1)[-1]):
+            if queue and queue not in (
+                rec.request.queue,
+                rec.cluster_queue,
+                rec.request.queue.split("/", 1)[-1],
+            ):
                 continue
             if phases and rec.phase not in phases:
                 continue
@@ -67,10 +71,12 @@ def list_jobs(who: Who, plane: Plane,
                 recs.append(rec)
         more = len(recs) > limit
         recs = recs[:limit]
-        return {"items": views.jobs_view(plane, recs),
-                "continue": recs[-1].uid if more and recs else None,
-                "remainingItemCount": matched - len(recs),
-                **times("time", plane.clock.now(), plane.clock.wall_of)}
+        return {
+            "items": views.jobs_view(plane, recs),
+            "continue": recs[-1].uid if more and recs else None,
+            "remainingItemCount": matched - len(recs),
+            **times("time", plane.clock.now(), plane.clock.wall_of),
+        }
 
 
 @router.get("/{namespace}/{name}", response_model=JobView)

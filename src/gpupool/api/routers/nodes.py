@@ -45,15 +45,20 @@ def node(name: str, who: Who, plane: Plane) -> dict[str, Any]:
     return views.node_view(plane, name, who.sees)
 
 
-@router.post("", status_code=201, response_model=NodeList,
-             openapi_extra=body_schema(NodePool.model_json_schema()))
+@router.post(
+    "",
+    status_code=201,
+    response_model=NodeList,
+    openapi_extra=body_schema(NodePool.model_json_schema()),
+)
 async def add_nodes(doc: Body, who: Admin, plane: Plane) -> dict[str, Any]:
     added = await run_in_threadpool(plane.add_nodes, doc)
     return {"items": [views.node_view(plane, n.name) for n in added]}
 
 
-@router.patch("/{name}", response_model=NodeView,
-              openapi_extra=body_schema(NodePatch.model_json_schema()))
+@router.patch(
+    "/{name}", response_model=NodeView, openapi_extra=body_schema(NodePatch.model_json_schema())
+)
 async def patch_node(name: str, doc: Body, who: Admin, plane: Plane) -> dict[str, Any]:
     patch = validated(NodePatch, doc)
 

@@ -36,26 +36,36 @@ API_VERSION = "autoscaling.x-k8s.io/v1"
 router = APIRouter(prefix="/api/v1", tags=["provisioning"])
 
 
-def request_view(req: ProvisioningRequest, wall_of: Callable[[float], float]
-                 ) -> dict[str, Any]:
+def request_view(req: ProvisioningRequest, wall_of: Callable[[float], float]) -> dict[str, Any]:
     d = req.to_dict()
-    phase = next((c["type"] for c in reversed(d["conditions"]) if c["status"] == "True"),
-                 "Pending")
-    conditions = [{**{k: v for k, v in c.items() if k != "lastTransitionTime"},
-                   **times("lastTransitionTime", c["lastTransitionTime"], wall_of)}
-                  for c in d["conditions"]]
+    phase = next((c["type"] for c in reversed(d["conditions"]) if c["status"] == "True"), "Pending")
+    conditions = [
+        {
+            **{k: v for k, v in c.items() if k != "lastTransitionTime"},
+            **times("lastTransitionTime", c["lastTransitionTime"], wall_of),
+        }
+        for c in d["conditions"]
+    ]
     return {
-        "apiVersion": API_VERSION, "kind": "ProvisioningRequest",
+        "apiVersion": API_VERSION,
+        "kind": "ProvisioningRequest",
         "metadata": {"name": req.name, "namespace": req.namespace},
-        "spec": {"provisioningClassName": req.provisioning_class_name,
-                 "podSets": d["podSets"], "parameters": d["parameters"]},
-        "status": {"phase": phase, "conditions": conditions, "nodes": d["nodes"],
-                   **times("createTime", req.created_s, wall_of),
-                   **times("consumeTime", req.consumed_s, wall_of),
-                   **times("bookingExpiryTime",
-                           req.booking_expires_s if req.booked else None, wall_of),
-                   **times("runEndTime", req.run_ends_s, wall_of)},
-        "job": req.job, "queue": req.queue,
+        "spec": {
+            "provisioningClassName": req.provisioning_class_name,
+            "podSets": d["podSets"],
+            "parameters": d["parameters"],
+        },
+        "status": {
+            "phase": phase,
+            "conditions": conditions,
+            "nodes": d["nodes"],
+            **times("createTime", req.created_s, wall_of),
+            **times("consumeTime", req.consumed_s, wall_of),
+            **times("bookingExpiryTime", req.booking_expires_s if req.booked else None, wall_of),
+            **times("runEndTime", req.run_ends_s, wall_of),
+        },
+        "job": req.job,
+        "queue": req.queue,
     }
 
 
@@ -74,37 +84,70 @@ def cloud_view(plane: ControlPlane, who: Principal) -> dict[str, Any]:
             n = sum(1 for name in rec.node_names if name in snap["nodeRequest"])
             if n:
                 alive[(rec.pool, rec.zone)] = alive.get((rec.pool, rec.zone), 0) + n
-        pools = [{
-            "name": p.name, "model": p.model, "gpusPerNode": p.gpus_per_node,
-            "maxNodesPerZone": p.max_nodes_per_zone,
-            "zones": [{"name": z, "nodes": alive.get((p.name, z), 0),
-                       "committed": zones.get((p.name, z), 0),
-                       "stockedOut": any(a <= now < b for a, b in
-                                         cloud.run.stockouts.get(f"{p.name}/{z}", ()))}
-                      for z in p.zones]} for p in spec.pools]
-        requests = [{
-            "key": r.key, "job": r.job, "pool": r.pool, "zone": r.zone, "nodes": r.nodes,
-            "gpus": r.gpus, "outcome": r.outcome, "reason": r.reason,
-            **times("createTime", r.created_s, wall_of),
-            **times("provisionTime", r.provisioned_s, wall_of),
-            **times("consumeTime", r.consumed_s, wall_of),
-            **times("endTime", r.ended_s, wall_of),
-            "idleBookingGpuSeconds": round(r.idle_booking_gpu_s, 1)}
-            for r in cloud.run.requests.values() if who.sees(r.key.split("/", 1)[0])]
-        return {"name": spec.name, "region": spec.region, **times("time", now, wall_of),
-                "gpuQuota": spec.gpu_quota, "gpusHeld": snap["gpusHeld"],
-                "gpusAlive": snap["aliveGpus"], "nodesMade": snap["nodesMade"],
-                "queued": list(snap["queue"]), "pools": pools, "requests": requests}
+        pools = [
+            {
+                "name": p.name,
+                "model": p.model,
+                "gpusPerNode": p.gpus_per_node,
+                "maxNodesPerZone": p.max_nodes_per_zone,
+                "zones": [
+                    {
+                        "name": z,
+                        "nodes": alive.get((p.name, z), 0),
+                        "committed": zones.get((p.name, z), 0),
+                        "stockedOut": any(
+                            a <= now < b for a, b in cloud.run.stockouts.get(f"{p.name}/{z}", ())
+                        ),
+                    }
+                    for z in p.zones
+                ],
+            }
+            for p in spec.pools
+        ]
+        requests = [
+            {
+                "key": r.key,
+                "job": r.job,
+                "pool": r.pool,
+                "zone": r.zone,
+                "nodes": r.nodes,
+                "gpus": r.gpus,
+                "outcome": r.outcome,
+                "reason": r.reason,
+                **times("createTime", r.created_s, wall_of),
+                **times("provisionTime", r.provisioned_s, wall_of),
+                **times("consumeTime", r.consumed_s, wall_of),
+                **times("endTime", r.ended_s, wall_of),
+                "idleBookingGpuSeconds": round(r.idle_booking_gpu_s, 1),
+            }
+            for r in cloud.run.requests.values()
+            if who.sees(r.key.split("/", 1)[0])
+        ]
+        return {
+            "name": spec.name,
+            "region": spec.region,
+            **times("time", now, wall_of),
+            "gpuQuota": spec.gpu_quota,
+            "gpusHeld": snap["gpusHeld"],
+            "gpusAlive": snap["aliveGpus"],
+            "nodesMade": snap["nodesMade"],
+            "queued": list(snap["queue"]),
+            "pools": pools,
+            "requests": requests,
+        }
 
 
 @router.get("/provisioningrequests", response_model=ProvisioningRequestList)
-def list_requests(who: Who, plane: Plane,
-                  namespace: Annotated[str | None, Query(max_length=63)] = None
-                  ) -> dict[str, Any]:
-    return {"items": [request_view(r, plane.clock.wall_of)
-                      for r in plane.provisioning_requests()
-                      if who.sees(r.namespace)
-                      and (namespace is None or r.namespace == namespace)]}
+def list_requests(
+    who: Who, plane: Plane, namespace: Annotated[str | None, Query(max_length=63)] = None
+) -> dict[str, Any]:
+    return {
+        "items": [
+            request_view(r, plane.clock.wall_of)
+            for r in plane.provisioning_requests()
+            if who.sees(r.namespace) and (namespace is None or r.namespace == namespace)
+        ]
+    }
 
 
 @router.get("/provisioningrequests/{namespace}/{name}", response_model=ProvisioningRequestView)

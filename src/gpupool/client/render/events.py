@@ -11,8 +11,13 @@ EVENT_HEADERS = ("AGE", "TYPE", "REASON", "OBJECT", "MESSAGE")
 
 
 def event_row(e: Mapping[str, Any], now_s: float) -> list[object]:
-    return [age(now_s - float(e.get("timeSeconds", now_s))), e.get("type"), e.get("reason"),
-            e.get("object"), e.get("message")]
+    return [
+        age(now_s - float(e.get("timeSeconds", now_s))),
+        e.get("type"),
+        e.get("reason"),
+        e.get("object"),
+        e.get("message"),
+    ]
 
 
 def events_table(events: Iterable[Mapping[str, Any]], now_s: float) -> str:
@@ -22,6 +27,13 @@ def events_table(events: Iterable[Mapping[str, Any]], now_s: float) -> str:
 def events_section(events: Sequence[Mapping[str, Any]], now_s: float) -> str:
     if not events:
         return "Events:       <none>"
-    rows = ([age(now_s - float(e.get("timeSeconds", now_s))), e.get("type"), e.get("reason"),
-             e.get("message")] for e in events)
+    rows = (
+        [
+            age(now_s - float(e.get("timeSeconds", now_s))),
+            e.get("type"),
+            e.get("reason"),
+            e.get("message"),
+        ]
+        for e in events
+    )
     return "Events:\n" + indent(table(("AGE", "TYPE", "REASON", "MESSAGE"), rows))

@@ -40,8 +40,12 @@ def job_gpus(spec: Mapping[str, Any]) -> str:
 
 def local_queue(job: Mapping[str, Any]) -> str:
     spec, labels = job.get("spec", {}), job.get("metadata", {}).get("labels") or {}
-    q = spec.get("queue") or labels.get("gpupool.io/queue") or \
-        labels.get("kueue.x-k8s.io/queue-name") or job.get("status", {}).get("clusterQueue")
+    q = (
+        spec.get("queue")
+        or labels.get("gpupool.io/queue")
+        or labels.get("kueue.x-k8s.io/queue-name")
+        or job.get("status", {}).get("clusterQueue")
+    )
     return str(q or NONE)
 
 
@@ -71,21 +75,41 @@ def job_row(job: Mapping[str, Any], now_s: float, wide: bool = False) -> list[ob
     meta, status = job.get("metadata", {}), job.get("status", {})
     submitted = status.get("submitTimeSeconds")
     row: list[object] = [
-        meta.get("namespace"), meta.get("name"), local_queue(job), status.get("phase"),
-        job_gpus(job.get("spec", {})), age(None if submitted is None else now_s - submitted),
-        age(status.get("waitSeconds")), _position(status), _est_start(status)]
+        meta.get("namespace"),
+        meta.get("name"),
+        local_queue(job),
+        status.get("phase"),
+        job_gpus(job.get("spec", {})),
+        age(None if submitted is None else now_s - submitted),
+        age(status.get("waitSeconds")),
+        _position(status),
+        _est_start(status),
+    ]
     if wide:
         spec = job.get("spec", {})
         nodes = sorted({p["node"] for p in status.get("placements", [])})
-        row += [status.get("flavor"), ",".join(nodes), spec.get("user"),
-                spec.get("priorityClassName") or spec.get("priority")]
+        row += [
+            status.get("flavor"),
+            ",".join(nodes),
+            spec.get("user"),
+            spec.get("priorityClassName") or spec.get("priority"),
+        ]
     # whole: the last column is not padded, and a reason cut short loses its cause
     row.append(" ".join(_reason(status).split()))
     return row
 
 
-JOB_HEADERS = ("NAMESPACE", "NAME", "QUEUE", "PHASE", "GPUS", "AGE", "WAIT", "POSITION",
-               "EST.START")
+JOB_HEADERS = (
+    "NAMESPACE",
+    "NAME",
+    "QUEUE",
+    "PHASE",
+    "GPUS",
+    "AGE",
+    "WAIT",
+    "POSITION",
+    "EST.START",
+)
 JOB_WIDE = ("FLAVOR", "NODES", "USER", "PRIORITY")
 
 
@@ -94,8 +118,7 @@ def jobs_table(jobs: Iterable[Mapping[str, Any]], now_s: float, wide: bool = Fal
     return table(headers, (job_row(j, now_s, wide) for j in jobs))
 
 
-def describe_job(job: Mapping[str, Any], events: Sequence[Mapping[str, Any]],
-                 now_s: float) -> str:
+def describe_job(job: Mapping[str, Any], events: Sequence[Mapping[str, Any]], now_s: float) -> str:
     meta, spec, status = job.get("metadata", {}), job.get("spec", {}), job.get("status", {})
     phase = status.get("phase")
     labels = meta.get("labels") or {}
@@ -121,14 +144,30 @@ def describe_job(job: Mapping[str, Any], events: Sequence[Mapping[str, Any]],
         together = f"{gang} of {replicas} replicas start together"
     out.append(field("Gang", together))
     out.append("Pod sets:")
-    out.append(indent(table(("NAME", "COUNT", "CPU", "MEMORY", "GPU"), (
-        (ps.get("name", "main"), ps.get("count", 1), ps.get("cpu", 0), ps.get("memory", 0),
-         _gpu_request(ps.get("gpu"))) for ps in spec.get("podSets", [])))))
+    out.append(
+        indent(
+            table(
+                ("NAME", "COUNT", "CPU", "MEMORY", "GPU"),
+                (
+                    (
+                        ps.get("name", "main"),
+                        ps.get("count", 1),
+                        ps.get("cpu", 0),
+                        ps.get("memory", 0),
+                        _gpu_request(ps.get("gpu")),
+                    )
+                    for ps in spec.get("podSets", [])
+                ),
+            )
+        )
+    )
     for ps in spec.get("podSets", []):
         extra = []
         if ps.get("nodeSelector"):
-            extra.append("node selector " + ", ".join(
-                f"{k}={v}" for k, v in sorted(ps["nodeSelector"].items())))
+            extra.append(
+                "node selector "
+                + ", ".join(f"{k}={v}" for k, v in sorted(ps["nodeSelector"].items()))
+            )
         if ps.get("tolerations"):
             extra.append(f"{len(ps['tolerations'])} toleration(s)")
         if extra:
@@ -137,13 +176,17 @@ def describe_job(job: Mapping[str, Any], events: Sequence[Mapping[str, Any]],
     rows: list[tuple[str, object]] = [("Phase", phase)]
     rows.append(("Submitted", _when(status, "submitTime", now_s)))
     if phase == "Pending":
-        rows += [("Waiting", age(status.get("waitSeconds"))),
-                 ("Queue position", _position(status) or "unknown"),
-                 ("Estimated start", _est_start(status)),
-                 ("Pending reason", status.get("pendingReason"))]
+        rows += [
+            ("Waiting", age(status.get("waitSeconds"))),
+            ("Queue position", _position(status) or "unknown"),
+            ("Estimated start", _est_start(status)),
+            ("Pending reason", status.get("pendingReason")),
+        ]
     else:
-        rows += [("Started", _when(status, "startTime", now_s)),
-                 ("Waited", age(status.get("waitSeconds")))]
+        rows += [
+            ("Started", _when(status, "startTime", now_s)),
+            ("Waited", age(status.get("waitSeconds"))),
+        ]
         if status.get("expectedEndTimeSeconds") is not None:
             rows.append(("Expected end", _when(status, "expectedEndTime", now_s)))
         if status.get("finishTimeSeconds") is not None:
@@ -159,17 +202,31 @@ def describe_job(job: Mapping[str, Any], events: Sequence[Mapping[str, Any]],
         cells: list[list[object]] = []
         for p in placements:
             gpus = p.get("gpus") or []
-            first: list[object] = [task_name(p["task"]), p["node"], milli(p.get("cpuMilli")),
-                                   mib(p.get("memoryMib"))]
+            first: list[object] = [
+                task_name(p["task"]),
+                p["node"],
+                milli(p.get("cpuMilli")),
+                mib(p.get("memoryMib")),
+            ]
             if not gpus:
                 cells.append([*first, None, None, None, None])
             for i, g in enumerate(gpus):
                 lead = first if i == 0 else [BLANK] * 4
                 mig = g.get("migProfile")
-                cells.append([*lead, g.get("index"), None if mig else milli(g.get("gpuMilli")),
-                              None if mig else mib(g.get("memoryMib")), mig])
-        out.append(indent(table(("TASK", "NODE", "CPU", "MEMORY", "CARD", "GPU",
-                                  "GPU-MEMORY", "MIG"), cells)))
+                cells.append(
+                    [
+                        *lead,
+                        g.get("index"),
+                        None if mig else milli(g.get("gpuMilli")),
+                        None if mig else mib(g.get("memoryMib")),
+                        mig,
+                    ]
+                )
+        out.append(
+            indent(
+                table(("TASK", "NODE", "CPU", "MEMORY", "CARD", "GPU", "GPU-MEMORY", "MIG"), cells)
+            )
+        )
     else:
         out.append("Placements:   <none>")
     out.append(events_section(events, now_s))

@@ -84,8 +84,12 @@ class Binder:
     """Holds the three kinds of objects and binds claims; the ClusterState is shared with the
     scheduler, so ElasticGPUs and jobs see each other's cards taken."""
 
-    def __init__(self, state: ClusterState, profile: Profile | None = None,
-                 classes: Iterable[ElasticGPUClass] = ()) -> None:
+    def __init__(
+        self,
+        state: ClusterState,
+        profile: Profile | None = None,
+        classes: Iterable[ElasticGPUClass] = (),
+    ) -> None:
         self.state = state
         self.profile = profile or default_profile()
         self._classes: dict[str, ElasticGPUClass] = {}
@@ -110,8 +114,10 @@ class Binder:
         try:
             return self._classes[name]
         except KeyError:
-            raise NotFoundError(f"ElasticGPUClass {name!r} does not exist; known: "
-                                f"{', '.join(sorted(self._classes)) or 'none'}") from None
+            raise NotFoundError(
+                f"ElasticGPUClass {name!r} does not exist; known: "
+                f"{', '.join(sorted(self._classes)) or 'none'}"
+            ) from None
 
     def claim(self, key: str) -> ElasticGPUClaim:
         try:
@@ -138,8 +144,10 @@ class Binder:
             raise ConfigError(f"expected an ElasticGPUClass, found {type(cls).__name__}")
         old = self._classes.get(cls.name)
         if old is not None and old != cls:
-            raise ConflictError(f"ElasticGPUClass {cls.name} exists with other settings; "
-                                "classes do not change: delete it and create it again")
+            raise ConflictError(
+                f"ElasticGPUClass {cls.name} exists with other settings; "
+                "classes do not change: delete it and create it again"
+            )
         self._classes[cls.name] = cls
         return cls
 
@@ -164,12 +172,16 @@ class Binder:
                 return old
             raise ConflictError(f"ElasticGPU {gpu.name} exists already")
         if gpu.phase is not GpuPhase.AVAILABLE or gpu.claim_ref is not None:
-            raise ConfigError(f"ElasticGPU {gpu.name}: phase={gpu.phase.value!r}: an operator "
-                              "creates ElasticGPUs Available and unbound; claims bind them")
+            raise ConfigError(
+                f"ElasticGPU {gpu.name}: phase={gpu.phase.value!r}: an operator "
+                "creates ElasticGPUs Available and unbound; claims bind them"
+            )
         if gpu.source is Source.REMOTE:
             if any(g.pool == gpu.pool and g.card == gpu.card for g in self._gpus.values()):
-                raise ConflictError(f"ElasticGPU {gpu.name}: GPU {gpu.card} of remote pool "
-                                    f"{gpu.pool} has an ElasticGPU already")
+                raise ConflictError(
+                    f"ElasticGPU {gpu.name}: GPU {gpu.card} of remote pool "
+                    f"{gpu.pool} has an ElasticGPU already"
+                )
             self._gpus[gpu.name] = gpu
             return gpu
         gpu = self._take_card(gpu, "static")
@@ -203,13 +215,17 @@ class Binder:
             if c.key in self._claims:
                 raise ConflictError(f"ElasticGPUClaim {c.key} exists already")
             if c.class_name and c.class_name not in self._classes:
-                raise ConflictError(f"ElasticGPUClaim {c.key}: ElasticGPUClass "
-                                    f"{c.class_name} is not known; add the classes first")
+                raise ConflictError(
+                    f"ElasticGPUClaim {c.key}: ElasticGPUClass "
+                    f"{c.class_name} is not known; add the classes first"
+                )
             for n in c.elastic_gpus:
                 g = by_name.get(n)
                 if g is None or g.claim_ref is None or g.claim_ref.key != c.key:
-                    raise ConflictError(f"ElasticGPUClaim {c.key}: ElasticGPU {n} is missing "
-                                        "or bound to another claim")
+                    raise ConflictError(
+                        f"ElasticGPUClaim {c.key}: ElasticGPU {n} is missing "
+                        "or bound to another claim"
+                    )
         held: list[TaskId] = []
         kept: list[ElasticGPU] = []
         try:
@@ -234,9 +250,11 @@ class Binder:
         """An operator deletes an ElasticGPU that no claim holds; its capacity is freed."""
         g = self.gpu(name)
         if g.phase is GpuPhase.BOUND:
-            raise ConflictError(f"ElasticGPU {name} is bound to claim "
-                                f"{g.claim_ref.key if g.claim_ref else '?'}; delete the claim "
-                                "first")
+            raise ConflictError(
+                f"ElasticGPU {name} is bound to claim "
+                f"{g.claim_ref.key if g.claim_ref else '?'}; delete the claim "
+                "first"
+            )
         self._drop(g)
         return g
 
@@ -245,8 +263,9 @@ class Binder:
         released PersistentVolume's claimRef."""
         g = self.gpu(name)
         if g.phase is not GpuPhase.RELEASED:
-            raise ConflictError(f"ElasticGPU {name} is {g.phase.value}; only a Released one "
-                                "can be made Available")
+            raise ConflictError(
+                f"ElasticGPU {name} is {g.phase.value}; only a Released one can be made Available"
+            )
         g = replace(g, phase=GpuPhase.AVAILABLE, claim_ref=None, message="")
         self._gpus[name] = g
         return g
@@ -264,17 +283,26 @@ class Binder:
         if old is not None:
             if old.requests == claim.requests and claim.class_name in ("", old.class_name):
                 return old
-            raise ConflictError(f"ElasticGPUClaim {claim.key} exists with other requests; "
-                                "claims do not change: delete it and create it again")
+            raise ConflictError(
+                f"ElasticGPUClaim {claim.key} exists with other requests; "
+                "claims do not change: delete it and create it again"
+            )
         cls, options = self._resolver.resolve(claim)
         serving = tuple(o.serving for o in options if o.serving is not None)
-        c = ElasticGPUClaim(name=claim.name, namespace=claim.namespace,
-                            requests=claim.requests, class_name=cls.name,
-                            serving_models=_unique_serving(serving))
+        c = ElasticGPUClaim(
+            name=claim.name,
+            namespace=claim.namespace,
+            requests=claim.requests,
+            class_name=cls.name,
+            serving_models=_unique_serving(serving),
+        )
         self._claims[c.key] = c
         if cls.binding_mode is BindingMode.WAIT_FOR_FIRST_CONSUMER:
-            return self._put(replace(c, message="waiting for its first consumer "
-                                                "(bindingMode WaitForFirstConsumer)"))
+            return self._put(
+                replace(
+                    c, message="waiting for its first consumer (bindingMode WaitForFirstConsumer)"
+                )
+            )
         return self._bind(c, cls, None)
 
     def reconcile(self) -> list[ElasticGPUClaim]:
@@ -325,8 +353,10 @@ class Binder:
                 continue
             if g.phase is not GpuPhase.FAILED:
                 self._gpus[name] = replace(
-                    g, phase=GpuPhase.RELEASED,
-                    message=f"claim {key} was deleted; kept by reclaimPolicy Retain")
+                    g,
+                    phase=GpuPhase.RELEASED,
+                    message=f"claim {key} was deleted; kept by reclaimPolicy Retain",
+                )
             retained.append(name)
         return Release(key, tuple(deleted), tuple(retained))
 
@@ -335,14 +365,20 @@ class Binder:
     def node_removed(self, node: str) -> list[ElasticGPUClaim]:
         """A node left: its ElasticGPUs fail and the claims bound to them are Lost. Call it
         before or after ``ClusterState.remove_node``; either order holds."""
-        return self._fail([g for g in self._gpus.values() if g.node == node],
-                          f"node {node} left the cluster")
+        return self._fail(
+            [g for g in self._gpus.values() if g.node == node], f"node {node} left the cluster"
+        )
 
     def card_failed(self, node: str, card: int) -> list[ElasticGPUClaim]:
         """A card became unhealthy: its ElasticGPUs fail, their claims are Lost."""
-        return self._fail([g for g in self._gpus.values()
-                           if g.node == node and g.card == card and g.source is not Source.REMOTE],
-                          f"GPU {card} of node {node} failed")
+        return self._fail(
+            [
+                g
+                for g in self._gpus.values()
+                if g.node == node and g.card == card and g.source is not Source.REMOTE
+            ],
+            f"GPU {card} of node {node} failed",
+        )
 
     def _fail(self, hit: list[ElasticGPU], why: str) -> list[ElasticGPUClaim]:
         lost: dict[str, ElasticGPUClaim] = {}
@@ -359,15 +395,17 @@ class Binder:
 
     # -- binding -----------------------------------------------------------------------------
 
-    def _bind(self, c: ElasticGPUClaim, cls: ElasticGPUClass, node: str | None) \
-            -> ElasticGPUClaim:
+    def _bind(self, c: ElasticGPUClaim, cls: ElasticGPUClass, node: str | None) -> ElasticGPUClaim:
         try:
             options, problem = self._resolver.options(c, cls)
         except InvalidJobError as exc:  # pragma: no cover - options never raise
             problem, options = (exc.field, exc.value, exc.rule), []
         if problem is not None:
-            return self._put(replace(c, message=f"cannot be served now: {problem[0]}="
-                                                 f"{problem[1]!r}: {problem[2]}"))
+            return self._put(
+                replace(
+                    c, message=f"cannot be served now: {problem[0]}={problem[1]!r}: {problem[2]}"
+                )
+            )
         for o in options:
             found = self._match(cls, o, node)
             if found:
@@ -385,17 +423,28 @@ class Binder:
             assert g.phase is GpuPhase.AVAILABLE or g.claim_ref == ref, g
             self._gpus[g.name] = replace(g, phase=GpuPhase.BOUND, claim_ref=ref, message="")
         node = gpus[0].node
-        return self._put(replace(c, phase=ClaimPhase.BOUND,
-                                 elastic_gpus=tuple(g.name for g in gpus), node=node,
-                                 message=""))
+        return self._put(
+            replace(
+                c,
+                phase=ClaimPhase.BOUND,
+                elastic_gpus=tuple(g.name for g in gpus),
+                node=node,
+                message="",
+            )
+        )
 
     def _match(self, cls: ElasticGPUClass, o: Option, node: str | None) -> list[ElasticGPU]:
         """Available ElasticGPUs of the class that serve the option: the smallest that does."""
         req = o.request
-        free = [g for g in self._gpus.values()
-                if g.phase is GpuPhase.AVAILABLE and g.class_name == cls.name
-                and g.source is cls.source and (not req.models or g.model in req.models)
-                and (node is None or g.source is Source.REMOTE or g.node == node)]
+        free = [
+            g
+            for g in self._gpus.values()
+            if g.phase is GpuPhase.AVAILABLE
+            and g.class_name == cls.name
+            and g.source is cls.source
+            and (not req.models or g.model in req.models)
+            and (node is None or g.source is Source.REMOTE or g.node == node)
+        ]
         if not free:
             return []
         if cls.source is Source.REMOTE:
@@ -412,21 +461,28 @@ class Binder:
                     return cards[: req.count]
             return []
         if cls.source is Source.MIG:
-            same = sorted((g for g in free if g.mig_profile == req.mig_profile),
-                          key=lambda g: g.name)
+            same = sorted(
+                (g for g in free if g.mig_profile == req.mig_profile), key=lambda g: g.name
+            )
             return same[:1]
-        fits = [g for g in free if g.capacity.gpu_milli >= req.gpu_milli
-                and g.capacity.memory_mib >= req.memory_mib]
+        fits = [
+            g
+            for g in free
+            if g.capacity.gpu_milli >= req.gpu_milli and g.capacity.memory_mib >= req.memory_mib
+        ]
         fits.sort(key=lambda g: (g.capacity.gpu_milli, g.capacity.memory_mib, g.name))
         return fits[:1]
 
-    def _provision(self, c: ElasticGPUClaim, cls: ElasticGPUClass, o: Option,
-                   node: str | None) -> tuple[list[ElasticGPU], str]:
+    def _provision(
+        self, c: ElasticGPUClaim, cls: ElasticGPUClass, o: Option, node: str | None
+    ) -> tuple[list[ElasticGPU], str]:
         if cls.provisioner is Provisioner.REMOTE:
             return self._provision_remote(c, cls, o)
-        task = Task(TaskId(f"{TASK_PREFIX}{c.key}"), JobId(f"{TASK_PREFIX}{c.key}"),
-                    PodSet("claim", 1, 0, 0, gpu=o.request,
-                           tolerations=(GPU_TOLERATION,)))
+        task = Task(
+            TaskId(f"{TASK_PREFIX}{c.key}"),
+            JobId(f"{TASK_PREFIX}{c.key}"),
+            PodSet("claim", 1, 0, 0, gpu=o.request, tolerations=(GPU_TOLERATION,)),
+        )
         snap = self.state.snapshot()
         if node is None:
             p, status = place_task(task, snap, self.profile)
@@ -450,10 +506,14 @@ class Binder:
             self._gpus[g.name] = g
         return made, ""
 
-    def _provision_remote(self, c: ElasticGPUClaim, cls: ElasticGPUClass,
-                          o: Option) -> tuple[list[ElasticGPU], str]:
-        taken = {g.card for g in self._gpus.values()
-                 if g.source is Source.REMOTE and g.pool == cls.parameters["pool"]}
+    def _provision_remote(
+        self, c: ElasticGPUClaim, cls: ElasticGPUClass, o: Option
+    ) -> tuple[list[ElasticGPU], str]:
+        taken = {
+            g.card
+            for g in self._gpus.values()
+            if g.source is Source.REMOTE and g.pool == cls.parameters["pool"]
+        }
         made, why = making.remote(cls, o, taken, lambda n: self._names(c, n))
         for g in made:
             self._gpus[g.name] = g

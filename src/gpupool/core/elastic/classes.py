@@ -35,31 +35,33 @@ class ElasticGPUClass:
 
     def __post_init__(self) -> None:
         def fail(path: str) -> Callable[[object, str], ConfigError]:
-            return lambda value, rule: object_error("ElasticGPUClass", self.name, path, value,
-                                                    rule)
+            return lambda value, rule: object_error("ElasticGPUClass", self.name, path, value, rule)
 
         if not self.name:
             raise fail("name")(self.name, "must not be empty")
         prov = _enum(Provisioner, self.provisioner, fail("provisioner"))
         object.__setattr__(self, "provisioner", prov)
-        object.__setattr__(self, "reclaim_policy",
-                           _enum(ReclaimPolicy, self.reclaim_policy, fail("reclaimPolicy")))
-        object.__setattr__(self, "binding_mode",
-                           _enum(BindingMode, self.binding_mode, fail("bindingMode")))
+        object.__setattr__(
+            self, "reclaim_policy", _enum(ReclaimPolicy, self.reclaim_policy, fail("reclaimPolicy"))
+        )
+        object.__setattr__(
+            self, "binding_mode", _enum(BindingMode, self.binding_mode, fail("bindingMode"))
+        )
         allowed = CLASS_PARAMETERS[prov]
         params = dict(self.parameters)
         for k, v in params.items():
             if k not in allowed:
-                raise fail(f"parameters.{k}")(v, f"is not a parameter of provisioner {prov}; "
-                                                 f"known: {', '.join(allowed)}")
+                raise fail(f"parameters.{k}")(
+                    v, f"is not a parameter of provisioner {prov}; known: {', '.join(allowed)}"
+                )
             if not isinstance(v, str):
                 raise fail(f"parameters.{k}")(v, "parameters are strings")
         if prov is Provisioner.REMOTE:
             for k in ("pool", "model", "memoryMib", "count"):
                 if not params.get(k):
-                    raise fail(f"parameters.{k}")(params.get(k),
-                                                  "a remote class needs pool, model, "
-                                                  "memoryMib and count")
+                    raise fail(f"parameters.{k}")(
+                        params.get(k), "a remote class needs pool, model, memoryMib and count"
+                    )
             for k in ("memoryMib", "count"):
                 if not params[k].isdigit() or int(params[k]) < 1:
                     raise fail(f"parameters.{k}")(params[k], "must be a positive whole number")

@@ -19,8 +19,9 @@ from gpupool.core.snapshot import Snapshot
 from gpupool.core.table import NodeTable
 
 
-def place_on(task: Task, snap: Snapshot, node: NodeName,
-             profile: Profile) -> tuple[Placement | None, str]:
+def place_on(
+    task: Task, snap: Snapshot, node: NodeName, profile: Profile
+) -> tuple[Placement | None, str]:
     """``task`` on ``node`` (a WaitForFirstConsumer claim's consumer's node), its cards chosen
     by the profile; None and why when the node cannot hold it now."""
     rows, status = feasible(task, snap, profile)
@@ -34,8 +35,9 @@ def place_on(task: Task, snap: Snapshot, node: NodeName,
     return Placement(task.id, task.job, node, 0, 0, shares), ""
 
 
-def on_cards(p: Placement, names: list[str], cls: ElasticGPUClass,
-             table: NodeTable) -> list[ElasticGPU]:
+def on_cards(
+    p: Placement, names: list[str], cls: ElasticGPUClass, table: NodeTable
+) -> list[ElasticGPU]:
     """One ElasticGPU per share of ``p``, named by ``names``: its capacity is the share (a MIG
     instance's: the instance's), its TFLOPS that part of the card's peak."""
     row = table.row(p.node)
@@ -49,30 +51,53 @@ def on_cards(p: Placement, names: list[str], cls: ElasticGPUClass,
         else:
             cap = (share.gpu_milli, share.memory_mib)
         peak = peak_tflops(card.model)
-        made.append(ElasticGPU(
-            name=name, source=cls.source, model=card.model,
-            capacity=Capacity(cap[0], cap[1], None if peak is None else
-                              round(peak * cap[0] / WHOLE_GPU_MILLI, 3)),
-            node=p.node, card=share.index, uuid=card.uuid, mig_profile=share.mig_profile,
-            class_name=cls.name, reclaim_policy=cls.reclaim_policy))
+        made.append(
+            ElasticGPU(
+                name=name,
+                source=cls.source,
+                model=card.model,
+                capacity=Capacity(
+                    cap[0],
+                    cap[1],
+                    None if peak is None else round(peak * cap[0] / WHOLE_GPU_MILLI, 3),
+                ),
+                node=p.node,
+                card=share.index,
+                uuid=card.uuid,
+                mig_profile=share.mig_profile,
+                class_name=cls.name,
+                reclaim_policy=cls.reclaim_policy,
+            )
+        )
     return made
 
 
-def remote(cls: ElasticGPUClass, o: Option, taken: set[int],
-           names: Callable[[int], list[str]]) -> tuple[list[ElasticGPU], str]:
+def remote(
+    cls: ElasticGPUClass, o: Option, taken: set[int], names: Callable[[int], list[str]]
+) -> tuple[list[ElasticGPU], str]:
     """ElasticGPUs on the first free cards of the class's remote pool (``taken``: cards other
     ElasticGPUs hold), or none and why when the pool has too few."""
     pool = cls.parameters["pool"]
     count = int(cls.parameters["count"])
     free = [i for i in range(count) if i not in taken][: o.remote_cards]
     if len(free) < o.remote_cards:
-        return [], (f"remote pool {pool} has {count - len(taken)} of its {count} GPUs free; "
-                    f"{o.remote_cards} needed")
+        return [], (
+            f"remote pool {pool} has {count - len(taken)} of its {count} GPUs free; "
+            f"{o.remote_cards} needed"
+        )
     model = cls.parameters["model"]
     memory = int(cls.parameters["memoryMib"])
-    return [ElasticGPU(
-        name=name, source=Source.REMOTE, model=model,
-        capacity=Capacity(WHOLE_GPU_MILLI, memory, peak_tflops(model)), pool=pool, card=i,
-        endpoint=cls.parameters.get("endpoint", ""), class_name=cls.name,
-        reclaim_policy=cls.reclaim_policy)
-        for name, i in zip(names(len(free)), free, strict=True)], ""
+    return [
+        ElasticGPU(
+            name=name,
+            source=Source.REMOTE,
+            model=model,
+            capacity=Capacity(WHOLE_GPU_MILLI, memory, peak_tflops(model)),
+            pool=pool,
+            card=i,
+            endpoint=cls.parameters.get("endpoint", ""),
+            class_name=cls.name,
+            reclaim_policy=cls.reclaim_policy,
+        )
+        for name, i in zip(names(len(free)), free, strict=True)
+    ], ""

@@ -166,8 +166,9 @@ class ElasticGPU:
             raise fail("name")(self.name, "must not be empty")
         object.__setattr__(self, "source", _enum(Source, self.source, fail("source")))
         object.__setattr__(self, "phase", _enum(GpuPhase, self.phase, fail("phase")))
-        object.__setattr__(self, "reclaim_policy",
-                           _enum(ReclaimPolicy, self.reclaim_policy, fail("reclaimPolicy")))
+        object.__setattr__(
+            self, "reclaim_policy", _enum(ReclaimPolicy, self.reclaim_policy, fail("reclaimPolicy"))
+        )
         cap = self.capacity
         if not 1 <= cap.gpu_milli <= WHOLE_GPU_MILLI:
             raise fail("capacity.gpuMilli")(cap.gpu_milli, "must be 1..1000 (one card at most)")
@@ -177,8 +178,10 @@ class ElasticGPU:
             if not self.pool:
                 raise fail("pool")(self.pool, "a remote ElasticGPU names its pool")
         elif not self.node or self.card < 0:
-            raise fail("node")(f"{self.node}#{self.card}",
-                               "a physical card, slice or MIG instance names its node and card")
+            raise fail("node")(
+                f"{self.node}#{self.card}",
+                "a physical card, slice or MIG instance names its node and card",
+            )
         if self.source is Source.MIG and not self.mig_profile:
             raise fail("migProfile")(self.mig_profile, "a MIG ElasticGPU names its profile")
         if self.source is Source.PHYSICAL and cap.gpu_milli != WHOLE_GPU_MILLI:
@@ -264,8 +267,9 @@ class ElasticGPUClaim:
             raise bad("name", self.name, "a claim needs a name")
         if not self.namespace:
             raise bad("namespace", self.namespace, "a claim needs a namespace")
-        object.__setattr__(self, "phase", _enum(
-            ClaimPhase, self.phase, lambda v, r: bad("phase", v, r)))
+        object.__setattr__(
+            self, "phase", _enum(ClaimPhase, self.phase, lambda v, r: bad("phase", v, r))
+        )
         object.__setattr__(self, "requests", _check_requests(self.requests, bad))
 
     @property
@@ -276,26 +280,46 @@ class ElasticGPUClaim:
 def _check_requests(r: ClaimRequests, bad: Any) -> ClaimRequests:
     if not isinstance(r, ClaimRequests):
         raise bad("requests", r, "must be cards, gpu_milli + memory_mib, or tflops")
-    forms = [name for name, on in (("cards", r.cards != 0), ("tflops", r.tflops != 0),
-                                   ("gpu_milli", r.gpu_milli != 0)) if on]
+    forms = [
+        name
+        for name, on in (
+            ("cards", r.cards != 0),
+            ("tflops", r.tflops != 0),
+            ("gpu_milli", r.gpu_milli != 0),
+        )
+        if on
+    ]
     if len(forms) > 1:
-        raise bad(f"requests.{forms[1]}", getattr(r, forms[1]),
-                  f"cannot be combined with requests.{forms[0]}: a claim asks for cards, "
-                  "a slice (gpu_milli + memory_mib) or tflops")
+        raise bad(
+            f"requests.{forms[1]}",
+            getattr(r, forms[1]),
+            f"cannot be combined with requests.{forms[0]}: a claim asks for cards, "
+            "a slice (gpu_milli + memory_mib) or tflops",
+        )
     if r.cards < 0 or r.cards > MAX_CARDS:
         raise bad("requests.cards", r.cards, f"must be 1..{MAX_CARDS} whole cards")
     if not 0 <= r.gpu_milli < WHOLE_GPU_MILLI:
-        raise bad("requests.gpu_milli", r.gpu_milli,
-                  "a slice is 1..999 milli-GPU of one card; ask for whole cards with cards")
+        raise bad(
+            "requests.gpu_milli",
+            r.gpu_milli,
+            "a slice is 1..999 milli-GPU of one card; ask for whole cards with cards",
+        )
     if r.memory_mib < 0:
         raise bad("requests.memory_mib", r.memory_mib, "must be zero or more MiB")
     if r.tflops != 0 and not (math.isfinite(r.tflops) and 0 < r.tflops <= MAX_TFLOPS):
         raise bad("requests.tflops", r.tflops, f"must be a number in (0, {MAX_TFLOPS:g}]")
     if not forms and r.memory_mib == 0:
-        raise bad("requests", {"cards": r.cards, "gpuMilli": r.gpu_milli,
-                               "memoryMib": r.memory_mib, "tflops": r.tflops,
-                               "models": sorted(r.models)},
-                  "asks for nothing: give cards, gpu_milli and/or memory_mib, or tflops")
+        raise bad(
+            "requests",
+            {
+                "cards": r.cards,
+                "gpuMilli": r.gpu_milli,
+                "memoryMib": r.memory_mib,
+                "tflops": r.tflops,
+                "models": sorted(r.models),
+            },
+            "asks for nothing: give cards, gpu_milli and/or memory_mib, or tflops",
+        )
     if any(not m for m in r.models):
         raise bad("requests.models", sorted(r.models), "model names must not be empty")
     return r
@@ -307,5 +331,11 @@ def _check_requests(r: ClaimRequests, bad: Any) -> ClaimRequests:
 def object_error(kind: str, name: str, path: str, value: object, rule: str) -> ConfigError:
     """A ConfigError in the object ``kind name``, reading ``Kind name: path=value: rule``."""
     where = f"{kind} {name or '?'}"
-    return ConfigError(f"{where}: {path}={value!r}: {rule}", field=path, value=value,
-                       rule=rule, where=where, document=(kind, name))
+    return ConfigError(
+        f"{where}: {path}={value!r}: {rule}",
+        field=path,
+        value=value,
+        rule=rule,
+        where=where,
+        document=(kind, name),
+    )

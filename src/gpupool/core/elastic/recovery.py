@@ -33,8 +33,9 @@ class Recovered:
     failed: dict[str, str]
 
 
-def recover(binder: Binder, gpus: Iterable[ElasticGPU],
-            claims: Iterable[ElasticGPUClaim]) -> Recovered:
+def recover(
+    binder: Binder, gpus: Iterable[ElasticGPU], claims: Iterable[ElasticGPUClaim]
+) -> Recovered:
     """Take ``gpus`` and ``claims`` back into ``binder`` (new, holding its classes only),
     failing those that cannot hold their card again (see the module's docstring)."""
     gpus, by_key = list(gpus), {c.key: c for c in claims}
@@ -46,8 +47,9 @@ def recover(binder: Binder, gpus: Iterable[ElasticGPU],
         binder.restore(gpus, by_key.values())
     except ConflictError:
         taken = _taken(binder.state, gpus)
-        gpus = _fail(gpus, by_key, taken,
-                     lambda g: f"card {g.card} of node {g.node} was taken", failed)
+        gpus = _fail(
+            gpus, by_key, taken, lambda g: f"card {g.card} of node {g.node} was taken", failed
+        )
         binder.restore(gpus, by_key.values())
     return Recovered(failed)
 
@@ -72,8 +74,13 @@ def _taken(state: ClusterState, gpus: Sequence[ElasticGPU]) -> list[ElasticGPU]:
     return bad
 
 
-def _fail(gpus: list[ElasticGPU], claims: dict[str, ElasticGPUClaim], hit: Sequence[ElasticGPU],
-          why: Callable[[ElasticGPU], str], failed: dict[str, str]) -> list[ElasticGPU]:
+def _fail(
+    gpus: list[ElasticGPU],
+    claims: dict[str, ElasticGPUClaim],
+    hit: Sequence[ElasticGPU],
+    why: Callable[[ElasticGPU], str],
+    failed: dict[str, str],
+) -> list[ElasticGPU]:
     """``hit`` marked Failed, the claims Bound to them Lost, before the binder holds them."""
     names = {g.name for g in hit}
     out = []
@@ -82,9 +89,7 @@ def _fail(gpus: list[ElasticGPU], claims: dict[str, ElasticGPUClaim], hit: Seque
             g = replace(g, phase=GpuPhase.FAILED, message=why(g))
             failed[g.name] = g.message
             ref = g.claim_ref
-            if ref is not None and ref.key in claims and \
-                    claims[ref.key].phase is ClaimPhase.BOUND:
-                claims[ref.key] = replace(claims[ref.key], phase=ClaimPhase.LOST,
-                                          message=g.message)
+            if ref is not None and ref.key in claims and claims[ref.key].phase is ClaimPhase.BOUND:
+                claims[ref.key] = replace(claims[ref.key], phase=ClaimPhase.LOST, message=g.message)
         out.append(g)
     return out

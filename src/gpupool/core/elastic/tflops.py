@@ -42,7 +42,8 @@ PRECISION = "dense FP16/BF16 tensor-core peak, without sparsity"
 
 # Most specific first: "H100 PCIe" before "H100", "L40S" before "L40" before "L4".
 _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
-    (name, re.compile(rx)) for name, rx in (
+    (name, re.compile(rx))
+    for name, rx in (
         ("H100-PCIe", r"H100.*PCIE"),
         ("H100-NVL", r"H100.*NVL"),
         ("H100", r"H100"),
@@ -56,7 +57,8 @@ _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         ("V100S", r"V100S(?!XM)"),
         ("V100-PCIe", r"V100.*PCIE"),
         ("V100", r"V100"),
-    ))
+    )
+)
 
 
 def canonical_model(model: str) -> str | None:

@@ -140,13 +140,11 @@ class Registry:
     def create(self, name: str, args: Mapping[str, Any] | None = None) -> Any:
         factory = self._factories.get(name)
         if factory is None:
-            raise ConfigError(
-                f"unknown plugin {name!r}; known plugins: {', '.join(self.names())}")
+            raise ConfigError(f"unknown plugin {name!r}; known plugins: {', '.join(self.names())}")
         try:
             return factory(**dict(args or {}))
         except TypeError as exc:
-            raise ConfigError(f"plugin {name!r}: bad arguments {dict(args or {})}: {exc}") \
-                from exc
+            raise ConfigError(f"plugin {name!r}: bad arguments {dict(args or {})}: {exc}") from exc
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,8 +171,10 @@ class Profile:
         args = args or {}
         unknown_args = set(args) - set(filters) - set(scores) - {cards}
         if unknown_args:
-            raise ConfigError(f"profile {name}: arguments for plugins not in the profile: "
-                              f"{', '.join(sorted(unknown_args))}")
+            raise ConfigError(
+                f"profile {name}: arguments for plugins not in the profile: "
+                f"{', '.join(sorted(unknown_args))}"
+            )
         instances: dict[str, Any] = {}
 
         def get(plugin: str, proto: type, point: str) -> Any:
@@ -182,8 +182,9 @@ class Profile:
                 instances[plugin] = registry.create(plugin, args.get(plugin))
             inst = instances[plugin]
             if not isinstance(inst, proto):
-                raise ConfigError(f"profile {name}: plugin {plugin!r} cannot be used as a "
-                                  f"{point} plugin")
+                raise ConfigError(
+                    f"profile {name}: plugin {plugin!r} cannot be used as a {point} plugin"
+                )
             return inst
 
         if len(set(filters)) != len(filters):

@@ -26,16 +26,24 @@ def feasible(task: Task, snap: Snapshot, profile: Profile) -> tuple[Rows, Status
         mask = f.filter(cs, task, rows)
         kept = int(np.count_nonzero(mask))
         if kept < rows.size:
-            rejected.append(Reason(f.name, f.reason(task), int(rows.size) - kept,
-                                   resolvable=f.resolvable, gpu=_gpu_kind(task)))
+            rejected.append(
+                Reason(
+                    f.name,
+                    f.reason(task),
+                    int(rows.size) - kept,
+                    resolvable=f.resolvable,
+                    gpu=_gpu_kind(task),
+                )
+            )
             rows = rows[mask]
     res = snap.reservation
     if rows.size and res is not None and not res.admits(task.job, task.run_limit_s, snap.now_s):
         keep = ~np.isin(rows, res.rows)
         held = int(rows.size - np.count_nonzero(keep))
         if held:
-            rejected.append(Reason(str(Step.HOLD),
-                                   f"held for gang {res.job} from t={res.start_s:.0f}s", held))
+            rejected.append(
+                Reason(str(Step.HOLD), f"held for gang {res.job} from t={res.start_s:.0f}s", held)
+            )
             rows = rows[keep]
     if rows.size:
         return rows, Status.ok()
@@ -70,18 +78,31 @@ def place_task(task: Task, snap: Snapshot, profile: Profile) -> tuple[Placement 
     row = int(rows[np.argmin(t.rank[rows])]) if rows.size > 1 else int(rows[0])
     shares = profile.cards.choose_cards(cs, task, row)
     if shares is None:
-        return None, Status(Code.ERROR, (step(
-            Step.CARDS, f"card choice {profile.cards.name!r} found no cards on "
-            f"{t.nodes[row].name} although its filters passed"),))
+        return None, Status(
+            Code.ERROR,
+            (
+                step(
+                    Step.CARDS,
+                    f"card choice {profile.cards.name!r} found no cards on "
+                    f"{t.nodes[row].name} although its filters passed",
+                ),
+            ),
+        )
     shares = t.shaped(row, shares)  # slices take the shape each card's division rule gives
     return Placement(
-        task=task.id, job=task.job, node=t.nodes[row].name, cpu_milli=task.cpu_milli,
-        memory_mib=task.memory_mib, shares=shares, pod=_counted(task),
+        task=task.id,
+        job=task.job,
+        node=t.nodes[row].name,
+        cpu_milli=task.cpu_milli,
+        memory_mib=task.memory_mib,
+        shares=shares,
+        pod=_counted(task),
     ), Status.ok()
 
 
-def weighted_scores(cs: CycleState, task: Task, rows: Rows, profile: Profile,
-                    scale: bool = False) -> tuple[np.ndarray, float]:
+def weighted_scores(
+    cs: CycleState, task: Task, rows: Rows, profile: Profile, scale: bool = False
+) -> tuple[np.ndarray, float]:
     """The profile's weighted score sum per row (each plugin scores 0..100, times its
     weight), and with ``scale`` the sum of the weights of the plugins that scored some row
     above 0: the scale of the sum, where a plugin with nothing to say everywhere does not
@@ -96,8 +117,7 @@ def weighted_scores(cs: CycleState, task: Task, rows: Rows, profile: Profile,
     return total, weights
 
 
-def normalized_scores(task: Task, snap: Snapshot, profile: Profile,
-                      rows: Rows) -> np.ndarray:
+def normalized_scores(task: Task, snap: Snapshot, profile: Profile, rows: Rows) -> np.ndarray:
     """``weighted_scores`` scaled back to 0..100 per row: what a node scores for ``task`` in
     the profile, as an outside scheduler (kube-scheduler's extender prioritize) is told."""
     cs = CycleState(snap.table, snap.cache, pods=snap.pods)
@@ -130,9 +150,13 @@ def place_job(job: Job, snap: Snapshot, profile: Profile) -> tuple[list[Placemen
                     continue
                 if job.task_count == 1:
                     return [], status
-                return [], Status(status.code, tuple(
-                    r.within(f"gang {job.id}: {len(placements)}/{need} tasks fit; {task.id}")
-                    for r in status.reasons))
+                return [], Status(
+                    status.code,
+                    tuple(
+                        r.within(f"gang {job.id}: {len(placements)}/{need} tasks fit; {task.id}")
+                        for r in status.reasons
+                    ),
+                )
             snap.assume(p)
             placements.append(p)
     return placements, Status.ok()

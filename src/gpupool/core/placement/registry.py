@@ -38,28 +38,64 @@ from gpupool.core.placement.plugins.topology_spread import PodTopologySpread
 from gpupool.core.placement.plugins.topology_spread_score import PodTopologySpreadPreference
 
 DEFAULT_FILTERS = (
-    "node-schedulable", "node-selector", "node-affinity", "taint-toleration", "gpu-model",
-    "pod-affinity", "pod-anti-affinity", "pod-topology-spread", "node-resources", "gpu-fit",
+    "node-schedulable",
+    "node-selector",
+    "node-affinity",
+    "taint-toleration",
+    "gpu-model",
+    "pod-affinity",
+    "pod-anti-affinity",
+    "pod-topology-spread",
+    "node-resources",
+    "gpu-fit",
 )
 """Inventory filters first (their rejections are unresolvable), usage filters last."""
 
 
-DEFAULT_SCORES = {"binpack": 1.0, "node-affinity-preference": 2.0,
-                  "pod-affinity-preference": 2.0, "pod-topology-spread-preference": 2.0}
+DEFAULT_SCORES = {
+    "binpack": 1.0,
+    "node-affinity-preference": 2.0,
+    "pod-affinity-preference": 2.0,
+    "pod-topology-spread-preference": 2.0,
+}
 """Preferred node affinity, preferred pod (anti-)affinity and ``ScheduleAnyway`` spread weigh
 twice the packing, as in kube-scheduler's default profile; each scores 0 everywhere for a pod
 without them."""
 
 
 def builtin_registry() -> Registry:
-    return Registry([
-        NodeSchedulable, NodeSelector, NodeAffinity, TaintToleration, GpuModel, NodeResources,
-        GpuFit, BinPack, Spread, BestFitCards, FgdScore, BestFitScore, DotProdScore,
-        GpuPackingScore, GpuClusteringScore, RandomFit, GpupoolScore, PodAffinity,
-        PodAntiAffinity, PodTopologySpread, PodAffinityPreference, PodTopologySpreadPreference,
-        NodeAffinityPreference, BindQueue,
-        MeasuredMemory, HotCardSpread, TargetLoadPacking, MeasuredCards,
-    ])
+    return Registry(
+        [
+            NodeSchedulable,
+            NodeSelector,
+            NodeAffinity,
+            TaintToleration,
+            GpuModel,
+            NodeResources,
+            GpuFit,
+            BinPack,
+            Spread,
+            BestFitCards,
+            FgdScore,
+            BestFitScore,
+            DotProdScore,
+            GpuPackingScore,
+            GpuClusteringScore,
+            RandomFit,
+            GpupoolScore,
+            PodAffinity,
+            PodAntiAffinity,
+            PodTopologySpread,
+            PodAffinityPreference,
+            PodTopologySpreadPreference,
+            NodeAffinityPreference,
+            BindQueue,
+            MeasuredMemory,
+            HotCardSpread,
+            TargetLoadPacking,
+            MeasuredCards,
+        ]
+    )
 
 
 def default_profile(
@@ -94,11 +130,16 @@ def measured_profile(
     and ``measured-cards`` card choice. With no measured load in a cycle it places exactly as
     the default profile does."""
     chosen = scores if scores is not None else {**DEFAULT_SCORES, **MEASURED_SCORES}
-    args = {"hot-card-spread": {"hot_pct": hot_pct}, "measured-cards": {"hot_pct": hot_pct},
-            "target-load-packing": {"target_pct": target_pct}}
+    args = {
+        "hot-card-spread": {"hot_pct": hot_pct},
+        "measured-cards": {"hot_pct": hot_pct},
+        "target-load-packing": {"target_pct": target_pct},
+    }
     return Profile.build(
         registry or builtin_registry(),
-        filters=(*DEFAULT_FILTERS, "measured-memory"), scores=chosen, cards="measured-cards",
+        filters=(*DEFAULT_FILTERS, "measured-memory"),
+        scores=chosen,
+        cards="measured-cards",
         args={k: v for k, v in args.items() if k in chosen or k == "measured-cards"},
         name="measured",
     )
@@ -135,6 +176,10 @@ def openb_profile(
     elif policy == "random":
         args[policy] = {"seed": seed}
     return Profile.build(
-        registry, filters=OPENB_FILTERS, scores={policy: 1.0},
-        cards=OPENB_CARDS.get(policy, "best-fit-cards"), args=args, name=f"openb-{policy}",
+        registry,
+        filters=OPENB_FILTERS,
+        scores={policy: 1.0},
+        cards=OPENB_CARDS.get(policy, "best-fit-cards"),
+        args=args,
+        name=f"openb-{policy}",
     )

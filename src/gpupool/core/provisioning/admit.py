@@ -32,8 +32,9 @@ if TYPE_CHECKING:
 _ENDS = (ConditionType.FAILED, ConditionType.BOOKING_EXPIRED, ConditionType.CAPACITY_REVOKED)
 
 
-def settle(ctx: Context, ac: AdmissionChecks, snap: Snapshot, now_s: float,
-           result: CycleResult) -> None:
+def settle(
+    ctx: Context, ac: AdmissionChecks, snap: Snapshot, now_s: float, result: CycleResult
+) -> None:
     """Step 0 (see the module's docstring)."""
     result.deprovision.extend(ac.take_outbox())
     result.deprovision.extend(ac.expire(now_s))
@@ -42,26 +43,31 @@ def settle(ctx: Context, ac: AdmissionChecks, snap: Snapshot, now_s: float,
             continue
         req = ac.request(rec.request)
         if req is None:
-            _fail(ctx, ac, rec, f"ProvisioningRequest {rec.request} was deleted", now_s,
-                  result)
+            _fail(ctx, ac, rec, f"ProvisioningRequest {rec.request} was deleted", now_s, result)
         elif req.ended:
             kind = next(k for k in _ENDS if req.is_true(k))
             cond = req.condition(kind)
             why = f"{cond.reason}: {cond.message}" if cond is not None else kind.value
-            _fail(ctx, ac, rec, f"ProvisioningRequest {req.key} {kind.value} ({why})", now_s,
-                  result)
+            _fail(
+                ctx, ac, rec, f"ProvisioningRequest {req.key} {kind.value} ({why})", now_s, result
+            )
         elif req.provisioned_s is not None and rec.state is CheckState.PENDING:
-            ac.mark_ready(rec.job.id, (
-                f"ProvisioningRequest {req.key} Provisioned at t={req.provisioned_s:.0f}s on "
-                f"{len(req.nodes)} nodes; booked until t={(req.booking_expires_s or 0.0):.0f}s"))
+            ac.mark_ready(
+                rec.job.id,
+                (
+                    f"ProvisioningRequest {req.key} Provisioned at t={req.provisioned_s:.0f}s on "
+                    f"{len(req.nodes)} nodes; booked until t={(req.booking_expires_s or 0.0):.0f}s"
+                ),
+            )
     for rec in ac.due(now_s):
         ctx.queues.add(rec.job, preemptions=rec.preemptions)
     for rec in ac.ready():
         _start_booked(ctx, ac, snap, rec, now_s, result)
 
 
-def _fail(ctx: Context, ac: AdmissionChecks, rec: CheckRecord, why: str, now_s: float,
-          result: CycleResult) -> None:
+def _fail(
+    ctx: Context, ac: AdmissionChecks, rec: CheckRecord, why: str, now_s: float, result: CycleResult
+) -> None:
     """The job's request will not serve it: quota released, request deleted, and the job
     queued again after the backoff, or rejected when its retries are spent."""
     failure = ac.fail(rec.job.id, why, now_s)
@@ -74,8 +80,9 @@ def _fail(ctx: Context, ac: AdmissionChecks, rec: CheckRecord, why: str, now_s: 
     result.parks.append(Park(rec.job.id, Status(code, (ac.reason(failure.record),))))
 
 
-def request_capacity(ctx: Context, ac: AdmissionChecks, snap: Snapshot, p: Pending,
-                     now_s: float, result: CycleResult) -> bool:
+def request_capacity(
+    ctx: Context, ac: AdmissionChecks, snap: Snapshot, p: Pending, now_s: float, result: CycleResult
+) -> bool:
     """Step 3 for a job of a queue with a provisioning check: take a booking its queue's
     former jobs left (the one that expires first), or reserve quota and make a request.
     True only when the job was admitted on such a booking."""
@@ -87,8 +94,16 @@ def request_capacity(ctx: Context, ac: AdmissionChecks, snap: Snapshot, p: Pendi
         placements, _ = place_job(req.pinned(job), snap, ctx.profile)
         if not placements:
             continue
-        flavor = next((f for f in flavors if not ctx.tree.shortfall(
-            q, placement_demand(placements, f, snap.table, ctx.tree.normalized))), None)
+        flavor = next(
+            (
+                f
+                for f in flavors
+                if not ctx.tree.shortfall(
+                    q, placement_demand(placements, f, snap.table, ctx.tree.normalized)
+                )
+            ),
+            None,
+        )
         if flavor is None:
             continue
         rec = ac.take_booking(job.id, req.key, flavor)
@@ -105,8 +120,11 @@ def request_capacity(ctx: Context, ac: AdmissionChecks, snap: Snapshot, p: Pendi
         reasons.extend(short)
     limit = ac.limit_reason(rec.namespace) if chosen is not None else None
     if chosen is None or limit is not None:
-        why = tuple(reasons) if chosen is None else (
-            step(Step.ADMISSION_CHECK, f"{limit}; waiting for one to end"),)
+        why = (
+            tuple(reasons)
+            if chosen is None
+            else (step(Step.ADMISSION_CHECK, f"{limit}; waiting for one to end"),)
+        )
         status = Status(Code.UNSCHEDULABLE, why)
         ctx.queues.park(job.id, status)
         result.parks.append(Park(job.id, status))
@@ -122,19 +140,27 @@ def request_capacity(ctx: Context, ac: AdmissionChecks, snap: Snapshot, p: Pendi
     return False
 
 
-def _start_booked(ctx: Context, ac: AdmissionChecks, snap: Snapshot, rec: CheckRecord,
-                  now_s: float, result: CycleResult) -> bool:
+def _start_booked(
+    ctx: Context,
+    ac: AdmissionChecks,
+    snap: Snapshot,
+    rec: CheckRecord,
+    now_s: float,
+    result: CycleResult,
+) -> bool:
     """Admit a Ready job on its request's nodes (its pods pinned there), all or nothing; its
     run limit becomes what is left of the request's maxRunDurationSeconds."""
     req = ac.request(rec.request)
     assert req is not None
     placements, status = place_job(req.pinned(rec.job), snap, ctx.profile)
     if not placements:
-        ac.note(rec.job.id, f"ProvisioningRequest {req.key} is Provisioned but its nodes "
-                            f"cannot hold the job yet: {status.message}")
+        ac.note(
+            rec.job.id,
+            f"ProvisioningRequest {req.key} is Provisioned but its nodes "
+            f"cannot hold the job yet: {status.message}",
+        )
         return False
-    demand = placement_demand(placements, rec.flavor, snap.table,
-                              ctx.tree.normalized)
+    demand = placement_demand(placements, rec.flavor, snap.table, ctx.tree.normalized)
     job = rec.job
     ends = req.run_ends_s
     if ends is not None:
@@ -145,6 +171,5 @@ def _start_booked(ctx: Context, ac: AdmissionChecks, snap: Snapshot, rec: CheckR
         ctx.tree.add(rec.queue, rec.demand, -1)
     start(ctx, snap, job, rec.queue, rec.flavor, placements, demand, now_s, rec.preemptions)
     ac.start_booked(job.id, now_s)
-    result.binds.append(Bind(job.id, tuple(placements), ClusterQueueName(rec.queue),
-                            rec.flavor))
+    result.binds.append(Bind(job.id, tuple(placements), ClusterQueueName(rec.queue), rec.flavor))
     return True

@@ -91,8 +91,9 @@ class ProvisioningState:
 class AdmissionChecks:
     """The provisioning admission checks of a QueueConfig and every job's state in them."""
 
-    def __init__(self, config: QueueConfig,
-                 max_active_per_project: int = MAX_ACTIVE_PER_PROJECT) -> None:
+    def __init__(
+        self, config: QueueConfig, max_active_per_project: int = MAX_ACTIVE_PER_PROJECT
+    ) -> None:
         self.reconfigure(config)
         self._ledger = RequestLedger(max_active_per_project)
         self._records: dict[JobId, CheckRecord] = {}
@@ -134,20 +135,28 @@ class AdmissionChecks:
         check_request(job)
         if len(job.pod_sets) > MAX_POD_SETS:
             raise InvalidJobError(
-                "pod_sets", [ps.name for ps in job.pod_sets],
+                "pod_sets",
+                [ps.name for ps in job.pod_sets],
                 f"queue {queue} provisions capacity through admission check "
                 f"{self._by_queue[queue].name}, and a ProvisioningRequest holds at most "
-                f"{MAX_POD_SETS} pod sets", job=job.id)
+                f"{MAX_POD_SETS} pod sets",
+                job=job.id,
+            )
         for i, ps in enumerate(job.pod_sets):
             if ps.count > MAX_NODES:
                 raise InvalidJobError(
-                    f"pod_sets[{i}].count", ps.count,
-                    f"a ProvisioningRequest asks for at most {MAX_NODES} nodes", job=job.id)
+                    f"pod_sets[{i}].count",
+                    ps.count,
+                    f"a ProvisioningRequest asks for at most {MAX_NODES} nodes",
+                    job=job.id,
+                )
         if job.task_count > MAX_NODES:
             raise InvalidJobError(
-                "pod_sets[*].count", job.task_count,
+                "pod_sets[*].count",
+                job.task_count,
                 f"a ProvisioningRequest asks for at most {MAX_NODES} nodes in all its pod sets",
-                job=job.id)
+                job=job.id,
+            )
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -189,16 +198,21 @@ class AdmissionChecks:
         """Why the project may not make another request now (None: it may)."""
         if not self._ledger.at_limit(namespace):
             return None
-        return (f"project {namespace} has {self._ledger.active(namespace)} active "
-                f"ProvisioningRequests, the most allowed ({self._ledger.max_active_per_project})")
+        return (
+            f"project {namespace} has {self._ledger.active(namespace)} active "
+            f"ProvisioningRequests, the most allowed ({self._ledger.max_active_per_project})"
+        )
 
     def orphans(self, queue: str) -> list[ProvisioningRequest]:
         """Bookings a check made for a job of ``queue`` that no longer waits for them, the one
         that expires first first: the next job that fits their nodes takes them."""
         mine = {r.request for r in self._records.values() if r.request}
         taken = set(self._booked.values())
-        out = [r for r in self._ledger if r.booked and r.queue == queue and r.job
-               and r.key not in mine and r.key not in taken]
+        out = [
+            r
+            for r in self._ledger
+            if r.booked and r.queue == queue and r.job and r.key not in mine and r.key not in taken
+        ]
         out.sort(key=lambda r: (r.booking_expires_s or 0.0, r.key))
         return out
 
@@ -229,8 +243,9 @@ class AdmissionChecks:
     def provisioned(self, key: str, nodes: Iterable[str], now_s: float) -> ProvisioningRequest:
         return self._ledger.provisioned(key, nodes, now_s)
 
-    def request_failed(self, key: str, message: str, now_s: float,
-                       reason: str = "ProvisioningFailed") -> ProvisioningRequest:
+    def request_failed(
+        self, key: str, message: str, now_s: float, reason: str = "ProvisioningFailed"
+    ) -> ProvisioningRequest:
         return self._ledger.fail(key, message, now_s, reason)
 
     def revoke(self, key: str, message: str, now_s: float) -> ProvisioningRequest:
@@ -258,8 +273,9 @@ class AdmissionChecks:
         return [r.key for r in self._ledger.expire(now_s) if self.record_of(r.key) is None]
 
     def mark_ready(self, job: JobId, message: str) -> CheckRecord:
-        rec = self._records[job] = replace(self._records[job], state=CheckState.READY,
-                                           message=message)
+        rec = self._records[job] = replace(
+            self._records[job], state=CheckState.READY, message=message
+        )
         return rec
 
     def due(self, now_s: float) -> list[CheckRecord]:
@@ -267,11 +283,17 @@ class AdmissionChecks:
         out = []
         for rec in list(self._records.values()):
             if rec.state is CheckState.RETRY and rec.retry_at_s <= now_s:
-                out.append(self._set(replace(
-                    rec, state=CheckState.PENDING,
-                    message=f"retry {rec.attempts} of "
+                out.append(
+                    self._set(
+                        replace(
+                            rec,
+                            state=CheckState.PENDING,
+                            message=f"retry {rec.attempts} of "
                             f"{rec.check.config.retry.backoff_limit_count}: queued for quota "
-                            "again")))
+                            "again",
+                        )
+                    )
+                )
         return out
 
     def note(self, job: JobId, message: str) -> None:
@@ -282,12 +304,14 @@ class AdmissionChecks:
         rec = self._records.get(job.id)
         if rec is None:
             check = self._by_queue[queue]
-            rec = self._set(CheckRecord(job, queue, check, self.namespace(job),
-                                        preemptions=preemptions))
+            rec = self._set(
+                CheckRecord(job, queue, check, self.namespace(job), preemptions=preemptions)
+            )
         return rec
 
-    def reserve(self, job: JobId, flavor: str, demand: Vec, pod_sets: tuple[PodSet, ...],
-                now_s: float) -> ProvisioningRequest:
+    def reserve(
+        self, job: JobId, flavor: str, demand: Vec, pod_sets: tuple[PodSet, ...], now_s: float
+    ) -> ProvisioningRequest:
         """Quota ``demand`` is reserved for the job (the caller charged it) and its next
         request made (attempt ``attempts + 1``), named ``<job>-<n>`` with n counting every
         request the job ever had, so a name is not reused (a job requeued after its capacity
@@ -301,23 +325,44 @@ class AdmissionChecks:
                 break
         self._made[job] = made
         cfg = rec.check.config
-        req = self._ledger.create(ProvisioningRequest(
-            name=name, pod_sets=pod_sets, namespace=rec.namespace,
-            provisioning_class_name=cfg.provisioning_class_name,
-            max_run_duration_s=cfg.max_run_duration_s, job=str(job), queue=rec.queue), now_s)
+        req = self._ledger.create(
+            ProvisioningRequest(
+                name=name,
+                pod_sets=pod_sets,
+                namespace=rec.namespace,
+                provisioning_class_name=cfg.provisioning_class_name,
+                max_run_duration_s=cfg.max_run_duration_s,
+                job=str(job),
+                queue=rec.queue,
+            ),
+            now_s,
+        )
         attempts = rec.attempts + 1
-        self._set(replace(
-            rec, flavor=flavor, demand=dict(demand), request=req.key, state=CheckState.PENDING,
-            attempts=attempts,
-            message=f"quota reserved; ProvisioningRequest {req.key} made (attempt {attempts} "
-                    f"of {1 + cfg.retry.backoff_limit_count})"))
+        self._set(
+            replace(
+                rec,
+                flavor=flavor,
+                demand=dict(demand),
+                request=req.key,
+                state=CheckState.PENDING,
+                attempts=attempts,
+                message=f"quota reserved; ProvisioningRequest {req.key} made (attempt {attempts} "
+                f"of {1 + cfg.retry.backoff_limit_count})",
+            )
+        )
         return req
 
     def take_booking(self, job: JobId, request: str, flavor: str) -> CheckRecord:
         """The job takes a booking its queue's former job left (see ``orphans``): Ready."""
-        return self._set(replace(self._records[job], request=request, flavor=flavor,
-                                 state=CheckState.READY,
-                                 message=f"took the booking of ProvisioningRequest {request}"))
+        return self._set(
+            replace(
+                self._records[job],
+                request=request,
+                flavor=flavor,
+                state=CheckState.READY,
+                message=f"took the booking of ProvisioningRequest {request}",
+            )
+        )
 
     def start_booked(self, job: JobId, now_s: float) -> CheckRecord:
         """The job started on its request's nodes: the booking is consumed and held until the
@@ -341,14 +386,25 @@ class AdmissionChecks:
             deleted = rec.request
         retry = rec.check.config.retry
         if rec.attempts > retry.backoff_limit_count:
-            new = replace(rec, demand={}, request="", state=CheckState.REJECTED,
-                          message=f"{why}; rejected after {rec.attempts} ProvisioningRequests "
-                                  f"(backoffLimitCount {retry.backoff_limit_count})")
+            new = replace(
+                rec,
+                demand={},
+                request="",
+                state=CheckState.REJECTED,
+                message=f"{why}; rejected after {rec.attempts} ProvisioningRequests "
+                f"(backoffLimitCount {retry.backoff_limit_count})",
+            )
         else:
             at = now_s + retry.delay_s(rec.attempts)
-            new = replace(rec, demand={}, request="", state=CheckState.RETRY, retry_at_s=at,
-                          message=f"{why}; quota released, retry {rec.attempts} of "
-                                  f"{retry.backoff_limit_count} at t={at:.0f}s")
+            new = replace(
+                rec,
+                demand={},
+                request="",
+                state=CheckState.RETRY,
+                retry_at_s=at,
+                message=f"{why}; quota released, retry {rec.attempts} of "
+                f"{retry.backoff_limit_count} at t={at:.0f}s",
+            )
         return Failure(self._set(new), rec.demand, deleted)
 
     def unbook(self, job: JobId) -> Job | None:
@@ -368,8 +424,12 @@ class AdmissionChecks:
         back its ``demand``) and its request deleted, unless it is Provisioned already: the
         booking is then kept until it expires, for the next job of the queue that fits."""
         rec = self._records.pop(job, None)
-        if rec is not None and rec.request and rec.request in self._ledger \
-                and not self._ledger.get(rec.request).booked:
+        if (
+            rec is not None
+            and rec.request
+            and rec.request in self._ledger
+            and not self._ledger.get(rec.request).booked
+        ):
             self.delete(rec.request)
         return rec
 
@@ -380,8 +440,13 @@ class AdmissionChecks:
     # -- kept across a restart -----------------------------------------------------------------
 
     def export(self) -> ProvisioningState:
-        return ProvisioningState(tuple(self._ledger), tuple(self._records.values()),
-                                 dict(self._booked), dict(self._submitted), dict(self._made))
+        return ProvisioningState(
+            tuple(self._ledger),
+            tuple(self._records.values()),
+            dict(self._booked),
+            dict(self._submitted),
+            dict(self._made),
+        )
 
     def restore(self, requests: Iterable[ProvisioningRequest]) -> None:
         """ProvisioningRequests as they stood before a restart, with their conditions, nodes

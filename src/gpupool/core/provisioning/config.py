@@ -27,14 +27,18 @@ class RetryStrategy:
 
     def __post_init__(self) -> None:
         if self.backoff_limit_count < 0:
-            raise ConfigError(f"retryStrategy.backoffLimitCount={self.backoff_limit_count}: "
-                              "must be zero or more")
+            raise ConfigError(
+                f"retryStrategy.backoffLimitCount={self.backoff_limit_count}: must be zero or more"
+            )
         if not self.backoff_base_s > 0:
-            raise ConfigError(f"retryStrategy.backoffBaseSeconds={self.backoff_base_s}: must "
-                              "be positive")
+            raise ConfigError(
+                f"retryStrategy.backoffBaseSeconds={self.backoff_base_s}: must be positive"
+            )
         if self.backoff_max_s < self.backoff_base_s:
-            raise ConfigError(f"retryStrategy.backoffMaxSeconds={self.backoff_max_s}: must be "
-                              f"at least backoffBaseSeconds ({self.backoff_base_s})")
+            raise ConfigError(
+                f"retryStrategy.backoffMaxSeconds={self.backoff_max_s}: must be "
+                f"at least backoffBaseSeconds ({self.backoff_base_s})"
+            )
 
     def delay_s(self, retry: int) -> float:
         """Wait before retry number ``retry`` (1-based): base x 2^(retry-1), capped."""
@@ -57,8 +61,9 @@ class ProvisioningRequestConfig:
 
     def __post_init__(self) -> None:
         if not self.provisioning_class_name:
-            raise ConfigError(f"ProvisioningRequestConfig {self.name}: provisioningClassName "
-                              "must not be empty")
+            raise ConfigError(
+                f"ProvisioningRequestConfig {self.name}: provisioningClassName must not be empty"
+            )
         object.__setattr__(self, "parameters", dict(self.parameters))
         object.__setattr__(self, "node_selector_details", dict(self.node_selector_details))
         _ = self.max_run_duration_s  # validated here
@@ -73,9 +78,11 @@ class ProvisioningRequestConfig:
         except ValueError:
             value = math.nan
         if not (math.isfinite(value) and 0 < value <= MAX_RUN_DURATION_S):
-            raise ConfigError(f"ProvisioningRequestConfig {self.name}: parameters."
-                              f"{MAX_RUN_PARAMETER}={raw!r}: must be 1..{MAX_RUN_DURATION_S:.0f}"
-                              " seconds (7 days)")
+            raise ConfigError(
+                f"ProvisioningRequestConfig {self.name}: parameters."
+                f"{MAX_RUN_PARAMETER}={raw!r}: must be 1..{MAX_RUN_DURATION_S:.0f}"
+                " seconds (7 days)"
+            )
         return value
 
 
@@ -92,6 +99,8 @@ class AdmissionCheck:
         if not self.name:
             raise ConfigError("AdmissionCheck: name must not be empty")
         if self.controller_name != PROVISIONING_CONTROLLER:
-            raise ConfigError(f"AdmissionCheck {self.name}: controllerName="
-                              f"{self.controller_name!r}: not supported; known: "
-                              f"{PROVISIONING_CONTROLLER}")
+            raise ConfigError(
+                f"AdmissionCheck {self.name}: controllerName="
+                f"{self.controller_name!r}: not supported; known: "
+                f"{PROVISIONING_CONTROLLER}"
+            )

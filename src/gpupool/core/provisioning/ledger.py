@@ -20,8 +20,9 @@ class RequestLedger:
     (``accept``, ``provisioned``, ``fail``, ``revoke``), pods starting on the nodes as
     ``consume``; the booking's expiry is derived from the time given to ``expire``."""
 
-    def __init__(self, max_active_per_project: int = MAX_ACTIVE_PER_PROJECT,
-                 booking_s: float = BOOKING_S) -> None:
+    def __init__(
+        self, max_active_per_project: int = MAX_ACTIVE_PER_PROJECT, booking_s: float = BOOKING_S
+    ) -> None:
         self.max_active_per_project = max_active_per_project
         self.booking_s = booking_s
         self._reqs: dict[str, ProvisioningRequest] = {}
@@ -57,16 +58,18 @@ class RequestLedger:
         Failed=True, with the reason."""
         old = self._reqs.get(req.key)
         if old is not None:
-            if replace(old, conditions=(), nodes=(), consumed_s=None, created_s=0.0) == \
-                    replace(req, conditions=(), nodes=(), consumed_s=None, created_s=0.0):
+            if replace(old, conditions=(), nodes=(), consumed_s=None, created_s=0.0) == replace(
+                req, conditions=(), nodes=(), consumed_s=None, created_s=0.0
+            ):
                 return old
             raise ConflictError(f"ProvisioningRequest {req.key} exists already")
         req = replace(req, created_s=now_s, conditions=(), nodes=(), consumed_s=None)
         if self.at_limit(req.namespace):
-            why = (f"project {req.namespace} has {self.active(req.namespace)} active "
-                   f"ProvisioningRequests, the most allowed ({self.max_active_per_project})")
-            req = req.with_condition(ConditionType.ACCEPTED, False, "TooManyRequests", why,
-                                     now_s)
+            why = (
+                f"project {req.namespace} has {self.active(req.namespace)} active "
+                f"ProvisioningRequests, the most allowed ({self.max_active_per_project})"
+            )
+            req = req.with_condition(ConditionType.ACCEPTED, False, "TooManyRequests", why, now_s)
             req = req.with_condition(ConditionType.FAILED, True, "TooManyRequests", why, now_s)
         self._reqs[req.key] = req
         return req
@@ -84,39 +87,51 @@ class RequestLedger:
         req = self.get(key)
         if req.ended or req.is_true(ConditionType.ACCEPTED):
             return req
-        return self._set(req.with_condition(ConditionType.ACCEPTED, True, "Accepted",
-                                            "queued for capacity", now_s))
+        return self._set(
+            req.with_condition(
+                ConditionType.ACCEPTED, True, "Accepted", "queued for capacity", now_s
+            )
+        )
 
     def provisioned(self, key: str, nodes: Iterable[str], now_s: float) -> ProvisioningRequest:
         """Every node of the request exists (the adapter added them to the cluster)."""
         req = self.get(key)
         if req.ended:
-            raise ConflictError(f"ProvisioningRequest {key} has ended; it cannot be "
-                                "provisioned")
+            raise ConflictError(f"ProvisioningRequest {key} has ended; it cannot be provisioned")
         if req.provisioned_s is not None:
             return req
         req = replace(req, nodes=tuple(nodes))
         if not req.is_true(ConditionType.ACCEPTED):
-            req = req.with_condition(ConditionType.ACCEPTED, True, "Accepted",
-                                     "queued for capacity", now_s)
-        return self._set(req.with_condition(
-            ConditionType.PROVISIONED, True, "Provisioned",
-            f"{len(req.nodes)} nodes provisioned; booked for {self.booking_s:.0f}s", now_s))
+            req = req.with_condition(
+                ConditionType.ACCEPTED, True, "Accepted", "queued for capacity", now_s
+            )
+        return self._set(
+            req.with_condition(
+                ConditionType.PROVISIONED,
+                True,
+                "Provisioned",
+                f"{len(req.nodes)} nodes provisioned; booked for {self.booking_s:.0f}s",
+                now_s,
+            )
+        )
 
-    def fail(self, key: str, message: str, now_s: float,
-             reason: str = "ProvisioningFailed") -> ProvisioningRequest:
+    def fail(
+        self, key: str, message: str, now_s: float, reason: str = "ProvisioningFailed"
+    ) -> ProvisioningRequest:
         req = self.get(key)
         if req.ended:
             return req
         return self._set(req.with_condition(ConditionType.FAILED, True, reason, message, now_s))
 
-    def revoke(self, key: str, message: str, now_s: float,
-               reason: str = "CapacityRevoked") -> ProvisioningRequest:
+    def revoke(
+        self, key: str, message: str, now_s: float, reason: str = "CapacityRevoked"
+    ) -> ProvisioningRequest:
         req = self.get(key)
         if req.is_true(ConditionType.CAPACITY_REVOKED):
             return req
-        return self._set(req.with_condition(ConditionType.CAPACITY_REVOKED, True, reason,
-                                            message, now_s))
+        return self._set(
+            req.with_condition(ConditionType.CAPACITY_REVOKED, True, reason, message, now_s)
+        )
 
     def consume(self, key: str, now_s: float) -> ProvisioningRequest:
         req = self.get(key)
@@ -138,14 +153,25 @@ class RequestLedger:
         for req in list(self._reqs.values()):
             t = req.provisioned_s
             if req.booked and t is not None and now_s >= t + self.booking_s:
-                out.append(self._set(req.with_condition(
-                    ConditionType.BOOKING_EXPIRED, True, "BookingExpired",
-                    f"no pod consumed the booking within {self.booking_s:.0f}s of "
-                    "provisioning", now_s)))
+                out.append(
+                    self._set(
+                        req.with_condition(
+                            ConditionType.BOOKING_EXPIRED,
+                            True,
+                            "BookingExpired",
+                            f"no pod consumed the booking within {self.booking_s:.0f}s of "
+                            "provisioning",
+                            now_s,
+                        )
+                    )
+                )
         return out
 
     def next_deadline(self) -> float | None:
         """The earliest time a booking expires, if any waits."""
-        times = [r.provisioned_s + self.booking_s for r in self._reqs.values()
-                 if r.booked and r.provisioned_s is not None]
+        times = [
+            r.provisioned_s + self.booking_s
+            for r in self._reqs.values()
+            if r.booked and r.provisioned_s is not None
+        ]
         return min(times, default=None)

@@ -52,10 +52,13 @@ class Condition:
     time_s: float = 0.0  # lastTransitionTime, simulated or adapter seconds
 
     def to_dict(self) -> dict[str, Any]:
-        return {"type": self.type.value, "status": "True" if self.status else "False",
-                "reason": self.reason, "message": self.message,
-                "lastTransitionTime": self.time_s}
-
+        return {
+            "type": self.type.value,
+            "status": "True" if self.status else "False",
+            "reason": self.reason,
+            "message": self.message,
+            "lastTransitionTime": self.time_s,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,30 +85,38 @@ class ProvisioningRequest:
 
     def __post_init__(self) -> None:
         def bad(path: str, value: object, rule: str) -> InvalidJobError:
-            return InvalidJobError(path, value, rule,
-                                   job=f"ProvisioningRequest {self.namespace}/{self.name}")
+            return InvalidJobError(
+                path, value, rule, job=f"ProvisioningRequest {self.namespace}/{self.name}"
+            )
 
         if not _NAME.fullmatch(self.name or ""):
             raise bad("name", self.name, "must be a lowercase RFC 1123 name")
         if not _LABEL.fullmatch(self.namespace or ""):
             raise bad("namespace", self.namespace, "must be a lowercase RFC 1123 label")
         if not 1 <= len(self.pod_sets) <= MAX_POD_SETS:
-            raise bad("pod_sets", [ps.name for ps in self.pod_sets],
-                      f"a ProvisioningRequest holds 1..{MAX_POD_SETS} pod sets")
+            raise bad(
+                "pod_sets",
+                [ps.name for ps in self.pod_sets],
+                f"a ProvisioningRequest holds 1..{MAX_POD_SETS} pod sets",
+            )
         for i, ps in enumerate(self.pod_sets):
             if not 1 <= ps.count <= MAX_NODES:
-                raise bad(f"pod_sets[{i}].count", ps.count,
-                          f"must be 1..{MAX_NODES}: a request asks for at most {MAX_NODES} "
-                          "nodes")
+                raise bad(
+                    f"pod_sets[{i}].count",
+                    ps.count,
+                    f"must be 1..{MAX_NODES}: a request asks for at most {MAX_NODES} nodes",
+                )
         total = sum(ps.count for ps in self.pod_sets)
         if total > MAX_NODES:
-            raise bad("pod_sets[*].count", total,
-                      f"the pod sets' counts add up to at most {MAX_NODES}: a request asks "
-                      f"for at most {MAX_NODES} nodes")
+            raise bad(
+                "pod_sets[*].count",
+                total,
+                f"the pod sets' counts add up to at most {MAX_NODES}: a request asks "
+                f"for at most {MAX_NODES} nodes",
+            )
         m = self.max_run_duration_s
         if m is not None and not (math.isfinite(m) and 0 < m <= MAX_RUN_DURATION_S):
-            raise bad(MAX_RUN_PARAMETER, m, f"must be 1..{MAX_RUN_DURATION_S:.0f} seconds "
-                                            "(7 days)")
+            raise bad(MAX_RUN_PARAMETER, m, f"must be 1..{MAX_RUN_DURATION_S:.0f} seconds (7 days)")
         if not self.provisioning_class_name:
             raise bad("provisioning_class_name", "", "must not be empty")
 
@@ -144,8 +155,14 @@ class ProvisioningRequest:
     @property
     def ended(self) -> bool:
         """Failed, expired or revoked: it holds nothing any more."""
-        return any(self.is_true(k) for k in (ConditionType.FAILED, ConditionType.BOOKING_EXPIRED,
-                                             ConditionType.CAPACITY_REVOKED))
+        return any(
+            self.is_true(k)
+            for k in (
+                ConditionType.FAILED,
+                ConditionType.BOOKING_EXPIRED,
+                ConditionType.CAPACITY_REVOKED,
+            )
+        )
 
     @property
     def booked(self) -> bool:
@@ -161,46 +178,68 @@ class ProvisioningRequest:
     def run_ends_s(self) -> float | None:
         """When the cloud reclaims the nodes: ``maxRunDurationSeconds`` after Provisioned."""
         t = self.provisioned_s
-        return None if t is None or self.max_run_duration_s is None \
-            else t + self.max_run_duration_s
+        return None if t is None or self.max_run_duration_s is None else t + self.max_run_duration_s
 
-    def with_condition(self, kind: ConditionType, status: bool, reason: str, message: str,
-                       now_s: float) -> ProvisioningRequest:
+    def with_condition(
+        self, kind: ConditionType, status: bool, reason: str, message: str, now_s: float
+    ) -> ProvisioningRequest:
         old = self.condition(kind)
         when = old.time_s if old is not None and old.status == status else now_s
         cond = Condition(kind, status, reason, message, when)
         rest = tuple(c for c in self.conditions if c.type is not kind)
         order = list(ConditionType)
-        return replace(self, conditions=tuple(sorted((*rest, cond),
-                                                     key=lambda c: order.index(c.type))))
+        return replace(
+            self, conditions=tuple(sorted((*rest, cond), key=lambda c: order.index(c.type)))
+        )
 
     def pinned(self, job: Job) -> Job:
         """``job`` with its pods pinned to this request's nodes: the selector and the
         toleration of ``REQUEST_LABEL``, as Kueue's podSetUpdates would write them."""
         tol = Toleration(REQUEST_LABEL, "Equal", self.node_label)
-        pod_sets = tuple(replace(ps, node_selector={**ps.node_selector,
-                                                    REQUEST_LABEL: self.node_label},
-                                 tolerations=(*ps.tolerations, tol))
-                         for ps in job.pod_sets)
+        pod_sets = tuple(
+            replace(
+                ps,
+                node_selector={**ps.node_selector, REQUEST_LABEL: self.node_label},
+                tolerations=(*ps.tolerations, tol),
+            )
+            for ps in job.pod_sets
+        )
         return replace(job, pod_sets=pod_sets)
 
     def to_dict(self) -> dict[str, Any]:
-        params = {} if self.max_run_duration_s is None else \
-            {MAX_RUN_PARAMETER: str(int(self.max_run_duration_s))}
+        params = (
+            {}
+            if self.max_run_duration_s is None
+            else {MAX_RUN_PARAMETER: str(int(self.max_run_duration_s))}
+        )
         return {
-            "name": self.name, "namespace": self.namespace,
+            "name": self.name,
+            "namespace": self.namespace,
             "provisioningClassName": self.provisioning_class_name,
-            "podSets": [{"name": ps.name, "count": ps.count, "cpuMilli": ps.cpu_milli,
-                         "memoryMib": ps.memory_mib,
-                         "gpu": {"count": ps.gpu.count, "gpuMilli": ps.gpu.gpu_milli,
-                                 "memoryMib": ps.gpu.memory_mib,
-                                 "migProfile": ps.gpu.mig_profile,
-                                 "models": sorted(ps.gpu.models)},
-                         "nodeSelector": dict(ps.node_selector)} for ps in self.pod_sets],
-            "parameters": params, "job": self.job, "queue": self.queue,
+            "podSets": [
+                {
+                    "name": ps.name,
+                    "count": ps.count,
+                    "cpuMilli": ps.cpu_milli,
+                    "memoryMib": ps.memory_mib,
+                    "gpu": {
+                        "count": ps.gpu.count,
+                        "gpuMilli": ps.gpu.gpu_milli,
+                        "memoryMib": ps.gpu.memory_mib,
+                        "migProfile": ps.gpu.mig_profile,
+                        "models": sorted(ps.gpu.models),
+                    },
+                    "nodeSelector": dict(ps.node_selector),
+                }
+                for ps in self.pod_sets
+            ],
+            "parameters": params,
+            "job": self.job,
+            "queue": self.queue,
             "createdAt": self.created_s,
             "conditions": [c.to_dict() for c in self.conditions],
-            "nodes": list(self.nodes), "consumedAt": self.consumed_s,
+            "nodes": list(self.nodes),
+            "consumedAt": self.consumed_s,
         }
 
 

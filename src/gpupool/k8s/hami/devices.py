@@ -51,8 +51,13 @@ SLOT_SEP = ";"
 DEVICE_SEP = ":"
 
 
-def hami_annotations(request: PodRequest, placement: Placement, node: Node,
-                     now_s: float, mig: Sequence[MigAllocation] = ()) -> dict[str, str]:
+def hami_annotations(
+    request: PodRequest,
+    placement: Placement,
+    node: Node,
+    now_s: float,
+    mig: Sequence[MigAllocation] = (),
+) -> dict[str, str]:
     """HAMi's pod annotations for ``placement`` on ``node``; empty when the node's cards
     have no UUID (not registered by HAMi) or the pod asks for no GPU. TranslateError when
     the placement does not hold the cards the containers ask for. A MIG instance is written
@@ -64,18 +69,25 @@ def hami_annotations(request: PodRequest, placement: Placement, node: Node,
     if any(s.index not in cards or not cards[s.index].uuid for s in placement.shares):
         return {}
     if any(s.mig_profile for s in placement.shares) and len(mig) != len(placement.shares):
-        raise TranslateError(f"placement {placement.task} holds {len(placement.shares)} MIG "
-                             f"instances; {len(mig)} placements were chosen for them")
+        raise TranslateError(
+            f"placement {placement.task} holds {len(placement.shares)} MIG "
+            f"instances; {len(mig)} placements were chosen for them"
+        )
     per_slot: dict[int, str] = {}
     for g, mine in container_cards(request, placement):
         per_slot[g.slot] = "".join(
-            f"{cards[s.index].uuid},{HAMI_DEVICE_TYPE},{_used(g, cards[s.index], s)}"
-            f"{DEVICE_SEP}" for s in mine)
+            f"{cards[s.index].uuid},{HAMI_DEVICE_TYPE},{_used(g, cards[s.index], s)}{DEVICE_SEP}"
+            for s in mine
+        )
     devices = "".join(per_slot.get(slot, "") + SLOT_SEP for slot in range(request.slots))
     stamp = str(int(now_s))
     out = {
-        VGPU_NODE: str(node.name), VGPU_TIME: stamp, DEVICES_TO_ALLOCATE: devices,
-        DEVICES_ALLOCATED: devices, BIND_PHASE: "allocating", BIND_TIME: stamp,
+        VGPU_NODE: str(node.name),
+        VGPU_TIME: stamp,
+        DEVICES_TO_ALLOCATE: devices,
+        DEVICES_ALLOCATED: devices,
+        BIND_PHASE: "allocating",
+        BIND_TIME: stamp,
     }
     if mig:
         out[MIG_ALLOCATIONS] = encode_mig_allocations(mig)
@@ -93,27 +105,33 @@ def _used(g: ContainerGpu, card: Gpu, share: GpuShare) -> str:
     return f"{g.used_mib(card.memory_mib)},{g.cores}"
 
 
-def container_cards(request: PodRequest, placement: Placement
-                    ) -> list[tuple[ContainerGpu, list[GpuShare]]]:
+def container_cards(
+    request: PodRequest, placement: Placement
+) -> list[tuple[ContainerGpu, list[GpuShare]]]:
     """Each GPU container of the pod with the cards it gets: app containers take the
     placement's cards in turn, init containers (which run before them, one at a time) the
     first ones again. TranslateError when the placement does not hold the distinct cards the
     containers ask for."""
     shares = list(placement.shares)
-    need = max(sum(g.count for g in request.containers if not g.init),
-               max((g.count for g in request.containers if g.init), default=0))
-    distinct = len({s.index for s in shares}) if not any(s.mig_profile for s in shares) \
-        else need  # MIG: several instances may share a card
+    need = max(
+        sum(g.count for g in request.containers if not g.init),
+        max((g.count for g in request.containers if g.init), default=0),
+    )
+    distinct = (
+        len({s.index for s in shares}) if not any(s.mig_profile for s in shares) else need
+    )  # MIG: several instances may share a card
     if len(shares) != need or distinct != need:
-        raise TranslateError(f"placement {placement.task} holds {len(shares)} cards; the "
-                             f"pod's containers ask for {need} distinct cards")
+        raise TranslateError(
+            f"placement {placement.task} holds {len(shares)} cards; the "
+            f"pod's containers ask for {need} distinct cards"
+        )
     out = []
     pos = 0
     for g in request.containers:
         if g.init:
-            out.append((g, shares[:g.count]))
+            out.append((g, shares[: g.count]))
         else:
-            out.append((g, shares[pos:pos + g.count]))
+            out.append((g, shares[pos : pos + g.count]))
             pos += g.count
     return out
 
@@ -168,8 +186,11 @@ def card_usage(pod: Mapping[str, Any], node: Node) -> tuple[GpuShare, ...]:
     for index in sorted(set(peak) | set(total)):
         card = next(g for g in node.gpus if g.index == index)
         p, t = peak.get(index, [0, 0]), total.get(index, [0, 0])
-        out.append(GpuShare(index, min(WHOLE_GPU_MILLI, max(p[0], t[0])),
-                            min(card.memory_mib, max(p[1], t[1]))))
+        out.append(
+            GpuShare(
+                index, min(WHOLE_GPU_MILLI, max(p[0], t[0])), min(card.memory_mib, max(p[1], t[1]))
+            )
+        )
     return tuple(out)
 
 

@@ -81,12 +81,18 @@ class MigAllocation:
 
     def to_json(self) -> dict[str, object]:
         out: dict[str, object] = {
-            "containerIndex": self.container, "deviceIndex": self.device,
-            "gpuUUID": self.uuid, "profile": self.profile,
-            "placement": {"start": self.start, "size": self.size}}
+            "containerIndex": self.container,
+            "deviceIndex": self.device,
+            "gpuUUID": self.uuid,
+            "profile": self.profile,
+            "placement": {"start": self.start, "size": self.size},
+        }
         if self.mig_uuid:
-            out.update(migUUID=self.mig_uuid, gpuInstanceID=self.gpu_instance,
-                       computeInstanceID=self.compute_instance)
+            out.update(
+                migUUID=self.mig_uuid,
+                gpuInstanceID=self.gpu_instance,
+                computeInstanceID=self.compute_instance,
+            )
         return out
 
 
@@ -123,21 +129,31 @@ def decode_mig_allocations(text: str, where: str = MIG_ALLOCATIONS) -> list[MigA
             raise TranslateError(f"{at}.placement={place!r}: expected {{start, size}}")
         a = MigAllocation(
             _int(e.get("containerIndex", 0), f"{at}.containerIndex"),
-            _int(e.get("deviceIndex", 0), f"{at}.deviceIndex"), str(e.get("gpuUUID") or ""),
-            str(e.get("profile") or ""), _int(place.get("start", 0), f"{at}.placement.start"),
-            _int(place.get("size", 0), f"{at}.placement.size"), str(e.get("migUUID") or ""),
-            e.get("gpuInstanceID"), e.get("computeInstanceID"))
+            _int(e.get("deviceIndex", 0), f"{at}.deviceIndex"),
+            str(e.get("gpuUUID") or ""),
+            str(e.get("profile") or ""),
+            _int(place.get("start", 0), f"{at}.placement.start"),
+            _int(place.get("size", 0), f"{at}.placement.size"),
+            str(e.get("migUUID") or ""),
+            e.get("gpuInstanceID"),
+            e.get("computeInstanceID"),
+        )
         if not a.uuid or not a.profile or a.size == 0:
-            raise TranslateError(f"{at}: incomplete (gpuUUID, profile and a placement of "
-                                 "size > 0 are required)")
-        given = sum(1 for v in (e.get("migUUID"), a.gpu_instance, a.compute_instance)
-                    if v not in (None, ""))
+            raise TranslateError(
+                f"{at}: incomplete (gpuUUID, profile and a placement of size > 0 are required)"
+            )
+        given = sum(
+            1 for v in (e.get("migUUID"), a.gpu_instance, a.compute_instance) if v not in (None, "")
+        )
         if given not in (0, 3):
-            raise TranslateError(f"{at}: partial runtime identity (migUUID, gpuInstanceID "
-                                 "and computeInstanceID go together)")
+            raise TranslateError(
+                f"{at}: partial runtime identity (migUUID, gpuInstanceID "
+                "and computeInstanceID go together)"
+            )
         if (a.container, a.device) in seen:
-            raise TranslateError(f"{at}: a second allocation for container {a.container} "
-                                 f"device {a.device}")
+            raise TranslateError(
+                f"{at}: a second allocation for container {a.container} device {a.device}"
+            )
         seen.add((a.container, a.device))
         out.append(a)
     return out
@@ -156,8 +172,7 @@ def _ordered(profile: HamiMigProfile) -> list[Span]:
 def choose_placement(profile: HamiMigProfile, occupied: Iterable[Span]) -> Span | None:
     """The placement HAMi takes for one more instance of ``profile`` beside ``occupied``."""
     taken = list(occupied)
-    return next((p for p in _ordered(profile) if not any(overlaps(p, o) for o in taken)),
-                None)
+    return next((p for p in _ordered(profile) if not any(overlaps(p, o) for o in taken)), None)
 
 
 def _more(profile: HamiMigProfile, occupied: Sequence[Span]) -> int:
@@ -171,15 +186,24 @@ def _more(profile: HamiMigProfile, occupied: Sequence[Span]) -> int:
     return n
 
 
-def instances(profiles: Sequence[HamiMigProfile], occupied: Sequence[Span],
-              held: dict[str, int], usable: bool = True) -> tuple[MigInstance, ...]:
+def instances(
+    profiles: Sequence[HamiMigProfile],
+    occupied: Sequence[Span],
+    held: dict[str, int],
+    usable: bool = True,
+) -> tuple[MigInstance, ...]:
     """The core's instances of a MIG-mode card: per profile, the instances the core holds
     (``held``) plus the more that fit beside everything on the card (none when the card
     takes no new work)."""
     return tuple(
-        MigInstance(p.name, held.get(p.name, 0) + (_more(p, occupied) if usable else 0),
-                    p.core * WHOLE_GPU_MILLI // 100, p.memory_mib)
-        for p in profiles)
+        MigInstance(
+            p.name,
+            held.get(p.name, 0) + (_more(p, occupied) if usable else 0),
+            p.core * WHOLE_GPU_MILLI // 100,
+            p.memory_mib,
+        )
+        for p in profiles
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,14 +220,20 @@ def _order(p: HamiMigProfile) -> tuple[int, int, str]:
     return (p.memory_mib, p.slice_count, p.name)
 
 
-def select_profile(profiles: Sequence[HamiMigProfile], occupied: Sequence[Span],
-                   need_mib: int) -> HamiMigProfile | None:
+def select_profile(
+    profiles: Sequence[HamiMigProfile], occupied: Sequence[Span], need_mib: int
+) -> HamiMigProfile | None:
     """HAMi's ``selectMigCandidate`` on one card: profiles by memory, then slice count;
     the first that holds ``need_mib`` and has a free placement beside ``occupied`` (a
     larger profile when the smaller ones have no room); None when none has."""
-    return next((p for p in sorted(profiles, key=_order)
-                 if p.memory_mib >= need_mib and choose_placement(p, occupied) is not None),
-                None)
+    return next(
+        (
+            p
+            for p in sorted(profiles, key=_order)
+            if p.memory_mib >= need_mib and choose_placement(p, occupied) is not None
+        ),
+        None,
+    )
 
 
 def allows(mode: str | None, card_mode: str) -> bool:
@@ -215,13 +245,19 @@ def allows(mode: str | None, card_mode: str) -> bool:
 
 def _mig_shape_refusal(req: PodRequest) -> str | None:
     if len(req.containers) != 1 or req.containers[0].init:
-        return ("gpupool gives MIG instances to one container of a pod: one container "
-                "asking for GPUs, no init container asking for them")
+        return (
+            "gpupool gives MIG instances to one container of a pod: one container "
+            "asking for GPUs, no init container asking for them"
+        )
     return None
 
 
-def mig_request(req: PodRequest, annotations: Mapping[str, str], cards: Iterable[MigCard],
-                core_models: frozenset[str] = frozenset()) -> PodRequest:
+def mig_request(
+    req: PodRequest,
+    annotations: Mapping[str, str],
+    cards: Iterable[MigCard],
+    core_models: frozenset[str] = frozenset(),
+) -> PodRequest:
     """The pod's request on MIG-mode cards, or unchanged.
 
     Which cards a pod may take follows ``nvidia.com/vgpu-mode`` (:func:`allows`): ``mig``
@@ -255,29 +291,54 @@ def mig_request(req: PodRequest, annotations: Mapping[str, str], cards: Iterable
     if refusal is not None:
         raise InvalidJobError(field, mode, refusal)
     g = next(c for c in req.containers if not c.init)
-    usable = [c for c in cards
-              if (not req.gpu.models or c.gpu.model in req.gpu.models)
-              and (not req.gpu.uuids or c.gpu.uuid in req.gpu.uuids)
-              and c.gpu.uuid not in req.gpu.excluded_uuids]
+    usable = [
+        c
+        for c in cards
+        if (not req.gpu.models or c.gpu.model in req.gpu.models)
+        and (not req.gpu.uuids or c.gpu.uuid in req.gpu.uuids)
+        and c.gpu.uuid not in req.gpu.excluded_uuids
+    ]
     if not usable:
-        raise InvalidJobError(field, mode or "(absent)",
-                              "no card of the cluster the pod may use is in MIG mode")
+        raise InvalidJobError(
+            field, mode or "(absent)", "no card of the cluster the pod may use is in MIG mode"
+        )
     needs = [g.used_mib(c.gpu.memory_mib) for c in usable]
-    chosen = [p for c, need in zip(usable, needs, strict=True)
-              if (p := select_profile(c.profiles, c.occupied, need)) is not None]
+    chosen = [
+        p
+        for c, need in zip(usable, needs, strict=True)
+        if (p := select_profile(c.profiles, c.occupied, need)) is not None
+    ]
     if not chosen:  # no room anywhere: wait for the smallest profile that holds it
-        chosen = [p for c, need in zip(usable, needs, strict=True)
-                  if (p := min((q for q in c.profiles if q.memory_mib >= need), key=_order,
-                               default=None)) is not None]
+        chosen = [
+            p
+            for c, need in zip(usable, needs, strict=True)
+            if (p := min((q for q in c.profiles if q.memory_mib >= need), key=_order, default=None))
+            is not None
+        ]
     if not chosen:
         largest = max((p for c in usable for p in c.profiles), key=_order)
-        raise InvalidJobError("spec.containers[].resources.limits[nvidia.com/gpumem]",
-                              max(needs), "no MIG profile holds it; the largest holds "
-                              f"{largest.memory_mib} MiB ({largest.name})")
+        raise InvalidJobError(
+            "spec.containers[].resources.limits[nvidia.com/gpumem]",
+            max(needs),
+            f"no MIG profile holds it; the largest holds {largest.memory_mib} MiB ({largest.name})",
+        )
     pick = min(chosen, key=_order)
-    models = frozenset(c.gpu.model for c, need in zip(usable, needs, strict=True)
-                       if any(p.name == pick.name and p.memory_mib >= need
-                              for p in c.profiles))
-    return replace(req, gpu=replace(req.gpu, count=0, gpu_milli=0, memory_mib=0,
-                                    memory_percent=0, cards=1, mig_profile=pick.name,
-                                    models=models, mig_instances=g.count))
+    models = frozenset(
+        c.gpu.model
+        for c, need in zip(usable, needs, strict=True)
+        if any(p.name == pick.name and p.memory_mib >= need for p in c.profiles)
+    )
+    return replace(
+        req,
+        gpu=replace(
+            req.gpu,
+            count=0,
+            gpu_milli=0,
+            memory_mib=0,
+            memory_percent=0,
+            cards=1,
+            mig_profile=pick.name,
+            models=models,
+            mig_instances=g.count,
+        ),
+    )

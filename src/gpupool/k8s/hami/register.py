@@ -147,14 +147,21 @@ def _mig_profiles(raw: object, at: str) -> tuple[HamiMigProfile, ...]:
         for k, pl in enumerate(p.get("placements") or ()):
             if not isinstance(pl, dict):
                 raise RegisterError(f"{pat}.placements[{k}]={pl!r}: expected {{start, size}}")
-            places.append((_count(pl.get("start", 0), f"{pat}.placements[{k}].start"),
-                           _count(pl.get("size", 0), f"{pat}.placements[{k}].size")))
-        out.append(HamiMigProfile(
-            name=str(p.get("name", "")),
-            memory_mib=_count(p.get("memoryMB", 0), f"{pat}.memoryMB"),
-            core=_count(p.get("core", 0), f"{pat}.core"),
-            slice_count=_count(p.get("sliceCount", 0), f"{pat}.sliceCount"),
-            placements=tuple(places)))
+            places.append(
+                (
+                    _count(pl.get("start", 0), f"{pat}.placements[{k}].start"),
+                    _count(pl.get("size", 0), f"{pat}.placements[{k}].size"),
+                )
+            )
+        out.append(
+            HamiMigProfile(
+                name=str(p.get("name", "")),
+                memory_mib=_count(p.get("memoryMB", 0), f"{pat}.memoryMB"),
+                core=_count(p.get("core", 0), f"{pat}.core"),
+                slice_count=_count(p.get("sliceCount", 0), f"{pat}.sliceCount"),
+                placements=tuple(places),
+            )
+        )
     return tuple(out)
 
 
@@ -170,36 +177,50 @@ def _register_json(text: str) -> list[HamiDevice]:
         at = f"{HAMI_REGISTER}[{i}]"
         if not isinstance(d, dict):
             raise RegisterError(f"{at}: expected an object, found {d!r}")
-        out.append(HamiDevice(
-            id=str(d.get("id", "")), index=_count(d.get("index", 0), f"{at}.index"),
-            count=_count(d.get("count", 0), f"{at}.count"),
-            devmem=_count(d.get("devmem", 0), f"{at}.devmem"),
-            devcore=_count(d.get("devcore", 0), f"{at}.devcore"),
-            type=str(d.get("type", "")), numa=_int(d.get("numa", 0), f"{at}.numa"),
-            health=_bool(d.get("health", False), f"{at}.health"),
-            mode=str(d.get("mode") or HAMI_CORE_MODE),
-            mig_profiles=_mig_profiles(d.get("migProfiles"), at)))
+        out.append(
+            HamiDevice(
+                id=str(d.get("id", "")),
+                index=_count(d.get("index", 0), f"{at}.index"),
+                count=_count(d.get("count", 0), f"{at}.count"),
+                devmem=_count(d.get("devmem", 0), f"{at}.devmem"),
+                devcore=_count(d.get("devcore", 0), f"{at}.devcore"),
+                type=str(d.get("type", "")),
+                numa=_int(d.get("numa", 0), f"{at}.numa"),
+                health=_bool(d.get("health", False), f"{at}.health"),
+                mode=str(d.get("mode") or HAMI_CORE_MODE),
+                mig_profiles=_mig_profiles(d.get("migProfiles"), at),
+            )
+        )
     return out
 
 
 def _register_colon(text: str) -> list[HamiDevice]:
     if ":" not in text:
-        raise RegisterError(f"{HAMI_REGISTER}={text!r}: expected a JSON list or "
-                            "'id,count,devmem,devcore,type,numa,health:' per card")
+        raise RegisterError(
+            f"{HAMI_REGISTER}={text!r}: expected a JSON list or "
+            "'id,count,devmem,devcore,type,numa,health:' per card"
+        )
     out: list[HamiDevice] = []
     for i, part in enumerate(p for p in text.split(":") if p):
         items = part.split(",")
         at = f"{HAMI_REGISTER} card {i}"
         if len(items) not in (7, 9):
-            raise RegisterError(f"{at}={part!r}: expected 7 or 9 comma-separated fields, "
-                                f"found {len(items)}")
-        out.append(HamiDevice(
-            id=items[0], count=_count(items[1], f"{at}.count"),
-            devmem=_count(items[2], f"{at}.devmem"), devcore=_count(items[3], f"{at}.devcore"),
-            type=items[4], numa=_int(items[5], f"{at}.numa"),
-            health=_bool(items[6], f"{at}.health"),
-            index=_count(items[7], f"{at}.index") if len(items) == 9 else 0,
-            mode=items[8] if len(items) == 9 else HAMI_CORE_MODE))
+            raise RegisterError(
+                f"{at}={part!r}: expected 7 or 9 comma-separated fields, found {len(items)}"
+            )
+        out.append(
+            HamiDevice(
+                id=items[0],
+                count=_count(items[1], f"{at}.count"),
+                devmem=_count(items[2], f"{at}.devmem"),
+                devcore=_count(items[3], f"{at}.devcore"),
+                type=items[4],
+                numa=_int(items[5], f"{at}.numa"),
+                health=_bool(items[6], f"{at}.health"),
+                index=_count(items[7], f"{at}.index") if len(items) == 9 else 0,
+                mode=items[8] if len(items) == 9 else HAMI_CORE_MODE,
+            )
+        )
     return out
 
 
@@ -219,9 +240,12 @@ def _handshake_time(value: str) -> float | None:
         return None
 
 
-def node_refusal(annotations: Mapping[str, str], allocatable: Mapping[str, Any],
-                 count_resource: str = "nvidia.com/gpu", now_s: float | None = None
-                 ) -> str | None:
+def node_refusal(
+    annotations: Mapping[str, str],
+    allocatable: Mapping[str, Any],
+    count_resource: str = "nvidia.com/gpu",
+    now_s: float | None = None,
+) -> str | None:
     """Why none of a HAMi node's cards may take new work, or None when they may.
     ``now_s`` (Unix seconds) enables the handshake timeout; without it only the states that
     need no clock are read."""
@@ -242,15 +266,18 @@ def node_refusal(annotations: Mapping[str, str], allocatable: Mapping[str, Any],
         if handshake.startswith("Requesting") and now_s is not None:
             asked = _handshake_time(handshake)
             if asked is not None and now_s > asked + HANDSHAKE_TIMEOUT_S:
-                return (f"{HANDSHAKE}={handshake!r} unanswered for over "
-                        f"{HANDSHAKE_TIMEOUT_S:.0f} s and allocatable {count_resource} is 0: "
-                        "the device plugin is gone")
+                return (
+                    f"{HANDSHAKE}={handshake!r} unanswered for over "
+                    f"{HANDSHAKE_TIMEOUT_S:.0f} s and allocatable {count_resource} is 0: "
+                    "the device plugin is gone"
+                )
         return f"allocatable {count_resource} is {raw!r}: the device plugin advertises no GPU"
     return None
 
 
-def card_refusals(devices: Sequence[HamiDevice], cordoned: frozenset[str] = frozenset(),
-                  node: str | None = None) -> dict[str, str]:
+def card_refusals(
+    devices: Sequence[HamiDevice], cordoned: frozenset[str] = frozenset(), node: str | None = None
+) -> dict[str, str]:
     """UUID -> why that card takes no new work; cards not listed may. ``node``: the
     node-wide refusal (:func:`node_refusal`), which applies to every card."""
     out: dict[str, str] = {}
@@ -258,8 +285,10 @@ def card_refusals(devices: Sequence[HamiDevice], cordoned: frozenset[str] = froz
         if node is not None:
             out[d.id] = node
         elif d.mode == MIG_MODE and not d.mig_profiles:
-            out[d.id] = ("in MIG mode with no migProfiles registered (HAMi 2.10's device "
-                         "plugin lists each profile's placements)")
+            out[d.id] = (
+                "in MIG mode with no migProfiles registered (HAMi 2.10's device "
+                "plugin lists each profile's placements)"
+            )
         elif not d.health:
             out[d.id] = "reported unhealthy by the device plugin"
         elif d.count <= 0:
@@ -277,8 +306,20 @@ def hami_gpus(devices: Sequence[HamiDevice], refused: Mapping[str, str]) -> tupl
     out = []
     for pos, i in enumerate(order):
         d = devices[i]
-        mig = instances(d.mig_profiles, (), {}, usable=d.id not in refused) \
-            if d.mode == MIG_MODE else ()
-        out.append(Gpu(index=pos, model=d.type, memory_mib=d.devmem, uuid=d.id,
-                       healthy=d.id not in refused, max_holders=d.count, mig=mig))
+        mig = (
+            instances(d.mig_profiles, (), {}, usable=d.id not in refused)
+            if d.mode == MIG_MODE
+            else ()
+        )
+        out.append(
+            Gpu(
+                index=pos,
+                model=d.type,
+                memory_mib=d.devmem,
+                uuid=d.id,
+                healthy=d.id not in refused,
+                max_holders=d.count,
+                mig=mig,
+            )
+        )
     return tuple(out)

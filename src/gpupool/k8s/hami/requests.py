@@ -121,8 +121,15 @@ class PodRequest:
 
     def key(self) -> tuple[object, ...]:
         """Pods with equal keys can share one pod set."""
-        return (self.cpu_milli, self.memory_mib, self.gpu, self.containers, self.slots,
-                tuple(sorted(self.node_selector.items())), self.tolerations)
+        return (
+            self.cpu_milli,
+            self.memory_mib,
+            self.gpu,
+            self.containers,
+            self.slots,
+            tuple(sorted(self.node_selector.items())),
+            self.tolerations,
+        )
 
 
 def _resources(c: Mapping[str, Any]) -> tuple[Mapping[str, Any], Mapping[str, Any]]:
@@ -143,8 +150,14 @@ def _whole(value: object, where: str) -> int:
         raise InvalidJobError(where, value, str(exc)) from exc
 
 
-def _container_gpu(c: Mapping[str, Any], slot: int, init: bool, names: ResourceNames,
-                   defaults: HamiDefaults, where: str) -> ContainerGpu | None:
+def _container_gpu(
+    c: Mapping[str, Any],
+    slot: int,
+    init: bool,
+    names: ResourceNames,
+    defaults: HamiDefaults,
+    where: str,
+) -> ContainerGpu | None:
     at = f"{where}.resources.limits"
     raw = _read(c, names.count)
     mem = _read(c, names.memory)
@@ -161,8 +174,9 @@ def _container_gpu(c: Mapping[str, Any], slot: int, init: bool, names: ResourceN
     mib = 0 if mem is None else _whole(mem, f"{at}[{names.memory}]")
     percent = None if pct is None else _whole(pct, f"{at}[{names.memory_percentage}]")
     if percent is not None and percent > 100:
-        raise InvalidJobError(f"{at}[{names.memory_percentage}]", pct,
-                              "must be 0..100 (percent of a card's memory)")
+        raise InvalidJobError(
+            f"{at}[{names.memory_percentage}]", pct, "must be 0..100 (percent of a card's memory)"
+        )
     asked_percent = percent
     if percent == 0:
         percent = None  # HAMi ignores a percentage of 0
@@ -179,17 +193,27 @@ def _container_gpu(c: Mapping[str, Any], slot: int, init: bool, names: ResourceN
     else:
         core = _whole(cores, f"{at}[{names.cores}]")
         if core > FULL_CORES:
-            raise InvalidJobError(f"{at}[{names.cores}]", cores,
-                                  "must be 0..100 (percent of a card's compute)")
-    return ContainerGpu(slot=slot, count=count, memory_mib=mib,
-                        memory_percent=None if mib else percent, cores=core, init=init)
+            raise InvalidJobError(
+                f"{at}[{names.cores}]", cores, "must be 0..100 (percent of a card's compute)"
+            )
+    return ContainerGpu(
+        slot=slot,
+        count=count,
+        memory_mib=mib,
+        memory_percent=None if mib else percent,
+        cores=core,
+        init=init,
+    )
 
 
 def _toleration(t: Mapping[str, Any]) -> Toleration:
     effect = t.get("effect") or None
-    return Toleration(key=str(t.get("key", "")), operator=str(t.get("operator", "Equal")),
-                      value=str(t.get("value", "")),
-                      effect=TaintEffect(effect) if effect else None)
+    return Toleration(
+        key=str(t.get("key", "")),
+        operator=str(t.get("operator", "Equal")),
+        value=str(t.get("value", "")),
+        effect=TaintEffect(effect) if effect else None,
+    )
 
 
 def _cpu(c: Mapping[str, Any]) -> int:
@@ -207,13 +231,19 @@ def _request(c: Mapping[str, Any], resource: str, parse: Callable[[Any, str], in
     try:
         return parse(raw, resource)
     except ConfigError as exc:
-        raise InvalidJobError(f"container {c.get('name')}.resources.requests.{resource}", raw,
-                              str(exc)) from exc
+        raise InvalidJobError(
+            f"container {c.get('name')}.resources.requests.{resource}", raw, str(exc)
+        ) from exc
 
 
-def pod_request(pod: Mapping[str, Any], names: ResourceNames = ResourceNames(), *,
-                card_memory_mib: int = 0, models: Iterable[str] = (),
-                defaults: HamiDefaults = HamiDefaults()) -> PodRequest:
+def pod_request(
+    pod: Mapping[str, Any],
+    names: ResourceNames = ResourceNames(),
+    *,
+    card_memory_mib: int = 0,
+    models: Iterable[str] = (),
+    defaults: HamiDefaults = HamiDefaults(),
+) -> PodRequest:
     """The core request of a pod. ``models``: the GPU models the cluster has, to resolve
     ``nvidia.com/use-gputype`` / ``nouse-gputype`` into the core's allowed models.
     ``card_memory_mib`` is accepted for callers written before percentages were taken of
@@ -224,8 +254,9 @@ def pod_request(pod: Mapping[str, Any], names: ResourceNames = ResourceNames(), 
     inits = list(spec.get("initContainers") or ())
     mains = list(spec.get("containers") or ())
     gpus: list[ContainerGpu] = []
-    listed = [("initContainers", i, c, True) for i, c in enumerate(inits)] + \
-        [("containers", i, c, False) for i, c in enumerate(mains)]
+    listed = [("initContainers", i, c, True) for i, c in enumerate(inits)] + [
+        ("containers", i, c, False) for i, c in enumerate(mains)
+    ]
     for slot, (kind, i, c, init) in enumerate(listed):
         g = _container_gpu(c, slot, init, names, defaults, f"spec.{kind}[{i}]")
         if g is not None:
@@ -238,10 +269,15 @@ def pod_request(pod: Mapping[str, Any], names: ResourceNames = ResourceNames(), 
         request = _narrowed(request, annotations, models)
     priority = spec.get("priority")
     return PodRequest(
-        cpu_milli=cpu, memory_mib=mem, gpu=request, containers=tuple(gpus),
-        slots=len(inits) + len(mains), node_selector=dict(spec.get("nodeSelector") or {}),
+        cpu_milli=cpu,
+        memory_mib=mem,
+        gpu=request,
+        containers=tuple(gpus),
+        slots=len(inits) + len(mains),
+        node_selector=dict(spec.get("nodeSelector") or {}),
         tolerations=tuple(_toleration(t) for t in spec.get("tolerations") or ()),
-        priority=int(priority) if isinstance(priority, int) else 0)
+        priority=int(priority) if isinstance(priority, int) else 0,
+    )
 
 
 def gpu_request(gpus: Sequence[ContainerGpu]) -> GpuRequest:
@@ -259,37 +295,55 @@ def gpu_request(gpus: Sequence[ContainerGpu]) -> GpuRequest:
         # A container wants a card's compute to itself beside others that share: hold the
         # whole of every card, the only core reservation that covers both.
         return GpuRequest(count=cards, memory_mib=floor)
-    return GpuRequest(gpu_milli=cores * WHOLE_GPU_MILLI // FULL_CORES, memory_mib=floor,
-                      memory_percent=percent, cards=cards)
+    return GpuRequest(
+        gpu_milli=cores * WHOLE_GPU_MILLI // FULL_CORES,
+        memory_mib=floor,
+        memory_percent=percent,
+        cards=cards,
+    )
 
 
 def _csv(value: str | None) -> list[str]:
     return [v.strip() for v in (value or "").split(",") if v.strip()]
 
 
-def _narrowed(request: GpuRequest, annotations: Mapping[str, str],
-              models: Iterable[str]) -> GpuRequest:
+def _narrowed(
+    request: GpuRequest, annotations: Mapping[str, str], models: Iterable[str]
+) -> GpuRequest:
     use, nouse = _csv(annotations.get(USE_GPU_TYPE)), _csv(annotations.get(NOUSE_GPU_TYPE))
     allowed = request.models
     if use or nouse:
         known = sorted(set(models))
-        picked = {m for m in known
-                  if (not use or any(w.upper() in m.upper() for w in use))
-                  and not any(w.upper() in m.upper() for w in nouse)}
+        picked = {
+            m
+            for m in known
+            if (not use or any(w.upper() in m.upper() for w in use))
+            and not any(w.upper() in m.upper() for w in nouse)
+        }
         if not picked:
             key = USE_GPU_TYPE if use else NOUSE_GPU_TYPE
-            raise InvalidJobError(f"metadata.annotations[{key}]", annotations.get(key),
-                                  "matches no GPU model in the cluster; known: "
-                                  + (", ".join(known) or "none"))
+            raise InvalidJobError(
+                f"metadata.annotations[{key}]",
+                annotations.get(key),
+                "matches no GPU model in the cluster; known: " + (", ".join(known) or "none"),
+            )
         allowed = frozenset(picked)
     uuids = frozenset(_csv(annotations.get(USE_GPU_UUID)))
     excluded = frozenset(_csv(annotations.get(NOUSE_GPU_UUID)))
     if uuids and uuids <= excluded:
-        raise InvalidJobError(f"metadata.annotations[{USE_GPU_UUID}]",
-                              annotations.get(USE_GPU_UUID),
-                              f"every card it names is excluded by {NOUSE_GPU_UUID}")
-    return GpuRequest(count=request.count, gpu_milli=request.gpu_milli,
-                      memory_mib=request.memory_mib, mig_profile=request.mig_profile,
-                      models=allowed, cards=request.cards,
-                      memory_percent=request.memory_percent, uuids=uuids,
-                      excluded_uuids=excluded)
+        raise InvalidJobError(
+            f"metadata.annotations[{USE_GPU_UUID}]",
+            annotations.get(USE_GPU_UUID),
+            f"every card it names is excluded by {NOUSE_GPU_UUID}",
+        )
+    return GpuRequest(
+        count=request.count,
+        gpu_milli=request.gpu_milli,
+        memory_mib=request.memory_mib,
+        mig_profile=request.mig_profile,
+        models=allowed,
+        cards=request.cards,
+        memory_percent=request.memory_percent,
+        uuids=uuids,
+        excluded_uuids=excluded,
+    )

@@ -85,8 +85,11 @@ class QueueObjects:
         key = key_of(obj)
         meta = obj.get("metadata") or {}
         slim = {k: obj[k] for k in _KEPT_TOP if k in obj}
-        slim["metadata"] = {k: meta[k] for k in ("name", "namespace", "uid", "generation",
-                                                  "resourceVersion") if meta.get(k)}
+        slim["metadata"] = {
+            k: meta[k]
+            for k in ("name", "namespace", "uid", "generation", "resourceVersion")
+            if meta.get(k)
+        }
         self.objects[key] = slim
         return key
 
@@ -139,19 +142,25 @@ class QueueObjects:
             owner = by_label.get(item.object)
             if owner is not None:
                 ignored.setdefault(owner, []).append(item)
-        return Built(read.config, {k: tuple(v) for k, v in ignored.items()}, problems,
-                     frozenset(reverted))
+        return Built(
+            read.config, {k: tuple(v) for k, v in ignored.items()}, problems, frozenset(reverted)
+        )
 
-    def _assemble(self, chosen: dict[Key, QueueObject], problems: dict[Key, ConfigError],
-                  reverted: set[Key]) -> QueueRead:
+    def _assemble(
+        self, chosen: dict[Key, QueueObject], problems: dict[Key, ConfigError], reverted: set[Key]
+    ) -> QueueRead:
         """Assemble, reverting (or leaving out) the object each error names, until valid."""
         for _ in range(2 * len(chosen) + 1):
             try:
                 return assemble([chosen[k] for k in sorted(chosen)])
             except ConfigError as exc:
                 gone = _referenced(exc)
-                if gone is not None and gone not in chosen and gone in self.applied \
-                        and gone not in self.objects:
+                if (
+                    gone is not None
+                    and gone not in chosen
+                    and gone in self.applied
+                    and gone not in self.objects
+                ):
                     # deleted while in use: it stays until nothing names it (as Kueue's
                     # resource-in-use finalizer keeps it)
                     chosen[gone] = self.applied[gone]

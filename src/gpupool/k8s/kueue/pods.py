@@ -44,8 +44,13 @@ class KueueController(Controller):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.job_labels: dict[str, dict[str, str]] = {}
-        self.job_informer = Informer(self.kube, "/apis/batch/v1/jobs", self._on_job,
-                                     name="jobs", transform=slim.metadata_only)
+        self.job_informer = Informer(
+            self.kube,
+            "/apis/batch/v1/jobs",
+            self._on_job,
+            name="jobs",
+            transform=slim.metadata_only,
+        )
         self.selectors: dict[str, Mapping[str, Any] | None] = {}
         """ClusterQueue -> its namespaceSelector (set by the KueueSource)."""
 
@@ -73,8 +78,11 @@ class KueueController(Controller):
 
     async def run(self) -> None:
         watched = []
-        if await listable(self.kube, "/apis/batch/v1/jobs", "a pod's queue and priority "
-                          "class are read from the pod alone"):
+        if await listable(
+            self.kube,
+            "/apis/batch/v1/jobs",
+            "a pod's queue and priority class are read from the pod alone",
+        ):
             watched.append(self.job_informer)
         tasks = [asyncio.create_task(i.run()) for i in watched]
         try:

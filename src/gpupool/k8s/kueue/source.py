@@ -76,8 +76,7 @@ async def served_version(kube: Kube) -> tuple[str, dict[str, str]] | None:
         if plural not in names:
             continue
         try:  # may this service account read them? (RBAC: deploy/)
-            await kube.request("GET", f"/apis/{GROUP}/{version}/{plural}",
-                               params={"limit": "1"})
+            await kube.request("GET", f"/apis/{GROUP}/{version}/{plural}", params={"limit": "1"})
         except KubeError as exc:
             if exc.status != 403:
                 raise
@@ -86,8 +85,9 @@ async def served_version(kube: Kube) -> tuple[str, dict[str, str]] | None:
         kinds[kind] = plural
     if "ClusterQueue" not in kinds:
         if "clusterqueues" in names:
-            log.warning("Kueue's ClusterQueues are not readable: gpupool's own queue objects "
-                        "are used")
+            log.warning(
+                "Kueue's ClusterQueues are not readable: gpupool's own queue objects are used"
+            )
         return None
     return version, kinds
 
@@ -103,9 +103,18 @@ class _Report:
 class KueueSource:
     """Kueue's queue objects, watched; the configuration built from them and applied."""
 
-    def __init__(self, kube: Kube, version: str, kinds: Mapping[str, str], *,
-                 group: str = GROUP, component: str = "gpupool", identity: str = "",
-                 debounce_s: float = 0.2, interval_s: float = 1.0) -> None:
+    def __init__(
+        self,
+        kube: Kube,
+        version: str,
+        kinds: Mapping[str, str],
+        *,
+        group: str = GROUP,
+        component: str = "gpupool",
+        identity: str = "",
+        debounce_s: float = 0.2,
+        interval_s: float = 1.0,
+    ) -> None:
         """``group``: the API group read; gpupool's own (``gpupool.io``, whose kinds have the
         same shapes) may be read the same way."""
         self.kube = kube
@@ -121,9 +130,12 @@ class KueueSource:
         self.built: Built | None = None
         self.controller: KueueController | None = None
         self.applied = 0  # configurations applied to a running scheduler, in place
-        self.informers = {kind: Informer(kube, f"/apis/{group}/{version}/{plural}",
-                                         self._on_object, name=f"kueue {plural}")
-                          for kind, plural in self.kinds.items()}
+        self.informers = {
+            kind: Informer(
+                kube, f"/apis/{group}/{version}/{plural}", self._on_object, name=f"kueue {plural}"
+            )
+            for kind, plural in self.kinds.items()
+        }
         self._tasks: list[asyncio.Task[None]] = []
         self._changed = asyncio.Event()
         self._wanted: dict[Key, _Report] = {}
@@ -176,8 +188,11 @@ class KueueSource:
 
     def _selectors(self) -> dict[str, Any]:
         """ClusterQueue -> its ``spec.namespaceSelector`` (None when unset), as applied."""
-        return {obj.obj.name: (obj.doc.body.get("spec") or {}).get("namespaceSelector")
-                for key, obj in self.store.applied.items() if key[0] == "ClusterQueue"}
+        return {
+            obj.obj.name: (obj.doc.body.get("spec") or {}).get("namespaceSelector")
+            for key, obj in self.store.applied.items()
+            if key[0] == "ClusterQueue"
+        }
 
     async def run(self) -> None:
         """Apply changes and write what objects are told, until cancelled (then stop
@@ -247,16 +262,21 @@ class KueueSource:
             problem = built.problems.get(key)
             in_use = problem is None or key in built.reverted
             if problem is not None:
-                kept = ("; its last applied version stays in use" if key in built.reverted
-                        else "; it is not in use")
+                kept = (
+                    "; its last applied version stays in use"
+                    if key in built.reverted
+                    else "; it is not in use"
+                )
                 accepted = ("False", "InvalidField", _field_message(problem) + kept)
             else:
                 accepted = ("True", "Applied", "applied to gpupool's queue configuration")
-            items = [i for i in built.ignored.get(key, ()) if in_use and not (
-                enforced and i.path == "spec.namespaceSelector")]
+            items = [
+                i
+                for i in built.ignored.get(key, ())
+                if in_use and not (enforced and i.path == "spec.namespaceSelector")
+            ]
             if items:
-                ignored = ("True", "NotActedOn", "; ".join(f"{i.path}: {i.reason}"
-                                                          for i in items))
+                ignored = ("True", "NotActedOn", "; ".join(f"{i.path}: {i.reason}" for i in items))
             else:
                 ignored = ("False", "AllActedOn", "gpupool acts on every field given")
             wanted[key] = _Report(accepted, ignored)
@@ -308,44 +328,72 @@ class KueueSource:
             obj = await self.kube.request("GET", path)
             meta = obj.get("metadata") or {}
             status = obj.get("status") or {}
-            conditions = [c for c in status.get("conditions") or ()
-                          if c.get("type") not in (ACCEPTED, IGNORED)]
+            conditions = [
+                c
+                for c in status.get("conditions") or ()
+                if c.get("type") not in (ACCEPTED, IGNORED)
+            ]
             old = {c.get("type"): c for c in status.get("conditions") or ()}
-            for type_, (st, reason, message) in ((ACCEPTED, want.accepted),
-                                                (IGNORED, want.ignored)):
+            for type_, (st, reason, message) in (
+                (ACCEPTED, want.accepted),
+                (IGNORED, want.ignored),
+            ):
                 prior = old.get(type_) or {}
                 since = prior.get("lastTransitionTime") if prior.get("status") == st else None
-                conditions.append({
-                    "type": type_, "status": st, "reason": reason, "message": message[:32768],
-                    "observedGeneration": meta.get("generation") or 0,
-                    "lastTransitionTime": since or micro_time()[:19] + "Z"})
+                conditions.append(
+                    {
+                        "type": type_,
+                        "status": st,
+                        "reason": reason,
+                        "message": message[:32768],
+                        "observedGeneration": meta.get("generation") or 0,
+                        "lastTransitionTime": since or micro_time()[:19] + "Z",
+                    }
+                )
             try:
                 await self.kube.request(
-                    "PATCH", f"{path}/status",
-                    {"metadata": {"resourceVersion": meta.get("resourceVersion")},
-                     "status": {"conditions": conditions}}, content_type=MERGE_PATCH)
+                    "PATCH",
+                    f"{path}/status",
+                    {
+                        "metadata": {"resourceVersion": meta.get("resourceVersion")},
+                        "status": {"conditions": conditions},
+                    },
+                    content_type=MERGE_PATCH,
+                )
                 return
             except KubeError as exc:
                 if exc.status != 409:
                     raise
-        raise KubeError(409, "Conflict", "status kept changing under gpupool's write",
-                       f"PATCH {path}/status")
+        raise KubeError(
+            409, "Conflict", "status kept changing under gpupool's write", f"PATCH {path}/status"
+        )
 
     async def _event(self, key: Key, type_: str, reason: str, message: str) -> None:
         kind, name = key
         ns, _, short = name.rpartition("/")
         now = micro_time()[:19] + "Z"
-        involved = {"apiVersion": f"{self.group}/{self.version}", "kind": kind, "name": short,
-                    "uid": self._uids.get(key, "")}
+        involved = {
+            "apiVersion": f"{self.group}/{self.version}",
+            "kind": kind,
+            "name": short,
+            "uid": self._uids.get(key, ""),
+        }
         if ns:
             involved["namespace"] = ns
         body = {
-            "apiVersion": "v1", "kind": "Event",
+            "apiVersion": "v1",
+            "kind": "Event",
             "metadata": {"generateName": f"{short}.", "namespace": ns or "default"},
-            "involvedObject": involved, "reason": reason, "message": message[:1024],
-            "type": type_, "source": {"component": self.component},
-            "reportingComponent": self.component, "reportingInstance": self.identity,
-            "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+            "involvedObject": involved,
+            "reason": reason,
+            "message": message[:1024],
+            "type": type_,
+            "source": {"component": self.component},
+            "reportingComponent": self.component,
+            "reportingInstance": self.identity,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
         }
         await self.kube.request("POST", f"/api/v1/namespaces/{ns or 'default'}/events", body)
 
@@ -362,5 +410,5 @@ def _field_message(exc: ConfigError) -> str:
         return field_text(exc.field, exc.value, exc.rule)
     text = str(exc)
     if exc.where and text.startswith(exc.where):
-        text = text[len(exc.where):].lstrip(": ")
+        text = text[len(exc.where) :].lstrip(": ")
     return text

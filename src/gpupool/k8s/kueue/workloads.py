@@ -24,8 +24,16 @@ from gpupool.core.errors import InvalidJobError, NotFoundError
 from gpupool.core.quota import QueueConfig
 
 __all__ = [
-    "PRIORITY_CLASS_LABEL", "QUEUE_NAME_LABEL", "JobLabels", "admits", "job_labels",
-    "local_queue", "owner_job", "selector_matches", "workload_labels", "workload_priority",
+    "PRIORITY_CLASS_LABEL",
+    "QUEUE_NAME_LABEL",
+    "JobLabels",
+    "admits",
+    "job_labels",
+    "local_queue",
+    "owner_job",
+    "selector_matches",
+    "workload_labels",
+    "workload_priority",
 ]
 
 QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
@@ -39,16 +47,20 @@ JobLabels = Mapping[str, Mapping[str, str]]
 def job_labels(job: Mapping[str, Any]) -> dict[str, str]:
     """What gpupool keeps of a Job: its queue-name and priority-class labels (if any)."""
     labels = (job.get("metadata") or {}).get("labels") or {}
-    return {k: str(v) for k, v in labels.items()
-            if k in (*_QUEUE_LABELS, PRIORITY_CLASS_LABEL) and v}
+    return {
+        k: str(v) for k, v in labels.items() if k in (*_QUEUE_LABELS, PRIORITY_CLASS_LABEL) and v
+    }
 
 
 def owner_job(pod: Mapping[str, Any]) -> str | None:
     """``namespace/name`` of the Job controlling the pod, if one does."""
     meta = pod.get("metadata") or {}
     for ref in meta.get("ownerReferences") or ():
-        if ref.get("kind") == "Job" and str(ref.get("apiVersion", "")).startswith("batch/") \
-                and ref.get("controller"):
+        if (
+            ref.get("kind") == "Job"
+            and str(ref.get("apiVersion", "")).startswith("batch/")
+            and ref.get("controller")
+        ):
             return f"{meta.get('namespace', 'default')}/{ref.get('name')}"
     return None
 
@@ -59,8 +71,10 @@ def workload_labels(pod: Mapping[str, Any], jobs: JobLabels) -> tuple[str | None
     owner = owner_job(pod)
     job = jobs.get(owner, {}) if owner is not None else {}
     queue = next((str(src[k]) for src in (own, job) for k in _QUEUE_LABELS if src.get(k)), None)
-    prio = next((str(src[PRIORITY_CLASS_LABEL]) for src in (own, job)
-                 if src.get(PRIORITY_CLASS_LABEL)), None)
+    prio = next(
+        (str(src[PRIORITY_CLASS_LABEL]) for src in (own, job) if src.get(PRIORITY_CLASS_LABEL)),
+        None,
+    )
     return queue, prio
 
 
@@ -71,9 +85,11 @@ def local_queue(config: QueueConfig, namespace: str, name: str) -> str:
     here = sorted(lq.name for lq in config.local_queues if lq.namespace == namespace)
     if name in here:
         return f"{namespace}/{name}"
-    raise NotFoundError(f"LocalQueue {name!r} does not exist in namespace {namespace!r} "
-                        f"(a queue name is a LocalQueue of the pod's own namespace); "
-                        f"LocalQueues there: {', '.join(here) or 'none'}")
+    raise NotFoundError(
+        f"LocalQueue {name!r} does not exist in namespace {namespace!r} "
+        f"(a queue name is a LocalQueue of the pod's own namespace); "
+        f"LocalQueues there: {', '.join(here) or 'none'}"
+    )
 
 
 def workload_priority(config: QueueConfig, name: str | None) -> int | None:
@@ -84,8 +100,11 @@ def workload_priority(config: QueueConfig, name: str | None) -> int | None:
         if pc.name == name:
             return pc.value
     known = ", ".join(sorted(p.name for p in config.priority_classes)) or "none"
-    raise InvalidJobError(f"metadata.labels[{PRIORITY_CLASS_LABEL}]", name,
-                          f"is not a WorkloadPriorityClass; known: {known}")
+    raise InvalidJobError(
+        f"metadata.labels[{PRIORITY_CLASS_LABEL}]",
+        name,
+        f"is not a WorkloadPriorityClass; known: {known}",
+    )
 
 
 def selector_matches(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bool:
@@ -114,12 +133,18 @@ def selector_matches(selector: Mapping[str, Any] | None, labels: Mapping[str, st
     return True
 
 
-def admits(cluster_queue: str, selector: Mapping[str, Any] | None, namespace: str,
-           labels: Mapping[str, str]) -> None:
+def admits(
+    cluster_queue: str,
+    selector: Mapping[str, Any] | None,
+    namespace: str,
+    labels: Mapping[str, str],
+) -> None:
     """NotFoundError when ``cluster_queue``'s namespaceSelector does not match the
     namespace (the queue does not exist for that namespace)."""
     if not selector_matches(selector, labels):
         shown = "unset (no namespace)" if selector is None else dict(selector)
-        raise NotFoundError(f"ClusterQueue {cluster_queue} does not admit namespace "
-                            f"{namespace!r}: its namespaceSelector {shown} does not match "
-                            f"the namespace's labels {dict(labels)}")
+        raise NotFoundError(
+            f"ClusterQueue {cluster_queue} does not admit namespace "
+            f"{namespace!r}: its namespaceSelector {shown} does not match "
+            f"the namespace's labels {dict(labels)}"
+        )

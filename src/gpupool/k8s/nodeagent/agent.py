@@ -67,8 +67,9 @@ def pod_key(pod: Mapping[str, Any]) -> str:
     return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
 
-def _gpu_containers(pod: Mapping[str, Any], resource: str = "nvidia.com/gpu"
-                    ) -> list[tuple[str, int, bool]]:
+def _gpu_containers(
+    pod: Mapping[str, Any], resource: str = "nvidia.com/gpu"
+) -> list[tuple[str, int, bool]]:
     """(container, devices, is init) for each container asking for GPUs, init containers
     first (the order the kubelet allocates in)."""
     spec = pod.get("spec") or {}
@@ -76,8 +77,7 @@ def _gpu_containers(pod: Mapping[str, Any], resource: str = "nvidia.com/gpu"
     for init, key in ((True, "initContainers"), (False, "containers")):
         for c in spec.get(key) or []:
             res = c.get("resources") or {}
-            raw = (res.get("limits") or {}).get(
-                resource, (res.get("requests") or {}).get(resource))
+            raw = (res.get("limits") or {}).get(resource, (res.get("requests") or {}).get(resource))
             if raw is not None and int(str(raw)) > 0:
                 out.append((str(c.get("name", "")), int(str(raw)), init))
     return out
@@ -109,9 +109,11 @@ class NodeAgent:
         self.name = name
         self.devices = devices_of(fleet.nodes.get(name) or {})  # NVIDIA's, or the vendor's
         plugin = DrsDevicePlugin if self.devices.device_type == DRS_TYPE else HamiDevicePlugin
-        self.plugin: HamiDevicePlugin = (PlainDevicePlugin(fleet.kube, name)
-                                         if fleet.device_plugin == "nvidia"
-                                         else plugin(fleet.kube, name, self.devices))
+        self.plugin: HamiDevicePlugin = (
+            PlainDevicePlugin(fleet.kube, name)
+            if fleet.device_plugin == "nvidia"
+            else plugin(fleet.kube, name, self.devices)
+        )
         self.queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         self.seen: set[str] = set()
         self.active: dict[str, Requests] = {}  # uid -> what it holds
@@ -144,8 +146,9 @@ class NodeAgent:
     def start(self) -> None:
         self._worker = asyncio.create_task(self._work(), name=f"kubelet {self.name}")
         if self.fleet.register_interval_s > 0:
-            self._register = asyncio.create_task(self._registration(),
-                                                 name=f"device plugin {self.name}")
+            self._register = asyncio.create_task(
+                self._registration(), name=f"device plugin {self.name}"
+            )
 
     async def stop(self) -> None:
         for t in [self._worker, self._register, *self.tasks]:
@@ -195,8 +198,9 @@ class NodeAgent:
         ledger.admit(uid)
         self._spawn(self._run(pod))
 
-    async def _devices(self, pod: dict[str, Any], uid: str, key: str,
-                       node: Mapping[str, Any]) -> Rejection | None:
+    async def _devices(
+        self, pod: dict[str, Any], uid: str, key: str, node: Mapping[str, Any]
+    ) -> Rejection | None:
         resource = self.devices.resource
         wanted = _gpu_containers(pod, resource)
         if not wanted:
@@ -208,44 +212,73 @@ class NodeAgent:
             healthy = int(str(raw))
         held = sum(r.scalars.get(resource, 0) for r in self.active.values())
         if need > healthy - held:
-            return unexpected(f"requested number of devices unavailable for {resource}. "
-                              f"Requested: {need}, Available: {max(0, healthy - held)}")
+            return unexpected(
+                f"requested number of devices unavailable for {resource}. "
+                f"Requested: {need}, Available: {max(0, healthy - held)}"
+            )
         for container, n, init in wanted:
             try:
                 served, devices = await self.plugin.allocate(n)
             except AllocateError as exc:
                 return unexpected(str(exc))
-            self.fleet.note(self.name, f"Allocate for {key}/{container}: served "
-                            f"{pod_key(served) if served else '-'} ({self.plugin.via})")
+            self.fleet.note(
+                self.name,
+                f"Allocate for {key}/{container}: served "
+                f"{pod_key(served) if served else '-'} ({self.plugin.via})",
+            )
             if served:
-                self.fleet.ledger.allocated(ContainerAllocation(
-                    pod=key, uid=uid, container=container, devices=tuple(devices),
-                    served=pod_key(served), served_uid=str(obj_meta(served).get("uid", "")),
-                    via=self.plugin.via, init=init))
+                self.fleet.ledger.allocated(
+                    ContainerAllocation(
+                        pod=key,
+                        uid=uid,
+                        container=container,
+                        devices=tuple(devices),
+                        served=pod_key(served),
+                        served_uid=str(obj_meta(served).get("uid", "")),
+                        via=self.plugin.via,
+                        init=init,
+                    )
+                )
         return None
 
     async def _status(self, pod: Mapping[str, Any], status: dict[str, Any]) -> None:
         meta = obj_meta(pod)
         with contextlib.suppress(KubeError):
             await self.kube.request(
-                "PATCH", f"/api/v1/namespaces/{meta.get('namespace')}/pods/"
-                f"{meta.get('name')}/status",
+                "PATCH",
+                f"/api/v1/namespaces/{meta.get('namespace')}/pods/{meta.get('name')}/status",
                 {"metadata": {"uid": meta.get("uid")}, "status": status},
-                content_type=MERGE_PATCH)
+                content_type=MERGE_PATCH,
+            )
 
     async def _reject(self, pod: Mapping[str, Any], rejection: Rejection) -> None:
         await self._status(pod, rejected_status(rejection))
         meta = obj_meta(pod)
         ns = str(meta.get("namespace", "default"))
         with contextlib.suppress(KubeError):
-            await self.kube.request("POST", f"/api/v1/namespaces/{ns}/events", {
-                "apiVersion": "v1", "kind": "Event",
-                "metadata": {"generateName": f"{meta.get('name')}.", "namespace": ns},
-                "involvedObject": {"kind": "Pod", "apiVersion": "v1", "namespace": ns,
-                                   "name": meta.get("name"), "uid": meta.get("uid")},
-                "reason": rejection.reason, "message": rejection.message, "type": "Warning",
-                "source": {"component": "kubelet", "host": self.name},
-                "firstTimestamp": _now(), "lastTimestamp": _now(), "count": 1})
+            await self.kube.request(
+                "POST",
+                f"/api/v1/namespaces/{ns}/events",
+                {
+                    "apiVersion": "v1",
+                    "kind": "Event",
+                    "metadata": {"generateName": f"{meta.get('name')}.", "namespace": ns},
+                    "involvedObject": {
+                        "kind": "Pod",
+                        "apiVersion": "v1",
+                        "namespace": ns,
+                        "name": meta.get("name"),
+                        "uid": meta.get("uid"),
+                    },
+                    "reason": rejection.reason,
+                    "message": rejection.message,
+                    "type": "Warning",
+                    "source": {"component": "kubelet", "host": self.name},
+                    "firstTimestamp": _now(),
+                    "lastTimestamp": _now(),
+                    "count": 1,
+                },
+            )
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.create_task(coro)
@@ -257,16 +290,30 @@ class NodeAgent:
         await asyncio.sleep(self.fleet.start_delay_s)
         if uid not in self.active:
             return
-        containers = [{"name": c.get("name"), "ready": True, "restartCount": 0,
-                       "image": c.get("image", ""), "imageID": "",
-                       "state": {"running": {"startedAt": _now()}}}
-                      for c in (pod.get("spec") or {}).get("containers") or []]
-        await self._status(pod, {
-            "phase": "Running", "startTime": _now(), "hostIP": "10.0.0.1",
-            "conditions": [{"type": t, "status": "True", "lastTransitionTime": _now()}
-                           for t in ("Initialized", "Ready", "ContainersReady",
-                                     "PodScheduled")],
-            "containerStatuses": containers})
+        containers = [
+            {
+                "name": c.get("name"),
+                "ready": True,
+                "restartCount": 0,
+                "image": c.get("image", ""),
+                "imageID": "",
+                "state": {"running": {"startedAt": _now()}},
+            }
+            for c in (pod.get("spec") or {}).get("containers") or []
+        ]
+        await self._status(
+            pod,
+            {
+                "phase": "Running",
+                "startTime": _now(),
+                "hostIP": "10.0.0.1",
+                "conditions": [
+                    {"type": t, "status": "True", "lastTransitionTime": _now()}
+                    for t in ("Initialized", "Ready", "ContainersReady", "PodScheduled")
+                ],
+                "containerStatuses": containers,
+            },
+        )
         raw = (obj_meta(pod).get("annotations") or {}).get(RUN_SECONDS)
         if raw is None:
             return
@@ -292,6 +339,9 @@ class NodeAgent:
         self.plugin.alive = False
         if self._register is not None:
             self._register.cancel()
-        await self.kube.request("PATCH", f"/api/v1/nodes/{self.name}/status",
-                                {"status": {"allocatable": {self.devices.resource: "0"}}},
-                                content_type=MERGE_PATCH)
+        await self.kube.request(
+            "PATCH",
+            f"/api/v1/nodes/{self.name}/status",
+            {"status": {"allocatable": {self.devices.resource: "0"}}},
+            content_type=MERGE_PATCH,
+        )

@@ -42,8 +42,9 @@ class AgentDevices:
     device_type: str
 
 
-NVIDIA_DEVICES = AgentDevices("nvidia.com/gpu", hami.REGISTER, hami.DEVICES_TO_ALLOCATE,
-                              hami.DEVICE_TYPE)
+NVIDIA_DEVICES = AgentDevices(
+    "nvidia.com/gpu", hami.REGISTER, hami.DEVICES_TO_ALLOCATE, hami.DEVICE_TYPE
+)
 
 
 def devices_of(node: Mapping[str, Any]) -> AgentDevices:

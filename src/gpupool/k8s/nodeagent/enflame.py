@@ -44,8 +44,13 @@ from gpupool.k8s.kube import STRATEGIC_PATCH, KubeError
 from gpupool.k8s.nodeagent.hami import Device
 from gpupool.k8s.nodeagent.plugin import AllocateError, HamiDevicePlugin
 
-__all__ = ["ASSIGNED_CONTAINERS", "DRS_RESOURCE", "DrsDevicePlugin", "assume_order",
-           "bindable_container"]
+__all__ = [
+    "ASSIGNED_CONTAINERS",
+    "DRS_RESOURCE",
+    "DrsDevicePlugin",
+    "assume_order",
+    "bindable_container",
+]
 
 DRS_RESOURCE = "enflame.com/drs-gcu"
 CAPACITY = "enflame.com/gcu-drs-capacity"
@@ -86,9 +91,12 @@ def _assume_time(pod: Mapping[str, Any]) -> int:
 def assume_order(pods: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     """``GetCandidatePods``: the pods asking DRS slices that HAMi (or Enflame's scheduler)
     has assigned, oldest assigned time first (ties keep the list's order)."""
-    out = [p for p in pods
-           if sum(_slices(c) for c in (p.get("spec") or {}).get("containers") or ()) > 0
-           and ASSIGNED_TIME in _ann(p)]
+    out = [
+        p
+        for p in pods
+        if sum(_slices(c) for c in (p.get("spec") or {}).get("containers") or ()) > 0
+        and ASSIGNED_TIME in _ann(p)
+    ]
     return sorted(out, key=_assume_time)
 
 
@@ -100,8 +108,10 @@ def _records(pod: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
         records = json.loads(text)
     except json.JSONDecodeError as exc:
         meta = pod.get("metadata") or {}
-        raise AllocateError(f"pod {meta.get('namespace')}/{meta.get('name')}: "
-                            f"{ASSIGNED_CONTAINERS}={text!r} is not JSON ({exc.msg})") from None
+        raise AllocateError(
+            f"pod {meta.get('namespace')}/{meta.get('name')}: "
+            f"{ASSIGNED_CONTAINERS}={text!r} is not JSON ({exc.msg})"
+        ) from None
     if not isinstance(records, dict):
         raise AllocateError(f"{ASSIGNED_CONTAINERS}={text!r}: expected an object by container")
     return {str(k): dict(v) if isinstance(v, dict) else {} for k, v in records.items()}
@@ -159,8 +169,11 @@ class DrsDevicePlugin(HamiDevicePlugin):
 
     async def _candidates(self) -> list[Mapping[str, Any]]:
         try:
-            listed = await self.kube.request("GET", "/api/v1/pods", params={
-                "fieldSelector": f"spec.nodeName={self.node},status.phase=Pending"})
+            listed = await self.kube.request(
+                "GET",
+                "/api/v1/pods",
+                params={"fieldSelector": f"spec.nodeName={self.node},status.phase=Pending"},
+            )
         except KubeError as exc:
             raise AllocateError(str(exc)) from exc
         return assume_order(listed.get("items") or [])
@@ -176,8 +189,9 @@ class DrsDevicePlugin(HamiDevicePlugin):
             container, last = found
             device = await self._bind(dict(pod), container, last)
             return dict(pod), [device]
-        raise AllocateError(f"invalid allocation request: unable to find pod request "
-                            f"{DRS_RESOURCE}: {n_devices}")
+        raise AllocateError(
+            f"invalid allocation request: unable to find pod request {DRS_RESOURCE}: {n_devices}"
+        )
 
     async def _bind(self, pod: dict[str, Any], container: str, last: bool) -> Device:
         """The record of ``container`` made allocated, with a new instance of its profile on
@@ -189,15 +203,26 @@ class DrsDevicePlugin(HamiDevicePlugin):
         index = _ann(pod).get(ASSIGNED_INDEX) or _ann(pod).get(ASSIGNED_ID, "")
         profile = str(record.get("profileName") or "")
         instance = await self._create_instance(index, profile, str(record.get("profileID", "")))
-        record.update({"allocated": True, "instanceID": instance,
-                       "instanceUUID": str(uuid.uuid5(uuid.NAMESPACE_URL,
-                                                      f"{self.node}/{index}/{instance}"))})
-        patch = {ASSIGNED_CONTAINERS: json.dumps(records, sort_keys=True),
-                 ASSIGNED: "true" if last else _ann(pod).get(ASSIGNED, "false")}
+        record.update(
+            {
+                "allocated": True,
+                "instanceID": instance,
+                "instanceUUID": str(
+                    uuid.uuid5(uuid.NAMESPACE_URL, f"{self.node}/{index}/{instance}")
+                ),
+            }
+        )
+        patch = {
+            ASSIGNED_CONTAINERS: json.dumps(records, sort_keys=True),
+            ASSIGNED: "true" if last else _ann(pod).get(ASSIGNED, "false"),
+        }
         try:
-            await self.kube.request("PATCH", f"/api/v1/namespaces/{ns}/pods/{name}",
-                                    {"metadata": {"annotations": patch}},
-                                    content_type=STRATEGIC_PATCH)
+            await self.kube.request(
+                "PATCH",
+                f"/api/v1/namespaces/{ns}/pods/{name}",
+                {"metadata": {"annotations": patch}},
+                content_type=STRATEGIC_PATCH,
+            )
         except KubeError as exc:
             raise AllocateError(str(exc)) from exc
         m = _PROFILE.match(profile)
@@ -220,32 +245,37 @@ class DrsDevicePlugin(HamiDevicePlugin):
         (those of the instances the node's pods not ended hold)."""
         card = (await self._node_cards()).get(index)
         if card is None:
-            raise AllocateError(f"create DRS instance: no card with index {index!r} on "
-                                f"{self.node}")
+            raise AllocateError(f"create DRS instance: no card with index {index!r} on {self.node}")
         shape = _PROFILE.match(profile)
         if card.profiles.get(profile) != profile_id or shape is None:
-            raise AllocateError(f"create DRS instance: card {index} offers no profile "
-                                f"{profile!r} with ID {profile_id!r}")
+            raise AllocateError(
+                f"create DRS instance: card {index} offers no profile "
+                f"{profile!r} with ID {profile_id!r}"
+            )
         want = int(shape.group(1))
         held, ids = await self._instances(index)
         if held + want > card.capacity:
-            raise AllocateError(f"create DRS instance: card {index} has "
-                                f"{card.capacity - held} of {card.capacity} slices free, "
-                                f"{profile} needs {want}")
+            raise AllocateError(
+                f"create DRS instance: card {index} has "
+                f"{card.capacity - held} of {card.capacity} slices free, "
+                f"{profile} needs {want}"
+            )
         return str(next(i for i in range(len(ids) + 1) if str(i) not in ids))
 
     async def _instances(self, index: str) -> tuple[int, set[str]]:
         """(slices held, instance IDs) on card ``index`` by pods on the node not ended."""
         try:
-            listed = await self.kube.request("GET", "/api/v1/pods", params={
-                "fieldSelector": f"spec.nodeName={self.node}"})
+            listed = await self.kube.request(
+                "GET", "/api/v1/pods", params={"fieldSelector": f"spec.nodeName={self.node}"}
+            )
         except KubeError as exc:
             raise AllocateError(str(exc)) from exc
         held, ids = 0, set()
         for other in listed.get("items") or ():
             meta = other.get("metadata") or {}
-            if (other.get("status") or {}).get("phase") in ("Succeeded", "Failed") \
-                    or meta.get("deletionTimestamp"):
+            if (other.get("status") or {}).get("phase") in ("Succeeded", "Failed") or meta.get(
+                "deletionTimestamp"
+            ):
                 continue
             ann = _ann(other)
             if (ann.get(ASSIGNED_INDEX) or ann.get(ASSIGNED_ID, "")) != index:
@@ -262,6 +292,9 @@ class DrsDevicePlugin(HamiDevicePlugin):
         """``PatchDRSGCUCapacityToNode``: the capacity annotation only (no HAMi handshake)."""
         if not register_text:
             return
-        await self.kube.request("PATCH", f"/api/v1/nodes/{self.node}",
-                                {"metadata": {"annotations": {CAPACITY: register_text}}},
-                                content_type=STRATEGIC_PATCH)
+        await self.kube.request(
+            "PATCH",
+            f"/api/v1/nodes/{self.node}",
+            {"metadata": {"annotations": {CAPACITY: register_text}}},
+            content_type=STRATEGIC_PATCH,
+        )

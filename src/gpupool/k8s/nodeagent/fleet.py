@@ -34,9 +34,15 @@ class Fleet:
     ``device_plugin``: ``"hami"`` (HAMi's) or ``"nvidia"`` (NVIDIA's stock plugin).
     """
 
-    def __init__(self, kube: Kube, *, nodes: Iterable[str] | None = None,
-                 device_plugin: str = "hami", start_delay_s: float = 0.1,
-                 register_interval_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        kube: Kube,
+        *,
+        nodes: Iterable[str] | None = None,
+        device_plugin: str = "hami",
+        start_delay_s: float = 0.1,
+        register_interval_s: float = 30.0,
+    ) -> None:
         if device_plugin not in ("hami", "nvidia"):
             raise ValueError(f"device_plugin={device_plugin!r} must be 'hami' or 'nvidia'")
         self.kube = kube
@@ -136,8 +142,15 @@ class Fleet:
                 calm_since = None
             await asyncio.sleep(0.05)
 
-    async def occupy(self, node: str, cpu_pct: float, memory_pct: float = 0.0, *,
-                     namespace: str = "default", name: str | None = None) -> dict[str, Any]:
+    async def occupy(
+        self,
+        node: str,
+        cpu_pct: float,
+        memory_pct: float = 0.0,
+        *,
+        namespace: str = "default",
+        name: str | None = None,
+    ) -> dict[str, Any]:
         """A pod of another scheduler bound straight to ``node`` (as a DaemonSet's are)
         holding ``cpu_pct`` % of its allocatable CPU and ``memory_pct`` % of its memory."""
         from gpupool.config.quantity import cpu_milli, parse_quantity
@@ -150,14 +163,27 @@ class Fleet:
         if mem:
             requests["memory"] = str(mem)
         body = {
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name or f"other-{node}", "namespace": namespace,
-                         "labels": {"nodeagent.gpupool.io/other": "true"}},
-            "spec": {"nodeName": node, "schedulerName": "default-scheduler",
-                     "terminationGracePeriodSeconds": 0,
-                     "tolerations": [{"operator": "Exists"}],
-                     "containers": [{"name": "agent", "image": "example.invalid/daemon:1",
-                                     "resources": {"requests": requests}}]}}
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": name or f"other-{node}",
+                "namespace": namespace,
+                "labels": {"nodeagent.gpupool.io/other": "true"},
+            },
+            "spec": {
+                "nodeName": node,
+                "schedulerName": "default-scheduler",
+                "terminationGracePeriodSeconds": 0,
+                "tolerations": [{"operator": "Exists"}],
+                "containers": [
+                    {
+                        "name": "agent",
+                        "image": "example.invalid/daemon:1",
+                        "resources": {"requests": requests},
+                    }
+                ],
+            },
+        }
         return await self.kube.request("POST", f"/api/v1/namespaces/{namespace}/pods", body)
 
     def summary(self) -> dict[str, Any]:

@@ -100,13 +100,13 @@ def parse_lock(value: str) -> LockValue:
     """HAMi's ``ParseNodeLock``: a time alone, or time, namespace and pod name."""
     parts = value.split(LOCK_SEP) if LOCK_SEP in value else [value]
     if len(parts) not in (1, 3):
-        raise ProtocolError(f"{NODE_LOCK}={value!r} is malformed: expected 3 parts, "
-                            f"got {len(parts)}")
+        raise ProtocolError(
+            f"{NODE_LOCK}={value!r} is malformed: expected 3 parts, got {len(parts)}"
+        )
     try:
         taken = datetime.fromisoformat(parts[0].replace("Z", "+00:00"))
     except ValueError as exc:
-        raise ProtocolError(f"{NODE_LOCK}={value!r}: {parts[0]!r} is not an RFC 3339 "
-                            "time") from exc
+        raise ProtocolError(f"{NODE_LOCK}={value!r}: {parts[0]!r} is not an RFC 3339 time") from exc
     if len(parts) == 1:
         return LockValue(taken, "", "")
     return LockValue(taken, parts[1], parts[2])
@@ -156,13 +156,16 @@ def decode_slots(text: str) -> list[list[Device]]:
                 continue
             fields = entry.split(",")
             if len(fields) < 4:
-                raise ProtocolError(f"{DEVICES_TO_ALLOCATE} slot {i}: {entry!r} is not "
-                                    "UUID,type,usedmem,usedcores")
+                raise ProtocolError(
+                    f"{DEVICES_TO_ALLOCATE} slot {i}: {entry!r} is not UUID,type,usedmem,usedcores"
+                )
             try:
                 devices.append(Device(fields[0], fields[1], int(fields[2]), int(fields[3])))
             except ValueError as exc:
-                raise ProtocolError(f"{DEVICES_TO_ALLOCATE} slot {i}: {entry!r} has a "
-                                    "non-integer usedmem or usedcores") from exc
+                raise ProtocolError(
+                    f"{DEVICES_TO_ALLOCATE} slot {i}: {entry!r} has a "
+                    "non-integer usedmem or usedcores"
+                ) from exc
         out.append(devices)
     return out
 

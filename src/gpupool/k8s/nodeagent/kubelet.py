@@ -143,8 +143,9 @@ def node_affinity_matches(pod: Mapping[str, Any], node: Mapping[str, Any]) -> bo
     for k, v in (spec.get("nodeSelector") or {}).items():
         if labels.get(k) != v:
             return False
-    required = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
-                .get("requiredDuringSchedulingIgnoredDuringExecution"))
+    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    )
     if required is None:
         return True
     terms = required.get("nodeSelectorTerms") or []
@@ -152,13 +153,16 @@ def node_affinity_matches(pod: Mapping[str, Any], node: Mapping[str, Any]) -> bo
 
 
 def _short(name: str, requested: int, used: int, capacity: int) -> Rejection:
-    return Rejection(f"{OUT_OF}{name}",
-                     f"Node didn't have enough resource: {name}, requested: {requested}, "
-                     f"used: {used}, capacity: {capacity}")
+    return Rejection(
+        f"{OUT_OF}{name}",
+        f"Node didn't have enough resource: {name}, requested: {requested}, "
+        f"used: {used}, capacity: {capacity}",
+    )
 
 
-def admit(pod: Mapping[str, Any], node: Mapping[str, Any],
-          others: Iterable[Requests]) -> Rejection | None:
+def admit(
+    pod: Mapping[str, Any], node: Mapping[str, Any], others: Iterable[Requests]
+) -> Rejection | None:
     """None when the kubelet admits ``pod`` beside ``others`` (the pods admitted on the node
     and not finished); else the first failure, as the kubelet reports it."""
     alloc = _allocatable(node)
@@ -182,8 +186,7 @@ def admit(pod: Mapping[str, Any], node: Mapping[str, Any],
         if mine.scalars[name] > alloc[name] - used:
             return _short(name, mine.scalars[name], used, alloc[name])
     if not node_affinity_matches(pod, node):
-        return Rejection(NODE_AFFINITY,
-                         f"Predicate {NODE_AFFINITY} failed: {AFFINITY_REASON}")
+        return Rejection(NODE_AFFINITY, f"Predicate {NODE_AFFINITY} failed: {AFFINITY_REASON}")
     return None
 
 
@@ -194,5 +197,8 @@ def unexpected(error: str) -> Rejection:
 
 def rejected_status(rejection: Rejection) -> dict[str, Any]:
     """The status the kubelet writes for a pod it rejects (``rejectPod``)."""
-    return {"phase": "Failed", "reason": rejection.reason,
-            "message": f"Pod was rejected: {rejection.message}"}
+    return {
+        "phase": "Failed",
+        "reason": rejection.reason,
+        "message": f"Pod was rejected: {rejection.message}",
+    }

@@ -78,9 +78,13 @@ def _pod_use(allocations: Iterable[ContainerAllocation]) -> dict[str, tuple[int,
             else:
                 n, mib = app.get(uuid, (0, 0))
                 app[uuid] = (n + 1, mib + d.used_mib)
-    return {u: (max(init.get(u, (0, 0))[0], app.get(u, (0, 0))[0]),
-                max(init.get(u, (0, 0))[1], app.get(u, (0, 0))[1]))
-            for u in {*init, *app}}
+    return {
+        u: (
+            max(init.get(u, (0, 0))[0], app.get(u, (0, 0))[0]),
+            max(init.get(u, (0, 0))[1], app.get(u, (0, 0))[1]),
+        )
+        for u in {*init, *app}
+    }
 
 
 class Ledger:
@@ -108,8 +112,9 @@ class Ledger:
         pod.allocations.append(a)
         if a.served_uid != a.uid:
             self.misdirected.append(a)
-        if pod.expected is not None and any(physical(d.uuid) not in pod.expected
-                                            for d in a.devices):
+        if pod.expected is not None and any(
+            physical(d.uuid) not in pod.expected for d in a.devices
+        ):
             self.swaps.append(a)
 
     def admit(self, uid: str) -> None:
@@ -172,10 +177,14 @@ class Ledger:
     def describe(self, limit: int = 5) -> str:
         """A few of the faults, for an assertion message."""
         lines = [f"{k}: {r.reason}: {r.message}" for k, r in self.rejections[:limit]]
-        lines += [f"swap {a.pod}/{a.container}: got {[d.uuid for d in a.devices]} "
-                  f"(from {a.served})" for a in self.swaps[:limit]]
-        lines += [f"misdirected {a.pod}/{a.container}: served from {a.served} ({a.via})"
-                  for a in self.misdirected[:limit]]
+        lines += [
+            f"swap {a.pod}/{a.container}: got {[d.uuid for d in a.devices]} (from {a.served})"
+            for a in self.swaps[:limit]
+        ]
+        lines += [
+            f"misdirected {a.pod}/{a.container}: served from {a.served} ({a.via})"
+            for a in self.misdirected[:limit]
+        ]
         lines += [f"card over split count: {u}" for u in sorted(self.over_split)[:limit]]
         lines += [f"card over memory: {u}" for u in sorted(self.over_memory)[:limit]]
         return "; ".join(lines) or "no faults"

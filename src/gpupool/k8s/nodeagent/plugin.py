@@ -62,8 +62,12 @@ def cards_of(node: Mapping[str, Any], register: str = hami.REGISTER) -> list[Reg
     if not text:
         return []
     if text.lstrip().startswith("["):
-        return [RegisteredCard(str(d.get("id", "")), int(d.get("count", 0) or 0),
-                     int(d.get("devmem", 0) or 0)) for d in json.loads(text)]
+        return [
+            RegisteredCard(
+                str(d.get("id", "")), int(d.get("count", 0) or 0), int(d.get("devmem", 0) or 0)
+            )
+            for d in json.loads(text)
+        ]
     out = []
     for entry in text.split(":"):
         f = entry.split(",")
@@ -93,9 +97,11 @@ class HamiDevicePlugin:
                 if value.namespace and value.name:
                     self.via = f"lock {lock}"
                     return await self.kube.request(
-                        "GET", f"/api/v1/namespaces/{value.namespace}/pods/{value.name}")
-            listed = await self.kube.request("GET", "/api/v1/pods", params={
-                "fieldSelector": f"spec.nodeName={self.node}"})
+                        "GET", f"/api/v1/namespaces/{value.namespace}/pods/{value.name}"
+                    )
+            listed = await self.kube.request(
+                "GET", "/api/v1/pods", params={"fieldSelector": f"spec.nodeName={self.node}"}
+            )
         except (KubeError, hami.ProtocolError) as exc:
             raise AllocateError(str(exc)) from exc
         pod = hami.first_pending(listed.get("items") or [], self.node)
@@ -130,8 +136,9 @@ class HamiDevicePlugin:
                 raise AllocateError(str(exc)) from exc
         ns, name = _key(current)
         try:
-            await self._patch_pod(ns, name, {self.devices.to_allocate:
-                                             hami.erase_next(text, self.device_type)})
+            await self._patch_pod(
+                ns, name, {self.devices.to_allocate: hami.erase_next(text, self.device_type)}
+            )
         except KubeError as exc:
             await self._finish(current, hami.FAILED)
             raise AllocateError(str(exc)) from exc
@@ -145,22 +152,29 @@ class HamiDevicePlugin:
         (of a pod not ended) overlaps it; the pod's annotation then gets the instance's
         identity (``migUUID``, ``gpuInstanceID``, ``computeInstanceID``)."""
         ns, name = _key(pod)
-        mine = decode_mig_allocations(_ann(pod).get(MIG_ALLOCATIONS, ""),
-                                      f"pod {ns}/{name}: {MIG_ALLOCATIONS}")
+        mine = decode_mig_allocations(
+            _ann(pod).get(MIG_ALLOCATIONS, ""), f"pod {ns}/{name}: {MIG_ALLOCATIONS}"
+        )
         node = await self.kube.request("GET", f"/api/v1/nodes/{self.node}")
         offered: dict[str, dict[str, set[tuple[int, int]]]] = {}
         for d in json.loads(_ann(node).get(self.devices.register, "") or "[]"):
             offered[str(d.get("id"))] = {
-                str(p.get("name")): {(int(x.get("start", 0)), int(x.get("size", 0)))
-                                     for x in p.get("placements") or ()}
-                for p in d.get("migProfiles") or ()}
-        listed = await self.kube.request("GET", "/api/v1/pods", params={
-            "fieldSelector": f"spec.nodeName={self.node}"})
+                str(p.get("name")): {
+                    (int(x.get("start", 0)), int(x.get("size", 0)))
+                    for x in p.get("placements") or ()
+                }
+                for p in d.get("migProfiles") or ()
+            }
+        listed = await self.kube.request(
+            "GET", "/api/v1/pods", params={"fieldSelector": f"spec.nodeName={self.node}"}
+        )
         live: list[MigAllocation] = []
         for other in listed.get("items") or ():
-            if _key(other) == (ns, name) or (other.get("status") or {}).get("phase") in (
-                    "Succeeded", "Failed") or (other.get("metadata") or {}).get(
-                    "deletionTimestamp"):
+            if (
+                _key(other) == (ns, name)
+                or (other.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+                or (other.get("metadata") or {}).get("deletionTimestamp")
+            ):
                 continue
             text = _ann(other).get(MIG_ALLOCATIONS, "")
             live += [a for a in decode_mig_allocations(text) if a.mig_uuid]
@@ -174,19 +188,28 @@ class HamiDevicePlugin:
                 raise AllocateError(f"card {a.uuid} offers no {a.profile} at {a.span}")
             clash = [b for b in live if b.uuid == a.uuid and overlaps(a.span, b.span)]
             if clash:
-                raise AllocateError(f"{a.profile} at {a.span} on {a.uuid} overlaps the "
-                                    f"instance {clash[0].mig_uuid} at {clash[0].span}")
-            made = replace(a, mig_uuid=f"MIG-{a.uuid}-{a.start}-{a.size}",
-                           gpu_instance=a.start, compute_instance=0)
+                raise AllocateError(
+                    f"{a.profile} at {a.span} on {a.uuid} overlaps the "
+                    f"instance {clash[0].mig_uuid} at {clash[0].span}"
+                )
+            made = replace(
+                a,
+                mig_uuid=f"MIG-{a.uuid}-{a.start}-{a.size}",
+                gpu_instance=a.start,
+                compute_instance=0,
+            )
             live.append(made)
             out.append(made)
         self.mig_created += sum(1 for a, b in zip(mine, out, strict=True) if a != b)
         await self._patch_pod(ns, name, {MIG_ALLOCATIONS: encode_mig_allocations(out)})
 
     async def _patch_pod(self, ns: str, name: str, annotations: dict[str, str]) -> None:
-        await self.kube.request("PATCH", f"/api/v1/namespaces/{ns}/pods/{name}",
-                                {"metadata": {"annotations": annotations}},
-                                content_type=STRATEGIC_PATCH)
+        await self.kube.request(
+            "PATCH",
+            f"/api/v1/namespaces/{ns}/pods/{name}",
+            {"metadata": {"annotations": annotations}},
+            content_type=STRATEGIC_PATCH,
+        )
 
     async def _try_success(self, pod: Mapping[str, Any]) -> None:
         ns, name = _key(pod)
@@ -194,8 +217,7 @@ class HamiDevicePlugin:
             fresh = await self.kube.request("GET", f"/api/v1/namespaces/{ns}/pods/{name}")
         except KubeError:
             return
-        if hami.allocation_done(_ann(fresh).get(self.devices.to_allocate, ""),
-                                self.device_type):
+        if hami.allocation_done(_ann(fresh).get(self.devices.to_allocate, ""), self.device_type):
             await self._finish(pod, hami.SUCCESS)
 
     async def _finish(self, pod: Mapping[str, Any], phase: str) -> None:
@@ -221,9 +243,12 @@ class HamiDevicePlugin:
             try:
                 node = await self.kube.request("GET", f"/api/v1/nodes/{self.node}")
                 rv = (node.get("metadata") or {}).get("resourceVersion", "")
-                await self.kube.request("PATCH", f"/api/v1/nodes/{self.node}", {
-                    "metadata": {"annotations": {hami.NODE_LOCK: None},
-                                 "resourceVersion": rv}}, content_type=MERGE_PATCH)
+                await self.kube.request(
+                    "PATCH",
+                    f"/api/v1/nodes/{self.node}",
+                    {"metadata": {"annotations": {hami.NODE_LOCK: None}, "resourceVersion": rv}},
+                    content_type=MERGE_PATCH,
+                )
                 return
             except KubeError as exc:
                 self.errors.append(f"releasing the lock for {ns}/{name}: {exc}")
@@ -236,9 +261,12 @@ class HamiDevicePlugin:
         annotations = {hami.HANDSHAKE: stamp}
         if register_text:
             annotations[self.devices.register] = register_text
-        await self.kube.request("PATCH", f"/api/v1/nodes/{self.node}",
-                                {"metadata": {"annotations": annotations}},
-                                content_type=STRATEGIC_PATCH)
+        await self.kube.request(
+            "PATCH",
+            f"/api/v1/nodes/{self.node}",
+            {"metadata": {"annotations": annotations}},
+            content_type=STRATEGIC_PATCH,
+        )
 
 
 class PlainDevicePlugin(HamiDevicePlugin):

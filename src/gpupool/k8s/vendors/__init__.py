@@ -12,5 +12,13 @@ from gpupool.k8s.vendors.inventory import vendor_gpus
 from gpupool.k8s.vendors.protocols import PROTOCOLS, VendorProtocol, protocol_for
 from gpupool.k8s.vendors.requests import card_memory, vendor_pod_request
 
-__all__ = ["BIND_ORDER_STAMP", "PROTOCOLS", "VendorProtocol", "card_memory", "protocol_for",
-           "vendor_annotations", "vendor_gpus", "vendor_pod_request"]
+__all__ = [
+    "BIND_ORDER_STAMP",
+    "PROTOCOLS",
+    "VendorProtocol",
+    "card_memory",
+    "protocol_for",
+    "vendor_annotations",
+    "vendor_gpus",
+    "vendor_pod_request",
+]

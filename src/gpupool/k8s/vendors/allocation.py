@@ -45,12 +45,19 @@ def card_protocol(card: Gpu) -> VendorProtocol | None:
         return None
     if card.model.startswith(drs.MODEL_PREFIX):
         return next(p for p in mine if p.device_type == drs.DEVICE_TYPE)
-    return next((p for p in mine if p.device_type == card.model),
-                next((p for p in mine if p.model and p.model == card.model), mine[0]))
+    return next(
+        (p for p in mine if p.device_type == card.model),
+        next((p for p in mine if p.model and p.model == card.model), mine[0]),
+    )
 
 
-def vendor_annotations(request: PodRequest, placement: Placement, node: Node,
-                       now_s: float, pod: Mapping[str, Any] | None = None) -> dict[str, str]:
+def vendor_annotations(
+    request: PodRequest,
+    placement: Placement,
+    node: Node,
+    now_s: float,
+    pod: Mapping[str, Any] | None = None,
+) -> dict[str, str]:
     """The vendor's allocation annotations for ``placement``; empty when its cards are
     NVIDIA's (``gpupool.k8s.hami`` writes those) or it holds none. TranslateError when the
     placement does not hold the cards the containers ask for. ``pod``: the pod, for vendors
@@ -71,23 +78,30 @@ def vendor_annotations(request: PodRequest, placement: Placement, node: Node,
             card = cards[s.index]
             whole = s.gpu_milli >= WHOLE_GPU_MILLI
             mem = card.memory_mib if whole else s.memory_mib
-            cores = p.cores_per_card if whole else -(-s.gpu_milli * p.cores_per_card //
-                                                     WHOLE_GPU_MILLI)
+            cores = (
+                p.cores_per_card if whole else -(-s.gpu_milli * p.cores_per_card // WHOLE_GPU_MILLI)
+            )
             text += f"{card.uuid},{p.device_type},{mem},{cores}:"
             if not any(slot == g.slot for slot, _, _, _ in partitions):
                 partitions.append((g.slot, card, min(s.gpu_milli, WHOLE_GPU_MILLI), mem))
             if p.vendor == "ascend":
                 info: dict[str, object] = {"UUID": card.uuid, "memory": mem}
                 if not whole and card.device.division is Division.TEMPLATES:
-                    info["temp"] = next((t.name for t in card.device.templates
-                                         if t.memory_mib == mem), "")
+                    info["temp"] = next(
+                        (t.name for t in card.device.templates if t.memory_mib == mem), ""
+                    )
                 info["core"] = cores
                 runtime.append(info)
         per_slot[g.slot] = text
     devices = "".join(per_slot.get(slot, "") + ";" for slot in range(request.slots))
     stamp = str(int(now_s))
-    out = {VGPU_NODE: str(node.name), VGPU_TIME: stamp, p.allocated: devices,
-           BIND_PHASE: "allocating", BIND_TIME: stamp}
+    out = {
+        VGPU_NODE: str(node.name),
+        VGPU_TIME: stamp,
+        p.allocated: devices,
+        BIND_PHASE: "allocating",
+        BIND_TIME: stamp,
+    }
     if p.to_allocate:
         out[p.to_allocate] = devices
     if p.device_type == drs.DEVICE_TYPE:

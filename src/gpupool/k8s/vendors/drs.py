@@ -42,8 +42,16 @@ from gpupool.core.errors import InvalidJobError
 from gpupool.core.model import WHOLE_GPU_MILLI, Gpu
 from gpupool.k8s.hami.errors import TranslateError
 
-__all__ = ["CAPACITY", "DEVICE_TYPE", "MODEL_PREFIX", "drs_extras", "drs_gpus", "drs_slices",
-           "memory_gb", "profile_of"]
+__all__ = [
+    "CAPACITY",
+    "DEVICE_TYPE",
+    "MODEL_PREFIX",
+    "drs_extras",
+    "drs_gpus",
+    "drs_slices",
+    "memory_gb",
+    "profile_of",
+]
 
 CAPACITY = "enflame.com/gcu-drs-capacity"
 DEVICE_TYPE = "Enflame"
@@ -70,25 +78,47 @@ def drs_gpus(node: str, text: str, at: str) -> tuple[Gpu, ...]:
         spec = json.loads(text)
     except json.JSONDecodeError as exc:
         raise TranslateError(f"{at}: not JSON ({exc.msg} at {exc.pos})") from None
-    if not isinstance(spec, Mapping) or not isinstance(spec.get("devices"), list) \
-            or not isinstance(spec.get("profiles"), Mapping):
-        raise TranslateError(f"{at}: expected {{\"devices\": [...], \"profiles\": {{...}}}}")
-    profiles = {str(n): (str(i), shape) for n, i in spec["profiles"].items()
-                if (shape := _profile(str(n))) is not None and shape[0] > 0 and shape[1] > 0}
+    if (
+        not isinstance(spec, Mapping)
+        or not isinstance(spec.get("devices"), list)
+        or not isinstance(spec.get("profiles"), Mapping)
+    ):
+        raise TranslateError(f'{at}: expected {{"devices": [...], "profiles": {{...}}}}')
+    profiles = {
+        str(n): (str(i), shape)
+        for n, i in spec["profiles"].items()
+        if (shape := _profile(str(n))) is not None and shape[0] > 0 and shape[1] > 0
+    }
     if not profiles:
-        raise TranslateError(f"{at}.profiles={dict(spec['profiles'])}: no profile named "
-                             "<slices>g.<GB>gb")
+        raise TranslateError(
+            f"{at}.profiles={dict(spec['profiles'])}: no profile named <slices>g.<GB>gb"
+        )
     largest = max(size for _, (size, _) in profiles.values())
     card_mib = max(gb for _, (_, gb) in profiles.values()) * 1024
-    templates = tuple(sorted(
-        (Template(name, math.ceil(size * 100 / largest) * 10, gb * 1024, ref)
-         for name, (ref, (size, gb)) in profiles.items() if size < largest),
-        key=lambda t: (t.gpu_milli, t.memory_mib, t.name)))
-    whole = next((Template(name, WHOLE_GPU_MILLI, gb * 1024, ref)
-                  for name, (ref, (size, gb)) in sorted(profiles.items())
-                  if size == largest), None)
-    device = DeviceClass("enflame", Division.TEMPLATES if templates else Division.WHOLE,
-                         templates=templates, whole=whole)
+    templates = tuple(
+        sorted(
+            (
+                Template(name, math.ceil(size * 100 / largest) * 10, gb * 1024, ref)
+                for name, (ref, (size, gb)) in profiles.items()
+                if size < largest
+            ),
+            key=lambda t: (t.gpu_milli, t.memory_mib, t.name),
+        )
+    )
+    whole = next(
+        (
+            Template(name, WHOLE_GPU_MILLI, gb * 1024, ref)
+            for name, (ref, (size, gb)) in sorted(profiles.items())
+            if size == largest
+        ),
+        None,
+    )
+    device = DeviceClass(
+        "enflame",
+        Division.TEMPLATES if templates else Division.WHOLE,
+        templates=templates,
+        whole=whole,
+    )
     out: list[Gpu] = []
     for pos, d in enumerate(spec["devices"]):
         where = f"{at}.devices[{pos}]"
@@ -103,20 +133,32 @@ def drs_gpus(node: str, text: str, at: str) -> tuple[Gpu, ...]:
         except ValueError:
             capacity = 0
         if capacity <= 0:
-            raise TranslateError(f"{where}.capacity={d.get('capacity')!r}: must be a whole "
-                                 "number of slices, 1 or more")
+            raise TranslateError(
+                f"{where}.capacity={d.get('capacity')!r}: must be a whole "
+                "number of slices, 1 or more"
+            )
         minor = str(d.get("minor") or "").strip() or str(index)
-        out.append(Gpu(index=index, model=f"{MODEL_PREFIX}{largest}", memory_mib=card_mib,
-                       uuid=f"{node}-enflame-drs-{index}", max_holders=capacity,
-                       device=dataclasses.replace(device, card_ref=minor)))
+        out.append(
+            Gpu(
+                index=index,
+                model=f"{MODEL_PREFIX}{largest}",
+                memory_mib=card_mib,
+                uuid=f"{node}-enflame-drs-{index}",
+                max_holders=capacity,
+                device=dataclasses.replace(device, card_ref=minor),
+            )
+        )
     return tuple(sorted(out, key=lambda g: g.index))
 
 
 def drs_slices(models: frozenset[str]) -> int:
     """The slices of a whole DRS card among ``models`` (the smallest, when cards differ);
     0 when the cluster has none."""
-    sizes = [int(m[len(MODEL_PREFIX):]) for m in models
-             if m.startswith(MODEL_PREFIX) and m[len(MODEL_PREFIX):].isdigit()]
+    sizes = [
+        int(m[len(MODEL_PREFIX) :])
+        for m in models
+        if m.startswith(MODEL_PREFIX) and m[len(MODEL_PREFIX) :].isdigit()
+    ]
     return min(sizes, default=0)
 
 
@@ -135,8 +177,9 @@ def direct_percent(slices: int, whole: int, where: str) -> int:
     """``enflame.com/drs-gcu: slices`` as percent of a card (HAMi's core percent of the
     profile of that many slices)."""
     if whole <= 0:
-        raise InvalidJobError(where, slices, "asks for DRS slices, but no node registers "
-                                             f"{CAPACITY}")
+        raise InvalidJobError(
+            where, slices, f"asks for DRS slices, but no node registers {CAPACITY}"
+        )
     if not 1 <= slices <= whole:
         raise InvalidJobError(where, slices, f"must be 1..{whole} (the slices of a DRS card)")
     return math.ceil(slices * 100 / whole)
@@ -144,7 +187,7 @@ def direct_percent(slices: int, whole: int, where: str) -> int:
 
 def profile_of(card: Gpu, milli: int, memory_mib: int) -> tuple[str, str, int]:
     """(profile name, its ID, its slices) of the slice ``(milli, memory_mib)`` on ``card``."""
-    whole = int(card.model[len(MODEL_PREFIX):]) if card.model.startswith(MODEL_PREFIX) else 1
+    whole = int(card.model[len(MODEL_PREFIX) :]) if card.model.startswith(MODEL_PREFIX) else 1
     for t in card.device.templates:
         if t.gpu_milli == milli and t.memory_mib == memory_mib:
             shape = _profile(t.name)
@@ -157,13 +200,16 @@ def profile_of(card: Gpu, milli: int, memory_mib: int) -> tuple[str, str, int]:
     return "", "", 1
 
 
-def drs_extras(pod: Mapping[str, Any], used: list[tuple[int, Gpu, int, int]],
-               now_ns: int) -> dict[str, str]:
+def drs_extras(
+    pod: Mapping[str, Any], used: list[tuple[int, Gpu, int, int]], now_ns: int
+) -> dict[str, str]:
     """Enflame's own annotations for the DRS cards given: ``used`` is (container slot,
     card, milli, MiB) per container, its first card."""
     spec = pod.get("spec") or {}
-    names = [str(c.get("name", "")) for c in
-             [*(spec.get("initContainers") or ()), *(spec.get("containers") or ())]]
+    names = [
+        str(c.get("name", ""))
+        for c in [*(spec.get("initContainers") or ()), *(spec.get("containers") or ())]
+    ]
     out = {ASSIGNED: "false", ASSIGNED_TIME: str(now_ns)}
     assigned: dict[str, dict[str, object]] = {}
     for slot, card, milli, mib in used:

@@ -47,9 +47,13 @@ class NodeTable(Protocol):
 def _free(t: NodeTable) -> _Columns:
     """Copies of the table's free columns (rows in use only): larger is more free."""
     n = t.n
-    out = {"cpu": t.cpu_free[:n].copy(), "mem": t.mem_free[:n].copy(),
-           "milli": t.free_milli[:n].copy(), "mib": t.free_mib[:n].copy(),
-           "slots": (t.holder_cap[:n] - t.holders[:n])}
+    out = {
+        "cpu": t.cpu_free[:n].copy(),
+        "mem": t.mem_free[:n].copy(),
+        "milli": t.free_milli[:n].copy(),
+        "mib": t.free_mib[:n].copy(),
+        "slots": (t.holder_cap[:n] - t.holders[:n]),
+    }
     out.update({f"mig:{p}": a[:n].copy() for p, a in t.mig_free.items()})
     return out
 
@@ -65,9 +69,14 @@ class FreedEpochs:
     def look(self, table: NodeTable) -> int:
         """The epoch now: advanced when something was freed since the last look."""
         now = _free(table)
-        if table.version != self._version or now.keys() != self._last.keys() or any(
+        if (
+            table.version != self._version
+            or now.keys() != self._last.keys()
+            or any(
                 now[k].shape != self._last[k].shape or bool(np.any(now[k] > self._last[k]))
-                for k in now):
+                for k in now
+            )
+        ):
             self.epoch += 1
         self._version = table.version
         self._last = now

@@ -77,23 +77,48 @@ def vendor_gpus(obj: Mapping[str, Any]) -> tuple[Gpu, ...]:
             raise TranslateError(f"{at}: {p.register}: {exc}") from exc
         order = sorted(range(len(devices)), key=lambda i: (devices[i].index, i))
         chip = p.vendor in ("ascend", "iluvatar")  # the protocol is per chip: name it so
-        return tuple(Gpu(index=pos, model=p.device_type if chip else
-                         (devices[i].type or p.device_type), memory_mib=devices[i].devmem,
-                         uuid=devices[i].id, healthy=devices[i].health and devices[i].count > 0,
-                         max_holders=devices[i].count, device=p.device)
-                     for pos, i in enumerate(order))
+        return tuple(
+            Gpu(
+                index=pos,
+                model=p.device_type if chip else (devices[i].type or p.device_type),
+                memory_mib=devices[i].devmem,
+                uuid=devices[i].id,
+                healthy=devices[i].health and devices[i].count > 0,
+                max_holders=devices[i].count,
+                device=p.device,
+            )
+            for pos, i in enumerate(order)
+        )
     status = obj.get("status") or {}
     if p.capacity_count:
         n = _capacity(status, p.capacity_count, f"{at}: capacity.{p.capacity_count}")
-        return tuple(Gpu(index=i, model=p.model, memory_mib=0, uuid=f"{name}-{p.device_type}-{i}",
-                         max_holders=1, device=p.device) for i in range(n))
+        return tuple(
+            Gpu(
+                index=i,
+                model=p.model,
+                memory_mib=0,
+                uuid=f"{name}-{p.device_type}-{i}",
+                max_holders=1,
+                device=p.device,
+            )
+            for i in range(n)
+        )
     cores = _capacity(status, p.capacity_cores, f"{at}: capacity.{p.capacity_cores}")
     memory = _capacity(status, p.capacity_memory, f"{at}: capacity.{p.capacity_memory}")
     cards = -(-cores // p.cores_per_card)
     per_card = memory * p.memory_unit_mib * p.cores_per_card // cores if cores else 0
     word = {"cambricon": "cambricon-mlu", "mthreads": "mthreads"}.get(p.vendor, p.vendor)
-    return tuple(Gpu(index=i, model=p.model, memory_mib=per_card, uuid=f"{name}-{word}-{i}",
-                     max_holders=100, device=p.device) for i in range(cards))
+    return tuple(
+        Gpu(
+            index=i,
+            model=p.model,
+            memory_mib=per_card,
+            uuid=f"{name}-{word}-{i}",
+            max_holders=100,
+            device=p.device,
+        )
+        for i in range(cards)
+    )
 
 
 def _metax(text: str, p: VendorProtocol, at: str) -> tuple[Gpu, ...]:
@@ -110,9 +135,19 @@ def _metax(text: str, p: VendorProtocol, at: str) -> tuple[Gpu, ...]:
         vram = d.get("totalVRam", 0)
         count = d.get("totalDevCount", 0)
         if not isinstance(vram, int) or not isinstance(count, int) or vram < 0 or count < 0:
-            raise TranslateError(f"{at}[{i}]: totalVRam={vram!r} and totalDevCount={count!r} "
-                                 "must be whole numbers, 0 or more")
-        out.append(Gpu(index=i, model=str(d.get("model") or p.device_type), memory_mib=vram,
-                       uuid=d["uuid"], healthy=bool(d.get("healthy")) and count > 0,
-                       max_holders=count, device=p.device))
+            raise TranslateError(
+                f"{at}[{i}]: totalVRam={vram!r} and totalDevCount={count!r} "
+                "must be whole numbers, 0 or more"
+            )
+        out.append(
+            Gpu(
+                index=i,
+                model=str(d.get("model") or p.device_type),
+                memory_mib=vram,
+                uuid=d["uuid"],
+                healthy=bool(d.get("healthy")) and count > 0,
+                max_holders=count,
+                device=p.device,
+            )
+        )
     return tuple(out)

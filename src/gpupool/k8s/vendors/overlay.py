@@ -28,8 +28,15 @@ from gpupool.core.errors import InvalidJobError
 from gpupool.k8s.hami.requests import ResourceNames
 from gpupool.k8s.vendors.protocols import PROTOCOLS
 
-__all__ = ["ALTERNATIVE", "ALTERNATIVES", "ORIGINAL", "PodAlternative", "overlay_patch",
-           "pod_alternatives", "pod_in_form"]
+__all__ = [
+    "ALTERNATIVE",
+    "ALTERNATIVES",
+    "ORIGINAL",
+    "PodAlternative",
+    "overlay_patch",
+    "pod_alternatives",
+    "pod_in_form",
+]
 
 ALTERNATIVES = "gpupool.io/alternatives"
 ALTERNATIVE = "gpupool.io/alternative"
@@ -70,18 +77,20 @@ def pod_alternatives(pod: Mapping[str, Any]) -> list[PodAlternative]:
         if not isinstance(name, str) or not name or any(a.name == name for a in out):
             raise InvalidJobError(f"{where}.name", name, "must be a name used once")
         if not isinstance(limits, Mapping) or not limits:
-            raise InvalidJobError(f"{where}.limits", limits,
-                                  "must map accelerator resource names to quantities")
+            raise InvalidJobError(
+                f"{where}.limits", limits, "must map accelerator resource names to quantities"
+            )
         env = item.get("env") or {}
         image = item.get("image") or ""
         if not isinstance(env, Mapping) or not all(
-                isinstance(k, str) and k and "=" not in k and isinstance(v, str)
-                for k, v in env.items()):
+            isinstance(k, str) and k and "=" not in k and isinstance(v, str) for k, v in env.items()
+        ):
             raise InvalidJobError(f"{where}.env", env, "must map variable names to strings")
         if not isinstance(image, str):
             raise InvalidJobError(f"{where}.image", image, "must be an image name")
-        out.append(PodAlternative(name, {str(k): str(v) for k, v in limits.items()}, image,
-                                  dict(env)))
+        out.append(
+            PodAlternative(name, {str(k): str(v) for k, v in limits.items()}, image, dict(env))
+        )
     return out
 
 
@@ -96,8 +105,7 @@ def _gpu_containers(pod: Mapping[str, Any], accel: frozenset[str]) -> list[tuple
     return out
 
 
-def _resources(c: Mapping[str, Any], alt: PodAlternative,
-               accel: frozenset[str]) -> dict[str, Any]:
+def _resources(c: Mapping[str, Any], alt: PodAlternative, accel: frozenset[str]) -> dict[str, Any]:
     res = c.get("resources") or {}
     limits = {k: v for k, v in (res.get("limits") or {}).items() if k not in accel}
     requests = {k: v for k, v in (res.get("requests") or {}).items() if k not in accel}
@@ -120,13 +128,22 @@ def _original(pod: Mapping[str, Any], accel: frozenset[str]) -> str:
     if kept:
         return str(kept)
     spec = pod.get("spec") or {}
-    return json.dumps([{"kind": kind, "index": i,
-                        **{k: spec[kind][i].get(k) for k in ("resources", "image", "env")}}
-                       for kind, i in _gpu_containers(pod, accel)], sort_keys=True)
+    return json.dumps(
+        [
+            {
+                "kind": kind,
+                "index": i,
+                **{k: spec[kind][i].get(k) for k in ("resources", "image", "env")},
+            }
+            for kind, i in _gpu_containers(pod, accel)
+        ],
+        sort_keys=True,
+    )
 
 
-def pod_in_form(pod: Mapping[str, Any], alt: PodAlternative,
-                names: ResourceNames = NVIDIA_NAMES) -> dict[str, Any]:
+def pod_in_form(
+    pod: Mapping[str, Any], alt: PodAlternative, names: ResourceNames = NVIDIA_NAMES
+) -> dict[str, Any]:
     """A copy of ``pod`` as it would be in the form ``alt``."""
     accel = _accelerator_names(names)
     original = _original(pod, accel)
@@ -144,26 +161,35 @@ def pod_in_form(pod: Mapping[str, Any], alt: PodAlternative,
     return out
 
 
-def overlay_patch(pod: Mapping[str, Any], alt: PodAlternative,
-                  names: ResourceNames = NVIDIA_NAMES) -> list[dict[str, Any]]:
+def overlay_patch(
+    pod: Mapping[str, Any], alt: PodAlternative, names: ResourceNames = NVIDIA_NAMES
+) -> list[dict[str, Any]]:
     """JSON Patch operations turning ``pod`` into its form ``alt`` (admission's patch)."""
     accel = _accelerator_names(names)
     ops: list[dict[str, Any]] = []
     for kind, i in _gpu_containers(pod, accel):
         c = (pod.get("spec") or {})[kind][i]
         base = f"/spec/{kind}/{i}"
-        ops.append({"op": "replace", "path": f"{base}/resources",
-                    "value": _resources(c, alt, accel)})
+        ops.append(
+            {"op": "replace", "path": f"{base}/resources", "value": _resources(c, alt, accel)}
+        )
         if alt.image:
             ops.append({"op": "replace", "path": f"{base}/image", "value": alt.image})
         if alt.env:
-            ops.append({"op": "replace" if "env" in c else "add", "path": f"{base}/env",
-                        "value": _env(c, alt)})
+            ops.append(
+                {
+                    "op": "replace" if "env" in c else "add",
+                    "path": f"{base}/env",
+                    "value": _env(c, alt),
+                }
+            )
     annotations = (pod.get("metadata") or {}).get("annotations")
     notes = {ALTERNATIVE: alt.name, ORIGINAL: _original(pod, accel)}
     if annotations is None:
         ops.append({"op": "add", "path": "/metadata/annotations", "value": notes})
     else:
-        ops.extend({"op": "add", "path": f"/metadata/annotations/{k.replace('/', '~1')}",
-                    "value": v} for k, v in notes.items())
+        ops.extend(
+            {"op": "add", "path": f"/metadata/annotations/{k.replace('/', '~1')}", "value": v}
+            for k, v in notes.items()
+        )
     return ops

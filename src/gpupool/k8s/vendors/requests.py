@@ -62,8 +62,14 @@ class _Drs:
     card_mib: tuple[int, ...] = ()
 
 
-def _container(c: Mapping[str, Any], slot: int, init: bool, p: VendorProtocol,
-               where: str, drs_cards: _Drs = _Drs()) -> ContainerGpu | None:
+def _container(
+    c: Mapping[str, Any],
+    slot: int,
+    init: bool,
+    p: VendorProtocol,
+    where: str,
+    drs_cards: _Drs = _Drs(),
+) -> ContainerGpu | None:
     at = f"{where}.resources.limits"
     count = _read(c, p.count, f"{at}[{p.count}]")
     mem = _read(c, p.memory, f"{at}[{p.memory}]") if p.memory else None
@@ -83,8 +89,9 @@ def _container(c: Mapping[str, Any], slot: int, init: bool, p: VendorProtocol,
     if count == 0:
         return None
     if cores is not None and cores > p.cores_per_card:
-        raise InvalidJobError(f"{at}[{p.cores}]", cores,
-                              f"must be 0..{p.cores_per_card} (a card's compute)")
+        raise InvalidJobError(
+            f"{at}[{p.cores}]", cores, f"must be 0..{p.cores_per_card} (a card's compute)"
+        )
     if cores is None:
         percent = FULL_CORES if (p.cores or mem is None) else 0
     else:
@@ -92,8 +99,14 @@ def _container(c: Mapping[str, Any], slot: int, init: bool, p: VendorProtocol,
     mib = (mem or 0) * p.memory_unit_mib
     # DRS: the profile decides the memory a request does not name
     whole_memory = not mib and p.device_type != drs.DEVICE_TYPE
-    return ContainerGpu(slot=slot, count=count, memory_mib=mib,
-                        memory_percent=100 if whole_memory else None, cores=percent, init=init)
+    return ContainerGpu(
+        slot=slot,
+        count=count,
+        memory_mib=mib,
+        memory_percent=100 if whole_memory else None,
+        cores=percent,
+        init=init,
+    )
 
 
 def _models(p: VendorProtocol, models: Mapping[str, frozenset[str]]) -> frozenset[str]:
@@ -102,8 +115,11 @@ def _models(p: VendorProtocol, models: Mapping[str, frozenset[str]]) -> frozense
     have = models.get(p.vendor, frozenset())
     if p.vendor == "enflame":
         drs_cards = frozenset(m for m in have if m.startswith(drs.MODEL_PREFIX))
-        return drs_cards if p.device_type == drs.DEVICE_TYPE else (have - drs_cards) or \
-            frozenset({p.model})
+        return (
+            drs_cards
+            if p.device_type == drs.DEVICE_TYPE
+            else (have - drs_cards) or frozenset({p.model})
+        )
     return have or frozenset({p.device_type})
 
 
@@ -116,9 +132,12 @@ def card_memory(nodes: Iterable[Node]) -> dict[str, int]:
     return out
 
 
-def vendor_pod_request(pod: Mapping[str, Any], base: PodRequest,
-                       models: Mapping[str, frozenset[str]],
-                       card_mib: Mapping[str, int] | None = None) -> PodRequest | None:
+def vendor_pod_request(
+    pod: Mapping[str, Any],
+    base: PodRequest,
+    models: Mapping[str, frozenset[str]],
+    card_mib: Mapping[str, int] | None = None,
+) -> PodRequest | None:
     """``base`` (the pod as read for NVIDIA) with the GPU request of the vendor it names;
     None when it names no vendor's resources. ``models``: vendor -> the card models of that
     vendor the cluster has; ``card_mib``: model -> its cards' memory (:func:`card_memory`),
@@ -131,10 +150,15 @@ def vendor_pod_request(pod: Mapping[str, Any], base: PodRequest,
     listed = [("initContainers", i, c, True) for i, c in enumerate(inits)]
     listed += [("containers", i, c, False) for i, c in enumerate(spec.get("containers") or ())]
     mine = _models(p, models)
-    cards = _Drs(drs.drs_slices(mine), tuple((card_mib or {}).get(m, 0) for m in sorted(mine)
-                                             if m.startswith(drs.MODEL_PREFIX)))
-    gpus = [g for slot, (kind, i, c, init) in enumerate(listed)
-            if (g := _container(c, slot, init, p, f"spec.{kind}[{i}]", cards)) is not None]
+    cards = _Drs(
+        drs.drs_slices(mine),
+        tuple((card_mib or {}).get(m, 0) for m in sorted(mine) if m.startswith(drs.MODEL_PREFIX)),
+    )
+    gpus = [
+        g
+        for slot, (kind, i, c, init) in enumerate(listed)
+        if (g := _container(c, slot, init, p, f"spec.{kind}[{i}]", cards)) is not None
+    ]
     request: GpuRequest = gpu_request(gpus)
     request = dataclasses.replace(request, models=mine)
     return dataclasses.replace(base, gpu=request, containers=tuple(gpus))

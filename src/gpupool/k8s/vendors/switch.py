@@ -57,8 +57,7 @@ if TYPE_CHECKING:
     from gpupool.core.decisions import Park
     from gpupool.k8s.parts import ControllerParts
 
-__all__ = ["MAX_SWITCHES", "SWITCHES", "FormSwitcher", "admissible", "original_pod",
-           "remade"]
+__all__ = ["MAX_SWITCHES", "SWITCHES", "FormSwitcher", "admissible", "original_pod", "remade"]
 
 log = logging.getLogger(__name__)
 
@@ -94,8 +93,9 @@ def original_pod(pod: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def admissible(ctl: ControllerParts, pod: Mapping[str, Any],
-               alternatives: list[PodAlternative]) -> tuple[bool, PodAlternative | None]:
+def admissible(
+    ctl: ControllerParts, pod: Mapping[str, Any], alternatives: list[PodAlternative]
+) -> tuple[bool, PodAlternative | None]:
     """Which form of the pod its queue would admit now: (True, None) for its own form,
     (True, alt) for an alternative, (False, None) when none fits now. ``pod`` is in its own
     form (see :func:`original_pod`). The scheduler's snapshot is read, nothing is changed."""
@@ -105,8 +105,7 @@ def admissible(ctl: ControllerParts, pod: Mapping[str, Any],
     names = ctl.opt.names
     own = ctl.read_request(pod)
     forms = [(a, ctl.read_request(pod_in_form(pod, a, names))) for a in alternatives]
-    job, _ = job_for_pods(pod_job_id(pod), ctl.resolve_queue(pod), [("pod", own)],
-                          gang=False)
+    job, _ = job_for_pods(pod_job_id(pod), ctl.resolve_queue(pod), [("pod", own)], gang=False)
     job = replace(job, alternatives=tuple(Alternative(a.name, r.gpu) for a, r in forms))
     form = sched.admissible_form(job)
     if form is None:
@@ -114,14 +113,16 @@ def admissible(ctl: ControllerParts, pod: Mapping[str, Any],
     return True, next((a for a in alternatives if a.name == form), None)
 
 
-def remade(pod: Mapping[str, Any], alt: PodAlternative | None,
-           names: ResourceNames = NVIDIA_NAMES) -> dict[str, Any]:
+def remade(
+    pod: Mapping[str, Any], alt: PodAlternative | None, names: ResourceNames = NVIDIA_NAMES
+) -> dict[str, Any]:
     """The body of ``pod`` made again in form ``alt`` (None: its own form): its name,
     labels, annotations and spec, unbound, with its switch count one higher."""
     base = original_pod(pod)
     meta = base.get("metadata") or {}
     out: dict[str, Any] = {
-        "apiVersion": "v1", "kind": "Pod",
+        "apiVersion": "v1",
+        "kind": "Pod",
         "metadata": {k: copy.deepcopy(meta[k]) for k in _META if k in meta},
         "spec": {k: v for k, v in (base.get("spec") or {}).items() if k != "nodeName"},
     }
@@ -143,9 +144,13 @@ def switches(pod: Mapping[str, Any]) -> int:
 def may_switch(pod: Mapping[str, Any]) -> bool:
     """Whether ``pod`` is one the controller may make again (see the module's docstring)."""
     meta = pod.get("metadata") or {}
-    return bool((meta.get("annotations") or {}).get(ALTERNATIVES)) \
-        and not meta.get("ownerReferences") and not meta.get("deletionTimestamp") \
-        and not (pod.get("spec") or {}).get("nodeName") and switches(pod) < MAX_SWITCHES
+    return (
+        bool((meta.get("annotations") or {}).get(ALTERNATIVES))
+        and not meta.get("ownerReferences")
+        and not meta.get("deletionTimestamp")
+        and not (pod.get("spec") or {}).get("nodeName")
+        and switches(pod) < MAX_SWITCHES
+    )
 
 
 class FormSwitcher:
@@ -164,8 +169,9 @@ class FormSwitcher:
         self.epochs = FreedEpochs()
         self.checked: dict[str, int] = {}  # pod key -> epoch of its last check
 
-    def due(self, ctl: ControllerParts, parks: Iterable[Park]
-            ) -> list[tuple[str, PodAlternative | None]]:
+    def due(
+        self, ctl: ControllerParts, parks: Iterable[Park]
+    ) -> list[tuple[str, PodAlternative | None]]:
         """(pod key, form) for each parked pod to make again, in the order parked."""
         out: list[tuple[str, PodAlternative | None]] = []
         epoch = self.epochs.look(ctl.sched.node_table()) if ctl.sched is not None else 0
@@ -177,8 +183,12 @@ class FormSwitcher:
                 continue
             key = info.pods[0]
             pod = ctl.own_pod(key)
-            if key in self.in_flight or pod is None or not may_switch(pod) \
-                    or self.checked.get(key) == epoch:
+            if (
+                key in self.in_flight
+                or pod is None
+                or not may_switch(pod)
+                or self.checked.get(key) == epoch
+            ):
                 continue
             self.checked[key] = epoch
             self.checks += 1
@@ -194,8 +204,9 @@ class FormSwitcher:
                 out.append((key, alt))
         return out
 
-    async def switch(self, kube: Kube, ctl: ControllerParts, key: str,
-                     alt: PodAlternative | None) -> bool:
+    async def switch(
+        self, kube: Kube, ctl: ControllerParts, key: str, alt: PodAlternative | None
+    ) -> bool:
         """Deletes the pod (its UID as precondition) and creates it again in ``alt``;
         False when it changed meanwhile (bound, deleted, made again by someone else)."""
         try:
@@ -206,17 +217,29 @@ class FormSwitcher:
                 return False
             body = remade(pod, alt, ctl.opt.names)
             uid = (pod.get("metadata") or {}).get("uid")
-            await kube.request("DELETE", f"{path}/{name}", {
-                "apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0,
-                "preconditions": {"uid": uid}})
+            await kube.request(
+                "DELETE",
+                f"{path}/{name}",
+                {
+                    "apiVersion": "v1",
+                    "kind": "DeleteOptions",
+                    "gracePeriodSeconds": 0,
+                    "preconditions": {"uid": uid},
+                },
+            )
             for attempt in range(CREATE_TRIES):  # until the old one is gone
                 try:
                     await kube.request("POST", path, body)
                     break
                 except KubeError as exc:
                     if exc.status != 409 or attempt == CREATE_TRIES - 1:
-                        log.error("%s deleted to switch its form, but not made again: %s; "
-                                  "its body was %s", key, exc, json.dumps(body))
+                        log.error(
+                            "%s deleted to switch its form, but not made again: %s; "
+                            "its body was %s",
+                            key,
+                            exc,
+                            json.dumps(body),
+                        )
                         raise
                     await asyncio.sleep(0.1)
             self.switched += 1

@@ -43,8 +43,17 @@ from gpupool.core.model import (
 
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
 POD_COLUMNS = (
-    "name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "gpu_spec", "qos", "pod_phase",
-    "creation_time", "deletion_time", "scheduled_time",
+    "name",
+    "cpu_milli",
+    "memory_mib",
+    "num_gpu",
+    "gpu_milli",
+    "gpu_spec",
+    "qos",
+    "pod_phase",
+    "creation_time",
+    "deletion_time",
+    "scheduled_time",
 )
 POD_COLUMNS_SHORT = POD_COLUMNS[:5]
 
@@ -132,23 +141,27 @@ class _Rows:
             reader = csv.reader(handle)
             header = next(reader, None)
             if not header:
-                raise TraceError(f"{self.file}:1: the file is empty; expected the header "
-                                 f"{','.join(layouts[0])}")
+                raise TraceError(
+                    f"{self.file}:1: the file is empty; expected the header {','.join(layouts[0])}"
+                )
             header = [h.strip() for h in header]
             columns = next((lay for lay in layouts if tuple(header) == lay), None)
             if columns is None:
                 expected = " or ".join(",".join(lay) for lay in layouts)
                 missing = [c for c in layouts[0] if c not in header]
                 detail = f"; missing {', '.join(missing)}" if missing else ""
-                raise TraceError(f"{self.file}:1: header {','.join(header)!r} is not "
-                                 f"{expected}{detail}")
+                raise TraceError(
+                    f"{self.file}:1: header {','.join(header)!r} is not {expected}{detail}"
+                )
             for fields in reader:
                 self.line = reader.line_num
                 if not fields:
                     continue
                 if len(fields) != len(columns):
-                    raise TraceError(f"{self.file}:{self.line}: {len(fields)} fields, the "
-                                     f"header has {len(columns)}")
+                    raise TraceError(
+                        f"{self.file}:{self.line}: {len(fields)} fields, the "
+                        f"header has {len(columns)}"
+                    )
                 yield dict(zip(columns, fields, strict=True))
 
 
@@ -177,8 +190,9 @@ def load_nodes(path: str | Path) -> list[Node]:
         memory = GPU_MEMORY_MIB.get(model, UNKNOWN_GPU_MEMORY_MIB)
         gpus = tuple(Gpu(index=i, model=model, memory_mib=memory) for i in range(count))
         labels = {MODEL_LABEL: model} if model else {}
-        nodes.append(Node(name=NodeName(name), cpu_milli=cpu, memory_mib=mem, gpus=gpus,
-                          labels=labels))
+        nodes.append(
+            Node(name=NodeName(name), cpu_milli=cpu, memory_mib=mem, gpus=gpus, labels=labels)
+        )
     return nodes
 
 
@@ -204,17 +218,22 @@ def load_pods(path: str | Path) -> list[TracePod]:
         num_gpu = rows.required(row, "num_gpu")
         milli = rows.required(row, "gpu_milli")
         if milli > WHOLE_GPU_MILLI:
-            raise rows.error("gpu_milli", row["gpu_milli"],
-                             f"is more than one GPU ({WHOLE_GPU_MILLI}); it is per GPU")
+            raise rows.error(
+                "gpu_milli",
+                row["gpu_milli"],
+                f"is more than one GPU ({WHOLE_GPU_MILLI}); it is per GPU",
+            )
         if num_gpu == 0 and milli:
             raise rows.error("gpu_milli", row["gpu_milli"], "is set on a pod with num_gpu=0")
         if num_gpu and not milli:
-            raise rows.error("gpu_milli", row["gpu_milli"],
-                             f"is 0 on a pod with num_gpu={num_gpu}")
+            raise rows.error("gpu_milli", row["gpu_milli"], f"is 0 on a pod with num_gpu={num_gpu}")
         if num_gpu > 1 and milli != WHOLE_GPU_MILLI:
-            raise rows.error("gpu_milli", row["gpu_milli"],
-                             f"must be {WHOLE_GPU_MILLI} when num_gpu={num_gpu}; a share of "
-                             "a GPU cannot span cards")
+            raise rows.error(
+                "gpu_milli",
+                row["gpu_milli"],
+                f"must be {WHOLE_GPU_MILLI} when num_gpu={num_gpu}; a share of "
+                "a GPU cannot span cards",
+            )
         spec = frozenset(p.strip() for p in row.get("gpu_spec", "").split("|") if p.strip())
         creation = deletion = scheduled = None
         if "creation_time" in row:
@@ -223,14 +242,24 @@ def load_pods(path: str | Path) -> list[TracePod]:
             scheduled = rows.integer(row, "scheduled_time", empty_ok=True)
             assert creation is not None and deletion is not None
             if deletion < creation:
-                raise rows.error("deletion_time", row["deletion_time"],
-                                 f"is before creation_time={creation}")
-        pods.append(TracePod(
-            name=name, cpu_milli=cpu, memory_mib=mem, num_gpu=num_gpu, gpu_milli=milli,
-            gpu_spec=spec, qos=row.get("qos", "").strip(),
-            pod_phase=row.get("pod_phase", "").strip(), creation_time=creation,
-            deletion_time=deletion, scheduled_time=scheduled,
-        ))
+                raise rows.error(
+                    "deletion_time", row["deletion_time"], f"is before creation_time={creation}"
+                )
+        pods.append(
+            TracePod(
+                name=name,
+                cpu_milli=cpu,
+                memory_mib=mem,
+                num_gpu=num_gpu,
+                gpu_milli=milli,
+                gpu_spec=spec,
+                qos=row.get("qos", "").strip(),
+                pod_phase=row.get("pod_phase", "").strip(),
+                creation_time=creation,
+                deletion_time=deletion,
+                scheduled_time=scheduled,
+            )
+        )
     return pods
 
 
@@ -259,8 +288,15 @@ def to_job(pod: TracePod) -> Job:
         duration = float(pod.deletion_time - pod.creation_time)
     return Job(
         id=JobId(pod.name),
-        pod_sets=(PodSet(name="pod", count=1, cpu_milli=pod.cpu_milli,
-                         memory_mib=pod.memory_mib, gpu=gpu_request(pod)),),
+        pod_sets=(
+            PodSet(
+                name="pod",
+                count=1,
+                cpu_milli=pod.cpu_milli,
+                memory_mib=pod.memory_mib,
+                gpu=gpu_request(pod),
+            ),
+        ),
         submit_time_s=float(pod.creation_time or 0),
         duration_s=duration,
     )

@@ -35,9 +35,12 @@ class BindQueue:
 
     def __post_init__(self) -> None:
         if not 0 < self.per_bind <= 100:
-            raise ConfigError(f"plugin bind-queue: per_bind={self.per_bind!r} must be above 0 "
-                              "and at most 100", field="per_bind", value=self.per_bind,
-                              rule="above 0 and at most 100")
+            raise ConfigError(
+                f"plugin bind-queue: per_bind={self.per_bind!r} must be above 0 and at most 100",
+                field="per_bind",
+                value=self.per_bind,
+                rule="above 0 and at most 100",
+            )
 
     def score(self, cs: CycleState, task: Task, rows: Rows) -> Scores:
         if task.request.kind is GpuKind.NONE or task.pod_set.count > 1:

@@ -42,8 +42,9 @@ def nvlink_group(candidates: list[int], peers: dict[int, frozenset[int]], k: int
     """
     if not peers or k <= 1 or k >= len(candidates):
         return candidates[:k]
-    if all(peers.get(g, frozenset()).issuperset(c for c in candidates if c != g)
-           for g in candidates):
+    if all(
+        peers.get(g, frozenset()).issuperset(c for c in candidates if c != g) for g in candidates
+    ):
         return candidates[:k]  # a full mesh among the free cards: any k are equally linked
     best: tuple[int, list[int]] | None = None
     for start in candidates:
@@ -51,8 +52,11 @@ def nvlink_group(candidates: list[int], peers: dict[int, frozenset[int]], k: int
         links = 0
         while len(chosen) < k:
             gain, pick = max(
-                ((sum(1 for c in chosen if c in peers.get(g, ())), -g)
-                 for g in candidates if g not in chosen),
+                (
+                    (sum(1 for c in chosen if c in peers.get(g, ())), -g)
+                    for g in candidates
+                    if g not in chosen
+                ),
             )
             chosen.append(-pick)
             links += gain
@@ -82,13 +86,17 @@ class BestFitCards:
         if kind is GpuKind.SLICE:
             if len(cands) < req.cards:
                 return None
+
             def fill(i: int) -> tuple[int, int, int]:
                 return (t.free_milli[row, i], t.free_mib[row, i], i)
+
             if req.cards == 1 and not req.memory_percent:
                 return (GpuShare(min(cands, key=fill), req.gpu_milli, req.memory_mib),)
-            chosen = sorted(cands, key=fill)[:req.cards]
-            return tuple(GpuShare(g, req.gpu_milli, req.slice_mib(int(t.gpu_mem_cap[row, g])))
-                         for g in sorted(chosen))
+            chosen = sorted(cands, key=fill)[: req.cards]
+            return tuple(
+                GpuShare(g, req.gpu_milli, req.slice_mib(int(t.gpu_mem_cap[row, g])))
+                for g in sorted(chosen)
+            )
         if kind is GpuKind.MIG:
             if not cands:
                 return None

@@ -24,8 +24,11 @@ def card_mask(cs: CycleState, req: GpuRequest) -> npt.NDArray[np.bool_] | None:
     mask = cs.cache.get(key)
     if mask is None:
         codes = [t.model_code[m] for m in req.models if m in t.model_code]
-        mask = np.ones(t.gpu_model.shape, np.bool_) if not req.models else \
-            np.isin(t.gpu_model, np.asarray(codes, np.int64))
+        mask = (
+            np.ones(t.gpu_model.shape, np.bool_)
+            if not req.models
+            else np.isin(t.gpu_model, np.asarray(codes, np.int64))
+        )
         if min_mib:
             mask &= t.gpu_mem_cap >= min_mib
         if req.uuids:

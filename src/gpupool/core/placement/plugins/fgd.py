@@ -44,8 +44,18 @@ from gpupool.core.placement.plugins.frag import (
 def shape_key(task: Task) -> tuple[Hashable, ...]:
     """What a shape-only score depends on: CPU and the GPU request (memory aside)."""
     req = task.request
-    return (task.cpu_milli, req.kind, req.count, req.gpu_milli, req.memory_mib, req.models,
-            req.cards, req.memory_percent, req.uuids, req.excluded_uuids)
+    return (
+        task.cpu_milli,
+        req.kind,
+        req.count,
+        req.gpu_milli,
+        req.memory_mib,
+        req.models,
+        req.cards,
+        req.memory_percent,
+        req.uuids,
+        req.excluded_uuids,
+    )
 
 
 def whole_take(cs: CycleState, task: Task, rows: Rows) -> I64:
@@ -83,17 +93,16 @@ def sigmoid_score(delta_scaled: I64 | F64, kept: int) -> I64:
     return np.asarray(np.trunc(100.0 / (1.0 + np.exp(-x))), np.int64)
 
 
-def fgd_evaluate(
-    tp: TypicalPods, cs: CycleState, task: Task, rows: Rows
-) -> tuple[I64, I64]:
+def fgd_evaluate(tp: TypicalPods, cs: CycleState, task: Task, rows: Rows) -> tuple[I64, I64]:
     """(score, card) per row: FGD's integer score and, for a slice, the card it picks
     (-1 otherwise). Computed afresh; see :class:`FgdScore` for the cached path."""
     t = cs.table
     base = row_terms(tp, t, rows, cs.cache)
     req = task.request
     if req.kind is GpuKind.SLICE:
-        after = frag_after_slice(tp, t, rows, base, task.cpu_milli,
-                                 slice_milli(t, rows, req), cs.cache)
+        after = frag_after_slice(
+            tp, t, rows, base, task.cpu_milli, slice_milli(t, rows, req), cs.cache
+        )
         s = sigmoid_score(base.frag[:, None] - after, tp.kept)
         s = np.where(slice_cards(cs, task, rows), s, -1)
         card = np.argmax(s, axis=1)
@@ -104,7 +113,9 @@ def fgd_evaluate(
 
 
 def cached_by_row(
-    cs: CycleState, key: Hashable, rows: Rows,
+    cs: CycleState,
+    key: Hashable,
+    rows: Rows,
     compute: Callable[[Rows], tuple[npt.ArrayLike, npt.ArrayLike]],
 ) -> tuple[F64, I64]:
     """Per-row (score, card) pairs cached against row generations under ``key``.
@@ -115,8 +126,11 @@ def cached_by_row(
     entry = cs.cache.get(key)
     if entry is None or entry[0].size < t.cap_rows:
         cap = t.cap_rows
-        entry = cs.cache[key] = (np.full(cap, -1, np.int64), np.zeros(cap, np.float64),
-                                 np.full(cap, -1, np.int64))
+        entry = cs.cache[key] = (
+            np.full(cap, -1, np.int64),
+            np.zeros(cap, np.float64),
+            np.full(cap, -1, np.int64),
+        )
     gen_at, score, card = entry
     stale = rows[gen_at[rows] != t.gen[rows]]
     if stale.size:
@@ -137,8 +151,9 @@ def exclusive_cards(cs: CycleState, task: Task, row: int) -> tuple[GpuShare, ...
     idx = np.flatnonzero(take)
     if idx.size < req.count:
         return None
-    return tuple(GpuShare(int(g), WHOLE_GPU_MILLI, int(t.gpu_mem_cap[row, g]))
-                 for g in idx.tolist())
+    return tuple(
+        GpuShare(int(g), WHOLE_GPU_MILLI, int(t.gpu_mem_cap[row, g])) for g in idx.tolist()
+    )
 
 
 class RowScored:
@@ -173,5 +188,6 @@ class FgdScore(RowScored):
 
     def _scores(self, cs: CycleState, task: Task, rows: Rows) -> tuple[F64, I64]:
         tp = self.typical_pods
-        return cached_by_row(cs, ("fgd", tp, shape_key(task)), rows,
-                             lambda stale: fgd_evaluate(tp, cs, task, stale))
+        return cached_by_row(
+            cs, ("fgd", tp, shape_key(task)), rows, lambda stale: fgd_evaluate(tp, cs, task, stale)
+        )

@@ -169,8 +169,11 @@ def typical_pods(
         shapes.append(shape)
         counts.append(count)
         cum += count
-    means = tuple(round(memory_sum[sh] / n) for sh, n in zip(shapes, counts, strict=True)) \
-        if memory_mib is not None else ()
+    means = (
+        tuple(round(memory_sum[sh] / n) for sh, n in zip(shapes, counts, strict=True))
+        if memory_mib is not None
+        else ()
+    )
     return TypicalPods(tuple(shapes), tuple(counts), total, means)
 
 
@@ -217,9 +220,7 @@ class RowTerms:
     frag: I64
 
 
-def terms(
-    tp: TypicalPods, cpu: I64, g: I64, elig: Bool | None
-) -> RowTerms:
+def terms(tp: TypicalPods, cpu: I64, g: I64, elig: Bool | None) -> RowTerms:
     """Terms for node states given as CPU free [R] and idle milli per card [R, W]."""
     fit = g[:, :, None] >= tp.gm  # [R, W, M]
     if elig is not None:
@@ -237,14 +238,16 @@ def scaled_frag(tp: TypicalPods, cpu: I64, idle: I64, nfit: I64, usable: I64) ->
     return np.asarray(tp.count_all * idle - lost, np.int64)
 
 
-def node_frag(tp: TypicalPods, table: NodeTable, rows: I64,
-              cache: MutableMapping[Hashable, Any] | None = None) -> I64:
+def node_frag(
+    tp: TypicalPods, table: NodeTable, rows: I64, cache: MutableMapping[Hashable, Any] | None = None
+) -> I64:
     """kept * F_n(M) for ``rows`` of ``table``, computed afresh (no generation cache)."""
     elig = None if cache is None else card_eligibility(tp, table, cache)
     if elig is None and tp.constrained:
         elig = card_eligibility(tp, table, {})
-    return terms(tp, table.cpu_free[rows], idle_cards(table, rows),
-                 None if elig is None else elig[rows]).frag
+    return terms(
+        tp, table.cpu_free[rows], idle_cards(table, rows), None if elig is None else elig[rows]
+    ).frag
 
 
 def row_terms(
@@ -258,15 +261,23 @@ def row_terms(
         cap = table.cap_rows
         entry = cache[key] = (
             np.full(cap, -1, np.int64),
-            RowTerms(np.zeros(cap, np.int64), np.zeros((cap, m), np.int64),
-                     np.zeros((cap, m), np.int64), np.zeros(cap, np.int64)),
+            RowTerms(
+                np.zeros(cap, np.int64),
+                np.zeros((cap, m), np.int64),
+                np.zeros((cap, m), np.int64),
+                np.zeros(cap, np.int64),
+            ),
         )
     gen_at, store = entry
     stale = rows[gen_at[rows] != table.gen[rows]]
     if stale.size:
         elig = card_eligibility(tp, table, cache)
-        fresh = terms(tp, table.cpu_free[stale], idle_cards(table, stale),
-                      None if elig is None else elig[stale])
+        fresh = terms(
+            tp,
+            table.cpu_free[stale],
+            idle_cards(table, stale),
+            None if elig is None else elig[stale],
+        )
         store.idle[stale] = fresh.idle
         store.nfit[stale] = fresh.nfit
         store.usable[stale] = fresh.usable
@@ -289,8 +300,13 @@ def slice_milli(table: NodeTable, rows: I64, req: GpuRequest) -> int | I64:
 
 
 def after_slice_terms(
-    tp: TypicalPods, table: NodeTable, rows: I64, base: RowTerms, cpu_milli: int,
-    gpu_milli: int | I64, cache: MutableMapping[Hashable, Any],
+    tp: TypicalPods,
+    table: NodeTable,
+    rows: I64,
+    base: RowTerms,
+    cpu_milli: int,
+    gpu_milli: int | I64,
+    cache: MutableMapping[Hashable, Any],
 ) -> tuple[I64, I64, I64, I64]:
     """(cpu, idle [R, 1]; nfit, usable [R, W, M]) of each row after a slice of ``gpu_milli``
     and ``cpu_milli`` goes on card j (CPU and idle are the same whichever card, and broadcast
@@ -314,8 +330,13 @@ def after_slice_terms(
 
 
 def after_take_terms(
-    tp: TypicalPods, table: NodeTable, rows: I64, base: RowTerms, cpu_milli: int,
-    take: I64, cache: MutableMapping[Hashable, Any],
+    tp: TypicalPods,
+    table: NodeTable,
+    rows: I64,
+    base: RowTerms,
+    cpu_milli: int,
+    take: I64,
+    cache: MutableMapping[Hashable, Any],
 ) -> tuple[I64, I64, I64, I64]:
     """(cpu, idle [R]; nfit, usable [R, M]) of each row after ``cpu_milli`` and ``take[r, i]``
     milli of card i go (``take`` all zeros for a pod without GPUs: only the CPU moves)."""
@@ -333,25 +354,37 @@ def after_take_terms(
         fit &= e
         fit2 &= e
     nfit = base.nfit - fit.sum(axis=1) + fit2.sum(axis=1)
-    usable = (base.usable - np.einsum("rw,rwm->rm", g, fit.astype(np.int64))
-              + np.einsum("rw,rwm->rm", g2, fit2.astype(np.int64)))
+    usable = (
+        base.usable
+        - np.einsum("rw,rwm->rm", g, fit.astype(np.int64))
+        + np.einsum("rw,rwm->rm", g2, fit2.astype(np.int64))
+    )
     return cpu, base.idle - take.sum(axis=1), nfit, usable
 
 
 def frag_after_slice(
-    tp: TypicalPods, table: NodeTable, rows: I64, base: RowTerms, cpu_milli: int,
-    gpu_milli: int | I64, cache: MutableMapping[Hashable, Any],
+    tp: TypicalPods,
+    table: NodeTable,
+    rows: I64,
+    base: RowTerms,
+    cpu_milli: int,
+    gpu_milli: int | I64,
+    cache: MutableMapping[Hashable, Any],
 ) -> I64:
     """[R, W]: kept * F of each row after a slice of ``gpu_milli`` and ``cpu_milli`` goes on
     card j. Entries for cards that cannot hold the slice are meaningless; mask them."""
-    frag = scaled_frag(tp, *after_slice_terms(tp, table, rows, base, cpu_milli, gpu_milli,
-                                              cache))
+    frag = scaled_frag(tp, *after_slice_terms(tp, table, rows, base, cpu_milli, gpu_milli, cache))
     return np.broadcast_to(frag, (rows.size, table.width))
 
 
 def frag_after_take(
-    tp: TypicalPods, table: NodeTable, rows: I64, base: RowTerms, cpu_milli: int,
-    take: I64, cache: MutableMapping[Hashable, Any],
+    tp: TypicalPods,
+    table: NodeTable,
+    rows: I64,
+    base: RowTerms,
+    cpu_milli: int,
+    take: I64,
+    cache: MutableMapping[Hashable, Any],
 ) -> I64:
     """[R]: kept * F of each row after ``cpu_milli`` and ``take[r, i]`` milli of card i go."""
     return scaled_frag(tp, *after_take_terms(tp, table, rows, base, cpu_milli, take, cache))

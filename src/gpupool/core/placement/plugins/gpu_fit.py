@@ -41,7 +41,8 @@ class GpuFit:
             # One value a node first (the largest free compute and memory of any card); the
             # exact same-card test runs on the nodes that pass it.
             out = (t.max_free_milli[rows] >= max(req.gpu_milli, 1)) & (
-                t.max_free_mib[rows] >= req.memory_mib)
+                t.max_free_mib[rows] >= req.memory_mib
+            )
             cand = rows[out]
             fits: Mask = t.slice_room(cand, req)
             if allowed is not None:

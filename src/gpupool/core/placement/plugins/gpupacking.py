@@ -43,6 +43,9 @@ class GpuPackingScore:
         else:
             fits = g >= req.gpu_milli
             best = np.where(fits, g, WHOLE_GPU_MILLI + 1).min(axis=1)
-            used = np.where(best == WHOLE_GPU_MILLI, max(50 - 1, 33),
-                            np.maximum(100 - (best * 100 // 1000) // 10, 50))
+            used = np.where(
+                best == WHOLE_GPU_MILLI,
+                max(50 - 1, 33),
+                np.maximum(100 - (best * 100 // 1000) // 10, 50),
+            )
         return np.where(empty_node, empty_score, used).astype(np.float64)

@@ -114,13 +114,16 @@ class GpupoolScore(RowScored):
         setter = object.__setattr__
         setter(self, "gpu_weight", int(w.sum()))
         setter(self, "cpu_per_milli", per(tp.cpu, every, milli))
-        cpu_only = sum(count * shape.cpu_milli
-                       for shape, count in zip(tp.shapes, tp.counts, strict=True)
-                       if not (shape.gpu_milli > 0 and shape.gpu_count > 0))
+        cpu_only = sum(
+            count * shape.cpu_milli
+            for shape, count in zip(tp.shapes, tp.counts, strict=True)
+            if not (shape.gpu_milli > 0 and shape.gpu_count > 0)
+        )
         setter(self, "cpu_only_per_milli", cpu_only / milli if milli else 0.0)
         setter(self, "mem_per_milli", per(tp.mem, every, milli))
         setter(self, "cpu_per_card", per(tp.cpu, whole, cards) / WHOLE_GPU_MILLI)
         setter(self, "mem_per_card", per(tp.mem, whole, cards) / WHOLE_GPU_MILLI)
+
         # reciprocals (0 when the workload names no CPU or memory: nothing is stranded by it)
         def inv(x: float) -> float:
             return 1.0 / x if x > 0 else 0.0
@@ -129,8 +132,11 @@ class GpupoolScore(RowScored):
         setter(self, "_cpu_card_inv", inv(self.cpu_per_card))
         setter(self, "_mem_inv", inv(self.mem_per_milli))
         setter(self, "_mem_card_inv", inv(self.mem_per_card))
-        setter(self, "constrained", np.asarray(
-            [bool(tp.shapes[i].models) for i in tp.gpu_index.tolist()], np.bool_))
+        setter(
+            self,
+            "constrained",
+            np.asarray([bool(tp.shapes[i].models) for i in tp.gpu_index.tolist()], np.bool_),
+        )
 
     # -- the measure -----------------------------------------------------------------------
 
@@ -168,8 +174,9 @@ class GpupoolScore(RowScored):
             out = np.maximum(out, whole - mem * self._mem_card_inv)
         return np.maximum(out, 0.0)
 
-    def measure(self, cpu: I64, mem: I64, idle: I64, nfit: I64, usable: I64,
-                full: I64, cpu_inv: float) -> F64:
+    def measure(
+        self, cpu: I64, mem: I64, idle: I64, nfit: I64, usable: I64, full: I64, cpu_inv: float
+    ) -> F64:
         """kept * fragment of node states given by their terms (any leading shape)."""
         tp = self.typical_pods
         q3 = (nfit >= tp.k) & (cpu[..., None] >= tp.cpu) & (mem[..., None] >= tp.mem)
@@ -193,29 +200,36 @@ class GpupoolScore(RowScored):
             live = t.live()
             cards = t.gpu_model[live] >= 0
             usable_cards = (elig[live] & cards[:, :, None]).sum(axis=(0, 1))
-            share = np.where(self.constrained, int(cards.sum()) / np.maximum(usable_cards, 1),
-                             0.0)
-            per_row = cs.cache[key] = np.asarray(
-                elig.any(axis=1) @ (tp.weight * share), np.float64)
+            share = np.where(self.constrained, int(cards.sum()) / np.maximum(usable_cards, 1), 0.0)
+            per_row = cs.cache[key] = np.asarray(elig.any(axis=1) @ (tp.weight * share), np.float64)
         result: F64 = per_row[rows]
         return result
 
-    def before(self, cs: CycleState, rows: Rows, base: RowTerms, mem: I64, full: I64,
-               cpu_inv: float) -> F64:
+    def before(
+        self, cs: CycleState, rows: Rows, base: RowTerms, mem: I64, full: I64, cpu_inv: float
+    ) -> F64:
         """The measure of the rows as they are, cached per row generation."""
         t = cs.table
         key = ("gpupool-before", self.typical_pods, cpu_inv)
         entry = cs.cache.get(key)
         if entry is None or entry[0].size < t.cap_rows:
-            entry = cs.cache[key] = (np.full(t.cap_rows, -1, np.int64),
-                                     np.zeros(t.cap_rows, np.float64))
+            entry = cs.cache[key] = (
+                np.full(t.cap_rows, -1, np.int64),
+                np.zeros(t.cap_rows, np.float64),
+            )
         gen_at, value = entry
         stale = gen_at[rows] != t.gen[rows]
         if stale.any():
             sr = rows[stale]
-            value[sr] = self.measure(t.cpu_free[sr], mem[stale], base.idle[stale],
-                                     base.nfit[stale], base.usable[stale], full[stale],
-                                     cpu_inv)
+            value[sr] = self.measure(
+                t.cpu_free[sr],
+                mem[stale],
+                base.idle[stale],
+                base.nfit[stale],
+                base.usable[stale],
+                full[stale],
+                cpu_inv,
+            )
             gen_at[sr] = t.gen[sr]
         result: F64 = value[rows]
         return result
@@ -234,28 +248,28 @@ class GpupoolScore(RowScored):
             before = before - req.total_milli * self.scarcity(cs, rows)
         if req.kind is GpuKind.SLICE:
             cpu2, idle2, nfit2, usable2 = after_slice_terms(
-                tp, t, rows, base, task.cpu_milli, slice_milli(t, rows, req), cs.cache)
+                tp, t, rows, base, task.cpu_milli, slice_milli(t, rows, req), cs.cache
+            )
             full2 = full[:, None] - (t.free_milli[rows] >= WHOLE_GPU_MILLI)
-            after = self.measure(cpu2, (mem - task.memory_mib)[:, None], idle2, nfit2,
-                                 usable2, full2, cpu_inv)
-            s = np.where(slice_cards(cs, task, rows),
-                         sigmoid_score(before[:, None] - after, tp.kept), -1)
+            after = self.measure(
+                cpu2, (mem - task.memory_mib)[:, None], idle2, nfit2, usable2, full2, cpu_inv
+            )
+            s = np.where(
+                slice_cards(cs, task, rows), sigmoid_score(before[:, None] - after, tp.kept), -1
+            )
             card = np.argmax(s, axis=1)
             return s[np.arange(rows.size), card].astype(np.float64), card
         take = whole_take(cs, task, rows)
         cpu2, idle2, nfit2, usable2 = after_take_terms(
-            tp, t, rows, base, task.cpu_milli, take, cs.cache)
+            tp, t, rows, base, task.cpu_milli, take, cs.cache
+        )
         full2 = full - np.count_nonzero(take, axis=1)
-        after = self.measure(cpu2, mem - task.memory_mib, idle2, nfit2, usable2, full2,
-                             cpu_inv)
+        after = self.measure(cpu2, mem - task.memory_mib, idle2, nfit2, usable2, full2, cpu_inv)
         score = sigmoid_score(before - after, tp.kept).astype(np.float64)
         return score, np.full(rows.size, -1, np.int64)
 
     # -- plugin points ---------------------------------------------------------------------
 
     def _scores(self, cs: CycleState, task: Task, rows: Rows) -> tuple[F64, I64]:
-        key = ("gpupool", self.typical_pods, shape_key(task), task.memory_mib,
-               self.cpu_inv(cs))
-        return cached_by_row(cs, key, rows,
-                             lambda stale: self.evaluate(cs, task, stale))
-
+        key = ("gpupool", self.typical_pods, shape_key(task), task.memory_mib, self.cpu_inv(cs))
+        return cached_by_row(cs, key, rows, lambda stale: self.evaluate(cs, task, stale))

@@ -40,8 +40,9 @@ Cells = npt.NDArray[np.bool_]
 
 def _pct(name: str, plugin: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 100:
-        raise ConfigError(f"plugin {plugin!r}: {name}={value!r} must be a percentage above 0 "
-                          "and at most 100")
+        raise ConfigError(
+            f"plugin {plugin!r}: {name}={value!r} must be a percentage above 0 and at most 100"
+        )
     return float(value)
 
 
@@ -70,26 +71,32 @@ def _slice_cells(cs: CycleState, load: CardLoad, req: GpuRequest, rows: Rows) ->
     if hit is not None and hit[0] == key:
         done_rows, done = hit[1], hit[2]
         at = np.searchsorted(done_rows, rows)
-        if at.size == 0 or (int(at.max()) < done_rows.size
-                            and bool(np.array_equal(done_rows.take(at), rows))):
+        if at.size == 0 or (
+            int(at.max()) < done_rows.size and bool(np.array_equal(done_rows.take(at), rows))
+        ):
             return np.asarray(done.take(at, 0))
     fits = _compute_slice_cells(cs, load, req, rows)
     cs.cache["measured-cells"] = (key, rows.copy(), fits)
     return fits
 
 
-def _compute_slice_cells(cs: CycleState, load: CardLoad, req: GpuRequest,
-                         rows: Rows) -> Cells:
+def _compute_slice_cells(cs: CycleState, load: CardLoad, req: GpuRequest, rows: Rows) -> Cells:
     t = cs.table
     free = load.free(t, rows)  # measured where fresh, never above free by request
     if t.plain:
-        need = np.maximum(req.memory_mib, t.gpu_mem_cap.take(rows, 0) * req.memory_percent
-                          // 100) if req.memory_percent else req.memory_mib
+        need = (
+            np.maximum(req.memory_mib, t.gpu_mem_cap.take(rows, 0) * req.memory_percent // 100)
+            if req.memory_percent
+            else req.memory_mib
+        )
         fits: Cells = (t.free_milli.take(rows, 0) >= max(req.gpu_milli, 1)) & (free >= need)
     else:
         fits = t.slice_room(rows, req)
-        fits &= free >= (np.maximum(req.memory_mib, t.gpu_mem_cap[rows] * req.memory_percent
-                                    // 100) if req.memory_percent else req.memory_mib)
+        fits &= free >= (
+            np.maximum(req.memory_mib, t.gpu_mem_cap[rows] * req.memory_percent // 100)
+            if req.memory_percent
+            else req.memory_mib
+        )
     allowed = card_mask(cs, req)
     if allowed is not None:
         fits &= allowed[rows]
@@ -141,10 +148,15 @@ class MeasuredMemory:
     def reason(self, task: Task) -> str:
         req = task.request
         if req.kind is GpuKind.WHOLE:
-            return (f"fewer than {req.count} whole GPUs with {IDLE_FREE_PCT:g}% of their "
-                    "memory free as measured")
-        mem = f"{req.memory_percent}% of its memory" if req.memory_percent else \
-            f"{req.memory_mib} MiB"
+            return (
+                f"fewer than {req.count} whole GPUs with {IDLE_FREE_PCT:g}% of their "
+                "memory free as measured"
+            )
+        mem = (
+            f"{req.memory_percent}% of its memory"
+            if req.memory_percent
+            else f"{req.memory_mib} MiB"
+        )
         return f"no GPU with {mem} free as measured"
 
 
@@ -176,8 +188,7 @@ class HotCardSpread:
             rest = np.flatnonzero(~cool)
             if not rest.size:
                 return out
-            coolest = _row_min(np.where(fits.take(rest, 0), load_now.take(rest, 0),
-                                        np.inf)) + add
+            coolest = _row_min(np.where(fits.take(rest, 0), load_now.take(rest, 0), np.inf)) + add
         else:
             rest = np.arange(rows.size)
             pred = np.where(fits, load_now, np.inf)
@@ -209,8 +220,9 @@ class TargetLoadPacking:
     def __post_init__(self) -> None:
         _pct("target_pct", self.name, self.target_pct)
         if self.target_pct >= 100:
-            raise ConfigError(f"plugin {self.name!r}: target_pct={self.target_pct!r} must be "
-                              "below 100")
+            raise ConfigError(
+                f"plugin {self.name!r}: target_pct={self.target_pct!r} must be below 100"
+            )
 
     def score(self, cs: CycleState, task: Task, rows: Rows) -> Scores:
         req = task.request
@@ -246,18 +258,20 @@ class MeasuredCards:
             return BestFitCards().choose_cards(cs, task, row)
         t = cs.table
         if req.kind is GpuKind.WHOLE:
-            ok = (t.free_milli[row] == WHOLE_GPU_MILLI) & (t.used_mib[row] == 0) \
-                & load.idle[row]
+            ok = (t.free_milli[row] == WHOLE_GPU_MILLI) & (t.used_mib[row] == 0) & load.idle[row]
             allowed = card_mask(cs, req)
             if allowed is not None:
                 ok &= allowed[row]
             idle = np.flatnonzero(ok).tolist()
             if len(idle) < req.count:
                 return None
-            peers = {g.index: frozenset(g.nvlink_peers) for g in t.nodes[row].gpus
-                     if g.nvlink_peers}
-            return tuple(GpuShare(g, WHOLE_GPU_MILLI, int(t.gpu_mem_cap[row, g]))
-                         for g in nvlink_group(idle, peers, req.count))
+            peers = {
+                g.index: frozenset(g.nvlink_peers) for g in t.nodes[row].gpus if g.nvlink_peers
+            }
+            return tuple(
+                GpuShare(g, WHOLE_GPU_MILLI, int(t.gpu_mem_cap[row, g]))
+                for g in nvlink_group(idle, peers, req.count)
+            )
         fits = _slice_cells(cs, load, req, np.asarray([row], np.int64))[0]
         cands = [int(g) for g in np.flatnonzero(fits)]
         if len(cands) < req.cards:
@@ -273,11 +287,18 @@ class MeasuredCards:
             free_mib = t.free_mib[row].tolist()
             used_mib = t.used_mib[row].tolist()
             idle = load.idle[row].tolist()
-            chosen = sorted(cool, key=lambda g: (
-                free_milli[g] == WHOLE_GPU_MILLI and used_mib[g] == 0 and idle[g],
-                free_milli[g], free_mib[g], g))
+            chosen = sorted(
+                cool,
+                key=lambda g: (
+                    free_milli[g] == WHOLE_GPU_MILLI and used_mib[g] == 0 and idle[g],
+                    free_milli[g],
+                    free_mib[g],
+                    g,
+                ),
+            )
         else:
             chosen = sorted(cands, key=lambda g: (pred[g], g))
         picked = sorted(chosen[: req.cards])
-        return tuple(GpuShare(g, req.gpu_milli, req.slice_mib(int(t.gpu_mem_cap[row, g])))
-                     for g in picked)
+        return tuple(
+            GpuShare(g, req.gpu_milli, req.slice_mib(int(t.gpu_mem_cap[row, g]))) for g in picked
+        )

@@ -30,9 +30,10 @@ class NodeAffinity:
         mask = cs.cache.get(key)
         if mask is None:
             mask = np.fromiter(
-                (any(term.matches(node.name, node.labels) for term in terms)
-                 for node in t.nodes),
-                np.bool_, count=t.n)
+                (any(term.matches(node.name, node.labels) for term in terms) for node in t.nodes),
+                np.bool_,
+                count=t.n,
+            )
             cs.cache[key] = mask
         result: Mask = mask[rows]
         return result
@@ -61,9 +62,13 @@ class NodeAffinityPreference:
         sums = cs.cache.get(key)
         if sums is None:
             sums = np.fromiter(
-                (sum(w for w, term in weighted if term.matches(node.name, node.labels))
-                 for node in t.nodes),
-                np.float64, count=t.n)
+                (
+                    sum(w for w, term in weighted if term.matches(node.name, node.labels))
+                    for node in t.nodes
+                ),
+                np.float64,
+                count=t.n,
+            )
             cs.cache[key] = sums
         here = np.asarray(sums[rows], np.float64)
         high = float(here.max()) if here.size else 0.0

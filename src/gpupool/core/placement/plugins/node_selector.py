@@ -28,7 +28,9 @@ class NodeSelector:
         if mask is None:
             mask = np.fromiter(
                 (all(node.labels.get(k) == v for k, v in items) for node in t.nodes),
-                np.bool_, count=t.n)
+                np.bool_,
+                count=t.n,
+            )
             cs.cache[key] = mask
         result: Mask = mask[rows]
         return result

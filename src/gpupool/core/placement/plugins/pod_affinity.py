@@ -15,8 +15,10 @@ from gpupool.core.placement.plugins.topology import I64, domain_sums, domains
 
 def term_counts(cs: CycleState, term: PodAffinityTerm) -> I64:
     """Per table row, the pods there that ``term`` matches."""
+
     def match(meta: PodMeta) -> bool:
         return term.matches(meta.namespace, meta.labels)
+
     return cs.pods.counts(cs.table, ("term", term), match)
 
 
@@ -36,12 +38,13 @@ def key_totals(cs: CycleState, terms: tuple[PodAffinityTerm, ...]) -> dict[str, 
 def all_terms_totals(cs: CycleState, terms: tuple[PodAffinityTerm, ...]) -> dict[str, I64]:
     """Per topology key of the terms, per domain: the pods matching *every* term
     (kube-scheduler counts a pod for affinity only when it matches them all)."""
+
     def match(meta: PodMeta) -> bool:
         return all(t.matches(meta.namespace, meta.labels) for t in terms)
+
     counts = cs.pods.counts(cs.table, ("all-terms", terms), match)
     live = cs.table.live()
-    return {t.topology_key: domain_sums(domains(cs, t.topology_key), counts, live)
-            for t in terms}
+    return {t.topology_key: domain_sums(domains(cs, t.topology_key), counts, live) for t in terms}
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,8 +28,7 @@ class PodAffinityPreference:
         if not ps.preferred_affinity and not ps.preferred_anti_affinity:
             return total
         live = cs.table.live()
-        for sign, weighted in ((1.0, ps.preferred_affinity),
-                               (-1.0, ps.preferred_anti_affinity)):
+        for sign, weighted in ((1.0, ps.preferred_affinity), (-1.0, ps.preferred_anti_affinity)):
             for weight, term in weighted:
                 dom = domains(cs, term.topology_key)
                 sums = domain_sums(dom, term_counts(cs, term), live)

@@ -35,11 +35,16 @@ class PodAntiAffinity:
         labels = tuple(sorted(pod.labels.items()))
         live = cs.table.live()
         for key in cs.pods.anti_affinity_keys():
+
             def match(meta: PodMeta, key: str = key) -> bool:
-                return any(t.topology_key == key and t.matches(pod.namespace, pod.labels)
-                           for t in meta.anti_affinity)
-            counts = cs.pods.counts(cs.table, ("repels", key, pod.namespace, labels), match,
-                                    anti_only=True)
+                return any(
+                    t.topology_key == key and t.matches(pod.namespace, pod.labels)
+                    for t in meta.anti_affinity
+                )
+
+            counts = cs.pods.counts(
+                cs.table, ("repels", key, pod.namespace, labels), match, anti_only=True
+            )
             if not counts.any():
                 continue
             dom = domains(cs, key)

@@ -20,5 +20,4 @@ class NodeResources:
         return (t.cpu_free[rows] >= task.cpu_milli) & (t.mem_free[rows] >= task.memory_mib)
 
     def reason(self, task: Task) -> str:
-        return f"less than {said.cpus(task.cpu_milli)} and {said.mib(task.memory_mib)} " \
-            "memory free"
+        return f"less than {said.cpus(task.cpu_milli)} and {said.mib(task.memory_mib)} memory free"

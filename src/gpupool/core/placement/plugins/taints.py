@@ -23,11 +23,17 @@ class TaintToleration:
         mask = cs.cache.get(key)
         if mask is None:
             mask = np.fromiter(
-                (all(taint.effect is TaintEffect.PREFER_NO_SCHEDULE
-                     or any(tol.tolerates(taint) for tol in tolerations)
-                     for taint in node.taints)
-                 for node in t.nodes),
-                np.bool_, count=t.n)
+                (
+                    all(
+                        taint.effect is TaintEffect.PREFER_NO_SCHEDULE
+                        or any(tol.tolerates(taint) for tol in tolerations)
+                        for taint in node.taints
+                    )
+                    for node in t.nodes
+                ),
+                np.bool_,
+                count=t.n,
+            )
             cs.cache[key] = mask
         result: Mask = mask[rows]
         return result

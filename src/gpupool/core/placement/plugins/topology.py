@@ -20,9 +20,13 @@ def domains(cs: CycleState, key: str) -> I64:
     if dom is None:
         ids: dict[str, int] = {}
         dom = np.fromiter(
-            (-1 if (v := node.labels.get(key)) is None else ids.setdefault(v, len(ids))
-             for node in t.nodes),
-            np.int64, count=t.n)
+            (
+                -1 if (v := node.labels.get(key)) is None else ids.setdefault(v, len(ids))
+                for node in t.nodes
+            ),
+            np.int64,
+            count=t.n,
+        )
         cs.cache[cache_key] = dom
     return dom
 

@@ -22,13 +22,19 @@ def spread_counts(cs: CycleState, c: SpreadConstraint, namespace: str) -> I64:
     selector = c.selector
 
     def match(meta: PodMeta) -> bool:
-        return (selector is not None and meta.namespace == namespace
-                and not meta.terminating and selector.matches(meta.labels))
+        return (
+            selector is not None
+            and meta.namespace == namespace
+            and not meta.terminating
+            and selector.matches(meta.labels)
+        )
+
     return cs.pods.counts(cs.table, ("spread", selector, namespace), match)
 
 
-def eligible_rows(cs: CycleState, task: Task,
-                  constraints: tuple[SpreadConstraint, ...] | None = None) -> Rows:
+def eligible_rows(
+    cs: CycleState, task: Task, constraints: tuple[SpreadConstraint, ...] | None = None
+) -> Rows:
     """The nodes whose pods are counted: every node with all the constraints' topology
     labels (the task's ``DoNotSchedule`` ones unless given) that the task's node selector and
     required node affinity allow (Kubernetes' default ``nodeAffinityPolicy: Honor``,
@@ -36,8 +42,14 @@ def eligible_rows(cs: CycleState, task: Task,
     ps = task.pod_set
     spread = ps.spread if constraints is None else constraints
     t = cs.table
-    key = ("inventory", "spread-eligible", tuple(sorted(ps.node_selector.items())),
-           ps.node_affinity, tuple(c.topology_key for c in spread), t.version)
+    key = (
+        "inventory",
+        "spread-eligible",
+        tuple(sorted(ps.node_selector.items())),
+        ps.node_affinity,
+        tuple(c.topology_key for c in spread),
+        t.version,
+    )
     rows: Rows | None = cs.cache.get(key)
     if rows is None:
         live = t.live()
@@ -49,8 +61,9 @@ def eligible_rows(cs: CycleState, task: Task,
                 continue
             node = t.nodes[r]
             if any(node.labels.get(k) != v for k, v in ps.node_selector.items()) or (
-                    ps.node_affinity and not any(term.matches(node.name, node.labels)
-                                                 for term in ps.node_affinity)):
+                ps.node_affinity
+                and not any(term.matches(node.name, node.labels) for term in ps.node_affinity)
+            ):
                 keep[i] = False
         rows = live[keep]
         cs.cache[key] = rows
