@@ -154,7 +154,7 @@ def test_a_parked_pod_is_checked_again_only_after_something_was_freed(
     ctl = SimpleNamespace(
         jobs={JobId("team/p"): SimpleNamespace(pods=["team/p"])},
         own_pod=pods.get,
-        sched=SimpleNamespace(state=state),
+        sched=SimpleNamespace(node_table=lambda: state.table),
     )
     parks = [Park(JobId("team/p"), Status.unschedulable("no card"))]
     switcher = switch.FormSwitcher()

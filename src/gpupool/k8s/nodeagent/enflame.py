@@ -140,13 +140,13 @@ def bindable_container(pod: Mapping[str, Any], slices: int) -> tuple[str, bool] 
 
 
 @dataclass(frozen=True, slots=True)
-class _Card:
+class _DrsCard:
     capacity: int
     profiles: Mapping[str, str]  # name -> ID
     largest: int  # slices of the whole card
 
 
-def _cards(node: Mapping[str, Any]) -> dict[str, _Card]:
+def _cards(node: Mapping[str, Any]) -> dict[str, _DrsCard]:
     """The node's DRS cards by index, as its ``enflame.com/gcu-drs-capacity`` lists them."""
     try:
         spec = json.loads(_ann(node).get(CAPACITY, "") or "{}")
@@ -160,7 +160,7 @@ def _cards(node: Mapping[str, Any]) -> dict[str, _Card]:
             capacity = int(str(d.get("capacity")))
         except ValueError:
             capacity = 0
-        out[str(d.get("index", pos))] = _Card(capacity, profiles, largest)
+        out[str(d.get("index", pos))] = _DrsCard(capacity, profiles, largest)
     return out
 
 
@@ -232,7 +232,7 @@ class DrsDevicePlugin(HamiDevicePlugin):
         cores = math.ceil(slices * 100 / largest) if largest else 0
         return Device(f"{self.node}-enflame-drs-{index}", DEVICE_TYPE, gb * 1024, cores)
 
-    async def _node_cards(self) -> dict[str, _Card]:
+    async def _node_cards(self) -> dict[str, _DrsCard]:
         try:
             node = await self.kube.request("GET", f"/api/v1/nodes/{self.node}")
         except KubeError as exc:

@@ -29,7 +29,7 @@ _I64 = npt.NDArray[np.int64]
 _Columns = dict[str, _I64]
 
 
-class NodeTable(Protocol):
+class FreeColumns(Protocol):
     """The columns of the scheduler's node table read here (``core/table.py``, which
     adapters do not import)."""
 
@@ -44,7 +44,7 @@ class NodeTable(Protocol):
     mig_free: dict[str, _I64]
 
 
-def _free(t: NodeTable) -> _Columns:
+def _free(t: FreeColumns) -> _Columns:
     """Copies of the table's free columns (rows in use only): larger is more free."""
     n = t.n
     out = {
@@ -66,7 +66,7 @@ class FreedEpochs:
         self._version = -1
         self._last: _Columns = {}
 
-    def look(self, table: NodeTable) -> int:
+    def look(self, table: FreeColumns) -> int:
         """The epoch now: advanced when something was freed since the last look."""
         now = _free(table)
         if (
