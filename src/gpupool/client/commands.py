@@ -15,25 +15,27 @@ Every command takes ``--server`` (env ``GPUPOOL_SERVER``, default http://127.0.0
 Refusals from the server are raised as :mod:`gpupool.client.errors` and printed by
 ``gpupool.cli`` as one line (exit code 2 for a 4xx, 1 when the server cannot be reached or
 fails).
+
+The connection options and the running of a command are in ``session.py``, how jobs are named
+in ``naming.py``, the files of ``-f`` in ``files.py``; ``get`` is in ``listing.py``, the
+node and queue-object commands in ``admin.py``, ``config`` and ``completion`` in
+``config_cli.py``.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
-from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
-from typing import Any, TextIO
+from collections.abc import Mapping
+from typing import Any
 
-from gpupool.client import config, output, render
-from gpupool.client.errors import RequestError, Unauthorized, Unreachable
-from gpupool.client.http import DEFAULT_SERVER, Client
-from gpupool.core.errors import ConfigError, NotFoundError
+from gpupool.client import render
+from gpupool.client.errors import RequestError
+from gpupool.client.files import _with_namespace, read_documents
+from gpupool.client.http import Client
+from gpupool.client.naming import job_targets, locate_job
+from gpupool.client.session import Out, _common, _dump, _now, _print, _run
 
-SERVER_ENV = "GPUPOOL_SERVER"
-TOKEN_ENV = "GPUPOOL_TOKEN"
 PHASES = ("Pending", "Running", "Succeeded", "Failed", "Cancelled")
 TERMINAL = ("Succeeded", "Failed", "Cancelled")
 ACTIVE = ("Pending", "Running")
@@ -52,8 +54,6 @@ for _canonical, _names in {
     for _name in _names:
         KINDS[_name] = _canonical
 
-Out = TextIO
-
 
 # -- parsers ---------------------------------------------------------------------------------
 
@@ -68,51 +68,6 @@ def _phases(text: str) -> list[str]:
             )
         out.append(match)
     return out
-
-
-def _common(outputs: Sequence[str] | None) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(add_help=False)
-    g = p.add_argument_group("connection")
-    g.add_argument(
-        "--server",
-        default=None,
-        metavar="URL",
-        help=f"the gpupool server (env {SERVER_ENV}; default {DEFAULT_SERVER})",
-    )
-    g.add_argument("--token", default=None, help=f"bearer token (env {TOKEN_ENV})")
-    g.add_argument(
-        "--context",
-        default=None,
-        metavar="NAME",
-        help="server, token and namespace from this context of the config file "
-        "(gpupool config; default: its current context)",
-    )
-    g.add_argument(
-        "--timeout",
-        type=float,
-        default=30.0,
-        metavar="SECONDS",
-        help="how long to wait for an answer (default 30)",
-    )
-    p.add_argument(
-        "-n",
-        "--namespace",
-        default=None,
-        help="namespace of the jobs (default: every one the token can see)",
-    )
-    if outputs:
-        shown = ", ".join(f"{o}=..." if o in output.TEMPLATES else o for o in outputs)
-        p.add_argument(
-            "-o",
-            "--output",
-            type=output.output_format(outputs),
-            default=None,
-            metavar="FORMAT",
-            help=f"{shown}: json and yaml print the API's objects, for scripts; "
-            "wide adds columns; name prints kind/name; jsonpath=TEMPLATE "
-            "and custom-columns=HEADER:JSONPATH,... as kubectl's",
-        )
-    return p
 
 
 def add_parsers(sub: Any, only: str | None = None) -> None:
@@ -309,33 +264,6 @@ def _cancel_parsers(sub: Any) -> None:
     p.set_defaults(func=lambda a: _run(a, _delete))
 
 
-JOB_WORDS = ("job", "jobs")
-
-
-def job_targets(targets: Sequence[str]) -> list[str]:
-    """Job names from ``job NAME [NAME ...]`` or ``job/NAME`` words (``-o name``'s form,
-    kubectl's ``TYPE/NAME``), which may be mixed; ConfigError for anything else."""
-    words = list(targets)
-    kind_given = bool(words) and words[0].lower() in JOB_WORDS
-    if kind_given:
-        words = words[1:]
-    names = []
-    for word in words:
-        kind, sep, rest = word.partition("/")
-        if sep and kind.lower() in JOB_WORDS and rest:
-            names.append(rest)
-        elif kind_given and word:
-            names.append(word)
-        else:
-            raise ConfigError(
-                f"{word!r}: name jobs as `job NAME` or `job/NAME` "
-                "(only jobs can be cancelled or deleted here)"
-            )
-    if not names:
-        raise ConfigError("no job named: give `job NAME [NAME ...]` or `job/NAME`")
-    return names
-
-
 def _kind(text: str) -> str:
     kind = KINDS.get(text.lower())
     if kind is None:
@@ -344,169 +272,6 @@ def _kind(text: str) -> str:
             "cohorts, events"
         )
     return kind
-
-
-# -- running a command -----------------------------------------------------------------------
-
-
-def _run(
-    args: argparse.Namespace,
-    command: Callable[[Client, argparse.Namespace, Out], int],
-    out: Out | None = None,
-) -> int:
-    ctx: dict[str, Any] = {}
-    if getattr(args, "context", None) or config.path().exists():
-        ctx = config.context(getattr(args, "context", None))
-    server = args.server or os.environ.get(SERVER_ENV) or ctx.get("server") or DEFAULT_SERVER
-    token = args.token if args.token is not None else os.environ.get(TOKEN_ENV) or ctx.get("token")
-    if getattr(args, "namespace", None) is None and not getattr(args, "all_namespaces", False):
-        args.namespace = ctx.get("namespace")
-    client = Client(server, token, timeout_s=args.timeout)
-    try:
-        return command(client, args, out or sys.stdout)
-    except Unauthorized as exc:
-        how = (
-            "give a token with --token or GPUPOOL_TOKEN"
-            if not token
-            else "check --token or GPUPOOL_TOKEN"
-        )
-        exc.args = (f"{exc.message} (server {client.server}; {how})",)
-        raise
-    except Unreachable as exc:
-        exc.args = (f"{exc} (is `gpupool serve` running there? set --server or {SERVER_ENV})",)
-        raise
-    except BrokenPipeError:  # the reader went away (`gpupool get jobs | head`)
-        if out is None:
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
-    finally:
-        client.close()
-
-
-def _now(client: Client) -> float:
-    """The cluster's clock (the times in job status are cluster seconds)."""
-    return float(client.cluster().get("timeSeconds", 0.0))
-
-
-def _dump(obj: object, fmt: str, out: Out) -> None:
-    if fmt == "yaml":
-        import yaml  # only here: the other commands start without it
-
-        out.write(yaml.safe_dump(obj, sort_keys=False, default_flow_style=False))
-    else:
-        out.write(json.dumps(obj, indent=2) + "\n")
-
-
-def _print(text: str, out: Out) -> None:
-    out.write(text + "\n")
-    out.flush()
-
-
-def _split_key(name: str, namespace: str | None) -> tuple[str | None, str]:
-    if "/" in name:
-        ns, _, short = name.partition("/")
-        if namespace and ns != namespace:
-            raise ConfigError(
-                f"{name}: the namespace in the name does not match --namespace {namespace}"
-            )
-        return ns, short
-    return namespace, name
-
-
-def locate_job(client: Client, name: str, namespace: str | None) -> tuple[str, str]:
-    """The namespace and name of a job given as ``NAME`` or ``NAMESPACE/NAME``: the
-    namespace given, else the token's one namespace, else the one namespace the token can
-    see with a job of that name."""
-    ns, short = _split_key(name, namespace)
-    if ns:
-        return ns, short
-    spaces = client.whoami().get("namespaces") or []
-    if len(spaces) == 1:
-        return str(spaces[0]), short
-    found = sorted(
-        {str(j["metadata"]["namespace"]) for j in client.jobs() if j["metadata"]["name"] == short}
-    )
-    if not found:
-        raise NotFoundError(f"job {short} not found in any namespace this token can see")
-    if len(found) > 1:
-        raise ConfigError(
-            f"job {short} is in namespaces {', '.join(found)}: give -n NAMESPACE or NAMESPACE/NAME"
-        )
-    return found[0], short
-
-
-# -- submit ----------------------------------------------------------------------------------
-
-
-def read_documents(
-    sources: Sequence[str], stdin: TextIO | None = None
-) -> list[tuple[str, dict[str, Any]]]:
-    """``(where, document)`` for every document of every file, in order. A file is YAML
-    (documents separated by ``---``) or JSON (an object, or an array of them); a ``List``
-    document's ``items`` count one by one. ``-`` reads stdin."""
-    docs: list[tuple[str, dict[str, Any]]] = []
-    for source in sources:
-        name = "stdin" if source == "-" else source
-        try:
-            text = (stdin or sys.stdin).read() if source == "-" else Path(source).read_text()
-        except OSError as exc:
-            raise ConfigError(f"{source}: cannot read: {exc.strerror or exc}") from exc
-        loaded = _parse(text, name)
-        flat: list[Any] = []
-        for doc in loaded:
-            if isinstance(doc, list):
-                flat.extend(doc)
-            elif (
-                isinstance(doc, Mapping)
-                and doc.get("kind") == "List"
-                and isinstance(doc.get("items"), list)
-            ):
-                flat.extend(doc["items"])
-            elif doc is not None:
-                flat.append(doc)
-        for i, doc in enumerate(flat):
-            where = name if len(flat) == 1 else f"{name} document {i + 1}"
-            if not isinstance(doc, Mapping):
-                raise ConfigError(
-                    f"{where}: expected a Job document (a mapping), found {type(doc).__name__}"
-                )
-            docs.append((where, dict(doc)))
-        if not flat:
-            raise ConfigError(f"{name}: no documents")
-    return docs
-
-
-def _parse(text: str, name: str) -> list[Any]:
-    """The documents of a file: JSON when it reads as JSON, else YAML (which also reads
-    flow-style ``{name: x}``); the error names the format the file seems to be in."""
-    import yaml
-
-    json_error: json.JSONDecodeError | None = None
-    if text.lstrip().startswith(("{", "[")):
-        try:
-            return [json.loads(text)]
-        except json.JSONDecodeError as exc:
-            json_error = exc
-    try:
-        return list(yaml.safe_load_all(text))
-    except yaml.YAMLError as exc:
-        if json_error is not None:
-            raise ConfigError(f"{name}: not valid JSON: {json_error}") from json_error
-        raise ConfigError(f"{name}: not valid YAML: {' '.join(str(exc).split())}") from exc
-
-
-def _with_namespace(doc: dict[str, Any], namespace: str | None, where: str) -> dict[str, Any]:
-    if namespace is None:
-        return doc
-    meta = doc.get("metadata")
-    if not isinstance(meta, Mapping):
-        return doc  # the server names what is wrong with it
-    given = meta.get("namespace")
-    if given is not None and given != namespace:
-        raise ConfigError(
-            f"{where}: metadata.namespace={given!r} does not match --namespace {namespace}"
-        )
-    return {**doc, "metadata": {**meta, "namespace": namespace}}
 
 
 def _submit(client: Client, args: argparse.Namespace, out: Out) -> int:

@@ -11,16 +11,10 @@ from collections.abc import Iterator
 from typing import Any
 
 from gpupool.client import output, render
-from gpupool.client.commands import (
-    ACTIVE,
-    Out,
-    _dump,
-    _now,
-    _print,
-    _split_key,
-    locate_job,
-)
+from gpupool.client.commands import ACTIVE
 from gpupool.client.http import Client
+from gpupool.client.naming import _split_key, locate_job
+from gpupool.client.session import Out, _dump, _now, _print
 from gpupool.core.errors import ConfigError
 
 
