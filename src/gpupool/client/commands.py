@@ -31,10 +31,17 @@ from typing import Any
 
 from gpupool.client import render
 from gpupool.client.errors import RequestError
-from gpupool.client.files import _with_namespace, read_documents
+from gpupool.client.files import read_documents, with_namespace
 from gpupool.client.http import Client
 from gpupool.client.naming import job_targets, locate_job
-from gpupool.client.session import Out, _common, _dump, _now, _print, _run
+from gpupool.client.session import (
+    Out,
+    cluster_now,
+    connection_options,
+    dump,
+    print_line,
+    run_command,
+)
 
 PHASES = ("Pending", "Running", "Succeeded", "Failed", "Cancelled")
 TERMINAL = ("Succeeded", "Failed", "Cancelled")
@@ -95,7 +102,7 @@ def add_parsers(sub: Any, only: str | None = None) -> None:
 def _submit_parser(sub: Any) -> None:
     p = sub.add_parser(
         "submit",
-        parents=[_common(("json", "yaml", "name"))],
+        parents=[connection_options(("json", "yaml", "name"))],
         help="submit jobs to a gpupool server",
         description="Submit Job documents (YAML or JSON; several per file, "
         "separated by ---) to a gpupool server.",
@@ -108,13 +115,15 @@ def _submit_parser(sub: Any) -> None:
         metavar="FILE",
         help="a file of Job documents, - for stdin (repeatable)",
     )
-    p.set_defaults(func=lambda a: _run(a, _submit))
+    p.set_defaults(func=lambda a: run_command(a, _submit))
 
 
 def _get_parser(sub: Any) -> None:
     p = sub.add_parser(
         "get",
-        parents=[_common(("json", "yaml", "wide", "name", "jsonpath", "custom-columns"))],
+        parents=[
+            connection_options(("json", "yaml", "wide", "name", "jsonpath", "custom-columns"))
+        ],
         help="list jobs, nodes, queues, flavors, cohorts or events",
         description="Show objects of a gpupool server as a table.",
     )
@@ -187,7 +196,7 @@ def _get_parser(sub: Any) -> None:
         metavar="SECONDS",
         help="how often --watch asks (default 2)",
     )
-    p.set_defaults(func=lambda a: _run(a, _get))
+    p.set_defaults(func=lambda a: run_command(a, _get))
 
 
 def _get(client: Client, args: argparse.Namespace, out: Out) -> int:
@@ -199,7 +208,7 @@ def _get(client: Client, args: argparse.Namespace, out: Out) -> int:
 def _describe_parser(sub: Any) -> None:
     p = sub.add_parser(
         "describe",
-        parents=[_common(None)],
+        parents=[connection_options(None)],
         help="show everything about a job or a node",
         description="A job: its spec, status, pending reason, placements card "
         "by card and events. A node: its cards and who holds "
@@ -225,13 +234,13 @@ def _describe_parser(sub: Any) -> None:
     p.add_argument(
         "name", metavar="NAME", help="a job (NAME or NAMESPACE/NAME), a node or a ClusterQueue"
     )
-    p.set_defaults(func=lambda a: _run(a, _describe))
+    p.set_defaults(func=lambda a: run_command(a, _describe))
 
 
 def _cancel_parsers(sub: Any) -> None:
     p = sub.add_parser(
         "cancel",
-        parents=[_common(("json", "name"))],
+        parents=[connection_options(("json", "name"))],
         help="cancel jobs (their records stay; `delete` removes them)",
         description="Cancel pending or running jobs; their cards are free at "
         "once. A job that has ended already is left as it is "
@@ -244,11 +253,11 @@ def _cancel_parsers(sub: Any) -> None:
         metavar="job NAME | job/NAME",
         help="job NAME [NAME ...] (NAME or NAMESPACE/NAME), or job/NAMESPACE/NAME",
     )
-    p.set_defaults(func=lambda a: _run(a, _cancel))
+    p.set_defaults(func=lambda a: run_command(a, _cancel))
 
     p = sub.add_parser(
         "delete",
-        parents=[_common(("json", "name"))],
+        parents=[connection_options(("json", "name"))],
         help="delete jobs (cancelled first if they have not ended)",
         description="Delete jobs: a pending or running job is cancelled "
         "first (its cards are free at once), then its record is "
@@ -261,7 +270,7 @@ def _cancel_parsers(sub: Any) -> None:
         metavar="job NAME | job/NAME",
         help="job NAME [NAME ...] (NAME or NAMESPACE/NAME), or job/NAMESPACE/NAME",
     )
-    p.set_defaults(func=lambda a: _run(a, _delete))
+    p.set_defaults(func=lambda a: run_command(a, _delete))
 
 
 def _kind(text: str) -> str:
@@ -275,7 +284,7 @@ def _kind(text: str) -> str:
 
 
 def _submit(client: Client, args: argparse.Namespace, out: Out) -> int:
-    docs = [(w, _with_namespace(d, args.namespace, w)) for w, d in read_documents(args.filename)]
+    docs = [(w, with_namespace(d, args.namespace, w)) for w, d in read_documents(args.filename)]
     accepted: list[dict[str, Any]] = []
     failed = 0
     for where, doc in docs:
@@ -291,9 +300,9 @@ def _submit(client: Client, args: argparse.Namespace, out: Out) -> int:
             continue
         accepted.append(job)
         if args.output in (None, "name"):
-            _print(_submitted(job) if args.output is None else f"job/{render.key(job)}", out)
+            print_line(_submitted(job) if args.output is None else f"job/{render.key(job)}", out)
     if args.output in ("json", "yaml"):
-        _dump(
+        dump(
             accepted[0] if len(docs) == 1 and accepted else {"kind": "List", "items": accepted},
             args.output,
             out,
@@ -313,7 +322,7 @@ def _submitted(job: Mapping[str, Any]) -> str:
 
 def _describe(client: Client, args: argparse.Namespace, out: Out) -> int:
     if args.kind in ("node", "nodes", "no"):
-        _print(render.describe_node(client.node(args.name)), out)
+        print_line(render.describe_node(client.node(args.name)), out)
         return 0
     if KINDS.get(args.kind) == "clusterqueues":
         queue = client.queue_object("clusterqueues", args.name)
@@ -325,13 +334,13 @@ def _describe(client: Client, args: argparse.Namespace, out: Out) -> int:
         waiting = client.jobs(queue=args.name, phases=["Pending"])
         from gpupool.client.describe import describe_queue
 
-        _print(describe_queue(queue, locals_, waiting), out)
+        print_line(describe_queue(queue, locals_, waiting), out)
         return 0
     ns, short = locate_job(client, args.name, args.namespace)
     job = client.job(ns, short)
     key = f"{ns}/{short}"
     events = [e for e in client.events(namespace=ns, limit=5000) if e.get("object") == key]
-    _print(render.describe_job(job, events, _now(client)), out)
+    print_line(render.describe_job(job, events, cluster_now(client)), out)
     return 0
 
 
@@ -346,14 +355,14 @@ def _cancel(client: Client, args: argparse.Namespace, out: Out) -> int:
         job = client.cancel(ns, short)
         done.append(job)
         if args.output == "name":
-            _print(f"job/{ns}/{short}", out)
+            print_line(f"job/{ns}/{short}", out)
         elif args.output is None:
             if before in TERMINAL:
-                _print(f"job {ns}/{short} had ended already ({before}): left as it is", out)
+                print_line(f"job {ns}/{short} had ended already ({before}): left as it is", out)
             else:
-                _print(f"job {ns}/{short} cancelled (was {before})", out)
+                print_line(f"job {ns}/{short} cancelled (was {before})", out)
     if args.output == "json":
-        _dump(done[0] if len(done) == 1 else {"kind": "List", "items": done}, "json", out)
+        dump(done[0] if len(done) == 1 else {"kind": "List", "items": done}, "json", out)
     return 0
 
 
@@ -364,9 +373,9 @@ def _delete(client: Client, args: argparse.Namespace, out: Out) -> int:
         job = client.delete(ns, short)
         done.append(job)
         if args.output == "name":
-            _print(f"job/{ns}/{short}", out)
+            print_line(f"job/{ns}/{short}", out)
         elif args.output is None:
-            _print(f"job {ns}/{short} deleted (was {job.get('status', {}).get('phase')})", out)
+            print_line(f"job {ns}/{short} deleted (was {job.get('status', {}).get('phase')})", out)
     if args.output == "json":
-        _dump(done[0] if len(done) == 1 else {"kind": "List", "items": done}, "json", out)
+        dump(done[0] if len(done) == 1 else {"kind": "List", "items": done}, "json", out)
     return 0

@@ -70,7 +70,7 @@ def _parse(text: str, name: str) -> list[Any]:
         raise ConfigError(f"{name}: not valid YAML: {' '.join(str(exc).split())}") from exc
 
 
-def _with_namespace(doc: dict[str, Any], namespace: str | None, where: str) -> dict[str, Any]:
+def with_namespace(doc: dict[str, Any], namespace: str | None, where: str) -> dict[str, Any]:
     if namespace is None:
         return doc
     meta = doc.get("metadata")

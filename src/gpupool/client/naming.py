@@ -36,7 +36,7 @@ def job_targets(targets: Sequence[str]) -> list[str]:
     return names
 
 
-def _split_key(name: str, namespace: str | None) -> tuple[str | None, str]:
+def split_key(name: str, namespace: str | None) -> tuple[str | None, str]:
     if "/" in name:
         ns, _, short = name.partition("/")
         if namespace and ns != namespace:
@@ -51,7 +51,7 @@ def locate_job(client: Client, name: str, namespace: str | None) -> tuple[str, s
     """The namespace and name of a job given as ``NAME`` or ``NAMESPACE/NAME``: the
     namespace given, else the token's one namespace, else the one namespace the token can
     see with a job of that name."""
-    ns, short = _split_key(name, namespace)
+    ns, short = split_key(name, namespace)
     if ns:
         return ns, short
     spaces = client.whoami().get("namespaces") or []

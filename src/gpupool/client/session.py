@@ -23,7 +23,7 @@ TOKEN_ENV = "GPUPOOL_TOKEN"
 Out = TextIO
 
 
-def _common(outputs: Sequence[str] | None) -> argparse.ArgumentParser:
+def connection_options(outputs: Sequence[str] | None) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(add_help=False)
     g = p.add_argument_group("connection")
     g.add_argument(
@@ -68,7 +68,7 @@ def _common(outputs: Sequence[str] | None) -> argparse.ArgumentParser:
     return p
 
 
-def _run(
+def run_command(
     args: argparse.Namespace,
     command: Callable[[Client, argparse.Namespace, Out], int],
     out: Out | None = None,
@@ -102,12 +102,12 @@ def _run(
         client.close()
 
 
-def _now(client: Client) -> float:
+def cluster_now(client: Client) -> float:
     """The cluster's clock (the times in job status are cluster seconds)."""
     return float(client.cluster().get("timeSeconds", 0.0))
 
 
-def _dump(obj: object, fmt: str, out: Out) -> None:
+def dump(obj: object, fmt: str, out: Out) -> None:
     if fmt == "yaml":
         import yaml  # only here: the other commands start without it
 
@@ -116,6 +116,6 @@ def _dump(obj: object, fmt: str, out: Out) -> None:
         out.write(json.dumps(obj, indent=2) + "\n")
 
 
-def _print(text: str, out: Out) -> None:
+def print_line(text: str, out: Out) -> None:
     out.write(text + "\n")
     out.flush()
