@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from gpupool.client import commands
+from gpupool.client import files, session
 from gpupool.client.http import Client
 from gpupool.core.errors import ConfigError
 
@@ -41,15 +41,17 @@ def add_parsers(sub: Any) -> None:
     ):
         p = sub.add_parser(
             name,
-            parents=[commands._common(("name",))],
+            parents=[session.connection_options(("name",))],
             help=text,
             description=text[0].upper() + text[1:] + ".",
         )
         p.add_argument("nodes", nargs="+", metavar="NODE", help="node name (or node/NAME)")
-        p.set_defaults(func=lambda a, v=verb: commands._run(a, lambda c, x, o: _node(c, x, o, v)))
+        p.set_defaults(
+            func=lambda a, v=verb: session.run_command(a, lambda c, x, o: _node(c, x, o, v))
+        )
     p = sub.add_parser(
         "apply",
-        parents=[commands._common(("name",))],
+        parents=[session.connection_options(("name",))],
         help="create or replace queue objects from files",
         description="Create or replace ResourceFlavors, Cohorts, "
         "ClusterQueues and LocalQueues (Kueue YAML or JSON; "
@@ -64,7 +66,7 @@ def add_parsers(sub: Any) -> None:
         metavar="FILE",
         help="a file of queue documents, - for stdin (repeatable)",
     )
-    p.set_defaults(func=lambda a: commands._run(a, _apply))
+    p.set_defaults(func=lambda a: session.run_command(a, _apply))
 
 
 def _node(client: Client, args: argparse.Namespace, out: Any, verb: str) -> int:
@@ -77,12 +79,12 @@ def _node(client: Client, args: argparse.Namespace, out: Any, verb: str) -> int:
         else:
             client.patch_node(name, unschedulable=verb == "cordon")
             text = f"node/{name} {verb}ed"
-        commands._print(f"node/{name}" if args.output == "name" else text, out)
+        session.print_line(f"node/{name}" if args.output == "name" else text, out)
     return 0
 
 
 def _apply(client: Client, args: argparse.Namespace, out: Any) -> int:
-    docs = commands.read_documents(args.filename)
+    docs = files.read_documents(args.filename)
     for where, doc in docs:  # all checked before any is sent
         if doc.get("kind") not in APPLY_KINDS:
             raise ConfigError(
@@ -99,7 +101,7 @@ def _apply(client: Client, args: argparse.Namespace, out: Any) -> int:
             else str(meta.get("name"))
         )
         singular = kind.lower()
-        commands._print(
+        session.print_line(
             f"{singular}/{name}" if args.output == "name" else f"{singular}/{name} {what}", out
         )
     return 0

@@ -15,25 +15,34 @@ Every command takes ``--server`` (env ``GPUPOOL_SERVER``, default http://127.0.0
 Refusals from the server are raised as :mod:`gpupool.client.errors` and printed by
 ``gpupool.cli`` as one line (exit code 2 for a 4xx, 1 when the server cannot be reached or
 fails).
+
+The connection options and the running of a command are in ``session.py``, how jobs are named
+in ``naming.py``, the files of ``-f`` in ``files.py``; ``get`` is in ``listing.py``, the
+node and queue-object commands in ``admin.py``, ``config`` and ``completion`` in
+``config_cli.py``.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
-from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
-from typing import Any, TextIO
+from collections.abc import Mapping
+from typing import Any
 
-from gpupool.client import config, output, render
-from gpupool.client.errors import RequestError, Unauthorized, Unreachable
-from gpupool.client.http import DEFAULT_SERVER, Client
-from gpupool.core.errors import ConfigError, NotFoundError
+from gpupool.client import render
+from gpupool.client.errors import RequestError
+from gpupool.client.files import read_documents, with_namespace
+from gpupool.client.http import Client
+from gpupool.client.naming import job_targets, locate_job
+from gpupool.client.session import (
+    Out,
+    cluster_now,
+    connection_options,
+    dump,
+    print_line,
+    run_command,
+)
 
-SERVER_ENV = "GPUPOOL_SERVER"
-TOKEN_ENV = "GPUPOOL_TOKEN"
 PHASES = ("Pending", "Running", "Succeeded", "Failed", "Cancelled")
 TERMINAL = ("Succeeded", "Failed", "Cancelled")
 ACTIVE = ("Pending", "Running")
@@ -52,8 +61,6 @@ for _canonical, _names in {
     for _name in _names:
         KINDS[_name] = _canonical
 
-Out = TextIO
-
 
 # -- parsers ---------------------------------------------------------------------------------
 
@@ -68,51 +75,6 @@ def _phases(text: str) -> list[str]:
             )
         out.append(match)
     return out
-
-
-def _common(outputs: Sequence[str] | None) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(add_help=False)
-    g = p.add_argument_group("connection")
-    g.add_argument(
-        "--server",
-        default=None,
-        metavar="URL",
-        help=f"the gpupool server (env {SERVER_ENV}; default {DEFAULT_SERVER})",
-    )
-    g.add_argument("--token", default=None, help=f"bearer token (env {TOKEN_ENV})")
-    g.add_argument(
-        "--context",
-        default=None,
-        metavar="NAME",
-        help="server, token and namespace from this context of the config file "
-        "(gpupool config; default: its current context)",
-    )
-    g.add_argument(
-        "--timeout",
-        type=float,
-        default=30.0,
-        metavar="SECONDS",
-        help="how long to wait for an answer (default 30)",
-    )
-    p.add_argument(
-        "-n",
-        "--namespace",
-        default=None,
-        help="namespace of the jobs (default: every one the token can see)",
-    )
-    if outputs:
-        shown = ", ".join(f"{o}=..." if o in output.TEMPLATES else o for o in outputs)
-        p.add_argument(
-            "-o",
-            "--output",
-            type=output.output_format(outputs),
-            default=None,
-            metavar="FORMAT",
-            help=f"{shown}: json and yaml print the API's objects, for scripts; "
-            "wide adds columns; name prints kind/name; jsonpath=TEMPLATE "
-            "and custom-columns=HEADER:JSONPATH,... as kubectl's",
-        )
-    return p
 
 
 def add_parsers(sub: Any, only: str | None = None) -> None:
@@ -140,7 +102,7 @@ def add_parsers(sub: Any, only: str | None = None) -> None:
 def _submit_parser(sub: Any) -> None:
     p = sub.add_parser(
         "submit",
-        parents=[_common(("json", "yaml", "name"))],
+        parents=[connection_options(("json", "yaml", "name"))],
         help="submit jobs to a gpupool server",
         description="Submit Job documents (YAML or JSON; several per file, "
         "separated by ---) to a gpupool server.",
@@ -153,13 +115,15 @@ def _submit_parser(sub: Any) -> None:
         metavar="FILE",
         help="a file of Job documents, - for stdin (repeatable)",
     )
-    p.set_defaults(func=lambda a: _run(a, _submit))
+    p.set_defaults(func=lambda a: run_command(a, _submit))
 
 
 def _get_parser(sub: Any) -> None:
     p = sub.add_parser(
         "get",
-        parents=[_common(("json", "yaml", "wide", "name", "jsonpath", "custom-columns"))],
+        parents=[
+            connection_options(("json", "yaml", "wide", "name", "jsonpath", "custom-columns"))
+        ],
         help="list jobs, nodes, queues, flavors, cohorts or events",
         description="Show objects of a gpupool server as a table.",
     )
@@ -232,7 +196,7 @@ def _get_parser(sub: Any) -> None:
         metavar="SECONDS",
         help="how often --watch asks (default 2)",
     )
-    p.set_defaults(func=lambda a: _run(a, _get))
+    p.set_defaults(func=lambda a: run_command(a, _get))
 
 
 def _get(client: Client, args: argparse.Namespace, out: Out) -> int:
@@ -244,7 +208,7 @@ def _get(client: Client, args: argparse.Namespace, out: Out) -> int:
 def _describe_parser(sub: Any) -> None:
     p = sub.add_parser(
         "describe",
-        parents=[_common(None)],
+        parents=[connection_options(None)],
         help="show everything about a job or a node",
         description="A job: its spec, status, pending reason, placements card "
         "by card and events. A node: its cards and who holds "
@@ -270,13 +234,13 @@ def _describe_parser(sub: Any) -> None:
     p.add_argument(
         "name", metavar="NAME", help="a job (NAME or NAMESPACE/NAME), a node or a ClusterQueue"
     )
-    p.set_defaults(func=lambda a: _run(a, _describe))
+    p.set_defaults(func=lambda a: run_command(a, _describe))
 
 
 def _cancel_parsers(sub: Any) -> None:
     p = sub.add_parser(
         "cancel",
-        parents=[_common(("json", "name"))],
+        parents=[connection_options(("json", "name"))],
         help="cancel jobs (their records stay; `delete` removes them)",
         description="Cancel pending or running jobs; their cards are free at "
         "once. A job that has ended already is left as it is "
@@ -289,11 +253,11 @@ def _cancel_parsers(sub: Any) -> None:
         metavar="job NAME | job/NAME",
         help="job NAME [NAME ...] (NAME or NAMESPACE/NAME), or job/NAMESPACE/NAME",
     )
-    p.set_defaults(func=lambda a: _run(a, _cancel))
+    p.set_defaults(func=lambda a: run_command(a, _cancel))
 
     p = sub.add_parser(
         "delete",
-        parents=[_common(("json", "name"))],
+        parents=[connection_options(("json", "name"))],
         help="delete jobs (cancelled first if they have not ended)",
         description="Delete jobs: a pending or running job is cancelled "
         "first (its cards are free at once), then its record is "
@@ -306,34 +270,7 @@ def _cancel_parsers(sub: Any) -> None:
         metavar="job NAME | job/NAME",
         help="job NAME [NAME ...] (NAME or NAMESPACE/NAME), or job/NAMESPACE/NAME",
     )
-    p.set_defaults(func=lambda a: _run(a, _delete))
-
-
-JOB_WORDS = ("job", "jobs")
-
-
-def job_targets(targets: Sequence[str]) -> list[str]:
-    """Job names from ``job NAME [NAME ...]`` or ``job/NAME`` words (``-o name``'s form,
-    kubectl's ``TYPE/NAME``), which may be mixed; ConfigError for anything else."""
-    words = list(targets)
-    kind_given = bool(words) and words[0].lower() in JOB_WORDS
-    if kind_given:
-        words = words[1:]
-    names = []
-    for word in words:
-        kind, sep, rest = word.partition("/")
-        if sep and kind.lower() in JOB_WORDS and rest:
-            names.append(rest)
-        elif kind_given and word:
-            names.append(word)
-        else:
-            raise ConfigError(
-                f"{word!r}: name jobs as `job NAME` or `job/NAME` "
-                "(only jobs can be cancelled or deleted here)"
-            )
-    if not names:
-        raise ConfigError("no job named: give `job NAME [NAME ...]` or `job/NAME`")
-    return names
+    p.set_defaults(func=lambda a: run_command(a, _delete))
 
 
 def _kind(text: str) -> str:
@@ -346,171 +283,8 @@ def _kind(text: str) -> str:
     return kind
 
 
-# -- running a command -----------------------------------------------------------------------
-
-
-def _run(
-    args: argparse.Namespace,
-    command: Callable[[Client, argparse.Namespace, Out], int],
-    out: Out | None = None,
-) -> int:
-    ctx: dict[str, Any] = {}
-    if getattr(args, "context", None) or config.path().exists():
-        ctx = config.context(getattr(args, "context", None))
-    server = args.server or os.environ.get(SERVER_ENV) or ctx.get("server") or DEFAULT_SERVER
-    token = args.token if args.token is not None else os.environ.get(TOKEN_ENV) or ctx.get("token")
-    if getattr(args, "namespace", None) is None and not getattr(args, "all_namespaces", False):
-        args.namespace = ctx.get("namespace")
-    client = Client(server, token, timeout_s=args.timeout)
-    try:
-        return command(client, args, out or sys.stdout)
-    except Unauthorized as exc:
-        how = (
-            "give a token with --token or GPUPOOL_TOKEN"
-            if not token
-            else "check --token or GPUPOOL_TOKEN"
-        )
-        exc.args = (f"{exc.message} (server {client.server}; {how})",)
-        raise
-    except Unreachable as exc:
-        exc.args = (f"{exc} (is `gpupool serve` running there? set --server or {SERVER_ENV})",)
-        raise
-    except BrokenPipeError:  # the reader went away (`gpupool get jobs | head`)
-        if out is None:
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
-    finally:
-        client.close()
-
-
-def _now(client: Client) -> float:
-    """The cluster's clock (the times in job status are cluster seconds)."""
-    return float(client.cluster().get("timeSeconds", 0.0))
-
-
-def _dump(obj: object, fmt: str, out: Out) -> None:
-    if fmt == "yaml":
-        import yaml  # only here: the other commands start without it
-
-        out.write(yaml.safe_dump(obj, sort_keys=False, default_flow_style=False))
-    else:
-        out.write(json.dumps(obj, indent=2) + "\n")
-
-
-def _print(text: str, out: Out) -> None:
-    out.write(text + "\n")
-    out.flush()
-
-
-def _split_key(name: str, namespace: str | None) -> tuple[str | None, str]:
-    if "/" in name:
-        ns, _, short = name.partition("/")
-        if namespace and ns != namespace:
-            raise ConfigError(
-                f"{name}: the namespace in the name does not match --namespace {namespace}"
-            )
-        return ns, short
-    return namespace, name
-
-
-def locate_job(client: Client, name: str, namespace: str | None) -> tuple[str, str]:
-    """The namespace and name of a job given as ``NAME`` or ``NAMESPACE/NAME``: the
-    namespace given, else the token's one namespace, else the one namespace the token can
-    see with a job of that name."""
-    ns, short = _split_key(name, namespace)
-    if ns:
-        return ns, short
-    spaces = client.whoami().get("namespaces") or []
-    if len(spaces) == 1:
-        return str(spaces[0]), short
-    found = sorted(
-        {str(j["metadata"]["namespace"]) for j in client.jobs() if j["metadata"]["name"] == short}
-    )
-    if not found:
-        raise NotFoundError(f"job {short} not found in any namespace this token can see")
-    if len(found) > 1:
-        raise ConfigError(
-            f"job {short} is in namespaces {', '.join(found)}: give -n NAMESPACE or NAMESPACE/NAME"
-        )
-    return found[0], short
-
-
-# -- submit ----------------------------------------------------------------------------------
-
-
-def read_documents(
-    sources: Sequence[str], stdin: TextIO | None = None
-) -> list[tuple[str, dict[str, Any]]]:
-    """``(where, document)`` for every document of every file, in order. A file is YAML
-    (documents separated by ``---``) or JSON (an object, or an array of them); a ``List``
-    document's ``items`` count one by one. ``-`` reads stdin."""
-    docs: list[tuple[str, dict[str, Any]]] = []
-    for source in sources:
-        name = "stdin" if source == "-" else source
-        try:
-            text = (stdin or sys.stdin).read() if source == "-" else Path(source).read_text()
-        except OSError as exc:
-            raise ConfigError(f"{source}: cannot read: {exc.strerror or exc}") from exc
-        loaded = _parse(text, name)
-        flat: list[Any] = []
-        for doc in loaded:
-            if isinstance(doc, list):
-                flat.extend(doc)
-            elif (
-                isinstance(doc, Mapping)
-                and doc.get("kind") == "List"
-                and isinstance(doc.get("items"), list)
-            ):
-                flat.extend(doc["items"])
-            elif doc is not None:
-                flat.append(doc)
-        for i, doc in enumerate(flat):
-            where = name if len(flat) == 1 else f"{name} document {i + 1}"
-            if not isinstance(doc, Mapping):
-                raise ConfigError(
-                    f"{where}: expected a Job document (a mapping), found {type(doc).__name__}"
-                )
-            docs.append((where, dict(doc)))
-        if not flat:
-            raise ConfigError(f"{name}: no documents")
-    return docs
-
-
-def _parse(text: str, name: str) -> list[Any]:
-    """The documents of a file: JSON when it reads as JSON, else YAML (which also reads
-    flow-style ``{name: x}``); the error names the format the file seems to be in."""
-    import yaml
-
-    json_error: json.JSONDecodeError | None = None
-    if text.lstrip().startswith(("{", "[")):
-        try:
-            return [json.loads(text)]
-        except json.JSONDecodeError as exc:
-            json_error = exc
-    try:
-        return list(yaml.safe_load_all(text))
-    except yaml.YAMLError as exc:
-        if json_error is not None:
-            raise ConfigError(f"{name}: not valid JSON: {json_error}") from json_error
-        raise ConfigError(f"{name}: not valid YAML: {' '.join(str(exc).split())}") from exc
-
-
-def _with_namespace(doc: dict[str, Any], namespace: str | None, where: str) -> dict[str, Any]:
-    if namespace is None:
-        return doc
-    meta = doc.get("metadata")
-    if not isinstance(meta, Mapping):
-        return doc  # the server names what is wrong with it
-    given = meta.get("namespace")
-    if given is not None and given != namespace:
-        raise ConfigError(
-            f"{where}: metadata.namespace={given!r} does not match --namespace {namespace}"
-        )
-    return {**doc, "metadata": {**meta, "namespace": namespace}}
-
-
 def _submit(client: Client, args: argparse.Namespace, out: Out) -> int:
-    docs = [(w, _with_namespace(d, args.namespace, w)) for w, d in read_documents(args.filename)]
+    docs = [(w, with_namespace(d, args.namespace, w)) for w, d in read_documents(args.filename)]
     accepted: list[dict[str, Any]] = []
     failed = 0
     for where, doc in docs:
@@ -526,9 +300,9 @@ def _submit(client: Client, args: argparse.Namespace, out: Out) -> int:
             continue
         accepted.append(job)
         if args.output in (None, "name"):
-            _print(_submitted(job) if args.output is None else f"job/{render.key(job)}", out)
+            print_line(_submitted(job) if args.output is None else f"job/{render.key(job)}", out)
     if args.output in ("json", "yaml"):
-        _dump(
+        dump(
             accepted[0] if len(docs) == 1 and accepted else {"kind": "List", "items": accepted},
             args.output,
             out,
@@ -548,7 +322,7 @@ def _submitted(job: Mapping[str, Any]) -> str:
 
 def _describe(client: Client, args: argparse.Namespace, out: Out) -> int:
     if args.kind in ("node", "nodes", "no"):
-        _print(render.describe_node(client.node(args.name)), out)
+        print_line(render.describe_node(client.node(args.name)), out)
         return 0
     if KINDS.get(args.kind) == "clusterqueues":
         queue = client.queue_object("clusterqueues", args.name)
@@ -560,13 +334,13 @@ def _describe(client: Client, args: argparse.Namespace, out: Out) -> int:
         waiting = client.jobs(queue=args.name, phases=["Pending"])
         from gpupool.client.describe import describe_queue
 
-        _print(describe_queue(queue, locals_, waiting), out)
+        print_line(describe_queue(queue, locals_, waiting), out)
         return 0
     ns, short = locate_job(client, args.name, args.namespace)
     job = client.job(ns, short)
     key = f"{ns}/{short}"
     events = [e for e in client.events(namespace=ns, limit=5000) if e.get("object") == key]
-    _print(render.describe_job(job, events, _now(client)), out)
+    print_line(render.describe_job(job, events, cluster_now(client)), out)
     return 0
 
 
@@ -581,14 +355,14 @@ def _cancel(client: Client, args: argparse.Namespace, out: Out) -> int:
         job = client.cancel(ns, short)
         done.append(job)
         if args.output == "name":
-            _print(f"job/{ns}/{short}", out)
+            print_line(f"job/{ns}/{short}", out)
         elif args.output is None:
             if before in TERMINAL:
-                _print(f"job {ns}/{short} had ended already ({before}): left as it is", out)
+                print_line(f"job {ns}/{short} had ended already ({before}): left as it is", out)
             else:
-                _print(f"job {ns}/{short} cancelled (was {before})", out)
+                print_line(f"job {ns}/{short} cancelled (was {before})", out)
     if args.output == "json":
-        _dump(done[0] if len(done) == 1 else {"kind": "List", "items": done}, "json", out)
+        dump(done[0] if len(done) == 1 else {"kind": "List", "items": done}, "json", out)
     return 0
 
 
@@ -599,9 +373,9 @@ def _delete(client: Client, args: argparse.Namespace, out: Out) -> int:
         job = client.delete(ns, short)
         done.append(job)
         if args.output == "name":
-            _print(f"job/{ns}/{short}", out)
+            print_line(f"job/{ns}/{short}", out)
         elif args.output is None:
-            _print(f"job {ns}/{short} deleted (was {job.get('status', {}).get('phase')})", out)
+            print_line(f"job {ns}/{short} deleted (was {job.get('status', {}).get('phase')})", out)
     if args.output == "json":
-        _dump(done[0] if len(done) == 1 else {"kind": "List", "items": done}, "json", out)
+        dump(done[0] if len(done) == 1 else {"kind": "List", "items": done}, "json", out)
     return 0

@@ -11,16 +11,10 @@ from collections.abc import Iterator
 from typing import Any
 
 from gpupool.client import output, render
-from gpupool.client.commands import (
-    ACTIVE,
-    Out,
-    _dump,
-    _now,
-    _print,
-    _split_key,
-    locate_job,
-)
+from gpupool.client.commands import ACTIVE
 from gpupool.client.http import Client
+from gpupool.client.naming import locate_job, split_key
+from gpupool.client.session import Out, cluster_now, dump, print_line
 from gpupool.core.errors import ConfigError
 
 
@@ -39,7 +33,7 @@ def get(client: Client, args: argparse.Namespace, out: Out) -> int:
         items = [client.node(name)] if name else client.nodes()
     else:
         if name and kind == "localqueues":
-            ns, short = _split_key(name, args.namespace)
+            ns, short = split_key(name, args.namespace)
             if ns is None:
                 raise ConfigError(f"LocalQueue {name}: give NAMESPACE/NAME or -n NAMESPACE")
             name = f"{ns}/{short}"
@@ -50,7 +44,7 @@ def get(client: Client, args: argparse.Namespace, out: Out) -> int:
     if _templated(items, bool(name), args, out):
         return 0
     if fmt in ("json", "yaml"):
-        _dump(items[0] if name else {"items": items}, fmt, out)
+        dump(items[0] if name else {"items": items}, fmt, out)
         return 0
     if fmt == "name":
         singular = {
@@ -62,7 +56,7 @@ def get(client: Client, args: argparse.Namespace, out: Out) -> int:
         }
         for item in items:
             key = str(item.get("name")) if kind == "nodes" else render.key(item)
-            _print(f"{singular[kind]}/{key}", out)
+            print_line(f"{singular[kind]}/{key}", out)
         return 0
     wide = fmt == "wide"
     if not items:
@@ -75,7 +69,7 @@ def get(client: Client, args: argparse.Namespace, out: Out) -> int:
         "flavors": lambda: render.flavors_table(items),
         "cohorts": lambda: render.cohorts_table(items),
     }[kind]()
-    _print(_headless(text, args), out)
+    print_line(_headless(text, args), out)
     return 0
 
 
@@ -103,7 +97,7 @@ def _templated(
         columns = output.custom_columns(fmt.split("=", 1)[1])
         rows = output.column_rows(items, columns)
         headers = [h for h, _ in columns]
-        _print(_headless(render.table(headers, rows), args), out)
+        print_line(_headless(render.table(headers, rows), args), out)
         return True
     return False
 
@@ -130,11 +124,11 @@ def _get_jobs(client: Client, args: argparse.Namespace, out: Out) -> int:
     if _templated(jobs, bool(args.name), args, out):
         return 0
     if args.output in ("json", "yaml"):
-        _dump(jobs[0] if args.name else {"items": jobs}, args.output, out)
+        dump(jobs[0] if args.name else {"items": jobs}, args.output, out)
         return 0
     if args.output == "name":
         for j in jobs:
-            _print(f"job/{render.key(j)}", out)
+            print_line(f"job/{render.key(j)}", out)
         return 0
     if not jobs:
         where = f" in namespace {args.namespace}" if args.namespace else ""
@@ -145,8 +139,8 @@ def _get_jobs(client: Client, args: argparse.Namespace, out: Out) -> int:
         )
         print(f"No jobs found{where}{hint}.", file=sys.stderr)
         return 0
-    now = client.time_s if client.time_s is not None and not args.name else _now(client)
-    _print(_headless(render.jobs_table(jobs, now, args.output == "wide"), args), out)
+    now = client.time_s if client.time_s is not None and not args.name else cluster_now(client)
+    print_line(_headless(render.jobs_table(jobs, now, args.output == "wide"), args), out)
     return 0
 
 
@@ -158,7 +152,7 @@ def _watch_jobs(client: Client, args: argparse.Namespace, out: Out) -> int:
     widths: list[int] | None = None
     every = argparse.Namespace(**{**vars(args), "show_all": True})
     for jobs in _polls(client, every):
-        now = _now(client)
+        now = cluster_now(client)
         changed = []
         for j in jobs:
             st = j.get("status", {})
@@ -180,7 +174,7 @@ def _watch_jobs(client: Client, args: argparse.Namespace, out: Out) -> int:
         if args.output in ("json", "yaml", "name"):
             for j in changed:
                 line = f"job/{render.key(j)}" if args.output == "name" else json.dumps(j)
-                _print(line, out)
+                print_line(line, out)
             continue
         headers = (*render.JOB_HEADERS, *(render.JOB_WIDE if wide else ()), "REASON")
         rows = [[render.cell(c) for c in render.job_row(j, now, wide)] for j in changed]
@@ -188,7 +182,7 @@ def _watch_jobs(client: Client, args: argparse.Namespace, out: Out) -> int:
             widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
             rows.insert(0, list(headers))
         for r in rows:
-            _print(
+            print_line(
                 "   ".join([c.ljust(widths[i]) for i, c in enumerate(r[:-1])] + [r[-1]]).rstrip(),
                 out,
             )
@@ -212,14 +206,14 @@ def _get_events(client: Client, args: argparse.Namespace, out: Out) -> int:
             if e.get("object") == name or str(e.get("object", "")).rsplit("/", 1)[-1] == name
         ][-limit:]
     if args.output in ("json", "yaml"):
-        _dump({"items": events}, args.output, out)
+        dump({"items": events}, args.output, out)
         return 0
     if args.output == "name":
         for e in events:
-            _print(f"event/{e.get('seq')}", out)
+            print_line(f"event/{e.get('seq')}", out)
         return 0
     if not events:
         print("No events found.", file=sys.stderr)
         return 0
-    _print(render.events_table(events, _now(client)), out)
+    print_line(render.events_table(events, cluster_now(client)), out)
     return 0

@@ -1,13 +1,14 @@
 """The shape of queue documents: every field Kueue's ``v1beta1`` and ``v1beta2`` schemas allow.
 
 These pydantic models check shape only (a key gpupool does not know is an error, so a typo is
-caught); the values are checked and translated in ``queues.py``. The fields follow Kueue's
-API types (``apis/kueue/v1beta1`` and ``v1beta2``) so that ``kubectl get -o yaml`` of a live
-Kueue install, with every field the API server defaults, loads. A default of ``None`` here
-means "not written": ``queues.py`` applies the defaults of the object's API group (Kueue's
-for ``kueue.x-k8s.io``, gpupool's for ``gpupool.io``). Structures gpupool reads but does not
-act on (``flavorFungibility``, ``podSetUpdates``, ...) are kept loose: any mapping is accepted,
-and ``queues.py`` reports them.
+caught); the values are checked and translated in ``queues.py`` (with ``queue_cluster.py`` and
+``queue_checks.py``). The fields follow Kueue's API types (``apis/kueue/v1beta1`` and
+``v1beta2``) so that ``kubectl get -o yaml`` of a live Kueue install, with every field the API
+server defaults, loads. A default of ``None`` here means "not written": ``queue_cluster.py``
+applies the defaults of the object's API group (Kueue's for ``kueue.x-k8s.io``, gpupool's for
+``gpupool.io``). Structures gpupool reads but does not act on (``flavorFungibility``,
+``podSetUpdates``, ...) are kept loose: any mapping is accepted, and the translation reports
+them.
 """
 
 from __future__ import annotations
