@@ -1,26 +1,27 @@
 """``gpupool k8s bench``: bind many GPU pods through a real API server, print the figures.
 
-The benchmark makes ``--nodes`` fake nodes with ``--gpus-per-node`` cards each (HAMi's
-register annotation, 40 GiB A100s, Ready, untainted: there are no kubelets), starts
-``gpupool k8s run`` as a separate process (as it runs in a cluster), creates ``--pods`` pods
-asking for half a card each (``nvidia.com/gpucores: 50``, ``nvidia.com/gpumem: 16000``) and
-watches them. A pod counts as bound when the watch shows its ``spec.nodeName``. Pods are
-created as fast as the API server takes them (32 requests in flight), or at ``--rate`` pods
-per second (open loop: pod i is sent at i / rate seconds, however slow earlier ones were).
-``nodes_used`` and ``most_pods_on_a_node`` say how the measured pods spread: under HAMi's
-node lock a node binds one GPU pod at a time, so the most pods on one node bounds how long
-the last of a burst waits.
+The benchmark makes (:mod:`gpupool.k8s.bench_objects`) ``--nodes`` fake nodes with
+``--gpus-per-node`` cards each (HAMi's register annotation, 40 GiB A100s, Ready, untainted:
+there are no kubelets), starts ``gpupool k8s run`` as a separate process (as it runs in a
+cluster), creates ``--pods`` pods asking for half a card each (``nvidia.com/gpucores: 50``,
+``nvidia.com/gpumem: 16000``) and watches them. A pod counts as bound when the watch shows its
+``spec.nodeName``. Pods are created as fast as the API server takes them (32 requests in
+flight), or at ``--rate`` pods per second (open loop: pod i is sent at i / rate seconds, however
+slow earlier ones were). ``nodes_used`` and ``most_pods_on_a_node`` say how the measured pods
+spread: under HAMi's node lock a node binds one GPU pod at a time, so the most pods on one node
+bounds how long the last of a burst waits.
 
-With node agents (``--node-agents``, the default) every node also has an emulated kubelet
-and HAMi device plugin (:mod:`gpupool.k8s.nodeagent`, running in this process): bound pods are
+With node agents (``--node-agents``, the default) every node also has an emulated kubelet and
+HAMi device plugin (:mod:`gpupool.k8s.nodeagent`, running in this process): bound pods are
 admitted as a kubelet admits them, served their cards by HAMi's ``Allocate`` rules and marked
 ``Running``; ``--other-cpu-pct`` first binds one pod of another scheduler to each node holding
 that share of its CPU (and a tenth of its memory), as DaemonSets do. ``--external`` runs the
 agents with NVIDIA's stock device plugin, since kube-scheduler writes no HAMi annotations.
-``--compare-kube-scheduler BINARY`` does both in one invocation: gpupool's run, then the bench
-starts that kube-scheduler (:mod:`gpupool.k8s.kubescheduler`, client QPS
-``--kube-scheduler-qps``, 50 by default as kube-scheduler's own) and measures it on the same
-API server straight after, so the two are taken in the same minute of the machine's load.
+``--compare-kube-scheduler BINARY`` (:mod:`gpupool.k8s.bench_compare`) does both in one
+invocation: gpupool's run, then the bench starts that kube-scheduler
+(:mod:`gpupool.k8s.kubescheduler`, client QPS ``--kube-scheduler-qps``, 50 by default as
+kube-scheduler's own) and measures it on the same API server straight after, so the two are
+taken in the same minute of the machine's load.
 
 Figures (JSON): ``pods_per_s`` is pods bound over the time from the first create to the last
 bind; ``create_to_bound_ms`` is per pod, from just before its create request to the watch event
