@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from gpupool.core.errors import ConfigError
-from gpupool.k8s.bench import run_with_kube_scheduler
+from gpupool.k8s.bench_compare import run_with_kube_scheduler
 from gpupool.k8s.kubescheduler import KubeScheduler, scheduler_config
 from tests.k8s.conftest import ControlPlane
 

@@ -1,26 +1,27 @@
 """``gpupool k8s bench``: bind many GPU pods through a real API server, print the figures.
 
-The benchmark makes ``--nodes`` fake nodes with ``--gpus-per-node`` cards each (HAMi's
-register annotation, 40 GiB A100s, Ready, untainted: there are no kubelets), starts
-``gpupool k8s run`` as a separate process (as it runs in a cluster), creates ``--pods`` pods
-asking for half a card each (``nvidia.com/gpucores: 50``, ``nvidia.com/gpumem: 16000``) and
-watches them. A pod counts as bound when the watch shows its ``spec.nodeName``. Pods are
-created as fast as the API server takes them (32 requests in flight), or at ``--rate`` pods
-per second (open loop: pod i is sent at i / rate seconds, however slow earlier ones were).
-``nodes_used`` and ``most_pods_on_a_node`` say how the measured pods spread: under HAMi's
-node lock a node binds one GPU pod at a time, so the most pods on one node bounds how long
-the last of a burst waits.
+The benchmark makes (:mod:`gpupool.k8s.bench_objects`) ``--nodes`` fake nodes with
+``--gpus-per-node`` cards each (HAMi's register annotation, 40 GiB A100s, Ready, untainted:
+there are no kubelets), starts ``gpupool k8s run`` as a separate process (as it runs in a
+cluster), creates ``--pods`` pods asking for half a card each (``nvidia.com/gpucores: 50``,
+``nvidia.com/gpumem: 16000``) and watches them. A pod counts as bound when the watch shows its
+``spec.nodeName``. Pods are created as fast as the API server takes them (32 requests in
+flight), or at ``--rate`` pods per second (open loop: pod i is sent at i / rate seconds, however
+slow earlier ones were). ``nodes_used`` and ``most_pods_on_a_node`` say how the measured pods
+spread: under HAMi's node lock a node binds one GPU pod at a time, so the most pods on one node
+bounds how long the last of a burst waits.
 
-With node agents (``--node-agents``, the default) every node also has an emulated kubelet
-and HAMi device plugin (:mod:`gpupool.k8s.nodeagent`, running in this process): bound pods are
+With node agents (``--node-agents``, the default) every node also has an emulated kubelet and
+HAMi device plugin (:mod:`gpupool.k8s.nodeagent`, running in this process): bound pods are
 admitted as a kubelet admits them, served their cards by HAMi's ``Allocate`` rules and marked
 ``Running``; ``--other-cpu-pct`` first binds one pod of another scheduler to each node holding
 that share of its CPU (and a tenth of its memory), as DaemonSets do. ``--external`` runs the
 agents with NVIDIA's stock device plugin, since kube-scheduler writes no HAMi annotations.
-``--compare-kube-scheduler BINARY`` does both in one invocation: gpupool's run, then the bench
-starts that kube-scheduler (:mod:`gpupool.k8s.kubescheduler`, client QPS
-``--kube-scheduler-qps``, 50 by default as kube-scheduler's own) and measures it on the same
-API server straight after, so the two are taken in the same minute of the machine's load.
+``--compare-kube-scheduler BINARY`` (:mod:`gpupool.k8s.bench_compare`) does both in one
+invocation: gpupool's run, then the bench starts that kube-scheduler
+(:mod:`gpupool.k8s.kubescheduler`, client QPS ``--kube-scheduler-qps``, 50 by default as
+kube-scheduler's own) and measures it on the same API server straight after, so the two are
+taken in the same minute of the machine's load.
 
 Figures (JSON): ``pods_per_s`` is pods bound over the time from the first create to the last
 bind; ``create_to_bound_ms`` is per pod, from just before its create request to the watch event
@@ -50,107 +51,11 @@ from typing import Any
 import numpy as np
 
 from gpupool.core.errors import ConfigError
-from gpupool.k8s.kube import MERGE_PATCH, Kube, KubeError
-from gpupool.k8s.kubescheduler import KubeScheduler, default_kubeconfig
+from gpupool.k8s.bench_objects import bench_pod, cleanup, create_node, others_namespace
+from gpupool.k8s.kube import Kube, KubeError
 from gpupool.k8s.nodeagent import Fleet
 
-__all__ = ["bench_command", "run_bench", "run_with_kube_scheduler"]
-
-MODEL = "NVIDIA-A100-SXM4-40GB"
-CARD_MIB = 40960
-
-
-async def _node(kube: Kube, name: str, gpus: int) -> None:
-    reg = json.dumps(
-        [
-            {
-                "id": f"GPU-{name}-{i}",
-                "index": i,
-                "count": 10,
-                "devmem": CARD_MIB,
-                "devcore": 100,
-                "type": MODEL,
-                "mode": "hami-core",
-                "health": True,
-            }
-            for i in range(gpus)
-        ]
-    )
-    await kube.request(
-        "POST",
-        "/api/v1/nodes",
-        {
-            "apiVersion": "v1",
-            "kind": "Node",
-            "metadata": {
-                "name": name,
-                "labels": {"gpupool.io/bench": "true"},
-                "annotations": {"hami.io/node-nvidia-register": reg},
-            },
-        },
-    )
-    alloc = {"cpu": "128", "memory": "1Ti", "pods": "250", "nvidia.com/gpu": str(gpus * 10)}
-    await kube.request(
-        "PATCH",
-        f"/api/v1/nodes/{name}/status",
-        {
-            "status": {
-                "capacity": alloc,
-                "allocatable": alloc,
-                "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],
-            }
-        },
-        content_type=MERGE_PATCH,
-    )
-    await kube.request(
-        "PATCH", f"/api/v1/nodes/{name}", {"spec": {"taints": None}}, content_type=MERGE_PATCH
-    )
-
-
-def _pod(name: str, ns: str, scheduler: str, plain: bool = False) -> dict[str, Any]:
-    gpu: dict[str, Any] = {"nvidia.com/gpu": 1}
-    if not plain:
-        gpu.update({"nvidia.com/gpucores": 50, "nvidia.com/gpumem": 16000})
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": ns},
-        "spec": {
-            "schedulerName": scheduler,
-            "terminationGracePeriodSeconds": 0,
-            "containers": [
-                {
-                    "name": "main",
-                    "image": "example.invalid/cuda:12",
-                    "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": gpu},
-                }
-            ],
-        },
-    }
-
-
-async def _cleanup(kube: Kube, ns: str) -> None:
-    for space in (ns, _others(ns)):
-        with contextlib.suppress(KubeError):
-            await kube.request(
-                "DELETE",
-                f"/api/v1/namespaces/{space}/pods",
-                {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0},
-            )
-    with contextlib.suppress(KubeError):
-        await kube.request(
-            "DELETE", "/api/v1/nodes", params={"labelSelector": "gpupool.io/bench=true"}
-        )
-    for _ in range(200):
-        left = await kube.request("GET", f"/api/v1/namespaces/{ns}/pods", params={"limit": "1"})
-        if not left.get("items"):
-            return
-        await asyncio.sleep(0.1)
-
-
-def _others(ns: str) -> str:
-    """The namespace of the other schedulers' pods (kept apart from the measured ones)."""
-    return f"{ns}-others"
+__all__ = ["bench_command", "run_bench"]
 
 
 async def _agents_done(
@@ -213,14 +118,14 @@ async def run_bench(
     proc: subprocess.Popen[bytes] | None = None
     fleet: Fleet | None = None
     try:
-        for space in (ns, _others(ns)):
+        for space in (ns, others_namespace(ns)):
             with contextlib.suppress(KubeError):
                 await kube.request(
                     "POST",
                     "/api/v1/namespaces",
                     {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": space}},
                 )
-        await _cleanup(kube, ns)
+        await cleanup(kube, ns)
         sem = asyncio.Semaphore(32)
 
         async def limited(coro: Any) -> None:
@@ -228,7 +133,7 @@ async def run_bench(
                 await coro
 
         names = [f"bench-{i:04d}" for i in range(nodes)]
-        await asyncio.gather(*(limited(_node(kube, name, gpus)) for name in names))
+        await asyncio.gather(*(limited(create_node(kube, name, gpus)) for name in names))
         if node_agents:
             fleet = Fleet(kube, nodes=names, device_plugin="nvidia" if external else "hami")
             await fleet.start()
@@ -236,7 +141,9 @@ async def run_bench(
                 await asyncio.gather(
                     *(
                         limited(
-                            fleet.occupy(name, other_cpu_pct, memory_pct=10, namespace=_others(ns))
+                            fleet.occupy(
+                                name, other_cpu_pct, memory_pct=10, namespace=others_namespace(ns)
+                            )
                         )
                         for name in names
                     )
@@ -306,7 +213,9 @@ async def run_bench(
         # one pod first, to know the scheduler is up (imports, list, sync) before the clock
         # starts; it keeps its half card, and is left out of the figures
         await kube.request(
-            "POST", f"/api/v1/namespaces/{ns}/pods", _pod("warmup", ns, scheduler, plain=external)
+            "POST",
+            f"/api/v1/namespaces/{ns}/pods",
+            bench_pod("warmup", ns, scheduler, plain=external),
         )
         deadline = time.perf_counter() + 60
         while "warmup" not in bound:
@@ -327,7 +236,9 @@ async def run_bench(
                 await asyncio.sleep(max(0.0, t0 + i / rate - time.perf_counter()))
             created[name] = time.perf_counter()
             await kube.request(
-                "POST", f"/api/v1/namespaces/{ns}/pods", _pod(name, ns, scheduler, plain=external)
+                "POST",
+                f"/api/v1/namespaces/{ns}/pods",
+                bench_pod(name, ns, scheduler, plain=external),
             )
 
         t0 = time.perf_counter()
@@ -401,56 +312,8 @@ async def run_bench(
             except subprocess.TimeoutExpired:
                 proc.kill()
         with contextlib.suppress(KubeError):
-            await _cleanup(kube, ns)
+            await cleanup(kube, ns)
         await kube.close()
-
-
-async def run_with_kube_scheduler(
-    binary: str,
-    kubeconfig: str | None,
-    nodes: int,
-    gpus: int,
-    pods: int,
-    ns: str,
-    *,
-    qps: int = 50,
-    **kwargs: Any,
-) -> dict[str, Any]:
-    """gpupool's run, then kube-scheduler's on the same API server at once after it (its own
-    namespace, the same nodes made afresh, NVIDIA's stock device plugin on the agents):
-    gpupool's figures with ``kube_scheduler`` (the other run's) and ``ratio`` (gpupool's
-    pods/s and p99 over kube-scheduler's) added."""
-    config = kubeconfig or default_kubeconfig()
-    ks = KubeScheduler(binary, config, qps=qps)  # checks the paths before the first run
-    ours = await run_bench(kubeconfig, nodes, gpus, pods, ns, **kwargs)
-    kwargs.pop("profile", None)
-    await ks.start()
-    try:
-        theirs = await run_bench(
-            kubeconfig,
-            nodes,
-            gpus,
-            pods,
-            f"{ns}-ks",
-            scheduler="default-scheduler",
-            external=True,
-            **kwargs,
-        )
-    finally:
-        ks.stop()
-    theirs["client_qps"] = qps
-    ours["kube_scheduler"] = theirs
-    ours["ratio"] = {
-        "pods_per_s": _ratio(ours["pods_per_s"], theirs["pods_per_s"]),
-        "create_to_bound_p99": _ratio(
-            ours["create_to_bound_ms"]["p99"], theirs["create_to_bound_ms"]["p99"]
-        ),
-    }
-    return ours
-
-
-def _ratio(a: float | None, b: float | None) -> float | None:
-    return round(a / b, 2) if a is not None and b else None
 
 
 def bench_command(args: argparse.Namespace) -> int:
@@ -466,6 +329,8 @@ def bench_command(args: argparse.Namespace) -> int:
     if args.bind_queue_weight is not None:
         common["bind_queue_weight"] = args.bind_queue_weight
     if args.compare_kube_scheduler:
+        from gpupool.k8s.bench_compare import run_with_kube_scheduler
+
         if args.external:
             raise ConfigError(
                 "--compare-kube-scheduler measures gpupool and then kube-scheduler; drop --external"

@@ -20,7 +20,8 @@ adapter carries the decisions to the cluster and the cluster-autoscaler's answer
   ``provisioning_provisioned`` with the nodes of the request found as
   ``k8s/provisioning_nodes.py`` says (the autoscaler labels no node per request: they are
   found through ``provisioningClassDetails`` or as the booking, and nodes that register
-  later join it), held in gpupool's view so the job's pods are pinned there; ``Failed`` ->
+  later join it), held in gpupool's view so the job's pods are pinned there
+  (``k8s/provisioning_hold.py``); ``Failed`` ->
   ``provisioning_failed``; ``BookingExpired`` -> ``provisioning_failed`` with reason
   ``BookingExpired`` (the core ends the booking and retries the job, as on its own
   expiry); ``CapacityRevoked`` -> ``provisioning_revoked``; a request deleted by someone
@@ -40,35 +41,31 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from gpupool.core.errors import GpupoolError
-from gpupool.core.model import JobId, Node, NodeName, TaskId
+from gpupool.core.model import JobId, TaskId
 from gpupool.core.provisioning import (
     CLASS_ANNOTATION,
     CONSUME_ANNOTATION,
-    REQUEST_LABEL,
     ProvisioningRequest,
 )
 from gpupool.k8s.informer import Informer, object_key
 from gpupool.k8s.kube import MERGE_PATCH, Kube, KubeError
-from gpupool.k8s.provisioning_nodes import NodeBook, enough, fits, matching, pick
+from gpupool.k8s.provisioning_hold import HoldNodes
+from gpupool.k8s.provisioning_nodes import NodeBook
 from gpupool.k8s.provisioning_objects import (
     API,
-    NODES_ANNOTATION,
     PR_PATH,
     Marks,
     attempt_of,
-    class_details,
     conditions_of,
     marks_of,
-    nodes_annotation,
+    ns_path,
     pod_template,
     request_from_object,
     request_object,
     template_name,
     template_names,
-    wall_s,
 )
 from gpupool.k8s.provisioning_restore import TakeBack
-from gpupool.k8s.translate import TranslateError, node_from_k8s
 
 if TYPE_CHECKING:
     from gpupool.core.decisions import CycleResult
@@ -92,12 +89,7 @@ log = logging.getLogger("gpupool.k8s.provisioning")
 _ENDS = ("Failed", "BookingExpired", "CapacityRevoked")
 
 
-def _ns_path(ns: str, plural: str, name: str = "") -> str:
-    base = f"/apis/{API}/namespaces/{ns}/{plural}"
-    return f"{base}/{name}" if name else base
-
-
-class ProvisioningAdapter(TakeBack):
+class ProvisioningAdapter(HoldNodes, TakeBack):
     """Makes, watches and deletes the cluster's ProvisioningRequests for the scheduler of
     ``controller`` (attached with ``controller.attach(provisioning=...)``)."""
 
@@ -176,7 +168,7 @@ class ProvisioningAdapter(TakeBack):
                 )
             await self.kube.request(
                 "POST",
-                _ns_path(req.namespace, "provisioningrequests"),
+                ns_path(req.namespace, "provisioningrequests"),
                 request_object(req, self._parameters(req), flavor, attempt),
             )
             self.made.add(req.key)
@@ -208,7 +200,7 @@ class ProvisioningAdapter(TakeBack):
         if req is not None:
             names |= {template_name(req, i) for i in range(len(req.pod_sets))}
         for path in (
-            _ns_path(ns, "provisioningrequests", name),
+            ns_path(ns, "provisioningrequests", name),
             *(f"/api/v1/namespaces/{ns}/podtemplates/{t}" for t in sorted(names)),
         ):
             try:
@@ -252,188 +244,6 @@ class ProvisioningAdapter(TakeBack):
         except GpupoolError as exc:
             log.info("ProvisioningRequest %s: %s not taken: %s", key, what, exc)
         self.controller.wake()
-
-    def nodes_of(self, key: str) -> list[str]:
-        """The request's nodes: labelled for it, or held for it in gpupool's view."""
-        ns, name = key.split("/", 1)
-        value = f"{ns}.{name}"
-        held = self.booking.nodes(key)
-        return sorted(
-            {
-                n.name
-                for n in self.controller.nodes_by_name.values()
-                if n.labels.get(REQUEST_LABEL) == value and n.name not in held
-            }
-            | set(held)
-        )
-
-    # -- the nodes of a request (k8s/provisioning_nodes.py) ----------------------------------
-
-    def _book_request(self, key: str) -> ProvisioningRequest | None:
-        sched = self.controller.sched
-        checks = sched.checks if sched is not None else None
-        return checks.request(key) if checks is not None else None
-
-    def mark(self, node: Node) -> Node:
-        """The controller's view of a node it read: with the label and taint of the request
-        holding it; a free node that joined is offered to requests still taking nodes."""
-        key = self.booking.holder.get(node.name)
-        if (
-            key is None
-            and REQUEST_LABEL not in node.labels
-            and (self.booking.short or self.booking.selector)
-        ):
-            self._offer(node)
-        elif key is not None and (key in self.booking.short or key in self.booking.arriving):
-            self._arrived(key, node)
-        return self.booking.mark(node)
-
-    def _arrived(self, key: str, fresh: Node) -> None:
-        """Whether the nodes held for ``key`` (``fresh`` as it is now) hold all its pods:
-        then it takes no more, and the core hears it is Provisioned if it has not yet."""
-        req = self._book_request(key)
-        if req is None:
-            return
-        held = [
-            fresh if n == fresh.name else self.controller.nodes_by_name.get(n)
-            for n in self.booking.nodes(key)
-        ]
-        if not enough(req.pod_sets, [n for n in held if n is not None]):
-            return
-        self.booking.short.discard(key)
-        if key in self.booking.arriving:  # every node is there: Provisioned now
-            self.booking.arriving.discard(key)
-            self._fact("provisioned", key, self.booking.nodes(key))
-
-    def _busy(self, name: str) -> bool:
-        sched = self.controller.sched
-        return sched is not None and bool(sched.placements_on(NodeName(name)))
-
-    def _offer(self, node: Node) -> None:
-        sched = self.controller.sched
-        if sched is None or not node.schedulable:
-            return
-        for key in sorted({*self.booking.short, *self.booking.selector}):
-            req = self._book_request(key)
-            if req is None or req.ended or req.consumed_s is not None:
-                self.booking.short.discard(key)
-                self.booking.arriving.discard(key)
-                continue
-            if key not in self.booking.selector and self._busy(node.name):
-                return
-            if not self.booking.wants(key, node, req.pod_sets):
-                continue
-            self.booking.hold(key, req.node_label, [node.name])
-            log.info("ProvisioningRequest %s: node %s joined its booking", key, node.name)
-            self._spawn(self._record_nodes(key))
-            self._arrived(key, node)
-            self.controller.wake()
-            return
-
-    def _created(self, name: str) -> float:
-        obj = self.controller.node_informer.cache.get(name) or {}
-        return wall_s((obj.get("metadata") or {}).get("creationTimestamp")) or 0.0
-
-    def _config_details(self, req: ProvisioningRequest) -> dict[str, str]:
-        """node label -> provisioningClassDetails key, of the request's config."""
-        rec = self._record(req)
-        sched = self.controller.sched
-        check = (
-            rec.check
-            if rec is not None
-            else sched.checks.check_for(req.queue)
-            if sched is not None and sched.checks
-            else None
-        )
-        return dict(check.config.node_selector_details) if check is not None else {}
-
-    def _attribute(self, key: str, obj: dict[str, Any]) -> tuple[list[str], bool]:
-        """A request is Provisioned: find its nodes (see ``k8s/provisioning_nodes.py``),
-        hold them in gpupool's view and record them on the request; and whether they hold
-        all its pods (if not, nodes that register later are taken until they do)."""
-        req = self._book_request(key)
-        if req is None:
-            return [], False
-        ctl = self.controller
-        labelled = [
-            n.name
-            for n in ctl.nodes_by_name.values()
-            if n.labels.get(REQUEST_LABEL) == req.node_label
-        ]
-        if labelled:
-            return sorted(labelled), True
-        held = [ctl.nodes_by_name[n] for n in self.booking.nodes(key) if n in ctl.nodes_by_name]
-        free = [
-            n
-            for n in ctl.nodes_by_name.values()
-            if n.name not in self.booking.holder
-            and REQUEST_LABEL not in n.labels
-            and n.schedulable
-            and not self._busy(n.name)
-        ]
-        wanted = self._config_details(req)
-        details = class_details(obj)
-        if wanted and all(d in details for d in wanted.values()):
-            selector = {label: details[d] for label, d in wanted.items()}
-            self.booking.selector[key] = selector
-            chosen = matching(selector, free)
-            full = enough(req.pod_sets, [*held, *chosen])
-        else:
-            since = wall_s((obj.get("metadata") or {}).get("creationTimestamp")) or 0.0
-            free = [n for n in free if any(fits(ps, n) for ps in req.pod_sets)]
-            free.sort(key=lambda n: (self._created(n.name) < since, -self._created(n.name), n.name))
-            chosen, full = pick(req.pod_sets, free, held)
-            if not full:
-                self.booking.short.add(key)
-        self.booking.hold(key, req.node_label, [n.name for n in chosen])
-        for n in chosen:
-            self._refresh(n.name)
-        self._spawn(self._record_nodes(key))
-        return self.booking.nodes(key), full
-
-    def _release(self, key: str) -> None:
-        for name in self.booking.release(key):
-            self._refresh(name)
-
-    def _refresh(self, name: str) -> None:
-        """The core's node ``name`` again from the informer's object, with its marks."""
-        ctl = self.controller
-        obj = ctl.node_informer.cache.get(name)
-        if ctl.sched is None or obj is None or name not in ctl.nodes_by_name:
-            return
-        try:
-            node = self.booking.mark(node_from_k8s(obj))
-        except TranslateError:
-            return
-        if ctl.nodes_by_name.get(name) != node:
-            ctl.nodes_by_name[name] = node
-            ctl.sched.update_node(node)
-            ctl.wake()
-
-    async def _record_nodes(self, key: str) -> None:
-        """``gpupool.io/nodes`` on the request: its booking, read back after a restart."""
-        ns, name = key.split("/", 1)
-        value = ",".join(self.booking.nodes(key))
-        try:
-            await self.kube.request(
-                "PATCH",
-                _ns_path(ns, "provisioningrequests", name),
-                {"metadata": {"annotations": {NODES_ANNOTATION: value}}},
-                content_type=MERGE_PATCH,
-            )
-        except KubeError as exc:
-            if exc.status != 404:
-                log.warning("ProvisioningRequest %s: nodes not recorded: %s", key, exc)
-
-    def _held_back(self, key: str, obj: dict[str, Any]) -> None:
-        """A booking recorded on the request (after a restart) is held again."""
-        names = nodes_annotation(obj)
-        if not names or key in self.booking.label:
-            return
-        ns, name = key.split("/", 1)
-        self.booking.hold(key, f"{ns}.{name}", names)
-        for n in names:
-            self._refresh(n)
 
     def _on_request(self, event: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
         sched = self.controller.sched

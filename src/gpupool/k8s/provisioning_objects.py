@@ -55,6 +55,7 @@ __all__ = [
     "conditions_of",
     "marks_of",
     "nodes_annotation",
+    "ns_path",
     "pod_template",
     "request_from_object",
     "request_object",
@@ -73,6 +74,12 @@ FLAVOR_ANNOTATION = "gpupool.io/flavor"
 ATTEMPT_ANNOTATION = "gpupool.io/attempt"
 NODES_ANNOTATION = "gpupool.io/nodes"
 _SCHEDULER_FIELDS = ("nodeName", "schedulerName", "priority", "preemptionPolicy")
+
+
+def ns_path(ns: str, plural: str, name: str = "") -> str:
+    """The API path of a namespaced ``autoscaling.x-k8s.io`` object (or its collection)."""
+    base = f"/apis/{API}/namespaces/{ns}/{plural}"
+    return f"{base}/{name}" if name else base
 
 
 def template_name(req: ProvisioningRequest, index: int = 0) -> str:
