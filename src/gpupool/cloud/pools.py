@@ -1,6 +1,7 @@
 """Which of the cloud's node pools holds a ProvisioningRequest, how many of its nodes that
-takes, and the nodes a pool makes: its template, named and labelled for the request's zone and
-tainted for the request, so only the pods pinned to them run there."""
+takes (or why the region refuses it at once), and the nodes a pool makes: its template, named
+and labelled for the request's zone and tainted for the request, so only the pods pinned to
+them run there."""
 
 from __future__ import annotations
 
@@ -54,6 +55,25 @@ def match_request(spec: CloudSpec, req: ProvisioningRequest) -> tuple[CloudPool 
             return None, 0, why or f"pod set {ps.name}: not in pool {pool.name}"
         n += more
     return pool, n, why
+
+
+def refusal(
+    spec: CloudSpec, pool: CloudPool | None, nodes: int, gpus: int, why: str
+) -> tuple[str, str] | None:
+    """Why the region fails a request at once, as (reason, message): no pool holds its pods
+    (``why``: each pool's answer), it needs more nodes than a zone holds, or more GPUs than
+    the regional quota. None: it is accepted and queued."""
+    if pool is None:
+        return "NoMatchingPool", f"no node pool of region {spec.region} holds its pods ({why})"
+    if nodes > pool.max_nodes_per_zone:
+        return (
+            "TooLarge",
+            f"needs {nodes} nodes in one zone; pool {pool.name} holds "
+            f"{pool.max_nodes_per_zone} per zone",
+        )
+    if gpus > spec.gpu_quota:
+        return "QuotaExceeded", f"needs {gpus} GPUs; the regional quota is {spec.gpu_quota}"
+    return None
 
 
 def reserving_pod_set(pool: CloudPool, nodes: int) -> PodSet:

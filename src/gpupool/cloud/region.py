@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from gpupool.cloud.pools import match_request, pool_node, reserving_pod_set
+from gpupool.cloud.pools import match_request, pool_node, refusal, reserving_pod_set
 from gpupool.cloud.run import CloudRun, Host, RequestRecord, SchedulerHost
 from gpupool.cloud.spec import CloudSpec
 from gpupool.cloud.stockouts import is_stocked_out, outage_windows
@@ -248,30 +248,9 @@ class Cloud:
         if req.ended:  # refused by the core (the project's limit)
             rec.end("failed", now, "refused: too many requests")
             return
-        if pool is None:
-            self._fail(
-                rec,
-                "NoMatchingPool",
-                f"no node pool of region {self.spec.region} holds its pods ({why})",
-                now,
-            )
-            return
-        if n > pool.max_nodes_per_zone:
-            self._fail(
-                rec,
-                "TooLarge",
-                f"needs {n} nodes in one zone; pool {pool.name} holds "
-                f"{pool.max_nodes_per_zone} per zone",
-                now,
-            )
-            return
-        if rec.gpus > self.spec.gpu_quota:
-            self._fail(
-                rec,
-                "QuotaExceeded",
-                f"needs {rec.gpus} GPUs; the regional quota is {self.spec.gpu_quota}",
-                now,
-            )
+        refused = refusal(self.spec, pool, n, rec.gpus, why)
+        if refused is not None:
+            self._fail(rec, *refused, now)
             return
         self.sched.provisioning_accepted(key, now)
         self._queue.append(key)
