@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from gpupool.bench.serve import admissible_backlog, histogram_quantile, queue_docs
+from gpupool.bench.serve_metrics import admissible_backlog, histogram_quantile
+from gpupool.bench.serve_workload import queue_docs
 from gpupool.cli import main
 
 

@@ -17,17 +17,9 @@ from gpupool.core.placement.place import place_job
 from gpupool.core.placement.registry import default_profile
 from gpupool.core.reasons import Reason
 from gpupool.sim.engine import JobOutcome
-from gpupool.sim.replay import (
-    PLOT_FILE,
-    REPORT_FILE,
-    SUMMARY_FILE,
-    policy_names,
-    reason_kinds,
-    run_replay,
-    trace_jobs,
-    wait_reasons,
-    write_outputs,
-)
+from gpupool.sim.replay import policy_names, run_replay, trace_jobs
+from gpupool.sim.replay_reasons import reason_kinds, wait_reasons
+from gpupool.sim.replay_report import PLOT_FILE, REPORT_FILE, SUMMARY_FILE, write_outputs
 from gpupool.sim.traces.openb import load_pods
 from tests.builders import job, mig, mig_node, node, share, whole
 

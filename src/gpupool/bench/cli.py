@@ -204,6 +204,7 @@ def _serve(args: argparse.Namespace) -> int:
     from rich.progress import Progress
 
     from gpupool.bench import serve
+    from gpupool.bench.serve_result import TARGET_P99_MS, TARGET_RATE
 
     total = max(1, round(args.rate * args.duration))
     err = Console(stderr=True)
@@ -222,9 +223,9 @@ def _serve(args: argparse.Namespace) -> int:
     out = result.as_json()
     met = out["targets"]
     verdict = (
-        f"target >= {serve.TARGET_RATE:g} jobs/s: "
+        f"target >= {TARGET_RATE:g} jobs/s: "
         f"{'met' if met['rate_met'] else 'missed'}; target p99 < "
-        f"{serve.TARGET_P99_MS:g} ms: {'met' if met['p99_met'] else 'missed'}"
+        f"{TARGET_P99_MS:g} ms: {'met' if met['p99_met'] else 'missed'}"
     )
     if args.json:
         print(json.dumps(out))

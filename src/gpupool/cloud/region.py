@@ -31,31 +31,27 @@ state file and requeues the jobs of a removed node). It reads the cycle's decisi
 (``CycleResult.provision`` and ``deprovision``). ``snapshot()`` and ``restore()`` carry its
 state (requests, timers, the random generator) across a restart of ``serve``. It records,
 per request, when it was made, provisioned, consumed and ended, and the GPU-time its nodes sat
-booked but unused: the figures the scenario report prints.
+booked but unused: the figures the scenario report prints. Which pool holds a request and
+the nodes a pool makes are ``gpupool.cloud.pools``; the outage windows, ``gpupool.cloud.stockouts``;
+the records, ``gpupool.cloud.run``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
-from dataclasses import asdict, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from gpupool.cloud.pools import match_request, pool_node, refusal, reserving_pod_set
 from gpupool.cloud.run import CloudRun, Host, RequestRecord, SchedulerHost
-from gpupool.cloud.spec import CloudPool, CloudSpec
+from gpupool.cloud.spec import CloudSpec
+from gpupool.cloud.stockouts import is_stocked_out, outage_windows
 from gpupool.core.decisions import CycleResult
 from gpupool.core.errors import ConflictError, NotFoundError
-from gpupool.core.model import (
-    GpuKind,
-    GpuRequest,
-    JobId,
-    NodeName,
-    PodSet,
-    Taint,
-)
-from gpupool.core.provisioning import BOOKING_S, REQUEST_LABEL, ProvisioningRequest
+from gpupool.core.model import JobId, NodeName
+from gpupool.core.provisioning import BOOKING_S, ProvisioningRequest
 from gpupool.kernel import EventQueue
 
 if TYPE_CHECKING:
@@ -63,7 +59,6 @@ if TYPE_CHECKING:
 
 __all__ = ["Cloud", "CloudRun", "Host", "RequestRecord", "SchedulerHost"]
 
-ZONE_LABEL = "topology.kubernetes.io/zone"
 MANUAL_NAMESPACE = "reservations"
 
 
@@ -92,42 +87,18 @@ class Cloud:
             self._push(m.at_s, _MANUAL, m.name)
         for pi, pool in enumerate(spec.pools):
             for zi, zone in enumerate(pool.zones):
-                windows = self._outages(seed, pi, zi, duration_s)
+                windows = outage_windows(spec, seed, pi, zi, duration_s)
                 self.run.stockouts[f"{pool.name}/{zone}"] = windows
                 for _, end in windows:
                     self._push(end, _TRY, "")
-        self._capacity(0.0)
+        self.run.note_capacity(0.0, self._alive_gpus)
 
     @property
     def sched(self) -> Scheduler:
         return self.host.scheduler
 
-    def _outages(self, seed: int, pi: int, zi: int, duration_s: float) -> list[tuple[float, float]]:
-        if self.spec.stockout_rate_per_h <= 0 or self.spec.stockout_duration is None:
-            return []
-        rng = np.random.default_rng([seed, 0x5C10D, pi, zi])
-        out: list[tuple[float, float]] = []
-        t = 0.0
-        while True:
-            t += float(rng.exponential(3600.0 / self.spec.stockout_rate_per_h))
-            if t >= duration_s:
-                return out
-            length = float(self.spec.stockout_duration.draw(rng, 1)[0])
-            out.append((t, t + length))
-
-    def _stocked_out(self, pool: str, zone: str, t: float) -> bool:
-        return any(a <= t < b for a, b in self.run.stockouts.get(f"{pool}/{zone}", ()))
-
     def _push(self, t: float, kind: int, key: str) -> None:
         self._events.schedule(t, (kind, key))
-
-    def _capacity(self, now: float) -> None:
-        r = self.run
-        if r.capacity_t and r.capacity_t[-1] == now:
-            r.capacity_gpus[-1] = self._alive_gpus
-        else:
-            r.capacity_t.append(now)
-            r.capacity_gpus.append(self._alive_gpus)
 
     # -- the loop's side ----------------------------------------------------------------------
 
@@ -184,7 +155,7 @@ class Cloud:
         for rec in self.run.requests.values():
             if rec.ended_s is None and rec.outcome == "booked":
                 rec.ended_s = end_s
-        self._capacity(end_s)
+        self.run.note_capacity(end_s, self._alive_gpus)
         return self.run
 
     # -- across a restart ---------------------------------------------------------------------
@@ -194,7 +165,7 @@ class Cloud:
         it has committed in each zone, its timers and its random generator. Stock-out windows
         are not in it: they follow from the seed."""
         return {
-            "requests": [asdict(r) for r in self.run.requests.values()],
+            "requests": [r.to_json() for r in self.run.requests.values()],
             "heap": [[t, seq, kind, key] for t, seq, (kind, key) in self._events.entries()],
             "seq": self._events.last_id,
             "serial": self._serial,
@@ -211,11 +182,8 @@ class Cloud:
 
     def restore(self, snap: dict[str, Any]) -> None:
         """Go on from ``snapshot()``'s output (taken with the same spec and seed)."""
-        tuples = ("node_names", "nodes_added_s")
-        fields: list[dict[str, Any]] = [
-            {k: tuple(v) if k in tuples else v for k, v in r.items()} for r in snap["requests"]
-        ]
-        self.run.requests = {str(r["key"]): RequestRecord(**r) for r in fields}
+        records = [RequestRecord.from_json(r) for r in snap["requests"]]
+        self.run.requests = {r.key: r for r in records}
         self._events = EventQueue.restored(
             [(float(t), int(q), (int(k), str(key))) for t, q, k, key in snap["heap"]],
             int(snap["seq"]),
@@ -230,7 +198,9 @@ class Cloud:
         self._deadline_seen = -math.inf if seen is None else float(seen)
         self.run.nodes_made = int(snap["nodesMade"])
         self.rng.bit_generator.state = snap["rng"]
-        self._capacity(self.run.capacity_t[-1] if self.run.capacity_t else 0.0)
+        self.run.note_capacity(
+            self.run.capacity_t[-1] if self.run.capacity_t else 0.0, self._alive_gpus
+        )
 
     def reconcile(self, live: set[str], now: float) -> None:
         """Release every request the core no longer holds (deleted before a restart, whose
@@ -255,67 +225,15 @@ class Cloud:
 
     def _manual(self, name: str, now: float) -> None:
         m = next(r for r in self.spec.requests if r.name == name)
-        pool = self.spec.pool(m.pool)
-        t = pool.template
-        selector = {k: v for k, v in t.labels.items() if k == "gpupool.io/node-pool"}
-        ps = PodSet(
-            "reserve",
-            m.nodes,
-            t.cpu_milli // 2,
-            t.memory_mib // 2,
-            GpuRequest(count=pool.gpus_per_node, models=frozenset({pool.model})),
-            node_selector=selector,
-        )
+        ps = reserving_pod_set(self.spec.pool(m.pool), m.nodes)
         req = self.sched.create_provisioning_request(
             ProvisioningRequest(m.name, (ps,), namespace=MANUAL_NAMESPACE), now
         )
         self._new(req, now, manual=True)
 
-    def _match(self, ps: PodSet) -> tuple[CloudPool | None, int, str]:
-        """The first pool whose nodes hold the pod set's pods, and how many nodes it takes."""
-        g = ps.gpu
-        why = []
-        for pool in self.spec.pools:
-            t = pool.template
-            sel = {k: v for k, v in ps.node_selector.items() if k != REQUEST_LABEL}
-            if any(t.labels.get(k) != v for k, v in sel.items()):
-                why.append(f"{pool.name}: labels")
-                continue
-            if g.models and pool.model not in g.models:
-                why.append(f"{pool.name}: model {pool.model}")
-                continue
-            per_gpu = (
-                g.count if g.kind is GpuKind.WHOLE else (1 if g.kind is not GpuKind.NONE else 0)
-            )
-            fits = [
-                pool.gpus_per_node // per_gpu if per_gpu else 10**9,
-                t.cpu_milli // ps.cpu_milli if ps.cpu_milli else 10**9,
-                t.memory_mib // ps.memory_mib if ps.memory_mib else 10**9,
-            ]
-            per_node = min(fits)
-            card_mib = t.gpus[0].memory_mib if t.gpus else 0
-            if per_node < 1 or g.memory_mib > card_mib:
-                why.append(f"{pool.name}: a node holds no pod")
-                continue
-            return pool, math.ceil(ps.count / per_node), ""
-        return None, 0, "; ".join(why)
-
-    def _match_all(self, req: ProvisioningRequest) -> tuple[CloudPool | None, int, str]:
-        """One pool for every pod set of the request (all its nodes come from one pool, in
-        one zone), and the nodes they take together."""
-        pool, n, why = self._match(req.pod_sets[0])
-        for ps in req.pod_sets[1:]:
-            if pool is None:
-                break
-            other, more, why = self._match(ps)
-            if other is not pool:
-                return None, 0, why or f"pod set {ps.name}: not in pool {pool.name}"
-            n += more
-        return pool, n, why
-
     def _new(self, req: ProvisioningRequest, now: float, manual: bool) -> None:
         key = req.key
-        pool, n, why = self._match_all(req)
+        pool, n, why = match_request(self.spec, req)
         rec = RequestRecord(
             key,
             req.job,
@@ -328,32 +246,11 @@ class Cloud:
         )
         self.run.requests[key] = rec
         if req.ended:  # refused by the core (the project's limit)
-            self._end(rec, "failed", now, "refused: too many requests")
+            rec.end("failed", now, "refused: too many requests")
             return
-        if pool is None:
-            self._fail(
-                rec,
-                "NoMatchingPool",
-                f"no node pool of region {self.spec.region} holds its pods ({why})",
-                now,
-            )
-            return
-        if n > pool.max_nodes_per_zone:
-            self._fail(
-                rec,
-                "TooLarge",
-                f"needs {n} nodes in one zone; pool {pool.name} holds "
-                f"{pool.max_nodes_per_zone} per zone",
-                now,
-            )
-            return
-        if rec.gpus > self.spec.gpu_quota:
-            self._fail(
-                rec,
-                "QuotaExceeded",
-                f"needs {rec.gpus} GPUs; the regional quota is {self.spec.gpu_quota}",
-                now,
-            )
+        refused = refusal(self.spec, pool, n, rec.gpus, why)
+        if refused is not None:
+            self._fail(rec, *refused, now)
             return
         self.sched.provisioning_accepted(key, now)
         self._queue.append(key)
@@ -369,8 +266,8 @@ class Cloud:
             zones = sorted(pool.zones, key=lambda z: (self._zone_nodes.get((pool.name, z), 0), z))
             for zone in zones:
                 used = self._zone_nodes.get((pool.name, zone), 0)
-                if used + rec.nodes > pool.max_nodes_per_zone or self._stocked_out(
-                    pool.name, zone, now
+                if used + rec.nodes > pool.max_nodes_per_zone or is_stocked_out(
+                    self.run.stockouts, pool.name, zone, now
                 ):
                     continue
                 self._queue.remove(key)
@@ -388,35 +285,22 @@ class Cloud:
         pool = self.spec.pool(rec.pool)
         names = []
         for _ in range(rec.nodes):
-            serial = self._serial
+            node = pool_node(pool, self._serial, rec.zone, rec.label)
             self._serial += 1
-            name = NodeName(f"{pool.name}-{rec.zone}-{serial:05d}")
-            t = pool.template
-            node = replace(
-                t,
-                name=name,
-                labels={
-                    **t.labels,
-                    "kubernetes.io/hostname": name,
-                    ZONE_LABEL: rec.zone,
-                    REQUEST_LABEL: rec.label,
-                },
-                taints=(*t.taints, Taint(REQUEST_LABEL, rec.label)),
-                gpus=tuple(replace(g, uuid=f"GPU-{name}-{g.index}") for g in t.gpus),
-            )
+            name = node.name
             self.host.add_node(node, now)
             names.append(name)
             self._node_req[name] = key
             self._protected.add(name)
         self.run.nodes_made += rec.nodes
         self._alive_gpus += rec.gpus
-        self._capacity(now)
+        self.run.note_capacity(now, self._alive_gpus)
         rec.node_names = tuple(names)
         rec.nodes_added_s = tuple(now for _ in names)
         try:
             live = self.sched.provisioning_provisioned(key, names, now)
         except (ConflictError, NotFoundError):
-            self._end(rec, "cancelled", now, "gone before its nodes came")
+            rec.end("cancelled", now, "gone before its nodes came")
             self._unprotect(rec, now)
             return
         rec.provisioned_s, rec.outcome = now, "booked"
@@ -439,14 +323,7 @@ class Cloud:
     def _fail(self, rec: RequestRecord, reason: str, message: str, now: float) -> None:
         with contextlib.suppress(NotFoundError):
             self.sched.provisioning_failed(rec.key, message, now, reason)
-        self._end(rec, "failed", now, f"{reason}: {message}")
-
-    def _end(self, rec: RequestRecord, outcome: str, now: float, reason: str = "") -> None:
-        if rec.ended_s is None:
-            rec.ended_s = now
-        rec.outcome = outcome
-        if reason:
-            rec.reason = reason
+        rec.end("failed", now, f"{reason}: {message}")
 
     def _release(self, key: str, now: float) -> None:
         """The core no longer wants ``key``: cancel it, or let its nodes go once idle."""
@@ -457,23 +334,23 @@ class Cloud:
             return
         if key in self._queue:
             self._queue.remove(key)
-            self._end(rec, "cancelled", now, "deleted before provisioning")
+            rec.end("cancelled", now, "deleted before provisioning")
             return
         if rec.outcome == "provisioning":
             self._zone_nodes[(rec.pool, rec.zone)] -= rec.nodes
             self._gpus_held -= rec.gpus
-            self._end(rec, "cancelled", now, "deleted while its nodes were being made")
+            rec.end("cancelled", now, "deleted while its nodes were being made")
             return
         live = self.sched.provisioning_request(key)
         if live is not None and live.consumed_s is not None:
             rec.consumed_s = live.consumed_s
             rec.outcome = "consumed"
         if rec.outcome == "consumed":
-            self._end(rec, "consumed", now)  # its job is done with the nodes
+            rec.end("consumed", now)  # its job is done with the nodes
         elif rec.provisioned_s is not None and now >= rec.provisioned_s + BOOKING_S - 1e-9:
-            self._end(rec, "expired", now, f"booking expired: no pod came within {BOOKING_S:.0f}s")
+            rec.end("expired", now, f"booking expired: no pod came within {BOOKING_S:.0f}s")
         else:
-            self._end(rec, "cancelled", now, "deleted while booked")
+            rec.end("cancelled", now, "deleted while booked")
         self._unprotect(rec, now)
 
     def _unprotect(self, rec: RequestRecord, now: float) -> None:
@@ -491,7 +368,7 @@ class Cloud:
         self._zone_nodes[(rec.pool, rec.zone)] -= 1
         self._gpus_held -= pool.gpus_per_node
         self._alive_gpus -= pool.gpus_per_node
-        self._capacity(now)
+        self.run.note_capacity(now, self._alive_gpus)
         return hit
 
     def _idle(self, name: str, now: float) -> list[JobId]:
@@ -513,5 +390,5 @@ class Cloud:
         hit: list[JobId] = []
         for name in alive:
             hit += self._remove(name, now)
-        self._end(rec, "revoked", now, "maxRunDurationSeconds reached")
+        rec.end("revoked", now, "maxRunDurationSeconds reached")
         return sorted(set(hit))

@@ -4,8 +4,8 @@ bare Scheduler in the simulator), and what a run of it records per ProvisioningR
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gpupool.cloud.spec import CloudSpec
 from gpupool.core.model import (
@@ -79,6 +79,25 @@ class RequestRecord:
         until = self.consumed_s if self.consumed_s is not None else self.ended_s
         return 0.0 if until is None else self.gpus * max(0.0, until - self.provisioned_s)
 
+    def end(self, outcome: str, now: float, reason: str = "") -> None:
+        """The request is done with: ``outcome`` (and why), ended at ``now`` unless it already
+        had."""
+        if self.ended_s is None:
+            self.ended_s = now
+        self.outcome = outcome
+        if reason:
+            self.reason = reason
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, r: dict[str, Any]) -> RequestRecord:
+        """From ``to_json()``'s output (its tuples came back as lists)."""
+        tuples = ("node_names", "nodes_added_s")
+        fields: dict[str, Any] = {k: tuple(v) if k in tuples else v for k, v in r.items()}
+        return cls(**fields)
+
 
 @dataclass(slots=True)
 class CloudRun:
@@ -90,6 +109,14 @@ class CloudRun:
     capacity_gpus: list[int] = field(default_factory=list)
     nodes_made: int = 0
     stockouts: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+
+    def note_capacity(self, now: float, alive_gpus: int) -> None:
+        """Cloud GPUs alive from ``now`` on (a second note at the same instant replaces it)."""
+        if self.capacity_t and self.capacity_t[-1] == now:
+            self.capacity_gpus[-1] = alive_gpus
+        else:
+            self.capacity_t.append(now)
+            self.capacity_gpus.append(alive_gpus)
 
     def gpu_seconds(self, a: float, b: float) -> float:
         """Cloud GPU-seconds alive within [a, b]."""

@@ -5,7 +5,8 @@ The core's filters, admission and feasibility say *who* holds a job back (``plug
 registry name, or one of the core's own steps below), *how many nodes* it ruled out where the
 clause is about nodes, and the clause itself in the user's units (``core.said``). Adapters
 count reasons by plugin (metrics), keep only the flavors a job may use (``control.reasons``)
-or sort them into kinds (``sim.replay``) from these fields, never by reading the sentence back.
+or sort them into kinds (``sim.replay_reasons``) from these fields, never by reading the
+sentence back.
 
 The sentence is kube-scheduler's FitError shape, one clause per attempt, joined by ``; ``:
 ``a100: 0/12 nodes fit: 8 no GPU with 50% of a card and 20Gi free, 4 cordoned or not ready;

@@ -38,7 +38,7 @@ from gpupool.core.model import (
 )
 from gpupool.core.placement.registry import default_profile
 from gpupool.sim.engine import Engine, SimResult, percentiles
-from gpupool.sim.replay import wait_reasons
+from gpupool.sim.replay_reasons import wait_reasons
 
 GPU_TAINT = Taint("nvidia.com/gpu", "present")
 GPU_TOLERATION = Toleration("nvidia.com/gpu", "Exists")

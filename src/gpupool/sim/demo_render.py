@@ -27,7 +27,7 @@ from gpupool.sim.demo import (
     kind_of,
     summary,
 )
-from gpupool.sim.replay import fmt_duration
+from gpupool.sim.replay_report import fmt_duration
 
 
 def clock(seconds: float) -> str:

@@ -11,14 +11,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from gpupool.sim.replay import (
-    DEFAULT_POLICY,
+from gpupool.sim.replay import DEFAULT_POLICY, policy_names, run_replay
+from gpupool.sim.replay_report import (
     PLOT_FILE,
     REPORT_FILE,
     SUMMARY_FILE,
     fmt_duration,
-    policy_names,
-    run_replay,
     write_outputs,
 )
 
