@@ -77,8 +77,8 @@ def test_a_flavors_clause_drops_only_the_nodes_of_other_flavors() -> None:
 
 
 def test_quota_clauses_are_in_the_users_units() -> None:
-    from gpupool.core.admission import _describe_short
     from gpupool.core.quota import Resource
+    from gpupool.core.quota_tree import _describe_short
 
     cpu = _describe_short("q", ("f", Resource.CPU_MILLI), 4000, 8000, 6000, 4000)
     assert cpu == "queue q at quota for f CPU (4/8 CPUs used, 6 asked, 4 available with borrowing)"
@@ -88,7 +88,6 @@ def test_quota_clauses_are_in_the_users_units() -> None:
 
 
 def test_the_gpu_clause_leads_when_a_job_is_short_of_gpus_and_cpus() -> None:
-    from gpupool.core.admission import QuotaTree
     from gpupool.core.quota import (
         ClusterQueue,
         FlavorQuotas,
@@ -97,6 +96,7 @@ def test_the_gpu_clause_leads_when_a_job_is_short_of_gpus_and_cpus() -> None:
         Resource,
         ResourceFlavor,
     )
+    from gpupool.core.quota_tree import QuotaTree
 
     quotas = {
         Resource.CPU_MILLI: Quota(8000),

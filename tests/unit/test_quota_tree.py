@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from gpupool.core import ConfigError
-from gpupool.core.admission import QuotaTree
 from gpupool.core.quota import (
     ClusterQueue,
     Cohort,
@@ -16,6 +15,7 @@ from gpupool.core.quota import (
     Resource,
     ResourceFlavor,
 )
+from gpupool.core.quota_tree import QuotaTree
 
 G = ("f", Resource.GPU_MILLI)
 

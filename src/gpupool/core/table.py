@@ -12,10 +12,8 @@ holding as many placements as their ``max_holders`` allows hold -1 in ``free_mil
 placements holding part of each card (HAMi's per-card ``Used``), ``holder_cap`` their limit.
 
 ``gpu_device`` names each card's division rule (``core/devices.py``) by its index in
-``devices``. While every card is divided as NVIDIA's are (``plain``), slices are tested on
-the request as asked; otherwise each card is tested on the shape its rule gives the slice
-(rounded up to its steps, the smallest template or fraction holding it, none on a whole-only
-card), and ``shaped`` turns the chosen cards' shares into those shapes.
+``devices``; what a slice takes of each card under its rule is ``core/table_shapes.py``'s, and
+whether a placement has room before ``apply`` takes it is ``core/table_room.py``'s.
 """
 
 from __future__ import annotations
@@ -25,9 +23,11 @@ from collections.abc import Iterable
 import numpy as np
 import numpy.typing as npt
 
+from gpupool.core import table_shapes
 from gpupool.core.devices import NVIDIA, DeviceClass
 from gpupool.core.errors import ConflictError, NotFoundError
 from gpupool.core.model import WHOLE_GPU_MILLI, GpuRequest, GpuShare, Node, NodeName, Placement
+from gpupool.core.table_room import check_room
 
 I64 = npt.NDArray[np.int64]
 I32 = npt.NDArray[np.int32]
@@ -68,8 +68,6 @@ _CELL_COLUMNS = (
 )
 NO_HOLDER_LIMIT = 1 << 40
 """``holder_cap`` of a card without a split count."""
-NO_SHAPE = 1 << 40
-"""What a slice needs of a card whose rule cannot give it: more than any card has."""
 
 
 class NodeTable:
@@ -320,7 +318,7 @@ class NodeTable:
         """
         i = self.row(p.node)
         if sign > 0:
-            self._check_room(i, p)
+            check_room(self, i, p)
         self.cpu_free[i] -= sign * p.cpu_milli
         self.mem_free[i] -= sign * p.memory_mib
         for s in p.shares:
@@ -335,52 +333,6 @@ class NodeTable:
             self.binds_in_flight[i] = max(0, int(self.binds_in_flight[i]) + sign)
         self._derive(i)
         return i
-
-    def _check_room(self, i: int, p: Placement) -> None:
-        where = f"placing {p.task} on {p.node}"
-        if p.cpu_milli > self.cpu_free[i]:
-            raise ConflictError(f"{where}: {p.cpu_milli} milli-CPU asked, {self.cpu_free[i]} free")
-        if p.memory_mib > self.mem_free[i]:
-            raise ConflictError(f"{where}: {p.memory_mib} MiB asked, {self.mem_free[i]} free")
-        seen: set[int] = set()
-        for s in p.shares:
-            if not 0 <= s.index < self.gpu_count[i]:
-                raise ConflictError(f"{where}: the node has no GPU {s.index}")
-            if s.mig_profile is not None:
-                pool = self.mig_free.get(s.mig_profile)
-                asked = sum(
-                    1 for o in p.shares if o.index == s.index and o.mig_profile == s.mig_profile
-                )
-                if pool is None or pool[i, s.index] < asked:
-                    raise ConflictError(
-                        f"{where}: GPU {s.index} has fewer than {asked} free {s.mig_profile}"
-                    )
-                continue
-            if s.index in seen:
-                raise ConflictError(f"{where}: GPU {s.index} listed twice")
-            seen.add(s.index)
-            if self.holders[i, s.index] >= self.holder_cap[i, s.index]:
-                raise ConflictError(
-                    f"{where}: GPU {s.index} already has {self.holders[i, s.index]} holders, "
-                    f"its split count"
-                )
-            if not self.plain and not self.devices[int(self.gpu_device[i, s.index])].allows(
-                s.gpu_milli, s.memory_mib, int(self.gpu_mem_cap[i, s.index])
-            ):
-                dev = self.devices[int(self.gpu_device[i, s.index])]
-                raise ConflictError(
-                    f"{where}: GPU {s.index} ({dev.vendor}, division {dev.division}) cannot "
-                    f"give a share of {s.gpu_milli} milli and {s.memory_mib} MiB"
-                )
-            if (
-                s.gpu_milli > self.free_milli[i, s.index]
-                or s.memory_mib > self.free_mib[i, s.index]
-            ):
-                raise ConflictError(
-                    f"{where}: GPU {s.index} has {self.free_milli[i, s.index]} milli and "
-                    f"{self.free_mib[i, s.index]} MiB free, {s.gpu_milli} milli and "
-                    f"{s.memory_mib} MiB asked"
-                )
 
     # -- copies ----------------------------------------------------------------------------
 
@@ -433,64 +385,16 @@ class NodeTable:
             if self.gpu_usable[i, g]
         ]
 
+    # what a slice takes of each card under its division rule: ``core/table_shapes.py``
+
     def slice_room(self, rows: npt.NDArray[np.int64], req: GpuRequest) -> Bool:
-        """[len(rows), width]: cards of ``rows`` with room for one slice of ``req`` (its
-        compute, at least one milli-GPU free, and its memory on that very card), each card
-        judged on the shape its division rule gives the slice."""
-        if not self.plain:
-            milli, mib = self.slice_need(rows, req)
-            shaped: Bool = (self.free_milli[rows] >= np.maximum(milli, 1)) & (
-                self.free_mib[rows] >= mib
-            )
-            return shaped
-        fits: Bool = self.free_milli[rows] >= max(req.gpu_milli, 1)
-        if req.memory_percent:
-            need = np.maximum(req.memory_mib, self.gpu_mem_cap[rows] * req.memory_percent // 100)
-            fits &= self.free_mib[rows] >= need
-        else:
-            fits &= self.free_mib[rows] >= req.memory_mib
-        return fits
+        return table_shapes.slice_room(self, rows, req)
 
     def slice_need(self, rows: npt.NDArray[np.int64], req: GpuRequest) -> tuple[I64, I64]:
-        """[len(rows), width] each: the milli and MiB one slice of ``req`` takes of each card
-        of ``rows`` under the card's division rule (``NO_SHAPE`` where it cannot be given)."""
-        cap = self.gpu_mem_cap[rows]
-        mib: I64 = (
-            np.maximum(req.memory_mib, cap * req.memory_percent // 100)
-            if req.memory_percent
-            else np.full(cap.shape, req.memory_mib, np.int64)
-        )
-        milli: I64 = np.full(cap.shape, req.gpu_milli, np.int64)
-        codes = self.gpu_device[rows]
-        for code in np.unique(codes).tolist():
-            dev = self.devices[code]
-            if dev.is_plain:
-                continue
-            on = codes == code
-            for card_mib, want_mib in {
-                (int(c), int(w)) for c, w in zip(cap[on].tolist(), mib[on].tolist(), strict=True)
-            }:
-                cell = on & (cap == card_mib) & (mib == want_mib)
-                shape = dev.slice_shape(req.gpu_milli, want_mib, card_mib)
-                milli[cell], mib[cell] = shape if shape is not None else (NO_SHAPE, NO_SHAPE)
-        return milli, mib
+        return table_shapes.slice_need(self, rows, req)
 
     def shaped(self, row: int, shares: tuple[GpuShare, ...]) -> tuple[GpuShare, ...]:
-        """``shares`` with each slice turned into the shape its card's rule gives it (the
-        same shares while every card divides as NVIDIA's)."""
-        if self.plain:
-            return shares
-        out = []
-        for s in shares:
-            dev = self.devices[int(self.gpu_device[row, s.index])]
-            if s.mig_profile is None and s.gpu_milli < WHOLE_GPU_MILLI and not dev.is_plain:
-                shape = dev.slice_shape(
-                    s.gpu_milli, s.memory_mib, int(self.gpu_mem_cap[row, s.index])
-                )
-                if shape is not None:
-                    s = GpuShare(s.index, shape[0], shape[1])
-            out.append(s)
-        return tuple(out)
+        return table_shapes.shaped(self, row, shares)
 
     def device(self, row: int, card: int) -> DeviceClass:
         return self.devices[int(self.gpu_device[row, card])]

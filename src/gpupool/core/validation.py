@@ -18,7 +18,8 @@ from gpupool.core import said
 from gpupool.core.alternatives import variants
 from gpupool.core.errors import InvalidJobError
 from gpupool.core.model import WHOLE_GPU_MILLI, GpuKind, Job, PodSet
-from gpupool.core.table import NO_SHAPE, NodeTable
+from gpupool.core.table import NodeTable
+from gpupool.core.table_shapes import NO_SHAPE
 
 MAX_REPLICAS = 100_000
 MAX_CPU_MILLI = 10_000_000  # 10,000 cores

@@ -46,7 +46,8 @@ import numpy as np
 import numpy.typing as npt
 
 from gpupool.core.model import GpuRequest
-from gpupool.core.table import NO_SHAPE, NodeTable
+from gpupool.core.table import NodeTable
+from gpupool.core.table_shapes import NO_SHAPE
 
 I64 = npt.NDArray[np.int64]
 Bool = npt.NDArray[np.bool_]
