@@ -261,7 +261,7 @@ def test_drs_binds_on_a_node_are_made_in_order_each_stamped_at_its_own_bind() ->
     stamped when it is made (a slow first Binding must not let the second overtake it)."""
     import asyncio
 
-    from gpupool.k8s.binding import Binder, BindItem
+    from gpupool.k8s.binding import BindItem, PodBinder
     from gpupool.k8s.vendors import BIND_ORDER_STAMP
     from tests.k8s.kit import RecordingHost
 
@@ -280,7 +280,7 @@ def test_drs_binds_on_a_node_are_made_in_order_each_stamped_at_its_own_bind() ->
 
     async def body() -> None:
         kube = SlowFirstKube()
-        binder = Binder(kube, None, RecordingHost())  # type: ignore[arg-type]
+        binder = PodBinder(kube, None, RecordingHost())  # type: ignore[arg-type]
         for i in range(3):
             binder.submit(
                 BindItem(
