@@ -59,21 +59,8 @@ def _whole_cells(cs: CycleState, load: CardLoad, req: GpuRequest, rows: Rows) ->
     return fits
 
 
-@dataclass(slots=True)
-class _Cells:
-    """One decision's slice cells over the rows it first asked for (the filter's), and, once
-    a score asks, each of those rows' least load now among its fitting cards."""
-
-    key: tuple[int, int, int]
-    rows: Rows
-    fits: Cells
-    low: npt.NDArray[np.float64] | None = None
-
-
-def _cells(
-    cs: CycleState, load: CardLoad, req: GpuRequest, rows: Rows
-) -> tuple[_Cells, Rows | None]:
-    """The decision's cells and where ``rows`` sit in them (None: ``rows`` are theirs).
+def _slice_cells(cs: CycleState, load: CardLoad, req: GpuRequest, rows: Rows) -> Cells:
+    """[len(rows), width]: cards that can hold the slice by request *and* by measured memory.
 
     The filter, the score and the card choice of one decision ask for the same cells (the
     score and card choice for a subset of the filter's rows): the first answer is kept in the
@@ -81,33 +68,16 @@ def _cells(
     t = cs.table
     key = (id(load), id(req), t._counter)
     hit = cs.cache.get("measured-cells")
-    if isinstance(hit, _Cells) and hit.key == key:
-        at = np.searchsorted(hit.rows, rows)
+    if hit is not None and hit[0] == key:
+        done_rows, done = hit[1], hit[2]
+        at = np.searchsorted(done_rows, rows)
         if at.size == 0 or (
-            int(at.max()) < hit.rows.size and bool(np.array_equal(hit.rows.take(at), rows))
+            int(at.max()) < done_rows.size and bool(np.array_equal(done_rows.take(at), rows))
         ):
-            return hit, at
-    entry = _Cells(key, rows.copy(), _compute_slice_cells(cs, load, req, rows))
-    cs.cache["measured-cells"] = entry
-    return entry, None
-
-
-def _slice_cells(cs: CycleState, load: CardLoad, req: GpuRequest, rows: Rows) -> Cells:
-    """[len(rows), width]: cards that can hold the slice by request *and* by measured memory."""
-    entry, at = _cells(cs, load, req, rows)
-    return entry.fits if at is None else np.asarray(entry.fits.take(at, 0))
-
-
-def _least_load(
-    cs: CycleState, load: CardLoad, req: GpuRequest, rows: Rows
-) -> npt.NDArray[np.float64]:
-    """[len(rows)] the least compute load now of each row's fitting cards (inf where none
-    fits): one pass over the cells the filter computed, not a second gather of them."""
-    entry, at = _cells(cs, load, req, rows)
-    if entry.low is None:
-        now = load.load(cs.table, entry.rows)
-        entry.low = _row_min(np.where(entry.fits, now, np.inf))
-    return entry.low if at is None else np.asarray(entry.low.take(at))
+            return np.asarray(done.take(at, 0))
+    fits = _compute_slice_cells(cs, load, req, rows)
+    cs.cache["measured-cells"] = (key, rows.copy(), fits)
+    return fits
 
 
 def _compute_slice_cells(cs: CycleState, load: CardLoad, req: GpuRequest, rows: Rows) -> Cells:
@@ -205,20 +175,23 @@ class HotCardSpread:
         load = cs.load
         if load is None or req.kind is not GpuKind.SLICE:
             return np.zeros(rows.size, np.float64)
+        t = cs.table
+        fits = _slice_cells(cs, load, req, rows)
         hot = self.hot_pct * WHOLE_GPU_MILLI / 100.0
         add = load.expected_milli(task)  # the request, or what its workload uses
+        load_now = load.load(t, rows)
         out = np.full(rows.size, 100.0)
         if req.cards <= 1:
-            # A node whose coolest fitting card stays cool scores 100 whatever its other
-            # cards do.
-            low = _least_load(cs, load, req, rows)
-            rest = np.flatnonzero(~(low <= hot - add))
+            # A node with a fitting card that stays cool scores 100 whatever its other cards
+            # do: only the others need their coolest fitting card found.
+            cool = _any(fits & (load_now <= hot - add))
+            rest = np.flatnonzero(~cool)
             if not rest.size:
                 return out
-            coolest = low.take(rest) + add
+            coolest = _row_min(np.where(fits.take(rest, 0), load_now.take(rest, 0), np.inf)) + add
         else:
             rest = np.arange(rows.size)
-            pred = np.where(_slice_cells(cs, load, req, rows), load.load(cs.table, rows), np.inf)
+            pred = np.where(fits, load_now, np.inf)
             coolest = np.sort(pred, axis=1)[:, req.cards - 1] + add
         over = ((coolest - hot) / WHOLE_GPU_MILLI).clip(0.0, 1.0)
         out[rest] = np.where(np.isfinite(coolest), np.floor(100.0 * (1.0 - over)), 0.0)
