@@ -1,5 +1,6 @@
-"""The measured slice scores (core/placement/plugins/measured.py) read the filter's cells in one
-pass; each node's score must still be the one its cards give, card by card."""
+"""hot-card-spread (core/placement/plugins/measured.py) scores a node from arrays over all its
+cards and the filter's cached cells; each node's score must be the one its cards give, card by
+card, on the clusters the placement bench builds."""
 
 from __future__ import annotations
 
