@@ -53,6 +53,19 @@ def test_the_estimate_is_never_below_the_request_nor_above_a_card(pct: float, wa
     assert w.expected_of(task_of("ft-2")) == pytest.approx(want)
 
 
+def test_the_kept_estimate_follows_each_new_reading() -> None:
+    # a decision asks twice per slice, so the quantile is kept between readings: a reading
+    # must replace it, and a reading of another card must not
+    w = learned(60.0)
+    assert w.expected_of(task_of("ft-2")) == pytest.approx(600.0)
+    assert w.expected_of(task_of("ft-3")) == pytest.approx(600.0)
+    for i in range(8):
+        w.read(N1, 0, 200.0 + 15 * i, 90.0)
+    assert w.expected_of(task_of("ft-4")) == pytest.approx(900.0)
+    w.read(N1, 1, 400.0, 10.0)  # nobody alone on card 1: teaches nothing
+    assert w.expected_of(task_of("ft-5")) == pytest.approx(900.0)
+
+
 def test_readings_need_the_slice_alone_settled_and_enough_of_them() -> None:
     assert learned(95.0, readings=MIN_READINGS - 1).expected_of(task_of("ft-2")) == 500.0
     w = WorkloadUse(quantile=0.9, settle_s=30.0)

@@ -70,6 +70,7 @@ class WorkloadUse:
         self.settle_s = settle_s
         self._holders: dict[tuple[NodeName, int], dict[TaskId, _Holder]] = {}
         self._readings: dict[str, deque[float]] = {}
+        self._ratio: dict[str, float] = {}  # the quantile of each workload's readings, kept
         self._workload: dict[TaskId, str] = {}
 
     def expected(self, workload: str, milli: int) -> float:
@@ -77,7 +78,9 @@ class WorkloadUse:
         got = self._readings.get(workload)
         if got is None or len(got) < MIN_READINGS or milli <= 0:
             return float(milli)
-        ratio = _quantile(sorted(got), self.quantile)
+        ratio = self._ratio.get(workload)
+        if ratio is None:  # until its next reading: a decision asks once or twice per slice
+            ratio = self._ratio[workload] = _quantile(sorted(got), self.quantile)
         return float(min(WHOLE_GPU_MILLI, max(milli, ratio * milli)))
 
     def expected_of(self, task: Task) -> float:
@@ -134,9 +137,12 @@ class WorkloadUse:
         got = self._readings.get(h.workload)
         if got is None:
             if len(self._readings) >= WORKLOADS_KEPT:  # the least recently started goes
-                self._readings.pop(next(iter(self._readings)))
+                oldest = next(iter(self._readings))
+                del self._readings[oldest]
+                self._ratio.pop(oldest, None)
             got = self._readings[h.workload] = deque(maxlen=READINGS_KEPT)
         got.append(util_pct * 10.0 / h.milli)
+        self._ratio.pop(h.workload, None)
 
 
 def _quantile(values: list[float], q: float) -> float:
