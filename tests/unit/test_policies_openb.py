@@ -247,6 +247,51 @@ def test_gpupool_keeps_scarce_models_for_pods_bound_to_them() -> None:
     assert decide(openb_profile("gpupool", typical_pods=bound), state, pinned)[0] == "t4"
 
 
+PROPORTIONAL = TypicalPods(
+    (
+        PodShape(1000, 1000, 1, frozenset({"A"})),
+        PodShape(1000, 1000, 1, frozenset({"B"})),
+        PodShape(1000, 1000, 1),
+    ),
+    (2, 1, 1),
+    4,
+)
+"""Pods bound to each model in proportion to its cards (A 8 cards, B 4), as gpuspec mixes
+bind them: by cards alone, both models are equally scarce."""
+
+
+def test_gpupool_scarcity_follows_the_free_share_of_each_model() -> None:
+    # B holds a third of the cards but, with 3 of b1's 4 taken and a2 full, 1 of the 5 free
+    # ones: B's bound pods will miss it first. An unbound pod goes to a1. Charged by the share
+    # of cards (8 and 4 of 12, equal charges), FGD's no-access term (A's bound pods, twice
+    # B's, count b1's idle card as fragment) and the tie order sent it to b1.
+    state = ClusterState(
+        [
+            node("a1", gpu=4, cpu=64_000, model="A"),
+            node("a2", gpu=4, cpu=64_000, model="A"),
+            node("b1", gpu=4, cpu=64_000, model="B"),
+        ]
+    )
+    place(state, "full", "a2", shares=tuple((g, 1000) for g in range(4)))
+    place(state, "most", "b1", shares=((0, 1000), (1, 1000), (2, 1000)))
+    state.set_tie_order([NodeName("b1"), NodeName("a1"), NodeName("a2")])
+    prof = openb_profile("gpupool", typical_pods=PROPORTIONAL)
+    task = task_of(whole(1))
+    assert decide(prof, state, task)[0] == "a1"
+    # the charge moves with other nodes' use: cached scores of an unchanged row follow it
+    snap = state.snapshot()
+    cs = CycleState(snap.table, snap.cache)
+    plugin = prof.scores[0][0]
+    rows = snap.table.live()
+    first = plugin.score(cs, task, rows)
+    place(state, "more", "a1", shares=((0, 1000), (1, 1000), (2, 1000)))
+    snap = state.snapshot()
+    cs = CycleState(snap.table, snap.cache)
+    again = plugin.score(cs, task, rows)
+    assert np.array_equal(again, plugin.evaluate(cs, task, rows)[0])  # type: ignore[attr-defined]
+    assert again[2] > first[2]  # b1 untouched, but A now has no more free cards than B
+
+
 def test_gpupool_scores_are_cached_per_row_generation() -> None:
     state = two_nodes()
     prof = openb_profile("gpupool", typical_pods=WORKLOAD)

@@ -72,6 +72,7 @@ from gpupool.core.placement.plugins.fgd import (
 from gpupool.core.placement.plugins.frag import (
     F64,
     I64,
+    Bool,
     RowTerms,
     TypicalPods,
     after_slice_terms,
@@ -80,6 +81,9 @@ from gpupool.core.placement.plugins.frag import (
     row_terms,
     slice_milli,
 )
+
+SCARCITY_STEP = 1.05
+"""Step of the scarcity charge's free-share factor (5 %, on a log scale)."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -184,23 +188,63 @@ class GpupoolScore(RowScored):
         frag = (self.gpu_weight * idle - lost).astype(np.float64)
         return frag + self.gpu_weight * self.stranded(cpu, mem, idle, full, cpu_inv)
 
+    def scarcity_key(self, cs: CycleState) -> tuple[int, ...]:
+        """Per model-bound GPU typical pod, the cluster's free GPU milli over the free milli on
+        the cards it may use, in steps of ``SCARCITY_STEP`` (log scale); () without any.
+
+        The look-ahead of item 3: the pods still to come take the free capacity in proportion
+        to their popularity, so a model whose free cards run out faster than the cluster's is
+        the one its bound pods will miss. Quantised so that scores cached per row stay valid
+        until a model's free share moves by a step.
+        """
+        if not self.constrained.any():
+            return ()
+        t = cs.table
+        elig = card_eligibility(self.typical_pods, t, cs.cache)
+        assert elig is not None
+        live = t.live()
+        codes = t.gpu_model[live].ravel()
+        free = np.maximum(t.free_milli[live], 0).ravel()
+        by_code = np.bincount(codes + 1, weights=free, minlength=len(t.models) + 1)
+        allowed = self.allowed(cs)
+        usable = allowed[:, self.constrained].T @ by_code[1:]
+        share = float(by_code[1:].sum()) / np.maximum(usable, 1.0)
+        steps = np.round(np.log(np.maximum(share, 1.0)) / np.log(SCARCITY_STEP))
+        return tuple(int(x) for x in steps)
+
+    def allowed(self, cs: CycleState) -> npt.NDArray[np.float64]:
+        """[model codes, GPU typical pods]: 1 where the pod may use the model (per inventory)."""
+        t = cs.table
+        tp = self.typical_pods
+        key = ("inventory", "gpupool-allowed", tp, t.version)
+        found = cs.cache.get(key)
+        if found is None:
+            found = cs.cache[key] = np.asarray(
+                [
+                    [not tp.shapes[i].models or m in tp.shapes[i].models for i in tp.gpu_index]
+                    for m in t.models
+                ],
+                np.float64,
+            ).reshape(len(t.models), tp.gpu_index.size)
+        result: npt.NDArray[np.float64] = found
+        return result
+
     def scarcity(self, cs: CycleState, rows: Rows) -> F64:
         """kept * fragment charged per GPU milli placed on each row: the typical pods that are
         bound to a model this node has, each weighted by how small a share of the cluster's
-        cards it may use (0 without model-bound typical pods)."""
+        free GPU its cards hold (:meth:`scarcity_key`; 0 without model-bound typical pods)."""
         tp = self.typical_pods
         t = cs.table
-        if not self.constrained.any():
+        steps = self.scarcity_key(cs)
+        if not steps:
             return np.zeros(rows.size, np.float64)
-        key = ("inventory", "gpupool-scarcity", tp, t.version)
+        key = ("inventory", "gpupool-scarcity", tp, t.version, steps)
         per_row = cs.cache.get(key)
         if per_row is None:
             elig = card_eligibility(tp, t, cs.cache)
             assert elig is not None
-            live = t.live()
-            cards = t.gpu_model[live] >= 0
-            usable_cards = (elig[live] & cards[:, :, None]).sum(axis=(0, 1))
-            share = np.where(self.constrained, int(cards.sum()) / np.maximum(usable_cards, 1), 0.0)
+            share = np.zeros(self.constrained.size, np.float64)
+            share[self.constrained] = SCARCITY_STEP ** np.asarray(steps, np.float64)
             per_row = cs.cache[key] = np.asarray(elig.any(axis=1) @ (tp.weight * share), np.float64)
         result: F64 = per_row[rows]
         return result
@@ -234,8 +278,9 @@ class GpupoolScore(RowScored):
         result: F64 = value[rows]
         return result
 
-    def evaluate(self, cs: CycleState, task: Task, rows: Rows) -> tuple[F64, I64]:
-        """(score, card) per row, computed afresh; the card is -1 unless a slice."""
+    def delta(self, cs: CycleState, task: Task, rows: Rows) -> tuple[F64, Bool]:
+        """(kept * the fall of the measure, allowed) per row and card for a slice ([R, W]),
+        per row for anything else ([R, 1], always allowed); no scarcity charge."""
         tp = self.typical_pods
         t = cs.table
         req = task.request
@@ -244,8 +289,6 @@ class GpupoolScore(RowScored):
         mem = t.mem_free[rows]
         cpu_inv = self.cpu_inv(cs)
         before = self.before(cs, rows, base, mem, full, cpu_inv)
-        if req.total_milli:
-            before = before - req.total_milli * self.scarcity(cs, rows)
         if req.kind is GpuKind.SLICE:
             cpu2, idle2, nfit2, usable2 = after_slice_terms(
                 tp, t, rows, base, task.cpu_milli, slice_milli(t, rows, req), cs.cache
@@ -254,22 +297,52 @@ class GpupoolScore(RowScored):
             after = self.measure(
                 cpu2, (mem - task.memory_mib)[:, None], idle2, nfit2, usable2, full2, cpu_inv
             )
-            s = np.where(
-                slice_cards(cs, task, rows), sigmoid_score(before[:, None] - after, tp.kept), -1
-            )
-            card = np.argmax(s, axis=1)
-            return s[np.arange(rows.size), card].astype(np.float64), card
+            return before[:, None] - after, slice_cards(cs, task, rows)
         take = whole_take(cs, task, rows)
         cpu2, idle2, nfit2, usable2 = after_take_terms(
             tp, t, rows, base, task.cpu_milli, take, cs.cache
         )
         full2 = full - np.count_nonzero(take, axis=1)
         after = self.measure(cpu2, mem - task.memory_mib, idle2, nfit2, usable2, full2, cpu_inv)
-        score = sigmoid_score(before - after, tp.kept).astype(np.float64)
-        return score, np.full(rows.size, -1, np.int64)
+        return (before - after)[:, None], np.ones((rows.size, 1), np.bool_)
+
+    def charged(self, task: Task, df: F64, ok: Bool, charge: F64) -> tuple[F64, I64]:
+        """(score, card) from the fall of the measure less the pod's scarcity charge; the
+        card is -1 unless a slice (the first of the best class)."""
+        tp = self.typical_pods
+        req = task.request
+        fall = df - (req.total_milli * charge)[:, None] if req.total_milli else df
+        s = np.where(ok, sigmoid_score(fall, tp.kept), -1)
+        if req.kind is not GpuKind.SLICE:
+            return s[:, 0].astype(np.float64), np.full(df.shape[0], -1, np.int64)
+        card = np.argmax(s, axis=1)
+        return s[np.arange(df.shape[0]), card].astype(np.float64), card
+
+    def evaluate(self, cs: CycleState, task: Task, rows: Rows) -> tuple[F64, I64]:
+        """(score, card) per row, computed afresh; the card is -1 unless a slice."""
+        df, ok = self.delta(cs, task, rows)
+        return self.charged(task, df, ok, self.scarcity(cs, rows))
 
     # -- plugin points ---------------------------------------------------------------------
 
     def _scores(self, cs: CycleState, task: Task, rows: Rows) -> tuple[F64, I64]:
         key = ("gpupool", self.typical_pods, shape_key(task), task.memory_mib, self.cpu_inv(cs))
-        return cached_by_row(cs, key, rows, lambda stale: self.evaluate(cs, task, stale))
+        if not (self.constrained.any() and task.request.total_milli):
+            return cached_by_row(cs, key, rows, lambda stale: self.evaluate(cs, task, stale))
+        # the scarcity charge moves with the whole cluster's free capacity, so the fall of the
+        # measure is what is cached per row; the charge is applied on every read
+        t = cs.table
+        width = t.width if task.request.kind is GpuKind.SLICE else 1
+        entry = cs.cache.get(key)
+        if entry is None or entry[0].size < t.cap_rows:
+            entry = cs.cache[key] = (
+                np.full(t.cap_rows, -1, np.int64),
+                np.zeros((t.cap_rows, width), np.float64),
+                np.zeros((t.cap_rows, width), np.bool_),
+            )
+        gen_at, df, ok = entry
+        stale = rows[gen_at[rows] != t.gen[rows]]
+        if stale.size:
+            df[stale], ok[stale] = self.delta(cs, task, stale)
+            gen_at[stale] = t.gen[stale]
+        return self.charged(task, df[rows], ok[rows], self.scarcity(cs, rows))
