@@ -30,9 +30,14 @@ What it changes (each is a term of the measure, so it acts through the same clas
        GPUs need, and the CPU per GPU milli is the whole workload's (:meth:`cpu_inv`).
     3. Scarce models. A typical pod bound to some models can only use those cards. Placing
        any pod's GPU demand on a node of such a model is charged the bound pods' popularity,
-       each scaled by how small a share of the cluster's cards it may use, so pods that may
-       run anywhere leave the scarce models to the pods that need them (FGD's only protection
-       is the "no access" fragment, which is far weaker than the pull of item 2).
+       each scaled by how small a share of the cluster's *free* GPU its cards hold, so pods
+       that may run anywhere leave the models that run short to the pods that need them. The
+       share looks ahead: the pods still to come take what is free in proportion to their
+       popularity, so the model whose free cards run out faster than the cluster's is the one
+       its bound pods will miss (:meth:`scarcity_key`). Scaled by the share of *cards*
+       instead, a workload whose bound pods follow the cards (as many as each model's share
+       of them) charges every model alike and protects none. FGD's only protection is the
+       "no access" fragment, which is far weaker than the pull of item 2.
     4. Only typical pods that use GPUs enter the score. A typical pod without GPUs counts
        every idle GPU as fragment, which moves every candidate of a pod by the same amount
        (the pod's own GPU demand): it cannot prefer one node to another, and only shifts
@@ -48,7 +53,9 @@ per-card or the missing term: a rate of zero means no need, not that every free 
 
 Cost is FGD's: every term depends only on the node's row and the pod's shape (and memory),
 so scores are cached per (shape, row generation) and a decision recomputes only the rows
-changed since the last pod of that shape; the scarcity charges are per inventory version.
+changed since the last pod of that shape. With model-bound typical pods the scarcity charge
+moves with every node's use, so the cache then holds the fall of the measure per row (and
+card) and the charge, per model and quantised, is applied on every read.
 """
 
 from __future__ import annotations
@@ -200,8 +207,14 @@ class GpupoolScore(RowScored):
         if not self.constrained.any():
             return ()
         t = cs.table
-        elig = card_eligibility(self.typical_pods, t, cs.cache)
-        assert elig is not None
+        # every change of use gives its row a fresh, higher generation: the newest names the
+        # state, so the key is computed once per change, not once per call
+        stamp = (t.version, int(t.gen[: t.cap_rows].max()))
+        key = ("gpupool-scarcity-key", self.typical_pods)
+        found = cs.cache.get(key)
+        if found is not None and found[0] == stamp:
+            steps: tuple[int, ...] = found[1]
+            return steps
         live = t.live()
         codes = t.gpu_model[live].ravel()
         free = np.maximum(t.free_milli[live], 0).ravel()
@@ -209,8 +222,10 @@ class GpupoolScore(RowScored):
         allowed = self.allowed(cs)
         usable = allowed[:, self.constrained].T @ by_code[1:]
         share = float(by_code[1:].sum()) / np.maximum(usable, 1.0)
-        steps = np.round(np.log(np.maximum(share, 1.0)) / np.log(SCARCITY_STEP))
-        return tuple(int(x) for x in steps)
+        level = np.round(np.log(np.maximum(share, 1.0)) / np.log(SCARCITY_STEP))
+        steps = tuple(int(x) for x in level)
+        cs.cache[key] = (stamp, steps)
+        return steps
 
     def allowed(self, cs: CycleState) -> npt.NDArray[np.float64]:
         """[model codes, GPU typical pods]: 1 where the pod may use the model (per inventory)."""
