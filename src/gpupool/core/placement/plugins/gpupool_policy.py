@@ -216,8 +216,12 @@ class GpupoolScore(RowScored):
             steps: tuple[int, ...] = found[1]
             return steps
         live = t.live()
-        codes = t.gpu_model[live].ravel()
-        free = np.maximum(t.free_milli[live], 0).ravel()
+        row_code = self.row_model(cs)[live]
+        if (row_code >= -1).all():  # one model a node: the node's free milli is the model's
+            codes, free = row_code, t.milli_free[live]
+        else:
+            codes = t.gpu_model[live].ravel()
+            free = np.maximum(t.free_milli[live], 0).ravel()
         by_code = np.bincount(codes + 1, weights=free, minlength=len(t.models) + 1)
         allowed = self.allowed(cs)
         usable = allowed[:, self.constrained].T @ by_code[1:]
@@ -226,6 +230,33 @@ class GpupoolScore(RowScored):
         steps = tuple(int(x) for x in level)
         cs.cache[key] = (stamp, steps)
         return steps
+
+    def row_model(self, cs: CycleState) -> I64:
+        """Per table row, the code of its cards' one model; -1 without cards, -2 with several
+        (per inventory)."""
+        t = cs.table
+        key = ("inventory", "gpupool-row-model", t.version)
+        found = cs.cache.get(key)
+        if found is None:
+            codes = t.gpu_model
+            has = codes >= 0
+            top = np.where(has, codes, -1).max(axis=1)
+            low = np.where(has, codes, np.iinfo(np.int64).max).min(axis=1)
+            found = cs.cache[key] = np.where(~has.any(axis=1), -1, np.where(top == low, top, -2))
+        result: I64 = found
+        return result
+
+    def node_eligible(self, cs: CycleState) -> F64:
+        """[table rows, GPU typical pods]: 1 where some card of the row may serve the pod."""
+        t = cs.table
+        key = ("inventory", "gpupool-node-eligible", self.typical_pods, t.version)
+        found = cs.cache.get(key)
+        if found is None:
+            elig = card_eligibility(self.typical_pods, t, cs.cache)
+            assert elig is not None
+            found = cs.cache[key] = np.asarray(elig.any(axis=1), np.float64)
+        result: F64 = found
+        return result
 
     def allowed(self, cs: CycleState) -> npt.NDArray[np.float64]:
         """[model codes, GPU typical pods]: 1 where the pod may use the model (per inventory)."""
@@ -253,14 +284,16 @@ class GpupoolScore(RowScored):
         steps = self.scarcity_key(cs)
         if not steps:
             return np.zeros(rows.size, np.float64)
-        key = ("inventory", "gpupool-scarcity", tp, t.version, steps)
-        per_row = cs.cache.get(key)
-        if per_row is None:
-            elig = card_eligibility(tp, t, cs.cache)
-            assert elig is not None
+        key = ("gpupool-scarcity", tp)
+        found = cs.cache.get(key)
+        if found is None or found[0] != (t.version, steps):
             share = np.zeros(self.constrained.size, np.float64)
             share[self.constrained] = SCARCITY_STEP ** np.asarray(steps, np.float64)
-            per_row = cs.cache[key] = np.asarray(elig.any(axis=1) @ (tp.weight * share), np.float64)
+            found = cs.cache[key] = (
+                (t.version, steps),
+                self.node_eligible(cs) @ (tp.weight * share),
+            )
+        per_row: F64 = found[1]
         result: F64 = per_row[rows]
         return result
 
