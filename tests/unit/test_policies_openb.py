@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -20,7 +21,7 @@ from gpupool.core.model import JobId, Task
 from gpupool.core.placement.framework import CycleState, Profile
 from gpupool.core.placement.plugins.frag import PodShape, TypicalPods
 from gpupool.core.placement.registry import builtin_registry, openb_profile
-from tests.builders import job, node, share, whole
+from tests.builders import gpus, job, node, share, whole
 
 
 def place(
@@ -290,6 +291,28 @@ def test_gpupool_scarcity_follows_the_free_share_of_each_model() -> None:
     again = plugin.score(cs, task, rows)
     assert np.array_equal(again, plugin.evaluate(cs, task, rows)[0])  # type: ignore[attr-defined]
     assert again[2] > first[2]  # b1 untouched, but A now has no more free cards than B
+
+
+def test_gpupool_free_share_counts_each_card_of_a_node_with_several_models() -> None:
+    # "mixed" holds 2 A and 2 B cards; its free milli must be split by card, as if it were
+    # two nodes of one model each.
+    cards = gpus(2, "A") + tuple(replace(g, index=g.index + 2) for g in gpus(2, "B"))
+
+    def key(state: ClusterState) -> tuple[int, ...]:
+        snap = state.snapshot()
+        plugin = openb_profile("gpupool", typical_pods=PROPORTIONAL).scores[0][0]
+        return plugin.scarcity_key(CycleState(snap.table, snap.cache))  # type: ignore[attr-defined,no-any-return]
+
+    mixed = ClusterState([node("mixed", cards=cards), node("b", gpu=4, model="B")])
+    place(mixed, "x", "mixed", shares=((0, 1000), (1, 1000), (2, 500)))
+    split = ClusterState(
+        [node("a", gpu=2, model="A"), node("m-b", gpu=2, model="B"), node("b", gpu=4, model="B")]
+    )
+    place(split, "x", "a", shares=((0, 1000), (1, 1000)))
+    place(split, "y", "m-b", shares=((0, 500),))
+    # A has no free milli (share capped), B 5500 of 5500: the free share of each
+    assert key(mixed) == key(split)
+    assert key(mixed)[1] == 0  # every free milli is B's
 
 
 def test_gpupool_scores_are_cached_per_row_generation() -> None:
