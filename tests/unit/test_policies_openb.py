@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -20,7 +21,7 @@ from gpupool.core.model import JobId, Task
 from gpupool.core.placement.framework import CycleState, Profile
 from gpupool.core.placement.plugins.frag import PodShape, TypicalPods
 from gpupool.core.placement.registry import builtin_registry, openb_profile
-from tests.builders import job, node, share, whole
+from tests.builders import gpus, job, node, share, whole
 
 
 def place(
@@ -245,6 +246,73 @@ def test_gpupool_keeps_scarce_models_for_pods_bound_to_them() -> None:
     assert decide(openb_profile("gpupool", typical_pods=bound), state, free)[0] == "a"
     pinned = next(job("p", gpu=whole(1, models=["T4"]), cpu=3000).tasks())
     assert decide(openb_profile("gpupool", typical_pods=bound), state, pinned)[0] == "t4"
+
+
+PROPORTIONAL = TypicalPods(
+    (
+        PodShape(1000, 1000, 1, frozenset({"A"})),
+        PodShape(1000, 1000, 1, frozenset({"B"})),
+        PodShape(1000, 1000, 1),
+    ),
+    (2, 1, 1),
+    4,
+)
+"""Pods bound to each model in proportion to its cards (A 8 cards, B 4), as gpuspec mixes
+bind them: by cards alone, both models are equally scarce."""
+
+
+def test_gpupool_scarcity_follows_the_free_share_of_each_model() -> None:
+    # B holds a third of the cards but, with 3 of b1's 4 taken and a2 full, 1 of the 5 free
+    # ones: B's bound pods will miss it first. An unbound pod goes to a1. Charged by the share
+    # of cards (8 and 4 of 12, equal charges), FGD's no-access term (A's bound pods, twice
+    # B's, count b1's idle card as fragment) and the tie order sent it to b1.
+    state = ClusterState(
+        [
+            node("a1", gpu=4, cpu=64_000, model="A"),
+            node("a2", gpu=4, cpu=64_000, model="A"),
+            node("b1", gpu=4, cpu=64_000, model="B"),
+        ]
+    )
+    place(state, "full", "a2", shares=tuple((g, 1000) for g in range(4)))
+    place(state, "most", "b1", shares=((0, 1000), (1, 1000), (2, 1000)))
+    state.set_tie_order([NodeName("b1"), NodeName("a1"), NodeName("a2")])
+    prof = openb_profile("gpupool", typical_pods=PROPORTIONAL)
+    task = task_of(whole(1))
+    assert decide(prof, state, task)[0] == "a1"
+    # the charge moves with other nodes' use: cached scores of an unchanged row follow it
+    snap = state.snapshot()
+    cs = CycleState(snap.table, snap.cache)
+    plugin = prof.scores[0][0]
+    rows = snap.table.live()
+    first = plugin.score(cs, task, rows)
+    place(state, "more", "a1", shares=((0, 1000), (1, 1000), (2, 1000)))
+    snap = state.snapshot()
+    cs = CycleState(snap.table, snap.cache)
+    again = plugin.score(cs, task, rows)
+    assert np.array_equal(again, plugin.evaluate(cs, task, rows)[0])  # type: ignore[attr-defined]
+    assert again[2] > first[2]  # b1 untouched, but A now has no more free cards than B
+
+
+def test_gpupool_free_share_counts_each_card_of_a_node_with_several_models() -> None:
+    # "mixed" holds 2 A and 2 B cards; its free milli must be split by card, as if it were
+    # two nodes of one model each.
+    cards = gpus(2, "A") + tuple(replace(g, index=g.index + 2) for g in gpus(2, "B"))
+
+    def key(state: ClusterState) -> tuple[int, ...]:
+        snap = state.snapshot()
+        plugin = openb_profile("gpupool", typical_pods=PROPORTIONAL).scores[0][0]
+        return plugin.scarcity_key(CycleState(snap.table, snap.cache))  # type: ignore[attr-defined,no-any-return]
+
+    mixed = ClusterState([node("mixed", cards=cards), node("b", gpu=4, model="B")])
+    place(mixed, "x", "mixed", shares=((0, 1000), (1, 1000), (2, 500)))
+    split = ClusterState(
+        [node("a", gpu=2, model="A"), node("m-b", gpu=2, model="B"), node("b", gpu=4, model="B")]
+    )
+    place(split, "x", "a", shares=((0, 1000), (1, 1000)))
+    place(split, "y", "m-b", shares=((0, 500),))
+    # A has no free milli (share capped), B 5500 of 5500: the free share of each
+    assert key(mixed) == key(split)
+    assert key(mixed)[1] == 0  # every free milli is B's
 
 
 def test_gpupool_scores_are_cached_per_row_generation() -> None:

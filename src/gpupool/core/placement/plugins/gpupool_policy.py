@@ -30,9 +30,14 @@ What it changes (each is a term of the measure, so it acts through the same clas
        GPUs need, and the CPU per GPU milli is the whole workload's (:meth:`cpu_inv`).
     3. Scarce models. A typical pod bound to some models can only use those cards. Placing
        any pod's GPU demand on a node of such a model is charged the bound pods' popularity,
-       each scaled by how small a share of the cluster's cards it may use, so pods that may
-       run anywhere leave the scarce models to the pods that need them (FGD's only protection
-       is the "no access" fragment, which is far weaker than the pull of item 2).
+       each scaled by how small a share of the cluster's *free* GPU its cards hold, so pods
+       that may run anywhere leave the models that run short to the pods that need them. The
+       share looks ahead: the pods still to come take what is free in proportion to their
+       popularity, so the model whose free cards run out faster than the cluster's is the one
+       its bound pods will miss (:meth:`scarcity_key`). Scaled by the share of *cards*
+       instead, a workload whose bound pods follow the cards (as many as each model's share
+       of them) charges every model alike and protects none. FGD's only protection is the
+       "no access" fragment, which is far weaker than the pull of item 2.
     4. Only typical pods that use GPUs enter the score. A typical pod without GPUs counts
        every idle GPU as fragment, which moves every candidate of a pod by the same amount
        (the pod's own GPU demand): it cannot prefer one node to another, and only shifts
@@ -48,7 +53,9 @@ per-card or the missing term: a rate of zero means no need, not that every free 
 
 Cost is FGD's: every term depends only on the node's row and the pod's shape (and memory),
 so scores are cached per (shape, row generation) and a decision recomputes only the rows
-changed since the last pod of that shape; the scarcity charges are per inventory version.
+changed since the last pod of that shape. With model-bound typical pods the scarcity charge
+moves with every node's use, so the cache then holds the fall of the measure per row (and
+card) and the charge, per model and quantised, is applied on every read.
 """
 
 from __future__ import annotations
@@ -72,6 +79,7 @@ from gpupool.core.placement.plugins.fgd import (
 from gpupool.core.placement.plugins.frag import (
     F64,
     I64,
+    Bool,
     RowTerms,
     TypicalPods,
     after_slice_terms,
@@ -80,6 +88,9 @@ from gpupool.core.placement.plugins.frag import (
     row_terms,
     slice_milli,
 )
+
+SCARCITY_STEP = 1.05
+"""Step of the scarcity charge's free-share factor (5 %, on a log scale)."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -184,24 +195,105 @@ class GpupoolScore(RowScored):
         frag = (self.gpu_weight * idle - lost).astype(np.float64)
         return frag + self.gpu_weight * self.stranded(cpu, mem, idle, full, cpu_inv)
 
+    def scarcity_key(self, cs: CycleState) -> tuple[int, ...]:
+        """Per model-bound GPU typical pod, the cluster's free GPU milli over the free milli on
+        the cards it may use, in steps of ``SCARCITY_STEP`` (log scale); () without any.
+
+        The look-ahead of item 3: the pods still to come take the free capacity in proportion
+        to their popularity, so a model whose free cards run out faster than the cluster's is
+        the one its bound pods will miss. Quantised so that scores cached per row stay valid
+        until a model's free share moves by a step.
+        """
+        if not self.constrained.any():
+            return ()
+        t = cs.table
+        # every change of use gives its row a fresh, higher generation: the newest names the
+        # state, so the key is computed once per change, not once per call
+        stamp = (t.version, int(t.gen[: t.cap_rows].max()))
+        key = ("gpupool-scarcity-key", self.typical_pods)
+        found = cs.cache.get(key)
+        if found is not None and found[0] == stamp:
+            steps: tuple[int, ...] = found[1]
+            return steps
+        live = t.live()
+        row_code = self.row_model(cs)[live]
+        if (row_code >= -1).all():  # one model a node: the node's free milli is the model's
+            codes, free = row_code, t.milli_free[live]
+        else:
+            codes = t.gpu_model[live].ravel()
+            free = np.maximum(t.free_milli[live], 0).ravel()
+        by_code = np.bincount(codes + 1, weights=free, minlength=len(t.models) + 1)
+        allowed = self.allowed(cs)
+        usable = allowed[:, self.constrained].T @ by_code[1:]
+        share = float(by_code[1:].sum()) / np.maximum(usable, 1.0)
+        level = np.round(np.log(np.maximum(share, 1.0)) / np.log(SCARCITY_STEP))
+        steps = tuple(int(x) for x in level)
+        cs.cache[key] = (stamp, steps)
+        return steps
+
+    def row_model(self, cs: CycleState) -> I64:
+        """Per table row, the code of its cards' one model; -1 without cards, -2 with several
+        (per inventory)."""
+        t = cs.table
+        key = ("inventory", "gpupool-row-model", t.version)
+        found = cs.cache.get(key)
+        if found is None:
+            codes = t.gpu_model
+            has = codes >= 0
+            top = np.where(has, codes, -1).max(axis=1)
+            low = np.where(has, codes, np.iinfo(np.int64).max).min(axis=1)
+            found = cs.cache[key] = np.where(~has.any(axis=1), -1, np.where(top == low, top, -2))
+        result: I64 = found
+        return result
+
+    def node_eligible(self, cs: CycleState) -> F64:
+        """[table rows, GPU typical pods]: 1 where some card of the row may serve the pod."""
+        t = cs.table
+        key = ("inventory", "gpupool-node-eligible", self.typical_pods, t.version)
+        found = cs.cache.get(key)
+        if found is None:
+            elig = card_eligibility(self.typical_pods, t, cs.cache)
+            assert elig is not None
+            found = cs.cache[key] = np.asarray(elig.any(axis=1), np.float64)
+        result: F64 = found
+        return result
+
+    def allowed(self, cs: CycleState) -> npt.NDArray[np.float64]:
+        """[model codes, GPU typical pods]: 1 where the pod may use the model (per inventory)."""
+        t = cs.table
+        tp = self.typical_pods
+        key = ("inventory", "gpupool-allowed", tp, t.version)
+        found = cs.cache.get(key)
+        if found is None:
+            found = cs.cache[key] = np.asarray(
+                [
+                    [not tp.shapes[i].models or m in tp.shapes[i].models for i in tp.gpu_index]
+                    for m in t.models
+                ],
+                np.float64,
+            ).reshape(len(t.models), tp.gpu_index.size)
+        result: npt.NDArray[np.float64] = found
+        return result
+
     def scarcity(self, cs: CycleState, rows: Rows) -> F64:
         """kept * fragment charged per GPU milli placed on each row: the typical pods that are
         bound to a model this node has, each weighted by how small a share of the cluster's
-        cards it may use (0 without model-bound typical pods)."""
+        free GPU its cards hold (:meth:`scarcity_key`; 0 without model-bound typical pods)."""
         tp = self.typical_pods
         t = cs.table
-        if not self.constrained.any():
+        steps = self.scarcity_key(cs)
+        if not steps:
             return np.zeros(rows.size, np.float64)
-        key = ("inventory", "gpupool-scarcity", tp, t.version)
-        per_row = cs.cache.get(key)
-        if per_row is None:
-            elig = card_eligibility(tp, t, cs.cache)
-            assert elig is not None
-            live = t.live()
-            cards = t.gpu_model[live] >= 0
-            usable_cards = (elig[live] & cards[:, :, None]).sum(axis=(0, 1))
-            share = np.where(self.constrained, int(cards.sum()) / np.maximum(usable_cards, 1), 0.0)
-            per_row = cs.cache[key] = np.asarray(elig.any(axis=1) @ (tp.weight * share), np.float64)
+        key = ("gpupool-scarcity", tp)
+        found = cs.cache.get(key)
+        if found is None or found[0] != (t.version, steps):
+            share = np.zeros(self.constrained.size, np.float64)
+            share[self.constrained] = SCARCITY_STEP ** np.asarray(steps, np.float64)
+            found = cs.cache[key] = (
+                (t.version, steps),
+                self.node_eligible(cs) @ (tp.weight * share),
+            )
+        per_row: F64 = found[1]
         result: F64 = per_row[rows]
         return result
 
@@ -234,8 +326,9 @@ class GpupoolScore(RowScored):
         result: F64 = value[rows]
         return result
 
-    def evaluate(self, cs: CycleState, task: Task, rows: Rows) -> tuple[F64, I64]:
-        """(score, card) per row, computed afresh; the card is -1 unless a slice."""
+    def delta(self, cs: CycleState, task: Task, rows: Rows) -> tuple[F64, Bool]:
+        """(kept * the fall of the measure, allowed) per row and card for a slice ([R, W]),
+        per row for anything else ([R, 1], always allowed); no scarcity charge."""
         tp = self.typical_pods
         t = cs.table
         req = task.request
@@ -244,8 +337,6 @@ class GpupoolScore(RowScored):
         mem = t.mem_free[rows]
         cpu_inv = self.cpu_inv(cs)
         before = self.before(cs, rows, base, mem, full, cpu_inv)
-        if req.total_milli:
-            before = before - req.total_milli * self.scarcity(cs, rows)
         if req.kind is GpuKind.SLICE:
             cpu2, idle2, nfit2, usable2 = after_slice_terms(
                 tp, t, rows, base, task.cpu_milli, slice_milli(t, rows, req), cs.cache
@@ -254,22 +345,52 @@ class GpupoolScore(RowScored):
             after = self.measure(
                 cpu2, (mem - task.memory_mib)[:, None], idle2, nfit2, usable2, full2, cpu_inv
             )
-            s = np.where(
-                slice_cards(cs, task, rows), sigmoid_score(before[:, None] - after, tp.kept), -1
-            )
-            card = np.argmax(s, axis=1)
-            return s[np.arange(rows.size), card].astype(np.float64), card
+            return before[:, None] - after, slice_cards(cs, task, rows)
         take = whole_take(cs, task, rows)
         cpu2, idle2, nfit2, usable2 = after_take_terms(
             tp, t, rows, base, task.cpu_milli, take, cs.cache
         )
         full2 = full - np.count_nonzero(take, axis=1)
         after = self.measure(cpu2, mem - task.memory_mib, idle2, nfit2, usable2, full2, cpu_inv)
-        score = sigmoid_score(before - after, tp.kept).astype(np.float64)
-        return score, np.full(rows.size, -1, np.int64)
+        return (before - after)[:, None], np.ones((rows.size, 1), np.bool_)
+
+    def charged(self, task: Task, df: F64, ok: Bool, charge: F64) -> tuple[F64, I64]:
+        """(score, card) from the fall of the measure less the pod's scarcity charge; the
+        card is -1 unless a slice (the first of the best class)."""
+        tp = self.typical_pods
+        req = task.request
+        fall = df - (req.total_milli * charge)[:, None] if req.total_milli else df
+        s = np.where(ok, sigmoid_score(fall, tp.kept), -1)
+        if req.kind is not GpuKind.SLICE:
+            return s[:, 0].astype(np.float64), np.full(df.shape[0], -1, np.int64)
+        card = np.argmax(s, axis=1)
+        return s[np.arange(df.shape[0]), card].astype(np.float64), card
+
+    def evaluate(self, cs: CycleState, task: Task, rows: Rows) -> tuple[F64, I64]:
+        """(score, card) per row, computed afresh; the card is -1 unless a slice."""
+        df, ok = self.delta(cs, task, rows)
+        return self.charged(task, df, ok, self.scarcity(cs, rows))
 
     # -- plugin points ---------------------------------------------------------------------
 
     def _scores(self, cs: CycleState, task: Task, rows: Rows) -> tuple[F64, I64]:
         key = ("gpupool", self.typical_pods, shape_key(task), task.memory_mib, self.cpu_inv(cs))
-        return cached_by_row(cs, key, rows, lambda stale: self.evaluate(cs, task, stale))
+        if not (self.constrained.any() and task.request.total_milli):
+            return cached_by_row(cs, key, rows, lambda stale: self.evaluate(cs, task, stale))
+        # the scarcity charge moves with the whole cluster's free capacity, so the fall of the
+        # measure is what is cached per row; the charge is applied on every read
+        t = cs.table
+        width = t.width if task.request.kind is GpuKind.SLICE else 1
+        entry = cs.cache.get(key)
+        if entry is None or entry[0].size < t.cap_rows:
+            entry = cs.cache[key] = (
+                np.full(t.cap_rows, -1, np.int64),
+                np.zeros((t.cap_rows, width), np.float64),
+                np.zeros((t.cap_rows, width), np.bool_),
+            )
+        gen_at, df, ok = entry
+        stale = rows[gen_at[rows] != t.gen[rows]]
+        if stale.size:
+            df[stale], ok[stale] = self.delta(cs, task, stale)
+            gen_at[stale] = t.gen[stale]
+        return self.charged(task, df[rows], ok[rows], self.scarcity(cs, rows))
