@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING
 from gpupool.core import lending, preemption
 from gpupool.core.admission import Fit, Vec, try_admit
 from gpupool.core.forecast_walk import Books, admit_by_walk, walks_flavors
+from gpupool.core.lending import ForecastView
 from gpupool.core.model import Job, JobId, Placement
 from gpupool.core.placement.framework import Code, Status
 from gpupool.core.runtimes import Dist
@@ -79,6 +80,13 @@ capacity to the others in the forecast, which then start early."""
 GOLDEN = 0.6180339887498949
 """The golden ratio's fraction: ``k * GOLDEN mod 1`` spreads quantiles evenly for any k."""
 
+PROJECT_MIN_SPAN_S = 0.0
+"""The span of recent arrivals from which a queue's stream is projected into a forecast: any,
+once it has ``MIN_ARRIVALS`` distinct arrival times and is not quiet for ``STOPPED_GAPS`` of
+its gaps. (The cycle's lending waits until they span a third of the window; a forecast that
+waited as long would lend a young stream's quota for the whole horizon, while the cycle
+stops lending it minutes later.)"""
+
 MAX_EXPECTED_ARRIVALS = 100
 """Expected arrivals a forecast adds per queue at most."""
 
@@ -103,10 +111,19 @@ class Arrivals:
         while d and d[0].submit_time_s < now_s - self.window_s:
             d.popleft()
 
-    def stream(self, queue: str, now_s: float) -> tuple[float, list[Job]] | None:
+    def copy(self) -> Arrivals:
+        """The same recent arrivals, to be added to apart (a forecast's expected ones)."""
+        out = Arrivals(self.window_s)
+        out._recent = {q: deque(d) for q, d in self._recent.items()}
+        return out
+
+    def stream(
+        self, queue: str, now_s: float, min_span_s: float | None = None
+    ) -> tuple[float, list[Job]] | None:
         """The mean gap between the queue's recent arrivals and those jobs, when it is
-        submitting steadily (at ``MIN_ARRIVALS`` distinct times or more, spread over a third
-        of the window at least, and not quiet for ``STOPPED_GAPS`` of its gaps); else None."""
+        submitting steadily (at ``MIN_ARRIVALS`` distinct times or more, spread over
+        ``min_span_s``, by default a third of the window, and not quiet for
+        ``STOPPED_GAPS`` of its gaps); else None."""
         d = self._recent.get(queue)
         if not d:
             return None
@@ -115,7 +132,7 @@ class Arrivals:
         if len({j.submit_time_s for j in recent}) < MIN_ARRIVALS:
             return None  # a burst or a few jobs: nothing says more are coming
         first, last = recent[0].submit_time_s, recent[-1].submit_time_s
-        if last - first < self.window_s / 3:
+        if last - first < (self.window_s / 3 if min_span_s is None else min_span_s):
             return None
         # The rate between the first and the last arrival; a queue quiet for longer than
         # ``STOPPED_GAPS`` of its mean gaps has stopped submitting.
@@ -127,10 +144,12 @@ class Arrivals:
     def expected(self, now_s: float, horizon_s: float) -> list[Job]:
         """Jobs expected to arrive from ``now_s`` to ``horizon_s``, per queue evenly spaced at
         its recent rate, each a copy of one of its recent jobs in turn (ids end in ``~k``),
-        all in order of arrival."""
+        all in order of arrival. A stream that began less than a third of the window ago
+        is expected to go on as well (``PROJECT_MIN_SPAN_S``): the cycle will take it for a
+        stream once its arrivals span that third, and lend around it from then on."""
         out: list[Job] = []
         for queue in sorted(self._recent):
-            got = self.stream(queue, now_s)
+            got = self.stream(queue, now_s, PROJECT_MIN_SPAN_S)
             if got is None:
                 continue
             gap, recent = got
@@ -246,13 +265,14 @@ def estimate(ctx: Context, now_s: float, limit: int = 200) -> dict[JobId, Estima
     seq = len(ends)
     horizon = max((e.at_s for _, _, e in ends), default=now_s) + HORIZON_PAST_ENDS_S
     coming = ctx.arrivals.expected(now_s, horizon)
-    real_history = ctx.history
+    real_history, real_arrivals = ctx.history, ctx.arrivals
     ctx.history = real_history.copy()  # the forecast moves the fair order's history on
+    ctx.arrivals = real_arrivals.copy()  # and takes in the arrivals it expects
     try:
         with ctx.queues.provisional(coming):
             return _forecast(ctx, snap, now_s, out, timed, ends, seq, coming)
     finally:
-        ctx.history = real_history
+        ctx.history, ctx.arrivals = real_history, real_arrivals
 
 
 def _forecast(
@@ -287,6 +307,7 @@ def _forecast(
                 steps += 1
                 snap.now_s = t
                 while nxt < len(coming) and coming[nxt].submit_time_s <= t:
+                    _arrive(ctx, coming[nxt], t)
                     arrived.add(coming[nxt].id)
                     nxt += 1
                 for q in ctx.queues.queues():  # the fair order's history moves on as well
@@ -318,9 +339,12 @@ def _forecast(
                         basis = why
                     if (
                         fit is not None
-                        and lending.reclaimed_soon(ctx, p, fit, now_s, waiting) is not None
+                        and lending.reclaimed_soon(ctx, p, fit, now_s, ForecastView(waiting, t))
+                        is not None
                     ):
-                        fit = None  # the cycle does not borrow what is claimed back soon
+                        # The cycle does not borrow what is claimed back soon: judged as the
+                        # cycle at ``t`` will judge it, on the streams as they will be then.
+                        fit = None
                     if (
                         fit is None
                         and t == now_s
@@ -401,6 +425,14 @@ def _forecast(
         for q, user, charge in reversed(charged):
             ctx.ledger.charge(q, user, -charge, now_s)
     return out
+
+
+def _arrive(ctx: Context, job: Job, t: float) -> None:
+    """An expected arrival reaches the forecast at ``t``: it counts in its queue's stream
+    from then on, as a real one would for the cycle's lending."""
+    p = ctx.queues.get(job.id)
+    if p is not None:
+        ctx.arrivals.record(p.queue, job, t)
 
 
 def _queues_of(ctx: Context, jobs: Set[JobId]) -> set[str]:
