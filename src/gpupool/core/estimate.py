@@ -52,9 +52,10 @@ MAX_STEPS = 400
 """Expected ends walked at most per forecast: enough for a day of a busy cluster."""
 
 MISSES_PER_STEP = 24
-"""At one time step, the walk stops after this many jobs in a row did not fit: room freed by
-one end rarely helps jobs further down once that many could not use it; it keeps a forecast
-over a thousand pending jobs cheap."""
+"""At one time step, a queue is passed over for the rest of the step after this many of its
+jobs in a row did not fit: room freed by one end rarely helps its jobs further down once that
+many could not use it. Other queues' jobs are still offered, as the cycle offers every
+queue's (a walk that stopped altogether left them to later steps)."""
 
 HORIZON_PAST_ENDS_S = 3600.0
 """Expected arrivals are added up to an hour past the last expected end of a running job."""
@@ -315,10 +316,13 @@ def _forecast(
                 failed: dict[Hashable, Status] = {}
                 walk = admission_order(ctx, t, active_only=False, only=left | arrived)
                 waiting = _queues_of(ctx, left | arrived)
-                misses = 0
-                while misses < MISSES_PER_STEP and (p := walk.next()) is not None:
+                misses: dict[str, int] = {}
+                while (p := walk.next()) is not None:
+                    if misses.get(p.queue, 0) >= MISSES_PER_STEP:
+                        walk.offered(False)  # passed over for the rest of this step
+                        continue
                     if borrowing_turn(ctx, p.queue, p.job) is not None:
-                        misses += 1
+                        misses[p.queue] = misses.get(p.queue, 0) + 1
                         walk.offered(False)
                         continue
                     if (
@@ -356,10 +360,10 @@ def _forecast(
                         if fit is None:
                             no_victims[p.queue] = p.job.priority
                     if fit is None:
-                        misses += 1
+                        misses[p.queue] = misses.get(p.queue, 0) + 1
                         walk.offered(False)
                         continue
-                    misses = 0
+                    misses[p.queue] = 0
                     for pl in fit.placements:
                         snap.assume(pl)
                     tree.add(p.queue, fit.demand)
