@@ -158,7 +158,7 @@ def test_a_gang_reserves_only_when_its_queue_is_first_in_the_fair_order() -> Non
 def test_expected_arrivals_come_in_time_order_across_queues() -> None:
     """The forecast takes expected arrivals in as its clock passes them: a queue's next jobs
     must not wait until every arrival of the queues named before it has come."""
-    from gpupool.core.estimate import Arrivals
+    from gpupool.core.arrivals import Arrivals
 
     arr = Arrivals(window_s=1800.0)
     for i in range(10):
