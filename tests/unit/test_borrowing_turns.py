@@ -4,6 +4,9 @@ distribution (``estimate.spread_ends``, ``Runtimes.residuals``)."""
 
 from __future__ import annotations
 
+import pytest
+
+from gpupool.core import JobId
 from gpupool.core.estimate import spread_ends
 from gpupool.core.runtimes import MIN_SAMPLES, Runtimes, survival
 from gpupool.core.scheduler import Scheduler
@@ -51,6 +54,37 @@ def test_quota_of_an_owner_that_stopped_or_comes_in_bursts_is_lent() -> None:
         s.submit(job(f"b{i}", gpu=whole(1), queue="b", submit=200.0, duration=3600.0), 200.0)
     r = s.cycle(200.0)
     assert sorted(b.job for b in r.binds) == ["b0", "b1", "b2"]
+
+
+def test_the_forecast_lends_as_the_cycle_will_once_a_young_stream_is_recognised() -> None:
+    """a began submitting a job a minute 4 minutes ago: too young for the cycle to take it
+    for a stream (its arrivals span less than a third of the window), but it will in 6
+    minutes, and from then on the cycle does not lend a's free GPU to b's hour-long job.
+    The forecast must not lend it either: b-more starts when b's own jobs end, as the
+    cycle then does (it was forecast to borrow a's GPU when a's running job ends)."""
+    s = Scheduler([node("n0", gpu=4)], queue_config({"a": 2, "b": 2}))
+    for i in range(2):
+        s.submit(job(f"b{i}", gpu=whole(1), queue="b", submit=0.0, duration=5000.0), 0.0)
+    s.submit(job("a-long", gpu=whole(1), queue="a", submit=0.0, duration=700.0), 0.0)
+    s.cycle(0.0)
+    s.submit(job("b-more", gpu=whole(1), queue="b", submit=30.0, duration=3600.0), 30.0)
+    times = [i * 60.0 for i in range(84)]  # a's arrivals, up to 4,980 s
+    _stream(s, "a", times[:5])
+    est = s.estimates(240.0)[JobId("b-more")][1]
+    started = None
+    for i, t in enumerate(times[5:], start=5):
+        if t >= 700.0 and "a-long" in s._ctx.running:
+            s.finished(JobId("a-long"), 700.0)
+        s.finished(JobId(f"a-s{i - 1}"), t)
+        s.submit(job(f"a-s{i}", gpu=whole(1), queue="a", submit=t, duration=290.0), t)
+        if any(b.job == "b-more" for b in s.cycle(t).binds):
+            started = t
+    for i in range(2):
+        s.finished(JobId(f"b{i}"), 5000.0)
+    if started is None and any(b.job == "b-more" for b in s.cycle(5000.0).binds):
+        started = 5000.0
+    assert started == 5000.0  # the cycle lent a's GPU to no one: a streams
+    assert est == pytest.approx(5000.0)  # and so the forecast
 
 
 def test_a_gang_that_would_borrow_waits_until_its_queue_has_made_up_for_the_last() -> None:

@@ -158,7 +158,7 @@ def test_a_gang_reserves_only_when_its_queue_is_first_in_the_fair_order() -> Non
 def test_expected_arrivals_come_in_time_order_across_queues() -> None:
     """The forecast takes expected arrivals in as its clock passes them: a queue's next jobs
     must not wait until every arrival of the queues named before it has come."""
-    from gpupool.core.estimate import Arrivals
+    from gpupool.core.arrivals import Arrivals
 
     arr = Arrivals(window_s=1800.0)
     for i in range(10):
@@ -168,3 +168,19 @@ def test_expected_arrivals_come_in_time_order_across_queues() -> None:
     times = [j.submit_time_s for j in got]
     assert times == sorted(times)
     assert {str(j.queue) for j in got[:2]} == {"a", "b"}
+
+
+def test_jobs_that_do_not_fit_in_one_queue_do_not_hide_the_others_from_the_forecast() -> None:
+    """a is first in the fair order with 30 jobs of 4 GPUs, none of which fits beside b's
+    running job; b's next job fits now, and the cycle starts it now. The forecast stopped
+    its step after 24 misses in a row, all a's, and put b's job after a's first gang."""
+    s = Scheduler([node("n0", gpu=4)], queue_config({"a": 2, "b": 2}))
+    s.submit(job("b-run", gpu=whole(1), queue="b", duration=1000.0), 0.0)
+    s.cycle(0.0)
+    for i in range(30):
+        s.submit(job(f"a{i}", gpu=whole(4), queue="a", submit=1.0, duration=500.0), 1.0)
+    s.submit(job("b-next", gpu=whole(1), queue="b", submit=2.0, duration=500.0), 2.0)
+    est = s.estimates(3.0)
+    assert est[JobId("a0")][0] < est[JobId("b-next")][0]  # a's jobs come first in the order
+    assert est[JobId("b-next")][1] == pytest.approx(3.0)
+    assert [b.job for b in s.cycle(3.0).binds] == ["b-next"]  # as the cycle does

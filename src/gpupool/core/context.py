@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from gpupool.core.admission import QuotaTree, Vec
+from gpupool.core.arrivals import Arrivals
 from gpupool.core.cluster import ClusterState
-from gpupool.core.estimate import Arrivals
 from gpupool.core.fairshare import ShareHistory, UsageLedger
 from gpupool.core.model import Job, JobId, Placement
 from gpupool.core.placement.framework import Profile

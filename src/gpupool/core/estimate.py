@@ -28,13 +28,13 @@ a position only. It is a forecast, not a promise: the scenario simulator measure
 from __future__ import annotations
 
 import heapq
-from collections import deque
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from gpupool.core import lending, preemption
 from gpupool.core.admission import Fit, Vec, try_admit
 from gpupool.core.forecast_walk import Books, admit_by_walk, walks_flavors
+from gpupool.core.lending import ForecastView
 from gpupool.core.model import Job, JobId, Placement
 from gpupool.core.placement.framework import Code, Status
 from gpupool.core.runtimes import Dist
@@ -51,9 +51,10 @@ MAX_STEPS = 400
 """Expected ends walked at most per forecast: enough for a day of a busy cluster."""
 
 MISSES_PER_STEP = 24
-"""At one time step, the walk stops after this many jobs in a row did not fit: room freed by
-one end rarely helps jobs further down once that many could not use it; it keeps a forecast
-over a thousand pending jobs cheap."""
+"""At one time step, a queue is passed over for the rest of the step after this many of its
+jobs in a row did not fit: room freed by one end rarely helps its jobs further down once that
+many could not use it. Other queues' jobs are still offered, as the cycle offers every
+queue's (a walk that stopped altogether left them to later steps)."""
 
 HORIZON_PAST_ENDS_S = 3600.0
 """Expected arrivals are added up to an hour past the last expected end of a running job."""
@@ -63,87 +64,8 @@ SAME_TIME_S = 30.0
 anyway)."""
 
 
-ARRIVAL_WINDOW_S = 1800.0
-"""Arrivals of the last half hour set each queue's expected arrival rate."""
-
-MIN_ARRIVALS = 4
-"""A queue is expected to go on submitting once it submitted at this many distinct times
-within the window, spread over at least a third of it."""
-
-STOPPED_GAPS = 5.0
-"""A queue quiet for this many of its mean gaps between arrivals is taken to have stopped.
-Arrivals at a steady rate (Poisson) are that quiet by chance less than 1 % of the time
-(e^-5); at two gaps it is 14 %, and a queue wrongly taken to have stopped leaves its
-capacity to the others in the forecast, which then start early."""
-
 GOLDEN = 0.6180339887498949
 """The golden ratio's fraction: ``k * GOLDEN mod 1`` spreads quantiles evenly for any k."""
-
-MAX_EXPECTED_ARRIVALS = 100
-"""Expected arrivals a forecast adds per queue at most."""
-
-
-class Arrivals:
-    """Recent submissions per ClusterQueue: the forecast expects each queue to go on
-    submitting at its rate of the last ``ARRIVAL_WINDOW_S``, jobs like its recent ones. A
-    queue over its share with a long backlog otherwise looks as if the capacity others free
-    will all come to it, while the others' next jobs, ahead of it in the fair order, take it.
-    """
-
-    def __init__(self, window_s: float = ARRIVAL_WINDOW_S) -> None:
-        self.window_s = window_s
-        self._recent: dict[str, deque[Job]] = {}
-
-    def record(self, queue: str, job: Job, now_s: float) -> None:
-        d = self._recent.setdefault(queue, deque())
-        d.append(job)
-        self._trim(d, now_s)
-
-    def _trim(self, d: deque[Job], now_s: float) -> None:
-        while d and d[0].submit_time_s < now_s - self.window_s:
-            d.popleft()
-
-    def stream(self, queue: str, now_s: float) -> tuple[float, list[Job]] | None:
-        """The mean gap between the queue's recent arrivals and those jobs, when it is
-        submitting steadily (at ``MIN_ARRIVALS`` distinct times or more, spread over a third
-        of the window at least, and not quiet for ``STOPPED_GAPS`` of its gaps); else None."""
-        d = self._recent.get(queue)
-        if not d:
-            return None
-        self._trim(d, now_s)
-        recent = list(d)
-        if len({j.submit_time_s for j in recent}) < MIN_ARRIVALS:
-            return None  # a burst or a few jobs: nothing says more are coming
-        first, last = recent[0].submit_time_s, recent[-1].submit_time_s
-        if last - first < self.window_s / 3:
-            return None
-        # The rate between the first and the last arrival; a queue quiet for longer than
-        # ``STOPPED_GAPS`` of its mean gaps has stopped submitting.
-        gap = (last - first) / sum(1 for j in recent if j.submit_time_s > first)
-        if now_s - last > STOPPED_GAPS * gap:
-            return None
-        return gap, recent
-
-    def expected(self, now_s: float, horizon_s: float) -> list[Job]:
-        """Jobs expected to arrive from ``now_s`` to ``horizon_s``, per queue evenly spaced at
-        its recent rate, each a copy of one of its recent jobs in turn (ids end in ``~k``),
-        all in order of arrival."""
-        out: list[Job] = []
-        for queue in sorted(self._recent):
-            got = self.stream(queue, now_s)
-            if got is None:
-                continue
-            gap, recent = got
-            k = 0
-            t = now_s + gap
-            while t < horizon_s and k < MAX_EXPECTED_ARRIVALS:
-                src = recent[k % len(recent)]
-                out.append(replace(src, id=JobId(f"{src.id}~{k}"), submit_time_s=t))
-                k += 1
-                t += gap
-        # In time order: the forecast takes them in as its clock passes their arrival.
-        out.sort(key=lambda j: (j.submit_time_s, j.id))
-        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,13 +168,14 @@ def estimate(ctx: Context, now_s: float, limit: int = 200) -> dict[JobId, Estima
     seq = len(ends)
     horizon = max((e.at_s for _, _, e in ends), default=now_s) + HORIZON_PAST_ENDS_S
     coming = ctx.arrivals.expected(now_s, horizon)
-    real_history = ctx.history
+    real_history, real_arrivals = ctx.history, ctx.arrivals
     ctx.history = real_history.copy()  # the forecast moves the fair order's history on
+    ctx.arrivals = real_arrivals.copy()  # and takes in the arrivals it expects
     try:
         with ctx.queues.provisional(coming):
             return _forecast(ctx, snap, now_s, out, timed, ends, seq, coming)
     finally:
-        ctx.history = real_history
+        ctx.history, ctx.arrivals = real_history, real_arrivals
 
 
 def _forecast(
@@ -287,6 +210,7 @@ def _forecast(
                 steps += 1
                 snap.now_s = t
                 while nxt < len(coming) and coming[nxt].submit_time_s <= t:
+                    _arrive(ctx, coming[nxt], t)
                     arrived.add(coming[nxt].id)
                     nxt += 1
                 for q in ctx.queues.queues():  # the fair order's history moves on as well
@@ -294,10 +218,13 @@ def _forecast(
                 failed: dict[Hashable, Status] = {}
                 walk = admission_order(ctx, t, active_only=False, only=left | arrived)
                 waiting = _queues_of(ctx, left | arrived)
-                misses = 0
-                while misses < MISSES_PER_STEP and (p := walk.next()) is not None:
+                misses: dict[str, int] = {}
+                while (p := walk.next()) is not None:
+                    if misses.get(p.queue, 0) >= MISSES_PER_STEP:
+                        walk.offered(False)  # passed over for the rest of this step
+                        continue
                     if borrowing_turn(ctx, p.queue, p.job) is not None:
-                        misses += 1
+                        misses[p.queue] = misses.get(p.queue, 0) + 1
                         walk.offered(False)
                         continue
                     if (
@@ -318,9 +245,12 @@ def _forecast(
                         basis = why
                     if (
                         fit is not None
-                        and lending.reclaimed_soon(ctx, p, fit, now_s, waiting) is not None
+                        and lending.reclaimed_soon(ctx, p, fit, now_s, ForecastView(waiting, t))
+                        is not None
                     ):
-                        fit = None  # the cycle does not borrow what is claimed back soon
+                        # The cycle does not borrow what is claimed back soon: judged as the
+                        # cycle at ``t`` will judge it, on the streams as they will be then.
+                        fit = None
                     if (
                         fit is None
                         and t == now_s
@@ -332,10 +262,10 @@ def _forecast(
                         if fit is None:
                             no_victims[p.queue] = p.job.priority
                     if fit is None:
-                        misses += 1
+                        misses[p.queue] = misses.get(p.queue, 0) + 1
                         walk.offered(False)
                         continue
-                    misses = 0
+                    misses[p.queue] = 0
                     for pl in fit.placements:
                         snap.assume(pl)
                     tree.add(p.queue, fit.demand)
@@ -401,6 +331,14 @@ def _forecast(
         for q, user, charge in reversed(charged):
             ctx.ledger.charge(q, user, -charge, now_s)
     return out
+
+
+def _arrive(ctx: Context, job: Job, t: float) -> None:
+    """An expected arrival reaches the forecast at ``t``: it counts in its queue's stream
+    from then on, as a real one would for the cycle's lending."""
+    p = ctx.queues.get(job.id)
+    if p is not None:
+        ctx.arrivals.record(p.queue, job, t)
 
 
 def _queues_of(ctx: Context, jobs: Set[JobId]) -> set[str]:

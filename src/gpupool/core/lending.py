@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Set
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gpupool.core.admission import ACCELERATOR_RESOURCES, Fit, Vec, request_demand
@@ -35,9 +36,10 @@ if TYPE_CHECKING:
 def expected_claims(
     ctx: Context, q: str, runtime_s: float, now_s: float, pending: Set[str] | None = None
 ) -> dict[str, Vec]:
-    """Per other queue of ``q``'s cohort tree with nothing pending and a steady stream: the
-    part of its unused nominal quota it is expected to ask for within ``runtime_s``.
-    ``pending``: the queues with jobs pending (a forecast's own view), else the real ones."""
+    """Per other queue of ``q``'s cohort tree with nothing pending and a steady stream at
+    ``now_s``: the part of its unused nominal quota it is expected to ask for within
+    ``runtime_s``. ``pending``: the queues with jobs pending (a forecast's own view), else
+    the real ones."""
     tree = ctx.tree
     root = tree.cohort_root(q)
     out: dict[str, Vec] = {}
@@ -71,17 +73,30 @@ def expected_claims(
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class ForecastView:
+    """How a wait estimate's forecast asks at one of its own times: the queues with jobs
+    pending in it, and that time, at which the lenders' streams are judged (on the arrivals
+    the forecast expects by then, as the cycle will judge them then)."""
+
+    pending: Set[str]
+    at_s: float
+
+
 def reclaimed_soon(
-    ctx: Context, p: Pending, fit: Fit, now_s: float, pending: Set[str] | None = None
+    ctx: Context, p: Pending, fit: Fit, now_s: float, forecast: ForecastView | None = None
 ) -> str | None:
     """Why the borrowing ``fit`` of pending job ``p`` is not worth it (one sentence), or None
-    when it is (or does not borrow). See the module; ``pending`` as for ``expected_claims``
-    (the wait estimates ask at their forecast's times, with the streams as they are now)."""
+    when it is (or does not borrow). See the module. ``forecast``: asked by a forecast at
+    its own time (``ForecastView``); the job's expected runtime is as learned by ``now_s``."""
     if not fit.borrowing:
         return None
     q = p.queue
     exp = ctx.runtimes.expected(p.job, now_s)
-    claims = expected_claims(ctx, q, exp.runtime_s, now_s, pending)
+    if forecast is None:
+        claims = expected_claims(ctx, q, exp.runtime_s, now_s)
+    else:
+        claims = expected_claims(ctx, q, exp.runtime_s, forecast.at_s, forecast.pending)
     if not claims:
         return None
     tree = ctx.tree
