@@ -41,10 +41,9 @@ def expected_claims(
     ``runtime_s``. ``pending``: the queues with jobs pending (a forecast's own view), else
     the real ones."""
     tree = ctx.tree
-    root = tree.cohort_root(q)
     out: dict[str, Vec] = {}
-    for o in ctx.queues.queues():
-        if o == q or tree.cohort_root(o) != root:
+    for o in tree.cohort_queues(q):
+        if o == q:
             continue
         if (o in pending) if pending is not None else ctx.queues.has_pending(o):
             continue

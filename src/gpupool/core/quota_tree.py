@@ -80,6 +80,7 @@ class QuotaTree:
         self.queues: dict[str, ClusterQueue] = {q.name: q for q in config.cluster_queues}
         self.flavors: dict[str, ResourceFlavor] = {f.name: f for f in config.flavors}
         self._nodes: dict[str, _QNode] = {}
+        self._members: dict[str, tuple[str, ...]] = {}  # cohort root -> its queues
         self.normalized = (
             config.settings.normalized_shares
             or any(q.normalized is not None for q in config.cluster_queues)
@@ -175,6 +176,16 @@ class QuotaTree:
         while n.parent is not None:
             n = n.parent
         return n.name
+
+    def cohort_queues(self, cq: str) -> tuple[str, ...]:
+        """The ClusterQueues of ``cq``'s cohort tree (``cq`` among them), sorted by name. The
+        tree's shape is fixed once built, so each tree's list is made once."""
+        root = self.cohort_root(cq)
+        got = self._members.get(root)
+        if got is None:
+            got = tuple(sorted(q for q in self.queues if self.cohort_root(q) == root))
+            self._members[root] = got
+        return got
 
     # -- quota arithmetic ------------------------------------------------------------------
 
