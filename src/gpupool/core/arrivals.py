@@ -47,11 +47,16 @@ class Arrivals:
     def __init__(self, window_s: float = ARRIVAL_WINDOW_S) -> None:
         self.window_s = window_s
         self._recent: dict[str, deque[Job]] = {}
+        # ``stream``'s answers at one time (``_memo_at``), until the next arrival: a cycle
+        # asks it for every lender of its cohort tree per borrowing admission.
+        self._memo: dict[tuple[str, float | None], tuple[float, list[Job]] | None] = {}
+        self._memo_at: float | None = None
 
     def record(self, queue: str, job: Job, now_s: float) -> None:
         d = self._recent.setdefault(queue, deque())
         d.append(job)
         self._trim(d, now_s)
+        self._memo.clear()
 
     def _trim(self, d: deque[Job], now_s: float) -> None:
         while d and d[0].submit_time_s < now_s - self.window_s:
@@ -69,7 +74,18 @@ class Arrivals:
         """The mean gap between the queue's recent arrivals and those jobs, when it is
         submitting steadily (at ``MIN_ARRIVALS`` distinct times or more, spread over
         ``min_span_s``, by default a third of the window, and not quiet for
-        ``STOPPED_GAPS`` of its gaps); else None."""
+        ``STOPPED_GAPS`` of its gaps); else None. The list is shared: callers only read it."""
+        if now_s != self._memo_at:
+            self._memo.clear()
+            self._memo_at = now_s
+        key = (queue, min_span_s)
+        if key not in self._memo:
+            self._memo[key] = self._stream(queue, now_s, min_span_s)
+        return self._memo[key]
+
+    def _stream(
+        self, queue: str, now_s: float, min_span_s: float | None
+    ) -> tuple[float, list[Job]] | None:
         d = self._recent.get(queue)
         if not d:
             return None
