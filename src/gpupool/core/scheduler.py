@@ -77,10 +77,9 @@ class Scheduler(ProvisioningFacts, SchedulerQueries):
 
     @property
     def tree(self) -> QuotaTree:
-        """The quota tree itself, for the scenario simulator's entitlement figures and quota
-        check only, until they move to queries (issue 12, item 6). Adapters ask ``usage``,
-        ``nominal``, ``borrowed``, ``share`` and ``entitled``; a test keeps other callers
-        out."""
+        """The quota tree itself, for tests that check invariants against it. Adapters ask
+        ``usage``, ``nominal``, ``borrowed``, ``share`` and ``entitled``; a test
+        (``test_adapters_ask_the_scheduler_and_do_not_reach_inside``) keeps them out."""
         return self._tree
 
     # -- configuration ---------------------------------------------------------------------
