@@ -91,6 +91,9 @@ class StatusWriter:
         self._refilled = time.monotonic()
         self._workers: list[asyncio.Task[None]] = []
         self._writing = 0
+        # Keys being written: one write per pod condition (or Event) at a time, so two
+        # PATCHes of one pod's reason never race and the last value queued is the last written.
+        self._busy: set[tuple[str, ...]] = set()
 
     # -- what the controller calls (never blocks, never makes a task) ------------------------
 
@@ -175,12 +178,20 @@ class StatusWriter:
                 return
             await asyncio.sleep((1.0 - self._tokens) / self.writes_per_s)
 
+    async def _next(self) -> tuple[tuple[str, ...], _Condition | EventWrite]:
+        """The oldest queued write whose key no other worker is writing (at most
+        ``concurrency`` keys are skipped); waits while there is none."""
+        while True:
+            for qkey in self._queue:
+                if qkey not in self._busy:
+                    return qkey, self._queue.pop(qkey)
+            self._wake.clear()
+            await self._wake.wait()
+
     async def _work(self) -> None:
         while True:
-            while not self._queue:
-                self._wake.clear()
-                await self._wake.wait()
-            _, item = self._queue.popitem(last=False)
+            qkey, item = await self._next()
+            self._busy.add(qkey)
             self._writing += 1
             try:
                 if isinstance(item, _Condition):
@@ -190,6 +201,9 @@ class StatusWriter:
                     await self._event(item)
             finally:
                 self._writing -= 1
+                self._busy.discard(qkey)
+                if self._queue:
+                    self._wake.set()  # a write held back behind this key may go now
 
     async def _condition(self, item: _Condition) -> None:
         pod = self.pod(item.key)
