@@ -52,6 +52,30 @@ def live(cp: ControlPlane, body: Callable[[Kube], Awaitable[None]]) -> None:
     asyncio.run(main())
 
 
+async def webhook_nodes(kube: Kube, prefix: str, label: str) -> None:
+    """The webhook tests' cluster: namespace ``NS`` labelled for the webhook (``label``), an
+    NVIDIA H100 node (``<prefix>-nv``, 10 slices) and a Hygon DCU node (``<prefix>-dcu``)."""
+    await kube.request(
+        "PATCH",
+        f"/api/v1/namespaces/{NS}",
+        {"metadata": {"labels": {"gpupool.io/webhook-test": label}}},
+        content_type=MERGE_PATCH,
+    )
+    card = {
+        "id": f"GPU-{prefix}-0",
+        "index": 0,
+        "count": 10,
+        "devmem": 81920,
+        "devcore": 100,
+        "type": "NVIDIA H100",
+        "health": True,
+    }
+    register = {"hami.io/node-nvidia-register": json.dumps([card])}
+    await node(kube, f"{prefix}-nv", register, {"nvidia.com/gpu": "10"})
+    dcu = f"DCU-{prefix}-0,4,65536,100,DCU-K100,0,true,0,hami-core:"
+    await node(kube, f"{prefix}-dcu", {"hami.io/node-dcu-register": dcu}, {"hygon.com/dcunum": "4"})
+
+
 async def node(kube: Kube, name: str, annotations: dict[str, str], extra: dict[str, str]) -> None:
     await kube.request(
         "POST",
@@ -249,32 +273,7 @@ def test_the_webhook_makes_a_pod_in_the_form_its_queue_admits(
     async def body(kube: Kube) -> None:
         with contextlib.suppress(KubeError):
             await kube.request("DELETE", f"{path}/gpupool-vendors-test")
-        await kube.request(
-            "PATCH",
-            f"/api/v1/namespaces/{NS}",
-            {"metadata": {"labels": {"gpupool.io/webhook-test": "vendors"}}},
-            content_type=MERGE_PATCH,
-        )
-        nvidia = json.dumps(
-            [
-                {
-                    "id": "GPU-w-0",
-                    "index": 0,
-                    "count": 10,
-                    "devmem": 81920,
-                    "devcore": 100,
-                    "type": "NVIDIA H100",
-                    "health": True,
-                }
-            ]
-        )
-        await node(kube, "w-nv", {"hami.io/node-nvidia-register": nvidia}, {"nvidia.com/gpu": "10"})
-        await node(
-            kube,
-            "w-dcu",
-            {"hami.io/node-dcu-register": "DCU-w-0,4,65536,100,DCU-K100,0,true,0,hami-core:"},
-            {"hygon.com/dcunum": "4"},
-        )
+        await webhook_nodes(kube, "w", "vendors")
         async with running(kube, default_config()) as ctl:
             server = await serve_http(ctl, port, host="127.0.0.1", tls_dir=str(tmp_path))
             await kube.request("POST", path, config)

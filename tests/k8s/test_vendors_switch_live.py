@@ -16,13 +16,13 @@ from typing import Any
 import pytest
 
 from gpupool.k8s.extender import serve_http
-from gpupool.k8s.kube import MERGE_PATCH, Kube, KubeError
+from gpupool.k8s.kube import Kube, KubeError
 from gpupool.k8s.main import default_config
 from gpupool.k8s.tls import make_certificates
 from tests.k8s.conftest import ControlPlane
 from tests.k8s.hami_examples import HYGON_DEFAULT, alternative, same_limits
 from tests.k8s.kit import delete_pod, get_pod, pod_body, running, wait_for
-from tests.k8s.test_vendors_live import NS, bound, live, node, slots
+from tests.k8s.test_vendors_live import NS, bound, live, slots, webhook_nodes
 
 pytestmark = pytest.mark.k8s
 
@@ -80,32 +80,7 @@ def test_a_waiting_pod_is_made_again_in_the_form_that_fits_now(
     async def body(kube: Kube) -> None:
         with contextlib.suppress(KubeError):
             await kube.request("DELETE", f"{WEBHOOKS}/{NAME}")
-        await kube.request(
-            "PATCH",
-            f"/api/v1/namespaces/{NS}",
-            {"metadata": {"labels": {"gpupool.io/webhook-test": "switch"}}},
-            content_type=MERGE_PATCH,
-        )
-        nvidia = json.dumps(
-            [
-                {
-                    "id": "GPU-s-0",
-                    "index": 0,
-                    "count": 10,
-                    "devmem": 81920,
-                    "devcore": 100,
-                    "type": "NVIDIA H100",
-                    "health": True,
-                }
-            ]
-        )
-        await node(kube, "s-nv", {"hami.io/node-nvidia-register": nvidia}, {"nvidia.com/gpu": "10"})
-        await node(
-            kube,
-            "s-dcu",
-            {"hami.io/node-dcu-register": "DCU-s-0,4,65536,100,DCU-K100,0,true,0,hami-core:"},
-            {"hygon.com/dcunum": "4"},
-        )
+        await webhook_nodes(kube, "s", "switch")
         pods = f"/api/v1/namespaces/{NS}/pods"
         async with running(kube, default_config()) as ctl:
             server = await serve_http(ctl, port, host="127.0.0.1", tls_dir=str(tmp_path))
