@@ -4,8 +4,9 @@ Runs ``gpupool bench placement --measured``'s stream (``gpupool.bench.placement.
 every ``--every``-th decision of the timed part, places the same pod on the same snapshot
 ``--reps`` times by the measured profile and by requests alone, alternating, keeping each
 plugin's least time (the least is the cost with the machine's other work least in the way;
-the measured cells' per-decision cache is dropped before each repetition, so every one
-computes what a decision computes). Prints, per request kind, the median over the sampled
+the per-node answers the measured plugins keep with the view, ``plugins/measured_rows.py``,
+are set back before each repetition to where the decision found them, so every one
+recomputes the rows the decision recomputes). Prints, per request kind, the median over the sampled
 decisions of each plugin's least time and of the whole ``place_task``.
 
     PYTHONPATH=src python scripts/bench-measured-parts.py --nodes 1000 --pods 3000
@@ -22,6 +23,7 @@ from typing import Any
 
 from gpupool.bench import placement as bench
 from gpupool.core.placement.framework import Profile
+from gpupool.core.placement.plugins.measured_rows import RowAnswers
 from gpupool.core.placement.registry import (
     MEASURED_SCORES,
     builtin_registry,
@@ -79,9 +81,12 @@ def main() -> None:
                 kind = task.request.kind.value
                 best: dict[tuple[str, str], int] = {}
                 load = snap.load
+                found = {k: m.seen for k, m in load.memos.items() if isinstance(m, RowAnswers)}
                 for _ in range(args.reps):
                     for by, prof in (("measured", measured), ("requests", requests)):
-                        snap.cache.pop("measured-cells", None)
+                        for k, m in load.memos.items():
+                            if isinstance(m, RowAnswers):
+                                m.seen = found.get(k, (-1, -1))
                         spent.clear()
                         snap.load = load if by == "measured" else None
                         t0 = time.perf_counter_ns()

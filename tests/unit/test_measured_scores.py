@@ -12,14 +12,14 @@ import pytest
 from gpupool.bench import placement as bench
 from gpupool.core.model import WHOLE_GPU_MILLI, GpuKind, Task
 from gpupool.core.placement.framework import CycleState, Rows
-from gpupool.core.placement.plugins import measured
+from gpupool.core.placement.plugins import measured, measured_rows
 from gpupool.core.placement.registry import MEASURED_SCORES, measured_profile
 
 
 def _by_card(plugin: measured.HotCardSpread, cs: CycleState, task: Task, rows: Rows) -> list[float]:
     """The score's definition, one node at a time in plain Python."""
     assert cs.load is not None
-    fits = measured._compute_slice_cells(cs, cs.load, task.request, rows).tolist()
+    fits = measured_rows.slice_cells(cs, cs.load, task.request, rows).tolist()
     load = cs.load.load(cs.table, rows).tolist()
     add = cs.load.expected_milli(task)
     hot = plugin.hot_pct * WHOLE_GPU_MILLI / 100.0

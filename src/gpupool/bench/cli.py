@@ -53,7 +53,15 @@ def add_parsers(sub: Any) -> Any:
         "--measured",
         action="store_true",
         help="place by measured use: the measured profile, a scrape of every card "
-        "each 500 pods, and each decision's time includes building the view",
+        "each 500 pods, and each cycle's view brought up to date (its time counted in the "
+        "cycle's first decision)",
+    )
+    p.add_argument(
+        "--cycle-pods",
+        type=_positive,
+        default=1,
+        help="pods offered per scheduling cycle, with one snapshot and one view of measured "
+        "use (default 1: a cycle per pod, the most views a stream can cost)",
     )
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=_placement)
@@ -164,6 +172,7 @@ def _placement(args: argparse.Namespace) -> int:
             profile=profile,
             progress=lambda n: bar.advance(task, n),
             measured=args.measured,
+            cycle_pods=args.cycle_pods,
         )
     out = result.as_json()
     out["policy"] = args.policy

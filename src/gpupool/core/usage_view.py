@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 import weakref
+from collections.abc import Hashable
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -46,6 +47,8 @@ IDLE_FREE_PCT = 95.0
 """A card free by requests takes whole-GPU work only if at least this share of its memory is
 free as measured: an idle card shows a little used (driver and ECC reservations, about 1 %);
 more means work no request accounts for."""
+
+_NO_ROWS: Rows = np.zeros(0, np.int64)
 
 NO_LIMIT = 1 << 50
 """``free_offset`` of a card placed by requests: no measured limit on its memory."""
@@ -94,6 +97,9 @@ class CardLoad:
         self.node_offset: F64 = np.zeros(n, np.float64)
         self.outside: Bool = np.zeros(n, np.bool_)
         self.gen: I64 = np.full(n, -1, np.int64)
+        self.stamp: I64 = np.zeros(n, np.int64)
+        self.stamps = 0
+        self.memos: dict[Hashable, object] = {}
         self.slot_row: I64 = np.zeros(0, np.int64)
         self.slot_col: I64 = np.zeros(0, np.int64)
 
@@ -200,6 +206,19 @@ class CardLoad:
         )
         self.outside[r] = (usable > idle).any(axis=1)
         self.gen[r] = table.gen.take(r)
+        self.stamps += 1
+        self.stamp[r] = self.stamps
+
+    def changed(self, table: NodeTable, seen: tuple[int, int]) -> tuple[Rows, tuple[int, int]]:
+        """Rows whose cells changed in ``table`` or in this view since ``seen`` (what an
+        earlier call returned as now), and now: what a per-row answer kept across decisions
+        must recompute (``plugins/measured_rows.py``). Table generations and view stamps only
+        grow, so a row changed since is a row stamped above what was seen."""
+        now = (table._counter, self.stamps)
+        if now == seen:
+            return _NO_ROWS, now
+        n = table.n
+        return np.flatnonzero((table.gen[:n] > seen[0]) | (self.stamp[:n] > seen[1])), now
 
     @property
     def milli(self) -> F64:

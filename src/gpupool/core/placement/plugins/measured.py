@@ -26,16 +26,19 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
-import numpy.typing as npt
 
 from gpupool.core.errors import ConfigError
-from gpupool.core.model import WHOLE_GPU_MILLI, GpuKind, GpuRequest, GpuShare, Task
+from gpupool.core.model import WHOLE_GPU_MILLI, GpuKind, GpuShare, Task
 from gpupool.core.placement.framework import CycleState, Mask, Rows, Scores
 from gpupool.core.placement.plugins.cards import BestFitCards, nvlink_group
 from gpupool.core.placement.plugins.eligible import card_mask
-from gpupool.core.usage_view import IDLE_FREE_PCT, CardLoad
-
-Cells = npt.NDArray[np.bool_]
+from gpupool.core.placement.plugins.measured_rows import (
+    row_slice_cells,
+    slice_answers,
+    slice_cells,
+    whole_cells,
+)
+from gpupool.core.usage_view import IDLE_FREE_PCT
 
 
 def _pct(name: str, plugin: str, value: object) -> float:
@@ -44,80 +47,6 @@ def _pct(name: str, plugin: str, value: object) -> float:
             f"plugin {plugin!r}: {name}={value!r} must be a percentage above 0 and at most 100"
         )
     return float(value)
-
-
-def _whole_cells(cs: CycleState, load: CardLoad, req: GpuRequest, rows: Rows) -> Cells:
-    """[len(rows), width]: cards free by request whose measured memory is free too (a card
-    free by request holds no requested memory, so whether it is idle as measured is the
-    view's ``idle`` cell)."""
-    t = cs.table
-    fits: Cells = (t.free_milli.take(rows, 0) == WHOLE_GPU_MILLI) & (t.used_mib.take(rows, 0) == 0)
-    fits &= load.idle.take(rows, 0)
-    allowed = card_mask(cs, req)
-    if allowed is not None:
-        fits &= allowed[rows]
-    return fits
-
-
-def _slice_cells(cs: CycleState, load: CardLoad, req: GpuRequest, rows: Rows) -> Cells:
-    """[len(rows), width]: cards that can hold the slice by request *and* by measured memory.
-
-    The filter, the score and the card choice of one decision ask for the same cells (the
-    score and card choice for a subset of the filter's rows): the first answer is kept in the
-    snapshot's cache, keyed by the table's change counter, and the others index it."""
-    t = cs.table
-    key = (id(load), id(req), t._counter)
-    hit = cs.cache.get("measured-cells")
-    if hit is not None and hit[0] == key:
-        done_rows, done = hit[1], hit[2]
-        at = np.searchsorted(done_rows, rows)
-        if at.size == 0 or (
-            int(at.max()) < done_rows.size and bool(np.array_equal(done_rows.take(at), rows))
-        ):
-            return np.asarray(done.take(at, 0))
-    fits = _compute_slice_cells(cs, load, req, rows)
-    cs.cache["measured-cells"] = (key, rows.copy(), fits)
-    return fits
-
-
-def _compute_slice_cells(cs: CycleState, load: CardLoad, req: GpuRequest, rows: Rows) -> Cells:
-    t = cs.table
-    free = load.free(t, rows)  # measured where fresh, never above free by request
-    if t.plain:
-        need = (
-            np.maximum(req.memory_mib, t.gpu_mem_cap.take(rows, 0) * req.memory_percent // 100)
-            if req.memory_percent
-            else req.memory_mib
-        )
-        fits: Cells = (t.free_milli.take(rows, 0) >= max(req.gpu_milli, 1)) & (free >= need)
-    else:
-        fits = t.slice_room(rows, req)
-        fits &= free >= (
-            np.maximum(req.memory_mib, t.gpu_mem_cap[rows] * req.memory_percent // 100)
-            if req.memory_percent
-            else req.memory_mib
-        )
-    allowed = card_mask(cs, req)
-    if allowed is not None:
-        fits &= allowed[rows]
-    return fits
-
-
-def _any(cells: Cells) -> Mask:
-    """[rows] any cell of each row: eight bool cells are one 64-bit word, which numpy tests
-    at once (a reduction along a short axis costs a loop per row)."""
-    if cells.shape[1] == 8 and cells.flags.c_contiguous:
-        return np.asarray(cells.view(np.uint64).ravel() != 0)
-    return np.asarray(cells.any(axis=1))
-
-
-def _row_min(values: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
-    """[rows] least value of each row (by ``argmin``, which numpy runs without a loop per
-    row, unlike ``min`` along a short axis)."""
-    if not values.shape[0]:
-        return np.zeros(0, np.float64)
-    at = values.argmin(axis=1)
-    return np.asarray(values.ravel().take(np.arange(values.shape[0]) * values.shape[1] + at))
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,12 +67,12 @@ class MeasuredMemory:
             # only nodes with memory held outside the requests need the card-level check
             check = np.flatnonzero(load.outside.take(rows))
             if check.size:
-                out[check] = _whole_cells(cs, load, req, rows[check]).sum(axis=1) >= req.count
+                out[check] = whole_cells(cs, load, req, rows[check]).sum(axis=1) >= req.count
             return out
         if req.kind is not GpuKind.SLICE:
             return np.ones(rows.size, np.bool_)
-        fits = _slice_cells(cs, load, req, rows)
-        return _any(fits) if req.cards == 1 else np.asarray(fits.sum(axis=1) >= req.cards)
+        count, _ = slice_answers(cs, load, req, rows)
+        return np.asarray(count >= req.cards)
 
     def reason(self, task: Task) -> str:
         req = task.request
@@ -175,23 +104,23 @@ class HotCardSpread:
         load = cs.load
         if load is None or req.kind is not GpuKind.SLICE:
             return np.zeros(rows.size, np.float64)
-        t = cs.table
-        fits = _slice_cells(cs, load, req, rows)
         hot = self.hot_pct * WHOLE_GPU_MILLI / 100.0
         add = load.expected_milli(task)  # the request, or what its workload uses
-        load_now = load.load(t, rows)
-        out = np.full(rows.size, 100.0)
         if req.cards <= 1:
+            # the least load of a card that holds the slice, kept per node with the view
+            coolest = slice_answers(cs, load, req, rows)[1]
+            out = np.full(rows.size, 100.0)
             # A node with a fitting card that stays cool scores 100 whatever its other cards
-            # do: only the others need their coolest fitting card found.
-            cool = _any(fits & (load_now <= hot - add))
-            rest = np.flatnonzero(~cool)
+            # do: only the others are scored by their coolest fitting card.
+            rest = np.flatnonzero(coolest > hot - add)
             if not rest.size:
                 return out
-            coolest = _row_min(np.where(fits.take(rest, 0), load_now.take(rest, 0), np.inf)) + add
+            coolest = coolest.take(rest) + add
         else:
+            t = cs.table
+            out = np.full(rows.size, 100.0)
             rest = np.arange(rows.size)
-            pred = np.where(fits, load_now, np.inf)
+            pred = np.where(slice_cells(cs, load, req, rows), load.load(t, rows), np.inf)
             coolest = np.sort(pred, axis=1)[:, req.cards - 1] + add
         over = ((coolest - hot) / WHOLE_GPU_MILLI).clip(0.0, 1.0)
         out[rest] = np.where(np.isfinite(coolest), np.floor(100.0 * (1.0 - over)), 0.0)
@@ -272,8 +201,8 @@ class MeasuredCards:
                 GpuShare(g, WHOLE_GPU_MILLI, int(t.gpu_mem_cap[row, g]))
                 for g in nvlink_group(idle, peers, req.count)
             )
-        fits = _slice_cells(cs, load, req, np.asarray([row], np.int64))[0]
-        cands = [int(g) for g in np.flatnonzero(fits)]
+        fits = row_slice_cells(cs, load, req, row)
+        cands = [g for g, ok in enumerate(fits) if ok]
         if len(cands) < req.cards:
             return None
         # one row: its cells as Python lists (numpy's per-call cost would dominate)
