@@ -109,21 +109,20 @@ class HotCardSpread:
         if req.cards <= 1:
             # the least load of a card that holds the slice, kept per node with the view
             coolest = slice_answers(cs, load, req, rows)[1]
-            out = np.full(rows.size, 100.0)
-            # A node with a fitting card that stays cool scores 100 whatever its other cards
-            # do: only the others are scored by their coolest fitting card.
-            rest = np.flatnonzero(coolest > hot - add)
-            if not rest.size:
-                return out
-            coolest = coolest.take(rest) + add
         else:
-            t = cs.table
-            out = np.full(rows.size, 100.0)
-            rest = np.arange(rows.size)
-            pred = np.where(slice_cells(cs, load, req, rows), load.load(t, rows), np.inf)
-            coolest = np.sort(pred, axis=1)[:, req.cards - 1] + add
-        over = ((coolest - hot) / WHOLE_GPU_MILLI).clip(0.0, 1.0)
-        out[rest] = np.where(np.isfinite(coolest), np.floor(100.0 * (1.0 - over)), 0.0)
+            pred = np.where(slice_cells(cs, load, req, rows), load.load(cs.table, rows), np.inf)
+            coolest = np.sort(pred, axis=1)[:, req.cards - 1]
+        # 100 where a fitting card stays cool, falling to 0 a whole card above; 0 where none
+        # fits (an infinite load is over by more than a card)
+        over = coolest + add
+        over -= hot
+        over /= WHOLE_GPU_MILLI
+        np.clip(over, 0.0, 1.0, out=over)
+        out = 1.0 - over
+        out *= 100.0
+        np.floor(out, out=out)
+        if req.cards <= 1:  # a node with a fitting card at most hot - add loaded: 100
+            out[coolest <= hot - add] = 100.0
         return out
 
 
