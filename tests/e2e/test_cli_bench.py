@@ -47,6 +47,23 @@ def test_bench_rejects_a_non_positive_count(capsys: pytest.CaptureFixture[str]) 
     assert "0 must be at least 1" in capsys.readouterr().err
 
 
+def test_bench_placement_offers_several_pods_per_cycle_with_one_view(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    args = ["bench", "placement", "--nodes", "20", "--gpus-per-node", "4", "--pods", "210"]
+    assert main([*args, "--measured", "--cycle-pods", "7", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["cycle_pods"] == 7 and out["measured"] is True
+    assert 0 < out["placed"] <= 210
+    assert out["view_us_p50"] > 0  # one view a cycle, timed
+    assert main([*args, "--cycle-pods", "7", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["view_us_p50"] == 0  # by requests: no view
+    with pytest.raises(SystemExit) as info:
+        main([*args, "--cycle-pods", "0"])
+    assert info.value.code == 2
+    assert "0 must be at least 1" in capsys.readouterr().err
+
+
 def test_bench_admission_prints_the_fixed_json_shape(capsys: pytest.CaptureFixture[str]) -> None:
     assert (
         main(
