@@ -65,7 +65,9 @@ class CardLoad:
     free as measured, ``IDLE_FREE_PCT``). Rows: ``node_offset`` (summed load of the usable
     measured cards, each at most a whole card, less their requests) and ``outside`` (a usable
     card holds memory no request accounts for). ``milli`` and ``free_mib`` read the load and
-    free memory of every card now.
+    free memory of every card now. ``stamp`` marks each row patched, from a counter
+    (``stamps``) that only grows; ``memos`` holds the plugins' per-node answers kept with the
+    view (``plugins/measured_rows.py``), which :meth:`changed` tells what to recompute.
     """
 
     def __init__(self, model: LoadModel, table: NodeTable) -> None:

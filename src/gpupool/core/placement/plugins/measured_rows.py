@@ -1,14 +1,18 @@
 """Per-node answers of the measured plugins, kept across decisions and recomputed by row.
 
-What ``measured-memory``, ``hot-card-spread`` and ``target-load-packing`` ask of a node for one
-request (does a card hold the slice by request and by measured memory; how loaded is the
-coolest such card; how many whole cards are idle as measured; the packing score for k cards)
-depends only on that node's row in the table and in the view (``core/usage_view.py``). So
-each answer is kept per request, for every row, with the view, and a decision recomputes only
-the rows changed since that request was last asked (placements in or out, the view's patches)
-instead of gathering every candidate node's cards: kube-scheduler's NodeInfo generations,
-applied to measured use. A decision after one placement recomputes a row or two per request
-shape it asks; a shape not asked for a while recomputes the rows changed meanwhile.
+For a slice, ``measured-memory`` and ``hot-card-spread`` ask of every candidate node how many
+of its cards hold the slice by request *and* by measured memory, and how loaded the coolest of
+them is. The answer depends only on the node's row in the table and in the view
+(``core/usage_view.py``), so it is kept with the view, per request, and a decision recomputes
+only the candidates changed since that request was last asked (placements in or out, in the
+cycle or in a gang's trial and its undo; the view's patches and rebuilds) instead of gathering
+every candidate's cards again: kube-scheduler's NodeInfo generations, applied to measured use.
+A node that is no candidate is never recomputed. The saving depends on how often a request's
+shape repeats: a shape asked after many others recomputes the candidates they changed.
+
+Whole-GPU checks are not kept this way: they already read one value a node (the view's
+``outside`` and ``node_offset``), and a row scan costs as much as they do (BENCHMARKS.md,
+"Issue 18, fifth round").
 
 Each answer is the same arithmetic, on the same cells, as the per-candidate computation it
 replaces, so placements are unchanged (``tests/unit/test_measured_rows.py``).
