@@ -159,3 +159,25 @@ def test_whole_gpus_skip_a_card_still_holding_a_departed_pods_memory_decision_af
     snap.load = model.view(snap.table, 41.0)
     p, _ = place_task(next(job("w9", gpu=whole(1)).tasks()), snap, prof)
     assert p is not None and p.shares[0].index == 0
+
+
+def test_changed_names_the_rows_moved_in_the_table_or_patched_in_the_view_since() -> None:
+    names = [NodeName(f"n{i}") for i in range(4)]
+    state = ClusterState([node(n, gpu=2) for n in names])
+    model = LoadModel(LoadSettings(stale_after_s=1000.0))
+    model.add([CardSample(n, g, 0.0, 20.0, 0, 40_960) for n in names for g in range(2)], now_s=0)
+    view = model.view(state.table, 1.0)
+    rows, seen = view.changed(state.table, (-1, -1))
+    assert rows.tolist() == [0, 1, 2, 3]  # everything, the first time
+    assert view.changed(state.table, seen)[0].size == 0  # nothing since
+    p = Placement(TaskId("t"), JobId("j"), names[2], 0, 0, (GpuShare(1, 300, 1024),))
+    state.assume(p)  # the table moves; the view is not patched until its next refresh
+    rows, seen = view.changed(state.table, seen)
+    assert rows.tolist() == [2]
+    model.placed(p, 1.0)
+    model.view(state.table, 2.0)  # the view patches row 2 (the estimate moved)
+    rows, seen = view.changed(state.table, seen)
+    assert rows.tolist() == [2]
+    model.add([CardSample(names[0], 0, 3.0, 50.0, 0, 40_960)], now_s=3.0)
+    model.view(state.table, 3.0)  # a read: the view is rebuilt, every row changed
+    assert view.changed(state.table, seen)[0].tolist() == [0, 1, 2, 3]
