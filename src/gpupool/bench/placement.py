@@ -10,7 +10,9 @@ in the steady state, where placement is hardest. A pod that does not fit fails (
 in the openb method.
 
 A decision is one ``place_task`` (filter, score and card choice over every node); its time
-excludes the bookkeeping after it (assume, departures), which the throughput includes.
+excludes the bookkeeping after it (assume, departures), which the throughput includes. Pods
+are offered ``cycle_pods`` to a scheduling cycle (one by default); with ``measured``, the time
+to bring the cycle's view of measured use up to date is counted in its first decision.
 """
 
 from __future__ import annotations
