@@ -52,7 +52,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gpupool.core.errors import ConfigError
-from gpupool.core.model import WHOLE_GPU_MILLI, NodeName, Placement
+from gpupool.core.model import WHOLE_GPU_MILLI, NodeName, Placement, TaskId
 from gpupool.core.table import NodeTable
 from gpupool.core.usage_view import IDLE_FREE_PCT, CardLoad
 from gpupool.core.usage_workload import WorkloadUse
@@ -64,6 +64,7 @@ __all__ = [
     "CardSample",
     "LoadModel",
     "LoadSettings",
+    "TaskSample",
     "hot_milli",
 ]
 
@@ -88,6 +89,19 @@ class CardSample:
     util_pct: float | None = None
     used_mib: int | None = None
     free_mib: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TaskSample:
+    """One task's own use of one card at ``time_s``, percent of the card (HAMi's
+    ``hami_container_device_utilization_ratio``, its containers summed): what its workload
+    learns from where a card holds several slices (``core/usage_workload.py``)."""
+
+    node: NodeName
+    gpu: int
+    task: TaskId
+    time_s: float
+    util_pct: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -259,6 +273,12 @@ class LoadModel:
             self.source_down = ""
             self.last_read_s = now_s
         return new
+
+    def add_tasks(self, samples: Iterable[TaskSample]) -> None:
+        """Take samples of tasks' own use of their cards (oldest first): readings of what
+        their workloads use. The cards' loads come from the card samples (:meth:`add`)."""
+        for s in sorted(samples, key=lambda s: s.time_s):
+            self.workloads.read_task(s.node, s.gpu, s.task, s.time_s, s.util_pct)
 
     def _fold(self, card: _Card) -> None:
         k = card.slot
