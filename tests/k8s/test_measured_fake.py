@@ -14,7 +14,7 @@ from gpupool.k8s.cli import add_measured_arguments
 from gpupool.k8s.controller import Controller, Options
 from gpupool.k8s.extender import metrics_text
 from gpupool.k8s.main import default_config, measured_options
-from gpupool.k8s.measured import measured_loop, resolver, task_of
+from gpupool.k8s.measured import measured_loop, pod_tasks, resolver
 from gpupool.usage.prometheus import PodSample, PrometheusSettings
 from tests.k8s.kit import pod_body
 from tests.k8s.test_controller_fake import FakeKube, node_obj
@@ -100,12 +100,12 @@ def test_hami_per_pod_series_teach_the_bound_pods_workload() -> None:
     assert ctl.sched is not None
     held = {p.task: p for p in ctl.sched.placements_on(NodeName("n1"))}
     assert len(held) == 2
-    ft = task_of(ctl)("team-a/ft-a")
-    assert ft in held and task_of(ctl)("team-a/gone") is None
+    ft = pod_tasks(ctl)("team-a/ft-a")
+    assert ft in held and pod_tasks(ctl)("team-a/gone") is None
     card = held[ft].shares[0].index
     later = ctl.clock() + 60.0
     pods = [PodSample(NodeName("n1"), card, "team-a/ft-a", later + 15 * i, 95.0) for i in range(3)]
-    ctl.measured.take([], later + 45, pods=pods, task_of=task_of(ctl))
+    ctl.measured.take([], later + 45, pods=pods, task_of=pod_tasks(ctl))
     learned = ctl.measured.model.workloads
     assert learned.expected("team-a/ft", 500) == 950.0  # 95 % of a card for 500 asked
     assert learned.expected("team-a/nb", 500) == 500.0  # no series of its own: the request

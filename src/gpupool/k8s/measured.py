@@ -33,7 +33,7 @@ def resolver(c: Controller) -> Resolve:
     )
 
 
-def task_of(c: Controller) -> Callable[[str], TaskId | None]:
+def pod_tasks(c: Controller) -> Callable[[str], TaskId | None]:
     """The task of each pod the controller holds (``namespace/name``): HAMi's per-pod series
     teach each pod's workload what it uses where its card holds several pods."""
     by_pod = {pod: task for info in c.jobs.values() for task, pod in info.task_pod.items()}
@@ -49,7 +49,7 @@ async def measured_loop(c: Controller, feed: MeasuredUse) -> None:
             except AdapterError as exc:
                 feed.failed(exc)
             else:
-                feed.take(samples, c.clock(), pods=pods, task_of=task_of(c))
+                feed.take(samples, c.clock(), pods=pods, task_of=pod_tasks(c))
         await asyncio.sleep(feed.interval_s)
 
 
