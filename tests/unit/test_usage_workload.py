@@ -219,3 +219,18 @@ def test_the_load_model_takes_task_samples_for_its_workloads() -> None:
         + [TaskSample(N1, 0, nb.id, 30.0 + 15 * i, 5.0) for i in range(MIN_READINGS)]
     )
     assert m.workloads.expected_of(task_of("ft-2")) == pytest.approx(950.0)
+
+
+def test_a_pod_sample_read_again_is_not_a_new_reading() -> None:
+    """Each read reaches back over several intervals, so a pod's sample comes again in the
+    next reads: one sample seen three times is one reading, not the three a workload needs."""
+    w = WorkloadUse(quantile=0.9, settle_s=30.0)
+    ft = task_of("ft-1")
+    w.expected_of(ft)
+    w.placed(on(ft, 0), 0.0)
+    for _ in range(MIN_READINGS):
+        w.read_task(N1, 0, ft.id, 45.0, 95.0)
+    assert w.expected_of(task_of("ft-2")) == 500.0
+    for i in range(1, MIN_READINGS):
+        w.read_task(N1, 0, ft.id, 45.0 + 15 * i, 95.0)
+    assert w.expected_of(task_of("ft-3")) == pytest.approx(950.0)

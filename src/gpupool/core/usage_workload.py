@@ -29,6 +29,7 @@ Pure: no clock; the model passes times in.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass
 
@@ -77,7 +78,7 @@ class WorkloadUse:
         self._readings: dict[str, deque[float]] = {}
         self._ratio: dict[str, float] = {}  # the quantile of each workload's readings, kept
         self._workload: dict[TaskId, str] = {}
-        self._own: set[TaskId] = set()  # holders read from series of their own
+        self._own: dict[TaskId, float] = {}  # holders with series of their own: newest read
 
     def expected(self, workload: str, milli: int) -> float:
         """Compute a new slice of ``workload`` asking ``milli`` is expected to use."""
@@ -130,7 +131,7 @@ class WorkloadUse:
                 del self._holders[(p.node, s.index)]
             out.append(h.estimate if h is not None else float(s.gpu_milli))
         self._workload.pop(p.task, None)
-        self._own.discard(p.task)
+        self._own.pop(p.task, None)
         return out
 
     def read(self, node: NodeName, gpu: int, time_s: float, util_pct: float) -> None:
@@ -146,12 +147,13 @@ class WorkloadUse:
         self, node: NodeName, gpu: int, task: TaskId, time_s: float, util_pct: float
     ) -> None:
         """A sample of one pod's own use of one card (percent of the card): a reading for
-        its workload, whoever else holds the card."""
+        its workload, whoever else holds the card. A sample no newer than the pod's newest
+        is a repeat (each read reaches back over several intervals) and is ignored."""
         cell = self._holders.get((node, gpu))
         h = cell.get(task) if cell is not None else None
-        if h is None:
+        if h is None or time_s <= self._own.get(task, -math.inf):
             return
-        self._own.add(task)
+        self._own[task] = time_s
         self._learn(h, time_s, util_pct)
 
     def _learn(self, h: _Holder, time_s: float, util_pct: float) -> None:
