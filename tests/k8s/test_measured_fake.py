@@ -14,8 +14,8 @@ from gpupool.k8s.cli import add_measured_arguments
 from gpupool.k8s.controller import Controller, Options
 from gpupool.k8s.extender import metrics_text
 from gpupool.k8s.main import default_config, measured_options
-from gpupool.k8s.measured import measured_loop, resolver
-from gpupool.usage.prometheus import PrometheusSettings
+from gpupool.k8s.measured import measured_loop, pod_tasks, resolver
+from gpupool.usage.prometheus import PodSample, PrometheusSettings
 from tests.k8s.kit import pod_body
 from tests.k8s.test_controller_fake import FakeKube, node_obj
 
@@ -72,6 +72,43 @@ def test_a_slice_pod_goes_to_the_cool_card() -> None:
     assert ctl.sched is not None
     [held] = ctl.sched.placements_on(NodeName("n1"))
     assert held.shares[0].index == 1  # card 0 is 97 % busy; card 1 has 10960 MiB free
+
+
+def test_hami_per_pod_series_teach_the_bound_pods_workload() -> None:
+    """A pod placed by the controller is known by its ``namespace/name`` to HAMi's per-pod
+    series; its own readings teach its workload (``app`` label), though its card is shared."""
+    ctl = controller()
+    assert ctl.measured is not None
+    now = ctl.clock()
+    ctl.measured.take([CardSample(NodeName("n1"), g, now - 1, 5.0, 0, 40960) for g in (0, 1)], now)
+
+    async def body() -> None:
+        for name in ("ft-a", "nb-a"):
+            pod = pod_body(
+                name,
+                ns="team-a",
+                limits={"nvidia.com/gpu": 1, "nvidia.com/gpumem": 8000, "nvidia.com/gpucores": 50},
+            )
+            pod["metadata"]["labels"] = {"app": name.split("-")[0]}
+            pod["metadata"]["resourceVersion"] = "1"
+            ctl.pod_informer.cache[f"team-a/{name}"] = pod
+            ctl._on_pod("ADDED", pod, None)
+        ctl.cycle()
+        await asyncio.sleep(0)
+
+    asyncio.run(body())
+    assert ctl.sched is not None
+    held = {p.task: p for p in ctl.sched.placements_on(NodeName("n1"))}
+    assert len(held) == 2
+    ft = pod_tasks(ctl)("team-a/ft-a")
+    assert ft in held and pod_tasks(ctl)("team-a/gone") is None
+    card = held[ft].shares[0].index
+    later = ctl.clock() + 60.0
+    pods = [PodSample(NodeName("n1"), card, "team-a/ft-a", later + 15 * i, 95.0) for i in range(3)]
+    ctl.measured.take([], later + 45, pods=pods, task_of=pod_tasks(ctl))
+    learned = ctl.measured.model.workloads
+    assert learned.expected("team-a/ft", 500) == 950.0  # 95 % of a card for 500 asked
+    assert learned.expected("team-a/nb", 500) == 500.0  # no series of its own: the request
 
 
 def test_unreachable_prometheus_places_by_requests_with_a_reason_and_a_metric() -> None:

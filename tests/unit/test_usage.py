@@ -246,10 +246,61 @@ def test_a_placement_that_left_comes_off_in_compute_and_its_memory_when_samples_
     s.forget(p.task)
     m.released(p, now_s=5.0)
     view = m.view(s.table, 6.0)
-    # newest 900 - 500 that left = 400, below the window's aggregate, which stands
-    assert view.milli[row, 0] == pytest.approx(900.0)
+    # newest 900 - 500 that left = 400: the departure cut the window, whose aggregate (the
+    # sample with the slice in it) no longer describes the card
+    assert view.milli[row, 0] == pytest.approx(400.0)
     assert m.est_milli[0] == -500
     # its memory is not taken off: the sample's 20960 MiB free is all that is known free
     assert view.free_mib[row, 0] == 20_960
     m.add([CardSample(N1, 0, 20.0, 0.0, 0, 40_960)])  # shows it gone
     assert m.view(s.table, 21.0).free_mib[row, 0] == 40_960
+
+
+def test_a_departure_cuts_the_window_so_a_pod_that_left_stops_counting() -> None:
+    """A fine-tune kept its card 95 % busy for minutes, then left. Without the cut the p90 of
+    the window (nine in ten samples at 95 %) held 950 milli on a card now idle for most of
+    the next 5 minutes, and slices went to other cards."""
+    s = state("n1", gpu=1)
+    row = s.table.row(N1)
+    p = Placement(TaskId("ft"), JobId("ft"), N1, 0, 0, (GpuShare(0, 500, 20_000),))
+    s.assume(p)
+    m = LoadModel(LoadSettings(window_s=300, settle_s=15, stale_after_s=1000))
+    m.add(samples(N1, 0, [95.0] * 16))  # t = 0 .. 225
+    s.forget(p.task)
+    m.released(p, now_s=230.0)
+    # between the departure and a sample: the newest sample (taken while it ran) less it
+    assert m.view(s.table, 231.0).milli[row, 0] == pytest.approx(450.0)
+    # a sample at the departure may still show it (the exporter's lag): taken as it is,
+    # and not yet in the aggregate
+    m.add([CardSample(N1, 0, 240.0, 60.0)])
+    assert m.view(s.table, 241.0).milli[row, 0] == pytest.approx(600.0)
+    # settle_s after the departure the samples show the card as it is: 2 %, not the p90
+    m.add([CardSample(N1, 0, 255.0, 2.0), CardSample(N1, 0, 270.0, 2.0)])
+    view = m.view(s.table, 271.0)
+    assert view.milli[row, 0] == pytest.approx(20.0)
+    assert m.readings(s.table, N1, 271.0)[0].util_pct == pytest.approx(2.0)
+    # a window with no departure keeps its peak: bursts of the pods still there count
+    m2 = LoadModel(LoadSettings(window_s=300, settle_s=15, stale_after_s=1000))
+    m2.add(samples(N1, 0, [95.0] * 16 + [2.0, 2.0]))
+    assert m2.view(s.table, 271.0).milli[row, 0] > 900.0
+
+
+def test_a_slice_takes_the_card_a_busy_pod_just_left() -> None:
+    """Card 0 held a fine-tune (95 % busy) that left; card 1 holds a notebook at 50 %. A new
+    slice belongs on card 0: without the cut its window still read 950 milli and the slice
+    went beside the notebook."""
+    s = state("n1", gpu=2)
+    nb = Placement(TaskId("nb"), JobId("nb"), N1, 0, 0, (GpuShare(1, 300, 4096),))
+    ft = Placement(TaskId("ft"), JobId("ft"), N1, 0, 0, (GpuShare(0, 500, 4096),))
+    s.assume(nb)
+    s.assume(ft)
+    m = LoadModel(LoadSettings(window_s=300, settle_s=15, stale_after_s=1000))
+    m.add(samples(N1, 0, [95.0] * 16) + samples(N1, 1, [50.0] * 16))
+    s.forget(ft.task)
+    m.released(ft, now_s=230.0)
+    m.add(samples(N1, 0, [1.0] * 3, start=240.0) + samples(N1, 1, [50.0] * 3, start=240.0))
+    snap = s.snapshot()
+    snap.load = m.view(snap.table, 271.0)
+    task = next(job("inf", gpu=share(500, 4096)).tasks())
+    p, _ = place_task(task, snap, measured_profile())
+    assert p is not None and p.shares[0].index == 0

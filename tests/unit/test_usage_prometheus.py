@@ -12,6 +12,7 @@ from gpupool.usage.prometheus import (
     PrometheusReader,
     PrometheusSettings,
     inventory_resolver,
+    to_pod_samples,
     to_samples,
 )
 
@@ -230,3 +231,50 @@ def test_exporter_page_has_dcgm_names_labels_and_units() -> None:
     assert f"DCGM_FI_DEV_FB_FREE{{{labels}}} 39960\n" in text
     assert f"DCGM_FI_PROF_GR_ENGINE_ACTIVE{{{labels}}} 0.424000\n" in text
     assert 'hostname="n1"' in render("n1", [CardMetrics(0, "u", "m", 0, 0, 0)], "hostname")
+
+
+def test_hami_series_become_each_pods_own_use_of_its_card() -> None:
+    """Per pod and card: its containers summed, the pod named ``namespace/name``; HAMi's older
+    names (podnamespace, podname, deviceuuid) where the newer ones do not name the pod."""
+    old = {"podnamespace": "x", "ctrname": "c", "vdeviceid": "0"}
+    hami = "hami_container_device_utilization_ratio"
+    out = to_pod_samples(
+        [
+            series(hami, 20, device_uuid="GPU-bbb", namespace="x", pod="a", container="c1"),
+            series(hami, 15, device_uuid="GPU-bbb", namespace="x", pod="a", container="c2"),
+            series(hami, 5, device_uuid="GPU-bbb", namespace="x", pod="b", container="c1"),
+            series(hami, 9, device_uuid="GPU-zzz", namespace="x", pod="c"),  # not our card
+            series("hami_vgpu_memory_used_bytes", 1048576, device_uuid="GPU-bbb", pod="a"),
+            # pod a again under the older names (a monitor mid-upgrade): the newer names win
+            series(
+                "Device_utilization_desc_of_container", 70, deviceuuid="GPU-bbb", podname="a", **old
+            ),
+            series(
+                "Device_utilization_desc_of_container", 30, deviceuuid="GPU-aaa", podname="d", **old
+            ),
+        ],
+        S,
+        RESOLVE,
+    )
+    assert [(p.gpu, p.pod, p.util_pct) for p in out] == [
+        (0, "x/d", 30.0),
+        (1, "x/a", 35.0),
+        (1, "x/b", 5.0),
+    ]
+
+
+def test_the_feed_teaches_each_pods_workload_from_its_own_series() -> None:
+    from gpupool.core.model import GpuShare, JobId, Placement
+    from gpupool.core.usage import LoadSettings
+    from gpupool.usage.feed import MeasuredUse
+    from gpupool.usage.prometheus import PodSample
+    from tests.builders import job, share
+
+    feed = MeasuredUse(reader(lambda r: httpx.Response(500)), LoadSettings(settle_s=30.0))
+    task = next(job("ft", gpu=share(500, 8192)).tasks())
+    feed.model.workloads.expected_of(task)
+    feed.model.placed(Placement(task.id, JobId("ft"), N1, 0, 0, (GpuShare(1, 500, 8192),)), 0.0)
+    pods = [PodSample(N1, 1, "x/ft-0", 30.0 + 15 * i, 90.0) for i in range(3)]
+    pods.append(PodSample(N1, 1, "x/unknown", 30.0, 5.0))  # a pod the adapter does not know
+    feed.take([], 80.0, pods=pods, task_of={"x/ft-0": task.id}.get)
+    assert feed.model.workloads.expected_of(next(job("ft2", gpu=share(500, 8192)).tasks())) == 900.0

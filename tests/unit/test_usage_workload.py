@@ -11,7 +11,7 @@ from gpupool.core import ClusterState, NodeName, place_task
 from gpupool.core.affinity import PodMeta
 from gpupool.core.model import GpuShare, Placement, Task
 from gpupool.core.placement.registry import measured_profile
-from gpupool.core.usage import CardSample, LoadModel, LoadSettings
+from gpupool.core.usage import CardSample, LoadModel, LoadSettings, TaskSample
 from gpupool.core.usage_workload import MIN_READINGS, WorkloadUse, workload_of
 from tests.builders import job, node, share
 
@@ -163,3 +163,74 @@ def test_a_fine_tune_is_kept_off_a_card_its_request_would_call_cool() -> None:
     snap2.load = plain.view(snap2.table, 61.0)
     p2, _ = place_task(task_of("ft-2"), snap2, measured_profile(hot_pct=95))
     assert p2 is not None and p2.shares[0].index == 1  # by its request: "cool" beside 40 %
+
+
+def test_a_pods_own_series_teaches_its_workload_on_a_shared_card() -> None:
+    """A fine-tune and a notebook share card 0, so no card reading is anyone's alone; HAMi's
+    per-pod series (``hami_container_device_utilization_ratio`` by pod and device) say what
+    each uses, and each workload learns from its own series."""
+    w = WorkloadUse(quantile=0.9, settle_s=30.0)
+    ft, nb = task_of("ft-1"), task_of("nb-1", 300, 8192)
+    for t in (ft, nb):
+        w.expected_of(t)
+        w.placed(on(t, 0), 0.0)
+    for i in range(MIN_READINGS):
+        time = 30.0 + 15 * i
+        w.read(N1, 0, time, 100.0)  # the card: both together, nobody's reading
+        w.read_task(N1, 0, ft.id, time, 90.0)
+        w.read_task(N1, 0, nb.id, time, 6.0)
+    assert w.expected_of(task_of("ft-2")) == pytest.approx(900.0)  # 90 % of a card
+    assert w.expected_of(task_of("nb-2", 300, 8192)) == 300.0  # 60 of 300: the request floor
+    # a pod of another card, or a sample before the pod settled, teaches nothing
+    w.read_task(N1, 1, ft.id, 200.0, 10.0)
+    w.read_task(N1, 0, task_of("x-1").id, 200.0, 10.0)
+    assert w.expected_of(task_of("ft-3")) == pytest.approx(900.0)
+
+
+def test_a_pod_with_its_own_series_is_not_read_twice_when_it_holds_the_card_alone() -> None:
+    w = WorkloadUse(quantile=0.5, settle_s=30.0)
+    ft = task_of("ft-1")
+    w.expected_of(ft)
+    w.placed(on(ft, 0), 0.0)
+    for i in range(MIN_READINGS):
+        time = 30.0 + 15 * i
+        w.read_task(N1, 0, ft.id, time, 60.0)
+        # the card shows the pod and work no request accounts for: not the pod's reading
+        w.read(N1, 0, time, 100.0)
+    assert w.expected_of(task_of("ft-2")) == pytest.approx(600.0)
+    # once it left, another pod alone on the card is read from the card again
+    w.released(on(ft, 0))
+    other = task_of("ft-9")
+    w.expected_of(other)
+    w.placed(on(other, 0), 100.0)
+    for i in range(8):
+        w.read(N1, 0, 130.0 + 15 * i, 100.0)
+    assert w.expected_of(task_of("ft-3")) == pytest.approx(1000.0)
+
+
+def test_the_load_model_takes_task_samples_for_its_workloads() -> None:
+    m = LoadModel(LoadSettings(settle_s=30.0))
+    ft, nb = task_of("ft-1"), task_of("nb-1", 300, 8192)
+    for t in (ft, nb):
+        m.workloads.expected_of(t)
+        m.placed(on(t, 0), 0.0)
+    m.add_tasks(
+        [TaskSample(N1, 0, ft.id, 30.0 + 15 * i, 95.0) for i in range(MIN_READINGS)]
+        + [TaskSample(N1, 0, nb.id, 30.0 + 15 * i, 5.0) for i in range(MIN_READINGS)]
+    )
+    assert m.workloads.expected_of(task_of("ft-2")) == pytest.approx(950.0)
+
+
+def test_a_pod_sample_read_again_is_not_a_new_reading() -> None:
+    """Each read reaches back over several intervals, so a pod's sample comes again in the
+    next reads: one sample seen three times is one reading, not the three a workload needs."""
+    w = WorkloadUse(quantile=0.9, settle_s=30.0)
+    ft = task_of("ft-1")
+    w.expected_of(ft)
+    w.placed(on(ft, 0), 0.0)
+    for _ in range(MIN_READINGS):
+        w.read_task(N1, 0, ft.id, 45.0, 95.0)
+    assert w.expected_of(task_of("ft-2")) == 500.0
+    for i in range(1, MIN_READINGS):
+        w.read_task(N1, 0, ft.id, 45.0 + 15 * i, 95.0)
+    assert w.expected_of(task_of("ft-3")) == pytest.approx(950.0)

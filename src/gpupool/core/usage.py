@@ -14,9 +14,16 @@ The load of one card (design note: docs/policies.md, "Measured use"):
 * plus an **estimate for pods placed since the last sample**: a pod placed at ``t`` shows in
   samples taken from ``t + settle_s`` on; until then its request stands in for it. The estimate
   is added to the newest sample, and counts only where that sum exceeds the aggregate (the
-  aggregate may already hold a peak higher than both). A pod that left since the last sample
-  takes its requested compute off the same way (it still shows in the sample); its memory
-  stays until a sample shows it gone, as it may have held less than it asked;
+  aggregate may already hold a peak higher than both). A pod that left since the newest
+  sample takes its estimate off that sample (which was taken while it ran); its memory stays
+  until a sample shows it gone, as it may have held less than it asked;
+* a departure also **cuts the window**: the samples taken before it (and within ``settle_s``
+  after it, which may still show it) describe holders the card no longer has, so the
+  aggregate is taken over the samples from ``settle_s`` after the departure on, and until
+  there is one the newest sample with the estimates is the load. Without the cut a pod that
+  kept its card busy would go on counting there for most of the window after it left
+  (a p90 of 5 minutes holds a peak until nine in ten of its samples are newer), and slices
+  would avoid a card that is free;
 * a new slice's estimate is not always its request: a slice without a core limit uses what
   its work makes it, so each workload's slices are measured where they hold a card alone and
   a new one is counted at what they were measured to use (``core/usage_workload.py``);
@@ -45,7 +52,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gpupool.core.errors import ConfigError
-from gpupool.core.model import WHOLE_GPU_MILLI, NodeName, Placement
+from gpupool.core.model import WHOLE_GPU_MILLI, NodeName, Placement, TaskId
 from gpupool.core.table import NodeTable
 from gpupool.core.usage_view import IDLE_FREE_PCT, CardLoad
 from gpupool.core.usage_workload import WorkloadUse
@@ -57,6 +64,7 @@ __all__ = [
     "CardSample",
     "LoadModel",
     "LoadSettings",
+    "TaskSample",
     "hot_milli",
 ]
 
@@ -81,6 +89,19 @@ class CardSample:
     util_pct: float | None = None
     used_mib: int | None = None
     free_mib: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TaskSample:
+    """One task's own use of one card at ``time_s``, percent of the card (HAMi's
+    ``hami_container_device_utilization_ratio``, its containers summed): what its workload
+    learns from where a card holds several slices (``core/usage_workload.py``)."""
+
+    node: NodeName
+    gpu: int
+    task: TaskId
+    time_s: float
+    util_pct: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,9 +143,21 @@ class _Card:
     """The samples of one card within the window (aggregates live in the model's columns)."""
 
     slot: int
+    cut_s: float = -math.inf
+    """Samples older than this describe holders that left; the aggregate leaves them out."""
     times: deque[float] = field(default_factory=deque)
     utils: deque[float] = field(default_factory=deque)
     used: deque[float] = field(default_factory=deque)  # NaN where a sample had no memory
+
+
+@dataclass(frozen=True, slots=True)
+class _Recent:
+    """A placement (or, ``left``, a departure) not yet shown by the card's samples."""
+
+    time_s: float
+    milli: float
+    mib: int
+    left: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,7 +203,7 @@ class LoadModel:
         self.settings = (settings or LoadSettings()).validate()
         self._cards: dict[tuple[NodeName, int], _Card] = {}
         self._keys: list[tuple[NodeName, int]] = []
-        self._recent: dict[tuple[NodeName, int], list[tuple[float, float, int]]] = {}
+        self._recent: dict[tuple[NodeName, int], list[_Recent]] = {}
         self._cap = 0
         self._grow(64)
         self.source_down = ""
@@ -241,6 +274,12 @@ class LoadModel:
             self.last_read_s = now_s
         return new
 
+    def add_tasks(self, samples: Iterable[TaskSample]) -> None:
+        """Take samples of tasks' own use of their cards (oldest first): readings of what
+        their workloads use. The cards' loads come from the card samples (:meth:`add`)."""
+        for s in sorted(samples, key=lambda s: s.time_s):
+            self.workloads.read_task(s.node, s.gpu, s.task, s.time_s, s.util_pct)
+
     def _fold(self, card: _Card) -> None:
         k = card.slot
         horizon = self.last_s[k] - self.settings.window_s
@@ -249,7 +288,16 @@ class LoadModel:
             card.utils.popleft()
             card.used.popleft()
         # NaN != NaN: samples without a compute reading are left out
-        self.agg_util[k] = _quantile([u for u in card.utils if u == u], self.settings.quantile)
+        utils = [u for u in card.utils if u == u]
+        if utils and card.cut_s > card.times[0]:
+            utils = [
+                u for t, u in zip(card.times, card.utils, strict=True) if t >= card.cut_s and u == u
+            ]
+            # -inf, not NaN: the card is measured, but no sample since the cut makes an
+            # aggregate, so the newest sample with the estimates is its load
+            self.agg_util[k] = _quantile(utils, self.settings.quantile) if utils else -math.inf
+        else:
+            self.agg_util[k] = _quantile(utils, self.settings.quantile)
         self._settle(self._keys[k])
 
     def _settle(self, key: tuple[NodeName, int]) -> None:
@@ -259,17 +307,25 @@ class LoadModel:
         if card is None:
             return
         k = card.slot
+        last = float(self.last_s[k])
+        # A placement shows in samples from settle_s after it; a departure comes off only the
+        # samples taken before it (a later one may or may not show it gone: it is taken as
+        # it is, the estimate never taking off what the sample may not hold)
         kept = (
             []
             if not recent
-            else [r for r in recent if r[0] > self.last_s[k] - self.settings.settle_s]
+            else [
+                r
+                for r in recent
+                if (r.time_s > last if r.left else r.time_s > last - self.settings.settle_s)
+            ]
         )
         if kept:
             self._recent[key] = kept
         else:
             self._recent.pop(key, None)
-        self.est_milli[k] = float(sum(r[1] for r in kept))
-        self.est_mib[k] = float(sum(r[2] for r in kept))
+        self.est_milli[k] = float(sum(r.milli for r in kept))
+        self.est_mib[k] = float(sum(r.mib for r in kept))
 
     def placed(self, p: Placement, now_s: float, sign: int = 1) -> None:
         """A placement bound at ``now_s``: its estimate (its request, or for a slice what its
@@ -284,13 +340,18 @@ class LoadModel:
                 # less than it asked, and taking off its request would free memory that
                 # others hold (work outside the requests); the next sample shows it gone.
                 mib = s.memory_mib if sign > 0 else 0
-                self._recent.setdefault(key, []).append((now_s, sign * est, mib))
+                self._recent.setdefault(key, []).append(_Recent(now_s, sign * est, mib, sign < 0))
                 card = self._cards.get(key)
-                if card is not None:
-                    self.est_milli[card.slot] += sign * est
+                if card is None:
+                    continue
+                if sign < 0:
+                    card.cut_s = max(card.cut_s, now_s + self.settings.settle_s)
+                    self._fold(card)  # the window cut, the departure's estimate taken
+                else:
+                    self.est_milli[card.slot] += est
                     self.est_mib[card.slot] += mib
-                    for v in self._views.values():  # each view takes the card's new measure
-                        v.card_moved(card.slot)
+                for v in self._views.values():  # each view takes the card's new measure
+                    v.card_moved(card.slot)
 
     def released(self, p: Placement, now_s: float) -> None:
         """A placement that ended at ``now_s`` (see :meth:`placed`)."""
@@ -309,6 +370,7 @@ class LoadModel:
         load = max(
             float(self.agg_util[slot]) * 10.0,
             (0.0 if math.isnan(last_util) else last_util) * 10.0 + float(self.est_milli[slot]),
+            0.0,  # a departure's estimate may exceed what the sample showed of it
         )
         used = float(self.last_used[slot])
         if math.isnan(used):
@@ -324,7 +386,10 @@ class LoadModel:
         card's memory, for samples that read no free memory)."""
         last_util = self.last_util[slots]
         last_util = np.where(np.isnan(last_util), 0.0, last_util)
-        load = np.maximum(self.agg_util[slots] * 10.0, last_util * 10.0 + self.est_milli[slots])
+        # at least 0: a departure's estimate may exceed what the sample showed of it
+        load = np.maximum(
+            self.agg_util[slots] * 10.0, np.maximum(last_util * 10.0 + self.est_milli[slots], 0.0)
+        )
         used = self.last_used[slots]
         has = ~np.isnan(used)
         last_free = self.last_free[slots]
@@ -356,6 +421,12 @@ class LoadModel:
             v = self._views[id(table)] = CardLoad(self, table)
         return v.refresh(table, now_s)
 
+    def _util(self, slot: int) -> float:
+        """The card's windowed aggregate of compute, percent; the newest sample where a
+        departure cut the window and no sample since makes one."""
+        agg = float(self.agg_util[slot])
+        return float(self.last_util[slot]) if agg == -math.inf else agg
+
     def readings(self, table: NodeTable, node: NodeName, now_s: float) -> list[CardReading]:
         """The cards of ``node`` as measured and as placement counts them."""
         row = table.row(node)
@@ -372,7 +443,7 @@ class LoadModel:
                     gpu=g,
                     measured=fresh,
                     load_milli=round(float(view.milli[row, g])),
-                    util_pct=round(float(self.agg_util[k]), 1) if fresh else None,
+                    util_pct=round(self._util(k), 1) if fresh else None,
                     used_mib=int(used) if fresh and not math.isnan(used) else None,
                     free_mib=int(view.free_mib[row, g])
                     if fresh and view.free_mib[row, g] >= 0

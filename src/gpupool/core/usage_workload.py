@@ -11,7 +11,12 @@ request as the estimate, a fine-tune asking half a card and using all of it is p
 So the load model learns, per **workload**, what its pods use over what they request: from
 every sample of a card that one slice holds alone (placed at least ``settle_s`` before the
 sample, so the sample shows it), the ratio of the card's measured compute to the slice's
-requested compute. A new slice of a workload with enough such readings is estimated at the
+requested compute; and, where the pod has a series of its own on the card (HAMi's monitor:
+``hami_container_device_utilization_ratio`` by pod and device), from each sample of that
+series, however many pods share the card. A pod with its own series learns only from it: the
+card's reading, while it holds the card alone, would count the same time twice.
+
+A new slice of a workload with enough such readings is estimated at the
 ratio's ``quantile`` (p90) times its request, never below its request and never above a
 whole card. With a core limit the ratio stays at or below 1 and the request stands.
 
@@ -24,6 +29,7 @@ Pure: no clock; the model passes times in.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass
 
@@ -72,6 +78,7 @@ class WorkloadUse:
         self._readings: dict[str, deque[float]] = {}
         self._ratio: dict[str, float] = {}  # the quantile of each workload's readings, kept
         self._workload: dict[TaskId, str] = {}
+        self._own: dict[TaskId, float] = {}  # holders with series of their own: newest read
 
     def expected(self, workload: str, milli: int) -> float:
         """Compute a new slice of ``workload`` asking ``milli`` is expected to use."""
@@ -124,6 +131,7 @@ class WorkloadUse:
                 del self._holders[(p.node, s.index)]
             out.append(h.estimate if h is not None else float(s.gpu_milli))
         self._workload.pop(p.task, None)
+        self._own.pop(p.task, None)
         return out
 
     def read(self, node: NodeName, gpu: int, time_s: float, util_pct: float) -> None:
@@ -131,7 +139,24 @@ class WorkloadUse:
         cell = self._holders.get((node, gpu))
         if cell is None or len(cell) != 1:
             return
-        h = next(iter(cell.values()))
+        task, h = next(iter(cell.items()))
+        if task not in self._own:
+            self._learn(h, time_s, util_pct)
+
+    def read_task(
+        self, node: NodeName, gpu: int, task: TaskId, time_s: float, util_pct: float
+    ) -> None:
+        """A sample of one pod's own use of one card (percent of the card): a reading for
+        its workload, whoever else holds the card. A sample no newer than the pod's newest
+        is a repeat (each read reaches back over several intervals) and is ignored."""
+        cell = self._holders.get((node, gpu))
+        h = cell.get(task) if cell is not None else None
+        if h is None or time_s <= self._own.get(task, -math.inf):
+            return
+        self._own[task] = time_s
+        self._learn(h, time_s, util_pct)
+
+    def _learn(self, h: _Holder, time_s: float, util_pct: float) -> None:
         if not h.workload or time_s < h.since_s + self.settle_s:
             return
         got = self._readings.get(h.workload)

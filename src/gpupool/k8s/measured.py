@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, generate_latest
 
 from gpupool.core.errors import AdapterError
-from gpupool.core.model import NodeName
+from gpupool.core.model import NodeName, TaskId
 from gpupool.usage.feed import MeasuredUse
 from gpupool.usage.prometheus import Resolve, inventory_resolver
 
@@ -32,16 +33,23 @@ def resolver(c: Controller) -> Resolve:
     )
 
 
+def pod_tasks(c: Controller) -> Callable[[str], TaskId | None]:
+    """The task of each pod the controller holds (``namespace/name``): HAMi's per-pod series
+    teach each pod's workload what it uses where its card holds several pods."""
+    by_pod = {pod: task for info in c.jobs.values() for task, pod in info.task_pod.items()}
+    return by_pod.get
+
+
 async def measured_loop(c: Controller, feed: MeasuredUse) -> None:
     """Reads measured use every ``feed.interval_s`` while this replica leads."""
     while True:
         if c.sched is not None and c.is_leader():
             try:
-                samples = await asyncio.to_thread(feed.reader.read, resolver(c))
+                samples, pods = await asyncio.to_thread(feed.reader.read_with_pods, resolver(c))
             except AdapterError as exc:
                 feed.failed(exc)
             else:
-                feed.take(samples, c.clock())
+                feed.take(samples, c.clock(), pods=pods, task_of=pod_tasks(c))
         await asyncio.sleep(feed.interval_s)
 
 

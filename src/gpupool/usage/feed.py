@@ -21,10 +21,10 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from gpupool.core.errors import AdapterError
-from gpupool.core.model import NodeName
+from gpupool.core.model import NodeName, TaskId
 from gpupool.core.table import NodeTable
-from gpupool.core.usage import CardSample, LoadModel, LoadSettings
-from gpupool.usage.prometheus import PrometheusReader, Resolve
+from gpupool.core.usage import CardSample, LoadModel, LoadSettings, TaskSample
+from gpupool.usage.prometheus import PodSample, PrometheusReader, Resolve
 
 log = logging.getLogger("gpupool.usage")
 
@@ -74,8 +74,21 @@ class MeasuredUse:
         samples: Iterable[CardSample],
         now_s: float,
         to_model_time: Callable[[float], float] | None = None,
+        pods: Iterable[PodSample] = (),
+        task_of: Callable[[str], TaskId | None] | None = None,
     ) -> int:
-        """A successful read's samples (read elsewhere, e.g. in a worker thread)."""
+        """A successful read's samples (read elsewhere, e.g. in a worker thread). ``pods``:
+        HAMi's per-pod samples, each a reading for its task's workload where ``task_of``
+        knows the pod (``namespace/name``); taken before the card samples, so a card's
+        reading does not teach a pod that has a series of its own."""
+        if task_of is not None:
+            own = []
+            for p in pods:
+                task = task_of(p.pod)
+                if task is not None:
+                    t = to_model_time(p.time_s) if to_model_time is not None else p.time_s
+                    own.append(TaskSample(p.node, p.gpu, task, t, p.util_pct))
+            self.model.add_tasks(own)
         self.reads_ok += 1
         self.last_error = ""
         self._next_s = max(self._next_s, now_s + self.interval_s)

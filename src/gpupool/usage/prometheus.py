@@ -42,6 +42,7 @@ Resolve = Callable[[str, str, str], tuple[NodeName, int] | None]
 """(host name, card index label, UUID) -> (node, card index), or None for a card not ours."""
 
 _MIG_SLICES = re.compile(r"^(\d+)g\.")
+_LABEL = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 A100_SLICES = 7
 
 
@@ -70,6 +71,10 @@ class PrometheusSettings:
     ``deviceuuid``."""
     hami_legacy_memory_metric: str = "vGPU_device_memory_usage_in_bytes"
     hami_legacy_uuid_label: str = "deviceuuid"
+    hami_pod_labels: tuple[str, str] = ("namespace", "pod")
+    """The pod of a HAMi container series (namespace, name): each pod's own use of its card
+    teaches its workload (:func:`to_pod_samples`)."""
+    hami_legacy_pod_labels: tuple[str, str] = ("podnamespace", "podname")
     query: str = ""
     """The whole query; empty: built from the metric names and ``lookback_s``."""
 
@@ -97,6 +102,16 @@ class PrometheusSettings:
             value = getattr(self, name)
             if not re.match(r"^[A-Za-z_:][A-Za-z0-9_:]*$", value):
                 raise ConfigError(f"prometheus {name}={value!r} is not a Prometheus name")
+        for name in ("hami_pod_labels", "hami_legacy_pod_labels"):
+            value = getattr(self, name)
+            if not (
+                isinstance(value, tuple)
+                and len(value) == 2
+                and all(isinstance(v, str) and _LABEL.match(v) for v in value)
+            ):
+                raise ConfigError(
+                    f"prometheus {name}={value!r} must be two label names (namespace, pod)"
+                )
         if not self.hostname_labels:
             raise ConfigError("prometheus hostname_labels must name at least one label")
         return self
@@ -172,6 +187,12 @@ class PrometheusReader:
 
     def read(self, resolve: Resolve) -> list[CardSample]:
         return to_samples(self.fetch(), self.settings, resolve)
+
+    def read_with_pods(self, resolve: Resolve) -> tuple[list[CardSample], list[PodSample]]:
+        """One read's card samples and HAMi's per-pod samples, from one request."""
+        series = self.fetch()
+        cards = to_samples(series, self.settings, resolve)
+        return cards, to_pod_samples(series, self.settings, resolve)
 
 
 def to_samples(
@@ -270,6 +291,59 @@ def to_samples(
                 )
             )
     out.sort(key=lambda c: (c.time_s, c.node, c.gpu))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class PodSample:
+    """One pod's own use of one card (HAMi's container series of the pod, summed), percent
+    of the card; ``pod`` is ``namespace/name``."""
+
+    node: NodeName
+    gpu: int
+    pod: str
+    time_s: float
+    util_pct: float
+
+
+def to_pod_samples(
+    series: Iterable[Mapping[str, Any]], s: PrometheusSettings, resolve: Resolve
+) -> list[PodSample]:
+    """Each pod's own compute on each card, from HAMi's per-container series (its
+    containers summed; the newer names where a monitor serves both generations)."""
+    by_gen: tuple[dict[tuple[NodeName, int, str, float], float], ...] = (
+        defaultdict(float),
+        defaultdict(float),
+    )
+    gens = {s.hami_util_metric: 0, s.hami_legacy_util_metric: 1}
+    for item in series:
+        metric = item.get("metric") or {}
+        gen = gens.get(metric.get("__name__", ""))
+        if gen is None:
+            continue
+        ns_label, pod_label = s.hami_pod_labels if gen == 0 else s.hami_legacy_pod_labels
+        uuid_label = s.hami_uuid_label if gen == 0 else s.hami_legacy_uuid_label
+        pod = str(metric.get(pod_label, ""))
+        card = resolve("", "", str(metric.get(uuid_label, ""))[:40])
+        if card is None or not pod:
+            continue
+        ns = str(metric.get(ns_label, ""))
+        key = f"{ns}/{pod}" if ns else pod
+        for point in item.get("values") or ():
+            try:
+                t, v = float(point[0]), float(point[1])
+            except (TypeError, ValueError, IndexError):
+                continue
+            if math.isfinite(v):
+                by_gen[gen][(card[0], card[1], key, t)] += v
+    newer = {k[:3] for k in by_gen[0]}
+    out = [PodSample(k[0], k[1], k[2], k[3], min(100.0, v)) for k, v in by_gen[0].items()]
+    out += [
+        PodSample(k[0], k[1], k[2], k[3], min(100.0, v))
+        for k, v in by_gen[1].items()
+        if k[:3] not in newer
+    ]
+    out.sort(key=lambda p: (p.time_s, p.node, p.gpu, p.pod))
     return out
 
 
