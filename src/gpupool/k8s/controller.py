@@ -46,6 +46,7 @@ from gpupool.k8s.decisions import Decisions
 from gpupool.k8s.extended import ExtendedLedger
 from gpupool.k8s.hooks import ElasticHook, ProvisioningHook
 from gpupool.k8s.informer import Informer
+from gpupool.k8s.inventory import Inventory, NodeMemo
 from gpupool.k8s.jobs import JobInfo, job_for_pods
 from gpupool.k8s.kube import Kube
 from gpupool.k8s.lease_thread import LeaseThread
@@ -233,7 +234,8 @@ class Controller(
         self._leader_ready = asyncio.Event()
         # (smallest card MiB, GPU models): what pod requests are read against; cleared
         # whenever the nodes change
-        self._inventory: tuple[int, frozenset[str], frozenset[str]] | None = None
+        self._inventory: Inventory | None = None
+        self.node_memo = NodeMemo()  # each Node object read once per change gpupool reads
         self.status = StatusWriter(
             kube,
             component=options.scheduler_name,

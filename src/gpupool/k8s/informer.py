@@ -238,7 +238,7 @@ class Informer:
             "timeoutSeconds": str(self.watch_timeout_s),
         }
         parse = None
-        if self.shape is not None and projection.available():
+        if self.shape is not None:  # events need no simdjson (projection.event)
             shape = self.shape
 
             def parse(line: bytes) -> dict[str, Any]:

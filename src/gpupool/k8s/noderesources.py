@@ -33,10 +33,9 @@ class ExtendedAndMigResources(ControllerParts):
     def _asks(self, key: str, pod: Mapping[str, Any]) -> dict[str, int]:
         """The extended resources (not GPUs) gpupool's pod ``key`` asks for."""
         asks = self.extended_asks.get(key)
-        if asks is None:
+        if asks is None:  # read once (none asked too: every event of a bound pod asks)
             asks = self.extended.asked(pod_usage(pod).extended)
-            if asks:
-                self.extended_asks[key] = asks
+            self.extended_asks[key] = asks
         return asks
 
     def _count_mig(self, key: str, obj: Mapping[str, Any], node: str, gone: bool) -> None:
