@@ -30,6 +30,7 @@ from gpupool.k8s.constraints import (
     scheduling_gates,
 )
 from gpupool.k8s.hami.mig import VGPU_MODE, allows, mig_request
+from gpupool.k8s.hami.modes import mode_request
 from gpupool.k8s.hami.register import MIG_MODE
 from gpupool.k8s.inventory import inventory
 from gpupool.k8s.jobs import JobInfo, job_for_pods
@@ -63,6 +64,8 @@ class PodAdmission(ControllerParts):
         mode = annotations.get(VGPU_MODE)
         if allows(mode, MIG_MODE) and (mode is not None or self.mig.profiles):
             req = mig_request(req, annotations, self.mig.cards(self.nodes_by_name), inv.core_models)
+        if mode is not None:
+            req = mode_request(req, annotations, inv.modes)  # HAMi's checkType
         if req.gpu.kind.value == "none":  # another vendor's cards, by its resource names
             req = vendor_pod_request(pod, req, dict(inv.vendors), dict(inv.card_mib)) or req
         elif not req.gpu.models:  # NVIDIA's resource names: NVIDIA's cards only
