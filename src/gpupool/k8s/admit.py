@@ -238,13 +238,15 @@ class PodAdmission(ControllerParts):
     ) -> None:
         assert self.sched is not None
         keys = sorted(pods)
+        # a pod withdrawn to be read again keeps its place: the time it was first submitted
+        first = [self.resubmit_at.pop(k) for k in keys if k in self.resubmit_at]
         job, task_pod = job_for_pods(
             job_id,
             queue,
             [(k, pods[k]) for k in keys],
             gang=gang_size > 1,
             min_member=gang_size if gang_size > 1 else None,
-            now_s=self.clock(),
+            now_s=min(first, default=self.clock()),
             constraints={k: self.constraints.get(k, Constraints()) for k in keys},
         )
         try:
@@ -261,6 +263,7 @@ class PodAdmission(ControllerParts):
 
     def _reject(self, keys: list[str], reason: str) -> None:
         for key in keys:
+            self.resubmit_at.pop(key, None)
             self.rejected[key] = reason
             self.stats.rejected += 1
             self.status.reject(key, reason)

@@ -235,6 +235,7 @@ class Controller(
         # (smallest card MiB, GPU models): what pod requests are read against; cleared
         # whenever the nodes change
         self._inventory: Inventory | None = None
+        self.resubmit_at: dict[str, float] = {}  # pod key -> its first submit time
         self.node_memo = NodeMemo()  # each Node object read once per change gpupool reads
         self.status = StatusWriter(
             kube,

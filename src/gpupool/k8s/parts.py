@@ -76,6 +76,7 @@ class ControllerParts:
         _dirty: asyncio.Event
         _inventory: Inventory | None
         node_memo: NodeMemo
+        resubmit_at: dict[str, float]
 
         def _spawn(self, coro: Any) -> None: ...
         def _bind_item(

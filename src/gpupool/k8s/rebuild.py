@@ -97,6 +97,7 @@ class Rebuild(ControllerParts):
             self.gang_of,
             self.unclaimed,
             self.unclaimed_job,
+            self.resubmit_at,
         ):
             d.clear()
         bound: dict[JobId, list[tuple[str, RecordedPlacement]]] = {}
