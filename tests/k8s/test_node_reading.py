@@ -11,8 +11,10 @@ from typing import Any
 
 from gpupool.k8s import projection
 from gpupool.k8s.bench_cost import process_cpu_s, request_counts
+from gpupool.k8s.extended import ExtendedLedger
 from gpupool.k8s.inventory import NodeMemo, card_modes, inventory
 from gpupool.k8s.nodelock import LOCK_ANNOTATION
+from gpupool.k8s.podview import NodeUsage
 from gpupool.k8s.translate import node_from_k8s
 from tests.k8s.kit import pod_body, register_json
 
@@ -107,3 +109,22 @@ def test_process_cpu_of_this_process() -> None:
     assert mine is not None and mine > 0
     assert process_cpu_s(None) is None
     assert process_cpu_s(2**22 + 12345) is None  # no such process
+
+
+def test_a_node_event_changing_no_extended_resource_keeps_the_version() -> None:
+    """A node-lock write changes only an annotation: the extended-resources filter's caches
+    (keyed by the ledger's version) stay valid. Before, every node event bumped it."""
+    ledger = ExtendedLedger(NodeUsage())
+    obj = node_obj("n1", register_json("n1", 1, "A100", 40960))
+    obj["status"]["allocatable"]["rdma/hca"] = "4"
+    ledger.set_node("n1", obj)
+    version = ledger.version
+    locked = copy.deepcopy(obj)
+    locked["metadata"]["annotations"][LOCK_ANNOTATION] = "2026-01-01T00:00:00Z,ns,p"
+    ledger.set_node("n1", locked)
+    assert ledger.version == version
+    locked["status"]["allocatable"]["rdma/hca"] = "2"
+    ledger.set_node("n1", locked)
+    assert ledger.version > version
+    ledger.set_node("gone", None)  # never seen: nothing changes
+    assert ledger.version == version + 1
