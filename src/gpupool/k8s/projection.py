@@ -12,7 +12,9 @@ keys, label values and quantities share one string object each.
 A :data:`Shape` is a dict of keys to keep: ``True`` takes the value whole; a dict projects
 an object; a one-element list projects each element of an array with its shape. ``"*": True``
 takes every key the shape does not name, whole. Keys absent from the object are left out.
-Without simdjson installed the informers parse pages with ``json`` as before.
+Without simdjson installed the informers parse pages with ``json`` as before. Watch events
+are one object each: :func:`event` parses them with ``json`` and projects only other
+schedulers' pods (:func:`project_plain`, the same shapes on parsed dicts).
 """
 
 from __future__ import annotations
