@@ -186,7 +186,7 @@ class Controller(
         )
         self.extended_asks: dict[str, dict[str, int]] = {}  # pod key -> what it asks
         self.mig = MigLedger()  # the instances on MIG-mode cards, whoever placed them
-        self._mig_recheck = False  # instances changed: pending MIG pods chosen again
+        self._mig_recheck = False  # MIG-mode nodes changed: pending MIG pods read again
         self.stats = Stats()
         self.measured: MeasuredUse | None = (
             None

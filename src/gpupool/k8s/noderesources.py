@@ -62,7 +62,6 @@ class ExtendedAndMigResources(ControllerParts):
         node = self.nodes_by_name.get(name)
         if node is None or self.sched is None:
             return
-        self._mig_recheck = True  # pending pods' profiles are chosen again
         counted = self.mig.counted(node)
         if counted != node:
             self.nodes_by_name[name] = counted
