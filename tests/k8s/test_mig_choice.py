@@ -82,29 +82,43 @@ def test_a_card_falls_back_to_a_larger_profile_when_the_smallest_has_no_placemen
     assert select_profile(P40, FULL_1G, 4000) is None  # every 2g and 3g overlaps a 1g
 
 
-def test_the_profile_is_chosen_per_card_model_and_falls_back_across_them() -> None:
-    """4000 MiB is a 1g.5gb on an A100-40GB and a 1g.10gb on an A100-80GB: the smaller
-    while the 40GB card has a 1g placement free, then the 80GB card's choice (the old
-    choice, the smallest profile of all cards, left the pod waiting for a 1g.5gb)."""
+def choices(p: dict[str, Any], cards: list[MigCard]) -> tuple[tuple[str, ...], frozenset[str]]:
+    req = mig_request(pod_request(p), p["metadata"]["annotations"], cards)
+    return req.gpu.mig_choices, req.gpu.models
+
+
+def test_every_profile_holding_the_pod_is_offered_smallest_first() -> None:
+    """4000 MiB is a 1g.5gb on an A100-40GB and a 1g.10gb on an A100-80GB: the pod is
+    offered every profile that holds it, by memory then slice count, and each card gives
+    the first it has free (``selectMigCandidate`` on the node being scored). The list does
+    not depend on what is free: a full 40GB card does not change it."""
     free40 = card("GPU-40", A40, 40960, P40)
     full40 = card("GPU-40", A40, 40960, P40, FULL_1G)
     free80 = card("GPU-80", A80, 81920, P80)
     p = pod({"nvidia.com/gpu": 1, "nvidia.com/gpumem": 4000}, "mig")
-    assert chosen(p, [free40, free80]) == ("1g.5gb", frozenset({A40}))
-    assert chosen(p, [full40, free80]) == ("1g.10gb", frozenset({A80}))
-    # no room on any card: it waits for the smallest profile that holds it
-    full80 = card("GPU-80", A80, 81920, P80, FULL_1G)
-    assert chosen(p, [full40, full80]) == ("1g.5gb", frozenset({A40}))
+    both = (
+        ("1g.5gb", "1g.10gb", "2g.10gb", "2g.20gb", "3g.20gb", "3g.40gb"),
+        frozenset({A40, A80}),
+    )
+    assert choices(p, [free40, free80]) == both
+    assert choices(p, [full40, free80]) == both
+    assert choices(p, [free40]) == (("1g.5gb", "2g.10gb", "3g.20gb"), frozenset({A40}))
+    big = pod({"nvidia.com/gpu": 1, "nvidia.com/gpumem": 15000}, "mig")
+    assert choices(big, [free40, free80]) == (
+        ("2g.20gb", "3g.20gb", "3g.40gb"),
+        frozenset({A40, A80}),
+    )
 
 
 def test_a_memory_percentage_is_taken_of_each_card() -> None:
-    """10 % is 4096 MiB of the 40GB card (1g.5gb) and 8192 MiB of the 80GB card (1g.10gb);
-    the 1g.5gb is given on the 40GB model only."""
+    """10 % is 4096 MiB of the 40GB card and 8192 MiB of the 80GB card: every profile of
+    both holds it. 25 % is 10240 MiB of the 40GB card and 20480 of the 80GB one: each card
+    is offered only its profiles that hold its own share (3g.20gb and 3g.40gb)."""
     p = pod({"nvidia.com/gpu": 1, "nvidia.com/gpumem-percentage": 10}, "mig")
     cards = [card("GPU-40", A40, 40960, P40), card("GPU-80", A80, 81920, P80)]
-    assert chosen(p, cards) == ("1g.5gb", frozenset({A40}))
-    cards[0] = card("GPU-40", A40, 40960, P40, FULL_1G)
-    assert chosen(p, cards) == ("1g.10gb", frozenset({A80}))
+    assert choices(p, cards)[0][:2] == ("1g.5gb", "1g.10gb")
+    quarter = pod({"nvidia.com/gpu": 1, "nvidia.com/gpumem-percentage": 25}, "mig")
+    assert choices(quarter, cards) == (("3g.20gb", "3g.40gb"), frozenset({A40, A80}))
     # 60 %: 24576 MiB on the 40GB card (no profile holds it), 49152 MiB on the 80GB one
     big = pod({"nvidia.com/gpu": 1, "nvidia.com/gpumem-percentage": 60}, "mig")
     with pytest.raises(InvalidJobError, match="largest holds 40192 MiB"):

@@ -127,7 +127,10 @@ class GpuRequest:
       ``memory_percent`` of that card's own memory, whichever is larger; a slice asking no
       compute (``gpu_milli`` 0) still needs a card whose compute is not all taken;
     - MIG instances: ``mig_profile``, ``mig_instances`` instances of that profile (1 by
-      default), on one card or several of one node.
+      default), on one card or several of one node. ``mig_fallbacks``: larger profiles, in
+      order, that a card with no free ``mig_profile`` instance gives instead (each card
+      gives the first of ``mig_profile, *mig_fallbacks`` it has free, as HAMi's
+      ``selectMigCandidate`` chooses per card).
 
     ``models`` lists the GPU models allowed (empty: any); ``uuids``, when not empty, the only
     cards allowed, and ``excluded_uuids`` cards never to use.
@@ -143,6 +146,12 @@ class GpuRequest:
     uuids: frozenset[str] = frozenset()
     excluded_uuids: frozenset[str] = frozenset()
     mig_instances: int = 1
+    mig_fallbacks: tuple[str, ...] = ()
+
+    @property
+    def mig_choices(self) -> tuple[str, ...]:
+        """The MIG profiles a card may give, in the order it tries them."""
+        return (self.mig_profile, *self.mig_fallbacks) if self.mig_profile else ()
 
     @property
     def kind(self) -> GpuKind:

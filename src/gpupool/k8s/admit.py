@@ -30,7 +30,9 @@ from gpupool.k8s.constraints import (
     scheduling_gates,
 )
 from gpupool.k8s.hami.mig import VGPU_MODE, allows, mig_request
+from gpupool.k8s.hami.modes import mode_request
 from gpupool.k8s.hami.register import MIG_MODE
+from gpupool.k8s.inventory import inventory
 from gpupool.k8s.jobs import JobInfo, job_for_pods
 from gpupool.k8s.kube import KubeError
 from gpupool.k8s.parts import ControllerParts
@@ -38,13 +40,12 @@ from gpupool.k8s.translate import (
     GangRef,
     PodRequest,
     TranslateError,
-    card_floor,
     pod_gang,
     pod_job_id,
     pod_queue,
     pod_request,
 )
-from gpupool.k8s.vendors import card_memory, vendor_pod_request
+from gpupool.k8s.vendors import vendor_pod_request
 
 __all__ = ["PodAdmission"]
 
@@ -56,41 +57,24 @@ class PodAdmission(ControllerParts):
 
     def read_request(self, pod: Mapping[str, Any]) -> PodRequest:
         if self._inventory is None:
-            nodes = self.nodes_by_name.values()
-            self._inventory = (
-                card_floor(nodes),
-                frozenset(g.model for n in nodes for g in n.gpus),
-                frozenset(
-                    g.model for n in nodes for g in n.gpus if not g.mig and g.vendor == "nvidia"
-                ),
-            )
-        floor, models, core_models = self._inventory
-        req = pod_request(pod, self.opt.names, card_memory_mib=floor, models=models)
+            self._inventory = inventory(self.nodes_by_name.values(), self.node_memo.modes())
+        inv = self._inventory
+        req = pod_request(pod, self.opt.names, card_memory_mib=inv.floor_mib, models=inv.models)
         annotations = (pod.get("metadata") or {}).get("annotations") or {}
         mode = annotations.get(VGPU_MODE)
         if allows(mode, MIG_MODE) and (mode is not None or self.mig.profiles):
-            req = mig_request(req, annotations, self.mig.cards(self.nodes_by_name), core_models)
+            req = mig_request(req, annotations, self.mig.cards(self.nodes_by_name), inv.core_models)
+        if mode is not None:
+            req = mode_request(req, annotations, inv.modes)  # HAMi's checkType
         if req.gpu.kind.value == "none":  # another vendor's cards, by its resource names
-            req = (
-                vendor_pod_request(
-                    pod, req, self._vendor_models(), card_memory(self.nodes_by_name.values())
-                )
-                or req
-            )
+            req = vendor_pod_request(pod, req, dict(inv.vendors), dict(inv.card_mib)) or req
         elif not req.gpu.models:  # NVIDIA's resource names: NVIDIA's cards only
-            vendors = self._vendor_models()
+            vendors = inv.vendors
             if set(vendors) - {"nvidia"}:
                 req = replace(req, gpu=replace(req.gpu, models=vendors.get("nvidia", frozenset())))
         if self.elastic is not None:
             req = self.elastic.consumer_request(pod, req)  # its claims hold the cards
         return req
-
-    def _vendor_models(self) -> dict[str, frozenset[str]]:
-        out: dict[str, set[str]] = {}
-        for n in self.nodes_by_name.values():
-            for g in n.gpus:
-                out.setdefault(g.vendor, set()).add(g.model)
-        return {v: frozenset(m) for v, m in out.items()}
 
     def resolve_queue(self, pod: Mapping[str, Any]) -> str:
         assert self.sched is not None
@@ -254,13 +238,15 @@ class PodAdmission(ControllerParts):
     ) -> None:
         assert self.sched is not None
         keys = sorted(pods)
+        # a pod withdrawn to be read again keeps its place: the time it was first submitted
+        first = [self.resubmit_at.pop(k) for k in keys if k in self.resubmit_at]
         job, task_pod = job_for_pods(
             job_id,
             queue,
             [(k, pods[k]) for k in keys],
             gang=gang_size > 1,
             min_member=gang_size if gang_size > 1 else None,
-            now_s=self.clock(),
+            now_s=min(first, default=self.clock()),
             constraints={k: self.constraints.get(k, Constraints()) for k in keys},
         )
         try:
@@ -277,6 +263,7 @@ class PodAdmission(ControllerParts):
 
     def _reject(self, keys: list[str], reason: str) -> None:
         for key in keys:
+            self.resubmit_at.pop(key, None)
             self.rejected[key] = reason
             self.stats.rejected += 1
             self.status.reject(key, reason)

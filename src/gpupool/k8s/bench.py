@@ -32,6 +32,9 @@ pod's device annotation), ``kubelet_rejections`` (and ``rejections_by_reason``),
 ``cards_over_split`` / ``cards_over_memory`` and ``pods_running`` (benchmark pods the API
 server shows ``Running``); without agents these are null. The API server, etcd, the
 scheduler, the agents and this process share the machine's CPUs; the figures include that.
+``cpu_s`` (the scheduler's process and this one's, agents included) and ``requests_per_pod``
+(every client's, from the API server's counters) cover the first create to the agents'
+last judgement (:mod:`gpupool.k8s.bench_cost`).
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ from typing import Any
 import numpy as np
 
 from gpupool.core.errors import ConfigError
+from gpupool.k8s.bench_cost import Cost
 from gpupool.k8s.bench_objects import bench_pod, cleanup, create_node, others_namespace
 from gpupool.k8s.kube import Kube, KubeError
 from gpupool.k8s.nodeagent import Fleet
@@ -241,6 +245,8 @@ async def run_bench(
                 bench_pod(name, ns, scheduler, plain=external),
             )
 
+        cost = Cost(kube, proc.pid if proc is not None else None)
+        await cost.start()
         t0 = time.perf_counter()
         if rate > 0:
             await asyncio.gather(*(create(i) for i in range(pods)))
@@ -279,6 +285,7 @@ async def run_bench(
             summary = fleet.summary()
             node_side.update({k: summary[k] for k in node_side if k in summary})
             node_side["pods_running"] = running
+        spent = await cost.stop(len(bound))
         return {
             "scheduler": scheduler if external else "gpupool",
             "nodes": nodes,
@@ -301,6 +308,7 @@ async def run_bench(
             "other_cpu_pct": other_cpu_pct,
             "bind_queue_weight": None if external else bind_queue_weight,
             **node_side,
+            **spent,
         }
     finally:
         if fleet is not None:

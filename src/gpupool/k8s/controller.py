@@ -46,6 +46,7 @@ from gpupool.k8s.decisions import Decisions
 from gpupool.k8s.extended import ExtendedLedger
 from gpupool.k8s.hooks import ElasticHook, ProvisioningHook
 from gpupool.k8s.informer import Informer
+from gpupool.k8s.inventory import Inventory, NodeMemo
 from gpupool.k8s.jobs import JobInfo, job_for_pods
 from gpupool.k8s.kube import Kube
 from gpupool.k8s.lease_thread import LeaseThread
@@ -185,7 +186,7 @@ class Controller(
         )
         self.extended_asks: dict[str, dict[str, int]] = {}  # pod key -> what it asks
         self.mig = MigLedger()  # the instances on MIG-mode cards, whoever placed them
-        self._mig_recheck = False  # instances changed: pending MIG pods chosen again
+        self._mig_recheck = False  # MIG-mode nodes changed: pending MIG pods read again
         self.stats = Stats()
         self.measured: MeasuredUse | None = (
             None
@@ -233,7 +234,9 @@ class Controller(
         self._leader_ready = asyncio.Event()
         # (smallest card MiB, GPU models): what pod requests are read against; cleared
         # whenever the nodes change
-        self._inventory: tuple[int, frozenset[str], frozenset[str]] | None = None
+        self._inventory: Inventory | None = None
+        self.resubmit_at: dict[str, float] = {}  # pod key -> its first submit time
+        self.node_memo = NodeMemo()  # each Node object read once per change gpupool reads
         self.status = StatusWriter(
             kube,
             component=options.scheduler_name,

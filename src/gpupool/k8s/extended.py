@@ -78,10 +78,13 @@ class ExtendedLedger:
         return {k: v for k, v in extended.items() if v > 0 and _extended(k, self.managed)}
 
     def set_node(self, name: str, node: Mapping[str, Any] | None) -> None:
-        if node is None:
+        now = None if node is None else extended_allocatable(node, self.managed)
+        if now == self.allocatable.get(name):
+            return  # a node event that changed nothing here (a node-lock write): caches hold
+        if now is None:
             self.allocatable.pop(name, None)
         else:
-            self.allocatable[name] = extended_allocatable(node, self.managed)
+            self.allocatable[name] = now
         self.version += 1
 
     def take(self, key: str, node: str, asked: Mapping[str, int]) -> None:

@@ -24,9 +24,10 @@ objects keeps only what its handler needs (``k8s/slim.py``); by default it drops
 ``managedFields`` and the last-applied annotation. Objects are transformed page by page and
 event by event, so the full JSON of at most one page is alive at once.
 
-With ``shape`` (``k8s/projection.py``) and simdjson installed, list pages and watch events
-are parsed lazily and only the fields the shape names become Python objects before
-``transform`` runs.
+With ``shape`` (``k8s/projection.py``) and simdjson installed, list pages are parsed lazily
+and only the fields the shape names become Python objects before ``transform`` runs. A
+watch event (one object) is parsed by ``json`` and, when it is another scheduler's pod,
+projected with shared strings (``projection.event``), with or without simdjson.
 
 Handlers run on the event loop; the informer yields to other tasks every
 ``yield_every`` objects of a list, so a list of 100,000 pods does not hold the loop for the
@@ -238,7 +239,7 @@ class Informer:
             "timeoutSeconds": str(self.watch_timeout_s),
         }
         parse = None
-        if self.shape is not None and projection.available():
+        if self.shape is not None:  # events need no simdjson (projection.event)
             shape = self.shape
 
             def parse(line: bytes) -> dict[str, Any]:

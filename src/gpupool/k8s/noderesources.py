@@ -33,10 +33,9 @@ class ExtendedAndMigResources(ControllerParts):
     def _asks(self, key: str, pod: Mapping[str, Any]) -> dict[str, int]:
         """The extended resources (not GPUs) gpupool's pod ``key`` asks for."""
         asks = self.extended_asks.get(key)
-        if asks is None:
+        if asks is None:  # read once (none asked too: every event of a bound pod asks)
             asks = self.extended.asked(pod_usage(pod).extended)
-            if asks:
-                self.extended_asks[key] = asks
+            self.extended_asks[key] = asks
         return asks
 
     def _count_mig(self, key: str, obj: Mapping[str, Any], node: str, gone: bool) -> None:
@@ -63,7 +62,6 @@ class ExtendedAndMigResources(ControllerParts):
         node = self.nodes_by_name.get(name)
         if node is None or self.sched is None:
             return
-        self._mig_recheck = True  # pending pods' profiles are chosen again
         counted = self.mig.counted(node)
         if counted != node:
             self.nodes_by_name[name] = counted
@@ -71,11 +69,14 @@ class ExtendedAndMigResources(ControllerParts):
             self._dirty.set()
 
     def _choose_mig_again(self) -> None:
-        """Pending pods given a MIG profile are read again once the instances on the cards
-        changed: a pod whose choice is now another profile (the one it waited for has no
-        free placement left, as HAMi's scheduler would find, or a smaller one is free
-        again) is withdrawn and submitted again with it."""
+        """Pending pods given MIG profiles are read again once MIG-mode nodes changed: a pod
+        whose profiles or card models are now others (a card model came or went) is
+        withdrawn and submitted again with them, keeping its place in its queue (it is
+        submitted with the time it was first submitted at). What is free on the cards does
+        not change the profiles: each card chooses among them as the pod is placed."""
+        assert self.sched is not None
         again = []
+        since = {p.job.id: p.job.submit_time_s for p in self.sched.pending()}
         for key, req in list(self.requests.items()):
             info = self.jobs.get(self.pod_job.get(key, JobId("")))
             if not req.gpu.mig_profile or info is None or info.running:
@@ -87,8 +88,10 @@ class ExtendedAndMigResources(ControllerParts):
                 new = self.read_request(pod)
             except (InvalidJobError, NotFoundError, TranslateError):
                 continue  # read again, and refused with the reason, at its admission
-            if (new.gpu.mig_profile, new.gpu.models) != (req.gpu.mig_profile, req.gpu.models):
+            if (new.gpu.mig_choices, new.gpu.models) != (req.gpu.mig_choices, req.gpu.models):
                 again.append(key)
+                if info.id in since:  # its gang's other pods are admitted again too
+                    self.resubmit_at.update(dict.fromkeys(info.pods, since[info.id]))
         for key in again:
             self._pod_ended(key)
         for key in again:

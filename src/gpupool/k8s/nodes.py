@@ -36,11 +36,13 @@ class NodeEvents(ControllerParts):
         if self.sched is None:
             return
         if event == "DELETED":
+            self.node_memo.forget(name)
             self._remove_node(name)
             return
         try:
             node = self._node_from(obj)
         except TranslateError as exc:
+            self.node_memo.forget(name)
             self._bad_node(obj, str(exc))
             self._remove_node(name)
             return

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from gpupool.k8s.hami.mig import MigAllocation
     from gpupool.k8s.hooks import ElasticHook, ProvisioningHook
     from gpupool.k8s.informer import Informer
+    from gpupool.k8s.inventory import Inventory, NodeMemo
     from gpupool.k8s.jobs import JobInfo
     from gpupool.k8s.kube import Kube
     from gpupool.k8s.migledger import MigLedger
@@ -73,7 +74,9 @@ class ControllerParts:
         provisioning: ProvisioningHook | None
         switcher: FormSwitcher
         _dirty: asyncio.Event
-        _inventory: tuple[int, frozenset[str], frozenset[str]] | None
+        _inventory: Inventory | None
+        node_memo: NodeMemo
+        resubmit_at: dict[str, float]
 
         def _spawn(self, coro: Any) -> None: ...
         def _bind_item(

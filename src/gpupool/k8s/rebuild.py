@@ -28,7 +28,7 @@ from gpupool.k8s.jobs import JobInfo, job_for_pods
 from gpupool.k8s.parts import ControllerParts
 from gpupool.k8s.podaffinity import pod_meta
 from gpupool.k8s.pods import ended
-from gpupool.k8s.translate import RecordedPlacement, TranslateError, node_from_k8s
+from gpupool.k8s.translate import RecordedPlacement, TranslateError
 
 __all__ = ["Rebuild"]
 
@@ -41,11 +41,15 @@ class Rebuild(ControllerParts):
     def _node_from(self, obj: Mapping[str, Any]) -> Node:
         """The core's node for a Node object: with queued provisioning attached, marked for
         the request whose booking holds it (``k8s/provisioning_nodes.py``)."""
-        node = node_from_k8s(obj)
+        old_modes = self.node_memo.entries.get(str((obj.get("metadata") or {}).get("name", "")))
+        node, modes, fresh = self.node_memo.read(obj)
         name = str(node.name)
+        if fresh and (old_modes is None or old_modes[2] != modes):
+            self._inventory = None  # the cards' modes changed
         if any(g.mig for g in node.gpus) or self.mig.has_mig(name):
-            text = ((obj.get("metadata") or {}).get("annotations") or {}).get(HAMI_REGISTER)
-            self.mig.set_devices(name, parse_hami_register(text) if text else [])
+            if fresh:
+                text = ((obj.get("metadata") or {}).get("annotations") or {}).get(HAMI_REGISTER)
+                self.mig.set_devices(name, parse_hami_register(text) if text else [])
             node = self.mig.counted(node)
         return self.provisioning.mark(node) if self.provisioning is not None else node
 
@@ -93,6 +97,7 @@ class Rebuild(ControllerParts):
             self.gang_of,
             self.unclaimed,
             self.unclaimed_job,
+            self.resubmit_at,
         ):
             d.clear()
         bound: dict[JobId, list[tuple[str, RecordedPlacement]]] = {}

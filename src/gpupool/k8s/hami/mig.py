@@ -265,18 +265,23 @@ def mig_request(
     both keeps its request while the cluster has a card not in MIG mode of a model it
     allows (``core_models``); else, with one container asking for GPUs, it goes to MIG.
 
-    The profile is chosen per card as HAMi chooses it (:func:`select_profile`: the
-    container's memory, in MiB or as its percentage of that card, on that card's own
-    profiles, beside the instances already there), and the pod is given the smallest of
-    these choices across the cards it may use (several card models each offer their own
-    profiles), on the models where that profile holds its memory. When no card has room
-    for any profile that holds it, the pod waits for the smallest such profile. The
-    controller chooses again when the instances on the cards change, so a pod waiting for
-    a profile with no free placement left takes the next larger one, as HAMi would.
+    The profile is chosen per card, when the core places the pod, as HAMi's
+    ``selectMigCandidate`` chooses it on the node being scored (:func:`select_profile`):
+    the pod is given every profile that holds the container's memory (in MiB, or its
+    percentage of each card) on the cards it may use, smallest first by memory then slice
+    count (``mig_profile`` and ``mig_fallbacks``), and each card gives the first of them it
+    has a free instance of (the core's counts are the placements free beside every
+    instance on the card). So the node is chosen by gpupool's policy among every node with
+    room for *some* profile that holds the pod, and a card whose smaller profiles are taken
+    gives a larger one. The list depends only on the cards' profiles, not on what is free,
+    so it is made again only when MIG-mode nodes change. A name that is too small on some
+    card offering it (the memory a percentage of cards of different sizes) is left out.
 
     A container asking ``nvidia.com/gpu: n`` gets n instances (HAMi's ``Fit`` takes a
-    MIG-mode card again for the next device until it has no room, then the next card), all
-    of the one profile chosen here (HAMi chooses each device's profile in turn).
+    MIG-mode card again for the next device until it has no room, then the next card); a
+    card gives them of the profile it chooses for the first (HAMi chooses each device's
+    profile in turn, so its later devices may take a larger profile when the first's has
+    no room left; gpupool then places them on further cards).
 
     InvalidJobError naming the field for a pod gpupool cannot give MIG (several containers
     asking for GPUs, no MIG-mode card, or memory no profile holds)."""
@@ -303,31 +308,24 @@ def mig_request(
             field, mode or "(absent)", "no card of the cluster the pod may use is in MIG mode"
         )
     needs = [g.used_mib(c.gpu.memory_mib) for c in usable]
-    chosen = [
-        p
-        for c, need in zip(usable, needs, strict=True)
-        if (p := select_profile(c.profiles, c.occupied, need)) is not None
-    ]
-    if not chosen:  # no room anywhere: wait for the smallest profile that holds it
-        chosen = [
-            p
-            for c, need in zip(usable, needs, strict=True)
-            if (p := min((q for q in c.profiles if q.memory_mib >= need), key=_order, default=None))
-            is not None
-        ]
-    if not chosen:
+    holds: dict[str, HamiMigProfile] = {}
+    short: set[str] = set()  # a name too small on some card that offers it
+    for c, need in zip(usable, needs, strict=True):
+        for p in c.profiles:
+            if p.memory_mib >= need:
+                holds.setdefault(p.name, p)
+            else:
+                short.add(p.name)
+    choices = sorted((p for name, p in holds.items() if name not in short), key=_order)
+    if not choices:
         largest = max((p for c in usable for p in c.profiles), key=_order)
         raise InvalidJobError(
             "spec.containers[].resources.limits[nvidia.com/gpumem]",
             max(needs),
             f"no MIG profile holds it; the largest holds {largest.memory_mib} MiB ({largest.name})",
         )
-    pick = min(chosen, key=_order)
-    models = frozenset(
-        c.gpu.model
-        for c, need in zip(usable, needs, strict=True)
-        if any(p.name == pick.name and p.memory_mib >= need for p in c.profiles)
-    )
+    names = {p.name for p in choices}
+    models = frozenset(c.gpu.model for c in usable if any(p.name in names for p in c.profiles))
     return replace(
         req,
         gpu=replace(
@@ -337,7 +335,8 @@ def mig_request(
             memory_mib=0,
             memory_percent=0,
             cards=1,
-            mig_profile=pick.name,
+            mig_profile=choices[0].name,
+            mig_fallbacks=tuple(p.name for p in choices[1:]),
             models=models,
             mig_instances=g.count,
         ),

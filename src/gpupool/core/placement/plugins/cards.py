@@ -6,10 +6,32 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
+import numpy.typing as npt
 
-from gpupool.core.model import WHOLE_GPU_MILLI, GpuKind, GpuShare, Task
+from gpupool.core.model import WHOLE_GPU_MILLI, GpuKind, GpuRequest, GpuShare, Task
 from gpupool.core.placement.framework import CycleState
 from gpupool.core.placement.plugins.eligible import card_mask
+
+
+def mig_room(
+    cs: CycleState, req: GpuRequest, rows: npt.NDArray[np.int64]
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """Per card of ``rows``: the free instances of the profile it would give (the first of
+    ``req.mig_choices`` it has free, HAMi's choice per card) and that profile's place in
+    the choices (-1: none free). Instances of one card's profiles are counted apart (see
+    ``k8s/hami/mig.py``), so a card gives the instances of one profile here."""
+    t = cs.table
+    free = np.zeros((rows.size, t.gpu_model.shape[1]), np.int64)
+    which = np.full(free.shape, -1, np.int64)
+    for k, name in enumerate(req.mig_choices):
+        pool = t.mig_free.get(name)
+        if pool is None:
+            continue
+        here = np.asarray(pool[rows])
+        take = (which < 0) & (here >= 1)
+        free[take] = here[take]
+        which[take] = k
+    return free, which
 
 
 def fitting_cards(cs: CycleState, task: Task, row: int) -> list[int]:
@@ -22,10 +44,7 @@ def fitting_cards(cs: CycleState, task: Task, row: int) -> list[int]:
     elif kind is GpuKind.SLICE:
         ok = t.slice_room(np.asarray([row], np.int64), req)[0]
     elif kind is GpuKind.MIG:
-        pool = t.mig_free.get(req.mig_profile or "")
-        if pool is None:
-            return []
-        ok = pool[row] >= 1
+        ok = mig_room(cs, req, np.asarray([row], np.int64))[0][0] >= 1
     else:
         return []
     allowed = card_mask(cs, req)
@@ -100,14 +119,15 @@ class BestFitCards:
         if kind is GpuKind.MIG:
             if not cands:
                 return None
-            pool = t.mig_free[req.mig_profile or ""]
+            free, which = mig_room(cs, req, np.asarray([row], np.int64))
+            choices = req.mig_choices
             if req.mig_instances == 1:
-                g = min(cands, key=lambda i: (pool[row, i], i))
-                return (GpuShare(g, 0, 0, req.mig_profile),)
+                g = min(cands, key=lambda i: (free[0, i], i))
+                return (GpuShare(g, 0, 0, choices[which[0, g]]),)
             out: list[GpuShare] = []  # the cards with fewest free first, each filled in turn
-            for g in sorted(cands, key=lambda i: (pool[row, i], i)):
-                take = min(int(pool[row, g]), req.mig_instances - len(out))
-                out.extend(GpuShare(g, 0, 0, req.mig_profile) for _ in range(take))
+            for g in sorted(cands, key=lambda i: (free[0, i], i)):
+                take = min(int(free[0, g]), req.mig_instances - len(out))
+                out.extend(GpuShare(g, 0, 0, choices[which[0, g]]) for _ in range(take))
             return tuple(out) if len(out) == req.mig_instances else None
         if len(cands) < req.count:
             return None

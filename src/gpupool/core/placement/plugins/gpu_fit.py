@@ -8,6 +8,7 @@ import numpy as np
 from gpupool.core import said
 from gpupool.core.model import WHOLE_GPU_MILLI, GpuKind, Task
 from gpupool.core.placement.framework import CycleState, Mask, Rows
+from gpupool.core.placement.plugins.cards import mig_room
 from gpupool.core.placement.plugins.eligible import card_mask
 
 
@@ -50,17 +51,14 @@ class GpuFit:
             out[out] = fits.any(axis=1) if req.cards == 1 else fits.sum(axis=1) >= req.cards
             return out
         else:
-            pool = t.mig_free.get(req.mig_profile or "")
-            if pool is None:
-                return np.zeros(rows.size, np.bool_)
+            free, _ = mig_room(cs, req, rows)  # per card, the profile it would give
             if req.mig_instances > 1:  # several instances, on one card or several
-                free = np.asarray(pool[rows])
                 if allowed is not None:
                     free = free * allowed[rows]
                 return np.asarray(free.sum(axis=1) >= req.mig_instances)
             out = np.ones(rows.size, np.bool_)
             cand = rows
-            fits = np.asarray(pool[rows] >= 1)
+            fits = np.asarray(free >= 1)
         if allowed is not None:
             fits = np.asarray(np.logical_and(fits, allowed[cand]), np.bool_)
         out[out] = fits.any(axis=1)
@@ -72,9 +70,10 @@ class GpuFit:
         if kind is GpuKind.WHOLE:
             return f"fewer than {req.count} whole GPUs free"
         if kind is GpuKind.MIG:
+            what = " or ".join(req.mig_choices)
             if req.mig_instances > 1:
-                return f"fewer than {req.mig_instances} free MIG {req.mig_profile} instances"
-            return f"no free MIG {req.mig_profile} instance"
+                return f"fewer than {req.mig_instances} free MIG {what} instances"
+            return f"no free MIG {what} instance"
         asked = [said.card_share(req.gpu_milli)] if req.gpu_milli else []
         if req.memory_percent:
             asked.append(f"{req.memory_percent}% of its memory")
