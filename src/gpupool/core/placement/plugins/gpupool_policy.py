@@ -76,6 +76,7 @@ from gpupool.core.placement.plugins.fgd import (
     slice_cards,
     whole_take,
 )
+from gpupool.core.placement.plugins.fill import fill_gain, waste_table
 from gpupool.core.placement.plugins.frag import (
     F64,
     I64,
@@ -354,22 +355,38 @@ class GpupoolScore(RowScored):
         after = self.measure(cpu2, mem - task.memory_mib, idle2, nfit2, usable2, full2, cpu_inv)
         return (before - after)[:, None], np.ones((rows.size, 1), np.bool_)
 
-    def charged(self, task: Task, df: F64, ok: Bool, charge: F64) -> tuple[F64, I64]:
+    def charged(
+        self, task: Task, df: F64, ok: Bool, charge: F64, gain: F64 | None = None
+    ) -> tuple[F64, I64]:
         """(score, card) from the fall of the measure less the pod's scarcity charge; the
-        card is -1 unless a slice (the first of the best class)."""
+        card is -1 unless a slice: of the cards in the best class, the one where the slice
+        lowers the eventual waste most (``gain``, :func:`fill_gain`), the first on ties."""
         tp = self.typical_pods
         req = task.request
         fall = df - (req.total_milli * charge)[:, None] if req.total_milli else df
         s = np.where(ok, sigmoid_score(fall, tp.kept), -1)
         if req.kind is not GpuKind.SLICE:
             return s[:, 0].astype(np.float64), np.full(df.shape[0], -1, np.int64)
-        card = np.argmax(s, axis=1)
-        return s[np.arange(df.shape[0]), card].astype(np.float64), card
+        best = s.max(axis=1)
+        if gain is None:
+            card = np.argmax(s, axis=1)
+        else:
+            card = np.argmax(np.where(s == best[:, None], gain, -np.inf), axis=1)
+        return best.astype(np.float64), card
+
+    def gain(self, cs: CycleState, task: Task, rows: Rows) -> F64 | None:
+        """[R, W] :func:`fill_gain` of the task's slice on each card of ``rows``; None for
+        anything but a slice."""
+        if task.request.kind is not GpuKind.SLICE:
+            return None
+        t = cs.table
+        ew = waste_table(self.typical_pods, cs.cache)
+        return fill_gain(ew, t.free_milli[rows], slice_milli(t, rows, task.request))
 
     def evaluate(self, cs: CycleState, task: Task, rows: Rows) -> tuple[F64, I64]:
         """(score, card) per row, computed afresh; the card is -1 unless a slice."""
         df, ok = self.delta(cs, task, rows)
-        return self.charged(task, df, ok, self.scarcity(cs, rows))
+        return self.charged(task, df, ok, self.scarcity(cs, rows), self.gain(cs, task, rows))
 
     # -- plugin points ---------------------------------------------------------------------
 
@@ -393,4 +410,6 @@ class GpupoolScore(RowScored):
         if stale.size:
             df[stale], ok[stale] = self.delta(cs, task, stale)
             gen_at[stale] = t.gen[stale]
-        return self.charged(task, df[rows], ok[rows], self.scarcity(cs, rows))
+        return self.charged(
+            task, df[rows], ok[rows], self.scarcity(cs, rows), self.gain(cs, task, rows)
+        )
