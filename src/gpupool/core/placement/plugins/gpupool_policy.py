@@ -11,10 +11,10 @@ What it keeps from FGD
     exactly (no truncation) the same measure leaves a point more GPU unallocated on openb, and
     with a fresh random tie-break per pod twice as much: most of FGD's packing comes from
     first-fit among nodes the measure cannot tell apart, so the classes stay coarse and the tie
-    order fixed. Slices take the card that scores best, the first on equal classes; whole GPUs
+    order fixed. Slices take the card that scores best (item 6 breaks ties of class); whole GPUs
     take the lowest-index free cards.
 
-What it changes (each is a term of the measure, so it acts through the same classes)
+What it changes (1-5 are terms of the measure, so they act through the same classes)
     1. Memory joins CPU in "does typical pod m fit on this node". The scheduler refuses a
        node short of memory as surely as one short of CPU, so a node whose memory is gone
        strands its GPUs, which FGD counts as usable. Each typical group brings its mean
@@ -47,6 +47,13 @@ What it changes (each is a term of the measure, so it acts through the same clas
        first-fit in the tie order, onto the nodes GPU pods fill, so both run out together.
        (Breaking that class by the most CPU left over, a worst fit on CPU, spread the large
        CPU-only pods over every node and lost to FGD with 23.5 % of pods CPU-only.)
+
+    6. A slice's card, within the node. Of the cards that score in the node's best class
+       (FGD takes the first), the slice takes the one whose gap it fills best by the eventual
+       waste of what the typical pods would leave there (``fill.py``): a slice that fits a
+       partly used card goes there rather than breaking a fresh one when neither moves the
+       fragment by a class, so fresh cards stay whole for the large slices and whole GPUs. The
+       node's score, and so the node, is unchanged.
 
 A workload without whole-GPU pods, or whose pods ask no CPU or memory, strands nothing by the
 per-card or the missing term: a rate of zero means no need, not that every free card is lost.
