@@ -49,9 +49,15 @@ def test_fill_gain_per_card() -> None:
 
 
 MOSTLY_MID = TypicalPods((PodShape(0, 810, 1), PodShape(0, 470, 1)), (1, 3), 4)
+BOUND_MID = TypicalPods((PodShape(0, 810, 1), PodShape(0, 470, 1, frozenset({"A100"}))), (1, 3), 4)
+"""The same, the 470s bound to the node's model: scores take the path that caches the fall
+of the measure and the fill gain per row and applies the scarcity charge on read."""
 
 
-def test_gpupool_slice_takes_the_card_it_fills_best_within_the_best_class() -> None:
+@pytest.mark.parametrize("workload", [MOSTLY_MID, BOUND_MID], ids=["free", "bound"])
+def test_gpupool_slice_takes_the_card_it_fills_best_within_the_best_class(
+    workload: TypicalPods,
+) -> None:
     # card 0 fresh, card 1 with 600 free. A 100-milli slice on card 1 takes 100 of the milli
     # that 810s cannot use (a quarter of the pods): 25 milli of fragment, under one class of
     # the truncated score, so both cards score 50 and FGD takes the first, breaking the fresh
@@ -61,7 +67,7 @@ def test_gpupool_slice_takes_the_card_it_fills_best_within_the_best_class() -> N
     state.assume(Placement(TaskId("u"), JobId("u"), NodeName("n"), 0, 0, (GpuShare(1, 400, 0),)))
     task = next(job("t", gpu=share(100), cpu=1000).tasks())
     for policy, card in (("fgd", 0), ("gpupool", 1)):
-        prof = openb_profile(policy, typical_pods=MOSTLY_MID)
+        prof = openb_profile(policy, typical_pods=workload)
         p, status = place_task(task, state.snapshot(), prof)
         assert p is not None, status.message
         assert [s.index for s in p.shares] == [card], policy

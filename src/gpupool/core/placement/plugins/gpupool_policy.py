@@ -402,21 +402,31 @@ class GpupoolScore(RowScored):
         if not (self.constrained.any() and task.request.total_milli):
             return cached_by_row(cs, key, rows, lambda stale: self.evaluate(cs, task, stale))
         # the scarcity charge moves with the whole cluster's free capacity, so the fall of the
-        # measure is what is cached per row; the charge is applied on every read
+        # measure (and, for a slice, each card's fill gain) is what is cached per row; the
+        # charge is applied on every read
         t = cs.table
-        width = t.width if task.request.kind is GpuKind.SLICE else 1
+        is_slice = task.request.kind is GpuKind.SLICE
+        width = t.width if is_slice else 1
         entry = cs.cache.get(key)
         if entry is None or entry[0].size < t.cap_rows:
             entry = cs.cache[key] = (
                 np.full(t.cap_rows, -1, np.int64),
                 np.zeros((t.cap_rows, width), np.float64),
                 np.zeros((t.cap_rows, width), np.bool_),
+                np.zeros((t.cap_rows, width), np.float64),
             )
-        gen_at, df, ok = entry
+        gen_at, df, ok, gain = entry
         stale = rows[gen_at[rows] != t.gen[rows]]
         if stale.size:
             df[stale], ok[stale] = self.delta(cs, task, stale)
+            fresh = self.gain(cs, task, stale)
+            if fresh is not None:
+                gain[stale] = fresh
             gen_at[stale] = t.gen[stale]
         return self.charged(
-            task, df[rows], ok[rows], self.scarcity(cs, rows), self.gain(cs, task, rows)
+            task,
+            df[rows],
+            ok[rows],
+            self.scarcity(cs, rows),
+            gain[rows] if is_slice else None,
         )
