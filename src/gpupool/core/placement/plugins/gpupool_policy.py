@@ -11,10 +11,10 @@ What it keeps from FGD
     exactly (no truncation) the same measure leaves a point more GPU unallocated on openb, and
     with a fresh random tie-break per pod twice as much: most of FGD's packing comes from
     first-fit among nodes the measure cannot tell apart, so the classes stay coarse and the tie
-    order fixed. Slices take the card that scores best, the first on equal classes; whole GPUs
+    order fixed. Slices take the card that scores best (item 6 breaks ties of class); whole GPUs
     take the lowest-index free cards.
 
-What it changes (each is a term of the measure, so it acts through the same classes)
+What it changes (1-5 are terms of the measure, so they act through the same classes)
     1. Memory joins CPU in "does typical pod m fit on this node". The scheduler refuses a
        node short of memory as surely as one short of CPU, so a node whose memory is gone
        strands its GPUs, which FGD counts as usable. Each typical group brings its mean
@@ -48,6 +48,13 @@ What it changes (each is a term of the measure, so it acts through the same clas
        (Breaking that class by the most CPU left over, a worst fit on CPU, spread the large
        CPU-only pods over every node and lost to FGD with 23.5 % of pods CPU-only.)
 
+    6. A slice's card, within the node. Of the cards that score in the node's best class
+       (FGD takes the first), the slice takes the one whose gap it fills best by the eventual
+       waste of what the typical pods would leave there (``fill.py``): a slice that fits a
+       partly used card goes there rather than breaking a fresh one when neither moves the
+       fragment by a class, so fresh cards stay whole for the large slices and whole GPUs. The
+       node's score, and so the node, is unchanged.
+
 A workload without whole-GPU pods, or whose pods ask no CPU or memory, strands nothing by the
 per-card or the missing term: a rate of zero means no need, not that every free card is lost.
 
@@ -76,6 +83,7 @@ from gpupool.core.placement.plugins.fgd import (
     slice_cards,
     whole_take,
 )
+from gpupool.core.placement.plugins.fill import fill_gain, waste_table
 from gpupool.core.placement.plugins.frag import (
     F64,
     I64,
@@ -84,17 +92,14 @@ from gpupool.core.placement.plugins.frag import (
     TypicalPods,
     after_slice_terms,
     after_take_terms,
-    card_eligibility,
     row_terms,
     slice_milli,
 )
-
-SCARCITY_STEP = 1.05
-"""Step of the scarcity charge's free-share factor (5 %, on a log scale)."""
+from gpupool.core.placement.plugins.scarcity import ScarcityCharge
 
 
 @dataclass(frozen=True, eq=False)
-class GpupoolScore(RowScored):
+class GpupoolScore(RowScored, ScarcityCharge):
     """Score and card choice of the gpupool policy against ``typical_pods``."""
 
     typical_pods: TypicalPods
@@ -195,108 +200,6 @@ class GpupoolScore(RowScored):
         frag = (self.gpu_weight * idle - lost).astype(np.float64)
         return frag + self.gpu_weight * self.stranded(cpu, mem, idle, full, cpu_inv)
 
-    def scarcity_key(self, cs: CycleState) -> tuple[int, ...]:
-        """Per model-bound GPU typical pod, the cluster's free GPU milli over the free milli on
-        the cards it may use, in steps of ``SCARCITY_STEP`` (log scale); () without any.
-
-        The look-ahead of item 3: the pods still to come take the free capacity in proportion
-        to their popularity, so a model whose free cards run out faster than the cluster's is
-        the one its bound pods will miss. Quantised so that scores cached per row stay valid
-        until a model's free share moves by a step.
-        """
-        if not self.constrained.any():
-            return ()
-        t = cs.table
-        # every change of use gives its row a fresh, higher generation: the newest names the
-        # state, so the key is computed once per change, not once per call
-        stamp = (t.version, int(t.gen[: t.cap_rows].max()))
-        key = ("gpupool-scarcity-key", self.typical_pods)
-        found = cs.cache.get(key)
-        if found is not None and found[0] == stamp:
-            steps: tuple[int, ...] = found[1]
-            return steps
-        live = t.live()
-        row_code = self.row_model(cs)[live]
-        if (row_code >= -1).all():  # one model a node: the node's free milli is the model's
-            codes, free = row_code, t.milli_free[live]
-        else:
-            codes = t.gpu_model[live].ravel()
-            free = np.maximum(t.free_milli[live], 0).ravel()
-        by_code = np.bincount(codes + 1, weights=free, minlength=len(t.models) + 1)
-        allowed = self.allowed(cs)
-        usable = allowed[:, self.constrained].T @ by_code[1:]
-        share = float(by_code[1:].sum()) / np.maximum(usable, 1.0)
-        level = np.round(np.log(np.maximum(share, 1.0)) / np.log(SCARCITY_STEP))
-        steps = tuple(int(x) for x in level)
-        cs.cache[key] = (stamp, steps)
-        return steps
-
-    def row_model(self, cs: CycleState) -> I64:
-        """Per table row, the code of its cards' one model; -1 without cards, -2 with several
-        (per inventory)."""
-        t = cs.table
-        key = ("inventory", "gpupool-row-model", t.version)
-        found = cs.cache.get(key)
-        if found is None:
-            codes = t.gpu_model
-            has = codes >= 0
-            top = np.where(has, codes, -1).max(axis=1)
-            low = np.where(has, codes, np.iinfo(np.int64).max).min(axis=1)
-            found = cs.cache[key] = np.where(~has.any(axis=1), -1, np.where(top == low, top, -2))
-        result: I64 = found
-        return result
-
-    def node_eligible(self, cs: CycleState) -> F64:
-        """[table rows, GPU typical pods]: 1 where some card of the row may serve the pod."""
-        t = cs.table
-        key = ("inventory", "gpupool-node-eligible", self.typical_pods, t.version)
-        found = cs.cache.get(key)
-        if found is None:
-            elig = card_eligibility(self.typical_pods, t, cs.cache)
-            assert elig is not None
-            found = cs.cache[key] = np.asarray(elig.any(axis=1), np.float64)
-        result: F64 = found
-        return result
-
-    def allowed(self, cs: CycleState) -> npt.NDArray[np.float64]:
-        """[model codes, GPU typical pods]: 1 where the pod may use the model (per inventory)."""
-        t = cs.table
-        tp = self.typical_pods
-        key = ("inventory", "gpupool-allowed", tp, t.version)
-        found = cs.cache.get(key)
-        if found is None:
-            found = cs.cache[key] = np.asarray(
-                [
-                    [not tp.shapes[i].models or m in tp.shapes[i].models for i in tp.gpu_index]
-                    for m in t.models
-                ],
-                np.float64,
-            ).reshape(len(t.models), tp.gpu_index.size)
-        result: npt.NDArray[np.float64] = found
-        return result
-
-    def scarcity(self, cs: CycleState, rows: Rows) -> F64:
-        """kept * fragment charged per GPU milli placed on each row: the typical pods that are
-        bound to a model this node has, each weighted by how small a share of the cluster's
-        free GPU its cards hold (:meth:`scarcity_key`; 0 without model-bound typical pods)."""
-        tp = self.typical_pods
-        t = cs.table
-        steps = self.scarcity_key(cs)
-        if not steps:
-            return np.zeros(rows.size, np.float64)
-        key = ("gpupool-scarcity", tp)
-        found = cs.cache.get(key)
-        if found is None or found[0] != (t.version, steps):
-            share = np.zeros(self.constrained.size, np.float64)
-            share[self.constrained] = SCARCITY_STEP ** np.asarray(steps, np.float64)
-            found = cs.cache[key] = (
-                (t.version, steps),
-                self.node_eligible(cs) @ (tp.weight * share),
-            )
-        per_row: F64 = found[1]
-        result: F64 = per_row[rows]
-        return result
-
     def before(
         self, cs: CycleState, rows: Rows, base: RowTerms, mem: I64, full: I64, cpu_inv: float
     ) -> F64:
@@ -354,22 +257,38 @@ class GpupoolScore(RowScored):
         after = self.measure(cpu2, mem - task.memory_mib, idle2, nfit2, usable2, full2, cpu_inv)
         return (before - after)[:, None], np.ones((rows.size, 1), np.bool_)
 
-    def charged(self, task: Task, df: F64, ok: Bool, charge: F64) -> tuple[F64, I64]:
+    def charged(
+        self, task: Task, df: F64, ok: Bool, charge: F64, gain: F64 | None = None
+    ) -> tuple[F64, I64]:
         """(score, card) from the fall of the measure less the pod's scarcity charge; the
-        card is -1 unless a slice (the first of the best class)."""
+        card is -1 unless a slice: of the cards in the best class, the one where the slice
+        lowers the eventual waste most (``gain``, :func:`fill_gain`), the first on ties."""
         tp = self.typical_pods
         req = task.request
         fall = df - (req.total_milli * charge)[:, None] if req.total_milli else df
         s = np.where(ok, sigmoid_score(fall, tp.kept), -1)
         if req.kind is not GpuKind.SLICE:
             return s[:, 0].astype(np.float64), np.full(df.shape[0], -1, np.int64)
-        card = np.argmax(s, axis=1)
-        return s[np.arange(df.shape[0]), card].astype(np.float64), card
+        best = s.max(axis=1)
+        if gain is None:
+            card = np.argmax(s, axis=1)
+        else:
+            card = np.argmax(np.where(s == best[:, None], gain, -np.inf), axis=1)
+        return best.astype(np.float64), card
+
+    def gain(self, cs: CycleState, task: Task, rows: Rows) -> F64 | None:
+        """[R, W] :func:`fill_gain` of the task's slice on each card of ``rows``; None for
+        anything but a slice."""
+        if task.request.kind is not GpuKind.SLICE:
+            return None
+        t = cs.table
+        ew = waste_table(self.typical_pods, cs.cache)
+        return fill_gain(ew, t.free_milli[rows], slice_milli(t, rows, task.request))
 
     def evaluate(self, cs: CycleState, task: Task, rows: Rows) -> tuple[F64, I64]:
         """(score, card) per row, computed afresh; the card is -1 unless a slice."""
         df, ok = self.delta(cs, task, rows)
-        return self.charged(task, df, ok, self.scarcity(cs, rows))
+        return self.charged(task, df, ok, self.scarcity(cs, rows), self.gain(cs, task, rows))
 
     # -- plugin points ---------------------------------------------------------------------
 
@@ -378,19 +297,31 @@ class GpupoolScore(RowScored):
         if not (self.constrained.any() and task.request.total_milli):
             return cached_by_row(cs, key, rows, lambda stale: self.evaluate(cs, task, stale))
         # the scarcity charge moves with the whole cluster's free capacity, so the fall of the
-        # measure is what is cached per row; the charge is applied on every read
+        # measure (and, for a slice, each card's fill gain) is what is cached per row; the
+        # charge is applied on every read
         t = cs.table
-        width = t.width if task.request.kind is GpuKind.SLICE else 1
+        is_slice = task.request.kind is GpuKind.SLICE
+        width = t.width if is_slice else 1
         entry = cs.cache.get(key)
         if entry is None or entry[0].size < t.cap_rows:
             entry = cs.cache[key] = (
                 np.full(t.cap_rows, -1, np.int64),
                 np.zeros((t.cap_rows, width), np.float64),
                 np.zeros((t.cap_rows, width), np.bool_),
+                np.zeros((t.cap_rows, width), np.float64),
             )
-        gen_at, df, ok = entry
+        gen_at, df, ok, gain = entry
         stale = rows[gen_at[rows] != t.gen[rows]]
         if stale.size:
             df[stale], ok[stale] = self.delta(cs, task, stale)
+            fresh = self.gain(cs, task, stale)
+            if fresh is not None:
+                gain[stale] = fresh
             gen_at[stale] = t.gen[stale]
-        return self.charged(task, df[rows], ok[rows], self.scarcity(cs, rows))
+        return self.charged(
+            task,
+            df[rows],
+            ok[rows],
+            self.scarcity(cs, rows),
+            gain[rows] if is_slice else None,
+        )
