@@ -83,6 +83,9 @@ class _End:
     placements: tuple[Placement, ...]
     demand: Vec
     basis: str
+    user: str
+    started_s: float
+    charge: float  # what its user was charged at its start, for its expected runtime
 
 
 def _ending(ctx: Context, now_s: float) -> list[tuple[float, int, _End]]:
@@ -95,13 +98,20 @@ def _ending(ctx: Context, now_s: float) -> list[tuple[float, int, _End]]:
             continue
         left = ctx.runtimes.remaining(r.job, now_s - r.start_s, now_s)
         at = now_s + left.runtime_s
-        out.append((at, i, _End(at, r.job.id, r.queue, r.placements, r.demand, left.basis)))
+        out.append(
+            (at, i, _End(at, r.job.id, r.queue, r.placements, r.demand, left.basis, *_who(r)))
+        )
     for (i, r, _), left_s in zip(spread, spread_ends([res for _, _, res in spread]), strict=True):
         at = now_s + left_s
         basis = f"{ctx.runtimes.expected(r.job, now_s).basis}, spread by its recent runtimes"
-        out.append((at, i, _End(at, r.job.id, r.queue, r.placements, r.demand, basis)))
+        out.append((at, i, _End(at, r.job.id, r.queue, r.placements, r.demand, basis, *_who(r))))
     heapq.heapify(out)
     return out
+
+
+def _who(r: Running) -> tuple[str, float, float]:
+    """A running job's user, start and charge, for its ``_End``."""
+    return r.job.user, r.start_s, r.charge
 
 
 def spread_ends(residuals: list[Dist]) -> list[float]:
@@ -273,7 +283,7 @@ def _forecast(
                     # Charged to its user as the cycle does, so the users of a queue take
                     # turns in the forecast as they do in the cycles ahead.
                     exp = ctx.runtimes.expected(p.job, now_s)
-                    charge = request_charge(ctx, p.queue, fit.demand) * exp.runtime_s
+                    charge = request_charge(ctx, p.queue, fit.demand) * ctx.runtimes(p.job)
                     # Runs started here end by the spread of the learned runtimes (quantiles
                     # in a low-discrepancy sequence), not all at their mean.
                     drawn += 1
@@ -302,6 +312,9 @@ def _forecast(
                                 fit.placements,
                                 fit.demand,
                                 f"{exp.basis}, started in this forecast",
+                                p.job.user,
+                                t,
+                                charge,
                             ),
                         ),
                     )
@@ -318,6 +331,12 @@ def _forecast(
                         snap.release(pl)
                     tree.add(e.queue, e.demand, -1)
                     changes.append((e.queue, {k: -v for k, v in e.demand.items()}))
+                    # As the cycle's release does: the user pays for what the run used, not
+                    # for what was expected of it at its start, so the users of a queue
+                    # take turns after a long or short run as they will in the cycles ahead.
+                    used = request_charge(ctx, e.queue, e.demand) * max(0.0, e.at_s - e.started_s)
+                    ctx.ledger.charge(e.queue, e.user, used - e.charge, now_s)
+                    charged.append((e.queue, e.user, used - e.charge))
                     freed.append(e)
                 if not freed:
                     break
