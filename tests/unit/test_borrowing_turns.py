@@ -1,6 +1,8 @@
 """When borrowing is worth a later reclaim (``core.lending``), whose turn it is to borrow
 with a large job (``cycle.borrowing_turn``), and forecast ends spread by the learned runtime
-distribution (``estimate.spread_ends``, ``Runtimes.residuals``)."""
+distribution (``estimate.spread_ends``, ``Runtimes.residuals``), learned per queue until a
+user has runtimes enough of their own, with users charged in the forecast as the cycle charges
+them."""
 
 from __future__ import annotations
 
