@@ -1,14 +1,18 @@
 """When borrowing is worth a later reclaim (``core.lending``), whose turn it is to borrow
 with a large job (``cycle.borrowing_turn``), and forecast ends spread by the learned runtime
-distribution (``estimate.spread_ends``, ``Runtimes.residuals``)."""
+distribution (``estimate.spread_ends``, ``Runtimes.residuals``), learned per queue until a
+user has runtimes enough of their own, with users charged in the forecast as the cycle charges
+them."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import pytest
 
 from gpupool.core import JobId
 from gpupool.core.estimate import spread_ends
-from gpupool.core.runtimes import MIN_SAMPLES, Runtimes, survival
+from gpupool.core.runtimes import MIN_SAMPLES, OWN_SAMPLES, Runtimes, survival
 from gpupool.core.scheduler import Scheduler
 from tests.builders import job, node, queue_config, whole
 
@@ -149,3 +153,49 @@ def test_learned_runtimes_count_the_runs_still_going_as_at_least_their_age() -> 
     assert r.residuals(job("d", queue="a", duration=100.0), 0.0, 3000.0) is None  # declared
     assert r.quantile(j, 0.2, 3000.0) == 600.0 and r.quantile(j, 0.7, 3000.0) == 3600.0
     assert survival([1.0, 2.0], [], 9.0) == [(1.0, 0.5), (2.0, 0.5)]
+
+
+def test_a_user_with_few_runtimes_of_their_own_is_forecast_by_their_queues() -> None:
+    """u1's four runs ended after 100 s while their queue's 40 runs (u2's) took 1,000 s: four
+    runtimes are too few to be a distribution of their own, so u1's runtime is the queue's;
+    once ``OWN_SAMPLES`` of u1's ended, u1's own."""
+    r = Runtimes(3600.0)
+    u1, u2 = replace(job("x", queue="a"), user="u1"), replace(job("y", queue="a"), user="u2")
+    for _ in range(MIN_SAMPLES):
+        r.observe(u1, 100.0)
+    for _ in range(40):
+        r.observe(u2, 1000.0)
+    got = r.distribution(u1, 0.0)
+    assert got is not None and r.quantile(u1, 0.5, 0.0) == 1000.0
+    for _ in range(OWN_SAMPLES - MIN_SAMPLES):
+        r.observe(u1, 100.0)
+    assert r.distribution(u1, 0.0) == [(100.0, 1.0)]
+
+
+def test_the_forecast_charges_a_run_that_ends_for_what_it_used_as_the_cycle_does() -> None:
+    """u1's run A began charged for the 1 h default runtime; the queue has since learned that
+    runs take 300 s, so A is forecast to end at t=1,300 s, having used 300 s. The cycle then
+    charges u1 what A used (300 s, less than u2's 1,000 s), and u1's B goes before u2's C,
+    which came first. The forecast must charge the same, or it starts C in B's place."""
+    s = Scheduler([node("n0", gpu=1)], queue_config({"a": 1}))
+
+    def submit(name: str, user: str, t: float, duration: float | None = None) -> None:
+        j = job(name, gpu=whole(1), queue="a", submit=t, duration=duration)
+        s.submit(replace(j, user=user), t)
+
+    submit("D", "u2", 0.0, duration=1000.0)
+    s.cycle(0.0)
+    s.finished(JobId("D"), 1000.0)  # u2 used 1,000 s
+    submit("A", "u1", 1000.0)
+    s.cycle(1000.0)  # A runs, u1 charged 3,600 s
+    u3 = replace(job("z", queue="a"), user="u3")
+    for _ in range(MIN_SAMPLES):
+        s._ctx.runtimes.observe(u3, 300.0)
+    submit("C", "u2", 1040.0)
+    submit("B", "u1", 1050.0)
+    est = s.estimates(1100.0)
+    assert est[JobId("B")][1] == pytest.approx(1300.0)
+    assert est[JobId("C")][1] is not None and est[JobId("C")][1] > 1300.0
+    # And the cycle agrees once A ends there.
+    s.finished(JobId("A"), 1300.0)
+    assert [b.job for b in s.cycle(1300.0).binds] == ["B"]

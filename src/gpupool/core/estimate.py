@@ -15,6 +15,10 @@ A forecast run on a snapshot trial, from what the scheduler knows:
   starts earlier (**backfill**), and a StrictFIFO head blocks its queue as in the cycle;
 - a gang holding a **reservation** keeps its nodes: others start there only within their
   run limit, as in the cycle;
+- users are charged as the cycle charges them, so the users of a queue take turns in the
+  forecast as they will: a job it starts for its expected runtime, a running job it ends for
+  what that run is expected to have used in all (as the cycle's release charges what a run
+  used);
 - each queue that has been submitting steadily is expected to go on at its recent rate
   (``Arrivals``), so capacity a queue frees is not all forecast to go to others when its
   own next jobs, ahead of them in the fair order, will take it;
@@ -83,6 +87,9 @@ class _End:
     placements: tuple[Placement, ...]
     demand: Vec
     basis: str
+    user: str
+    used_s: float | None  # how long the run is expected to have run in all; None: as charged
+    charge: float  # what its user was charged at its start, for its expected runtime
 
 
 def _ending(ctx: Context, now_s: float) -> list[tuple[float, int, _End]]:
@@ -95,13 +102,27 @@ def _ending(ctx: Context, now_s: float) -> list[tuple[float, int, _End]]:
             continue
         left = ctx.runtimes.remaining(r.job, now_s - r.start_s, now_s)
         at = now_s + left.runtime_s
-        out.append((at, i, _End(at, r.job.id, r.queue, r.placements, r.demand, left.basis)))
-    for (i, r, _), left_s in zip(spread, spread_ends([res for _, _, res in spread]), strict=True):
+        used = now_s - r.start_s + left.runtime_s
+        out.append(
+            (at, i, _End(at, r.job.id, r.queue, r.placements, r.demand, left.basis, *_who(r, used)))
+        )
+    for (i, r, res), left_s in zip(spread, spread_ends([res for _, _, res in spread]), strict=True):
         at = now_s + left_s
         basis = f"{ctx.runtimes.expected(r.job, now_s).basis}, spread by its recent runtimes"
-        out.append((at, i, _End(at, r.job.id, r.queue, r.placements, r.demand, basis)))
+        # Charged for its expected use (its age and mean residual), not for the end the
+        # spread gives it: which of a crowd of runs ends first is a guess, what each is
+        # expected to use is not.
+        used = now_s - r.start_s + sum(x * w for x, w in res)
+        out.append(
+            (at, i, _End(at, r.job.id, r.queue, r.placements, r.demand, basis, *_who(r, used)))
+        )
     heapq.heapify(out)
     return out
+
+
+def _who(r: Running, used_s: float) -> tuple[str, float, float]:
+    """A running job's user, expected use and charge, for its ``_End``."""
+    return r.job.user, used_s, r.charge
 
 
 def spread_ends(residuals: list[Dist]) -> list[float]:
@@ -273,7 +294,7 @@ def _forecast(
                     # Charged to its user as the cycle does, so the users of a queue take
                     # turns in the forecast as they do in the cycles ahead.
                     exp = ctx.runtimes.expected(p.job, now_s)
-                    charge = request_charge(ctx, p.queue, fit.demand) * exp.runtime_s
+                    charge = request_charge(ctx, p.queue, fit.demand) * ctx.runtimes(p.job)
                     # Runs started here end by the spread of the learned runtimes (quantiles
                     # in a low-discrepancy sequence), not all at their mean.
                     drawn += 1
@@ -302,6 +323,9 @@ def _forecast(
                                 fit.placements,
                                 fit.demand,
                                 f"{exp.basis}, started in this forecast",
+                                p.job.user,
+                                None,  # charged its expected runtime, its expected use
+                                charge,
                             ),
                         ),
                     )
@@ -318,6 +342,13 @@ def _forecast(
                         snap.release(pl)
                     tree.add(e.queue, e.demand, -1)
                     changes.append((e.queue, {k: -v for k, v in e.demand.items()}))
+                    # As the cycle's release does: the user pays for what the run used, not
+                    # for what was expected of it at its start, so the users of a queue
+                    # take turns after a long or short run as they will in the cycles ahead.
+                    if e.used_s is not None:
+                        used = request_charge(ctx, e.queue, e.demand) * e.used_s
+                        ctx.ledger.charge(e.queue, e.user, used - e.charge, now_s)
+                        charged.append((e.queue, e.user, used - e.charge))
                     freed.append(e)
                 if not freed:
                     break
