@@ -17,6 +17,7 @@ from gpupool.core.context import (
     start,
     weighted_share,
 )
+from gpupool.core.cycle_owed import Owed
 from gpupool.core.decisions import Bind, CycleResult, Evict, Hold, Park
 from gpupool.core.model import ClusterQueueName, GpuKind, Job, JobId, Placement
 from gpupool.core.placement.framework import Code, Profile, Status
@@ -104,8 +105,12 @@ def schedule(ctx: Context, now_s: float) -> CycleResult:
             _try(ctx, snap, p, now_s, result, failed, no_victims, preempt=False)
     order = admission_order(ctx, now_s)  # 2.
     ctx.held = {}
-    while (p := order.next()) is not None:
-        order.offered(_try(ctx, snap, p, now_s, result, failed, no_victims, preempt=True))
+    ctx.owed = Owed(ctx, now_s, lambda q: fair_key(ctx, q))
+    try:
+        while (p := order.next()) is not None:
+            order.offered(_try(ctx, snap, p, now_s, result, failed, no_victims, preempt=True))
+    finally:
+        ctx.owed = None
     ctx.held = {}
     for q in ctx.queues.queues():
         ctx.history.hold(q, ctx.tree.share(q), now_s, waiting=ctx.queues.has_pending(q))
@@ -205,6 +210,12 @@ def _try(
         ctx.queues.note(job.id, status)
         result.parks.append(Park(job.id, status))
         return False
+    owed = ctx.owed.blocks_request(q, job) if ctx.owed is not None else None
+    if owed is not None:  # 3. quota owed to a queue ahead of this one: not even placed
+        status = Status(Code.UNSCHEDULABLE, (step(Step.QUOTA, owed),))
+        ctx.queues.park(job.id, status)
+        result.parks.append(Park(job.id, status))
+        return False
     if preempt and ctx.tree.queues[q].fungibility.searches_with_preemption:
         choice, status = fungibility.choose(  # 3. and 4.
             job,
@@ -249,7 +260,9 @@ def _try(
         and _gpus(job) >= ctx.reserve_min_gpus
         and _next_in_fair_order(ctx, q, job)
     ):
+        kept, snap.reservation = snap.reservation, None  # room kept from a gang that started
         ctx.reservation = _reserve(ctx, snap, p, now_s)  # 5.
+        snap.reservation = kept
         if ctx.reservation is not None:
             snap.reservation = ctx.reservation
             result.holds.append(
@@ -267,9 +280,11 @@ def _try(
 def _admit_unless_reclaimed(
     ctx: Context, snap: Snapshot, p: Pending, fit: Fit, now_s: float, result: CycleResult
 ) -> bool:
-    """Admits ``p`` with ``fit`` unless the quota it would borrow is its lender's again soon
-    (``lending.reclaimed_soon``): then it is parked with that reason. True when admitted."""
-    soon = lending.reclaimed_soon(ctx, p, fit, now_s)
+    """Admits ``p`` with ``fit`` unless the quota it would borrow is owed to a waiting queue
+    ahead of it (``cycle_owed``) or is its lender's again soon (``lending.reclaimed_soon``):
+    then it is parked with that reason. True when admitted."""
+    owed = ctx.owed.blocks(p.queue, fit.demand) if ctx.owed is not None else None
+    soon = owed or lending.reclaimed_soon(ctx, p, fit, now_s)
     if soon is None:
         _admit(ctx, snap, p, fit, now_s, result)
         return True
@@ -325,6 +340,8 @@ def _preempt(
     mine = ctx.held.setdefault(q, {})
     for k, amount in fit.demand.items():
         mine[k] = mine.get(k, 0) + amount
+    if ctx.owed is not None:
+        ctx.owed.changed(q)
     ctx.nominated.append(job.id)
     failed.clear()
     no_victims.clear()
@@ -402,6 +419,11 @@ def _admit(
 ) -> None:
     job, q = p.job, p.queue
     ctx.queues.remove(job.id)
+    held = (
+        ctx.reservation if ctx.reservation is not None and ctx.reservation.job == job.id else None
+    )
+    if ctx.owed is not None:
+        ctx.owed.changed(q)
     start(
         ctx,
         snap,
@@ -414,6 +436,10 @@ def _admit(
         p.preemptions,
         fit.alternative,
     )
+    if held is not None:
+        # The room drained for the gang stays held for the rest of the cycle: when the gang
+        # started elsewhere, its queue's next large job may be reserved on it next cycle.
+        snap.reservation = held
     result.binds.append(Bind(job.id, fit.placements, q, fit.flavor, fit.alternative))
 
 
@@ -427,6 +453,8 @@ def _evict(
 ) -> None:
     r = v.running
     release(ctx, r.job.id, now_s, snap=snap, wake=False)
+    if ctx.owed is not None:
+        ctx.owed.changed(r.queue)
     ctx.queues.add(r.job, preemptions=r.preemptions + 1)
     # Parked until the next event that frees capacity: not re-admitted in this same cycle.
     ctx.queues.park(
@@ -455,11 +483,24 @@ def _evict(
 
 def _reserve(ctx: Context, snap: Snapshot, p: Pending, now_s: float) -> Reservation | None:
     """When and where the gang could start if running jobs end as expected: release them in
-    order of expected end (binary search on how many) until quota and cards both fit."""
+    order of expected end (binary search on how many) until quota and cards both fit.
+
+    A gang that would borrow (its queue is running jobs already: a second gang beside the
+    first) is reserved room beside what its queue holds: its queue's own running jobs are
+    not released in the search unless it cannot fit without them. Room its queue's own gang
+    frees is its queue's anyway (below its nominal quota then, it comes first in the fair
+    order); reserved there, the gang only ever replaces the one running, and a queue whose
+    turn to borrow has come never borrows (issue 15: the top-priority gang team held 16 of
+    its 24 GPUs for hours, each new gang reserved on the nodes of the one about to end)."""
     job, q = p.job, p.queue
-    ends = sorted(
+    queue = ctx.tree.queues[q]
+    flavor = queue.flavors[0].flavor if queue.flavors else ""
+    by_end = sorted(
         ctx.running.values(), key=lambda r: (r.start_s + ctx.runtimes.at_most(r.job), r.job.id)
     )
+    ends = by_end
+    if ctx.tree.borrows(q, request_demand(job, flavor)):
+        ends = [r for r in by_end if r.queue != q]
 
     def fits(k: int) -> tuple[Placement, ...]:
         with snap.trial():
@@ -474,8 +515,8 @@ def _reserve(ctx: Context, snap: Snapshot, p: Pending, now_s: float) -> Reservat
                     ctx.tree.add(r.queue, r.demand, +1)
             return fit.placements if fit is not None else ()
 
-    queue = ctx.tree.queues[q]
-    flavor = queue.flavors[0].flavor if queue.flavors else ""
+    if len(ends) < len(by_end) and not fits(len(ends)):
+        ends = by_end  # it needs its own queue's room too
     holds_quota = bool(ctx.tree.shortfall(q, request_demand(job, flavor)))
     lo, hi = 0, len(ends)
     if not fits(hi):
