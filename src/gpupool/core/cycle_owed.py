@@ -17,7 +17,10 @@ admitted in the cycle, the part within that nominal quota from the entries after
 ``resourcesToReserve``). Here the same holds across cycles: a queue with pending jobs that
 fit within its unused nominal quota (per flavor and resource, each job counted in the first
 flavor of its queue's order where it fits) is **owed** that quota (at most the unused part),
-and quota its preemptors of the cycle hold counts as owed too. A job of another queue may
+and quota its preemptors of the cycle hold counts as owed too. Jobs of ``reserve_min_gpus``
+GPUs or more do not count: their room is held by a reservation on the nodes where they will
+run (``cycle._reserve``); quota held for them as well would sit idle on every other node
+(gang-vs-stream: utilisation 96 % to 88 %). A job of another queue may
 borrow only what is left with the owed quota counted as used, and only an owner ahead of its
 queue in the fair order (a lower ``cycle.fair_key``) is owed anything by it: a queue the order
 would serve first anyway (a queue with large jobs whose turn to borrow has come, below its
@@ -34,6 +37,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from gpupool.core.admission import Key, Vec, request_demand
+from gpupool.core.quota import Resource
 
 if TYPE_CHECKING:
     from gpupool.core.context import Context
@@ -127,7 +131,10 @@ def owed(ctx: Context, q: str, now_s: float) -> Vec:
     asked: Vec = {}
     for p in ctx.queues.ordered(q, now_s, active_only=False):
         for flavor in flavors:
-            d = {k: v for k, v in request_demand(p.job, flavor).items() if k in nominal and v > 0}
+            whole = request_demand(p.job, flavor)
+            if whole.get((flavor, Resource.GPU), 0) >= ctx.reserve_min_gpus:
+                break  # a large job's room is held by its reservation, where it will run
+            d = {k: v for k, v in whole.items() if k in nominal and v > 0}
             if d and all(v <= unused.get(k, 0) for k, v in d.items()):
                 for k, v in d.items():
                     asked[k] = asked.get(k, 0) + v
