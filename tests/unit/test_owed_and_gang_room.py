@@ -1,7 +1,7 @@
 """Shares that lumpy or small jobs must not tip (issue 15): quota owed to a waiting queue ahead
 in the fair order is not borrowed (``core/cycle_owed.py``); victims for a gang of whole nodes
 are sought node by node when the cheapest-first order finds none (``preemption.by_node``); a
-gang that would borrow is reserved room beside its queue's own (``cycle._reserve``)."""
+gang that would borrow is reserved room beside its queue's own (``cycle_reserve.reserve``)."""
 
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ fit within its unused nominal quota (per flavor and resource, each job counted i
 flavor of its queue's order where it fits) is **owed** that quota (at most the unused part),
 and quota its preemptors of the cycle hold counts as owed too. Jobs of ``reserve_min_gpus``
 GPUs or more do not count: their room is held by a reservation on the nodes where they will
-run (``cycle._reserve``); quota held for them as well would sit idle on every other node
+run (``cycle_reserve.reserve``); quota held for them as well would sit idle on every other node
 (gang-vs-stream: utilisation 96 % to 88 %). A job of another queue may
 borrow only what is left with the owed quota counted as used, and only an owner ahead of its
 queue in the fair order (a lower ``cycle.fair_key``) is owed anything by it: a queue the order
