@@ -22,6 +22,7 @@ from gpupool.core.snapshot import Reservation, Snapshot
 from gpupool.core.usage import LoadModel
 
 if TYPE_CHECKING:
+    from gpupool.core.cycle_owed import Owed
     from gpupool.core.provisioning import AdmissionChecks
 
 SHARE_HALF_LIFE_S = 3600.0
@@ -55,6 +56,9 @@ class Context:
     held: dict[str, Vec] = field(default_factory=dict)
     """Per queue, the quota its preemptors of this cycle will take when they bind in the
     next: its later jobs of the cycle are judged as if it were taken."""
+    owed: Owed | None = None
+    """During a cycle's fair order, the quota owed to waiting queues (``core/cycle_owed.py``):
+    other queues' jobs do not borrow it. None outside it."""
     usage: LoadModel | None = None
     """Measured use of the cards (``core.usage``); None places by requests alone."""
 

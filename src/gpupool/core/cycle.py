@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Iterable, Mapping, Set
 
-import numpy as np
-
 from gpupool.core import fungibility, lending, preemption
 from gpupool.core.admission import Fit, request_demand, try_admit
 from gpupool.core.cluster import ClusterState
@@ -17,15 +15,17 @@ from gpupool.core.context import (
     start,
     weighted_share,
 )
+from gpupool.core.cycle_owed import Owed
+from gpupool.core.cycle_reserve import reserve
 from gpupool.core.decisions import Bind, CycleResult, Evict, Hold, Park
-from gpupool.core.model import ClusterQueueName, GpuKind, Job, JobId, Placement
+from gpupool.core.model import ClusterQueueName, GpuKind, Job, JobId
 from gpupool.core.placement.framework import Code, Profile, Status
 from gpupool.core.placement.place import place_job
 from gpupool.core.provisioning import admit
 from gpupool.core.queueing import AdmissionOrder, Pending
 from gpupool.core.quota import QueueingStrategy
 from gpupool.core.reasons import Step, step
-from gpupool.core.snapshot import Reservation, Snapshot
+from gpupool.core.snapshot import Snapshot
 
 __all__ = [
     "SHARE_HALF_LIFE_S",
@@ -104,8 +104,12 @@ def schedule(ctx: Context, now_s: float) -> CycleResult:
             _try(ctx, snap, p, now_s, result, failed, no_victims, preempt=False)
     order = admission_order(ctx, now_s)  # 2.
     ctx.held = {}
-    while (p := order.next()) is not None:
-        order.offered(_try(ctx, snap, p, now_s, result, failed, no_victims, preempt=True))
+    ctx.owed = Owed(ctx, now_s, lambda q: fair_key(ctx, q))
+    try:
+        while (p := order.next()) is not None:
+            order.offered(_try(ctx, snap, p, now_s, result, failed, no_victims, preempt=True))
+    finally:
+        ctx.owed = None
     ctx.held = {}
     for q in ctx.queues.queues():
         ctx.history.hold(q, ctx.tree.share(q), now_s, waiting=ctx.queues.has_pending(q))
@@ -205,6 +209,12 @@ def _try(
         ctx.queues.note(job.id, status)
         result.parks.append(Park(job.id, status))
         return False
+    owed = ctx.owed.blocks_request(q, job) if ctx.owed is not None else None
+    if owed is not None:  # 3. quota owed to a queue ahead of this one: not even placed
+        status = Status(Code.UNSCHEDULABLE, (step(Step.QUOTA, owed),))
+        ctx.queues.park(job.id, status)
+        result.parks.append(Park(job.id, status))
+        return False
     if preempt and ctx.tree.queues[q].fungibility.searches_with_preemption:
         choice, status = fungibility.choose(  # 3. and 4.
             job,
@@ -249,7 +259,9 @@ def _try(
         and _gpus(job) >= ctx.reserve_min_gpus
         and _next_in_fair_order(ctx, q, job)
     ):
-        ctx.reservation = _reserve(ctx, snap, p, now_s)  # 5.
+        kept, snap.reservation = snap.reservation, None  # room kept from a gang that started
+        ctx.reservation = reserve(ctx, snap, p, now_s)  # 5.
+        snap.reservation = kept
         if ctx.reservation is not None:
             snap.reservation = ctx.reservation
             result.holds.append(
@@ -267,9 +279,11 @@ def _try(
 def _admit_unless_reclaimed(
     ctx: Context, snap: Snapshot, p: Pending, fit: Fit, now_s: float, result: CycleResult
 ) -> bool:
-    """Admits ``p`` with ``fit`` unless the quota it would borrow is its lender's again soon
-    (``lending.reclaimed_soon``): then it is parked with that reason. True when admitted."""
-    soon = lending.reclaimed_soon(ctx, p, fit, now_s)
+    """Admits ``p`` with ``fit`` unless the quota it would borrow is owed to a waiting queue
+    ahead of it (``cycle_owed``) or is its lender's again soon (``lending.reclaimed_soon``):
+    then it is parked with that reason. True when admitted."""
+    owed = ctx.owed.blocks(p.queue, fit.demand) if ctx.owed is not None else None
+    soon = owed or lending.reclaimed_soon(ctx, p, fit, now_s)
     if soon is None:
         _admit(ctx, snap, p, fit, now_s, result)
         return True
@@ -325,6 +339,8 @@ def _preempt(
     mine = ctx.held.setdefault(q, {})
     for k, amount in fit.demand.items():
         mine[k] = mine.get(k, 0) + amount
+    if ctx.owed is not None:
+        ctx.owed.changed(q)
     ctx.nominated.append(job.id)
     failed.clear()
     no_victims.clear()
@@ -402,6 +418,11 @@ def _admit(
 ) -> None:
     job, q = p.job, p.queue
     ctx.queues.remove(job.id)
+    held = (
+        ctx.reservation if ctx.reservation is not None and ctx.reservation.job == job.id else None
+    )
+    if ctx.owed is not None:
+        ctx.owed.changed(q)
     start(
         ctx,
         snap,
@@ -414,6 +435,10 @@ def _admit(
         p.preemptions,
         fit.alternative,
     )
+    if held is not None:
+        # The room drained for the gang stays held for the rest of the cycle: when the gang
+        # started elsewhere, its queue's next large job may be reserved on it next cycle.
+        snap.reservation = held
     result.binds.append(Bind(job.id, fit.placements, q, fit.flavor, fit.alternative))
 
 
@@ -427,6 +452,8 @@ def _evict(
 ) -> None:
     r = v.running
     release(ctx, r.job.id, now_s, snap=snap, wake=False)
+    if ctx.owed is not None:
+        ctx.owed.changed(r.queue)
     ctx.queues.add(r.job, preemptions=r.preemptions + 1)
     # Parked until the next event that frees capacity: not re-admitted in this same cycle.
     ctx.queues.park(
@@ -451,46 +478,3 @@ def _evict(
             f"{v.kind}: preempted by {preemptor}",
         )
     )
-
-
-def _reserve(ctx: Context, snap: Snapshot, p: Pending, now_s: float) -> Reservation | None:
-    """When and where the gang could start if running jobs end as expected: release them in
-    order of expected end (binary search on how many) until quota and cards both fit."""
-    job, q = p.job, p.queue
-    ends = sorted(
-        ctx.running.values(), key=lambda r: (r.start_s + ctx.runtimes.at_most(r.job), r.job.id)
-    )
-
-    def fits(k: int) -> tuple[Placement, ...]:
-        with snap.trial():
-            for r in ends[:k]:
-                for pl in r.placements:
-                    snap.forget(pl)
-                ctx.tree.add(r.queue, r.demand, -1)
-            try:
-                fit = try_admit(job, q, ctx.tree, snap, ctx.profile)[0]
-            finally:
-                for r in ends[:k]:
-                    ctx.tree.add(r.queue, r.demand, +1)
-            return fit.placements if fit is not None else ()
-
-    queue = ctx.tree.queues[q]
-    flavor = queue.flavors[0].flavor if queue.flavors else ""
-    holds_quota = bool(ctx.tree.shortfall(q, request_demand(job, flavor)))
-    lo, hi = 0, len(ends)
-    if not fits(hi):
-        return None
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if fits(mid):
-            hi = mid
-        else:
-            lo = mid + 1
-    placements = fits(lo)
-    start = (
-        now_s
-        if lo == 0
-        else max(now_s, ends[lo - 1].start_s + ctx.runtimes.at_most(ends[lo - 1].job))
-    )
-    rows = np.unique(np.array([snap.table.row(pl.node) for pl in placements], np.int64))
-    return Reservation(job.id, rows, start, q, holds_quota)

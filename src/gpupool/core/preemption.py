@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from gpupool.core.admission import Fit, Key, QuotaTree, Vec, request_demand, try_admit
 from gpupool.core.alternatives import chosen
 from gpupool.core.decisions import Preemption
-from gpupool.core.model import Job, JobId, Placement
+from gpupool.core.model import Job, JobId, NodeName, Placement
 from gpupool.core.placement.framework import Profile
 from gpupool.core.quota import QueueSettings, Reclaim, WithinQueue
 from gpupool.core.snapshot import Snapshot
@@ -130,6 +130,29 @@ def candidates(
     return out
 
 
+def by_node(cands: list[Victim], snap: Snapshot) -> list[Victim]:
+    """``cands`` grouped node by node, the nodes that would have the most GPUs free with all
+    their candidates gone first (then fewest victims); inside a node, in ``cands``' order.
+    A job that needs whole nodes (a gang of 8-GPU tasks) is helped only by victims that
+    empty a node: taken cheapest first across the cluster, the victims allowed (a queue
+    gives back only what it borrowed) run out before any node is empty."""
+    table = snap.table
+    groups: dict[str, list[Victim]] = {}
+    for v in cands:
+        node = v.running.placements[0].node if v.running.placements else ""
+        groups.setdefault(node, []).append(v)
+
+    def rank(node: str) -> tuple[int, int]:
+        vs = groups[node]
+        if not node:
+            return (0, len(vs))
+        row = table.row(NodeName(node))
+        freed = sum(p.gpu_milli for v in vs for p in v.running.placements if p.node == node)
+        return (-(int(table.milli_free[row]) + freed), len(vs))
+
+    return [v for node in sorted(groups, key=rank) for v in groups[node]]
+
+
 def _plus(demand: Vec, held: Mapping[Key, int] | None) -> Vec:
     if not held:
         return demand
@@ -205,10 +228,10 @@ def plan(
             cq, 0.0
         ) < tree.share(vq, {k: -d for k, d in v.running.demand.items()}) + past.get(vq, 0.0)
 
-    try:
+    def greedy(order: list[Victim]) -> tuple[list[Victim], Fit] | None:
         with snap.trial():
             fit: Fit | None = None
-            for v in cands:
+            for v in order:
                 if not still_allowed(v):
                     continue
                 take_out(v)
@@ -216,6 +239,8 @@ def plan(
                 if fit is not None:
                     break
             if fit is None:
+                while out:
+                    put_back(out[-1])
                 return None
             for v in reversed(out[:-1]):
                 put_back(v)
@@ -226,8 +251,16 @@ def plan(
                     fit = again
             fit = attempt()
             assert fit is not None, "the victim set stopped fitting while minimising"
-            order = {id(v): i for i, v in enumerate(cands)}
-            return sorted(out, key=lambda v: order[id(v)]), fit
+            rank = {id(v): i for i, v in enumerate(cands)}
+            return sorted(out, key=lambda v: rank[id(v)]), fit
+
+    try:
+        found = greedy(cands)
+        if found is None:
+            grouped = by_node(cands, snap)
+            if grouped != cands:
+                found = greedy(grouped)
+        return found
     finally:
         for v in out:
             tree.add(v.running.queue, v.running.demand, +1)
