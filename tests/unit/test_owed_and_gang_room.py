@@ -91,3 +91,22 @@ def test_a_gang_that_would_borrow_is_reserved_room_beside_its_queues_own() -> No
     assert r.holds and r.holds[0].job == "d-gang2"
     assert r.holds[0].nodes == (({"n0", "n1"} - {own}).pop(),)
     assert r.holds[0].start_s == 2000.0
+
+
+def test_the_wait_estimate_does_not_lend_quota_owed_to_a_waiting_queue() -> None:
+    """The forecast applies the owed-quota rule as the cycle does: with a's 2-GPU job waiting
+    within a's nominal quota, b's borrowing 1-GPU job is not forecast to start on the one free
+    GPU now (the cycle parks it there), and it starts no sooner than a's job."""
+    s = Scheduler([node("n0", gpu=4)], queue_config({"a": 2, "b": 2}, min_runtime_s=3600.0))
+    for i in range(3):
+        s.submit(job(f"b{i}", gpu=whole(1), queue="b", duration=7200.0), 0.0)
+    s.cycle(0.0)
+    s.submit(job("a-pair", gpu=whole(2), queue="a", submit=10.0, duration=3600.0), 10.0)
+    s.cycle(10.0)
+    s.submit(job("b3", gpu=whole(1), queue="b", submit=20.0, duration=7200.0), 20.0)
+    assert not s.cycle(20.0).binds
+    est = s.estimates(20.0)
+    b3, pair = est[JobId("b3")][1], est[JobId("a-pair")][1]
+    assert b3 is not None and pair is not None
+    assert b3 > 20.0
+    assert b3 >= pair

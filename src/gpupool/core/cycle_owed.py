@@ -33,7 +33,7 @@ whose usage, pending jobs or held quota change (``changed``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import TYPE_CHECKING
 
 from gpupool.core.admission import Key, Vec, request_demand
@@ -41,16 +41,23 @@ from gpupool.core.quota import Resource
 
 if TYPE_CHECKING:
     from gpupool.core.context import Context
-    from gpupool.core.model import Job
+    from gpupool.core.model import Job, JobId
 
 
 class Owed:
     """What each queue of the cycle is owed (see the module); ``key`` is the fair order's."""
 
-    def __init__(self, ctx: Context, now_s: float, key: Callable[[str], float]) -> None:
+    def __init__(
+        self,
+        ctx: Context,
+        now_s: float,
+        key: Callable[[str], float],
+        pending: Collection[JobId] | None = None,
+    ) -> None:
         self._ctx = ctx
         self._now_s = now_s
         self._key = key
+        self._pending = pending
         self._of: dict[str, Vec] = {}
 
     def changed(self, queue: str) -> None:
@@ -61,7 +68,7 @@ class Owed:
         """What ``queue`` is owed now (empty when nothing)."""
         got = self._of.get(queue)
         if got is None:
-            got = self._of[queue] = owed(self._ctx, queue, self._now_s)
+            got = self._of[queue] = owed(self._ctx, queue, self._now_s, self._pending)
         return got
 
     def claims(self, queue: str) -> dict[str, Vec]:
@@ -111,11 +118,12 @@ class Owed:
         return why
 
 
-def owed(ctx: Context, q: str, now_s: float) -> Vec:
+def owed(ctx: Context, q: str, now_s: float, pending: Collection[JobId] | None = None) -> Vec:
     """What queue ``q`` is owed now: per flavor and resource of its nominal quota, the demand
     of its pending jobs that fit within what it leaves unused there (each job counted in the
     first flavor of its queue where it fits), at most that unused quota; plus what its
-    preemptors of this cycle hold."""
+    preemptors of this cycle hold. ``pending``, when given, are the only queued jobs that
+    count as waiting (the wait estimate's forecast, whose started jobs stay queued)."""
     tree = ctx.tree
     nominal, usage = tree.nominal(q), tree.usage(q)
     held = ctx.held.get(q, {})
@@ -130,6 +138,8 @@ def owed(ctx: Context, q: str, now_s: float) -> Vec:
     flavors = [fq.flavor for fq in tree.queues[q].flavors] or [""]
     asked: Vec = {}
     for p in ctx.queues.ordered(q, now_s, active_only=False):
+        if pending is not None and p.job.id not in pending:
+            continue
         for flavor in flavors:
             whole = request_demand(p.job, flavor)
             if whole.get((flavor, Resource.GPU), 0) >= ctx.reserve_min_gpus:

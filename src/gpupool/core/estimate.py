@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING
 
 from gpupool.core import lending, preemption
 from gpupool.core.admission import Fit, Vec, try_admit
+from gpupool.core.cycle_owed import Owed
 from gpupool.core.forecast_walk import Books, admit_by_walk, walks_flavors
 from gpupool.core.lending import ForecastView
 from gpupool.core.model import Job, JobId, Placement
@@ -211,7 +212,7 @@ def _forecast(
 ) -> dict[JobId, Estimate]:
     """The walk over expected ends (see the module), with ``coming`` jobs pending from their
     expected arrival on."""
-    from gpupool.core.cycle import admission_order, borrowing_turn
+    from gpupool.core.cycle import admission_order, borrowing_turn, fair_key
     from gpupool.core.cycle import dominant as request_charge
 
     tree = ctx.tree
@@ -239,12 +240,19 @@ def _forecast(
                 failed: dict[Hashable, Status] = {}
                 walk = admission_order(ctx, t, active_only=False, only=left | arrived)
                 waiting = _queues_of(ctx, left | arrived)
+                # Quota owed to a waiting queue ahead in the fair order is not lent, as in
+                # the cycle (``cycle_owed``); only the jobs still pending here count.
+                pending = left | arrived
+                owed = Owed(ctx, t, lambda q: fair_key(ctx, q), pending)
                 misses: dict[str, int] = {}
                 while (p := walk.next()) is not None:
                     if misses.get(p.queue, 0) >= MISSES_PER_STEP:
                         walk.offered(False)  # passed over for the rest of this step
                         continue
-                    if borrowing_turn(ctx, p.queue, p.job) is not None:
+                    if (
+                        borrowing_turn(ctx, p.queue, p.job) is not None
+                        or owed.blocks_request(p.queue, p.job) is not None
+                    ):
                         misses[p.queue] = misses.get(p.queue, 0) + 1
                         walk.offered(False)
                         continue
@@ -264,9 +272,9 @@ def _forecast(
                     else:
                         fit, status = try_admit(p.job, p.queue, tree, snap, ctx.profile, failed)
                         basis = why
-                    if (
-                        fit is not None
-                        and lending.reclaimed_soon(ctx, p, fit, now_s, ForecastView(waiting, t))
+                    if fit is not None and (
+                        owed.blocks(p.queue, fit.demand) is not None
+                        or lending.reclaimed_soon(ctx, p, fit, now_s, ForecastView(waiting, t))
                         is not None
                     ):
                         # The cycle does not borrow what is claimed back soon: judged as the
@@ -305,6 +313,8 @@ def _forecast(
                     charged.append((p.queue, p.job.user, charge))
                     left.discard(p.job.id)
                     arrived.discard(p.job.id)
+                    pending.discard(p.job.id)
+                    owed.changed(p.queue)
                     waiting = _queues_of(ctx, left | arrived)
                     if ctx.reservation is not None and ctx.reservation.job == p.job.id:
                         snap.reservation = None
