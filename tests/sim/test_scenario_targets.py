@@ -130,14 +130,11 @@ def check_own_targets(summary: dict[str, Any], also_not: frozenset[str] = frozen
         assert r["wait_estimate"]["started"] > 0, seed
 
 
-# gang-priority's utilization is 89.8-98.0 % over seeds 1-3 (seed 1 is 0.2 points short of
-# the 90 % its file states: nodes held for 16- and 32-GPU gangs idle until they drain):
-# reported in BENCHMARKS.md, not asserted.
 @pytest.mark.parametrize(
     ("name", "duration_s", "also_not"),
     [
         ("slice-flood-mixed", 2 * 3600.0, frozenset()),
-        ("gang-priority", 4 * 3600.0, frozenset({"utilization"})),
+        ("gang-priority", 4 * 3600.0, frozenset()),
         ("weighted-nominal", 2.5 * 3600.0, frozenset()),
         ("onoff-bursts", 3 * 3600.0, frozenset()),
     ],
