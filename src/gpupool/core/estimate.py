@@ -26,7 +26,11 @@ A forecast run on a snapshot trial, from what the scheduler knows:
   capacity back starts at the next cycle by **preemption** (reclaim), as the cycle would.
 
 The first ``limit`` jobs of the order get a time, each with the basis it rests on; the rest
-a position only. It is a forecast, not a promise: the scenario simulator measures its error.
+a position only. A job whose admission waits on an active ProvisioningRequest is out of the
+order: it starts when the cloud provisions its capacity, expected at the request's creation
+plus the time its provisioning class took lately (``waiting_on_request``).
+
+It is a forecast, not a promise: the scenario simulator measures its error.
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ if TYPE_CHECKING:
 
     from gpupool.core.cycle import Context
     from gpupool.core.preemption import Running
+    from gpupool.core.provisioning.checks import AdmissionChecks, CheckRecord
     from gpupool.core.queueing import Pending
     from gpupool.core.snapshot import Snapshot
 
@@ -157,6 +162,33 @@ def spread_ends(residuals: list[Dist]) -> list[float]:
     for t, i in zip(times, order, strict=True):
         out[i] = t
     return out
+
+
+def waiting_on_request(ac: AdmissionChecks, rec: CheckRecord, now_s: float) -> Estimate:
+    """The start of a job whose admission waits on its ProvisioningRequest: at once when the
+    capacity is booked for it; else the request's creation plus the median time its
+    provisioning class took from creation to ``Provisioned`` lately (``RequestLedger.learned``),
+    not before ``now_s``; no start while nothing was learned or when there is no request."""
+    req = ac.request(rec.request) if rec.request else None
+    if req is None or req.ended:
+        return Estimate(0, None, "waits for its ProvisioningRequest")
+    if req.booked:
+        return Estimate(0, now_s, "its capacity is provisioned")
+    learned = ac.learned(req.provisioning_class_name)
+    if learned is None:
+        return Estimate(
+            0,
+            None,
+            f"waits for its ProvisioningRequest; no {req.provisioning_class_name} request "
+            "was provisioned here yet",
+        )
+    return Estimate(
+        0,
+        max(now_s, req.created_s + learned.median_s),
+        f"waits for its ProvisioningRequest (made at t={req.created_s:.0f}s): provisioning "
+        f"takes ~{learned.median_s / 60:.0f} min here, learned from {learned.samples} "
+        f"{req.provisioning_class_name} request(s)",
+    )
 
 
 def estimate(ctx: Context, now_s: float, limit: int = 200) -> dict[JobId, Estimate]:

@@ -17,7 +17,7 @@ from gpupool.core.context import Context, release
 from gpupool.core.cycle import schedule
 from gpupool.core.decisions import CycleResult
 from gpupool.core.errors import ConfigError, ConflictError, InvalidJobError, NotFoundError
-from gpupool.core.estimate import Estimate, estimate
+from gpupool.core.estimate import Estimate, estimate, waiting_on_request
 from gpupool.core.fairshare import UsageLedger
 from gpupool.core.feasibility import never_admitted
 from gpupool.core.model import ClusterQueueName, Job, JobId, Node, NodeName, Placement
@@ -385,9 +385,10 @@ class Scheduler(ProvisioningFacts, SchedulerQueries):
         """Queue position, estimated start and what it rests on, per pending job (see
         core.estimate).
 
-        Jobs of queues with a provisioning check start when the cloud delivers, which the core
-        cannot know: they get a time only once their request is Provisioned (now: they start
-        at the next cycle)."""
+        Jobs of queues with a provisioning check start when the cloud delivers: a job still
+        queued for quota gets no time; one whose request is active is expected when its
+        provisioning class's requests were provisioned lately (``waiting_on_request``); once
+        Provisioned, at the next cycle."""
         out = estimate(self._ctx, now_s, limit)
         ac = self._ctx.checks
         if ac is not None:
@@ -398,15 +399,7 @@ class Scheduler(ProvisioningFacts, SchedulerQueries):
                     )
             for rec in ac.records():
                 if rec.job.id not in self._queues:
-                    req = ac.request(rec.request) if rec.request else None
-                    booked = req is not None and req.booked
-                    out[rec.job.id] = Estimate(
-                        0,
-                        now_s if booked else None,
-                        "its capacity is provisioned"
-                        if booked
-                        else "waits for its ProvisioningRequest",
-                    )
+                    out[rec.job.id] = waiting_on_request(ac, rec, now_s)
         return out
 
     def expected_end_s(self, job: JobId) -> float | None:

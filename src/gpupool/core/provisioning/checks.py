@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from gpupool.core.errors import InvalidJobError, NotFoundError
 from gpupool.core.model import Job, JobId, PodSet
 from gpupool.core.provisioning.config import AdmissionCheck
-from gpupool.core.provisioning.ledger import RequestLedger
+from gpupool.core.provisioning.ledger import Learned, RequestLedger
 from gpupool.core.provisioning.request import (
     MAX_ACTIVE_PER_PROJECT,
     MAX_NODES,
@@ -162,6 +162,10 @@ class AdmissionChecks:
 
     def request(self, key: str) -> ProvisioningRequest | None:
         return self._ledger.find(key)
+
+    def learned(self, provisioning_class_name: str) -> Learned | None:
+        """How long the class's requests took from creation to ``Provisioned`` lately."""
+        return self._ledger.learned(provisioning_class_name)
 
     def requests(self) -> list[ProvisioningRequest]:
         return list(self._ledger)

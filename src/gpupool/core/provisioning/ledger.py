@@ -3,8 +3,10 @@ and the booking's expiry (``BOOKING_S`` after ``Provisioned``)."""
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable, Iterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from statistics import median
 
 from gpupool.core.errors import ConflictError, NotFoundError
 from gpupool.core.provisioning.request import (
@@ -13,6 +15,19 @@ from gpupool.core.provisioning.request import (
     ConditionType,
     ProvisioningRequest,
 )
+
+LEARN_LAST = 32
+"""How many of a provisioning class's latest requests its learned provisioning time rests on."""
+
+
+@dataclass(frozen=True, slots=True)
+class Learned:
+    """How long a provisioning class's requests took from creation to ``Provisioned``: the
+    median of its last ``samples`` (at most ``LEARN_LAST``) requests."""
+
+    provisioning_class_name: str
+    median_s: float
+    samples: int
 
 
 class RequestLedger:
@@ -26,6 +41,7 @@ class RequestLedger:
         self.max_active_per_project = max_active_per_project
         self.booking_s = booking_s
         self._reqs: dict[str, ProvisioningRequest] = {}
+        self._took: dict[str, deque[float]] = {}  # class -> creation to Provisioned, latest last
 
     def __contains__(self, key: str) -> bool:
         return key in self._reqs
@@ -76,8 +92,10 @@ class RequestLedger:
 
     def restore(self, req: ProvisioningRequest) -> None:
         """A request as it stood before a restart, conditions and all (no rule is applied:
-        it was accepted then)."""
+        it was accepted then). A provisioned one counts to its class's learned time."""
         self._reqs[req.key] = req
+        if req.provisioned_s is not None:
+            self._learn(req, req.provisioned_s)
 
     def _set(self, req: ProvisioningRequest) -> ProvisioningRequest:
         self._reqs[req.key] = req
@@ -105,6 +123,7 @@ class RequestLedger:
             req = req.with_condition(
                 ConditionType.ACCEPTED, True, "Accepted", "queued for capacity", now_s
             )
+        self._learn(req, now_s)
         return self._set(
             req.with_condition(
                 ConditionType.PROVISIONED,
@@ -114,6 +133,17 @@ class RequestLedger:
                 now_s,
             )
         )
+
+    def _learn(self, req: ProvisioningRequest, provisioned_s: float) -> None:
+        took = self._took.setdefault(req.provisioning_class_name, deque(maxlen=LEARN_LAST))
+        took.append(max(0.0, provisioned_s - req.created_s))
+
+    def learned(self, provisioning_class_name: str) -> Learned | None:
+        """How long the class's requests took to be provisioned lately (None: none was yet)."""
+        took = self._took.get(provisioning_class_name)
+        if not took:
+            return None
+        return Learned(provisioning_class_name, median(took), len(took))
 
     def fail(
         self, key: str, message: str, now_s: float, reason: str = "ProvisioningFailed"
