@@ -181,3 +181,23 @@ def test_admission_checks_need_a_cloud(tmp_path: Path) -> None:
     path.write_text(text[:start] + text[end + 4 :])
     with pytest.raises(ConfigError, match="no kind: Cloud document"):
         load_scenario(path)
+
+
+def test_gangs_waiting_on_the_cloud_get_an_estimate_once_a_request_was_provisioned(
+    run: RunResult,
+) -> None:
+    assert run.cloud is not None
+    first = min(
+        r.provisioned_s
+        for r in run.cloud.requests.values()
+        if r.job and r.provisioned_s is not None
+    )
+    gangs = [j for j in run.jobs.values() if j.queue == "train" and j.estimate_at_s is not None]
+    assert len(gangs) == 8
+    for j in gangs:
+        assert j.estimate_at_s is not None
+        if j.estimate_at_s < first:  # nothing learned yet: no start foreseen
+            assert j.estimate_s is None, j.job.id
+        elif j.estimated:  # learned: not before it was asked
+            assert j.estimate_s is not None and j.estimate_s >= j.estimate_at_s, j.job.id
+    assert sum(j.estimated for j in gangs) >= 4
