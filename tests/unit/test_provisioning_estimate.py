@@ -22,8 +22,14 @@ def test_the_ledger_learns_the_median_of_its_latest_requests_per_class() -> None
         took = 3600.0 if i < 8 else 100.0 + (i - 8)
         ledger.provisioned(r.key, ["n"], 1000.0 * i + took)
     learned = ledger.learned("queued")
-    assert learned is not None and learned.samples == LEARN_LAST
+    assert learned is not None and learned.samples == learned.learned_from == LEARN_LAST
     assert learned.median_s == pytest.approx(100.0 + (LEARN_LAST - 1) / 2)
+    # a request that has waited 120 s already: only those that took 120 s or more count
+    longer = ledger.learned("queued", 120.0)
+    assert longer is not None and longer.samples == LEARN_LAST - 20
+    assert longer.median_s == pytest.approx(120.0 + (LEARN_LAST - 21) / 2)
+    past = ledger.learned("queued", 1e6)
+    assert past is not None and past.median_s is None and past.samples == 0
     assert ledger.learned("other") is None  # another class learns nothing from these
     # provisioned again (a no-op) is not learned twice
     ledger.provisioned(f"team/r{LEARN_LAST + 7}", ["n"], 1e9)
@@ -54,7 +60,8 @@ def test_a_job_waiting_on_its_request_is_expected_when_its_class_provisions_late
     details = s.estimate_details(1100.0)[JobId("g2")]
     assert details.start_s == 1600.0  # made at 1000 s, provisioning took 600 s here
     assert "~10 min" in details.basis and "learned from 1 " in details.basis
-    # past the learned time the job is not expected before now
-    assert s.estimates(2000.0)[JobId("g2")] == (0, 2000.0)
+    # waited longer than any learned request took: not "now" at every cycle, no start
+    late = s.estimate_details(2000.0)[JobId("g2")]
+    assert late.start_s is None and "longer than any of the last 1 " in late.basis
     s.provisioning_provisioned(r2.key, cloud_nodes(s, r2), 2100.0)
     assert s.estimates(2100.0)[JobId("g2")] == (0, 2100.0)  # booked: the next cycle

@@ -168,26 +168,38 @@ def waiting_on_request(ac: AdmissionChecks, rec: CheckRecord, now_s: float) -> E
     """The start of a job whose admission waits on its ProvisioningRequest: at once when the
     capacity is booked for it; else the request's creation plus the median time its
     provisioning class took from creation to ``Provisioned`` lately (``RequestLedger.learned``),
-    not before ``now_s``; no start while nothing was learned or when there is no request."""
+    counting only the requests that took at least as long as this one has waited, so that a
+    late request is not forecast "now" at every cycle; no start while nothing was learned, when
+    it has waited longer than any learned request took, or when there is no request."""
     req = ac.request(rec.request) if rec.request else None
     if req is None or req.ended:
         return Estimate(0, None, "waits for its ProvisioningRequest")
     if req.booked:
         return Estimate(0, now_s, "its capacity is provisioned")
-    learned = ac.learned(req.provisioning_class_name)
+    cls = req.provisioning_class_name
+    waited = max(0.0, now_s - req.created_s)
+    learned = ac.learned(cls, waited)
     if learned is None:
+        return Estimate(
+            0, None, f"waits for its ProvisioningRequest; no {cls} request was provisioned here yet"
+        )
+    made = f"waits for its ProvisioningRequest (made at t={req.created_s:.0f}s)"
+    if learned.median_s is None:
         return Estimate(
             0,
             None,
-            f"waits for its ProvisioningRequest; no {req.provisioning_class_name} request "
-            "was provisioned here yet",
+            f"{made}, longer than any of the last {learned.learned_from} {cls} requests took",
         )
+    of = (
+        f"the {learned.samples} of the last {learned.learned_from} {cls} requests that took "
+        f"{waited / 60:.0f} min or more"
+        if learned.samples < learned.learned_from
+        else f"{learned.samples} {cls} request(s)"
+    )
     return Estimate(
         0,
         max(now_s, req.created_s + learned.median_s),
-        f"waits for its ProvisioningRequest (made at t={req.created_s:.0f}s): provisioning "
-        f"takes ~{learned.median_s / 60:.0f} min here, learned from {learned.samples} "
-        f"{req.provisioning_class_name} request(s)",
+        f"{made}: provisioning takes ~{learned.median_s / 60:.0f} min here, learned from {of}",
     )
 
 

@@ -163,9 +163,10 @@ class AdmissionChecks:
     def request(self, key: str) -> ProvisioningRequest | None:
         return self._ledger.find(key)
 
-    def learned(self, provisioning_class_name: str) -> Learned | None:
-        """How long the class's requests took from creation to ``Provisioned`` lately."""
-        return self._ledger.learned(provisioning_class_name)
+    def learned(self, provisioning_class_name: str, waited_s: float = 0.0) -> Learned | None:
+        """How long the class's requests that took at least ``waited_s`` from creation to
+        ``Provisioned`` took lately (``RequestLedger.learned``)."""
+        return self._ledger.learned(provisioning_class_name, waited_s)
 
     def requests(self) -> list[ProvisioningRequest]:
         return list(self._ledger)

@@ -22,12 +22,14 @@ LEARN_LAST = 32
 
 @dataclass(frozen=True, slots=True)
 class Learned:
-    """How long a provisioning class's requests took from creation to ``Provisioned``: the
-    median of its last ``samples`` (at most ``LEARN_LAST``) requests."""
+    """How long a provisioning class's requests took from creation to ``Provisioned``, from its
+    last ``learned_from`` (at most ``LEARN_LAST``) requests: the median of the ``samples`` of
+    them that took at least as long as a request has waited so far (None: none did)."""
 
     provisioning_class_name: str
-    median_s: float
+    median_s: float | None
     samples: int
+    learned_from: int
 
 
 class RequestLedger:
@@ -138,12 +140,16 @@ class RequestLedger:
         took = self._took.setdefault(req.provisioning_class_name, deque(maxlen=LEARN_LAST))
         took.append(max(0.0, provisioned_s - req.created_s))
 
-    def learned(self, provisioning_class_name: str) -> Learned | None:
-        """How long the class's requests took to be provisioned lately (None: none was yet)."""
+    def learned(self, provisioning_class_name: str, waited_s: float = 0.0) -> Learned | None:
+        """How long the class's requests took to be provisioned lately, counting only those
+        that took at least ``waited_s`` (None: no request of the class was provisioned yet)."""
         took = self._took.get(provisioning_class_name)
         if not took:
             return None
-        return Learned(provisioning_class_name, median(took), len(took))
+        longer = [x for x in took if x >= waited_s]
+        return Learned(
+            provisioning_class_name, median(longer) if longer else None, len(longer), len(took)
+        )
 
     def fail(
         self, key: str, message: str, now_s: float, reason: str = "ProvisioningFailed"
