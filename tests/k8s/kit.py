@@ -36,6 +36,31 @@ def register_json(node: str, gpus: int, model: str, memory_mib: int) -> str:
     )
 
 
+def hami_node_object(
+    name: str,
+    register: str,
+    gpu_allocatable: int,
+    labels: dict[str, str] | None = None,
+    taints: list[dict[str, str]] | None = None,
+) -> dict[str, Any]:
+    """A Ready Node as a watch delivers it, with HAMi's register annotation ``register``, for
+    the tests that feed objects to the controller without a server."""
+    metadata: dict[str, Any] = {"name": name, "resourceVersion": "1"}
+    if labels is not None:
+        metadata["labels"] = labels
+    metadata["annotations"] = {"hami.io/node-nvidia-register": register}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": metadata,
+        "spec": {} if taints is None else {"taints": taints},
+        "status": {
+            "allocatable": {"cpu": "64", "memory": "256Gi", "nvidia.com/gpu": str(gpu_allocatable)},
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
+
+
 def register_colon(node: str, gpus: int, model: str, memory_mib: int) -> str:
     return "".join(f"GPU-{node}-{i},10,{memory_mib},100,{model},0,true:" for i in range(gpus))
 

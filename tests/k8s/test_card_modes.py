@@ -14,7 +14,7 @@ from gpupool.core.errors import InvalidJobError
 from gpupool.k8s.controller import Controller, Options
 from gpupool.k8s.hami.modes import mode_request
 from gpupool.k8s.translate import pod_request
-from tests.k8s.kit import pod_body, register_json
+from tests.k8s.kit import hami_node_object, pod_body, register_json
 from tests.k8s.test_controller_fake import FakeKube, default_config
 
 MODES = ["hami-core", "mps", "hami-core", "mps"]  # cards 0..3 of node n1
@@ -24,20 +24,7 @@ def node_obj(name: str, modes: list[str]) -> dict[str, Any]:
     devices = json.loads(register_json(name, len(modes), "A100", 40960))
     for d, m in zip(devices, modes, strict=True):
         d["mode"] = m
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {
-            "name": name,
-            "resourceVersion": "1",
-            "annotations": {"hami.io/node-nvidia-register": json.dumps(devices)},
-        },
-        "spec": {},
-        "status": {
-            "allocatable": {"cpu": "64", "memory": "256Gi", "nvidia.com/gpu": "40"},
-            "conditions": [{"type": "Ready", "status": "True"}],
-        },
-    }
+    return hami_node_object(name, json.dumps(devices), 40)
 
 
 def slice_pod(name: str, mode: str | None) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from typing import Any
 
 from gpupool.k8s.controller import Controller, Options
 from gpupool.k8s.hami.mig import MIG_ALLOCATIONS
-from tests.k8s.kit import pod_body
+from tests.k8s.kit import hami_node_object, pod_body
 from tests.k8s.test_controller_fake import FakeKube, default_config
 
 A40 = "NVIDIA-A100-SXM4-40GB"
@@ -53,21 +53,13 @@ def mig_node(name: str, model: str, mib: int, profiles: list[Any], **extra: Any)
             "migProfiles": profiles,
         }
     ]
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {
-            "name": name,
-            "resourceVersion": "1",
-            "labels": extra.get("labels", {}),
-            "annotations": {"hami.io/node-nvidia-register": json.dumps(register)},
-        },
-        "spec": {"taints": extra.get("taints", [])},
-        "status": {
-            "allocatable": {"cpu": "64", "memory": "256Gi", "nvidia.com/gpu": "7"},
-            "conditions": [{"type": "Ready", "status": "True"}],
-        },
-    }
+    return hami_node_object(
+        name,
+        json.dumps(register),
+        7,
+        labels=extra.get("labels", {}),
+        taints=extra.get("taints", []),
+    )
 
 
 def mig_pod(name: str, mib: int, **extra: Any) -> dict[str, Any]:

@@ -16,24 +16,11 @@ from gpupool.k8s.inventory import NodeMemo, card_modes, inventory
 from gpupool.k8s.nodelock import LOCK_ANNOTATION
 from gpupool.k8s.podview import NodeUsage
 from gpupool.k8s.translate import node_from_k8s
-from tests.k8s.kit import pod_body, register_json
+from tests.k8s.kit import hami_node_object, pod_body, register_json
 
 
 def node_obj(name: str, register: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {
-            "name": name,
-            "resourceVersion": "1",
-            "annotations": {"hami.io/node-nvidia-register": register},
-        },
-        "spec": {},
-        "status": {
-            "allocatable": {"cpu": "64", "memory": "256Gi", "nvidia.com/gpu": "80"},
-            "conditions": [{"type": "Ready", "status": "True"}],
-        },
-    }
+    return hami_node_object(name, register, 80)
 
 
 def with_modes(node: str, modes: list[str]) -> str:
