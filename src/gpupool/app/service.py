@@ -13,6 +13,7 @@ from typing import Any
 
 from gpupool.api.app import create_app
 from gpupool.api.auth import Tokens
+from gpupool.app.exporter import Card, RunningJob, card_metrics, container_metrics, pod_tasks
 from gpupool.cloud.spec import load_cloud
 from gpupool.config import load_cluster, load_documents
 from gpupool.control import Clock, ControlPlane
@@ -25,9 +26,10 @@ from gpupool.core.quota import Resource
 from gpupool.core.usage import LoadModel, LoadSettings
 from gpupool.metrics import Gauges, Metrics
 from gpupool.store import Store
-from gpupool.usage.dcgm import CardMetrics, ExporterServer
+from gpupool.usage.dcgm import CardMetrics, ExporterServer, HamiMonitor
 from gpupool.usage.feed import MeasuredUse
-from gpupool.usage.profile import ANNOTATION, FULL, UseProfile, card_use, parse_annotation
+from gpupool.usage.hami import ContainerMetrics
+from gpupool.usage.profile import ANNOTATION, FULL, UseProfile, parse_annotation
 from gpupool.usage.prometheus import PrometheusReader, PrometheusSettings, inventory_resolver
 from gpupool.virtual import VirtualCluster
 from gpupool.virtual.demo import DemoStream, demo_count
@@ -148,7 +150,9 @@ class Service:
 
     def poll_measured(self) -> int:
         """One read of Prometheus (outside the plane's lock), its samples handed to the model
-        under it, their times moved onto the cluster clock; -1 when the read failed."""
+        under it, their times moved onto the cluster clock; -1 when the read failed. HAMi's
+        per-pod series of the read, where the virtual cluster's monitor is scraped, teach
+        each running pod's workload what it uses, as in ``gpupool k8s``."""
         feed = self.measured
         assert feed is not None
         plane = self.plane
@@ -158,7 +162,7 @@ class Service:
             (n.name, g.index, g.uuid or f"GPU-{n.name}-{g.index}") for n in nodes for g in n.gpus
         )
         try:
-            samples = feed.reader.read(resolve)
+            samples, pods = feed.reader.read_with_pods(resolve)
         except AdapterError as exc:
             with plane.lock:
                 feed.failed(exc)
@@ -166,7 +170,14 @@ class Service:
         clock = plane.clock
         with plane.lock:
             now, wall = clock.now(), clock.wall()
-            return feed.take(samples, now, lambda t: now - (wall - t) * clock.speed)
+            task_of = pod_tasks(self._running())
+            return feed.take(
+                samples,
+                now,
+                lambda t: now - (wall - t) * clock.speed,
+                pods=pods,
+                task_of=task_of,
+            )
 
     def start_measured(self, interval: float) -> None:
         def loop() -> None:
@@ -220,37 +231,46 @@ class Service:
 
     # -- the virtual cluster's GPU exporter ----------------------------------------------------
 
-    def start_exporter(self, host: str, port: int) -> ExporterServer:
-        self.exporter = ExporterServer(self.exporter_cards, host, port).start()
+    def start_exporter(self, host: str, port: int, hami_legacy: bool = False) -> ExporterServer:
+        """Serve each node's cards in DCGM exporter's format and each node's HAMi monitor
+        (``hami_legacy``: its older metric names too)."""
+        self.exporter = ExporterServer(
+            self.exporter_cards,
+            host,
+            port,
+            hami=HamiMonitor(self.exporter_pods, hami_legacy),
+        ).start()
         return self.exporter
+
+    def _running(self) -> list[RunningJob]:
+        """The running jobs with their actual-use profiles (``gpupool.io/actual-use``); the
+        caller holds the plane's lock."""
+        return [
+            RunningJob(r.request.namespace, r.placements, self._profile(r.key, r.request.document))
+            for r in self.plane.jobs.values()
+            if r.phase == JobPhase.RUNNING
+        ]
+
+    def _inventory(self) -> list[Card]:
+        return [
+            Card(n.name, g.index, g.uuid or f"GPU-{n.name}-{g.index}", g.model, g.memory_mib)
+            for n in self.plane.scheduler.node_list()
+            for g in n.gpus
+        ]
 
     def exporter_cards(self) -> dict[str, list[CardMetrics]]:
         """What every card of the virtual cluster does now: its running jobs' actual use
         (``gpupool.io/actual-use``), as dcgm-exporter on the node would report it."""
-        plane = self.plane
-        with plane.lock:
-            nodes = plane.scheduler.node_list()
-            running = [r for r in plane.jobs.values() if r.phase == JobPhase.RUNNING]
-            profiles = {str(r.job.id): self._profile(r.key, r.request.document) for r in running}
-            use = card_use([p for r in running for p in r.placements], profiles)
-        out: dict[str, list[CardMetrics]] = {}
-        for node in nodes:
-            cards = []
-            for g in node.gpus:
-                u = use.get((node.name, g.index))
-                used = min(g.memory_mib, round(u.memory_mib)) if u else 0
-                cards.append(
-                    CardMetrics(
-                        g.index,
-                        g.uuid or f"GPU-{node.name}-{g.index}",
-                        g.model,
-                        u.util_pct if u else 0.0,
-                        used,
-                        g.memory_mib - used,
-                    )
-                )
-            out[node.name] = cards
-        return out
+        with self.plane.lock:
+            cards, running = self._inventory(), self._running()
+        return card_metrics(cards, running)
+
+    def exporter_pods(self) -> dict[str, list[ContainerMetrics]]:
+        """What every running pod does with each card it holds, as HAMi's monitor on the node
+        would report it: the same use as :meth:`exporter_cards`, split among the holders."""
+        with self.plane.lock:
+            cards, running = self._inventory(), self._running()
+        return container_metrics(cards, running)
 
     def _profile(self, key: str, document: Any) -> UseProfile:
         if key not in self._profiles:

@@ -11,7 +11,9 @@ scrapes the virtual cluster exactly as it would scrape dcgm-exporter:
 * ``DCGM_FI_PROF_GR_ENGINE_ACTIVE``: ratio of time the graphics engine was active (0..1).
 
 :class:`ExporterServer` serves one page per node at ``/nodes/<node>/metrics`` (one target
-per node, as the exporter's DaemonSet gives) on a small HTTP server of the standard library.
+per node, as the exporter's DaemonSet gives) on a small HTTP server of the standard library;
+given a source of containers, also each node's HAMi monitor at ``/nodes/<node>/hami/metrics``
+(``gpupool.usage.hami``: what each pod does with its share of each card).
 """
 
 from __future__ import annotations
@@ -21,6 +23,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import unquote
+
+from gpupool.usage.exposition import escape_label
+from gpupool.usage.hami import ContainerMetrics
+from gpupool.usage.hami import render as render_hami
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -44,10 +50,6 @@ class CardMetrics:
     free_mib: int
 
 
-def _label(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
-
 def render(hostname: str, cards: Iterable[CardMetrics], hostname_label: str = "Hostname") -> str:
     """The exposition text of one node's exporter."""
     cards = list(cards)
@@ -57,8 +59,8 @@ def render(hostname: str, cards: Iterable[CardMetrics], hostname_label: str = "H
         lines.append(f"# TYPE {name} gauge")
         for c in cards:
             labels = (
-                f'gpu="{c.gpu}",UUID="{_label(c.uuid)}",device="nvidia{c.gpu}",'
-                f'modelName="{_label(c.model)}",{hostname_label}="{_label(hostname)}"'
+                f'gpu="{c.gpu}",UUID="{escape_label(c.uuid)}",device="nvidia{c.gpu}",'
+                f'modelName="{escape_label(c.model)}",{hostname_label}="{escape_label(hostname)}"'
             )
             if name == "DCGM_FI_DEV_GPU_UTIL":
                 value = f"{round(c.util_pct)}"
@@ -74,11 +76,24 @@ def render(hostname: str, cards: Iterable[CardMetrics], hostname_label: str = "H
 
 Source = Callable[[], dict[str, list[CardMetrics]]]
 """Every node's cards now, by node name."""
+PodSource = Callable[[], dict[str, list[ContainerMetrics]]]
+"""Every node's containers on HAMi-shared cards now, by node name (a node without any may be
+absent)."""
+
+
+@dataclass(frozen=True, slots=True)
+class HamiMonitor:
+    """The HAMi monitor pages a server also serves: ``pods`` says what each node's containers
+    do; ``legacy`` writes HAMi's older names too (its monitor's ``--legacy-metrics``)."""
+
+    pods: PodSource
+    legacy: bool = False
 
 
 class ExporterServer:
     """Serves ``/nodes/<node>/metrics`` for every node ``source`` knows, on ``host:port``
-    (port 0: a free one). Start with :meth:`start`, stop with :meth:`stop`."""
+    (port 0: a free one), and ``/nodes/<node>/hami/metrics`` where ``hami`` is given.
+    Start with :meth:`start`, stop with :meth:`stop`."""
 
     def __init__(
         self,
@@ -86,9 +101,11 @@ class ExporterServer:
         host: str = "127.0.0.1",
         port: int = 0,
         hostname_label: str = "Hostname",
+        hami: HamiMonitor | None = None,
     ) -> None:
         self.source = source
         self.hostname_label = hostname_label
+        self.hami = hami
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -104,12 +121,23 @@ class ExporterServer:
                     body = render(parts[1], nodes[parts[1]], outer.hostname_label).encode()
                     self.send_response(200)
                     self.send_header("Content-Type", CONTENT_TYPE)
+                elif (
+                    outer.hami is not None
+                    and len(parts) == 4
+                    and parts[0] == "nodes"
+                    and parts[2:] == ["hami", "metrics"]
+                    and parts[1] in nodes
+                ):
+                    containers = outer.hami.pods().get(parts[1], [])
+                    body = render_hami(containers, outer.hami.legacy).encode()
+                    self.send_response(200)
+                    self.send_header("Content-Type", CONTENT_TYPE)
                 elif parts == ["nodes"]:
                     body = ("\n".join(sorted(nodes)) + "\n").encode()
                     self.send_response(200)
                     self.send_header("Content-Type", "text/plain; charset=utf-8")
                 else:
-                    body = b"not found: GET /nodes/<node>/metrics\n"
+                    body = b"not found: GET /nodes/<node>/metrics or /nodes/<node>/hami/metrics\n"
                     self.send_response(404)
                     self.send_header("Content-Type", "text/plain; charset=utf-8")
                 self.send_header("Content-Length", str(len(body)))
@@ -130,6 +158,9 @@ class ExporterServer:
 
     def path(self, node: str) -> str:
         return f"/nodes/{node}/metrics"
+
+    def hami_path(self, node: str) -> str:
+        return f"/nodes/{node}/hami/metrics"
 
     def start(self) -> ExporterServer:
         self._thread = threading.Thread(

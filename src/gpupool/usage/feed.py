@@ -13,7 +13,8 @@ the model's staleness limit in the same way, card by card.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import CollectorRegistry
@@ -24,9 +25,18 @@ from gpupool.core.errors import AdapterError
 from gpupool.core.model import NodeName, TaskId
 from gpupool.core.table import NodeTable
 from gpupool.core.usage import CardSample, LoadModel, LoadSettings, TaskSample
-from gpupool.usage.prometheus import PodSample, PrometheusReader, Resolve
+from gpupool.usage.prometheus import PodRead, PodSample, PrometheusReader, Resolve
 
 log = logging.getLogger("gpupool.usage")
+
+
+@dataclass(frozen=True, slots=True)
+class PodTasks:
+    """What an adapter knows of its pods: the task of each (``namespace/name``), and the pods
+    holding a slice now (None: not said)."""
+
+    task_of: Callable[[str], TaskId | None]
+    held: Collection[str] | None = None
 
 
 class MeasuredUse:
@@ -43,6 +53,12 @@ class MeasuredUse:
         self.reads_failed = 0
         self.last_error = ""
         self._next_s = float("-inf")
+        self.pod_series: dict[str, int] = {}
+        """The last read's per-pod series by outcome: ``own`` (pods the adapter knows, each a
+        reading for its workload), ``card`` (slice pods with no series of their own),
+        ``unknown-pod``, and the samples the reader skipped (``bad-value``, ...)."""
+        self.pods_reason = ""
+        """Why some pods learn from their cards' readings only ("" when none do)."""
 
     def due(self, now_s: float) -> bool:
         return now_s >= self._next_s
@@ -74,21 +90,32 @@ class MeasuredUse:
         samples: Iterable[CardSample],
         now_s: float,
         to_model_time: Callable[[float], float] | None = None,
-        pods: Iterable[PodSample] = (),
-        task_of: Callable[[str], TaskId | None] | None = None,
+        pods: Iterable[PodSample] | PodRead = (),
+        task_of: Callable[[str], TaskId | None] | PodTasks | None = None,
     ) -> int:
         """A successful read's samples (read elsewhere, e.g. in a worker thread). ``pods``:
-        HAMi's per-pod samples, each a reading for its task's workload where ``task_of``
-        knows the pod (``namespace/name``); taken before the card samples, so a card's
-        reading does not teach a pod that has a series of its own."""
+        HAMi's per-pod samples (with what the reader skipped, when a :class:`PodRead`),
+        each a reading for its task's workload where ``task_of`` knows the pod
+        (``namespace/name``); taken before the card samples, so a card's reading does not
+        teach a pod that has a series of its own. A :class:`PodTasks` also names the pods
+        holding a slice now, so those without a series of their own are counted
+        (:attr:`pods_reason`)."""
         if task_of is not None:
+            tasks = task_of if isinstance(task_of, PodTasks) else PodTasks(task_of)
+            read = pods if isinstance(pods, PodRead) else PodRead(list(pods), {})
             own = []
-            for p in pods:
-                task = task_of(p.pod)
-                if task is not None:
-                    t = to_model_time(p.time_s) if to_model_time is not None else p.time_s
-                    own.append(TaskSample(p.node, p.gpu, task, t, p.util_pct))
+            known: set[str] = set()
+            unknown: set[str] = set()
+            for p in read.samples:
+                task = tasks.task_of(p.pod)
+                if task is None:
+                    unknown.add(p.pod)
+                    continue
+                known.add(p.pod)
+                t = to_model_time(p.time_s) if to_model_time is not None else p.time_s
+                own.append(TaskSample(p.node, p.gpu, task, t, p.util_pct))
             self.model.add_tasks(own)
+            self._pods_read(known, unknown, read.skipped, tasks.held)
         self.reads_ok += 1
         self.last_error = ""
         self._next_s = max(self._next_s, now_s + self.interval_s)
@@ -100,6 +127,37 @@ class MeasuredUse:
                 for s in samples
             ]
         return self.model.add(samples, now_s=now_s)
+
+    def _pods_read(
+        self,
+        known: set[str],
+        unknown: set[str],
+        skipped: Mapping[str, int],
+        held: Collection[str] | None,
+    ) -> None:
+        """What the last read said of each pod: :attr:`pod_series` and :attr:`pods_reason`.
+        A pod without a series of its own is never an error: its workload learns from the
+        cards it holds alone, as without HAMi's monitor."""
+        counts = {"own": len(known), "unknown-pod": len(unknown)}
+        notes = []
+        if held is not None:
+            missing = sorted(set(held) - known)
+            counts["card"] = len(missing)
+            if missing:
+                shown = ", ".join(missing[:3]) + (", ..." if len(missing) > 3 else "")
+                notes.append(
+                    f"{len(missing)} of {len(held)} slice pods have no per-pod series "
+                    f"({self.reader.settings.hami_util_metric}) in the last read ({shown}): "
+                    "their workloads learn from the cards they hold alone"
+                )
+        for why, n in sorted(skipped.items()):
+            counts[why] = n
+            notes.append(f"{n} per-pod samples skipped ({why})")
+        self.pod_series = counts
+        reason = "; ".join(notes)
+        if reason and reason != self.pods_reason:
+            log.info("measured use: %s", reason)
+        self.pods_reason = reason
 
     def register(
         self, registry: CollectorRegistry, view: Callable[[], tuple[NodeTable, float] | None]
@@ -134,6 +192,16 @@ class _Collector(Collector):
         )
         samples.add_metric([], f.model.samples_total)
         yield samples
+        pods = GaugeMetricFamily(
+            "gpupool_measured_pod_series",
+            "HAMi's per-pod series in the last read, by outcome: own (a reading for the "
+            "pod's workload), card (a slice pod with none: learns from its card), "
+            "unknown-pod, and samples skipped (bad-value, no-pod-label).",
+            labels=["outcome"],
+        )
+        for outcome, n in sorted(f.pod_series.items()):
+            pods.add_metric([outcome], n)
+        yield pods
         up = GaugeMetricFamily(
             "gpupool_measured_source_up",
             "1 when the last read of the "

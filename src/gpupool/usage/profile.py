@@ -135,6 +135,62 @@ def card_use(
     return {k: ActualCardUse(k[0], k[1], v[0], v[1]) for k, v in demand.items()}
 
 
+@dataclass(frozen=True, slots=True)
+class ShareUse:
+    """What one placement does with one card it holds: its part of the card's busy time and
+    of the card's used memory, as the card's own readings split among its holders."""
+
+    placement: Placement
+    position: int
+    """The share's place in the placement's shares (the container's device index)."""
+    util_pct: int
+    memory_mib: int
+
+
+def share_use(
+    placements: Iterable[Placement],
+    profiles: Mapping[str, UseProfile],
+    card_mib: Mapping[tuple[NodeName, int], int],
+) -> dict[tuple[NodeName, int], list[ShareUse]]:
+    """Each holder's part of every card in ``card_mib`` (its memory, MiB) that a placement
+    uses, consistent with :func:`card_use` of the same placements: the holders' busy shares
+    add up to the card's utilisation as DCGM writes it (``round(util_pct)``), and their memory
+    to the card's used memory (``min(capacity, round(memory_mib))``). A hot card's time is
+    split in proportion to demand (the holders slow each other down); so is memory past the
+    card. MIG instances are left out, as in :func:`card_use`."""
+    held: dict[tuple[NodeName, int], list[tuple[Placement, int, float, float]]] = {}
+    for p in placements:
+        prof = profiles.get(p.job, FULL)
+        for i, s in enumerate(p.shares):
+            key = (p.node, s.index)
+            if s.mig_profile is None and key in card_mib:
+                held.setdefault(key, []).append(
+                    (p, i, prof.demand(s.gpu_milli), prof.memory(s.memory_mib))
+                )
+    out: dict[tuple[NodeName, int], list[ShareUse]] = {}
+    for key, rows in held.items():
+        demand = [r[2] for r in rows]
+        memory = [r[3] for r in rows]
+        util = _apportion(round(min(100.0, sum(demand) / 10.0)), demand)
+        used = _apportion(min(card_mib[key], round(sum(memory))), memory)
+        out[key] = [ShareUse(r[0], r[1], u, m) for r, u, m in zip(rows, util, used, strict=True)]
+    return out
+
+
+def _apportion(total: int, weights: list[float]) -> list[int]:
+    """``total`` split in proportion to ``weights`` into integers that add up to it (largest
+    remainders first, ties to the first)."""
+    whole = sum(weights)
+    if total <= 0 or whole <= 0:
+        return [0] * len(weights)
+    quotas = [total * w / whole for w in weights]
+    parts = [int(q) for q in quotas]
+    order = sorted(range(len(weights)), key=lambda i: (parts[i] - quotas[i], i))
+    for i in order[: total - sum(parts)]:
+        parts[i] += 1
+    return parts
+
+
 ANNOTATION = "gpupool.io/actual-use"
 """A job's actual-use profile in ``serve``: ``compute=30%,memory=60%``; a field may be a
 range, ``compute=10%-40%``, drawn once per job (seeded by the job's key)."""

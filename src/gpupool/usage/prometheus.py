@@ -188,11 +188,13 @@ class PrometheusReader:
     def read(self, resolve: Resolve) -> list[CardSample]:
         return to_samples(self.fetch(), self.settings, resolve)
 
-    def read_with_pods(self, resolve: Resolve) -> tuple[list[CardSample], list[PodSample]]:
+    def read_with_pods(self, resolve: Resolve) -> tuple[list[CardSample], PodRead]:
         """One read's card samples and HAMi's per-pod samples, from one request."""
         series = self.fetch()
         cards = to_samples(series, self.settings, resolve)
-        return cards, to_pod_samples(series, self.settings, resolve)
+        skipped: dict[str, int] = {}
+        pods = to_pod_samples(series, self.settings, resolve, skipped)
+        return cards, PodRead(pods, skipped)
 
 
 def to_samples(
@@ -306,15 +308,32 @@ class PodSample:
     util_pct: float
 
 
+@dataclass(frozen=True, slots=True)
+class PodRead:
+    """HAMi's per-pod samples of one read, and the samples left out, by reason:
+    ``no-pod-label`` (a series naming no pod), ``bad-value`` (not a number, not finite, or
+    below 0). Series of devices not in the inventory are not counted: they are other
+    clusters' or not gpupool's to read."""
+
+    samples: list[PodSample]
+    skipped: dict[str, int]
+
+
 def to_pod_samples(
-    series: Iterable[Mapping[str, Any]], s: PrometheusSettings, resolve: Resolve
+    series: Iterable[Mapping[str, Any]],
+    s: PrometheusSettings,
+    resolve: Resolve,
+    skipped: dict[str, int] | None = None,
 ) -> list[PodSample]:
     """Each pod's own compute on each card, from HAMi's per-container series (its
-    containers summed; the newer names where a monitor serves both generations)."""
+    containers summed; the newer names where a monitor serves both generations). Samples
+    left out are counted in ``skipped`` by reason (:class:`PodRead`)."""
     by_gen: tuple[dict[tuple[NodeName, int, str, float], float], ...] = (
         defaultdict(float),
         defaultdict(float),
     )
+    left: dict[str, int] = skipped if skipped is not None else {}
+    bad: set[tuple[NodeName, int, str, float]] = set()  # a pod's sum with a container unread
     gens = {s.hami_util_metric: 0, s.hami_legacy_util_metric: 1}
     for item in series:
         metric = item.get("metric") or {}
@@ -325,17 +344,32 @@ def to_pod_samples(
         uuid_label = s.hami_uuid_label if gen == 0 else s.hami_legacy_uuid_label
         pod = str(metric.get(pod_label, ""))
         card = resolve("", "", str(metric.get(uuid_label, ""))[:40])
-        if card is None or not pod:
+        if card is None:
+            continue
+        points = item.get("values") or ()
+        if not pod:
+            left["no-pod-label"] = left.get("no-pod-label", 0) + len(points)
             continue
         ns = str(metric.get(ns_label, ""))
         key = f"{ns}/{pod}" if ns else pod
-        for point in item.get("values") or ():
+        for point in points:
             try:
-                t, v = float(point[0]), float(point[1])
+                t = float(point[0])
             except (TypeError, ValueError, IndexError):
+                left["bad-value"] = left.get("bad-value", 0) + 1
                 continue
-            if math.isfinite(v):
-                by_gen[gen][(card[0], card[1], key, t)] += v
+            try:
+                v = float(point[1])
+            except (TypeError, ValueError, IndexError):
+                v = math.nan
+            if not (math.isfinite(v) and v >= 0):
+                left["bad-value"] = left.get("bad-value", 0) + 1
+                bad.add((card[0], card[1], key, t))
+                continue
+            by_gen[gen][(card[0], card[1], key, t)] += v
+    for gen_samples in by_gen:
+        for k in bad & gen_samples.keys():
+            del gen_samples[k]
     newer = {k[:3] for k in by_gen[0]}
     out = [PodSample(k[0], k[1], k[2], k[3], min(100.0, v)) for k, v in by_gen[0].items()]
     out += [
@@ -358,13 +392,16 @@ def _instance_weight(profile: str) -> float:
 def inventory_resolver(
     cards: Iterable[tuple[NodeName, int, str]], hostnames: Mapping[str, NodeName] | None = None
 ) -> Resolve:
-    """A resolver from (node, card index, UUID) of the inventory: by UUID first, then by host
-    name (a node's name, or ``hostnames[host]``) and index."""
+    """A resolver from (node, card index, UUID) of the inventory: by UUID (or its first 40
+    characters, as HAMi's monitor writes it) first, then by host name (a node's name, or
+    ``hostnames[host]``) and index."""
     by_uuid: dict[str, tuple[NodeName, int]] = {}
     by_host: dict[tuple[str, int], tuple[NodeName, int]] = {}
     for node, gpu, uuid in cards:
         if uuid:
             by_uuid[uuid] = (node, gpu)
+            # HAMi's monitor writes a UUID's first 40 characters (NVIDIA's are 40 long)
+            by_uuid.setdefault(uuid[:40], (node, gpu))
         by_host[(str(node), gpu)] = (node, gpu)
     alias = dict(hostnames or {})
 
