@@ -83,20 +83,28 @@ def exporter() -> Iterator[tuple[Cluster, ExporterServer]]:
 
 
 def start_prometheus(
-    tmp: Path, server: ExporterServer, nodes: list[str], port: int = 0
+    tmp: Path,
+    server: ExporterServer,
+    nodes: list[str],
+    port: int = 0,
+    jobs: tuple[str, ...] = ("dcgm",),
 ) -> tuple[subprocess.Popen[bytes], str]:
+    """A Prometheus scraping ``server`` every second: each scrape job of ``jobs`` (``dcgm``:
+    the DCGM exporter's pages, ``hami``: HAMi's monitor's) one target a node, as the
+    exporters' DaemonSets give."""
     if PROMETHEUS is None:
         pytest.skip("no prometheus binary on PATH (make test installs Debian's prometheus)")
     port = port or free_port()
-    targets = "\n".join(
-        f"      - targets: ['{server.address}']\n"
-        f"        labels: {{__metrics_path__: '{server.path(n)}', instance: '{n}'}}"
-        for n in nodes
-    )  # one target a node, as the exporter's DaemonSet gives
-    (tmp / "prometheus.yml").write_text(
-        "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n"
-        "scrape_configs:\n  - job_name: dcgm\n    static_configs:\n" + targets + "\n"
-    )
+    paths = {"dcgm": server.path, "hami": server.hami_path}
+    config = "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n"
+    for name in jobs:
+        targets = "\n".join(
+            f"      - targets: ['{server.address}']\n"
+            f"        labels: {{__metrics_path__: '{paths[name](n)}', instance: '{n}'}}"
+            for n in nodes
+        )
+        config += f"  - job_name: {name}\n    static_configs:\n" + targets + "\n"
+    (tmp / "prometheus.yml").write_text(config)
     proc = subprocess.Popen(
         [
             PROMETHEUS,
