@@ -7,16 +7,18 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from gpupool.app import Service
 from gpupool.core import NodeName
 from gpupool.core.model import JobId, Task
 from gpupool.core.usage import LoadSettings
 from gpupool.usage.prometheus import PrometheusSettings
-from tests.e2e.serve_kit import QUEUES, job_doc
+from tests.e2e.serve_kit import QUEUES, job_doc, serving
 from tests.e2e.test_measured_prometheus import free_port, start_prometheus, stop
 
 pytestmark = pytest.mark.real_component("prometheus")
@@ -152,3 +154,34 @@ def test_without_per_pod_series_serve_reads_cards_and_says_why(tmp_path: Path) -
             stop(proc)
     finally:
         svc.stop()
+
+
+def test_gpupool_serve_serves_hamis_monitor_with_the_names_asked(tmp_path: Path) -> None:
+    """The command line: ``--dcgm-exporter-port`` serves both pages of each node,
+    ``--hami-metric-names legacy`` the names of HAMi before 2.9."""
+    port = free_port()
+    extra = ("--dcgm-exporter-port", str(port), "--hami-metric-names", "legacy")
+    with serving(tmp_path / "state.db", extra=extra) as server:
+        doc = job_doc("nb", duration="1h", milli=250, gpu_memory="10Gi", models=["A100-80GB"])
+        doc["metadata"]["annotations"] = {"gpupool.io/actual-use": "compute=40%,memory=50%"}
+        with server.client() as http:
+            assert http.post("/api/v1/jobs", json=doc).status_code == 201
+            deadline = time.monotonic() + 30
+            status: dict[str, Any] = {}
+            while time.monotonic() < deadline and status.get("phase") != "Running":
+                status = http.get("/api/v1/jobs/research/nb").json()["status"]
+                time.sleep(0.1)
+        [p] = status["placements"]
+        page = httpx.get(f"http://127.0.0.1:{port}/nodes/{p['node']}/hami/metrics").text
+        got = {f.name: f for f in text_string_to_metric_families(page)}
+        assert sorted(got) == [
+            "Device_utilization_desc_of_container",
+            "vGPU_device_memory_limit_in_bytes",
+            "vGPU_device_memory_usage_in_bytes",
+        ]
+        [util] = got["Device_utilization_desc_of_container"].samples
+        assert util.labels["podname"] == "nb-main-0" and util.labels["podnamespace"] == "research"
+        assert util.value == 10  # 40 % of 250 milli: 10 % of the card
+        [used] = got["vGPU_device_memory_usage_in_bytes"].samples
+        assert used.value == 5 * 1024**3
+        assert "/nodes/<node>/hami/metrics" in server.log.read_text()

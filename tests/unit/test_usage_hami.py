@@ -119,7 +119,7 @@ def test_values_are_formatted_as_gos_strconv(value: float, text: str) -> None:
 
 
 def test_legacy_names_come_with_their_own_labels_and_the_reader_takes_the_newer() -> None:
-    text = render(containers(), legacy=True)
+    text = render(containers(), names="both")
     got = families(text)
     old = got["Device_utilization_desc_of_container"]
     assert {"vGPU_device_memory_usage_in_bytes", "vGPU_device_memory_limit_in_bytes"} <= set(got)
@@ -140,6 +140,12 @@ def test_legacy_names_come_with_their_own_labels_and_the_reader_takes_the_newer(
     both = to_pod_samples(as_matrix(text), PrometheusSettings("http://p"), resolve)
     assert both == new_only
     assert [(p.pod, p.util_pct) for p in new_only] == [("team-a/ft-0", 91), ('team-b/nb "x"', 9)]
+    # HAMi before 2.9: the older names alone, read the same
+    legacy = render(containers(), names="legacy")
+    assert not any(name.startswith("hami_") for name in families(legacy))
+    assert to_pod_samples(as_matrix(legacy), PrometheusSettings("http://p"), resolve) == new_only
+    with pytest.raises(ValueError, match="names='old' must be one of current, both, legacy"):
+        render(containers(), names="old")
 
 
 def as_matrix(text: str, t: float = 100.0) -> list[dict[str, Any]]:

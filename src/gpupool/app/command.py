@@ -19,6 +19,7 @@ from gpupool.control.statelock import StateLock
 from gpupool.control.views import cluster_view
 from gpupool.core.errors import ConfigError
 from gpupool.core.usage import LoadSettings
+from gpupool.usage.hami import NAMES
 from gpupool.usage.prometheus import PrometheusSettings
 
 DATA = Path(__file__).resolve().parent.with_name("data")  # installed with the package
@@ -154,9 +155,17 @@ def add_parser(sub: Any) -> None:
         default=None,
         metavar="PORT",
         help="also serve each virtual node's cards in DCGM exporter's format at "
-        "/nodes/<node>/metrics on this port (0: any free port, printed), "
+        "/nodes/<node>/metrics, and each node's pods as HAMi's monitor reports them at "
+        "/nodes/<node>/hami/metrics, on this port (0: any free port, printed), "
         "each running job using what its gpupool.io/actual-use annotation "
         "declares (default: what it requests), for a Prometheus to scrape",
+    )
+    p.add_argument(
+        "--hami-metric-names",
+        choices=NAMES,
+        default="current",
+        help="the names of HAMi's monitor pages: current (hami_*, HAMi 2.9 on), both "
+        "(2.9 on with --legacy-metrics), legacy (before 2.9) (default: current)",
     )
     p.add_argument(
         "--prometheus",
@@ -257,7 +266,9 @@ def _serve(
     url = f"http://{args.host}:{port}/"
     if args.dcgm_exporter_port is not None:
         try:
-            exporter = service.start_exporter(args.host, args.dcgm_exporter_port)
+            exporter = service.start_exporter(
+                args.host, args.dcgm_exporter_port, args.hami_metric_names
+            )
         except OSError as exc:
             raise ConfigError(
                 f"--dcgm-exporter-port {args.dcgm_exporter_port}: cannot be bound: {exc.strerror}"
@@ -265,6 +276,11 @@ def _serve(
         print(
             f"  GPU exporter: http://{exporter.address}/nodes/<node>/metrics "
             "(DCGM exporter's format)",
+            flush=True,
+        )
+        print(
+            f"  HAMi monitor: http://{exporter.address}/nodes/<node>/hami/metrics "
+            "(HAMi's vGPU monitor's format)",
             flush=True,
         )
     view = cluster_view(service.plane)

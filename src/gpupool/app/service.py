@@ -231,14 +231,14 @@ class Service:
 
     # -- the virtual cluster's GPU exporter ----------------------------------------------------
 
-    def start_exporter(self, host: str, port: int, hami_legacy: bool = False) -> ExporterServer:
+    def start_exporter(self, host: str, port: int, hami_names: str = "current") -> ExporterServer:
         """Serve each node's cards in DCGM exporter's format and each node's HAMi monitor
-        (``hami_legacy``: its older metric names too)."""
+        (``hami_names``: which of HAMi's metric names, ``gpupool.usage.hami.NAMES``)."""
         self.exporter = ExporterServer(
             self.exporter_cards,
             host,
             port,
-            hami=HamiMonitor(self.exporter_pods, hami_legacy),
+            hami=HamiMonitor(self.exporter_pods, hami_names),
         ).start()
         return self.exporter
 

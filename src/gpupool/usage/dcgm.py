@@ -84,10 +84,11 @@ absent)."""
 @dataclass(frozen=True, slots=True)
 class HamiMonitor:
     """The HAMi monitor pages a server also serves: ``pods`` says what each node's containers
-    do; ``legacy`` writes HAMi's older names too (its monitor's ``--legacy-metrics``)."""
+    do; ``names`` which of HAMi's metric names the pages carry (``gpupool.usage.hami.NAMES``:
+    ``current``, ``both``, ``legacy``)."""
 
     pods: PodSource
-    legacy: bool = False
+    names: str = "current"
 
 
 class ExporterServer:
@@ -129,7 +130,7 @@ class ExporterServer:
                     and parts[1] in nodes
                 ):
                     containers = outer.hami.pods().get(parts[1], [])
-                    body = render_hami(containers, outer.hami.legacy).encode()
+                    body = render_hami(containers, outer.hami.names).encode()
                     self.send_response(200)
                     self.send_header("Content-Type", CONTENT_TYPE)
                 elif parts == ["nodes"]:

@@ -14,7 +14,8 @@ plus ``zone="vGPU"`` (the monitor registers its collector under that constant la
   container holds on the card, bytes (the same value under two names);
 * ``hami_vgpu_memory_limit_bytes``: the container's memory limit on the card, bytes.
 
-With ``--legacy-metrics`` (and always before 2.9) the monitor also writes the older names:
+Before 2.9 the monitor wrote only the older names, and since then it writes them beside the
+newer ones with ``--legacy-metrics``:
 ``Device_utilization_desc_of_container``, ``vGPU_device_memory_usage_in_bytes``,
 ``vGPU_device_memory_limit_in_bytes``, labelled ``podnamespace``, ``podname``, ``ctrname``,
 ``vdeviceid``, ``deviceuuid`` (and ``zone``). The monitor's other series (context, module
@@ -92,14 +93,23 @@ LEGACY_LABELS = ("podnamespace", "podname", "ctrname", "vdeviceid", "deviceuuid"
 """The labels of each generation, in HAMi's order (the text has them sorted by name)."""
 
 
-def render(containers: Iterable[ContainerMetrics], legacy: bool = False) -> str:
-    """The exposition text of one node's monitor (``legacy``: the older names too)."""
+NAMES = ("current", "both", "legacy")
+"""Which names a monitor writes: ``current`` (HAMi 2.9 on), ``both`` (2.9 on with
+``--legacy-metrics``), ``legacy`` (before 2.9)."""
+
+
+def render(containers: Iterable[ContainerMetrics], names: str = "current") -> str:
+    """The exposition text of one node's monitor, with the names of ``names`` (:data:`NAMES`)."""
+    if names not in NAMES:
+        raise ValueError(f"names={names!r} must be one of {', '.join(NAMES)}")
     rows = list(containers)
-    families = [(f, NEW_LABELS) for f in _NEW]
-    if legacy:
+    families: list[tuple[tuple[str, str, _Value], tuple[str, ...]]] = []
+    if names != "legacy":
+        families += [(f, NEW_LABELS) for f in _NEW]
+    if names != "current":
         families += [(f, LEGACY_LABELS) for f in _LEGACY]
     lines: list[str] = []
-    for (name, help_text, value), names in sorted(families, key=lambda f: f[0][0]):
+    for (name, help_text, value), label_names in sorted(families, key=lambda f: f[0][0]):
         series = []
         for c in rows:
             values = (
@@ -109,7 +119,7 @@ def render(containers: Iterable[ContainerMetrics], legacy: bool = False) -> str:
                 str(c.vdevice_index),
                 c.device_uuid[:UUID_CHARS],
             )
-            labels = sorted((*zip(names, values, strict=True), ("zone", ZONE)))
+            labels = sorted((*zip(label_names, values, strict=True), ("zone", ZONE)))
             series.append((labels, go_float(float(value(c)))))
         if not series:
             continue  # the Go client writes no family without a series
