@@ -11,7 +11,9 @@ plus ``zone="vGPU"`` (the monitor registers its collector under that constant la
 * ``hami_container_device_utilization_ratio``: SM utilisation, 0..100 (HAMi-core sums
   NVML's per-process samples of the container's processes; an integer);
 * ``hami_vgpu_memory_used_bytes`` and ``hami_container_device_memory_bytes``: framebuffer the
-  container holds on the card, bytes (the same value under two names);
+  container holds on the card, bytes (the same value under two names; written with 2.10's
+  labels: 2.9 also put ``context_size``, ``module_size``, ``buffer_size`` and ``offset`` on
+  the second);
 * ``hami_vgpu_memory_limit_bytes``: the container's memory limit on the card, bytes.
 
 Before 2.9 the monitor wrote only the older names, and since then it writes them beside the
