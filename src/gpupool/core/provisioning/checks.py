@@ -20,7 +20,7 @@ from gpupool.core.errors import InvalidJobError, NotFoundError
 from gpupool.core.model import Job, JobId, PodSet
 from gpupool.core.provisioning.config import AdmissionCheck
 from gpupool.core.provisioning.history import ClassCapacity
-from gpupool.core.provisioning.ledger import Learned, RequestLedger
+from gpupool.core.provisioning.ledger import RequestLedger
 from gpupool.core.provisioning.request import (
     MAX_ACTIVE_PER_PROJECT,
     MAX_NODES,
@@ -163,11 +163,6 @@ class AdmissionChecks:
 
     def request(self, key: str) -> ProvisioningRequest | None:
         return self._ledger.find(key)
-
-    def learned(self, provisioning_class_name: str, waited_s: float = 0.0) -> Learned | None:
-        """How long the class's requests that took at least ``waited_s`` from creation to
-        ``Provisioned`` took lately (``RequestLedger.learned``)."""
-        return self._ledger.learned(provisioning_class_name, waited_s)
 
     def requests(self) -> list[ProvisioningRequest]:
         return list(self._ledger)

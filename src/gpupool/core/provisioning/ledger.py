@@ -3,10 +3,8 @@ and the booking's expiry (``BOOKING_S`` after ``Provisioned``)."""
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, replace
-from statistics import median
+from dataclasses import replace
 
 from gpupool.core.errors import ConflictError, NotFoundError
 from gpupool.core.provisioning.history import ClassCapacity, History
@@ -18,21 +16,6 @@ from gpupool.core.provisioning.request import (
 )
 
 _ENDS = (ConditionType.FAILED, ConditionType.BOOKING_EXPIRED, ConditionType.CAPACITY_REVOKED)
-
-LEARN_LAST = 32
-"""How many of a provisioning class's latest requests its learned provisioning time rests on."""
-
-
-@dataclass(frozen=True, slots=True)
-class Learned:
-    """How long a provisioning class's requests took from creation to ``Provisioned``, from its
-    last ``learned_from`` (at most ``LEARN_LAST``) requests: the median of the ``samples`` of
-    them that took at least as long as a request has waited so far (None: none did)."""
-
-    provisioning_class_name: str
-    median_s: float | None
-    samples: int
-    learned_from: int
 
 
 class RequestLedger:
@@ -46,7 +29,6 @@ class RequestLedger:
         self.max_active_per_project = max_active_per_project
         self.booking_s = booking_s
         self._reqs: dict[str, ProvisioningRequest] = {}
-        self._took: dict[str, deque[float]] = {}  # class -> creation to Provisioned, latest last
         self._history = History()
 
     def __contains__(self, key: str) -> bool:
@@ -108,7 +90,6 @@ class RequestLedger:
         h = self._history
         h.made(req, req.created_s)
         if req.provisioned_s is not None:
-            self._learn(req, req.provisioned_s)
             h.provisioned(req.key, req.nodes, req.provisioned_s, req.max_run_duration_s)
 
     def _set(self, req: ProvisioningRequest) -> ProvisioningRequest:
@@ -137,7 +118,6 @@ class RequestLedger:
             req = req.with_condition(
                 ConditionType.ACCEPTED, True, "Accepted", "queued for capacity", now_s
             )
-        self._learn(req, now_s)
         self._history.provisioned(req.key, req.nodes, now_s, req.max_run_duration_s)
         return self._set(
             req.with_condition(
@@ -147,21 +127,6 @@ class RequestLedger:
                 f"{len(req.nodes)} nodes provisioned; booked for {self.booking_s:.0f}s",
                 now_s,
             )
-        )
-
-    def _learn(self, req: ProvisioningRequest, provisioned_s: float) -> None:
-        took = self._took.setdefault(req.provisioning_class_name, deque(maxlen=LEARN_LAST))
-        took.append(max(0.0, provisioned_s - req.created_s))
-
-    def learned(self, provisioning_class_name: str, waited_s: float = 0.0) -> Learned | None:
-        """How long the class's requests took to be provisioned lately, counting only those
-        that took at least ``waited_s`` (None: no request of the class was provisioned yet)."""
-        took = self._took.get(provisioning_class_name)
-        if not took:
-            return None
-        longer = [x for x in took if x >= waited_s]
-        return Learned(
-            provisioning_class_name, median(longer) if longer else None, len(longer), len(took)
         )
 
     def fail(
