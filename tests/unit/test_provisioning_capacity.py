@@ -177,3 +177,18 @@ def test_a_request_in_the_making_past_every_making_time_gets_no_start() -> None:
     # nothing of the class holds nodes: not waiting for room, only slow
     e = s.estimate_details(2000.0)[JobId("g2")]
     assert e.start_s is None and "longer than any of the last 1 " in e.basis
+
+
+def test_a_request_made_by_hand_ahead_in_the_queue_holds_its_nodes_for_its_booking() -> None:
+    s = Scheduler([], config(quota_gpus=64))
+    _run_one(s, "g1", 0.0, 600.0)  # runs 600..4200 s and holds 2 nodes
+    hand = s.create_provisioning_request(req("hand", ns="ops", pod_sets=(PS2,)), 650.0)
+    s.provisioning_accepted(hand.key, 650.0)
+    s.submit(gang("g2", at=700.0), 700.0)
+    s.cycle(700.0)
+    # both waited longer than making ever took (600 s): the class holds at most 2 nodes; the
+    # hand-made request is first, gets g1's room at 4200 s, made by 4800 s, and holds it for
+    # its booking (600 s): g2's room at 5400 s, made by 6000 s
+    e = s.estimate_details(1400.0)[JobId("g2")]
+    assert e.start_s == pytest.approx(6000.0)
+    assert f"1 {DEFAULT_CLASS} request(s) ahead" in e.basis

@@ -13,7 +13,8 @@ room, how long released nodes stay, and the class's concurrent capacity).
   ends running jobs; a booking not yet consumed, when its waiting job would end after starting
   now; one nobody waits for, when it expires), plus the scale-down lag; at the booking's
   ``maxRunDurationSeconds`` at once, when the job runs that long. A request served takes the
-  making time, then holds its nodes for its job's expected runtime.
+  making time, then holds its nodes for its job's expected runtime (one made by hand, for its
+  booking).
 
 A request past its expected provisioning is given the median making time of those that took
 at least as long as it has been in the making (a late request is not "now" at every cycle);
@@ -30,6 +31,7 @@ from typing import TYPE_CHECKING
 from gpupool.core.estimate import Estimate
 from gpupool.core.model import JobId
 from gpupool.core.provisioning.history import ClassCapacity
+from gpupool.core.provisioning.request import BOOKING_S
 
 if TYPE_CHECKING:
     from gpupool.core.context import Context
@@ -147,11 +149,11 @@ def _waiting(ctx: Context, ac: AdmissionChecks, cls: str, now_s: float) -> list[
             continue
         rec = ac.record_of(r.key)
         limit = r.max_run_duration_s
-        runtime = limit if limit is not None else math.inf
+        # No job waits for it (made by hand): its booking expires, unless its owner's pods
+        # consume it, which nothing here foretells.
+        runtime = BOOKING_S
         if rec is not None:
             runtime = ctx.runtimes.expected(rec.job, now_s).runtime_s
-        elif limit is None:
-            runtime = math.inf  # a request made by hand: its owner's pods hold it
         capped = limit is not None and runtime >= limit - RUN_END_S
         if limit is not None:
             runtime = min(runtime, limit)
