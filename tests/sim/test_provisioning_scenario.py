@@ -201,3 +201,33 @@ def test_gangs_waiting_on_the_cloud_get_an_estimate_once_a_request_was_provision
         elif j.estimated:  # learned: not before it was asked
             assert j.estimate_s is not None and j.estimate_s >= j.estimate_at_s, j.job.id
     assert sum(j.estimated for j in gangs) >= 4
+
+
+def test_a_gang_whose_request_waits_for_room_in_the_cloud_is_not_estimated_at_the_making_time(
+    run: RunResult,
+) -> None:
+    """Once a request of the class failed at the cloud's queue timeout (the class's capacity
+    showed), a gang asked while the class's nodes fill the cloud is expected when earlier
+    bookings leave room, not its creation plus the time making capacity takes."""
+    assert run.cloud is not None
+    reqs = [r for r in run.cloud.requests.values() if r.job]
+    timed_out = min(r.ended_s or 0.0 for r in reqs if r.outcome == "failed")
+    checked = 0
+    for j in run.jobs.values():
+        if j.queue != "train" or j.estimate_s is None or j.estimate_at_s is None:
+            continue
+        mine = [r for r in reqs if r.job == str(j.job.id) and r.created_s <= j.estimate_at_s]
+        if j.estimate_at_s < timed_out or not mine:
+            continue
+        r = mine[-1]
+        assert r.committed_s is not None
+        if r.committed_s - r.created_s < 60.0:
+            continue  # the cloud had room for it at once
+        making = max(
+            p.provisioned_s - (p.committed_s or p.created_s)
+            for p in reqs
+            if p.provisioned_s is not None and p.provisioned_s <= j.estimate_at_s
+        )
+        assert j.estimate_s > r.created_s + making, j.job.id
+        checked += 1
+    assert checked >= 1

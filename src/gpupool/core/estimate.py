@@ -27,8 +27,7 @@ A forecast run on a snapshot trial, from what the scheduler knows:
 
 The first ``limit`` jobs of the order get a time, each with the basis it rests on; the rest
 a position only. A job whose admission waits on an active ProvisioningRequest is out of the
-order: it starts when the cloud provisions its capacity, expected at the request's creation
-plus the time its provisioning class took lately (``waiting_on_request``).
+order: it starts when the cloud provisions its capacity (``core.estimate_provisioning``).
 
 It is a forecast, not a promise: the scenario simulator measures its error.
 """
@@ -53,7 +52,6 @@ if TYPE_CHECKING:
 
     from gpupool.core.cycle import Context
     from gpupool.core.preemption import Running
-    from gpupool.core.provisioning.checks import AdmissionChecks, CheckRecord
     from gpupool.core.queueing import Pending
     from gpupool.core.snapshot import Snapshot
 
@@ -162,45 +160,6 @@ def spread_ends(residuals: list[Dist]) -> list[float]:
     for t, i in zip(times, order, strict=True):
         out[i] = t
     return out
-
-
-def waiting_on_request(ac: AdmissionChecks, rec: CheckRecord, now_s: float) -> Estimate:
-    """The start of a job whose admission waits on its ProvisioningRequest: at once when the
-    capacity is booked for it; else the request's creation plus the median time its
-    provisioning class took from creation to ``Provisioned`` lately (``RequestLedger.learned``),
-    counting only the requests that took at least as long as this one has waited, so that a
-    late request is not forecast "now" at every cycle; no start while nothing was learned, when
-    it has waited longer than any learned request took, or when there is no request."""
-    req = ac.request(rec.request) if rec.request else None
-    if req is None or req.ended:
-        return Estimate(0, None, "waits for its ProvisioningRequest")
-    if req.booked:
-        return Estimate(0, now_s, "its capacity is provisioned")
-    cls = req.provisioning_class_name
-    waited = max(0.0, now_s - req.created_s)
-    learned = ac.learned(cls, waited)
-    if learned is None:
-        return Estimate(
-            0, None, f"waits for its ProvisioningRequest; no {cls} request was provisioned here yet"
-        )
-    made = f"waits for its ProvisioningRequest (made at t={req.created_s:.0f}s)"
-    if learned.median_s is None:
-        return Estimate(
-            0,
-            None,
-            f"{made}, longer than any of the last {learned.learned_from} {cls} requests took",
-        )
-    of = (
-        f"the {learned.samples} of the last {learned.learned_from} {cls} requests that took "
-        f"{waited / 60:.0f} min or more"
-        if learned.samples < learned.learned_from
-        else f"{learned.samples} {cls} request(s)"
-    )
-    return Estimate(
-        0,
-        max(now_s, req.created_s + learned.median_s),
-        f"{made}: provisioning takes ~{learned.median_s / 60:.0f} min here, learned from {of}",
-    )
 
 
 def estimate(ctx: Context, now_s: float, limit: int = 200) -> dict[JobId, Estimate]:

@@ -17,7 +17,8 @@ from gpupool.core.context import Context, release
 from gpupool.core.cycle import schedule
 from gpupool.core.decisions import CycleResult
 from gpupool.core.errors import ConfigError, ConflictError, InvalidJobError, NotFoundError
-from gpupool.core.estimate import Estimate, estimate, waiting_on_request
+from gpupool.core.estimate import Estimate, estimate
+from gpupool.core.estimate_provisioning import waiting_on_requests
 from gpupool.core.fairshare import UsageLedger
 from gpupool.core.feasibility import never_admitted
 from gpupool.core.model import ClusterQueueName, Job, JobId, Node, NodeName, Placement
@@ -192,16 +193,16 @@ class Scheduler(ProvisioningFacts, SchedulerQueries):
             raise NotFoundError(f"job {job} is not running")
         if self._ctx.reservation is not None and self._ctx.reservation.job == job:
             self._ctx.reservation = None
-        self._unbook(job)
+        self._unbook(job, now_s)
         r = release(self._ctx, job, now_s)
         self._ctx.runtimes.observe(r.job, now_s - r.start_s)
         return r
 
-    def _unbook(self, job: JobId) -> Job | None:
+    def _unbook(self, job: JobId, now_s: float) -> Job | None:
         """A job that ran on provisioned nodes is done with them: its request is deleted.
         Returns the job as submitted (its run limit not cut to the request's)."""
         ac = self._ctx.checks
-        return ac.unbook(job) if ac is not None else None
+        return ac.unbook(job, now_s) if ac is not None else None
 
     def cancel(self, job: JobId, now_s: float) -> None:
         """Remove a job, pending or running. A job waiting on a provisioning check gives back
@@ -209,7 +210,7 @@ class Scheduler(ProvisioningFacts, SchedulerQueries):
         already: then the booking is kept until it expires, for the next job of the queue
         that fits its nodes."""
         ac = self._ctx.checks
-        rec = ac.cancel(job) if ac is not None else None
+        rec = ac.cancel(job, now_s) if ac is not None else None
         if rec is not None:
             if rec.demand:
                 self._tree.add(rec.queue, rec.demand, -1)
@@ -276,7 +277,7 @@ class Scheduler(ProvisioningFacts, SchedulerQueries):
     def requeue(self, job: JobId, now_s: float) -> None:
         """A running job goes back to its queue, whole, its cards freed (its node is being
         drained); as for a node that left, with the node kept."""
-        submitted = self._unbook(job)
+        submitted = self._unbook(job, now_s)
         r = release(self._ctx, job, now_s)
         self._queues.add(submitted or r.job, preemptions=r.preemptions)
 
@@ -317,10 +318,12 @@ class Scheduler(ProvisioningFacts, SchedulerQueries):
         """A node left: every job with a task there goes back to its queue, whole."""
         hit = sorted({p.job for p in self._state.placements_on(name) if p.job in self._ctx.running})
         for job in hit:
-            submitted = self._unbook(job)
+            submitted = self._unbook(job, now_s)
             r = release(self._ctx, job, now_s)
             self._queues.add(submitted or r.job, preemptions=r.preemptions)
         self._state.remove_node(name)
+        if self._ctx.checks is not None:
+            self._ctx.checks.node_left(name, now_s)
         self._ctx.reservation = None
         return hit
 
@@ -386,9 +389,9 @@ class Scheduler(ProvisioningFacts, SchedulerQueries):
         core.estimate).
 
         Jobs of queues with a provisioning check start when the cloud delivers: a job still
-        queued for quota gets no time; one whose request is active is expected when its
-        provisioning class's requests were provisioned lately (``waiting_on_request``); once
-        Provisioned, at the next cycle."""
+        queued for quota gets no time; one whose request is active is expected when the cloud
+        has room for it and has made it (``core.estimate_provisioning``); once Provisioned, at
+        the next cycle."""
         out = estimate(self._ctx, now_s, limit)
         ac = self._ctx.checks
         if ac is not None:
@@ -397,9 +400,8 @@ class Scheduler(ProvisioningFacts, SchedulerQueries):
                     out[p.job.id] = Estimate(
                         out[p.job.id].position, None, "waits for its ProvisioningRequest"
                     )
-            for rec in ac.records():
-                if rec.job.id not in self._queues:
-                    out[rec.job.id] = waiting_on_request(ac, rec, now_s)
+            recs = [rec for rec in ac.records() if rec.job.id not in self._queues]
+            out.update(waiting_on_requests(self._ctx, recs, now_s))
         return out
 
     def expected_end_s(self, job: JobId) -> float | None:

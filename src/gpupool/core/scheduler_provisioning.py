@@ -95,7 +95,7 @@ class ProvisioningFacts:
     def delete_provisioning_request(self, key: str, now_s: float) -> ProvisioningRequest:
         """Delete (cancel) a request. A job waiting for it backs off and retries at the next
         cycle, as for a failure."""
-        return self._book().delete(key)
+        return self._book().delete(key, now_s)
 
     # -- provisioning: taken back after a restart ----------------------------------------------
 

@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING
 from gpupool.core.errors import InvalidJobError, NotFoundError
 from gpupool.core.model import Job, JobId, PodSet
 from gpupool.core.provisioning.config import AdmissionCheck
-from gpupool.core.provisioning.ledger import Learned, RequestLedger
+from gpupool.core.provisioning.history import ClassCapacity
+from gpupool.core.provisioning.ledger import RequestLedger
 from gpupool.core.provisioning.request import (
     MAX_ACTIVE_PER_PROJECT,
     MAX_NODES,
@@ -163,13 +164,22 @@ class AdmissionChecks:
     def request(self, key: str) -> ProvisioningRequest | None:
         return self._ledger.find(key)
 
-    def learned(self, provisioning_class_name: str, waited_s: float = 0.0) -> Learned | None:
-        """How long the class's requests that took at least ``waited_s`` from creation to
-        ``Provisioned`` took lately (``RequestLedger.learned``)."""
-        return self._ledger.learned(provisioning_class_name, waited_s)
-
     def requests(self) -> list[ProvisioningRequest]:
         return list(self._ledger)
+
+    def capacity(self, provisioning_class_name: str) -> ClassCapacity:
+        """What the class's requests have shown of the cloud: making times, scale-down lag,
+        concurrent capacity, the requests holding nodes (``history``)."""
+        return self._ledger.capacity(provisioning_class_name)
+
+    def first_made_s(self, key: str) -> float | None:
+        """When the job of request ``key`` made its first request (its place in the cloud's
+        queue; None: not known)."""
+        return self._ledger.first_made_s(key)
+
+    def job_on(self, request: str) -> JobId | None:
+        """The running job that consumed ``request``'s booking (None: none)."""
+        return next((j for j, k in self._booked.items() if k == request), None)
 
     def record(self, job: JobId) -> CheckRecord | None:
         """The job's place in its check while it has not started (None otherwise)."""
@@ -259,9 +269,14 @@ class AdmissionChecks:
     def consume(self, key: str, now_s: float) -> ProvisioningRequest:
         return self._ledger.consume(key, now_s)
 
-    def delete(self, key: str) -> ProvisioningRequest:
+    def node_left(self, name: str, now_s: float) -> None:
+        """A node left the cluster: if a provisioned request brought it, its class learns
+        when (``history``)."""
+        self._ledger.node_left(name, now_s)
+
+    def delete(self, key: str, now_s: float | None = None) -> ProvisioningRequest:
         """Delete (cancel) a request; the next cycle passes the deletion on."""
-        req = self._ledger.delete(key)
+        req = self._ledger.delete(key, now_s)
         self._outbox.append(key)
         return req
 
@@ -387,7 +402,7 @@ class AdmissionChecks:
         deleted = ""
         if rec.request:
             if rec.request in self._ledger:
-                self._ledger.delete(rec.request)
+                self._ledger.delete(rec.request, now_s)
             deleted = rec.request
         retry = rec.check.config.retry
         if rec.attempts > retry.backoff_limit_count:
@@ -412,19 +427,19 @@ class AdmissionChecks:
             )
         return Failure(self._set(new), rec.demand, deleted)
 
-    def unbook(self, job: JobId) -> Job | None:
-        """A job that ran on provisioned nodes is done with them: its request is deleted.
-        Returns the job as submitted (its run limit not cut to the request's); None when it
-        ran on no booking."""
+    def unbook(self, job: JobId, now_s: float | None = None) -> Job | None:
+        """A job that ran on provisioned nodes is done with them (at ``now_s``): its request is
+        deleted. Returns the job as submitted (its run limit not cut to the request's); None
+        when it ran on no booking."""
         key = self._booked.pop(job, None)
         if key is None:
             return None
         if key in self._ledger:
-            self._ledger.delete(key)
+            self._ledger.delete(key, now_s)
         self._outbox.append(key)
         return self._submitted.pop(job, None)
 
-    def cancel(self, job: JobId) -> CheckRecord | None:
+    def cancel(self, job: JobId, now_s: float | None = None) -> CheckRecord | None:
         """The job left while in its check: its record is dropped (returned: the caller gives
         back its ``demand``) and its request deleted, unless it is Provisioned already: the
         booking is then kept until it expires, for the next job of the queue that fits."""
@@ -435,7 +450,7 @@ class AdmissionChecks:
             and rec.request in self._ledger
             and not self._ledger.get(rec.request).booked
         ):
-            self.delete(rec.request)
+            self.delete(rec.request, now_s)
         return rec
 
     def _set(self, rec: CheckRecord) -> CheckRecord:

@@ -3,12 +3,11 @@ and the booking's expiry (``BOOKING_S`` after ``Provisioned``)."""
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, replace
-from statistics import median
+from dataclasses import replace
 
 from gpupool.core.errors import ConflictError, NotFoundError
+from gpupool.core.provisioning.history import ClassCapacity, History
 from gpupool.core.provisioning.request import (
     BOOKING_S,
     MAX_ACTIVE_PER_PROJECT,
@@ -16,20 +15,7 @@ from gpupool.core.provisioning.request import (
     ProvisioningRequest,
 )
 
-LEARN_LAST = 32
-"""How many of a provisioning class's latest requests its learned provisioning time rests on."""
-
-
-@dataclass(frozen=True, slots=True)
-class Learned:
-    """How long a provisioning class's requests took from creation to ``Provisioned``, from its
-    last ``learned_from`` (at most ``LEARN_LAST``) requests: the median of the ``samples`` of
-    them that took at least as long as a request has waited so far (None: none did)."""
-
-    provisioning_class_name: str
-    median_s: float | None
-    samples: int
-    learned_from: int
+_ENDS = (ConditionType.FAILED, ConditionType.BOOKING_EXPIRED, ConditionType.CAPACITY_REVOKED)
 
 
 class RequestLedger:
@@ -43,7 +29,7 @@ class RequestLedger:
         self.max_active_per_project = max_active_per_project
         self.booking_s = booking_s
         self._reqs: dict[str, ProvisioningRequest] = {}
-        self._took: dict[str, deque[float]] = {}  # class -> creation to Provisioned, latest last
+        self._history = History()
 
     def __contains__(self, key: str) -> bool:
         return key in self._reqs
@@ -89,15 +75,22 @@ class RequestLedger:
             )
             req = req.with_condition(ConditionType.ACCEPTED, False, "TooManyRequests", why, now_s)
             req = req.with_condition(ConditionType.FAILED, True, "TooManyRequests", why, now_s)
+        else:
+            self._history.made(req, now_s)
         self._reqs[req.key] = req
         return req
 
     def restore(self, req: ProvisioningRequest) -> None:
         """A request as it stood before a restart, conditions and all (no rule is applied:
-        it was accepted then). A provisioned one counts to its class's learned time."""
+        it was accepted then). A provisioned one counts to its class's learned time, and its
+        nodes to what the class holds."""
         self._reqs[req.key] = req
+        if req.ended:
+            return
+        h = self._history
+        h.made(req, req.created_s)
         if req.provisioned_s is not None:
-            self._learn(req, req.provisioned_s)
+            h.provisioned(req.key, req.nodes, req.provisioned_s, req.max_run_duration_s)
 
     def _set(self, req: ProvisioningRequest) -> ProvisioningRequest:
         self._reqs[req.key] = req
@@ -125,7 +118,7 @@ class RequestLedger:
             req = req.with_condition(
                 ConditionType.ACCEPTED, True, "Accepted", "queued for capacity", now_s
             )
-        self._learn(req, now_s)
+        self._history.provisioned(req.key, req.nodes, now_s, req.max_run_duration_s)
         return self._set(
             req.with_condition(
                 ConditionType.PROVISIONED,
@@ -136,27 +129,13 @@ class RequestLedger:
             )
         )
 
-    def _learn(self, req: ProvisioningRequest, provisioned_s: float) -> None:
-        took = self._took.setdefault(req.provisioning_class_name, deque(maxlen=LEARN_LAST))
-        took.append(max(0.0, provisioned_s - req.created_s))
-
-    def learned(self, provisioning_class_name: str, waited_s: float = 0.0) -> Learned | None:
-        """How long the class's requests took to be provisioned lately, counting only those
-        that took at least ``waited_s`` (None: no request of the class was provisioned yet)."""
-        took = self._took.get(provisioning_class_name)
-        if not took:
-            return None
-        longer = [x for x in took if x >= waited_s]
-        return Learned(
-            provisioning_class_name, median(longer) if longer else None, len(longer), len(took)
-        )
-
     def fail(
         self, key: str, message: str, now_s: float, reason: str = "ProvisioningFailed"
     ) -> ProvisioningRequest:
         req = self.get(key)
         if req.ended:
             return req
+        self._history.released(key, now_s, failed=True)
         return self._set(req.with_condition(ConditionType.FAILED, True, reason, message, now_s))
 
     def revoke(
@@ -165,6 +144,7 @@ class RequestLedger:
         req = self.get(key)
         if req.is_true(ConditionType.CAPACITY_REVOKED):
             return req
+        self._history.released(key, now_s, revoked=True)
         return self._set(
             req.with_condition(ConditionType.CAPACITY_REVOKED, True, reason, message, now_s)
         )
@@ -175,13 +155,32 @@ class RequestLedger:
             return req
         if not req.booked:
             raise ConflictError(f"ProvisioningRequest {key} holds no booking to consume")
+        self._history.consumed(req.job, req.namespace)
         return self._set(replace(req, consumed_s=now_s))
 
-    def delete(self, key: str) -> ProvisioningRequest:
-        """Delete (cancel) a request; what it asked for is no longer wanted."""
+    def delete(self, key: str, now_s: float | None = None) -> ProvisioningRequest:
+        """Delete (cancel) a request; what it asked for is no longer wanted. ``now_s``: when
+        (its nodes, if any, are let go then; unknown: when it ended, or at creation)."""
         req = self.get(key)
         del self._reqs[key]
+        if now_s is None:
+            ends = [c.time_s for c in req.conditions if c.status and c.type in _ENDS]
+            now_s = min(ends, default=req.created_s)
+        self._history.released(key, now_s)
         return req
+
+    def node_left(self, name: str, now_s: float) -> None:
+        """A node left the cluster (a provisioned request's, or any other: then nothing)."""
+        self._history.node_left(name, now_s)
+
+    def first_made_s(self, key: str) -> float | None:
+        """When the job of request ``key`` made its first request: a request made again after
+        a failure keeps its place in the cloud's queue (None: not known)."""
+        return self._history.first_s(key)
+
+    def capacity(self, provisioning_class_name: str) -> ClassCapacity:
+        """What the class's requests have shown of the cloud (``history``)."""
+        return self._history.learned(provisioning_class_name)
 
     def expire(self, now_s: float) -> list[ProvisioningRequest]:
         """Bookings not consumed ``booking_s`` after Provisioned: BookingExpired now."""
@@ -189,6 +188,7 @@ class RequestLedger:
         for req in list(self._reqs.values()):
             t = req.provisioned_s
             if req.booked and t is not None and now_s >= t + self.booking_s:
+                self._history.released(req.key, now_s)
                 out.append(
                     self._set(
                         req.with_condition(
