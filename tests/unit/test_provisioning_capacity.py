@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from gpupool.core import GpuRequest, JobId, PodSet
+from gpupool.core.model import Job
 from gpupool.core.provisioning import DEFAULT_CLASS, RequestLedger, RetryStrategy
 from gpupool.core.scheduler import Scheduler
 from tests.builders import job, whole
@@ -192,3 +193,53 @@ def test_a_request_made_by_hand_ahead_in_the_queue_holds_its_nodes_for_its_booki
     e = s.estimate_details(1400.0)[JobId("g2")]
     assert e.start_s == pytest.approx(6000.0)
     assert f"1 {DEFAULT_CLASS} request(s) ahead" in e.basis
+
+
+# -- the runtimes of the jobs ahead ------------------------------------------------------------
+
+
+def _learned(name: str, at: float = 0.0) -> Job:
+    """A gang with nothing declared: its runtime is learned."""
+    return job(name, tasks=2, gpu=whole(8, models=["H100"]), queue="ml/jobs", submit=at)
+
+
+def _start(s: Scheduler, g: Job, made_s: float, took_s: float) -> list[str]:
+    s.submit(g, made_s)
+    (r,) = s.cycle(made_s).provision
+    nodes = cloud_nodes(s, r)
+    s.provisioning_provisioned(r.key, nodes, made_s + took_s)
+    assert s.cycle(made_s + took_s).binds
+    return nodes
+
+
+def _one_end_then_waiting(s: Scheduler, g1_made_s: float) -> None:
+    """g0 runs 5400 s (600..6000: the one end seen); g1 runs from ``g1_made_s + 600``; g2,
+    made at 6100 s, waits longer than making ever took (600 s) while g1 holds the class's
+    2 nodes."""
+    g0 = _start(s, _learned("g0"), 0.0, 600.0)
+    _start(s, _learned("g1", g1_made_s), g1_made_s, 600.0)
+    s.finished(JobId("g0"), 6000.0)
+    for n in g0:
+        s.remove_node(n, 6000.0)  # no scale-down lag
+    s.submit(_learned("g2", 6100.0), 6100.0)
+    s.cycle(6100.0)
+
+
+def test_a_run_that_outlived_every_end_is_expected_to_its_run_limit() -> None:
+    s = Scheduler([], config(quota_gpus=64, max_run="10800"))
+    _one_end_then_waiting(s, 0.0)
+    # at 6800 s g1 has run 6200 s, longer than the one end (5400 s): what is left of the
+    # runtimes past it is the run limit's, so its nodes go at its run end (600 + 10800 s),
+    # not ~3500 s on (the learned mean, leaning on the limit as 3 jobs, less its age)
+    e = s.estimate_details(6800.0)[JobId("g2")]
+    assert e.start_s == pytest.approx(600.0 + 10800.0 + 600.0)
+
+
+def test_a_run_younger_than_the_ends_seen_counts_the_run_limit_as_one_run() -> None:
+    s = Scheduler([], config(quota_gpus=64, max_run="10800"))
+    _one_end_then_waiting(s, 3000.0)
+    # at 6800 s g1 (from 3600 s) has run 3200 s: the runtimes are the one end (5400 s) and the
+    # run limit (what g1 may run: 10800 s) half and half, so 0.5 * 2200 + 0.5 * 7600 s are
+    # left; the learned mean ((5400 + 3 * 10800) / 4 = 9450 s) would leave 6250 s
+    e = s.estimate_details(6800.0)[JobId("g2")]
+    assert e.start_s == pytest.approx(6800.0 + 0.5 * 2200.0 + 0.5 * 7600.0 + 600.0)

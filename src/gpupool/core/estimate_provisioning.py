@@ -9,12 +9,16 @@ room, how long released nodes stay, and the class's concurrent capacity).
 - **A queue** (the class's capacity showed, ``capacity_nodes``): the class's waiting
   requests are served in the order their jobs first asked (a request made again after a
   failure keeps its place), each when the nodes the class holds leave room for it. Nodes
-  leave when a booking's job is expected to end (``Runtimes.remaining``, as the forecast
-  ends running jobs; a booking not yet consumed, when its waiting job would end after starting
-  now; one nobody waits for, when it expires), plus the scale-down lag; at the booking's
-  ``maxRunDurationSeconds`` at once, when the job runs that long. A request served takes the
-  making time, then holds its nodes for its job's expected runtime (one made by hand, for its
-  booking).
+  leave when a booking's job is expected to end (a booking not yet consumed, when its waiting
+  job would end after starting now; one nobody waits for, when it expires), plus the
+  scale-down lag; at the booking's ``maxRunDurationSeconds`` at once, when the job runs that
+  long. Runtimes come from the first end of the job's queue on (``Runtimes.from_first_end``):
+  the ends, the runs going as at least their age, and the run limit counted as one run that
+  went to it; a run that outlived every end is expected to its run limit. (The learned mean
+  leans on the limit as ``PRIOR_JOBS`` jobs: with one end, a 90-minute run under a 3-hour
+  limit is expected to take 157 minutes.) Before any end, as the forecast ends running jobs.
+  A request served takes the making time, then holds its nodes for its job's expected runtime
+  (one made by hand, for its booking).
 
 A request past its expected provisioning is given the median making time of those that took
 at least as long as it has been in the making (a late request is not "now" at every cycle);
@@ -29,7 +33,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gpupool.core.estimate import Estimate
-from gpupool.core.model import JobId
+from gpupool.core.model import Job, JobId
 from gpupool.core.provisioning.history import ClassCapacity
 from gpupool.core.provisioning.request import BOOKING_S
 
@@ -153,7 +157,7 @@ def _waiting(ctx: Context, ac: AdmissionChecks, cls: str, now_s: float) -> list[
         # consume it, which nothing here foretells.
         runtime = BOOKING_S
         if rec is not None:
-            runtime = ctx.runtimes.expected(rec.job, now_s).runtime_s
+            runtime = _runtime(ctx, rec.job, now_s, limit)
         capped = limit is not None and runtime >= limit - RUN_END_S
         if limit is not None:
             runtime = min(runtime, limit)
@@ -242,7 +246,7 @@ class _Cloud:
         if running is not None:
             end = now_s + _left(ctx, running, now_s)
         elif rec is not None:
-            end = now_s + ctx.runtimes.expected(rec.job, now_s).runtime_s
+            end = now_s + _runtime(ctx, rec.job, now_s, req.max_run_duration_s)
         elif req.booked and req.booking_expires_s is not None:
             end = req.booking_expires_s
         else:
@@ -254,10 +258,32 @@ class _Cloud:
 
 
 def _left(ctx: Context, r: Running, now_s: float) -> float:
-    """How much longer a running job is expected to run, as the forecast ends it: the mean of
-    what its learned runtime distribution leaves past its age, else ``Runtimes.remaining``."""
+    """How much longer a running job is expected to run: the mean of what its runtime
+    distribution from the first end on (``Runtimes.from_first_end``) leaves past its age, cut
+    at its run limit; before any end, the forecast's (``Runtimes.residuals``, else
+    ``Runtimes.remaining``: the run limit weighs there)."""
     age = now_s - r.start_s
+    got = ctx.runtimes.from_first_end(r.job, now_s)
+    if got is not None:
+        past = [(t - age, p) for t, p in got if t > age]
+        total = sum(p for _, p in past)
+        if total > 0:
+            cap = r.job.run_limit_s - age if r.job.run_limit_s is not None else math.inf
+            return sum(min(cap, x) * p for x, p in past) / total
     res = ctx.runtimes.residuals(r.job, age, now_s)
     if res is not None:
         return sum(x * w for x, w in res)
     return ctx.runtimes.remaining(r.job, age, now_s).runtime_s
+
+
+def _runtime(ctx: Context, job: Job, now_s: float, limit_s: float | None) -> float:
+    """How long a job not started yet is expected to hold its nodes: the mean of its runtime
+    distribution from the first end on, else ``Runtimes.expected``; never past ``limit_s``
+    (its booking's maxRunDurationSeconds)."""
+    got = ctx.runtimes.from_first_end(job, now_s, limit_s)
+    mean = (
+        sum(t * p for t, p in got)
+        if got is not None
+        else ctx.runtimes.expected(job, now_s).runtime_s
+    )
+    return mean if limit_s is None else min(mean, limit_s)
