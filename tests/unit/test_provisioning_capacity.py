@@ -243,3 +243,30 @@ def test_a_run_younger_than_the_ends_seen_counts_the_run_limit_as_one_run() -> N
     # left; the learned mean ((5400 + 3 * 10800) / 4 = 9450 s) would leave 6250 s
     e = s.estimate_details(6800.0)[JobId("g2")]
     assert e.start_s == pytest.approx(6800.0 + 0.5 * 2200.0 + 0.5 * 7600.0 + 600.0)
+
+
+# -- jobs still waiting for their queue's quota ------------------------------------------------
+
+
+def test_a_job_waiting_for_quota_is_made_when_its_queue_frees_it_and_the_next_after_that() -> None:
+    s = Scheduler([], config(quota_gpus=16))  # one gang of 2 x 8 at a time
+    _run_one(s, "g1", 0.0, 600.0)  # runs 600..4200 s (declared 3600 s)
+    s.submit(gang("g2", at=700.0), 700.0)
+    s.submit(gang("g3", at=800.0), 800.0)
+    assert s.cycle(800.0).provision == []  # both wait for quota: no request yet
+    est = s.estimate_details(900.0)
+    # g2: the quota frees at g1's end (4200 s), its request is made then and takes the
+    # class's making time (600 s); g3: when g2's run (3600 s) ends, the same
+    assert est[JobId("g2")].start_s == pytest.approx(4800.0)
+    assert est[JobId("g3")].start_s == pytest.approx(4800.0 + 3600.0 + 600.0)
+    assert "waits for queue train's quota, expected free at t=4200s" in est[JobId("g2")].basis
+
+
+def test_a_job_waiting_for_quota_nothing_frees_gets_no_start_and_says_why() -> None:
+    s = Scheduler([], config(quota_gpus=16))
+    s.submit(gang("g1"), 0.0)
+    assert len(s.cycle(0.0).provision) == 1  # g1's request never provisioned: its quota held
+    s.submit(gang("g2", at=100.0), 100.0)
+    s.cycle(100.0)
+    e = s.estimate_details(200.0)[JobId("g2")]
+    assert e.start_s is None and "quota" in e.basis
