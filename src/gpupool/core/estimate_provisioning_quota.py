@@ -71,7 +71,12 @@ def waiting_for_quota(
         later: list[Waiting] = []
         for p in jobs:
             demand = quota.demand(p.job)
-            at = quota.take(demand) if demand is not None else None
+            if demand is None:
+                out[p.job.id] = Estimate(
+                    0, None, f"needs more than queue {q}'s nominal quota: no start foreseen"
+                )
+                continue
+            at = quota.take(demand)
             if at is None:
                 out[p.job.id] = Estimate(
                     0, None, f"waits for queue {q}'s quota; no expected end frees enough"
@@ -89,7 +94,7 @@ def waiting_for_quota(
             est = _future_request(ctx, cls, later, now_s, q)
             out[p.job.id] = est
             if est.start_s is not None:
-                quota.hold(demand, est.start_s + w.runtime_s)  # type: ignore[arg-type]
+                quota.hold(demand, est.start_s + w.runtime_s)
     return out
 
 
