@@ -4,11 +4,14 @@ scale-down lag, concurrent capacity, the queue in order of first asking."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from gpupool.core import GpuRequest, JobId, PodSet
 from gpupool.core.model import Job
 from gpupool.core.provisioning import DEFAULT_CLASS, RequestLedger, RetryStrategy
+from gpupool.core.runtimes import Runtimes
 from gpupool.core.scheduler import Scheduler
 from tests.builders import job, whole
 from tests.unit.test_provisioning import cloud_nodes, config, gang, req
@@ -270,3 +273,25 @@ def test_a_job_waiting_for_quota_nothing_frees_gets_no_start_and_says_why() -> N
     s.cycle(100.0)
     e = s.estimate_details(200.0)[JobId("g2")]
     assert e.start_s is None and "quota" in e.basis
+
+
+def test_runtimes_from_the_first_end_count_the_run_limit_as_one_run() -> None:
+    rt = Runtimes(default_runtime_s=3600.0)
+    g = replace(_learned("g"), run_limit_s=10800.0)
+    assert rt.from_first_end(g, 0.0) is None  # nothing ended: the forecast's own rule
+    assert rt.from_first_end(gang("declared"), 0.0) is None  # a declared duration is known
+    rt.started(_learned("a"), 0.0)
+    rt.observe(_learned("a"), 5400.0)
+    rt.stopped(_learned("a"), 0.0)
+    got = rt.from_first_end(g, 6000.0)
+    assert got is not None and _flat(got) == pytest.approx([5400.0, 0.5, 10800.0, 0.5])
+    # a booking's maxRunDurationSeconds is the bound when the job has no run limit yet
+    got = rt.from_first_end(_learned("c"), 6000.0, limit_s=7200.0)
+    assert got is not None and _flat(got) == pytest.approx([5400.0, 0.5, 7200.0, 0.5])
+    rt.started(_learned("b"), 0.0)  # still going at 6000 s, past the end: at least that long
+    got = rt.from_first_end(g, 6000.0)
+    assert got is not None and _flat(got) == pytest.approx([5400.0, 1 / 3, 10800.0, 2 / 3])
+
+
+def _flat(d: list[tuple[float, float]]) -> list[float]:
+    return [x for pt in d for x in pt]
