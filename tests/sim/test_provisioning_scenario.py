@@ -231,3 +231,38 @@ def test_a_gang_whose_request_waits_for_room_in_the_cloud_is_not_estimated_at_th
         assert j.estimate_s > r.created_s + making, j.job.id
         checked += 1
     assert checked >= 1
+
+
+def test_a_gang_behind_a_run_past_every_end_is_not_expected_before_that_runs_end(
+    run: RunResult,
+) -> None:
+    """Gang f is asked at 3 h, while the region holds 3 gangs: b (4 h, stopped at its 3 h run
+    end) has outlived every trainer run that ended (90 min), so room for f comes at b's run
+    end at the earliest, not minutes after the mean runtime."""
+    assert run.cloud is not None
+    (b,) = [r for r in run.cloud.requests.values() if r.job == "train-pretrain-b"]
+    f = run.jobs["train-pretrain-f"]  # type: ignore[index]
+    assert b.provisioned_s is not None and f.estimate_s is not None
+    assert f.estimate_s >= b.provisioned_s + 3 * 3600
+
+
+def test_a_gang_waiting_for_its_queues_quota_gets_a_start_once_a_request_was_provisioned(
+    run: RunResult,
+) -> None:
+    """Gangs asked while their queue's quota is taken (no request made yet) are given the
+    time the quota frees plus their wait in the cloud, not no start."""
+    assert run.cloud is not None
+    reqs = [r for r in run.cloud.requests.values() if r.job]
+    first = min(r.provisioned_s for r in reqs if r.provisioned_s is not None)
+    quota_waits = [
+        j
+        for j in run.jobs.values()
+        if j.queue == "train"
+        and j.estimate_at_s is not None
+        and j.estimate_at_s >= first
+        and not any(r.job == str(j.job.id) and r.created_s <= j.estimate_at_s for r in reqs)
+    ]
+    assert quota_waits  # seed 1: gang e, asked at 2 h while a, b, c, d hold the quota
+    for j in quota_waits:
+        assert j.estimate_s is not None and j.estimate_at_s is not None
+        assert j.estimate_s > j.estimate_at_s, j.job.id

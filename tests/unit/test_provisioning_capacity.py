@@ -4,10 +4,14 @@ scale-down lag, concurrent capacity, the queue in order of first asking."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from gpupool.core import GpuRequest, JobId, PodSet
+from gpupool.core.model import Job
 from gpupool.core.provisioning import DEFAULT_CLASS, RequestLedger, RetryStrategy
+from gpupool.core.runtimes import Runtimes
 from gpupool.core.scheduler import Scheduler
 from tests.builders import job, whole
 from tests.unit.test_provisioning import cloud_nodes, config, gang, req
@@ -192,3 +196,102 @@ def test_a_request_made_by_hand_ahead_in_the_queue_holds_its_nodes_for_its_booki
     e = s.estimate_details(1400.0)[JobId("g2")]
     assert e.start_s == pytest.approx(6000.0)
     assert f"1 {DEFAULT_CLASS} request(s) ahead" in e.basis
+
+
+# -- the runtimes of the jobs ahead ------------------------------------------------------------
+
+
+def _learned(name: str, at: float = 0.0) -> Job:
+    """A gang with nothing declared: its runtime is learned."""
+    return job(name, tasks=2, gpu=whole(8, models=["H100"]), queue="ml/jobs", submit=at)
+
+
+def _start(s: Scheduler, g: Job, made_s: float, took_s: float) -> list[str]:
+    s.submit(g, made_s)
+    (r,) = s.cycle(made_s).provision
+    nodes = cloud_nodes(s, r)
+    s.provisioning_provisioned(r.key, nodes, made_s + took_s)
+    assert s.cycle(made_s + took_s).binds
+    return nodes
+
+
+def _one_end_then_waiting(s: Scheduler, g1_made_s: float) -> None:
+    """g0 runs 5400 s (600..6000: the one end seen); g1 runs from ``g1_made_s + 600``; g2,
+    made at 6100 s, waits longer than making ever took (600 s) while g1 holds the class's
+    2 nodes."""
+    g0 = _start(s, _learned("g0"), 0.0, 600.0)
+    _start(s, _learned("g1", g1_made_s), g1_made_s, 600.0)
+    s.finished(JobId("g0"), 6000.0)
+    for n in g0:
+        s.remove_node(n, 6000.0)  # no scale-down lag
+    s.submit(_learned("g2", 6100.0), 6100.0)
+    s.cycle(6100.0)
+
+
+def test_a_run_that_outlived_every_end_is_expected_to_its_run_limit() -> None:
+    s = Scheduler([], config(quota_gpus=64, max_run="10800"))
+    _one_end_then_waiting(s, 0.0)
+    # at 6800 s g1 has run 6200 s, longer than the one end (5400 s): what is left of the
+    # runtimes past it is the run limit's, so its nodes go at its run end (600 + 10800 s),
+    # not ~3500 s on (the learned mean, leaning on the limit as 3 jobs, less its age)
+    e = s.estimate_details(6800.0)[JobId("g2")]
+    assert e.start_s == pytest.approx(600.0 + 10800.0 + 600.0)
+
+
+def test_a_run_younger_than_the_ends_seen_counts_the_run_limit_as_one_run() -> None:
+    s = Scheduler([], config(quota_gpus=64, max_run="10800"))
+    _one_end_then_waiting(s, 3000.0)
+    # at 6800 s g1 (from 3600 s) has run 3200 s: the runtimes are the one end (5400 s) and the
+    # run limit (what g1 may run: 10800 s) half and half, so 0.5 * 2200 + 0.5 * 7600 s are
+    # left; the learned mean ((5400 + 3 * 10800) / 4 = 9450 s) would leave 6250 s
+    e = s.estimate_details(6800.0)[JobId("g2")]
+    assert e.start_s == pytest.approx(6800.0 + 0.5 * 2200.0 + 0.5 * 7600.0 + 600.0)
+
+
+# -- jobs still waiting for their queue's quota ------------------------------------------------
+
+
+def test_a_job_waiting_for_quota_is_made_when_its_queue_frees_it_and_the_next_after_that() -> None:
+    s = Scheduler([], config(quota_gpus=16))  # one gang of 2 x 8 at a time
+    _run_one(s, "g1", 0.0, 600.0)  # runs 600..4200 s (declared 3600 s)
+    s.submit(gang("g2", at=700.0), 700.0)
+    s.submit(gang("g3", at=800.0), 800.0)
+    assert s.cycle(800.0).provision == []  # both wait for quota: no request yet
+    est = s.estimate_details(900.0)
+    # g2: the quota frees at g1's end (4200 s), its request is made then and takes the
+    # class's making time (600 s); g3: when g2's run (3600 s) ends, the same
+    assert est[JobId("g2")].start_s == pytest.approx(4800.0)
+    assert est[JobId("g3")].start_s == pytest.approx(4800.0 + 3600.0 + 600.0)
+    assert "waits for queue train's quota, expected free at t=4200s" in est[JobId("g2")].basis
+
+
+def test_a_job_waiting_for_quota_nothing_frees_gets_no_start_and_says_why() -> None:
+    s = Scheduler([], config(quota_gpus=16))
+    s.submit(gang("g1"), 0.0)
+    assert len(s.cycle(0.0).provision) == 1  # g1's request never provisioned: its quota held
+    s.submit(gang("g2", at=100.0), 100.0)
+    s.cycle(100.0)
+    e = s.estimate_details(200.0)[JobId("g2")]
+    assert e.start_s is None and "quota" in e.basis
+
+
+def test_runtimes_from_the_first_end_count_the_run_limit_as_one_run() -> None:
+    rt = Runtimes(default_runtime_s=3600.0)
+    g = replace(_learned("g"), run_limit_s=10800.0)
+    assert rt.from_first_end(g, 0.0) is None  # nothing ended: the forecast's own rule
+    assert rt.from_first_end(gang("declared"), 0.0) is None  # a declared duration is known
+    rt.started(_learned("a"), 0.0)
+    rt.observe(_learned("a"), 5400.0)
+    rt.stopped(_learned("a"), 0.0)
+    got = rt.from_first_end(g, 6000.0)
+    assert got is not None and _flat(got) == pytest.approx([5400.0, 0.5, 10800.0, 0.5])
+    # a booking's maxRunDurationSeconds is the bound when the job has no run limit yet
+    got = rt.from_first_end(_learned("c"), 6000.0, limit_s=7200.0)
+    assert got is not None and _flat(got) == pytest.approx([5400.0, 0.5, 7200.0, 0.5])
+    rt.started(_learned("b"), 0.0)  # still going at 6000 s, past the end: at least that long
+    got = rt.from_first_end(g, 6000.0)
+    assert got is not None and _flat(got) == pytest.approx([5400.0, 1 / 3, 10800.0, 2 / 3])
+
+
+def _flat(d: list[tuple[float, float]]) -> list[float]:
+    return [x for pt in d for x in pt]

@@ -9,12 +9,16 @@ room, how long released nodes stay, and the class's concurrent capacity).
 - **A queue** (the class's capacity showed, ``capacity_nodes``): the class's waiting
   requests are served in the order their jobs first asked (a request made again after a
   failure keeps its place), each when the nodes the class holds leave room for it. Nodes
-  leave when a booking's job is expected to end (``Runtimes.remaining``, as the forecast
-  ends running jobs; a booking not yet consumed, when its waiting job would end after starting
-  now; one nobody waits for, when it expires), plus the scale-down lag; at the booking's
-  ``maxRunDurationSeconds`` at once, when the job runs that long. A request served takes the
-  making time, then holds its nodes for its job's expected runtime (one made by hand, for its
-  booking).
+  leave when a booking's job is expected to end (a booking not yet consumed, when its waiting
+  job would end after starting now; one nobody waits for, when it expires), plus the
+  scale-down lag; at the booking's ``maxRunDurationSeconds`` at once, when the job runs that
+  long. Runtimes come from the first end of the job's queue on (``Runtimes.from_first_end``):
+  the ends, the runs going as at least their age, and the run limit counted as one run that
+  went to it; a run that outlived every end is expected to its run limit. (The learned mean
+  leans on the limit as ``PRIOR_JOBS`` jobs: with one end, a 90-minute run under a 3-hour
+  limit is expected to take 157 minutes.) Before any end, as the forecast ends running jobs.
+  A request served takes the making time, then holds its nodes for its job's expected runtime
+  (one made by hand, for its booking).
 
 A request past its expected provisioning is given the median making time of those that took
 at least as long as it has been in the making (a late request is not "now" at every cycle);
@@ -29,7 +33,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gpupool.core.estimate import Estimate
-from gpupool.core.model import JobId
+from gpupool.core.model import Job, JobId
 from gpupool.core.provisioning.history import ClassCapacity
 from gpupool.core.provisioning.request import BOOKING_S
 
@@ -45,7 +49,7 @@ the nodes back then, with no scale-down lag."""
 
 
 @dataclass(frozen=True, slots=True)
-class _Waiting:
+class Waiting:
     first_s: float
     key: str
     nodes: int
@@ -87,12 +91,12 @@ def _estimate(
     )
     if not cap.delays:
         return Estimate(0, None, f"{made}; no {cls} request was provisioned here yet")
-    waiting = _waiting(ctx, ac, cls, now_s)
-    bound = _bound(cap, waiting, now_s)
+    waiting = class_waiting(ctx, ac, cls, now_s)
+    bound = bound_nodes(cap, waiting, now_s)
     if bound is None:
         # Unbounded as far as anything shows: made from its creation.
-        return _made_from(cap, req.created_s, now_s, made, f"no {cls} request has waited for room")
-    room_s, ahead = _Cloud(ctx, ac, cap, now_s).room(bound, waiting, req.key)
+        return made_from(cap, req.created_s, now_s, made, f"no {cls} request has waited for room")
+    room_s, ahead = Cloud(ctx, ac, cap, now_s).room(bound, waiting, req.key)
     if room_s is None:
         return Estimate(
             0,
@@ -108,10 +112,10 @@ def _estimate(
         f"while requests waited for room (seen {seen}), so room for it at t={room_s:.0f}s, "
         "as the nodes ahead are expected to leave"
     )
-    return _made_from(cap, room_s, now_s, made, why)
+    return made_from(cap, room_s, now_s, made, why)
 
 
-def _made_from(cap: ClassCapacity, from_s: float, now_s: float, made: str, why: str) -> Estimate:
+def made_from(cap: ClassCapacity, from_s: float, now_s: float, made: str, why: str) -> Estimate:
     """Provisioned the making time after ``from_s``: its median, or, past it, the median of
     those that took at least as long as it has been in the making."""
     since = max(0.0, now_s - from_s)
@@ -141,7 +145,7 @@ def _made_from(cap: ClassCapacity, from_s: float, now_s: float, made: str, why: 
     )
 
 
-def _waiting(ctx: Context, ac: AdmissionChecks, cls: str, now_s: float) -> list[_Waiting]:
+def class_waiting(ctx: Context, ac: AdmissionChecks, cls: str, now_s: float) -> list[Waiting]:
     """The class's requests not provisioned yet, in the order their jobs first asked."""
     out = []
     for r in ac.requests():
@@ -153,13 +157,13 @@ def _waiting(ctx: Context, ac: AdmissionChecks, cls: str, now_s: float) -> list[
         # consume it, which nothing here foretells.
         runtime = BOOKING_S
         if rec is not None:
-            runtime = ctx.runtimes.expected(rec.job, now_s).runtime_s
+            runtime = runtime_of(ctx, rec.job, now_s, limit)
         capped = limit is not None and runtime >= limit - RUN_END_S
         if limit is not None:
             runtime = min(runtime, limit)
         first = ac.first_made_s(r.key)
         out.append(
-            _Waiting(
+            Waiting(
                 first if first is not None else r.created_s,
                 r.key,
                 r.pod_count,
@@ -172,7 +176,7 @@ def _waiting(ctx: Context, ac: AdmissionChecks, cls: str, now_s: float) -> list[
     return out
 
 
-def _bound(cap: ClassCapacity, waiting: list[_Waiting], now_s: float) -> int | None:
+def bound_nodes(cap: ClassCapacity, waiting: list[Waiting], now_s: float) -> int | None:
     """The class's concurrent capacity in nodes: what it learned, or what it holds now if a
     request has waited longer than making capacity ever took (it waits for room); never less
     than it holds now. None: unbounded as far as anything shows."""
@@ -190,7 +194,7 @@ def _bound(cap: ClassCapacity, waiting: list[_Waiting], now_s: float) -> int | N
 
 
 @dataclass(frozen=True, slots=True)
-class _Cloud:
+class Cloud:
     """One class's requests as the forecast walks them."""
 
     ctx: Context
@@ -198,7 +202,7 @@ class _Cloud:
     cap: ClassCapacity
     now_s: float
 
-    def room(self, bound: int, waiting: list[_Waiting], key: str) -> tuple[float | None, int]:
+    def room(self, bound: int, waiting: list[Waiting], key: str) -> tuple[float | None, int]:
         """When there is room for request ``key`` (None: never, as far as the forecast goes),
         and how many requests are ahead of it."""
         cap, now_s = self.cap, self.now_s
@@ -218,7 +222,7 @@ class _Cloud:
                 t = max(t, at)
             if held + w.nodes > bound:
                 return None, i
-            room = t if t > now_s else max(w.created_s, min(opened, now_s))
+            room = max(t, w.created_s) if t > now_s else max(w.created_s, min(opened, now_s))
             if w.key == key:
                 return room, i
             held += w.nodes
@@ -240,9 +244,9 @@ class _Cloud:
         running = ctx.running.get(job) if job is not None else None
         rec = ac.record_of(key)
         if running is not None:
-            end = now_s + _left(ctx, running, now_s)
+            end = now_s + left_of(ctx, running, now_s)
         elif rec is not None:
-            end = now_s + ctx.runtimes.expected(rec.job, now_s).runtime_s
+            end = now_s + runtime_of(ctx, rec.job, now_s, req.max_run_duration_s)
         elif req.booked and req.booking_expires_s is not None:
             end = req.booking_expires_s
         else:
@@ -253,11 +257,33 @@ class _Cloud:
         return end + lag
 
 
-def _left(ctx: Context, r: Running, now_s: float) -> float:
-    """How much longer a running job is expected to run, as the forecast ends it: the mean of
-    what its learned runtime distribution leaves past its age, else ``Runtimes.remaining``."""
+def left_of(ctx: Context, r: Running, now_s: float) -> float:
+    """How much longer a running job is expected to run: the mean of what its runtime
+    distribution from the first end on (``Runtimes.from_first_end``) leaves past its age, cut
+    at its run limit; before any end, the forecast's (``Runtimes.residuals``, else
+    ``Runtimes.remaining``: the run limit weighs there)."""
     age = now_s - r.start_s
+    got = ctx.runtimes.from_first_end(r.job, now_s)
+    if got is not None:
+        past = [(t - age, p) for t, p in got if t > age]
+        total = sum(p for _, p in past)
+        if total > 0:
+            cap = r.job.run_limit_s - age if r.job.run_limit_s is not None else math.inf
+            return sum(min(cap, x) * p for x, p in past) / total
     res = ctx.runtimes.residuals(r.job, age, now_s)
     if res is not None:
         return sum(x * w for x, w in res)
     return ctx.runtimes.remaining(r.job, age, now_s).runtime_s
+
+
+def runtime_of(ctx: Context, job: Job, now_s: float, limit_s: float | None) -> float:
+    """How long a job not started yet is expected to hold its nodes: the mean of its runtime
+    distribution from the first end on, else ``Runtimes.expected``; never past ``limit_s``
+    (its booking's maxRunDurationSeconds)."""
+    got = ctx.runtimes.from_first_end(job, now_s, limit_s)
+    mean = (
+        sum(t * p for t, p in got)
+        if got is not None
+        else ctx.runtimes.expected(job, now_s).runtime_s
+    )
+    return mean if limit_s is None else min(mean, limit_s)

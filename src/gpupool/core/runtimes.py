@@ -197,6 +197,35 @@ class Runtimes:
             return survival(list(ended), ages, prior)
         return None
 
+    def from_first_end(
+        self, job: Job, now_s: float, limit_s: float | None = None, at_limit: int = 1
+    ) -> Dist | None:
+        """The job's runtime distribution as ``distribution`` makes it, but from the first
+        end of its queue on (its user's own from ``OWN_SAMPLES``): the ends and the runs still
+        going (each at least its age, Kaplan-Meier), what is left past them at ``limit_s``,
+        else the job's run limit, else the default runtime. A run limit is an upper bound,
+        not a runtime: it gets only the weight of the runs that outlived every end, instead
+        of the ``PRIOR_JOBS`` jobs' weight the learned mean gives it. None: nothing ended, or
+        a declared duration. For forecasts that order a few long runs (``core.
+        estimate_provisioning``); the cycle's charges keep ``expected``."""
+        if job.duration_s is not None:
+            return None
+        user_key = (str(job.queue), job.user)
+        own = self._samples_user.get(user_key)
+        ended, going = own, self._starts_user.get(user_key)
+        if own is None or len(own) < OWN_SAMPLES:
+            ended, going = (
+                self._samples_queue.get(str(job.queue)),
+                self._starts_queue.get(str(job.queue)),
+            )
+        if not ended:
+            return None
+        if limit_s is None:
+            limit_s = job.run_limit_s
+        tail = limit_s if limit_s is not None else self.default_runtime_s
+        ages = [max(0.0, now_s - t) for t in going.values()] if going else []
+        return survival([*ended, *[tail] * at_limit], ages, tail)
+
     def residuals(self, job: Job, age_s: float, now_s: float | None = None) -> Dist | None:
         """What is left of a learned run that has gone ``age_s``, as a distribution: the
         ``distribution`` past its age, less its age, cut at its run limit. None when its

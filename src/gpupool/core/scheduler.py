@@ -19,6 +19,7 @@ from gpupool.core.decisions import CycleResult
 from gpupool.core.errors import ConfigError, ConflictError, InvalidJobError, NotFoundError
 from gpupool.core.estimate import Estimate, estimate
 from gpupool.core.estimate_provisioning import waiting_on_requests
+from gpupool.core.estimate_provisioning_quota import waiting_for_quota
 from gpupool.core.fairshare import UsageLedger
 from gpupool.core.feasibility import never_admitted
 from gpupool.core.model import ClusterQueueName, Job, JobId, Node, NodeName, Placement
@@ -389,19 +390,23 @@ class Scheduler(ProvisioningFacts, SchedulerQueries):
         core.estimate).
 
         Jobs of queues with a provisioning check start when the cloud delivers: a job still
-        queued for quota gets no time; one whose request is active is expected when the cloud
+        queued for quota when the quota it needs is expected free, its request made then and
+        served in its class's queue; one whose request is active is expected when the cloud
         has room for it and has made it (``core.estimate_provisioning``); once Provisioned, at
         the next cycle."""
         out = estimate(self._ctx, now_s, limit)
         ac = self._ctx.checks
         if ac is not None:
-            for p in self._queues.all():
-                if ac.check_for(p.queue) is not None and p.job.id in out:
-                    out[p.job.id] = Estimate(
-                        out[p.job.id].position, None, "waits for its ProvisioningRequest"
-                    )
             recs = [rec for rec in ac.records() if rec.job.id not in self._queues]
-            out.update(waiting_on_requests(self._ctx, recs, now_s))
+            on_requests = waiting_on_requests(self._ctx, recs, now_s)
+            queued = [
+                (out[p.job.id].position, p)
+                for p in self._queues.all()
+                if ac.check_for(p.queue) is not None and p.job.id in out
+            ]
+            for jid, e in waiting_for_quota(self._ctx, queued, on_requests, now_s).items():
+                out[jid] = Estimate(out[jid].position, e.start_s, e.basis)
+            out.update(on_requests)
         return out
 
     def expected_end_s(self, job: JobId) -> float | None:
