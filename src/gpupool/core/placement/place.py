@@ -1,15 +1,18 @@
-"""Filter -> score -> card choice for one task, and all-or-nothing placement of a job."""
+"""Filter -> score -> card choice for one task, and all-or-nothing placement of a job.
+
+A profile with lazy plugins is evaluated best-first (``best_first.py``), which keeps the row
+this full evaluation keeps."""
 
 from __future__ import annotations
-
-from collections.abc import Sequence
 
 import numpy as np
 
 from gpupool.core.affinity import PodMeta
-from gpupool.core.model import GpuKind, Job, Placement, Task
+from gpupool.core.model import Job, Placement, Task
+from gpupool.core.placement import best_first
 from gpupool.core.placement.framework import Code, CycleState, Profile, Rows, Status
-from gpupool.core.reasons import Reason, Step, nodes_fit, step
+from gpupool.core.placement.rejections import Rejections
+from gpupool.core.reasons import Step, step
 from gpupool.core.snapshot import Snapshot
 
 
@@ -18,48 +21,16 @@ def feasible(task: Task, snap: Snapshot, profile: Profile) -> tuple[Rows, Status
     t = snap.table
     cs = CycleState(t, snap.cache, pods=snap.pods, load=snap.load)
     rows = t.live()
-    total = int(rows.size)
-    rejected: list[Reason] = []
-    for f in profile.filters:
+    seen = Rejections(int(rows.size))
+    for f, neutral in profile.filter_checks:
         if rows.size == 0:
             break
-        mask = f.filter(cs, task, rows)
-        kept = int(np.count_nonzero(mask))
-        if kept < rows.size:
-            rejected.append(
-                Reason(
-                    f.name,
-                    f.reason(task),
-                    int(rows.size) - kept,
-                    resolvable=f.resolvable,
-                    gpu=_gpu_kind(task),
-                )
-            )
-            rows = rows[mask]
-    res = snap.reservation
-    if rows.size and res is not None and not res.admits(task.job, task.run_limit_s, snap.now_s):
-        keep = ~np.isin(rows, res.rows)
-        held = int(rows.size - np.count_nonzero(keep))
-        if held:
-            rejected.append(
-                Reason(str(Step.HOLD), f"held for gang {res.job} from t={res.start_s:.0f}s", held)
-            )
-            rows = rows[keep]
+        if neutral is None or not neutral(cs, task):
+            rows = seen.keep(f, task, rows, f.filter(cs, task, rows))
+    rows = seen.hold(task, snap, rows)
     if rows.size:
         return rows, Status.ok()
-    return rows, fit_error(total, rejected)
-
-
-def _gpu_kind(task: Task) -> str:
-    kind = task.request.kind
-    return "" if kind is GpuKind.NONE else kind.value
-
-
-def fit_error(total: int, rejected: Sequence[Reason]) -> Status:
-    """kube-scheduler's FitError: each filter's count of the nodes it was the first to reject.
-    UNRESOLVABLE when only inventory filters (which freeing capacity cannot change) did."""
-    code = Code.UNSCHEDULABLE if any(r.resolvable for r in rejected) else Code.UNRESOLVABLE
-    return Status(code, nodes_fit(total, rejected))
+    return rows, seen.status(task)
 
 
 def place_task(task: Task, snap: Snapshot, profile: Profile) -> tuple[Placement | None, Status]:
@@ -67,15 +38,12 @@ def place_task(task: Task, snap: Snapshot, profile: Profile) -> tuple[Placement 
 
     Ties on the weighted score go to the lowest ``rank`` (the table's tie order).
     """
-    rows, status = feasible(task, snap, profile)
-    if not rows.size:
+    chosen = best_first.choose(task, snap, profile) if profile.best_first else None
+    row, status = chosen if chosen is not None else _best_row(task, snap, profile)
+    if row < 0:
         return None, status
     t = snap.table
     cs = CycleState(t, snap.cache, pods=snap.pods, load=snap.load)
-    if profile.scores and rows.size > 1:
-        total, _ = weighted_scores(cs, task, rows, profile)
-        rows = rows[total == total.max()]
-    row = int(rows[np.argmin(t.rank[rows])]) if rows.size > 1 else int(rows[0])
     shares = profile.cards.choose_cards(cs, task, row)
     if shares is None:
         return None, Status(
@@ -100,16 +68,32 @@ def place_task(task: Task, snap: Snapshot, profile: Profile) -> tuple[Placement 
     ), Status.ok()
 
 
+def _best_row(task: Task, snap: Snapshot, profile: Profile) -> tuple[int, Status]:
+    """Every filter and score on every row: the winning row, or -1 and why none fits."""
+    rows, status = feasible(task, snap, profile)
+    if not rows.size:
+        return -1, status
+    t = snap.table
+    if profile.scores and rows.size > 1:
+        cs = CycleState(t, snap.cache, pods=snap.pods, load=snap.load)
+        total, _ = weighted_scores(cs, task, rows, profile)
+        rows = rows[total == total.max()]
+    return (int(rows[np.argmin(t.rank[rows])]) if rows.size > 1 else int(rows[0])), status
+
+
 def weighted_scores(
     cs: CycleState, task: Task, rows: Rows, profile: Profile, scale: bool = False
 ) -> tuple[np.ndarray, float]:
     """The profile's weighted score sum per row (each plugin scores 0..100, times its
-    weight), and with ``scale`` the sum of the weights of the plugins that scored some row
-    above 0: the scale of the sum, where a plugin with nothing to say everywhere does not
-    shrink it (0.0 without ``scale``: placement needs only the order)."""
+    weight; a plugin neutral for the task is not called), and with ``scale`` the sum of the
+    weights of the plugins that scored some row above 0: the scale of the sum, where a plugin
+    with nothing to say everywhere does not shrink it (0.0 without ``scale``: placement needs
+    only the order)."""
     total = np.zeros(rows.size, np.float64)
     weights = 0.0
-    for plugin, weight in profile.scores:
+    for plugin, weight, neutral in profile.score_checks:
+        if neutral is not None and neutral(cs, task):
+            continue  # 0 on every row: adds nothing to any sum, nor to the scale
         score = plugin.score(cs, task, rows)
         total += weight * score
         if scale and np.any(score):

@@ -56,6 +56,11 @@ class MeasuredMemory:
 
     name: ClassVar[str] = "measured-memory"
     resolvable: ClassVar[bool] = True
+    lazy: ClassVar[bool] = True  # per row; run only on rows that can still win
+
+    def neutral(self, cs: CycleState, task: Task) -> bool:
+        """Keeps every row without measured load, and for a task without cards or with MIG."""
+        return cs.load is None or task.request.kind not in (GpuKind.WHOLE, GpuKind.SLICE)
 
     def filter(self, cs: CycleState, task: Task, rows: Rows) -> Mask:
         req = task.request
@@ -94,10 +99,18 @@ class HotCardSpread:
     """Slices prefer nodes with a card that stays at or below ``hot_pct`` once they land."""
 
     name: ClassVar[str] = "hot-card-spread"
+    lazy: ClassVar[bool] = True  # per row, at most ``bound``: run only where a row can win
     hot_pct: float = 80.0
 
     def __post_init__(self) -> None:
         _pct("hot_pct", self.name, self.hot_pct)
+
+    def neutral(self, cs: CycleState, task: Task) -> bool:
+        """0 everywhere but for a slice with measured load."""
+        return cs.load is None or task.request.kind is not GpuKind.SLICE
+
+    def bound(self, cs: CycleState, task: Task) -> float:
+        return 0.0 if self.neutral(cs, task) else 100.0
 
     def score(self, cs: CycleState, task: Task, rows: Rows) -> Scores:
         req = task.request
@@ -143,6 +156,7 @@ class TargetLoadPacking:
     """
 
     name: ClassVar[str] = "target-load-packing"
+    lazy: ClassVar[bool] = True  # per row, at most ``bound``: run only where a row can win
     target_pct: float = 80.0
 
     def __post_init__(self) -> None:
@@ -151,6 +165,13 @@ class TargetLoadPacking:
             raise ConfigError(
                 f"plugin {self.name!r}: target_pct={self.target_pct!r} must be below 100"
             )
+
+    def neutral(self, cs: CycleState, task: Task) -> bool:
+        """0 everywhere but for whole GPUs with measured load."""
+        return cs.load is None or task.request.kind is not GpuKind.WHOLE
+
+    def bound(self, cs: CycleState, task: Task) -> float:
+        return 0.0 if self.neutral(cs, task) else 100.0
 
     def score(self, cs: CycleState, task: Task, rows: Rows) -> Scores:
         req = task.request
