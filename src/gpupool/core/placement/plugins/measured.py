@@ -214,9 +214,12 @@ class MeasuredCards:
             idle = np.flatnonzero(ok).tolist()
             if len(idle) < req.count:
                 return None
-            peers = {
-                g.index: frozenset(g.nvlink_peers) for g in t.nodes[row].gpus if g.nvlink_peers
-            }
+            # one card needs no NVLink group (``nvlink_group`` returns the first)
+            peers = (
+                {g.index: frozenset(g.nvlink_peers) for g in t.nodes[row].gpus if g.nvlink_peers}
+                if req.count > 1
+                else {}
+            )
             return tuple(
                 GpuShare(g, WHOLE_GPU_MILLI, int(t.gpu_mem_cap[row, g]))
                 for g in nvlink_group(idle, peers, req.count)
