@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import replace
 from typing import Any
 
 from gpupool.core.errors import ConfigError
@@ -63,12 +62,6 @@ def add_parsers(sub: Any) -> Any:
         default=1,
         help="pods offered per scheduling cycle, with one snapshot and one view of measured "
         "use (default 1: a cycle per pod, the most views a stream can cost)",
-    )
-    p.add_argument(
-        "--best-first",
-        action="store_true",
-        help="evaluate the profile's lazy plugins best-first (only on rows that can still "
-        "win; the same decisions): with --measured, the measured filter and scores",
     )
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=_placement)
@@ -166,8 +159,6 @@ def _placement(args: argparse.Namespace) -> int:
         from gpupool.core.placement.registry import MEASURED_SCORES, measured_profile
 
         profile = measured_profile(registry, scores={args.policy: 1.0, **MEASURED_SCORES})
-    if args.best_first:
-        profile = replace(profile, best_first=True)
     from rich.progress import Progress
 
     with Progress(transient=True, disable=not sys.stderr.isatty(), console=None) as bar:
@@ -186,7 +177,6 @@ def _placement(args: argparse.Namespace) -> int:
     out = result.as_json()
     out["policy"] = args.policy
     out["measured"] = args.measured
-    out["best_first"] = profile.best_first
     if args.json:
         print(json.dumps(out))
     else:

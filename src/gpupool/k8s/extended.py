@@ -128,7 +128,6 @@ class ExtendedResourcesFit:
 
     name: ClassVar[str] = "extended-resources"
     resolvable: ClassVar[bool] = False  # preemption frees cards, not these
-    per_row: ClassVar[bool] = True  # a node's own ledger
 
     ledger: ExtendedLedger
 

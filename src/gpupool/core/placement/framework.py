@@ -7,18 +7,9 @@ them at once (a boolean mask, a score vector). Calling a Python method per node 
 microseconds. Filters run in profile order on the survivors of the previous filter, so the
 count each filter removed is the "first failing filter" count of kube-scheduler's FitError.
 
-Best-first evaluation (``core/placement/best_first.py``) rests on what plugins declare of
-themselves, never on their names:
-
-* ``per_row`` (a class attribute, absent means False): the plugin's answer for a row depends on
-  that row alone, not on which other rows are candidates (a score not normalised over them);
-* ``neutral(cs, task)`` (a method, optional): for this task a filter keeps every row, a score
-  is 0 on every row; placement then does not call it (the rows kept and the sums are the same)
-  and its answer depends on no row (a plugin normalised over the candidates that has nothing to
-  say is per row for that task);
-* ``lazy`` (a class attribute, absent means False): a per-row plugin costly enough to run only
-  on the rows that can still win; a lazy score also says, by ``bound(cs, task)``, the most it
-  can score any row for the task (at most 100; 0: nothing anywhere).
+A plugin may say of itself, by an optional method ``neutral(cs, task)``, that for a task it
+has nothing to say: a filter keeps every row, a score is 0 on every row. Placement then does
+not call it; the rows kept, the sums and the failure counts are those it would have given.
 """
 
 from __future__ import annotations
@@ -120,31 +111,6 @@ class ScorePlugin(Protocol):
 
 
 @runtime_checkable
-class BoundedScore(ScorePlugin, Protocol):
-    """A score that may be evaluated lazily: per row, and never above its bound."""
-
-    lazy: ClassVar[bool]
-
-    def bound(self, cs: CycleState, task: Task) -> float:
-        """The most :meth:`score` gives any row for ``task`` (0..100)."""
-        ...
-
-
-def is_lazy(plugin: object) -> bool:
-    """Whether ``plugin`` declares itself lazy (per row, run only where a row can still win)."""
-    return bool(getattr(plugin, "lazy", False))
-
-
-def is_per_row(plugin: object, cs: CycleState, task: Task) -> bool:
-    """Whether ``plugin``'s answer for a row depends on that row alone for ``task``: declared
-    ``per_row`` (or ``lazy``), or ``neutral`` for this task (0 everywhere)."""
-    if getattr(plugin, "per_row", False) or is_lazy(plugin):
-        return True
-    neutral = getattr(plugin, "neutral", None)
-    return neutral is not None and bool(neutral(cs, task))
-
-
-@runtime_checkable
 class CardPlugin(Protocol):
     name: ClassVar[str]
 
@@ -197,21 +163,6 @@ class Profile:
     filters: tuple[FilterPlugin, ...]
     scores: tuple[tuple[ScorePlugin, float], ...]
     cards: CardPlugin
-    eager: tuple[tuple[FilterPlugin, NeutralCheck | None], ...] = field(init=False, default=())
-    """The filters best-first evaluation runs on every row, in profile order, each with its
-    ``neutral`` method (None without one)."""
-    deferred: tuple[FilterPlugin, ...] = field(init=False, default=())
-    """The lazy filters best-first evaluation runs only on rows that can still win, in profile
-    order: each lazy filter followed only by lazy or per-row ones (the rows a set of per-row
-    filters keeps do not depend on their order; only the counts of a FitError do, and those
-    come from the full evaluation)."""
-    best_first: bool = False
-    """Whether decisions are evaluated best-first (``core/placement/best_first.py``): asked
-    for (``dataclasses.replace(profile, best_first=True)``) and possible (some filter is
-    deferred or some score lazy). Off by default: with numpy, a plugin call costs about the
-    same for 30 rows as for 300, so at 1,000 to 10,000 nodes the rounds cost more than the
-    rows they leave out (BENCHMARKS.md, "Issue 18, sixth round: best-first evaluation")."""
-
     filter_checks: tuple[tuple[FilterPlugin, NeutralCheck | None], ...] = field(
         init=False, default=()
     )
@@ -230,24 +181,6 @@ class Profile:
             "score_checks",
             tuple((s, w, getattr(s, "neutral", None)) for s, w in self.scores),
         )
-        first = len(self.filters)
-        for i in range(len(self.filters) - 1, -1, -1):
-            f = self.filters[i]
-            if is_lazy(f):
-                first = i
-            elif not getattr(f, "per_row", False):
-                break
-        deferred = tuple(f for f in self.filters[first:] if is_lazy(f))
-        eager = tuple(c for c in self.filter_checks if not any(c[0] is d for d in deferred))
-        for plugin, _ in self.scores:
-            if is_lazy(plugin) and not callable(getattr(plugin, "bound", None)):
-                raise ConfigError(
-                    f"profile {self.name}: score {plugin.name!r} is lazy but has no bound"
-                )
-        object.__setattr__(self, "eager", eager)
-        object.__setattr__(self, "deferred", deferred)
-        lazy = bool(deferred) or any(is_lazy(p) for p, _ in self.scores)
-        object.__setattr__(self, "best_first", self.best_first and lazy)
 
     @staticmethod
     def build(

@@ -1,7 +1,4 @@
-"""Filter -> score -> card choice for one task, and all-or-nothing placement of a job.
-
-A profile with lazy plugins is evaluated best-first (``best_first.py``), which keeps the row
-this full evaluation keeps."""
+"""Filter -> score -> card choice for one task, and all-or-nothing placement of a job."""
 
 from __future__ import annotations
 
@@ -9,7 +6,6 @@ import numpy as np
 
 from gpupool.core.affinity import PodMeta
 from gpupool.core.model import Job, Placement, Task
-from gpupool.core.placement import best_first
 from gpupool.core.placement.framework import Code, CycleState, Profile, Rows, Status
 from gpupool.core.placement.rejections import Rejections
 from gpupool.core.reasons import Step, step
@@ -38,12 +34,15 @@ def place_task(task: Task, snap: Snapshot, profile: Profile) -> tuple[Placement 
 
     Ties on the weighted score go to the lowest ``rank`` (the table's tie order).
     """
-    chosen = best_first.choose(task, snap, profile) if profile.best_first else None
-    row, status = chosen if chosen is not None else _best_row(task, snap, profile)
-    if row < 0:
+    rows, status = feasible(task, snap, profile)
+    if not rows.size:
         return None, status
     t = snap.table
     cs = CycleState(t, snap.cache, pods=snap.pods, load=snap.load)
+    if profile.scores and rows.size > 1:
+        total, _ = weighted_scores(cs, task, rows, profile)
+        rows = rows[total == total.max()]
+    row = int(rows[np.argmin(t.rank[rows])]) if rows.size > 1 else int(rows[0])
     shares = profile.cards.choose_cards(cs, task, row)
     if shares is None:
         return None, Status(
@@ -66,19 +65,6 @@ def place_task(task: Task, snap: Snapshot, profile: Profile) -> tuple[Placement 
         shares=shares,
         pod=_counted(task),
     ), Status.ok()
-
-
-def _best_row(task: Task, snap: Snapshot, profile: Profile) -> tuple[int, Status]:
-    """Every filter and score on every row: the winning row, or -1 and why none fits."""
-    rows, status = feasible(task, snap, profile)
-    if not rows.size:
-        return -1, status
-    t = snap.table
-    if profile.scores and rows.size > 1:
-        cs = CycleState(t, snap.cache, pods=snap.pods, load=snap.load)
-        total, _ = weighted_scores(cs, task, rows, profile)
-        rows = rows[total == total.max()]
-    return (int(rows[np.argmin(t.rank[rows])]) if rows.size > 1 else int(rows[0])), status
 
 
 def weighted_scores(

@@ -30,7 +30,6 @@ class BinPack:
     """Prefers the fullest node that fits, leaving whole nodes free for large gangs."""
 
     name: ClassVar[str] = "binpack"
-    per_row: ClassVar[bool] = True  # a node's score is its own fullness
 
     def score(self, cs: CycleState, task: Task, rows: Rows) -> Scores:
         return np.floor(100.0 * utilisation_after(cs, task, rows))
@@ -41,7 +40,6 @@ class Spread:
     """Prefers the emptiest node that fits, spreading load and failure risk."""
 
     name: ClassVar[str] = "spread"
-    per_row: ClassVar[bool] = True  # a node's score is its own emptiness
 
     def score(self, cs: CycleState, task: Task, rows: Rows) -> Scores:
         return np.floor(100.0 * (1.0 - utilisation_after(cs, task, rows)))

@@ -56,7 +56,6 @@ class MeasuredMemory:
 
     name: ClassVar[str] = "measured-memory"
     resolvable: ClassVar[bool] = True
-    lazy: ClassVar[bool] = True  # per row; run only on rows that can still win
 
     def neutral(self, cs: CycleState, task: Task) -> bool:
         """Keeps every row without measured load, and for a task without cards or with MIG."""
@@ -99,7 +98,6 @@ class HotCardSpread:
     """Slices prefer nodes with a card that stays at or below ``hot_pct`` once they land."""
 
     name: ClassVar[str] = "hot-card-spread"
-    lazy: ClassVar[bool] = True  # per row, at most ``bound``: run only where a row can win
     hot_pct: float = 80.0
 
     def __post_init__(self) -> None:
@@ -108,9 +106,6 @@ class HotCardSpread:
     def neutral(self, cs: CycleState, task: Task) -> bool:
         """0 everywhere but for a slice with measured load."""
         return cs.load is None or task.request.kind is not GpuKind.SLICE
-
-    def bound(self, cs: CycleState, task: Task) -> float:
-        return 0.0 if self.neutral(cs, task) else 100.0
 
     def score(self, cs: CycleState, task: Task, rows: Rows) -> Scores:
         req = task.request
@@ -156,7 +151,6 @@ class TargetLoadPacking:
     """
 
     name: ClassVar[str] = "target-load-packing"
-    lazy: ClassVar[bool] = True  # per row, at most ``bound``: run only where a row can win
     target_pct: float = 80.0
 
     def __post_init__(self) -> None:
@@ -169,9 +163,6 @@ class TargetLoadPacking:
     def neutral(self, cs: CycleState, task: Task) -> bool:
         """0 everywhere but for whole GPUs with measured load."""
         return cs.load is None or task.request.kind is not GpuKind.WHOLE
-
-    def bound(self, cs: CycleState, task: Task) -> float:
-        return 0.0 if self.neutral(cs, task) else 100.0
 
     def score(self, cs: CycleState, task: Task, rows: Rows) -> Scores:
         req = task.request
