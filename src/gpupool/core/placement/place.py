@@ -22,7 +22,7 @@ def feasible(task: Task, snap: Snapshot, profile: Profile) -> tuple[Rows, Status
         if rows.size == 0:
             break
         if neutral is None or not neutral(cs, task):
-            rows = seen.keep(f, task, rows, f.filter(cs, task, rows))
+            rows = seen.keep(f, rows, f.filter(cs, task, rows))
     rows = seen.hold(task, snap, rows)
     if rows.size:
         return rows, Status.ok()

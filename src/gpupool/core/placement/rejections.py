@@ -26,7 +26,7 @@ class Rejections:
         self.counts: list[tuple[FilterPlugin, int]] = []
         self.held: Reason | None = None
 
-    def keep(self, f: FilterPlugin, task: Task, rows: Rows, mask: Mask) -> Rows:
+    def keep(self, f: FilterPlugin, rows: Rows, mask: Mask) -> Rows:
         """The rows ``f`` kept (``mask``), counting those it removed."""
         kept = int(np.count_nonzero(mask))
         if kept == rows.size:
