@@ -6,11 +6,15 @@ them at once (a boolean mask, a score vector). Calling a Python method per node 
 10,000 calls per decision at 10,000 nodes; one numpy expression over a column costs a few
 microseconds. Filters run in profile order on the survivors of the previous filter, so the
 count each filter removed is the "first failing filter" count of kube-scheduler's FitError.
+
+A plugin may say of itself, by an optional method ``neutral(cs, task)``, that for a task it
+has nothing to say: a filter keeps every row, a score is 0 on every row. Placement then does
+not call it; the rows kept, the sums and the failure counts are those it would have given.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any, ClassVar, Protocol, runtime_checkable
@@ -115,6 +119,10 @@ class CardPlugin(Protocol):
         ...
 
 
+NeutralCheck = Callable[[CycleState, Task], bool]
+"""A plugin's ``neutral``: whether it keeps every row (a filter) or scores 0 on every row (a
+score) for a task."""
+
 PluginFactory = Any  # a plugin class; called with the plugin's args as keywords
 
 
@@ -155,6 +163,24 @@ class Profile:
     filters: tuple[FilterPlugin, ...]
     scores: tuple[tuple[ScorePlugin, float], ...]
     cards: CardPlugin
+    filter_checks: tuple[tuple[FilterPlugin, NeutralCheck | None], ...] = field(
+        init=False, default=()
+    )
+    """Each filter with its ``neutral`` method (None without one), in profile order."""
+    score_checks: tuple[tuple[ScorePlugin, float, NeutralCheck | None], ...] = field(
+        init=False, default=()
+    )
+    """Each score with its weight and its ``neutral`` method, in profile order."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(
+            self, "filter_checks", tuple((f, getattr(f, "neutral", None)) for f in self.filters)
+        )
+        object.__setattr__(
+            self,
+            "score_checks",
+            tuple((s, w, getattr(s, "neutral", None)) for s, w in self.scores),
+        )
 
     @staticmethod
     def build(

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import numpy as np
 
 from gpupool.core.affinity import PodMeta
-from gpupool.core.model import GpuKind, Job, Placement, Task
+from gpupool.core.model import Job, Placement, Task
 from gpupool.core.placement.framework import Code, CycleState, Profile, Rows, Status
-from gpupool.core.reasons import Reason, Step, nodes_fit, step
+from gpupool.core.placement.rejections import Rejections
+from gpupool.core.reasons import Step, step
 from gpupool.core.snapshot import Snapshot
 
 
@@ -18,48 +17,16 @@ def feasible(task: Task, snap: Snapshot, profile: Profile) -> tuple[Rows, Status
     t = snap.table
     cs = CycleState(t, snap.cache, pods=snap.pods, load=snap.load)
     rows = t.live()
-    total = int(rows.size)
-    rejected: list[Reason] = []
-    for f in profile.filters:
+    seen = Rejections(int(rows.size))
+    for f, neutral in profile.filter_checks:
         if rows.size == 0:
             break
-        mask = f.filter(cs, task, rows)
-        kept = int(np.count_nonzero(mask))
-        if kept < rows.size:
-            rejected.append(
-                Reason(
-                    f.name,
-                    f.reason(task),
-                    int(rows.size) - kept,
-                    resolvable=f.resolvable,
-                    gpu=_gpu_kind(task),
-                )
-            )
-            rows = rows[mask]
-    res = snap.reservation
-    if rows.size and res is not None and not res.admits(task.job, task.run_limit_s, snap.now_s):
-        keep = ~np.isin(rows, res.rows)
-        held = int(rows.size - np.count_nonzero(keep))
-        if held:
-            rejected.append(
-                Reason(str(Step.HOLD), f"held for gang {res.job} from t={res.start_s:.0f}s", held)
-            )
-            rows = rows[keep]
+        if neutral is None or not neutral(cs, task):
+            rows = seen.keep(f, rows, f.filter(cs, task, rows))
+    rows = seen.hold(task, snap, rows)
     if rows.size:
         return rows, Status.ok()
-    return rows, fit_error(total, rejected)
-
-
-def _gpu_kind(task: Task) -> str:
-    kind = task.request.kind
-    return "" if kind is GpuKind.NONE else kind.value
-
-
-def fit_error(total: int, rejected: Sequence[Reason]) -> Status:
-    """kube-scheduler's FitError: each filter's count of the nodes it was the first to reject.
-    UNRESOLVABLE when only inventory filters (which freeing capacity cannot change) did."""
-    code = Code.UNSCHEDULABLE if any(r.resolvable for r in rejected) else Code.UNRESOLVABLE
-    return Status(code, nodes_fit(total, rejected))
+    return rows, seen.status(task)
 
 
 def place_task(task: Task, snap: Snapshot, profile: Profile) -> tuple[Placement | None, Status]:
@@ -104,12 +71,15 @@ def weighted_scores(
     cs: CycleState, task: Task, rows: Rows, profile: Profile, scale: bool = False
 ) -> tuple[np.ndarray, float]:
     """The profile's weighted score sum per row (each plugin scores 0..100, times its
-    weight), and with ``scale`` the sum of the weights of the plugins that scored some row
-    above 0: the scale of the sum, where a plugin with nothing to say everywhere does not
-    shrink it (0.0 without ``scale``: placement needs only the order)."""
+    weight; a plugin neutral for the task is not called), and with ``scale`` the sum of the
+    weights of the plugins that scored some row above 0: the scale of the sum, where a plugin
+    with nothing to say everywhere does not shrink it (0.0 without ``scale``: placement needs
+    only the order)."""
     total = np.zeros(rows.size, np.float64)
     weights = 0.0
-    for plugin, weight in profile.scores:
+    for plugin, weight, neutral in profile.score_checks:
+        if neutral is not None and neutral(cs, task):
+            continue  # 0 on every row: adds nothing to any sum, nor to the scale
         score = plugin.score(cs, task, rows)
         total += weight * score
         if scale and np.any(score):

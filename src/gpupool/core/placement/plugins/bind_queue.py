@@ -42,6 +42,15 @@ class BindQueue:
                 rule="above 0 and at most 100",
             )
 
+    def neutral(self, cs: CycleState, task: Task) -> bool:
+        """0 everywhere: no GPUs, a gang's replica, or no bind in flight on any node (with
+        one somewhere, a node's score depends on whether another candidate has one)."""
+        return (
+            task.request.kind is GpuKind.NONE
+            or task.pod_set.count > 1
+            or not cs.table.binds_in_flight.any()
+        )
+
     def score(self, cs: CycleState, task: Task, rows: Rows) -> Scores:
         if task.request.kind is GpuKind.NONE or task.pod_set.count > 1:
             return np.zeros(rows.size, np.float64)

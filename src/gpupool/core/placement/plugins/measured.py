@@ -57,6 +57,10 @@ class MeasuredMemory:
     name: ClassVar[str] = "measured-memory"
     resolvable: ClassVar[bool] = True
 
+    def neutral(self, cs: CycleState, task: Task) -> bool:
+        """Keeps every row without measured load, and for a task without cards or with MIG."""
+        return cs.load is None or task.request.kind not in (GpuKind.WHOLE, GpuKind.SLICE)
+
     def filter(self, cs: CycleState, task: Task, rows: Rows) -> Mask:
         req = task.request
         load = cs.load
@@ -98,6 +102,10 @@ class HotCardSpread:
 
     def __post_init__(self) -> None:
         _pct("hot_pct", self.name, self.hot_pct)
+
+    def neutral(self, cs: CycleState, task: Task) -> bool:
+        """0 everywhere but for a slice with measured load."""
+        return cs.load is None or task.request.kind is not GpuKind.SLICE
 
     def score(self, cs: CycleState, task: Task, rows: Rows) -> Scores:
         req = task.request
@@ -152,6 +160,10 @@ class TargetLoadPacking:
                 f"plugin {self.name!r}: target_pct={self.target_pct!r} must be below 100"
             )
 
+    def neutral(self, cs: CycleState, task: Task) -> bool:
+        """0 everywhere but for whole GPUs with measured load."""
+        return cs.load is None or task.request.kind is not GpuKind.WHOLE
+
     def score(self, cs: CycleState, task: Task, rows: Rows) -> Scores:
         req = task.request
         load = cs.load
@@ -193,9 +205,12 @@ class MeasuredCards:
             idle = np.flatnonzero(ok).tolist()
             if len(idle) < req.count:
                 return None
-            peers = {
-                g.index: frozenset(g.nvlink_peers) for g in t.nodes[row].gpus if g.nvlink_peers
-            }
+            # one card needs no NVLink group (``nvlink_group`` returns the first)
+            peers = (
+                {g.index: frozenset(g.nvlink_peers) for g in t.nodes[row].gpus if g.nvlink_peers}
+                if req.count > 1
+                else {}
+            )
             return tuple(
                 GpuShare(g, WHOLE_GPU_MILLI, int(t.gpu_mem_cap[row, g]))
                 for g in nvlink_group(idle, peers, req.count)

@@ -53,6 +53,10 @@ class NodeAffinityPreference:
 
     name: ClassVar[str] = "node-affinity-preference"
 
+    def neutral(self, cs: CycleState, task: Task) -> bool:
+        """Without preferred terms the score is 0 everywhere (whatever the candidates)."""
+        return not task.pod_set.preferred_node_affinity
+
     def score(self, cs: CycleState, task: Task, rows: Rows) -> Scores:
         weighted = task.pod_set.preferred_node_affinity
         if not weighted:

@@ -22,6 +22,11 @@ class PodAffinityPreference:
 
     name: ClassVar[str] = "pod-affinity-preference"
 
+    def neutral(self, cs: CycleState, task: Task) -> bool:
+        """Without preferred terms the score is 0 everywhere (whatever the candidates)."""
+        ps = task.pod_set
+        return not ps.preferred_affinity and not ps.preferred_anti_affinity
+
     def score(self, cs: CycleState, task: Task, rows: Rows) -> Scores:
         ps = task.pod_set
         total = np.zeros(rows.size, np.float64)

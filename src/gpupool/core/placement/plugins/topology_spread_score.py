@@ -27,6 +27,10 @@ class PodTopologySpreadPreference:
 
     name: ClassVar[str] = "pod-topology-spread-preference"
 
+    def neutral(self, cs: CycleState, task: Task) -> bool:
+        """Without soft constraints the score is 0 everywhere (whatever the candidates)."""
+        return not task.pod_set.soft_spread
+
     def score(self, cs: CycleState, task: Task, rows: Rows) -> Scores:
         ps = task.pod_set
         soft = ps.soft_spread
