@@ -3,10 +3,13 @@ forecast's order of ends and starts differs from the cycle's in one direction fo
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from gpupool.core import JobId
 from gpupool.core.estimate import spread_ends_by_queue
+from gpupool.core.runtimes import MIN_SAMPLES, Runtimes
 from gpupool.core.scheduler import Scheduler
 from tests.builders import job, node, queue_config, whole
 
@@ -39,3 +42,24 @@ def test_spread_ends_by_queue_spreads_each_queues_runs_over_its_own_distribution
     uniform = [(float(x), 1 / 11) for x in range(0, 1001, 100)]
     out = spread_ends_by_queue([("a", uniform), ("b", uniform), ("a", uniform), ("b", uniform)])
     assert sorted(out[0::2]) == sorted(out[1::2])
+
+
+def test_runtimes_are_learned_per_kind_of_job_in_a_queue() -> None:
+    """A queue runs 2-GPU training jobs of about 3,000 s and 1-GPU jobs under a 2,700 s run
+    limit of about 1,000 s. Each kind's runs are forecast by that kind's runtimes: from the
+    queue's mixture, every training run was forecast to end early and every short one late.
+    A kind not seen yet falls back on the queue's runtimes."""
+    r = Runtimes(3600.0)
+    train = job("train", gpu=whole(2), queue="a")
+    short = replace(job("short", gpu=whole(1), queue="a"), run_limit_s=2700.0)
+    for _ in range(MIN_SAMPLES):
+        r.observe(train, 3000.0)
+        r.observe(short, 1000.0)
+    assert r.distribution(train, 0.0) == [(3000.0, 1.0)]
+    assert r.distribution(short, 0.0) == [(1000.0, 1.0)]
+    assert r.quantile(short, 0.9, 0.0) == 1000.0
+    other = job("other", gpu=whole(4), queue="a")
+    assert r.distribution(other, 0.0) == [(1000.0, 0.5), (3000.0, 0.5)]
+    # A kind's runs still going count in its own distribution only.
+    r.started(replace(train, id=JobId("t2")), 0.0)
+    assert r.distribution(short, 5000.0) == [(1000.0, 1.0)]
