@@ -4,9 +4,11 @@ A forecast run on a snapshot trial, from what the scheduler knows:
 
 - each running job ends when what is left of its expected runtime has passed
   (``core.runtimes``: a declared duration, a learned runtime per queue and user, a run limit,
-  or the default; for a learned runtime, the mean residual life given how long the job has
-  run), never past its run limit; a job past its expected end is not expected "next cycle"
-  forever: it is given a tenth of its expected runtime more each time it is asked;
+  or the default; for a learned runtime, the runs of each queue spread by the learned
+  distribution of what is left of them (``spread_ends_by_queue``), else the mean residual
+  life given how long the job has run), never past its run limit; a job past its expected
+  end is not expected "next cycle" forever: it is given a tenth of its expected runtime more
+  each time it is asked;
 - pending jobs are offered in the **admission order of the cycle itself**
   (``cycle.admission_order``: queues by fairness key, jobs by priority, user usage and age;
   the share history in the key moves on with the forecast's clock), walked again at each

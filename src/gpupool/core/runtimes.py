@@ -21,7 +21,9 @@ Besides the average, the last ``SAMPLES`` runtimes per key are kept: the wait es
 the expected ends of the runs going by that distribution (``distribution``, with the runs
 still going counted as at least their age; ``residuals``, ``quantile``) instead of ending them
 all at the mean, which ends a crowd of runs at one instant while in truth they end one after
-another from the first minute on.
+another from the first minute on. The distribution is kept per kind of job as well
+(``shape``: run limit and GPU request), so that a queue's long and short kinds of work are
+not forecast from one mixture; the average the scheduler charges by is not split.
 """
 
 from __future__ import annotations
