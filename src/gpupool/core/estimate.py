@@ -4,9 +4,11 @@ A forecast run on a snapshot trial, from what the scheduler knows:
 
 - each running job ends when what is left of its expected runtime has passed
   (``core.runtimes``: a declared duration, a learned runtime per queue and user, a run limit,
-  or the default; for a learned runtime, the mean residual life given how long the job has
-  run), never past its run limit; a job past its expected end is not expected "next cycle"
-  forever: it is given a tenth of its expected runtime more each time it is asked;
+  or the default; for a learned runtime, the runs of each queue spread by the learned
+  distribution of what is left of them (``spread_ends_by_queue``), else the mean residual
+  life given how long the job has run), never past its run limit; a job past its expected
+  end is not expected "next cycle" forever: it is given a tenth of its expected runtime more
+  each time it is asked;
 - pending jobs are offered in the **admission order of the cycle itself**
   (``cycle.admission_order``: queues by fairness key, jobs by priority, user usage and age;
   the share history in the key moves on with the forecast's clock), walked again at each
@@ -110,7 +112,10 @@ def _ending(ctx: Context, now_s: float) -> list[tuple[float, int, _End]]:
         out.append(
             (at, i, _End(at, r.job.id, r.queue, r.placements, r.demand, left.basis, *_who(r, used)))
         )
-    for (i, r, res), left_s in zip(spread, spread_ends([res for _, _, res in spread]), strict=True):
+    # Spread queue by queue: each queue's k-th end of its n at the time by which k - 1/2 of
+    # its own runs are expected to have ended (see ``spread_ends_by_queue``).
+    lefts = spread_ends_by_queue([(r.queue, res) for _, r, res in spread])
+    for (i, r, res), left_s in zip(spread, lefts, strict=True):
         at = now_s + left_s
         basis = f"{ctx.runtimes.expected(r.job, now_s).basis}, spread by its recent runtimes"
         # Charged for its expected use (its age and mean residual), not for the end the
@@ -127,6 +132,25 @@ def _ending(ctx: Context, now_s: float) -> list[tuple[float, int, _End]]:
 def _who(r: Running, used_s: float) -> tuple[str, float, float]:
     """A running job's user, expected use and charge, for its ``_End``."""
     return r.job.user, used_s, r.charge
+
+
+def spread_ends_by_queue(runs: list[tuple[str, Dist]]) -> list[float]:
+    """``spread_ends`` over each queue's runs apart (``runs``: queue and residual per run),
+    in the order given. Spread over all queues at once, the earliest ends go to the runs
+    with the shortest median residual whichever queue they run in, so a queue whose learned
+    runtimes are a little longer than another's has every run of it end after the other's
+    runs of the same age: the forecast gives it its ends (and, as each queue below its
+    nominal quota takes back what ends in it, its starts) steadily late, and the other's
+    early. Apart, each queue's count of ends by any time is the one its runs are expected
+    to reach."""
+    by_queue: dict[str, list[int]] = {}
+    for i, (q, _) in enumerate(runs):
+        by_queue.setdefault(q, []).append(i)
+    out = [0.0] * len(runs)
+    for idx in by_queue.values():
+        for i, left_s in zip(idx, spread_ends([runs[i][1] for i in idx]), strict=True):
+            out[i] = left_s
+    return out
 
 
 def spread_ends(residuals: list[Dist]) -> list[float]:

@@ -21,7 +21,9 @@ Besides the average, the last ``SAMPLES`` runtimes per key are kept: the wait es
 the expected ends of the runs going by that distribution (``distribution``, with the runs
 still going counted as at least their age; ``residuals``, ``quantile``) instead of ending them
 all at the mean, which ends a crowd of runs at one instant while in truth they end one after
-another from the first minute on.
+another from the first minute on. The distribution is kept per kind of job as well
+(``shape``: run limit and GPU request), so that a queue's long and short kinds of work are
+not forecast from one mixture; the average the scheduler charges by is not split.
 """
 
 from __future__ import annotations
@@ -49,6 +51,23 @@ them."""
 
 Dist = list[tuple[float, float]]
 """A distribution of durations: (seconds, probability) points in order, summing to 1."""
+
+Shape = tuple[object, ...]
+"""What kind of job it is, for its runtime distribution: its run limit and, per pod set, the
+tasks and the GPUs each asks for (``shape``)."""
+
+
+def shape(job: Job) -> Shape:
+    """The job's kind: jobs of one queue alike in run limit and GPU request are taken to be
+    alike in runtime too (a queue's 2-GPU training runs and its 1-GPU runs under a 45 minute
+    limit are two distributions, not one mixture)."""
+    return (
+        job.run_limit_s,
+        *(
+            (ps.count, ps.gpu.count, ps.gpu.gpu_milli, ps.gpu.memory_mib, ps.gpu.mig_profile)
+            for ps in job.pod_sets
+        ),
+    )
 
 
 def survival(ended: list[float], going: list[float], tail_at: float) -> Dist:
@@ -131,6 +150,10 @@ class Runtimes:
         self._samples_queue: dict[str, deque[float]] = {}
         self._starts_user: dict[tuple[str, str], dict[str, float]] = {}
         self._starts_queue: dict[str, dict[str, float]] = {}
+        # The same per kind of job (``shape``), for the distributions only: (queue, shape) and
+        # (queue, user, shape).
+        self._samples_kind: dict[tuple[object, ...], deque[float]] = {}
+        self._starts_kind: dict[tuple[object, ...], dict[str, float]] = {}
 
     def started(self, job: Job, now_s: float, sign: int = 1) -> None:
         """A run began (``sign`` -1: a run that began at ``now_s`` stopped). Only runs of
@@ -143,9 +166,12 @@ class Runtimes:
         ):
             g.count += sign
             g.starts += sign * now_s
+        kind = shape(job)
         for d in (
             self._starts_user.setdefault((str(job.queue), job.user), {}),
             self._starts_queue.setdefault(str(job.queue), {}),
+            self._starts_kind.setdefault((str(job.queue), kind), {}),
+            self._starts_kind.setdefault((str(job.queue), job.user, kind), {}),
         ):
             if sign > 0:
                 d[str(job.id)] = now_s
@@ -163,16 +189,21 @@ class Runtimes:
         user_key = (str(job.queue), job.user)
         self._by_user[user_key] = self._step(self._by_user.get(user_key), runtime_s)
         self._by_queue[str(job.queue)] = self._step(self._by_queue.get(str(job.queue)), runtime_s)
+        kind = shape(job)
         for d in (
             self._samples_user.setdefault(user_key, deque(maxlen=SAMPLES)),
             self._samples_queue.setdefault(str(job.queue), deque(maxlen=SAMPLES)),
+            self._samples_kind.setdefault((str(job.queue), kind), deque(maxlen=SAMPLES)),
+            self._samples_kind.setdefault((str(job.queue), job.user, kind), deque(maxlen=SAMPLES)),
         ):
             d.append(runtime_s)
 
     def distribution(self, job: Job, now_s: float | None = None) -> Dist | None:
         """The job's runtime as a distribution, when it is learned (nothing declared) from
         ``MIN_SAMPLES`` ends or more: its queue and user's once ``OWN_SAMPLES`` of theirs
-        ended, else its queue's. The recent
+        ended, else its queue's; of its kind (``shape``) first: the user's of that kind from
+        ``OWN_SAMPLES``, the queue's of that kind from ``MIN_SAMPLES``, then of any kind. The
+        recent
         runtimes that ended and the runs of the same key still going (each at least its age)
         make a Kaplan-Meier estimate (``survival``): early on only the short runs have ended,
         and the runs going say how much longer the rest take. What is left past them is put
@@ -181,7 +212,11 @@ class Runtimes:
             return None
         user_key = (str(job.queue), job.user)
         prior = job.run_limit_s if job.run_limit_s is not None else self.default_runtime_s
+        kind_user = (str(job.queue), job.user, shape(job))
+        kind_queue = (str(job.queue), shape(job))
         for least, ended, going in (
+            (OWN_SAMPLES, self._samples_kind.get(kind_user), self._starts_kind.get(kind_user)),
+            (MIN_SAMPLES, self._samples_kind.get(kind_queue), self._starts_kind.get(kind_queue)),
             (OWN_SAMPLES, self._samples_user.get(user_key), self._starts_user.get(user_key)),
             (
                 MIN_SAMPLES,
