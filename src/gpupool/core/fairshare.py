@@ -62,13 +62,13 @@ class ShareHistory:
     Beside the average, each queue has a **credit**: the share-seconds it is owed, the
     integral of (1 - share held) over time with the same decay, from 0 when the queue is
     first seen. It is the measure a large job's turn to borrow is weighed against
-    (``cycle.borrowing_turn``). The average cannot serve there: it starts from 0 too, so for
-    the first hours every queue reads far below its share whatever it held (team-d of
-    gang-priority read 0.40 to 0.77 while it held 1.33, and borrowed on it); divided by
-    the time it covers, it is unbiased, but a rule on it that makes a queue wait until it
-    is owed credit loses part of that credit to the decay while it waits (2 points
-    under its share there). The credit starts at "owed nothing", and the turn rule
-    keeps it near 0 on average, where the decay takes as much from a queue as it gives.
+    (``cycle_turn.borrowing_turn``). The average cannot serve there: it starts from 0 too,
+    so for the first hours every queue reads far below its share whatever it held (team-d
+    of gang-priority read 0.40 to 0.77 while it held 1.33, and borrowed on it); divided by
+    the time it covers it is unbiased, but a rule on it that makes a queue wait until it is
+    owed a whole half-job loses part of that credit to the decay while it waits (0.9 to 4.0
+    points under its share on seeds 1-6). The credit starts at "owed nothing", and the turn
+    rule keeps it near 0 on average, where the decay neither gives nor takes much.
     """
 
     def __init__(self, half_life_s: float) -> None:
