@@ -17,7 +17,7 @@ from gpupool.core.context import (
 )
 from gpupool.core.cycle_owed import Owed
 from gpupool.core.cycle_reserve import reserve
-from gpupool.core.cycle_turn import alone, borrowing_turn, gpus, over_share_s
+from gpupool.core.cycle_turn import alone, alone_queues, borrowing_turn, gpus, over_share_s
 from gpupool.core.decisions import Bind, CycleResult, Evict, Hold, Park
 from gpupool.core.model import ClusterQueueName, Job, JobId
 from gpupool.core.placement.framework import Code, Profile, Status
@@ -33,6 +33,7 @@ __all__ = [
     "Context",
     "admission_order",
     "alone",
+    "alone_queues",
     "borrowing_turn",
     "dominant",
     "fair_key",
@@ -114,9 +115,10 @@ def schedule(ctx: Context, now_s: float) -> CycleResult:
     finally:
         ctx.owed = None
     ctx.held = {}
+    solo = alone_queues(ctx, ctx.queues.queues())
     for q in ctx.queues.queues():
         ctx.history.hold(
-            q, ctx.tree.share(q), now_s, waiting=ctx.queues.has_pending(q), alone=alone(ctx, q)
+            q, ctx.tree.share(q), now_s, waiting=ctx.queues.has_pending(q), alone=q in solo
         )
     if ctx.usage is not None:  # what was placed counts by its request until it shows
         for b in result.binds:

@@ -12,7 +12,7 @@ from gpupool.core.model import GpuKind, Job
 if TYPE_CHECKING:
     from gpupool.core.context import Context
 
-__all__ = ["alone", "borrowing_turn", "gpus", "over_share_s"]
+__all__ = ["alone", "alone_queues", "borrowing_turn", "gpus", "over_share_s"]
 
 
 def borrowing_turn(
@@ -77,11 +77,25 @@ def alone(ctx: Context, q: str) -> bool:
     """Whether every other queue of ``q``'s cohort tree is idle: nothing pending, nothing
     running. (Nothing pending alone is not enough: queues whose jobs all fit at once have
     none pending, and they will ask for their nominal quota within minutes.)"""
-    return not any(
-        ctx.queues.has_pending(o) or any(v > 0 for v in ctx.tree.usage(o).values())
-        for o in ctx.tree.cohort_queues(q)
-        if o != q
-    )
+    return not any(_busy(ctx, o) for o in ctx.tree.cohort_queues(q) if o != q)
+
+
+def alone_queues(ctx: Context, queues: Iterable[str]) -> set[str]:
+    """Those of ``queues`` that are ``alone``, counted once per cohort tree (a cycle asks
+    for every queue)."""
+    tree = ctx.tree
+    busy: dict[str, int] = {}
+    for o in tree.queues:
+        if _busy(ctx, o):
+            root = tree.cohort_root(o)
+            busy[root] = busy.get(root, 0) + 1
+    return {
+        q for q in queues if busy.get(tree.cohort_root(q), 0) - (1 if _busy(ctx, q) else 0) == 0
+    }
+
+
+def _busy(ctx: Context, q: str) -> bool:
+    return ctx.queues.has_pending(q) or any(v > 0 for v in ctx.tree.usage(q).values())
 
 
 def over_share_s(

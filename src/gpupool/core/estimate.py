@@ -256,7 +256,7 @@ def _forecast(
 ) -> dict[JobId, Estimate]:
     """The walk over expected ends (see the module), with ``coming`` jobs pending from their
     expected arrival on."""
-    from gpupool.core.cycle import admission_order, alone, borrowing_turn, fair_key
+    from gpupool.core.cycle import admission_order, alone_queues, borrowing_turn, fair_key
     from gpupool.core.cycle import dominant as request_charge
 
     tree = ctx.tree
@@ -395,9 +395,10 @@ def _forecast(
                         ),
                     )
                     walk.offered(True)
+                solo = alone_queues(ctx, ctx.queues.queues())
                 for q in ctx.queues.queues():
                     ctx.history.hold(
-                        q, tree.share(q), t, waiting=ctx.queues.has_pending(q), alone=alone(ctx, q)
+                        q, tree.share(q), t, waiting=ctx.queues.has_pending(q), alone=q in solo
                     )
                 # On to the next expected end: release every job ending by then.
                 freed: list[_End] = []
