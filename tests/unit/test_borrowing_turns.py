@@ -95,8 +95,8 @@ def test_a_gang_that_would_borrow_waits_until_its_queue_has_made_up_for_the_last
     """d's 8-GPU gang (nominal 4) ran for 90 minutes at twice d's share and just ended, so d
     holds nothing now: by its share now d would go first and take 8 again, while a and b
     (below their nominal quota) wait. d held more than its share lately: a and b go first,
-    and d's next gang borrows once d's share held lately, run on halfway through the gang at
-    twice its share, is 1 or less."""
+    and d's next gang, which would hold d at twice its share for an hour (one share-hour
+    above it), borrows once d is owed half of that (``ShareHistory.credit``)."""
     s = Scheduler([node("n0", gpu=8), node("n1", gpu=8)], queue_config({"a": 6, "b": 6, "d": 4}))
     s.submit(job("d-gang", tasks=2, gpu=whole(4), queue="d", duration=5400.0), 0.0)
     r = s.cycle(0.0)
@@ -117,13 +117,17 @@ def test_a_gang_that_would_borrow_waits_until_its_queue_has_made_up_for_the_last
     assert "d-gang2" not in bound
     assert {"a4", "a5", "b4", "b5"} <= bound
     parked = {p.job: p.status.message for p in r.parks}
-    assert "waiting for queue d's turn to borrow: it held 1.29 of its share" in parked["d-gang2"]
+    assert (
+        "waiting for queue d's turn to borrow: it is owed -0.93 share-hours (its share held "
+        "lately less its fair share), and this job would hold it 1.00 share-hours above"
+    ) in parked["d-gang2"]
     for i in range(4):
         s.finished(f"a{i}", 9000.0)
         s.finished(f"b{i}", 9000.0)
-    r = s.cycle(9000.0)  # d held 0.65 of its share lately, 1.04 halfway through the gang
+    r = s.cycle(9000.0)  # owed 0.26 share-hours: not yet half of 1.00
     assert not r.binds
-    r = s.cycle(12_600.0)  # 0.32 lately, 0.81 halfway: the gang goes
+    assert "it is owed 0.26 share-hours" in r.parks[0].status.message
+    r = s.cycle(10_800.0)  # owed 0.60: the gang goes
     assert [b.job for b in r.binds] == ["d-gang2"]
 
 

@@ -78,7 +78,9 @@ def _milli():  # type: ignore[no-untyped-def]
 def test_a_gang_that_would_borrow_is_reserved_room_beside_its_queues_own() -> None:
     """d (nominal 12 of 16) runs an 8-GPU gang on one node that ends at t=1000; a's jobs on
     the other end at t=2000. d's second gang would borrow: reserved on d's own node (the
-    earliest to free) it would only replace the first, so it is reserved on a's node."""
+    earliest to free) it would only replace the first, so it is reserved on a's node (once it
+    is d's turn to borrow: d, owed nothing when the gang arrives, is owed enough after five
+    minutes below its share, the gang holding d above it only until t=1000)."""
     s = Scheduler([node("n0", gpu=8), node("n1", gpu=8)], queue_config({"a": 4, "d": 12}))
     s.submit(job("d-gang1", gpu=whole(8), queue="d", duration=1000.0), 0.0)
     for i in range(8):
@@ -88,6 +90,9 @@ def test_a_gang_that_would_borrow_is_reserved_room_beside_its_queues_own() -> No
     own = next(b.placements[0].node for b in r.binds if b.job == "d-gang1")
     s.submit(job("d-gang2", gpu=whole(8), queue="d", submit=10.0, duration=1000.0), 10.0)
     r = s.cycle(10.0)
+    assert not r.holds
+    assert "waiting for queue d's turn to borrow" in r.parks[0].status.message
+    r = s.cycle(400.0)
     assert r.holds and r.holds[0].job == "d-gang2"
     assert r.holds[0].nodes == (({"n0", "n1"} - {own}).pop(),)
     assert r.holds[0].start_s == 2000.0

@@ -118,7 +118,7 @@ def try_admit(
                     )
                 )
                 continue
-            shape = (key, tuple(_shape(ps) for ps in fj.pod_sets), fj.min_member)
+            shape = (key, tuple(_shape(ps) for ps in fj.pod_sets), fj.min_member, _held(fj, snap))
             status = failed.get(shape) if failed is not None else None
             placements: list[Placement] = []
             if status is None:
@@ -147,6 +147,18 @@ def try_admit(
     if borrowing is not None:
         return borrowing, Status.ok()
     return None, Status(code, tuple(reasons))
+
+
+def _held(job: Job, snap: Snapshot) -> Hashable:
+    """Whether the room held for a reserved gang is open to ``job`` (the gang itself, or a
+    job whose run limit ends before the gang's start): two jobs of one shape fit the same
+    nodes only when both may use that room or neither may. Without it, the reserved gang
+    was refused its own room for a whole cycle, every cycle, whenever a job of its shape
+    (its queue's next gang) was tried before it."""
+    res = snap.reservation
+    if res is None:
+        return None
+    return (res.job, res.admits(job.id, job.run_limit_s, snap.now_s))
 
 
 def _shape(ps: PodSet) -> Hashable:

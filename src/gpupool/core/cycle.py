@@ -17,8 +17,9 @@ from gpupool.core.context import (
 )
 from gpupool.core.cycle_owed import Owed
 from gpupool.core.cycle_reserve import reserve
+from gpupool.core.cycle_turn import alone, alone_queues, borrowing_turn, gpus, over_share_s
 from gpupool.core.decisions import Bind, CycleResult, Evict, Hold, Park
-from gpupool.core.model import ClusterQueueName, GpuKind, Job, JobId
+from gpupool.core.model import ClusterQueueName, Job, JobId
 from gpupool.core.placement.framework import Code, Profile, Status
 from gpupool.core.placement.place import place_job
 from gpupool.core.provisioning import admit
@@ -31,9 +32,12 @@ __all__ = [
     "SHARE_HALF_LIFE_S",
     "Context",
     "admission_order",
+    "alone",
+    "alone_queues",
     "borrowing_turn",
     "dominant",
     "fair_key",
+    "over_share_s",
     "release",
     "request_share",
     "run_cycle",
@@ -85,7 +89,7 @@ def schedule(ctx: Context, now_s: float) -> CycleResult:
     for q in ctx.queues.queues():
         ctx.history.advance(q, now_s)
     if ctx.reservation is not None and not _next_in_fair_order(
-        ctx, ctx.reservation.queue, _held_for(ctx)
+        ctx, ctx.reservation.queue, now_s, _held_for(ctx)
     ):
         ctx.reservation = None  # its queue is no longer first in the fair order: room freed
     snap.reservation = ctx.reservation
@@ -111,8 +115,11 @@ def schedule(ctx: Context, now_s: float) -> CycleResult:
     finally:
         ctx.owed = None
     ctx.held = {}
+    solo = alone_queues(ctx, ctx.queues.queues())
     for q in ctx.queues.queues():
-        ctx.history.hold(q, ctx.tree.share(q), now_s, waiting=ctx.queues.has_pending(q))
+        ctx.history.hold(
+            q, ctx.tree.share(q), now_s, waiting=ctx.queues.has_pending(q), alone=q in solo
+        )
     if ctx.usage is not None:  # what was placed counts by its request until it shows
         for b in result.binds:
             for pl in b.placements:
@@ -203,7 +210,7 @@ def _try(
         ctx.queues.park(job.id, status)
         result.parks.append(Park(job.id, status))
         return False
-    turn = borrowing_turn(ctx, q, job)
+    turn = borrowing_turn(ctx, q, job, now_s)
     if turn is not None:  # not parked: its turn comes with time alone
         status = Status(Code.UNSCHEDULABLE, (step(Step.QUOTA, turn),))
         ctx.queues.note(job.id, status)
@@ -256,8 +263,8 @@ def _try(
                 return False
     if (
         ctx.reservation is None
-        and _gpus(job) >= ctx.reserve_min_gpus
-        and _next_in_fair_order(ctx, q, job)
+        and gpus(job) >= ctx.reserve_min_gpus
+        and _next_in_fair_order(ctx, q, now_s, job)
     ):
         kept, snap.reservation = snap.reservation, None  # room kept from a gang that started
         ctx.reservation = reserve(ctx, snap, p, now_s)  # 5.
@@ -350,52 +357,20 @@ def _preempt(
     )
 
 
-def borrowing_turn(ctx: Context, q: str, job: Job) -> str | None:
-    """None when ``job`` may be offered now; else why it waits for its queue's turn.
-
-    A large job (``reserve_min_gpus`` or more) that would take its queue above its nominal
-    quota by itself may borrow only if its queue's share held lately (``ShareHistory``), with
-    the job holding the queue at its share with the job for half its expected runtime, is
-    still at most 1 (its fair share): such a job keeps its queue far above its share for as
-    long as it runs, so it goes once the queue has made up for the last one. The fair order
-    alone does not see it: a queue whose 32-GPU gang just ended holds nothing now and comes
-    first at once, and two such gangs back to back at the top priority took team-d three
-    points over its share (issue 15); letting it borrow whenever its share held lately is 1
-    or less still gave 1 to 2 points over. Counting the whole job in the queue's key instead
-    (Kueue's share with the workload considered) starves the large jobs' queue: it compares
-    the queue plus a whole gang with the others plus nothing. A large job within its nominal
-    quota is entitled to go as any job."""
-    if _gpus(job) < ctx.reserve_min_gpus:
-        return None
-    queue = ctx.tree.queues[q]
-    demand = request_demand(job, queue.flavors[0].flavor if queue.flavors else "")
-    if not ctx.tree.borrows(q, demand):
-        return None
-    runtime = ctx.runtimes.expected(job).runtime_s
-    midway = ctx.history.projected(q, ctx.tree.share(q, demand), runtime / 2)
-    if midway <= 1.0:
-        return None
-    return (
-        f"waiting for queue {q}'s turn to borrow: it held {ctx.history.average(q):.2f} "
-        f"of its share lately, {midway:.2f} halfway through this job (a job this large "
-        "borrows once that is 1.00 or less)"
-    )
-
-
 def _held_for(ctx: Context) -> Job | None:
     res = ctx.reservation
     p = ctx.queues.get(res.job) if res is not None else None
     return p.job if p is not None else None
 
 
-def _next_in_fair_order(ctx: Context, q: str, job: Job | None = None) -> bool:
+def _next_in_fair_order(ctx: Context, q: str, now_s: float, job: Job | None = None) -> bool:
     """Whether queue ``q`` comes first in the fair order (lowest ``fair_key``) of the queues
     with pending jobs in its cohort tree, and it is ``job``'s turn if it would borrow
     (``borrowing_turn``). Only such a queue's gang may hold nodes for later:
     a reservation makes room that nobody else may take, so granting it to a queue above its
     share would let a large job buy capacity beyond the share by waiting (priority orders
     work inside the queue, it never buys room against other queues)."""
-    if job is not None and borrowing_turn(ctx, q, job) is not None:
+    if job is not None and borrowing_turn(ctx, q, job, now_s) is not None:
         return False
     mine = fair_key(ctx, q)
     root = ctx.tree.cohort_root(q)
@@ -403,13 +378,6 @@ def _next_in_fair_order(ctx: Context, q: str, job: Job | None = None) -> bool:
         mine <= fair_key(ctx, o)
         for o in ctx.queues.queues()
         if o != q and ctx.queues.has_pending(o) and ctx.tree.cohort_root(o) == root
-    )
-
-
-def _gpus(job: Job) -> int:
-    return sum(
-        ps.count * (ps.gpu.count or (1 if ps.gpu.kind is not GpuKind.NONE else 0))
-        for ps in job.pod_sets
     )
 
 

@@ -239,7 +239,7 @@ def _forecast(
 ) -> dict[JobId, Estimate]:
     """The walk over expected ends (see the module), with ``coming`` jobs pending from their
     expected arrival on."""
-    from gpupool.core.cycle import admission_order, borrowing_turn, fair_key
+    from gpupool.core.cycle import admission_order, alone_queues, borrowing_turn, fair_key
     from gpupool.core.cycle import dominant as request_charge
 
     tree = ctx.tree
@@ -277,7 +277,18 @@ def _forecast(
                         walk.offered(False)  # passed over for the rest of this step
                         continue
                     if (
-                        borrowing_turn(ctx, p.queue, p.job) is not None
+                        borrowing_turn(  # the queue's runs end as this forecast ends them
+                            ctx,
+                            p.queue,
+                            p.job,
+                            t,
+                            (
+                                (e.at_s, e.demand)
+                                for _, _, e in ends
+                                if e.queue == p.queue and e.job not in gone
+                            ),
+                        )
+                        is not None
                         or owed.blocks_request(p.queue, p.job) is not None
                     ):
                         misses[p.queue] = misses.get(p.queue, 0) + 1
@@ -367,8 +378,11 @@ def _forecast(
                         ),
                     )
                     walk.offered(True)
+                solo = alone_queues(ctx, ctx.queues.queues())
                 for q in ctx.queues.queues():
-                    ctx.history.hold(q, tree.share(q), t, waiting=ctx.queues.has_pending(q))
+                    ctx.history.hold(
+                        q, tree.share(q), t, waiting=ctx.queues.has_pending(q), alone=q in solo
+                    )
                 # On to the next expected end: release every job ending by then.
                 freed: list[_End] = []
                 while ends and (not freed or ends[0][0] <= freed[0].at_s + SAME_TIME_S):
