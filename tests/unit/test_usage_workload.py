@@ -177,13 +177,13 @@ def test_a_pods_own_series_teaches_its_workload_on_a_shared_card() -> None:
     for i in range(MIN_READINGS):
         time = 30.0 + 15 * i
         w.read(N1, 0, time, 100.0)  # the card: both together, nobody's reading
-        w.read_task(N1, 0, ft.id, time, 90.0)
-        w.read_task(N1, 0, nb.id, time, 6.0)
+        w.read_task(TaskSample(N1, 0, ft.id, time, 90.0))
+        w.read_task(TaskSample(N1, 0, nb.id, time, 6.0))
     assert w.expected_of(task_of("ft-2")) == pytest.approx(900.0)  # 90 % of a card
     assert w.expected_of(task_of("nb-2", 300, 8192)) == 300.0  # 60 of 300: the request floor
     # a pod of another card, or a sample before the pod settled, teaches nothing
-    w.read_task(N1, 1, ft.id, 200.0, 10.0)
-    w.read_task(N1, 0, task_of("x-1").id, 200.0, 10.0)
+    w.read_task(TaskSample(N1, 1, ft.id, 200.0, 10.0))
+    w.read_task(TaskSample(N1, 0, task_of("x-1").id, 200.0, 10.0))
     assert w.expected_of(task_of("ft-3")) == pytest.approx(900.0)
 
 
@@ -194,7 +194,7 @@ def test_a_pod_with_its_own_series_is_not_read_twice_when_it_holds_the_card_alon
     w.placed(on(ft, 0), 0.0)
     for i in range(MIN_READINGS):
         time = 30.0 + 15 * i
-        w.read_task(N1, 0, ft.id, time, 60.0)
+        w.read_task(TaskSample(N1, 0, ft.id, time, 60.0))
         # the card shows the pod and work no request accounts for: not the pod's reading
         w.read(N1, 0, time, 100.0)
     assert w.expected_of(task_of("ft-2")) == pytest.approx(600.0)
@@ -229,8 +229,8 @@ def test_a_pod_sample_read_again_is_not_a_new_reading() -> None:
     w.expected_of(ft)
     w.placed(on(ft, 0), 0.0)
     for _ in range(MIN_READINGS):
-        w.read_task(N1, 0, ft.id, 45.0, 95.0)
+        w.read_task(TaskSample(N1, 0, ft.id, 45.0, 95.0))
     assert w.expected_of(task_of("ft-2")) == 500.0
     for i in range(1, MIN_READINGS):
-        w.read_task(N1, 0, ft.id, 45.0 + 15 * i, 95.0)
+        w.read_task(TaskSample(N1, 0, ft.id, 45.0 + 15 * i, 95.0))
     assert w.expected_of(task_of("ft-3")) == pytest.approx(950.0)
