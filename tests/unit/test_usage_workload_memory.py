@@ -10,7 +10,7 @@ from gpupool.core import ClusterState, NodeName, place_task
 from gpupool.core.model import GpuShare, Placement, Task
 from gpupool.core.placement.registry import measured_profile
 from gpupool.core.usage import CardSample, LoadModel, LoadSettings, TaskSample
-from gpupool.core.usage_workload import MIN_READINGS, WorkloadUse
+from gpupool.core.usage_workload import MIN_READINGS, WorkloadUse, workload_of
 from tests.builders import job, node, share
 
 N1 = NodeName("n1")
@@ -36,14 +36,14 @@ def test_a_pods_own_memory_series_teaches_its_workload() -> None:
         w.placed(on(t), 0.0)
     for i in range(MIN_READINGS - 1):
         w.read_task(TaskSample(N1, 0, nb.id, 30.0 + 15 * i, 10.0, 4000.0))
-    assert w.expected_mib("/nb:300m:16000Mi:1", 16_000) == 16_000.0  # too few readings
+    assert w.expected_mib(workload_of(nb), 16_000) == 16_000.0  # too few readings
     w.read_task(TaskSample(N1, 0, nb.id, 30.0 + 15 * MIN_READINGS, 10.0, 4000.0))
     # 4000 of 16000 MiB asked: a new slice of the workload asking 16000 is counted at 4000
     w.expected_of(task_of("nb-2"))
     [(_, mib)] = w.placed(on(task_of("nb-2"), 1), 100.0)
     assert mib == pytest.approx(4000.0)
     # the other workload, with no memory reading of its own, is counted at its request
-    assert w.expected_mib("/ft:500m:8000Mi:1", 8000) == 8000.0
+    assert w.expected_mib(workload_of(other), 8000) == 8000.0
 
 
 def test_memory_learned_from_a_card_held_alone_is_never_above_the_request() -> None:
@@ -54,8 +54,13 @@ def test_memory_learned_from_a_card_held_alone_is_never_above_the_request() -> N
     for i in range(MIN_READINGS):
         # the card also holds memory no request accounts for: more than the slice asks
         w.read(N1, 0, 30.0 + 15 * i, 10.0, 30_000.0)
-    assert w.expected_mib("/nb:300m:16000Mi:1", 16_000) == 16_000.0
-    assert w.expected_mib("/nb:300m:16000Mi:1", 0) == 0.0
+    assert w.expected_mib(workload_of(nb), 16_000) == 16_000.0
+    assert w.expected_mib(workload_of(nb), 0) == 0.0
+    # below the request the learned memory is taken: 40 readings of 12000 held alone, so
+    # the p90 of the 43 is 0.75 of the request
+    for i in range(40):
+        w.read(N1, 0, 100.0 + 15 * i, 10.0, 12_000.0)
+    assert w.expected_mib(workload_of(nb), 16_000) == pytest.approx(12_000.0)
 
 
 def learned_model() -> tuple[ClusterState, LoadModel]:
