@@ -33,7 +33,10 @@ of that.
 
 A workload is named by the pod's ``app.kubernetes.io/name`` label, else its ``app`` label
 (in its namespace), else by what it asks: namespace, pod set and request (pods of one
-Deployment, Job or scenario stream ask alike).
+Deployment, Job or scenario stream ask alike). A pod that names no namespace (``gpupool
+serve``'s jobs carry none on their pods) takes its job's: the part of the job's id before
+its first ``/`` (``team-a/nb-3`` is in ``team-a``), so tenants asking alike do not teach
+each other.
 
 Pure: no clock; the model passes times in.
 """
@@ -70,12 +73,20 @@ def workload_of(task: Task) -> str:
     """The workload ``task``'s pod belongs to (see the module docstring)."""
     ps = task.pod_set
     pod = ps.pod
+    ns = pod.namespace or _job_namespace(task)
     for label in _LABELS:
         name = pod.labels.get(label)
         if name:
-            return f"{pod.namespace}/{name}"
+            return f"{ns}/{name}"
     req = ps.gpu
-    return f"{ps.pod.namespace}/{ps.name}:{req.gpu_milli}m:{req.memory_mib}Mi:{req.cards}"
+    return f"{ns}/{ps.name}:{req.gpu_milli}m:{req.memory_mib}Mi:{req.cards}"
+
+
+def _job_namespace(task: Task) -> str:
+    """The namespace of ``task``'s job as its id names it (``namespace/name``); "" when the
+    id names none."""
+    ns, slash, _ = str(task.job).partition("/")
+    return ns if slash else ""
 
 
 @dataclass(frozen=True, slots=True)
