@@ -100,8 +100,8 @@ def test_hami_per_pod_series_teach_the_bound_pods_workload() -> None:
     assert ctl.sched is not None
     held = {p.task: p for p in ctl.sched.placements_on(NodeName("n1"))}
     assert len(held) == 2
-    ft = pod_tasks(ctl)("team-a/ft-a")
-    assert ft in held and pod_tasks(ctl)("team-a/gone") is None
+    ft = pod_tasks(ctl).task_of("team-a/ft-a")
+    assert ft in held and pod_tasks(ctl).task_of("team-a/gone") is None
     card = held[ft].shares[0].index
     later = ctl.clock() + 60.0
     pods = [PodSample(NodeName("n1"), card, "team-a/ft-a", later + 15 * i, 95.0) for i in range(3)]
@@ -109,6 +109,35 @@ def test_hami_per_pod_series_teach_the_bound_pods_workload() -> None:
     learned = ctl.measured.model.workloads
     assert learned.expected("team-a/ft", 500) == 950.0  # 95 % of a card for 500 asked
     assert learned.expected("team-a/nb", 500) == 500.0  # no series of its own: the request
+    # both pods hold a slice: the one without a series of its own is counted and named
+    assert pod_tasks(ctl).held == {"team-a/ft-a", "team-a/nb-a"}
+    assert ctl.measured.pod_series == {"own": 1, "unknown-pod": 0, "card": 1}
+    assert "1 of 2 slice pods have no per-pod series" in ctl.measured.pods_reason
+    assert "(team-a/nb-a)" in ctl.measured.pods_reason
+    text = metrics_text(ctl)
+    assert 'gpupool_measured_pod_series{outcome="card"} 1.0' in text
+    assert 'gpupool_measured_pod_series{outcome="own"} 1.0' in text
+
+
+def test_whole_gpu_pods_are_not_counted_among_the_slice_pods_without_a_series() -> None:
+    """A pod holding whole cards has its cards alone: its workload learns from them, so a
+    read without a per-pod series of it names no missing pod."""
+    ctl = controller()
+    assert ctl.measured is not None
+
+    async def body() -> None:
+        pod = pod_body("train", ns="team-a", limits={"nvidia.com/gpu": 1})
+        pod["metadata"]["resourceVersion"] = "1"
+        ctl.pod_informer.cache["team-a/train"] = pod
+        ctl._on_pod("ADDED", pod, None)
+        ctl.cycle()
+        await asyncio.sleep(0)
+
+    asyncio.run(body())
+    tasks = pod_tasks(ctl)
+    assert tasks.task_of("team-a/train") is not None and tasks.held == set()
+    ctl.measured.take([], ctl.clock(), pods=[], task_of=tasks)
+    assert ctl.measured.pod_series["card"] == 0 and ctl.measured.pods_reason == ""
 
 
 def test_unreachable_prometheus_places_by_requests_with_a_reason_and_a_metric() -> None:

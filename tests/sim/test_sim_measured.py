@@ -10,6 +10,7 @@ import pytest
 
 from gpupool.core import ConfigError, JobId
 from gpupool.core.scheduler import Scheduler
+from gpupool.core.usage_workload import workload_of
 from gpupool.sim.measured import SimMeasuredUse, parse_measured_use
 from gpupool.sim.scenario import Scenario, ScenarioRun, generate_jobs, load_scenario, simulate
 from gpupool.sim.scenario_aggregate import summarise
@@ -69,6 +70,39 @@ def test_a_sim_run_places_a_notebook_off_the_card_a_fine_tune_keeps_busy() -> No
     assert 10.0 <= hook.use_of("nb").compute_pct <= 40.0
     reading = hook.model.readings(sched._state.table, node("n1").name, 60.0)
     assert reading[cards["ft"]].util_pct == pytest.approx(95.0)
+
+
+def test_a_sim_run_feeds_each_pods_own_use_so_slices_sharing_a_card_teach_their_workloads() -> None:
+    """A fine-tune (190 % of its 500 milli) and a notebook (20 % of its 300, half its memory)
+    share the one card: no card sample is either's alone, so only their own per-pod samples
+    (their parts of the card's busy time and memory, as HAMi's monitor reports them) teach
+    their workloads."""
+    spec = parse_measured_use(
+        {
+            "staleAfter": "2m",
+            "settle": 10,
+            "actualUse": {
+                "finetune": {"compute": "190%"},
+                "*": {"compute": "20%", "memory": "50%"},
+            },
+        }
+    )
+    hook = SimMeasuredUse(spec, {JobId("ft"): Src("finetune"), JobId("nb"): Src("nb")}, seed=1)
+    sched = Scheduler([node("n1", gpu=1)], queue_config({"default": 1}), profile=hook.profile)
+    hook.attach(sched)
+    ft, nb = job("ft", gpu=share(500, 20_000)), job("nb", gpu=share(300, 8192))
+    sched.submit(ft, 0.0)
+    sched.submit(nb, 0.0)
+    hook.sample(sched, 0.0)
+    sched.cycle(0.0)
+    assert len(list(sched._state.placements())) == 2  # one card, both slices
+    for t in (15.0, 30.0, 45.0, 60.0):
+        hook.sample(sched, t)
+    learned = hook.model.workloads
+    # the card reads 100 % (950 + 60 milli of demand): the fine-tune's part is 94 of it
+    assert learned.expected(workload_of(next(ft.tasks())), 500) == pytest.approx(940.0)
+    assert learned.expected(workload_of(next(nb.tasks())), 300) == 300.0  # 60 of 300: floor
+    assert learned.expected_mib(workload_of(next(nb.tasks())), 8192) == pytest.approx(4096.0)
 
 
 def test_hot_card_time_is_integrated_between_samples() -> None:

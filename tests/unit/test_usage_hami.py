@@ -11,7 +11,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpupool.app.exporter import (
-    Card,
+    InventoryCard,
     RunningJob,
     card_metrics,
     container_metrics,
@@ -22,7 +22,7 @@ from gpupool.core.model import GpuShare, JobId, NodeName, Placement, TaskId
 from gpupool.usage.exposition import go_float
 from gpupool.usage.feed import MeasuredUse, PodTasks
 from gpupool.usage.hami import ContainerMetrics, render
-from gpupool.usage.profile import UseProfile
+from gpupool.usage.profile import UseProfile, task_samples
 from gpupool.usage.prometheus import (
     PodRead,
     PodSample,
@@ -172,7 +172,7 @@ def placement(task: str, node: str, shares: tuple[tuple[int, int, int], ...]) ->
 def test_the_pods_of_a_card_add_up_to_what_dcgm_reports_of_it() -> None:
     rng = random.Random(5)
     cards = [
-        Card(NodeName(f"n{n}"), g, f"GPU-n{n}-{g}", "A100", 40960)
+        InventoryCard(NodeName(f"n{n}"), g, f"GPU-n{n}-{g}", "A100", 40960)
         for n in range(3)
         for g in range(2)
     ]
@@ -196,7 +196,7 @@ def test_the_pods_of_a_card_add_up_to_what_dcgm_reports_of_it() -> None:
 
 
 def test_a_hot_cards_time_is_split_by_demand() -> None:
-    cards = [Card(N1, 0, "GPU-n1-0", "A100", 81920)]
+    cards = [InventoryCard(N1, 0, "GPU-n1-0", "A100", 81920)]
     ft = RunningJob(
         "research",
         (placement("research/ft/main-0", "n1", ((0, 500, 20480),)),),
@@ -216,6 +216,33 @@ def test_a_hot_cards_time_is_split_by_demand() -> None:
     assert got == {
         ("ft-main-0", "main"): (91, 10240 * MIB, 20480 * MIB),
         ("nb-main-0", "main"): (9, 20480 * MIB, 20480 * MIB),
+    }
+
+
+def test_sim_s_per_pod_samples_are_serve_s_hami_pages() -> None:
+    """``task_samples`` (what ``sim`` and ``bench measured-use`` hand the load model per pod)
+    says of each pod what serve's HAMi page says of its container."""
+    cards = [
+        InventoryCard(N1, 0, "GPU-n1-0", "A100", 81920),
+        InventoryCard(N1, 1, "GPU-n1-1", "A100", 81920),
+    ]
+    ft = placement("research/ft/main-0", "n1", ((0, 500, 20480),))
+    nb = placement("research/nb/main-0", "n1", ((0, 300, 20480), (1, 300, 20480)))
+    profiles = {"research/ft": UseProfile(190, 50), "research/nb": UseProfile(30, 100)}
+    jobs = [RunningJob("research", (p,), profiles[str(p.job)]) for p in (ft, nb)]
+    page = {
+        (x.pod, x.device_uuid): (x.util_pct, x.memory_used_bytes)
+        for x in container_metrics(cards, jobs)["n1"]
+    }
+    got = task_samples([ft, nb], profiles, {(N1, 0): 81920, (N1, 1): 81920}, 60.0)
+    assert {(str(s.task), s.gpu): (s.util_pct, s.used_mib * MIB) for s in got} == {
+        (f"research/{pod.split('-')[0]}/main-0", int(uuid[-1])): v
+        for (pod, uuid), v in page.items()
+    }
+    assert {(str(s.task), s.gpu, s.time_s) for s in got} == {
+        ("research/ft/main-0", 0, 60.0),
+        ("research/nb/main-0", 0, 60.0),
+        ("research/nb/main-0", 1, 60.0),
     }
 
 

@@ -244,7 +244,24 @@ def test_hami_series_become_each_pods_own_use_of_its_card() -> None:
             series(hami, 15, device_uuid="GPU-bbb", namespace="x", pod="a", container="c2"),
             series(hami, 5, device_uuid="GPU-bbb", namespace="x", pod="b", container="c1"),
             series(hami, 9, device_uuid="GPU-zzz", namespace="x", pod="c"),  # not our card
-            series("hami_vgpu_memory_used_bytes", 1048576, device_uuid="GPU-bbb", pod="a"),
+            series(
+                "hami_vgpu_memory_used_bytes",
+                3 * 1048576,
+                device_uuid="GPU-bbb",
+                namespace="x",
+                pod="a",
+                container="c1",
+            ),
+            series(
+                "hami_vgpu_memory_used_bytes",
+                1048576,
+                device_uuid="GPU-bbb",
+                namespace="x",
+                pod="a",
+                container="c2",
+            ),
+            # memory of a pod with no compute series of its own
+            series("hami_vgpu_memory_used_bytes", 2 * 1048576, device_uuid="GPU-bbb", pod="e"),
             # pod a again under the older names (a monitor mid-upgrade): the newer names win
             series(
                 "Device_utilization_desc_of_container", 70, deviceuuid="GPU-bbb", podname="a", **old
@@ -256,10 +273,12 @@ def test_hami_series_become_each_pods_own_use_of_its_card() -> None:
         S,
         RESOLVE,
     )
-    assert [(p.gpu, p.pod, p.util_pct) for p in out] == [
-        (0, "x/d", 30.0),
-        (1, "x/a", 35.0),
-        (1, "x/b", 5.0),
+    # memory, bytes summed over the pod's containers, in MiB; None where not read
+    assert [(p.gpu, p.pod, p.util_pct, p.used_mib) for p in out] == [
+        (0, "x/d", 30.0, None),
+        (1, "e", None, 2.0),
+        (1, "x/a", 35.0, 4.0),
+        (1, "x/b", 5.0, None),
     ]
 
 

@@ -177,13 +177,13 @@ def test_a_pods_own_series_teaches_its_workload_on_a_shared_card() -> None:
     for i in range(MIN_READINGS):
         time = 30.0 + 15 * i
         w.read(N1, 0, time, 100.0)  # the card: both together, nobody's reading
-        w.read_task(N1, 0, ft.id, time, 90.0)
-        w.read_task(N1, 0, nb.id, time, 6.0)
+        w.read_task(TaskSample(N1, 0, ft.id, time, 90.0))
+        w.read_task(TaskSample(N1, 0, nb.id, time, 6.0))
     assert w.expected_of(task_of("ft-2")) == pytest.approx(900.0)  # 90 % of a card
     assert w.expected_of(task_of("nb-2", 300, 8192)) == 300.0  # 60 of 300: the request floor
     # a pod of another card, or a sample before the pod settled, teaches nothing
-    w.read_task(N1, 1, ft.id, 200.0, 10.0)
-    w.read_task(N1, 0, task_of("x-1").id, 200.0, 10.0)
+    w.read_task(TaskSample(N1, 1, ft.id, 200.0, 10.0))
+    w.read_task(TaskSample(N1, 0, task_of("x-1").id, 200.0, 10.0))
     assert w.expected_of(task_of("ft-3")) == pytest.approx(900.0)
 
 
@@ -194,7 +194,7 @@ def test_a_pod_with_its_own_series_is_not_read_twice_when_it_holds_the_card_alon
     w.placed(on(ft, 0), 0.0)
     for i in range(MIN_READINGS):
         time = 30.0 + 15 * i
-        w.read_task(N1, 0, ft.id, time, 60.0)
+        w.read_task(TaskSample(N1, 0, ft.id, time, 60.0))
         # the card shows the pod and work no request accounts for: not the pod's reading
         w.read(N1, 0, time, 100.0)
     assert w.expected_of(task_of("ft-2")) == pytest.approx(600.0)
@@ -229,8 +229,58 @@ def test_a_pod_sample_read_again_is_not_a_new_reading() -> None:
     w.expected_of(ft)
     w.placed(on(ft, 0), 0.0)
     for _ in range(MIN_READINGS):
-        w.read_task(N1, 0, ft.id, 45.0, 95.0)
+        w.read_task(TaskSample(N1, 0, ft.id, 45.0, 95.0))
     assert w.expected_of(task_of("ft-2")) == 500.0
     for i in range(1, MIN_READINGS):
-        w.read_task(N1, 0, ft.id, 45.0 + 15 * i, 95.0)
+        w.read_task(TaskSample(N1, 0, ft.id, 45.0 + 15 * i, 95.0))
     assert w.expected_of(task_of("ft-3")) == pytest.approx(950.0)
+
+
+def test_a_pod_naming_no_namespace_takes_its_jobs() -> None:
+    """``gpupool serve``'s pods carry no namespace of their own: their workloads are scoped
+    by the job's (its id's ``namespace/``), so two tenants asking alike do not pool."""
+    a, b = task_of("team-a/nb-1"), task_of("team-b/nb-1")
+    assert workload_of(a) == "team-a/main:500m:20000Mi:1"
+    assert workload_of(b) == "team-b/main:500m:20000Mi:1"
+    assert workload_of(task_of("nb-1")) == "/main:500m:20000Mi:1"  # an id naming none
+    # a pod's own namespace wins over its job's
+    own = replace(a, pod_set=replace(a.pod_set, pod=PodMeta(namespace="lab")))
+    assert workload_of(own) == "lab/main:500m:20000Mi:1"
+    # team-a's fine-tunes measured at 95 % of a card teach team-a, not team-b
+    w = WorkloadUse(quantile=0.9, settle_s=30.0)
+    w.expected_of(a)
+    w.placed(on(a, 0), 0.0)
+    for i in range(MIN_READINGS):
+        w.read(N1, 0, 30.0 + 15 * i, 95.0)
+    assert w.expected_of(task_of("team-a/nb-2")) == pytest.approx(950.0)
+    assert w.expected_of(task_of("team-b/nb-2")) == 500.0
+
+
+def test_serve_jobs_of_two_namespaces_asking_alike_are_two_workloads() -> None:
+    """What ``gpupool serve`` submits: a Job document, parsed into tasks whose pods name no
+    namespace; each tenant's notebooks are a workload of their own."""
+    from gpupool.config.jobs import parse_job
+    from gpupool.core.quota import ClusterQueue, LocalQueue, QueueConfig
+
+    config = QueueConfig(
+        cluster_queues=(ClusterQueue("q", ()),),
+        local_queues=(LocalQueue("nb", "q", "team-a"), LocalQueue("nb", "q", "team-b")),
+    )
+
+    def submitted(ns: str) -> Task:
+        body = {
+            "apiVersion": "gpupool.io/v1alpha1",
+            "kind": "Job",
+            "metadata": {"name": "nb-1", "namespace": ns},
+            "spec": {
+                "queue": "nb",
+                "duration": "10m",
+                "podSets": [{"name": "main", "count": 1, "gpu": {"milli": 300, "memory": "8Gi"}}],
+            },
+        }
+        return next(parse_job(body, config).job.tasks())
+
+    a, b = submitted("team-a"), submitted("team-b")
+    assert a.pod_set.pod.namespace == ""  # nothing on the pod: the job's namespace scopes it
+    assert workload_of(a) == "team-a/main:300m:8192Mi:1"
+    assert workload_of(b) == "team-b/main:300m:8192Mi:1"

@@ -52,7 +52,7 @@ class RunningJob:
 
 
 @dataclass(frozen=True, slots=True)
-class Card:
+class InventoryCard:
     """One card of the inventory."""
 
     node: NodeName
@@ -62,7 +62,9 @@ class Card:
     memory_mib: int
 
 
-def card_metrics(cards: Iterable[Card], jobs: Iterable[RunningJob]) -> dict[str, list[CardMetrics]]:
+def card_metrics(
+    cards: Iterable[InventoryCard], jobs: Iterable[RunningJob]
+) -> dict[str, list[CardMetrics]]:
     """Every node's cards as dcgm-exporter would report them, by node name."""
     jobs = list(jobs)
     use = card_use(
@@ -82,7 +84,7 @@ def card_metrics(cards: Iterable[Card], jobs: Iterable[RunningJob]) -> dict[str,
 
 
 def container_metrics(
-    cards: Iterable[Card], jobs: Iterable[RunningJob]
+    cards: Iterable[InventoryCard], jobs: Iterable[RunningJob]
 ) -> dict[str, list[ContainerMetrics]]:
     """Every node's containers on its cards as HAMi's monitor would report them, by node
     name (nodes without any left out): each holder's part of its card's busy time and used

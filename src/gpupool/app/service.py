@@ -13,7 +13,13 @@ from typing import Any
 
 from gpupool.api.app import create_app
 from gpupool.api.auth import Tokens
-from gpupool.app.exporter import Card, RunningJob, card_metrics, container_metrics, pod_tasks
+from gpupool.app.exporter import (
+    InventoryCard,
+    RunningJob,
+    card_metrics,
+    container_metrics,
+    pod_tasks,
+)
 from gpupool.cloud.spec import load_cloud
 from gpupool.config import load_cluster, load_documents
 from gpupool.control import Clock, ControlPlane
@@ -251,9 +257,11 @@ class Service:
             if r.phase == JobPhase.RUNNING
         ]
 
-    def _inventory(self) -> list[Card]:
+    def _inventory(self) -> list[InventoryCard]:
         return [
-            Card(n.name, g.index, g.uuid or f"GPU-{n.name}-{g.index}", g.model, g.memory_mib)
+            InventoryCard(
+                n.name, g.index, g.uuid or f"GPU-{n.name}-{g.index}", g.model, g.memory_mib
+            )
             for n in self.plane.scheduler.node_list()
             for g in n.gpus
         ]

@@ -28,7 +28,10 @@ The load of one card (design note: docs/policies.md, "Measured use"):
   its work makes it, so each workload's slices are measured where they hold a card alone and
   a new one is counted at what they were measured to use (``core/usage_workload.py``);
 * memory is the newest sample's framebuffer use, with the same estimates (a window's peak
-  would keep a departed pod's memory for the whole window);
+  would keep a departed pod's memory for the whole window); a new slice's memory estimate
+  is what its workload's slices were measured holding (never above its request), and once
+  a sample may show part of the pod (its own series read it at or before the sample), only
+  what the estimate exceeds of that reading is counted on top;
 * a card whose newest sample is older than ``stale_after_s`` (or that was never measured, or
   whose source is down) **falls back to requests**: its load is what placements request of it,
   and its node says so in a reason.
@@ -55,7 +58,7 @@ from gpupool.core.errors import ConfigError
 from gpupool.core.model import WHOLE_GPU_MILLI, NodeName, Placement, TaskId
 from gpupool.core.table import NodeTable
 from gpupool.core.usage_view import IDLE_FREE_PCT, CardLoad
-from gpupool.core.usage_workload import WorkloadUse
+from gpupool.core.usage_workload import TaskSample, WorkloadUse
 
 __all__ = [
     "IDLE_FREE_PCT",
@@ -89,19 +92,6 @@ class CardSample:
     util_pct: float | None = None
     used_mib: int | None = None
     free_mib: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class TaskSample:
-    """One task's own use of one card at ``time_s``, percent of the card (HAMi's
-    ``hami_container_device_utilization_ratio``, its containers summed): what its workload
-    learns from where a card holds several slices (``core/usage_workload.py``)."""
-
-    node: NodeName
-    gpu: int
-    task: TaskId
-    time_s: float
-    util_pct: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,8 +146,9 @@ class _Recent:
 
     time_s: float
     milli: float
-    mib: int
+    mib: float
     left: bool = False
+    task: TaskId | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,8 +252,14 @@ class LoadModel:
             self.last_util[k] = card.utils[-1]
             self.last_used[k] = card.used[-1]
             self.last_free[k] = math.nan if s.free_mib is None else float(s.free_mib)
-            if s.util_pct is not None:
-                self.workloads.read(s.node, s.gpu, s.time_s, float(s.util_pct))
+            if s.util_pct is not None or s.used_mib is not None:
+                self.workloads.read(
+                    s.node,
+                    s.gpu,
+                    s.time_s,
+                    None if s.util_pct is None else float(s.util_pct),
+                    None if s.used_mib is None else float(s.used_mib),
+                )
             touched[card.slot] = card
             new += 1
         for card in touched.values():
@@ -276,9 +273,17 @@ class LoadModel:
 
     def add_tasks(self, samples: Iterable[TaskSample]) -> None:
         """Take samples of tasks' own use of their cards (oldest first): readings of what
-        their workloads use. The cards' loads come from the card samples (:meth:`add`)."""
+        their workloads use. The cards' loads come from the card samples (:meth:`add`); a
+        pod's memory reading only trims its own estimate where a card sample may show it."""
+        shown: set[tuple[NodeName, int]] = set()
         for s in sorted(samples, key=lambda s: s.time_s):
-            self.workloads.read_task(s.node, s.gpu, s.task, s.time_s, s.util_pct)
+            self.workloads.read_task(s)
+            if s.used_mib is not None and (s.node, s.gpu) in self._recent:
+                shown.add((s.node, s.gpu))
+        for key in shown:
+            self._settle(key)
+        if shown:
+            self.revision += 1
 
     def _fold(self, card: _Card) -> None:
         k = card.slot
@@ -325,7 +330,11 @@ class LoadModel:
         else:
             self._recent.pop(key, None)
         self.est_milli[k] = float(sum(r.milli for r in kept))
-        self.est_mib[k] = float(sum(r.mib for r in kept))
+        # what a pod's own series read of it by the newest sample is in that sample already
+        shown = self.workloads.shown_mib
+        self.est_mib[k] = float(
+            sum(r.mib if r.task is None else max(0.0, r.mib - shown(r.task, last)) for r in kept)
+        )
 
     def placed(self, p: Placement, now_s: float, sign: int = 1) -> None:
         """A placement bound at ``now_s``: its estimate (its request, or for a slice what its
@@ -333,14 +342,16 @@ class LoadModel:
         until it shows (``sign`` -1: a placement that left, whose estimate comes off until
         it is gone from the samples)."""
         counted = self.workloads.placed(p, now_s) if sign > 0 else self.workloads.released(p)
-        for s, est in zip(p.shares, counted, strict=True):
+        for s, (est, est_mib) in zip(p.shares, counted, strict=True):
             if s.mig_profile is None and (s.gpu_milli or s.memory_mib):
                 key = (p.node, s.index)
                 # A pod that left takes its compute off, not its memory: it may have held
                 # less than it asked, and taking off its request would free memory that
                 # others hold (work outside the requests); the next sample shows it gone.
-                mib = s.memory_mib if sign > 0 else 0
-                self._recent.setdefault(key, []).append(_Recent(now_s, sign * est, mib, sign < 0))
+                mib = est_mib if sign > 0 else 0.0
+                self._recent.setdefault(key, []).append(
+                    _Recent(now_s, sign * est, mib, sign < 0, p.task if sign > 0 else None)
+                )
                 card = self._cards.get(key)
                 if card is None:
                     continue

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, generate_latest
 
 from gpupool.core.errors import AdapterError
-from gpupool.core.model import NodeName, TaskId
-from gpupool.usage.feed import MeasuredUse
+from gpupool.core.model import WHOLE_GPU_MILLI, NodeName
+from gpupool.usage.feed import MeasuredUse, PodTasks
 from gpupool.usage.prometheus import Resolve, inventory_resolver
 
 if TYPE_CHECKING:
@@ -33,11 +32,25 @@ def resolver(c: Controller) -> Resolve:
     )
 
 
-def pod_tasks(c: Controller) -> Callable[[str], TaskId | None]:
+def pod_tasks(c: Controller) -> PodTasks:
     """The task of each pod the controller holds (``namespace/name``): HAMi's per-pod series
-    teach each pod's workload what it uses where its card holds several pods."""
+    teach each pod's workload what it uses where its card holds several pods; and the pods
+    of those running now that hold a slice of a card (not a whole card, not a MIG instance),
+    so those without a series of their own are counted and named
+    (``gpupool_measured_pod_series{outcome="card"}``, ``MeasuredUse.pods_reason``)."""
     by_pod = {pod: task for info in c.jobs.values() for task, pod in info.task_pod.items()}
-    return by_pod.get
+    held: set[str] = set()
+    for r in c.sched.running() if c.sched is not None else ():
+        info = c.jobs.get(r.job.id)
+        if info is None:
+            continue
+        for p in r.placements:
+            key = info.task_pod.get(p.task)
+            if key is None or key in info.ended:
+                continue
+            if any(0 < s.gpu_milli < WHOLE_GPU_MILLI and s.mig_profile is None for s in p.shares):
+                held.add(key)
+    return PodTasks(by_pod.get, held)
 
 
 async def measured_loop(c: Controller, feed: MeasuredUse) -> None:

@@ -6,7 +6,10 @@ Nothing runs on a simulated card, so each job carries an actual-use profile
 stream, each field one percentage or a range drawn once per job (seeded by the run's seed
 and the job's id). Before each cycle :meth:`SimMeasuredUse.sample` turns the running
 placements into what every card does (``card_use``) and hands one sample per card to the
-scheduler's load model, as a read of dcgm-exporter's metrics would; the scheduler places
+scheduler's load model, as a read of dcgm-exporter's metrics would, and one per running pod
+and card it holds (``task_samples``: the pod's part of the card's busy time and memory), as
+a read of HAMi's per-pod series would, so each workload learns from its own pods however
+many share a card, as in ``gpupool k8s`` and ``gpupool serve``; the scheduler places
 with the measured profile. Between samples it integrates what the study reports: hot-card
 time (card-seconds with summed actual demand above a whole card) and the card-seconds whose
 actual memory is above the card's.
@@ -42,7 +45,7 @@ from gpupool.core.model import WHOLE_GPU_MILLI, JobId, Node, NodeName, Placement
 from gpupool.core.placement.framework import Profile
 from gpupool.core.placement.registry import measured_profile
 from gpupool.core.usage import CardSample, LoadModel, LoadSettings
-from gpupool.usage.profile import FULL, UseProfile, card_use, parse_profile
+from gpupool.usage.profile import FULL, UseProfile, card_use, parse_profile, task_samples
 
 _KEYS = ("placeBy", "hotPct", "targetPct", "window", "staleAfter", "settle", "actualUse")
 PLACE_BY = ("measured", "requests")
@@ -209,7 +212,8 @@ class SimMeasuredUse:
         (the load model sees nothing). Returns how many samples the model took."""
         nodes = scheduler.node_list()
         placements = [p for n in nodes for p in scheduler.placements_on(n.name)]
-        use = card_use(placements, {p.job: self.use_of(p.job) for p in placements})
+        profiles: dict[str, UseProfile] = {p.job: self.use_of(p.job) for p in placements}
+        use = card_use(placements, profiles)
         if self._last_s is not None and now_s > self._last_s:
             step = now_s - self._last_s
             self.hot_card_gpu_s += self._hot * step
@@ -238,6 +242,11 @@ class SimMeasuredUse:
         self._hot, self._over, self._busy = hot, over, busy
         if not feed:
             return 0
+        # each running pod's own use of its cards, as HAMi's monitor reports it per pod: its
+        # workload learns from it however many pods share the card
+        self.model.add_tasks(
+            task_samples(placements, profiles, {(NodeName(n), g): m for n, g, m in cards}, now_s)
+        )
         taken = self.model.add(out, now_s=now_s)
         self.samples += taken
         return taken

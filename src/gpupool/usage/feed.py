@@ -113,7 +113,7 @@ class MeasuredUse:
                     continue
                 known.add(p.pod)
                 t = to_model_time(p.time_s) if to_model_time is not None else p.time_s
-                own.append(TaskSample(p.node, p.gpu, task, t, p.util_pct))
+                own.append(TaskSample(p.node, p.gpu, task, t, p.util_pct, p.used_mib))
             self.model.add_tasks(own)
             self._pods_read(known, unknown, read.skipped, tasks.held)
         self.reads_ok += 1

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from gpupool.core.errors import ConfigError, InvalidJobError
 from gpupool.core.model import WHOLE_GPU_MILLI, NodeName, Placement
+from gpupool.core.usage import TaskSample
 
 MAX_COMPUTE_PCT = 1000.0
 """A slice may use at most ten times its requested compute (and never more than a card)."""
@@ -175,6 +176,23 @@ def share_use(
         used = _apportion(min(card_mib[key], round(sum(memory))), memory)
         out[key] = [ShareUse(r[0], r[1], u, m) for r, u, m in zip(rows, util, used, strict=True)]
     return out
+
+
+def task_samples(
+    placements: Iterable[Placement],
+    profiles: Mapping[str, UseProfile],
+    card_mib: Mapping[tuple[NodeName, int], int],
+    time_s: float,
+) -> list[TaskSample]:
+    """Each running pod's own use of each card it holds at ``time_s``, as HAMi's monitor
+    reports it per container (:func:`share_use`: the holders' busy shares add up to the
+    card's reading): what ``sim`` and ``bench measured-use`` hand the load model beside the
+    card samples, so the per-pod learning of ``gpupool k8s`` and ``serve`` runs there too."""
+    return [
+        TaskSample(key[0], key[1], h.placement.task, time_s, float(h.util_pct), float(h.memory_mib))
+        for key, holders in share_use(placements, profiles, card_mib).items()
+        for h in holders
+    ]
 
 
 def _apportion(total: int, weights: list[float]) -> list[int]:

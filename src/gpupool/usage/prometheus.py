@@ -298,14 +298,16 @@ def to_samples(
 
 @dataclass(frozen=True, slots=True)
 class PodSample:
-    """One pod's own use of one card (HAMi's container series of the pod, summed), percent
-    of the card; ``pod`` is ``namespace/name``."""
+    """One pod's own use of one card (HAMi's container series of the pod, summed): compute,
+    percent of the card, and framebuffer held, MiB, each None where the read has no such
+    series at that time; ``pod`` is ``namespace/name``."""
 
     node: NodeName
     gpu: int
     pod: str
     time_s: float
-    util_pct: float
+    util_pct: float | None
+    used_mib: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -319,27 +321,36 @@ class PodRead:
     skipped: dict[str, int]
 
 
+_PodKey = tuple[NodeName, int, str, float]
+
+
 def to_pod_samples(
     series: Iterable[Mapping[str, Any]],
     s: PrometheusSettings,
     resolve: Resolve,
     skipped: dict[str, int] | None = None,
 ) -> list[PodSample]:
-    """Each pod's own compute on each card, from HAMi's per-container series (its
-    containers summed; the newer names where a monitor serves both generations). Samples
-    left out are counted in ``skipped`` by reason (:class:`PodRead`)."""
-    by_gen: tuple[dict[tuple[NodeName, int, str, float], float], ...] = (
-        defaultdict(float),
-        defaultdict(float),
-    )
+    """Each pod's own compute and memory on each card, from HAMi's per-container series
+    (its containers summed; the newer names where a monitor serves both generations).
+    Samples left out are counted in ``skipped`` by reason (:class:`PodRead`)."""
+    # (generation, 0 compute | 1 memory) -> (node, gpu, pod, time) -> summed value
+    sums: dict[tuple[int, int], dict[_PodKey, float]] = {
+        (g, f): defaultdict(float) for g in (0, 1) for f in (0, 1)
+    }
     left: dict[str, int] = skipped if skipped is not None else {}
-    bad: set[tuple[NodeName, int, str, float]] = set()  # a pod's sum with a container unread
-    gens = {s.hami_util_metric: 0, s.hami_legacy_util_metric: 1}
+    bad: dict[tuple[int, int], set[_PodKey]] = {k: set() for k in sums}
+    names = {
+        s.hami_util_metric: (0, 0),
+        s.hami_memory_metric: (0, 1),
+        s.hami_legacy_util_metric: (1, 0),
+        s.hami_legacy_memory_metric: (1, 1),
+    }
     for item in series:
         metric = item.get("metric") or {}
-        gen = gens.get(metric.get("__name__", ""))
-        if gen is None:
+        which = names.get(metric.get("__name__", ""))
+        if which is None:
             continue
+        gen = which[0]
         ns_label, pod_label = s.hami_pod_labels if gen == 0 else s.hami_legacy_pod_labels
         uuid_label = s.hami_uuid_label if gen == 0 else s.hami_legacy_uuid_label
         pod = str(metric.get(pod_label, ""))
@@ -352,6 +363,7 @@ def to_pod_samples(
             continue
         ns = str(metric.get(ns_label, ""))
         key = f"{ns}/{pod}" if ns else pod
+        scale = 1.0 / 1048576.0 if which[1] else 1.0  # memory: bytes -> MiB
         for point in points:
             try:
                 t = float(point[0])
@@ -364,19 +376,21 @@ def to_pod_samples(
                 v = math.nan
             if not (math.isfinite(v) and v >= 0):
                 left["bad-value"] = left.get("bad-value", 0) + 1
-                bad.add((card[0], card[1], key, t))
+                bad[which].add((card[0], card[1], key, t))
                 continue
-            by_gen[gen][(card[0], card[1], key, t)] += v
-    for gen_samples in by_gen:
-        for k in bad & gen_samples.keys():
-            del gen_samples[k]
-    newer = {k[:3] for k in by_gen[0]}
-    out = [PodSample(k[0], k[1], k[2], k[3], min(100.0, v)) for k, v in by_gen[0].items()]
-    out += [
-        PodSample(k[0], k[1], k[2], k[3], min(100.0, v))
-        for k, v in by_gen[1].items()
-        if k[:3] not in newer
-    ]
+            sums[which][(card[0], card[1], key, t)] += v * scale
+    for which, got in sums.items():  # a pod's sum with a container unread is not taken
+        for k in bad[which] & got.keys():
+            del got[k]
+    newer = {k[:3] for f in (0, 1) for k in sums[(0, f)]}
+    out = []
+    for gen in (0, 1):
+        util, used = sums[(gen, 0)], sums[(gen, 1)]
+        for k in util.keys() | used.keys():
+            if gen and k[:3] in newer:
+                continue
+            u, m = util.get(k), used.get(k)
+            out.append(PodSample(k[0], k[1], k[2], k[3], None if u is None else min(100.0, u), m))
     out.sort(key=lambda p: (p.time_s, p.node, p.gpu, p.pod))
     return out
 

@@ -13,7 +13,9 @@ The workload (a shared cluster where requests overstate use for part of it):
 
 Time advances in steps of the scrape interval. At each step: jobs that ended leave, arrivals
 queue, the measured run's load model takes one sample per card (the cards' actual use, with a
-little noise, as DCGM would report it), the queue is offered to placement in arrival order,
+little noise, as DCGM would report it) and one per running pod and card it holds (its part
+of the card's busy time and memory, as HAMi's monitor reports it per pod), the queue is
+offered to placement in arrival order,
 and the step's card time is integrated:
 
 * ``hot_card_gpu_s``: card-seconds with summed actual compute demand above 100 % of a card;
@@ -39,7 +41,7 @@ from gpupool.core.placement.place import place_task
 from gpupool.core.placement.registry import default_profile, measured_profile
 from gpupool.core.usage import CardSample, LoadModel, LoadSettings
 from gpupool.kernel import EventQueue
-from gpupool.usage.profile import UseProfile, card_use
+from gpupool.usage.profile import UseProfile, card_use, task_samples
 
 CARD_MIB = 81920
 GPUS_PER_NODE = 8
@@ -191,6 +193,7 @@ def run_one(
     running: dict[JobId, tuple[Placement, StudyJob]] = {}
     ends: EventQueue[JobId] = EventQueue()
     out = Outcome()
+    card_sizes = {(node.name, g): CARD_MIB for node in state.nodes() for g in range(GPUS_PER_NODE)}
     t = 0.0
     horizon = hours * 3600.0
     while t < horizon:
@@ -206,6 +209,8 @@ def run_one(
         snap = state.snapshot()
         snap.now_s = t
         if model is not None:
+            # each running pod's own use of its cards, as HAMi's monitor reports it per pod
+            model.add_tasks(task_samples((p for p, _ in running.values()), profiles, card_sizes, t))
             model.add(
                 [
                     CardSample(
