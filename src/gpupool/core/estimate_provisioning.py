@@ -96,7 +96,7 @@ def _estimate(
     if bound is None:
         # Unbounded as far as anything shows: made from its creation.
         return made_from(cap, req.created_s, now_s, made, f"no {cls} request has waited for room")
-    room_s, ahead = Cloud(ctx, ac, cap, now_s).room(bound, waiting, req.key)
+    room_s, ahead = ClassQueue(ctx, ac, cap, now_s).room(bound, waiting, req.key)
     if room_s is None:
         return Estimate(
             0,
@@ -194,7 +194,7 @@ def bound_nodes(cap: ClassCapacity, waiting: list[Waiting], now_s: float) -> int
 
 
 @dataclass(frozen=True, slots=True)
-class Cloud:
+class ClassQueue:
     """One class's requests as the forecast walks them."""
 
     ctx: Context

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from gpupool.core.demand import request_demand
 from gpupool.core.estimate import Estimate
 from gpupool.core.estimate_provisioning import (
-    Cloud,
+    ClassQueue,
     Waiting,
     bound_nodes,
     class_waiting,
@@ -49,7 +49,7 @@ def waiting_for_quota(
     """Jobs of a queue with a provisioning check still waiting for their queue's quota (no
     request made yet), each with its place in the admission order: the request is made when
     the quota the job needs frees (the queue's running jobs end, as the nodes ahead leave in
-    ``Cloud``; a job waiting on its request frees its quota when it is expected to end; the
+    ``ClassQueue``; a job waiting on its request frees its quota when it is expected to end; the
     jobs before it in the order take theirs first), then it waits in its class's queue behind
     the requests made before it and is made as those are (see the module). No start when no
     end frees enough, or the class has nothing to go by. The rest of the cohort is taken as it
@@ -188,7 +188,7 @@ def _future_request(ctx: Context, cls: str, later: list[Waiting], now_s: float, 
     bound = bound_nodes(cap, waiting, now_s)
     if bound is None:
         return made_from(cap, w.created_s, now_s, made, f"no {cls} request has waited for room")
-    room_s, ahead = Cloud(ctx, ac, cap, now_s).room(bound, waiting, w.key)
+    room_s, ahead = ClassQueue(ctx, ac, cap, now_s).room(bound, waiting, w.key)
     if room_s is None:
         return Estimate(
             0,

@@ -68,7 +68,7 @@ class _Class:
 
 
 @dataclass(frozen=True, slots=True)
-class Holder:
+class HoldingRequest:
     """A request of the class whose nodes are in the cluster: ``released_s`` when it was let
     go (its nodes leave after the scale-down lag), None while it holds them for a job."""
 
@@ -90,7 +90,7 @@ class ClassCapacity:
     capacity_nodes: int | None
     contended: int
     held_nodes: int
-    holders: tuple[Holder, ...]
+    holders: tuple[HoldingRequest, ...]
     left_s: float | None
 
     def delay(self, since_s: float = 0.0) -> tuple[float | None, int]:
@@ -104,7 +104,7 @@ class ClassCapacity:
         return max(self.delays, default=None)
 
 
-class History:
+class CapacityHistory:
     """Capacity episodes of every class (see the module). The ledger feeds it its facts."""
 
     def __init__(self) -> None:
@@ -200,7 +200,7 @@ class History:
     def learned(self, cls: str) -> ClassCapacity:
         c = self._of(cls)
         holders = tuple(
-            Holder(e.key, len(e.alive), e.released_s, e.revoked)
+            HoldingRequest(e.key, len(e.alive), e.released_s, e.revoked)
             for e in self._eps.values()
             if e.cls == cls and e.alive
         )

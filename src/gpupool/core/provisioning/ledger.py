@@ -7,7 +7,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import replace
 
 from gpupool.core.errors import ConflictError, NotFoundError
-from gpupool.core.provisioning.history import ClassCapacity, History
+from gpupool.core.provisioning.history import CapacityHistory, ClassCapacity
 from gpupool.core.provisioning.request import (
     BOOKING_S,
     MAX_ACTIVE_PER_PROJECT,
@@ -29,7 +29,7 @@ class RequestLedger:
         self.max_active_per_project = max_active_per_project
         self.booking_s = booking_s
         self._reqs: dict[str, ProvisioningRequest] = {}
-        self._history = History()
+        self._history = CapacityHistory()
 
     def __contains__(self, key: str) -> bool:
         return key in self._reqs
