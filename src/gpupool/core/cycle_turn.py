@@ -65,11 +65,16 @@ def borrowing_turn(
     credit = ctx.history.credit(q)
     if credit >= over / 2:
         return None
+    short = ctx.tree.shortfall(q, demand)  # what holds it first: quota no turn can give
     return (
-        f"waiting for queue {q}'s turn to borrow: it is owed {credit / 3600:.2f} share-hours "
-        f"(its share held lately less its fair share), and this job would hold it "
-        f"{over / 3600:.2f} share-hours above its fair share (a job this large borrows once "
-        "its queue is owed half of that)"
+        "; ".join(short)
+        + ("; then " if short else "")
+        + (
+            f"waiting for queue {q}'s turn to borrow: it is owed {credit / 3600:.2f} share-hours "
+            f"(its share held lately less its fair share), and this job would hold it "
+            f"{over / 3600:.2f} share-hours above its fair share (a job this large borrows once "
+            "its queue is owed half of that)"
+        )
     )
 
 
