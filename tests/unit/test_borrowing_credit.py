@@ -40,6 +40,25 @@ def test_credit_starts_at_owed_nothing_and_counts_share_time_below_the_fair_shar
     assert h.copy().credit("d") == h.credit("d")
 
 
+def test_a_queue_waiting_below_its_share_is_owed_every_second_of_it() -> None:
+    """While a queue waits below its share, what it is owed is not forgotten: three hours
+    at 0.67 (16 of 24 GPUs, its next gang waiting) owe it 1.0 share-hour. Decayed as the
+    average is, the credit could never pass (1 - 0.67) / rate = 0.48 share-hours at that
+    share, and a gang whose turn needs more (gang-priority seeds 10, 12: a 32-GPU gang
+    beside a 16-GPU one) never got it. Held at or above its share, it decays as before."""
+    h = ShareHistory(HOUR)
+    h.advance("d", 0.0)
+    h.hold("d", 16 / 24, 0.0)
+    for t in range(1, 4):
+        h.advance("d", t * HOUR)
+        h.hold("d", 16 / 24, t * HOUR)
+    assert h.credit("d") == pytest.approx(3 * HOUR / 3)
+    assert h.credit("d") > (1 - 16 / 24) / RATE
+    h.hold("d", 1.0, 3 * HOUR)  # at its share: decayed as before, halved an hour later
+    h.advance("d", 4 * HOUR)
+    assert h.credit("d") == pytest.approx(HOUR * 0.5)
+
+
 def test_over_share_counts_the_time_until_the_queues_running_jobs_end() -> None:
     """d (nominal 8) runs 6 GPUs; 8 more for an hour hold it at 14/8 until its run ends at
     t=1000, then at 8/8: 0.75 x 1000 share-seconds over its share, whatever comes after."""

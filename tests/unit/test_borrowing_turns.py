@@ -124,10 +124,10 @@ def test_a_gang_that_would_borrow_waits_until_its_queue_has_made_up_for_the_last
     for i in range(4):
         s.finished(f"a{i}", 9000.0)
         s.finished(f"b{i}", 9000.0)
-    r = s.cycle(9000.0)  # owed 0.26 share-hours: not yet half of 1.00
+    r = s.cycle(9000.0)  # owed 0.07 share-hours (-0.93 + an hour at 0): not half of 1.00
     assert not r.binds
-    assert "it is owed 0.26 share-hours" in r.parks[0].status.message
-    r = s.cycle(10_800.0)  # owed 0.60: the gang goes
+    assert "it is owed 0.07 share-hours" in r.parks[0].status.message
+    r = s.cycle(10_800.0)  # owed 0.57: the gang goes
     assert [b.job for b in r.binds] == ["d-gang2"]
 
 

@@ -69,6 +69,15 @@ class ShareHistory:
     owed a whole half-job loses part of that credit to the decay while it waits (0.9 to 4.0
     points under its share on seeds 1-6). The credit starts at "owed nothing", and the turn
     rule keeps it near 0 on average, where the decay neither gives nor takes much.
+
+    While a queue waits below its share (charged under 1.0), its credit does not decay:
+    every second it is kept below its share is owed in full, and its debt from a past
+    over-share is repaid at face value. Decayed then, the credit could never pass
+    (1 - share) / rate at the share the queue holds: a gang whose turn needs more never got
+    it (gang-priority seeds 10 and 12: a 32-GPU gang beside a 16-GPU one at 0.67, team-d 4
+    points under its share), and what a gang's drain earned beyond its turn was taken by
+    the decay before it could be spent. At or above its share, the credit decays as the
+    average does, so no lump of history is kept for ever.
     """
 
     def __init__(self, half_life_s: float) -> None:
@@ -88,9 +97,12 @@ class ShareHistory:
         keep = math.exp(-self._rate * dt)
         self._avg[queue] = self._avg.get(queue, 0.0) * keep + held * (1.0 - keep)
         charged = self._charged.get(queue, held)
-        self._credit[queue] = self._credit.get(queue, 0.0) * keep + (1.0 - charged) * (
-            (1.0 - keep) / self._rate
-        )
+        if charged < 1.0:  # waiting below its share: owed every second, nothing forgotten
+            self._credit[queue] = self._credit.get(queue, 0.0) + (1.0 - charged) * dt
+        else:
+            self._credit[queue] = self._credit.get(queue, 0.0) * keep + (1.0 - charged) * (
+                (1.0 - keep) / self._rate
+            )
         self._at[queue] = now_s
 
     def hold(
@@ -116,9 +128,10 @@ class ShareHistory:
     def credit(self, queue: str) -> float:
         """The share-seconds ``queue`` is owed (negative: it has had more than its share):
         the integral of its fair share (1.0) less the share it held, each second counted
-        with the decay of the average, from 0 at the first cycle that saw the queue. A queue
-        with nothing waiting is counted at its share at least (``hold``), so it banks
-        nothing while it asks for nothing."""
+        with the decay of the average, from 0 at the first cycle that saw the queue, and
+        without decay while the queue waits below its share (see the class). A queue with
+        nothing waiting is counted at its share at least (``hold``), so it banks nothing
+        while it asks for nothing."""
         return self._credit.get(queue, 0.0)
 
     def averages(self) -> dict[str, float]:
