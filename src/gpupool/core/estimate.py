@@ -15,6 +15,9 @@ A forecast run on a snapshot trial, from what the scheduler knows:
   expected end, against quota and cards, the jobs that start taking
   their place and ending in turn at their own expected end; a later job that fits earlier
   starts earlier (**backfill**), and a StrictFIFO head blocks its queue as in the cycle;
+  a job the cycle has **parked** is offered from the first expected end on, not now: the
+  cycle offers it again only on an event that could change its answer (an end, a quota
+  change), never on time passing alone (a victim reaching its minimum runtime);
 - a gang holding a **reservation** keeps its nodes: others start there only within their
   run limit, as in the cycle;
 - users are charged as the cycle charges them, so the users of a queue take turns in the
@@ -265,7 +268,11 @@ def _forecast(
                 for q in ctx.queues.queues():  # the fair order's history moves on as well
                     ctx.history.advance(q, t)
                 failed: dict[Hashable, Status] = {}
-                walk = admission_order(ctx, t, active_only=False, only=left | arrived)
+                # A job the cycle parked is offered again only on an event that could change
+                # its answer (an end, a quota change): not now, where the cycle has just
+                # parked it (or left it parked, a minimum runtime passing wakes nothing);
+                # from the first end on, as every end wakes the parked jobs.
+                walk = admission_order(ctx, t, active_only=t == now_s, only=left | arrived)
                 waiting = _queues_of(ctx, left | arrived)
                 # Quota owed to a waiting queue ahead in the fair order is not lent, as in
                 # the cycle (``cycle_owed``); only the jobs still pending here count.
