@@ -82,3 +82,19 @@ def test_a_parked_job_is_not_forecast_to_preempt_before_an_event_wakes_it() -> N
     later = s.cycle(400.0)
     assert not later.binds and not later.evicts  # parked: not offered again
     assert s.estimates(400.0)[JobId("a0")][1] == pytest.approx(5000.0)
+
+
+def test_a_parked_job_is_forecast_to_preempt_at_the_end_that_wakes_it() -> None:
+    """As above, with a's job asking for two GPUs: b's first run ends at t=1,000 s and frees
+    one; the cycle then wakes a's job, which takes back the other by preempting one of b's
+    runs, and starts. Offered for preemption only at the estimate's own time, the forecast
+    waited for b's second end (5,100 s)."""
+    s = Scheduler([node("n0", gpu=4)], queue_config({"a": 2, "b": 2}, min_runtime_s=300.0))
+    for k in range(4):
+        s.submit(job(f"b{k}", gpu=whole(1), queue="b", duration=1000.0 + 4100 * min(k, 1)), 0.0)
+    assert len(s.cycle(0.0).binds) == 4
+    s.submit(job("a0", gpu=whole(2), queue="a", submit=100.0), 100.0)
+    assert not s.cycle(100.0).evicts and not s.cycle(400.0).evicts  # parked
+    assert s.estimates(400.0)[JobId("a0")][1] == pytest.approx(1000.0)
+    s.finished(JobId("b0"), 1000.0)
+    assert len(s.cycle(1000.0).evicts) == 1  # the cycle does preempt when the end wakes it
