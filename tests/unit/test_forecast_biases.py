@@ -63,3 +63,38 @@ def test_runtimes_are_learned_per_kind_of_job_in_a_queue() -> None:
     # A kind's runs still going count in its own distribution only.
     r.started(replace(train, id=JobId("t2")), 0.0)
     assert r.distribution(short, 5000.0) == [(1000.0, 1.0)]
+
+
+def test_a_parked_job_is_not_forecast_to_preempt_before_an_event_wakes_it() -> None:
+    """Queue b borrows a's two GPUs at t=0; a's job, asked at t=100, could take them back only
+    from t=300 (b's runs are younger than the 300 s minimum runtime before), so the cycle
+    parks it. A minimum runtime passing wakes no parked job: the cycle at t=400 does not
+    offer it, and it waits for the next end (a quota or capacity change), b's first at 5,000
+    s. The forecast offered every pending job at once and foresaw the reclaim at t=400:
+    onoff-bursts' reclaiming team, estimated "now" while its jobs waited 10-30 minutes."""
+    s = Scheduler([node("n0", gpu=4)], queue_config({"a": 2, "b": 2}, min_runtime_s=300.0))
+    for k in range(4):
+        s.submit(job(f"b{k}", gpu=whole(1), queue="b", duration=5000.0 + 100 * k), 0.0)
+    assert len(s.cycle(0.0).binds) == 4
+    s.submit(job("a0", gpu=whole(1), queue="a", submit=100.0), 100.0)
+    first = s.cycle(100.0)
+    assert not first.binds and not first.evicts  # no victim old enough: parked
+    later = s.cycle(400.0)
+    assert not later.binds and not later.evicts  # parked: not offered again
+    assert s.estimates(400.0)[JobId("a0")][1] == pytest.approx(5000.0)
+
+
+def test_a_parked_job_is_forecast_to_preempt_at_the_end_that_wakes_it() -> None:
+    """As above, with a's job asking for two GPUs: b's first run ends at t=1,000 s and frees
+    one; the cycle then wakes a's job, which takes back the other by preempting one of b's
+    runs, and starts. Offered for preemption only at the estimate's own time, the forecast
+    waited for b's second end (5,100 s)."""
+    s = Scheduler([node("n0", gpu=4)], queue_config({"a": 2, "b": 2}, min_runtime_s=300.0))
+    for k in range(4):
+        s.submit(job(f"b{k}", gpu=whole(1), queue="b", duration=1000.0 + 4100 * min(k, 1)), 0.0)
+    assert len(s.cycle(0.0).binds) == 4
+    s.submit(job("a0", gpu=whole(2), queue="a", submit=100.0), 100.0)
+    assert not s.cycle(100.0).evicts and not s.cycle(400.0).evicts  # parked
+    assert s.estimates(400.0)[JobId("a0")][1] == pytest.approx(1000.0)
+    s.finished(JobId("b0"), 1000.0)
+    assert len(s.cycle(1000.0).evicts) == 1  # the cycle does preempt when the end wakes it

@@ -15,6 +15,10 @@ A forecast run on a snapshot trial, from what the scheduler knows:
   expected end, against quota and cards, the jobs that start taking
   their place and ending in turn at their own expected end; a later job that fits earlier
   starts earlier (**backfill**), and a StrictFIFO head blocks its queue as in the cycle;
+  a job the cycle has **parked** is offered from the first expected end on, not now: the
+  cycle offers it again only on an event that could change its answer (an end, a quota
+  change), never on time passing alone (a victim reaching its minimum runtime); at that
+  end it may preempt, as the cycle it wakes for may;
 - a gang holding a **reservation** keeps its nodes: others start there only within their
   run limit, as in the cycle;
 - users are charged as the cycle charges them, so the users of a queue take turns in the
@@ -25,7 +29,8 @@ A forecast run on a snapshot trial, from what the scheduler knows:
   (``Arrivals``), so capacity a queue frees is not all forecast to go to others when its
   own next jobs, ahead of them in the fair order, will take it;
 - a job whose queue is below its nominal quota and that fits only by taking borrowed
-  capacity back starts at the next cycle by **preemption** (reclaim), as the cycle would.
+  capacity back starts by **preemption** (reclaim) where the cycle first offers it: at the
+  next cycle, or for a parked job at the end that wakes it.
 
 The first ``limit`` jobs of the order get a time, each with the basis it rests on; the rest
 a position only. A job whose admission waits on an active ProvisioningRequest is out of the
@@ -252,6 +257,9 @@ def _forecast(
     t, why = now_s, "fits now"
     steps = 0
     no_victims: dict[str, int] = {}
+    # Jobs the cycle has parked: offered from the first expected end on, when that end wakes
+    # them, and judged for preemption then, as the cycle will judge them.
+    parked = {j for j in timed if (pj := ctx.queues.get(j)) is not None and pj.parked}
     drawn = 0
     try:
         with snap.trial():
@@ -265,7 +273,13 @@ def _forecast(
                 for q in ctx.queues.queues():  # the fair order's history moves on as well
                     ctx.history.advance(q, t)
                 failed: dict[Hashable, Status] = {}
-                walk = admission_order(ctx, t, active_only=False, only=left | arrived)
+                # A job the cycle parked is offered again only on an event that could change
+                # its answer (an end, a quota change): not now, where the cycle has just
+                # parked it (or left it parked, a minimum runtime passing wakes nothing);
+                # from the first end on, as every end wakes the parked jobs.
+                walk = admission_order(ctx, t, active_only=t == now_s, only=left | arrived)
+                if steps == 2:
+                    no_victims = {}  # a new cycle: the first end woke the parked jobs
                 waiting = _queues_of(ctx, left | arrived)
                 # Quota owed to a waiting queue ahead in the fair order is not lent, as in
                 # the cycle (``cycle_owed``); only the jobs still pending here count.
@@ -294,14 +308,17 @@ def _forecast(
                         misses[p.queue] = misses.get(p.queue, 0) + 1
                         walk.offered(False)
                         continue
+                    # Preemption is judged where the cycle first offers the job: now, or
+                    # for a parked job at the end that wakes it.
+                    first = t == now_s or (steps == 2 and p.job.id in parked)
                     if (
-                        t == now_s
+                        first
                         and p.job.id in left
                         and walks_flavors(tree, p.queue)
                         and p.job.priority > no_victims.get(p.queue, -(1 << 62))
                     ):
                         fit, basis = admit_by_walk(
-                            ctx, snap, p, now_s, Books(gone, changes, failed)
+                            ctx, snap, p, t, Books(gone, changes, failed)
                         )  # as the cycle does: core/forecast_walk.py
                         basis = basis or why
                         status = Status.ok() if fit is not None else Status(Code.UNRESOLVABLE)
@@ -320,12 +337,12 @@ def _forecast(
                         fit = None
                     if (
                         fit is None
-                        and t == now_s
+                        and first
                         and p.job.id in left
                         and status.code is not Code.UNRESOLVABLE
                         and p.job.priority > no_victims.get(p.queue, -(1 << 62))
                     ):
-                        fit, basis = _by_preemption(ctx, snap, p, now_s, gone, changes)
+                        fit, basis = _by_preemption(ctx, snap, p, t, gone, changes)
                         if fit is None:
                             no_victims[p.queue] = p.job.priority
                     if fit is None:
@@ -401,6 +418,7 @@ def _forecast(
                         ctx.ledger.charge(e.queue, e.user, used - e.charge, now_s)
                         charged.append((e.queue, e.user, used - e.charge))
                     freed.append(e)
+                    gone.add(e.job)  # ended here: no victim of a later preemption
                 if not freed:
                     break
                 t = freed[-1].at_s
