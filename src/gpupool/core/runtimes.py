@@ -28,6 +28,7 @@ not forecast from one mixture; the average the scheduler charges by is not split
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass
 
@@ -122,6 +123,28 @@ class _Ema:
         return max(0.0, self.square - self.value**2) / self.value**2
 
 
+@dataclass(frozen=True, slots=True)
+class _Ended:
+    """A run that ended by itself: how long it ran, and when it began."""
+
+    runtime_s: float
+    started_s: float
+
+
+def _cohort(ended: deque[_Ended], going: dict[str, float] | None) -> list[float]:
+    """The starts of the runs still ``going`` that belong with the ``ended`` runs kept.
+    Once older ends have dropped out of the kept ones, a run going since before the oldest
+    kept run began is a survivor of an era whose other runs are forgotten: counted at its
+    age, it alone would stand for that era and make the long tail too heavy. Only the runs
+    that began at or after the start of the oldest kept ended run count then."""
+    if not going:
+        return []
+    if ended.maxlen is None or len(ended) < ended.maxlen:
+        return list(going.values())  # nothing forgotten yet
+    since = ended[0].started_s
+    return [t for t in going.values() if t >= since]
+
+
 @dataclass(slots=True)
 class _Going:
     """Runs in progress of one key, with nothing declared: how many, and their starts."""
@@ -146,13 +169,13 @@ class Runtimes:
         self._by_queue: dict[str, _Ema] = {}
         self._going_user: dict[tuple[str, str], _Going] = {}
         self._going_queue: dict[str, _Going] = {}
-        self._samples_user: dict[tuple[str, str], deque[float]] = {}
-        self._samples_queue: dict[str, deque[float]] = {}
+        self._samples_user: dict[tuple[str, str], deque[_Ended]] = {}
+        self._samples_queue: dict[str, deque[_Ended]] = {}
         self._starts_user: dict[tuple[str, str], dict[str, float]] = {}
         self._starts_queue: dict[str, dict[str, float]] = {}
         # The same per kind of job (``shape``), for the distributions only: (queue, shape) and
         # (queue, user, shape).
-        self._samples_kind: dict[tuple[object, ...], deque[float]] = {}
+        self._samples_kind: dict[tuple[object, ...], deque[_Ended]] = {}
         self._starts_kind: dict[tuple[object, ...], dict[str, float]] = {}
 
     def started(self, job: Job, now_s: float, sign: int = 1) -> None:
@@ -181,9 +204,10 @@ class Runtimes:
     def stopped(self, job: Job, started_s: float) -> None:
         self.started(job, started_s, -1)
 
-    def observe(self, job: Job, runtime_s: float) -> None:
-        """A job ended by itself after ``runtime_s``: learn from it. Jobs with a declared
-        duration teach nothing (their runtime was known)."""
+    def observe(self, job: Job, runtime_s: float, started_s: float | None = None) -> None:
+        """A job ended by itself after ``runtime_s`` (its run began at ``started_s``, when
+        known): learn from it. Jobs with a declared duration teach nothing (their runtime was
+        known)."""
         if job.duration_s is not None or runtime_s < 0:
             return
         user_key = (str(job.queue), job.user)
@@ -196,7 +220,7 @@ class Runtimes:
             self._samples_kind.setdefault((str(job.queue), kind), deque(maxlen=SAMPLES)),
             self._samples_kind.setdefault((str(job.queue), job.user, kind), deque(maxlen=SAMPLES)),
         ):
-            d.append(runtime_s)
+            d.append(_Ended(runtime_s, -math.inf if started_s is None else started_s))
 
     def distribution(self, job: Job, now_s: float | None = None) -> Dist | None:
         """The job's runtime as a distribution, when it is learned (nothing declared) from
@@ -226,10 +250,8 @@ class Runtimes:
         ):
             if ended is None or len(ended) < least:
                 continue
-            ages = (
-                [max(0.0, now_s - t) for t in going.values()] if going and now_s is not None else []
-            )
-            return survival(list(ended), ages, prior)
+            ages = [max(0.0, now_s - t) for t in _cohort(ended, going)] if now_s is not None else []
+            return survival([e.runtime_s for e in ended], ages, prior)
         return None
 
     def from_first_end(
@@ -258,8 +280,8 @@ class Runtimes:
         if limit_s is None:
             limit_s = job.run_limit_s
         tail = limit_s if limit_s is not None else self.default_runtime_s
-        ages = [max(0.0, now_s - t) for t in going.values()] if going else []
-        return survival([*ended, *[tail] * at_limit], ages, tail)
+        ages = [max(0.0, now_s - t) for t in _cohort(ended, going)]
+        return survival([*(e.runtime_s for e in ended), *[tail] * at_limit], ages, tail)
 
     def residuals(self, job: Job, age_s: float, now_s: float | None = None) -> Dist | None:
         """What is left of a learned run that has gone ``age_s``, as a distribution: the

@@ -196,7 +196,7 @@ class Scheduler(ProvisioningFacts, SchedulerQueries):
             self._ctx.reservation = None
         self._unbook(job, now_s)
         r = release(self._ctx, job, now_s)
-        self._ctx.runtimes.observe(r.job, now_s - r.start_s)
+        self._ctx.runtimes.observe(r.job, now_s - r.start_s, r.start_s)
         return r
 
     def _unbook(self, job: JobId, now_s: float) -> Job | None:
