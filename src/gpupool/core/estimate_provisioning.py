@@ -91,28 +91,15 @@ def _estimate(
     )
     if not cap.delays:
         return Estimate(0, None, f"{made}; no {cls} request was provisioned here yet")
-    waiting = class_waiting(ctx, ac, cls, now_s)
-    bound = bound_nodes(cap, waiting, now_s)
-    if bound is None:
-        # Unbounded as far as anything shows: made from its creation.
-        return made_from(cap, req.created_s, now_s, made, f"no {cls} request has waited for room")
-    room_s, ahead = ClassQueue(ctx, ac, cap, now_s).room(bound, waiting, req.key)
-    if room_s is None:
-        return Estimate(
-            0,
-            None,
-            f"{made}; {ahead} {cls} request(s) ahead of it and the class holds at most {bound} "
-            "nodes at once: no room foreseen",
-        )
     seen = "once" if cap.contended == 1 else f"{cap.contended} times"
     if cap.contended == 0:
         seen = "now"
-    why = (
-        f"{ahead} {cls} request(s) ahead of it; the class held at most {bound} nodes at once "
-        f"while requests waited for room (seen {seen}), so room for it at t={room_s:.0f}s, "
-        "as the nodes ahead are expected to leave"
+    return ClassQueue(ctx, ac, cap, now_s).estimate(
+        (req.key, req.created_s),
+        class_waiting(ctx, ac, cls, now_s),
+        made,
+        (f" (seen {seen})", ", as the nodes ahead are expected to leave"),
     )
-    return made_from(cap, room_s, now_s, made, why)
 
 
 def made_from(cap: ClassCapacity, from_s: float, now_s: float, made: str, why: str) -> Estimate:
@@ -201,6 +188,35 @@ class ClassQueue:
     ac: AdmissionChecks
     cap: ClassCapacity
     now_s: float
+
+    def estimate(
+        self, ask: tuple[str, float], waiting: list[Waiting], made: str, note: tuple[str, str]
+    ) -> Estimate:
+        """Request ``ask`` (its key, and when it was or will be made) in its class's queue
+        ``waiting``: made from its creation where the class shows no bound, else from when
+        the nodes ahead leave room for it. ``note``: words put after "while requests waited
+        for room" and after the time in the basis."""
+        key, from_s = ask
+        cap, now_s = self.cap, self.now_s
+        cls = cap.provisioning_class_name
+        bound = bound_nodes(cap, waiting, now_s)
+        if bound is None:
+            # Unbounded as far as anything shows: made from its creation.
+            return made_from(cap, from_s, now_s, made, f"no {cls} request has waited for room")
+        room_s, ahead = self.room(bound, waiting, key)
+        if room_s is None:
+            return Estimate(
+                0,
+                None,
+                f"{made}; {ahead} {cls} request(s) ahead of it and the class holds at most "
+                f"{bound} nodes at once: no room foreseen",
+            )
+        why = (
+            f"{ahead} {cls} request(s) ahead of it; the class held at most {bound} nodes at "
+            f"once while requests waited for room{note[0]}, so room for it at "
+            f"t={room_s:.0f}s{note[1]}"
+        )
+        return made_from(cap, room_s, now_s, made, why)
 
     def room(self, bound: int, waiting: list[Waiting], key: str) -> tuple[float | None, int]:
         """When there is room for request ``key`` (None: never, as far as the forecast goes),

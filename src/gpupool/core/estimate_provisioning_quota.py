@@ -26,10 +26,8 @@ from gpupool.core.estimate import Estimate
 from gpupool.core.estimate_provisioning import (
     ClassQueue,
     Waiting,
-    bound_nodes,
     class_waiting,
     left_of,
-    made_from,
     runtime_of,
 )
 
@@ -185,19 +183,4 @@ def _future_request(ctx: Context, cls: str, later: list[Waiting], now_s: float, 
     waiting = sorted(
         [*class_waiting(ctx, ac, cls, now_s), *later], key=lambda x: (x.first_s, x.created_s, x.key)
     )
-    bound = bound_nodes(cap, waiting, now_s)
-    if bound is None:
-        return made_from(cap, w.created_s, now_s, made, f"no {cls} request has waited for room")
-    room_s, ahead = ClassQueue(ctx, ac, cap, now_s).room(bound, waiting, w.key)
-    if room_s is None:
-        return Estimate(
-            0,
-            None,
-            f"{made}; {ahead} {cls} request(s) ahead of it and the class holds at most {bound} "
-            "nodes at once: no room foreseen",
-        )
-    why = (
-        f"{ahead} {cls} request(s) ahead of it; the class held at most {bound} nodes at once "
-        f"while requests waited for room, so room for it at t={room_s:.0f}s"
-    )
-    return made_from(cap, room_s, now_s, made, why)
+    return ClassQueue(ctx, ac, cap, now_s).estimate((w.key, w.created_s), waiting, made, ("", ""))
